@@ -1,0 +1,5 @@
+import sys
+
+from agora_optimizer.cli import main
+
+sys.exit(main())

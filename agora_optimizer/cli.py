@@ -1,0 +1,213 @@
+"""The ``agora`` command line: optimize, validate and draw plans.
+
+Every error that is the input's fault is one line on stderr, exit code 2, and no
+file written; ``agora validate`` exits 1 when the plan breaks a rule.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from agora_optimizer.errors import AgoraError
+from agora_optimizer.io.catalog_file import load_catalog
+from agora_optimizer.io.plan_file import load_plan, write_plan
+from agora_optimizer.io.wfformat import load_workflow
+from agora_optimizer.model.catalog import GIB
+from agora_optimizer.model.plan import Objective, Plan
+
+app = typer.Typer(
+    help="agora: place every task of a workflow on the right resource, fast and cheap, within memory.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+out_console = Console()
+err_console = Console(stderr=True)
+
+
+class ObjectiveKind(StrEnum):
+    time = "time"
+    cost = "cost"
+    balanced = "balanced"
+
+
+@contextmanager
+def _user_errors() -> Iterator[None]:
+    """Turn an ``AgoraError`` into one line on stderr and exit code 2."""
+    try:
+        yield
+    except AgoraError as exc:
+        err_console.print(f"agora: error: {exc}", markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(exc.exit_code) from None
+
+
+WorkflowArg = Annotated[Path, typer.Argument(help="A WfFormat 1.4/1.5 workflow instance (JSON).")]
+CatalogOpt = Annotated[Path, typer.Option("--catalog", "-c", help="Catalog of resource types (YAML or JSON).")]
+
+
+@app.command()
+def optimize(
+    workflow: WorkflowArg,
+    catalog: CatalogOpt,
+    out: Annotated[Path, typer.Option("--out", "-o", help="Where to write the plan (JSON).")],
+    objective: Annotated[ObjectiveKind, typer.Option(help="What to minimise.")] = ObjectiveKind.balanced,
+    alpha: Annotated[float, typer.Option(min=0.0, max=1.0, help="Weight of time in 'balanced'.")] = 0.5,
+    deadline_s: Annotated[float | None, typer.Option(min=0.0, help="Makespan limit in seconds.")] = None,
+    budget_usd: Annotated[float | None, typer.Option(min=0.0, help="Cost limit in USD.")] = None,
+    time_limit_s: Annotated[float, typer.Option(min=0.01, max=86400.0, help="Optimizer wall-time limit.")] = 60.0,
+    default_memory_gib: Annotated[
+        float, typer.Option(min=0.001, max=65536.0, help="Memory reserved for tasks whose source records none.")
+    ] = 1.0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON summary instead of a table.")] = False,
+) -> None:
+    """Plan WORKFLOW on CATALOG and write the plan to --out."""
+    from agora_optimizer.optimize import default_plan, lower_bounds
+    from agora_optimizer.optimize import optimize as run_optimizer
+
+    with _user_errors():
+        wf = load_workflow(workflow, default_memory_bytes=int(default_memory_gib * GIB))
+        cat = load_catalog(catalog)
+        goal = Objective(kind=objective.value, alpha=alpha, deadline_s=deadline_s, budget_usd=budget_usd)
+        plan = run_optimizer(wf, cat, goal, catalog_label=str(catalog), time_limit_s=time_limit_s)
+        baseline = default_plan(wf, cat, str(catalog))
+        bounds = lower_bounds(wf, cat)
+        write_plan(plan, out)
+    summary = _summary(plan, baseline, bounds.makespan_s, bounds.cost_usd, out)
+    if as_json:
+        out_console.print_json(json.dumps(summary))
+    else:
+        _print_summary(summary)
+
+
+def _summary(plan: Plan, baseline: Plan | None, makespan_lb: float, cost_lb: float, out: Path) -> dict[str, Any]:
+    def row(p: Plan) -> dict[str, Any]:
+        return {
+            "makespan_s": p.makespan_s,
+            "cost_usd": p.cost_usd,
+            "makespan_over_lower_bound": p.makespan_s / makespan_lb if makespan_lb > 0 else None,
+            "cost_over_lower_bound": p.cost_usd / cost_lb if cost_lb > 0 else None,
+            "machines": len({a.machine for a in p.assignments}),
+            "resources": sorted({a.resource for a in p.assignments}),
+        }
+
+    return {
+        "workflow": plan.workflow,
+        "tasks": len(plan.assignments),
+        "plan": out.as_posix(),
+        "objective": plan.objective.__dict__,
+        "solver": plan.solver.__dict__,
+        "lower_bounds": {"makespan_s": makespan_lb, "cost_usd": cost_lb},
+        "agora": row(plan),
+        "default": None if baseline is None else {**row(baseline), "resource": baseline.assignments[0].resource},
+    }
+
+
+def _print_summary(summary: dict[str, Any]) -> None:
+    table = Table(title=f"{summary['workflow']} ({summary['tasks']} tasks), objective {summary['objective']['kind']}")
+    for column in ("", "makespan (s)", "cost (USD)", "makespan / LB", "cost / LB", "machines"):
+        table.add_column(column, justify="right" if column else "left")
+
+    def add(label: str, row: dict[str, Any]) -> None:
+        table.add_row(
+            label,
+            f"{row['makespan_s']:,.1f}",
+            f"{row['cost_usd']:.4f}",
+            f"{row['makespan_over_lower_bound']:.3f}" if row["makespan_over_lower_bound"] else "-",
+            f"{row['cost_over_lower_bound']:.3f}" if row["cost_over_lower_bound"] else "-",
+            str(row["machines"]),
+        )
+
+    add("agora", summary["agora"])
+    if summary["default"]:
+        add(f"default (all on {summary['default']['resource']})", summary["default"])
+    bounds = summary["lower_bounds"]
+    table.add_row("lower bound", f"{bounds['makespan_s']:,.1f}", f"{bounds['cost_usd']:.4f}", "1.000", "1.000", "")
+    out_console.print(table)
+    default = summary["default"]
+    if default:
+        speed = default["makespan_s"] / summary["agora"]["makespan_s"] if summary["agora"]["makespan_s"] else 1.0
+        saving = 1 - summary["agora"]["cost_usd"] / default["cost_usd"] if default["cost_usd"] else 0.0
+        out_console.print(f"against the default: {speed:.2f}x faster, {saving:+.1%} cost saved")
+    out_console.print(f"plan written to {summary['plan']}")
+
+
+@app.command()
+def validate(
+    plan: Annotated[Path, typer.Argument(help="A plan file (JSON).")],
+    workflow: Annotated[Path, typer.Option("--workflow", "-w", help="The workflow the plan is for.")],
+    catalog: CatalogOpt,
+    default_memory_gib: Annotated[float, typer.Option(min=0.001, max=65536.0)] = 1.0,
+) -> None:
+    """Check PLAN against every rule of the agora model; exit 1 on any violation."""
+    from agora_optimizer.validate import ensure_plan_matches, validate_plan
+
+    with _user_errors():
+        wf = load_workflow(workflow, default_memory_bytes=int(default_memory_gib * GIB))
+        cat = load_catalog(catalog)
+        loaded = load_plan(plan)
+        ensure_plan_matches(loaded, wf)
+        violations = validate_plan(loaded, wf, cat)
+    for violation in violations:
+        out_console.print(str(violation), markup=False, highlight=False, soft_wrap=True)
+    if violations:
+        err_console.print(f"{plan}: {len(violations)} violation(s)", markup=False, highlight=False)
+        raise typer.Exit(1)
+    out_console.print(
+        f"{plan}: valid ({len(loaded.assignments)} tasks, makespan {loaded.makespan_s:.3f} s, "
+        f"cost {loaded.cost_usd:.6f} USD)",
+        markup=False,
+        highlight=False,
+    )
+
+
+@app.command()
+def gantt(
+    plan: Annotated[Path, typer.Argument(help="A plan file (JSON).")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="The chart to write (.png, .svg or .pdf).")],
+    workflow: Annotated[
+        Path | None, typer.Option("--workflow", "-w", help="Colour by the workflow's categories.")
+    ] = None,
+) -> None:
+    """Draw PLAN as a Gantt chart: one row per machine, tasks coloured by category."""
+    from agora_optimizer.gantt import draw_gantt
+
+    with _user_errors():
+        loaded = load_plan(plan)
+        categories = None
+        if workflow is not None:
+            categories = {t.id: t.category for t in load_workflow(workflow).tasks}
+        draw_gantt(loaded, out, categories)
+    out_console.print(f"chart written to {out}", markup=False, highlight=False)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``agora`` console script; returns the exit code."""
+    runner: Callable[..., Any] = typer.main.get_command(app)
+    try:
+        runner(args=argv if argv is not None else sys.argv[1:], prog_name="agora", standalone_mode=False)
+    except typer.Exit as exc:
+        return exc.exit_code
+    except Exception as exc:  # click's own usage errors
+        import click
+
+        if isinstance(exc, click.exceptions.ClickException):
+            exc.show()
+            return exc.exit_code
+        if isinstance(exc, click.exceptions.Abort):
+            return 130
+        raise
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,62 @@
+"""The one small error hierarchy of agora.
+
+Every error that reaches a user names the thing it is about (a task, a file, a
+field path) so that the user can fix the input without reading a traceback. The
+CLI turns any ``AgoraError`` into a message on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+
+class AgoraError(Exception):
+    """Base class of every error agora raises on purpose."""
+
+    exit_code = 2
+
+
+class InputFileError(AgoraError):
+    """A file is missing, unreadable, or not of the expected format."""
+
+    def __init__(self, path: object, reason: str) -> None:
+        self.path = str(path)
+        self.reason = reason
+        super().__init__(f"{self.path}: {reason}")
+
+
+class FieldError(AgoraError):
+    """A field of an input document has a missing, malformed or absurd value."""
+
+    def __init__(self, source: object, field: str, reason: str) -> None:
+        self.source = str(source)
+        self.field = field
+        self.reason = reason
+        super().__init__(f"{self.source}: field '{field}': {reason}")
+
+
+class CyclicWorkflowError(AgoraError):
+    """The workflow's dependencies contain a cycle."""
+
+    def __init__(self, workflow: str, cycle: list[str]) -> None:
+        self.workflow = workflow
+        self.cycle = cycle
+        shown = " -> ".join([*cycle, cycle[0]]) if cycle else "?"
+        super().__init__(f"workflow '{workflow}' is not a DAG: cycle {shown}")
+
+
+class UnplaceableTaskError(AgoraError):
+    """A task fits on no resource of the catalog."""
+
+    def __init__(self, task: str, cores: int, memory_bytes: int, largest: str) -> None:
+        self.task = task
+        super().__init__(
+            f"task '{task}' (cores={cores}, memory_bytes={memory_bytes}) fits on no "
+            f"resource of the catalog; the largest is {largest}"
+        )
+
+
+class PlanMismatchError(AgoraError):
+    """A plan does not belong to the workflow or catalog it is checked against."""
+
+
+class InfeasibleObjectiveError(AgoraError):
+    """A deadline or budget cannot be met; the message gives the best achievable value."""

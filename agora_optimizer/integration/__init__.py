@@ -1,0 +1,1 @@
+"""Airflow integration. The only part of agora that imports Airflow."""

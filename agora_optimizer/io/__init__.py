@@ -1,0 +1,1 @@
+"""Readers and writers for workflow, catalog and plan files."""

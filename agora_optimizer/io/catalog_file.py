@@ -1,0 +1,65 @@
+"""Load a catalog file (YAML or JSON, section 2 of the spec) into a :class:`Catalog`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import MappingProxyType
+
+from agora_optimizer.io.documents import Node, read_document
+from agora_optimizer.model.catalog import BACKENDS, Billing, Catalog, Resource
+
+_KNOWN_KEYS = {
+    "name",
+    "backend",
+    "vcpus",
+    "memory_gib",
+    "speed",
+    "price_per_hour_usd",
+    "count",
+    "billing",
+    "boot_s",
+}
+
+
+def load_catalog(path: str | Path) -> Catalog:
+    """Read a catalog. Raises an ``AgoraError`` that names the file and the field path."""
+    source = str(path)
+    root = Node(read_document(path), source)
+    root.mapping()
+    bandwidth = root.get("network").get("bandwidth_bytes_per_s").number(strictly_positive=True, maximum=1e13)
+    resources: list[Resource] = []
+    for item in root.get("resources").items():
+        resource = _resource(item)
+        if any(r.name == resource.name for r in resources):
+            raise item.get("name").fail(f"duplicate resource name '{resource.name}'")
+        resources.append(resource)
+    if not resources:
+        raise root.get("resources").fail("lists no resource")
+    return Catalog(resources=tuple(resources), bandwidth_bytes_per_s=bandwidth, source=source)
+
+
+def _resource(item: Node) -> Resource:
+    name = item.get("name").string()
+    if "#" in name:
+        raise item.get("name").fail(f"'{name}' contains '#', which separates type and number in machine ids")
+    backend = item.get("backend").string()
+    if backend not in BACKENDS:
+        raise item.get("backend").fail(f"expected one of {', '.join(BACKENDS)}, got {backend!r}")
+    count = item.get("count", None).optional()
+    billing = item.get("billing", {})
+    billing.mapping()
+    return Resource(
+        name=name,
+        backend=backend,
+        vcpus=item.get("vcpus").integer(minimum=1, maximum=4096),
+        memory_gib=item.get("memory_gib").number(strictly_positive=True, maximum=65536),
+        speed=item.get("speed").number(strictly_positive=True, maximum=1000),
+        price_per_hour_usd=item.get("price_per_hour_usd").number(maximum=10000),
+        count=None if count is None else count.integer(minimum=1, maximum=1_000_000),
+        billing=Billing(
+            granularity_s=billing.get("granularity_s", 1).number(strictly_positive=True, maximum=31 * 86400),
+            minimum_s=billing.get("minimum_s", 0).number(maximum=31 * 86400),
+        ),
+        boot_s=item.get("boot_s", 0).number(maximum=86400),
+        extra=MappingProxyType({k: v for k, v in item.mapping().items() if k not in _KNOWN_KEYS}),
+    )

@@ -1,0 +1,155 @@
+"""Reading JSON and YAML documents with errors that name the file and the field path."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from agora_optimizer.errors import FieldError, InputFileError
+from agora_optimizer.model.workflow import check_number
+
+MAX_DOCUMENT_BYTES = 512 * 2**20
+
+
+def read_document(path: str | Path) -> Any:
+    """Parse a JSON or YAML file (by its suffix; anything else is tried as JSON, then YAML)."""
+    path = Path(path)
+    try:
+        if path.is_dir():
+            raise InputFileError(path, "is a directory, not a file")
+        if path.stat().st_size > MAX_DOCUMENT_BYTES:
+            raise InputFileError(path, f"is larger than {MAX_DOCUMENT_BYTES} bytes")
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputFileError(path, "no such file") from None
+    except PermissionError:
+        raise InputFileError(path, "permission denied") from None
+    except UnicodeDecodeError as exc:
+        raise InputFileError(path, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except OSError as exc:
+        raise InputFileError(path, f"cannot be read: {exc.strerror or exc}") from None
+    suffix = path.suffix.lower()
+    if suffix in (".yaml", ".yml"):
+        return _parse_yaml(path, text)
+    try:
+        return _parse_json(path, text)
+    except InputFileError:
+        if suffix == ".json":
+            raise
+        return _parse_yaml(path, text)
+
+
+def _reject_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a valid JSON number")
+
+
+def _parse_json(path: Path, text: str) -> Any:
+    try:
+        return json.loads(text, parse_constant=_reject_constant)
+    except json.JSONDecodeError as exc:
+        raise InputFileError(path, f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    except (ValueError, RecursionError) as exc:
+        raise InputFileError(path, f"invalid JSON: {exc}") from None
+
+
+def _parse_yaml(path: Path, text: str) -> Any:
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise InputFileError(path, f"invalid YAML{where}: {problem}") from None
+    except (ValueError, RecursionError) as exc:
+        raise InputFileError(path, f"invalid YAML: {exc}") from None
+
+
+def write_text_atomically(path: str | Path, text: str) -> None:
+    """Write ``text`` to ``path`` so that a reader never sees half a file."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise InputFileError(path, f"cannot be written: {exc.strerror or exc}") from None
+
+
+_MISSING = object()
+
+
+class Node:
+    """A value inside a document, with the path that leads to it (for error messages)."""
+
+    def __init__(self, value: Any, source: str, path: str = "") -> None:
+        self.value = value
+        self.source = source
+        self.path = path
+
+    def _child_path(self, key: str | int) -> str:
+        if isinstance(key, int):
+            return f"{self.path}[{key}]"
+        return f"{self.path}.{key}" if self.path else key
+
+    def fail(self, reason: str) -> FieldError:
+        return FieldError(self.source, self.path or "<document>", reason)
+
+    def mapping(self) -> dict[str, Any]:
+        if not isinstance(self.value, dict):
+            raise self.fail(f"expected an object, got {type(self.value).__name__}")
+        return self.value
+
+    def has(self, key: str) -> bool:
+        return key in self.mapping() and self.mapping()[key] is not None
+
+    def get(self, key: str, default: Any = _MISSING) -> Node:
+        mapping = self.mapping()
+        if key not in mapping:
+            if default is _MISSING:
+                raise FieldError(self.source, self._child_path(key), "is required but missing")
+            return Node(default, self.source, self._child_path(key))
+        return Node(mapping[key], self.source, self._child_path(key))
+
+    def items(self) -> Iterator[Node]:
+        if not isinstance(self.value, list):
+            raise self.fail(f"expected a list, got {type(self.value).__name__}")
+        for i, item in enumerate(self.value):
+            yield Node(item, self.source, self._child_path(i))
+
+    def string(self) -> str:
+        if not isinstance(self.value, str) or not self.value.strip():
+            raise self.fail(f"expected a non-empty string, got {self.value!r}")
+        return self.value
+
+    def optional(self) -> Node | None:
+        return None if self.value is None else self
+
+    def number(self, **limits: Any) -> float:
+        value = self.value
+        if isinstance(value, str):  # YAML 1.1 reads 1.25e9 as a string
+            try:
+                value = float(value)
+            except ValueError:
+                raise self.fail(f"expected a number, got {self.value!r}") from None
+        return check_number(self.source, self.path, value, **limits)
+
+    def integer(self, **limits: Any) -> int:
+        return int(self.number(integer=True, **limits))
+
+    def boolean(self) -> bool:
+        if not isinstance(self.value, bool):
+            raise self.fail(f"expected true or false, got {self.value!r}")
+        return self.value
+
+
+def is_finite_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)

@@ -1,0 +1,115 @@
+"""Read and write plan files (JSON, section 4 of the spec)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from agora_optimizer.io.documents import Node, read_document, write_text_atomically
+from agora_optimizer.model.plan import (
+    OBJECTIVE_KINDS,
+    PLAN_FORMAT,
+    Assignment,
+    Objective,
+    Plan,
+    SolverInfo,
+    SolverStatus,
+)
+from agora_optimizer.model.workflow import MAX_CORES, MAX_MEMORY_BYTES
+
+_STATUSES: tuple[SolverStatus, ...] = ("optimal", "feasible", "heuristic")
+_MAX_TIME_S = 1e9
+
+
+def plan_to_dict(plan: Plan) -> dict[str, Any]:
+    """The plan as the JSON object of the spec, keys in the spec's order."""
+    return {
+        "format": plan.format,
+        "workflow": plan.workflow,
+        "catalog": plan.catalog,
+        "objective": asdict(plan.objective),
+        "makespan_s": plan.makespan_s,
+        "cost_usd": plan.cost_usd,
+        "assignments": [asdict(a) for a in plan.assignments],
+        "solver": asdict(plan.solver),
+        "created_at": plan.created_at,
+    }
+
+
+def write_plan(plan: Plan, path: str | Path) -> None:
+    write_text_atomically(path, json.dumps(plan_to_dict(plan), indent=1) + "\n")
+
+
+def load_plan(path: str | Path) -> Plan:
+    """Read a plan file, checking every required key and its type (not the schedule's rules)."""
+    return plan_from_document(read_document(path), str(path))
+
+
+def plan_from_document(document: Any, source: str) -> Plan:
+    root = Node(document, source)
+    root.mapping()
+    fmt = root.get("format").string()
+    if fmt != PLAN_FORMAT:
+        raise root.get("format").fail(f"expected {PLAN_FORMAT!r}, got {fmt!r}")
+    created_at = root.get("created_at").string()
+    try:
+        datetime.fromisoformat(created_at.replace("Z", "+00:00"))
+    except ValueError:
+        raise root.get("created_at").fail(f"not an ISO 8601 timestamp: {created_at!r}") from None
+    return Plan(
+        format=fmt,
+        workflow=root.get("workflow").string(),
+        catalog=root.get("catalog").string(),
+        objective=_objective(root.get("objective")),
+        makespan_s=root.get("makespan_s").number(maximum=_MAX_TIME_S),
+        cost_usd=root.get("cost_usd").number(maximum=1e12),
+        assignments=tuple(_assignment(item) for item in root.get("assignments").items()),
+        solver=_solver(root.get("solver")),
+        created_at=created_at,
+    )
+
+
+def _objective(node: Node) -> Objective:
+    kind = node.get("kind").string()
+    if kind not in OBJECTIVE_KINDS:
+        raise node.get("kind").fail(f"expected one of {', '.join(OBJECTIVE_KINDS)}, got {kind!r}")
+    deadline = node.get("deadline_s").optional()
+    budget = node.get("budget_usd").optional()
+    return Objective(
+        kind=kind,
+        alpha=node.get("alpha").number(maximum=1.0),
+        deadline_s=None if deadline is None else deadline.number(strictly_positive=True, maximum=_MAX_TIME_S),
+        budget_usd=None if budget is None else budget.number(maximum=1e12),
+    )
+
+
+def _assignment(node: Node) -> Assignment:
+    start = node.get("start_s").number(maximum=_MAX_TIME_S)
+    end = node.get("end_s").number(maximum=_MAX_TIME_S)
+    if end < start:
+        raise node.get("end_s").fail(f"ends before it starts ({end} < start_s {start})")
+    return Assignment(
+        task=node.get("task").string(),
+        resource=node.get("resource").string(),
+        machine=node.get("machine").string(),
+        start_s=start,
+        end_s=end,
+        cores=node.get("cores").integer(minimum=1, maximum=MAX_CORES),
+        memory_bytes=node.get("memory_bytes").integer(maximum=MAX_MEMORY_BYTES),
+    )
+
+
+def _solver(node: Node) -> SolverInfo:
+    status = node.get("status").string()
+    if status not in _STATUSES:
+        raise node.get("status").fail(f"expected one of {', '.join(_STATUSES)}, got {status!r}")
+    gap = node.get("gap").optional()
+    return SolverInfo(
+        method=node.get("method").string(),
+        status=status,
+        gap=None if gap is None else gap.number(maximum=1e12),
+        wall_s=node.get("wall_s").number(maximum=_MAX_TIME_S),
+    )

@@ -1,0 +1,91 @@
+"""Catalogs: the resource types a plan may lease, and the network between machines.
+
+Section 2 of ``shared/spec/agora-model.md``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from types import MappingProxyType
+from typing import Literal
+
+from agora_optimizer.model.workflow import Task
+
+Backend = Literal["aws", "slurm", "local"]
+BACKENDS: tuple[Backend, ...] = ("aws", "slurm", "local")
+GIB = 2**30
+_CEIL_TOLERANCE = 1e-9
+
+
+@dataclass(frozen=True)
+class Billing:
+    """How a lease is billed: in steps of ``granularity_s``, at least ``minimum_s``."""
+
+    granularity_s: float = 1.0
+    minimum_s: float = 0.0
+
+    def billed_s(self, lease_s: float) -> float:
+        steps = math.ceil(max(lease_s, 0.0) / self.granularity_s - _CEIL_TOLERANCE)
+        return max(self.minimum_s, steps * self.granularity_s)
+
+
+@dataclass(frozen=True)
+class Resource:
+    """A machine type: every machine of it has these cores, memory, speed and price."""
+
+    name: str
+    backend: Backend
+    vcpus: int
+    memory_gib: float
+    speed: float
+    price_per_hour_usd: float
+    count: int | None = None
+    billing: Billing = Billing()
+    boot_s: float = 0.0
+    extra: Mapping[str, object] = field(default_factory=lambda: MappingProxyType({}), compare=False)
+
+    @property
+    def memory_bytes(self) -> int:
+        return int(self.memory_gib * GIB)
+
+    def fits(self, task: Task) -> bool:
+        return task.cores <= self.vcpus and task.memory_bytes <= self.memory_bytes
+
+    def runtime_s(self, task: Task) -> float:
+        return task.runtime_s / self.speed
+
+    def lease_cost_usd(self, lease_s: float) -> float:
+        return self.price_per_hour_usd / 3600.0 * self.billing.billed_s(lease_s)
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """The resource types of a platform and the bandwidth between two machines."""
+
+    resources: tuple[Resource, ...]
+    bandwidth_bytes_per_s: float
+    source: str = field(default="<memory>", compare=False)
+
+    @cached_property
+    def by_name(self) -> dict[str, Resource]:
+        return {resource.name: resource for resource in self.resources}
+
+    def feasible(self, task: Task) -> list[Resource]:
+        """The types that can run ``task`` at all (cores and memory)."""
+        return [resource for resource in self.resources if resource.fits(task)]
+
+    def transfer_s(self, nbytes: int) -> float:
+        return nbytes / self.bandwidth_bytes_per_s
+
+    def largest(self) -> Resource:
+        return max(self.resources, key=lambda r: (r.memory_bytes, r.vcpus))
+
+    def restricted_to(self, names: list[str]) -> Catalog:
+        return Catalog(
+            resources=tuple(r for r in self.resources if r.name in names),
+            bandwidth_bytes_per_s=self.bandwidth_bytes_per_s,
+            source=self.source,
+        )

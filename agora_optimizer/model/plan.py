@@ -1,0 +1,63 @@
+"""Objectives and plans: what the optimizer was asked for and what it decided.
+
+Section 4 of ``shared/spec/agora-model.md``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+ObjectiveKind = Literal["time", "cost", "balanced"]
+OBJECTIVE_KINDS: tuple[ObjectiveKind, ...] = ("time", "cost", "balanced")
+SolverStatus = Literal["optimal", "feasible", "heuristic"]
+PLAN_FORMAT = "agora-plan/1"
+
+
+@dataclass(frozen=True)
+class Objective:
+    """Minimise makespan, cost, or ``alpha*T/T_lb + (1-alpha)*C/C_lb``, under optional limits."""
+
+    kind: ObjectiveKind = "balanced"
+    alpha: float = 0.5
+    deadline_s: float | None = None
+    budget_usd: float | None = None
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """Task ``task`` runs on machine ``machine`` (of type ``resource``) over [start_s, end_s)."""
+
+    task: str
+    resource: str
+    machine: str
+    start_s: float
+    end_s: float
+    cores: int
+    memory_bytes: int
+
+
+@dataclass(frozen=True)
+class SolverInfo:
+    method: str
+    status: SolverStatus
+    gap: float | None
+    wall_s: float
+
+
+@dataclass(frozen=True)
+class Plan:
+    workflow: str
+    catalog: str
+    objective: Objective
+    makespan_s: float
+    cost_usd: float
+    assignments: tuple[Assignment, ...]
+    solver: SolverInfo
+    created_at: str
+    format: str = PLAN_FORMAT
+
+
+def machine_type(machine: str) -> str:
+    """``c5.large#3`` -> ``c5.large``."""
+    return machine.rsplit("#", 1)[0]

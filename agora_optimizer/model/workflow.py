@@ -1,0 +1,176 @@
+"""Workflows: tasks, the edges between them, and the DAG's derived structure.
+
+Section 1 of ``shared/spec/agora-model.md``. No I/O and no Airflow here.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import re
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Literal
+
+from agora_optimizer.errors import CyclicWorkflowError, FieldError
+
+MemorySource = Literal["recorded", "category-median", "default", "predicted", "declared"]
+
+MAX_RUNTIME_S = 1e8  # about three years: anything longer is a unit error
+MAX_MEMORY_BYTES = 2**50  # 1 PiB
+MAX_CORES = 4096
+
+_ID_SUFFIX = re.compile(r"(_ID\d+|_\d+)$")
+
+
+def category_of(name: str) -> str:
+    """The category a task belongs to, derived from its name.
+
+    ``mProject_ID0000001`` -> ``mProject``; ``NFCORE_X.X.PREPARE_GENOME.BWA_INDEX_5``
+    -> ``BWA_INDEX``. Used where the source records no category.
+    """
+    base = _ID_SUFFIX.sub("", name) or name
+    return base.rsplit(".", 1)[-1] or base
+
+
+def check_number(
+    source: str,
+    field_path: str,
+    value: object,
+    *,
+    minimum: float = 0.0,
+    maximum: float = math.inf,
+    integer: bool = False,
+    strictly_positive: bool = False,
+) -> float:
+    """Return ``value`` as a number, or raise a ``FieldError`` that names the field."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise FieldError(source, field_path, f"expected a number, got {value!r}")
+    if not math.isfinite(value):
+        raise FieldError(source, field_path, f"expected a finite number, got {value!r}")
+    if integer and value != int(value):
+        raise FieldError(source, field_path, f"expected a whole number, got {value!r}")
+    if strictly_positive and value <= 0:
+        raise FieldError(source, field_path, f"must be > 0, got {value!r}")
+    if value < minimum:
+        raise FieldError(source, field_path, f"must be >= {minimum:g}, got {value!r}")
+    if value > maximum:
+        raise FieldError(source, field_path, f"must be <= {maximum:g}, got {value!r} (absurd)")
+    return value
+
+
+@dataclass(frozen=True)
+class Task:
+    """One task of a workflow, with its needs on a reference core of speed 1.0."""
+
+    id: str
+    runtime_s: float
+    cores: int
+    memory_bytes: int
+    category: str
+    memory_source: MemorySource = "recorded"
+
+
+@dataclass(frozen=True)
+class Edge:
+    """``parent`` must finish (and send ``bytes`` across machines) before ``child`` starts."""
+
+    parent: str
+    child: str
+    bytes: int = 0
+
+
+@dataclass(frozen=True)
+class Workflow:
+    """A DAG of tasks. Build it with :meth:`create`, which checks it is one."""
+
+    name: str
+    tasks: tuple[Task, ...]
+    edges: tuple[Edge, ...]
+    source: str = field(default="<memory>", compare=False)
+
+    @classmethod
+    def create(
+        cls,
+        name: str,
+        tasks: list[Task] | tuple[Task, ...],
+        edges: list[Edge] | tuple[Edge, ...],
+        source: str = "<memory>",
+    ) -> Workflow:
+        """Check ids, numbers and acyclicity, then build the workflow."""
+        seen: set[str] = set()
+        for task in tasks:
+            where = f"tasks[{task.id}]"
+            if task.id in seen:
+                raise FieldError(source, where, "duplicate task id")
+            seen.add(task.id)
+            check_number(source, f"{where}.runtime_s", task.runtime_s, maximum=MAX_RUNTIME_S)
+            check_number(source, f"{where}.cores", task.cores, minimum=1, maximum=MAX_CORES, integer=True)
+            check_number(source, f"{where}.memory_bytes", task.memory_bytes, maximum=MAX_MEMORY_BYTES, integer=True)
+        merged: dict[tuple[str, str], int] = {}
+        for edge in edges:
+            for end in (edge.parent, edge.child):
+                if end not in seen:
+                    raise FieldError(source, f"edges[{edge.parent}->{edge.child}]", f"unknown task '{end}'")
+            if edge.parent == edge.child:
+                raise CyclicWorkflowError(name, [edge.parent])
+            check_number(source, f"edges[{edge.parent}->{edge.child}].bytes", edge.bytes, maximum=2**60, integer=True)
+            key = (edge.parent, edge.child)
+            merged[key] = max(merged.get(key, 0), edge.bytes)
+        workflow = cls(
+            name=name,
+            tasks=tuple(tasks),
+            edges=tuple(Edge(p, c, b) for (p, c), b in merged.items()),
+            source=source,
+        )
+        workflow.topological_order  # noqa: B018 - raises CyclicWorkflowError on a cycle
+        return workflow
+
+    @cached_property
+    def by_id(self) -> dict[str, Task]:
+        return {task.id: task for task in self.tasks}
+
+    @cached_property
+    def parents(self) -> dict[str, list[Edge]]:
+        result: dict[str, list[Edge]] = {task.id: [] for task in self.tasks}
+        for edge in self.edges:
+            result[edge.child].append(edge)
+        return result
+
+    @cached_property
+    def children(self) -> dict[str, list[Edge]]:
+        result: dict[str, list[Edge]] = {task.id: [] for task in self.tasks}
+        for edge in self.edges:
+            result[edge.parent].append(edge)
+        return result
+
+    @cached_property
+    def topological_order(self) -> tuple[str, ...]:
+        """Task ids, parents first (Kahn's algorithm, ties by file order)."""
+        position = {task.id: i for i, task in enumerate(self.tasks)}
+        indegree = {task.id: len(self.parents[task.id]) for task in self.tasks}
+        ready = [(position[t], t) for t, d in indegree.items() if d == 0]
+        heapq.heapify(ready)
+        order: list[str] = []
+        while ready:
+            _, task_id = heapq.heappop(ready)
+            order.append(task_id)
+            for edge in self.children[task_id]:
+                indegree[edge.child] -= 1
+                if indegree[edge.child] == 0:
+                    heapq.heappush(ready, (position[edge.child], edge.child))
+        if len(order) != len(self.tasks):
+            raise CyclicWorkflowError(self.name, self._find_cycle(set(self.by_id) - set(order)))
+        return tuple(order)
+
+    def _find_cycle(self, remaining: set[str]) -> list[str]:
+        """One cycle among the tasks that Kahn's algorithm could not order."""
+        start = min(remaining)
+        path: list[str] = []
+        on_path: dict[str, int] = {}
+        node = start
+        while node not in on_path:
+            on_path[node] = len(path)
+            path.append(node)
+            node = min(e.parent for e in self.parents[node] if e.parent in remaining)
+        return path[on_path[node] :][::-1]

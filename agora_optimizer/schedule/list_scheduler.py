@@ -1,0 +1,123 @@
+"""Memory-aware, cost-aware list scheduling (the HEFT family, with machine packing).
+
+Tasks are taken in decreasing upward rank (Topcuoglu et al., IEEE TPDS 2002), each
+placed on the machine and start time that minimise
+``alpha * est_makespan / T_lb + (1 - alpha) * added_cost / C_lb``, where a machine is
+an existing lease of any feasible type or a new one where the type's ``count``
+allows. Several tasks share a machine whenever their cores and memory fit at every
+instant (insertion into the machine's usage profile).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from agora_optimizer.bounds import fastest_runtime_s, feasible_types
+from agora_optimizer.model.catalog import Catalog, Resource
+from agora_optimizer.model.plan import Assignment
+from agora_optimizer.model.workflow import Workflow
+from agora_optimizer.schedule.timeline import MachineTimeline
+
+
+@dataclass(eq=False)
+class _Machine:
+    id: str
+    resource: Resource
+    timeline: MachineTimeline
+    lease_start_s: float | None = None
+    lease_end_s: float = 0.0
+    tasks: list[str] = field(default_factory=list)
+
+    def added_cost_usd(self, start_s: float, end_s: float) -> float:
+        boot = self.resource.boot_s
+        if self.lease_start_s is None:
+            return self.resource.lease_cost_usd(end_s - start_s + boot)
+        old = self.resource.lease_cost_usd(self.lease_end_s - self.lease_start_s)
+        new_start = min(self.lease_start_s, start_s - boot)
+        new_end = max(self.lease_end_s, end_s)
+        return self.resource.lease_cost_usd(new_end - new_start) - old
+
+
+def upward_ranks(workflow: Workflow, catalog: Catalog) -> dict[str, float]:
+    """Longest path from each task to an exit, on fastest types, with full transfer times."""
+    options = feasible_types(workflow, catalog)
+    rank: dict[str, float] = {}
+    for task_id in reversed(workflow.topological_order):
+        tail = max((catalog.transfer_s(e.bytes) + rank[e.child] for e in workflow.children[task_id]), default=0.0)
+        rank[task_id] = fastest_runtime_s(workflow.by_id[task_id], options[task_id]) + tail
+    return rank
+
+
+def list_schedule(
+    workflow: Workflow,
+    catalog: Catalog,
+    alpha: float,
+    makespan_scale_s: float,
+    cost_scale_usd: float,
+) -> list[Assignment]:
+    """Place every task; ``alpha`` = 1 minimises makespan, 0 minimises cost."""
+    options = feasible_types(workflow, catalog)
+    rank = upward_ranks(workflow, catalog)
+    position = {task_id: i for i, task_id in enumerate(workflow.topological_order)}
+    order = sorted(workflow.topological_order, key=lambda t: (-rank[t], position[t]))
+    machines: dict[str, list[_Machine]] = {r.name: [] for r in catalog.resources}
+    placed: dict[str, tuple[_Machine, float]] = {}
+    estimated_makespan = 0.0
+    t_scale = max(makespan_scale_s, 1e-9)
+    c_scale = max(cost_scale_usd, 1e-12)
+    assignments: list[Assignment] = []
+
+    for task_id in order:
+        task = workflow.by_id[task_id]
+        tail = rank[task_id] - fastest_runtime_s(task, options[task_id])
+        parents = [(placed[e.parent], catalog.transfer_s(e.bytes)) for e in workflow.parents[task_id]]
+        best: tuple[tuple[float, float, float], _Machine, float, float] | None = None
+        for resource in options[task_id]:
+            pool = machines[resource.name]
+            candidates = list(pool)
+            if resource.count is None or len(pool) < resource.count:
+                candidates.append(
+                    _Machine(
+                        f"{resource.name}#{len(pool)}",
+                        resource,
+                        MachineTimeline(resource.vcpus, resource.memory_bytes),
+                    )
+                )
+            duration = resource.runtime_s(task)
+            for machine in candidates:
+                ready = resource.boot_s
+                for (parent_machine, parent_end), transfer_s in parents:
+                    arrival = parent_end + (0.0 if parent_machine is machine else transfer_s)
+                    ready = max(ready, arrival)
+                start = machine.timeline.earliest_start(ready, duration, task.cores, task.memory_bytes)
+                end = start + duration
+                added = machine.added_cost_usd(start, end)
+                makespan = max(estimated_makespan, end + tail)
+                score = alpha * makespan / t_scale + (1.0 - alpha) * added / c_scale
+                key = (score, end, added)
+                if best is None or key < best[0]:
+                    best = (key, machine, start, end)
+        assert best is not None  # feasible_types guarantees at least one option
+        _, machine, start, end = best
+        if machine not in machines[machine.resource.name]:
+            machines[machine.resource.name].append(machine)
+        machine.timeline.add(start, end, task.cores, task.memory_bytes)
+        boot = machine.resource.boot_s
+        machine.lease_start_s = (
+            start - boot if machine.lease_start_s is None else min(machine.lease_start_s, start - boot)
+        )
+        machine.lease_end_s = max(machine.lease_end_s, end)
+        placed[task_id] = (machine, end)
+        estimated_makespan = max(estimated_makespan, end + tail)
+        assignments.append(
+            Assignment(
+                task=task_id,
+                resource=machine.resource.name,
+                machine=machine.id,
+                start_s=start,
+                end_s=end,
+                cores=task.cores,
+                memory_bytes=task.memory_bytes,
+            )
+        )
+    return assignments

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# The main job on the embedded defaults: optimize a bundled real workflow on the bundled AWS
+# catalog, compare it with the one-type default, check the plan, and draw its Gantt chart.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+source scripts/bootstrap.sh
+WORKFLOW="${1:-workflows/montage-chameleon-2mass-01d-001.json}"
+CATALOG="${CATALOG:-catalogs/aws-us-east-1.yaml}"
+OUT="${OUT:-out}"
+name="$(basename "$WORKFLOW" .json)"
+agora optimize "$WORKFLOW" --catalog "$CATALOG" --objective "${OBJECTIVE:-balanced}" --out "$OUT/$name.plan.json"
+agora validate "$OUT/$name.plan.json" --workflow "$WORKFLOW" --catalog "$CATALOG"
+agora gantt "$OUT/$name.plan.json" --workflow "$WORKFLOW" --out "$OUT/$name.gantt.png"
