@@ -1,0 +1,118 @@
+"""Shared fixtures: paths to the real data, and builders of tiny workflows and catalogs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+BUNDLED = REPO / "workflows"
+CATALOGS = REPO / "catalogs"
+AWS_CATALOG = CATALOGS / "aws-us-east-1.yaml"
+SHARED_INSTANCES = REPO.parent / "shared" / "data" / "wfinstances"
+
+
+def shared_instances() -> list[Path]:
+    """Every real instance in ../shared (CI has it beside the clone), else the bundled ones."""
+    found = sorted(SHARED_INSTANCES.glob("*.json"))
+    return found or sorted(BUNDLED.glob("*.json"))
+
+
+def wfformat_15(tasks: list[dict[str, Any]], files: dict[str, int] | None = None, name: str = "tiny") -> dict[str, Any]:
+    """A WfFormat 1.5 document. Each task: id, runtime, parents, [inputs, outputs, memory, cores]."""
+    children: dict[str, list[str]] = {t["id"]: [] for t in tasks}
+    for t in tasks:
+        for p in t.get("parents", []):
+            children[p].append(t["id"])
+    spec_tasks, exec_tasks = [], []
+    for t in tasks:
+        spec_tasks.append(
+            {
+                "name": t.get("name", t["id"]),
+                "id": t["id"],
+                "parents": t.get("parents", []),
+                "children": children[t["id"]],
+                "inputFiles": t.get("inputs", []),
+                "outputFiles": t.get("outputs", []),
+            }
+        )
+        record: dict[str, Any] = {"id": t["id"], "runtimeInSeconds": t["runtime"]}
+        if "memory" in t:
+            record["memoryInBytes"] = t["memory"]
+        if "cores" in t:
+            record["coreCount"] = t["cores"]
+        exec_tasks.append(record)
+    return {
+        "name": name,
+        "schemaVersion": "1.5",
+        "workflow": {
+            "specification": {
+                "tasks": spec_tasks,
+                "files": [{"id": f, "sizeInBytes": s} for f, s in (files or {}).items()],
+            },
+            "execution": {"makespanInSeconds": 0, "executedAt": "2026-01-01T00:00:00Z", "tasks": exec_tasks},
+        },
+    }
+
+
+def write_json(path: Path, document: Any) -> Path:
+    path.write_text(json.dumps(document))
+    return path
+
+
+def write_yaml(path: Path, document: Any) -> Path:
+    path.write_text(yaml.safe_dump(document))
+    return path
+
+
+def resource(name: str, **overrides: Any) -> dict[str, Any]:
+    base = {
+        "name": name,
+        "backend": "aws",
+        "vcpus": 2,
+        "memory_gib": 4,
+        "speed": 1.0,
+        "price_per_hour_usd": 0.36,
+        "count": 2,
+        "billing": {"granularity_s": 1, "minimum_s": 0},
+        "boot_s": 0,
+    }
+    base.update(overrides)
+    return base
+
+
+@pytest.fixture
+def diamond(tmp_path: Path) -> tuple[Path, Path]:
+    """A four-task diamond a -> (b, c) -> d with file transfers, and a two-type catalog."""
+    gib = 2**30
+    workflow = wfformat_15(
+        [
+            {"id": "a", "runtime": 10.0, "outputs": ["ab", "ac"], "memory": gib},
+            {"id": "b", "runtime": 20.0, "parents": ["a"], "inputs": ["ab"], "outputs": ["bd"], "memory": 3 * gib},
+            {"id": "c", "runtime": 20.0, "parents": ["a"], "inputs": ["ac"], "outputs": ["cd"], "memory": gib},
+            {"id": "d", "runtime": 5.0, "parents": ["b", "c"], "inputs": ["bd", "cd"], "memory": gib},
+        ],
+        files={"ab": 1_000_000_000, "ac": 500_000_000, "bd": 0, "cd": 2_000_000_000},
+        name="diamond",
+    )
+    catalog = {
+        "network": {"bandwidth_bytes_per_s": 100_000_000},
+        "resources": [
+            resource("small", vcpus=1, memory_gib=2, speed=1.0, price_per_hour_usd=0.36, count=2),
+            resource(
+                "big",
+                vcpus=2,
+                memory_gib=4,
+                speed=2.0,
+                price_per_hour_usd=1.44,
+                count=1,
+                billing={"granularity_s": 10, "minimum_s": 60},
+                boot_s=5,
+            ),
+        ],
+    }
+    return write_json(tmp_path / "diamond.json", workflow), write_yaml(tmp_path / "catalog.yaml", catalog)

@@ -1,0 +1,78 @@
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from agora_optimizer.errors import FieldError
+from agora_optimizer.io.catalog_file import load_catalog
+from tests.conftest import AWS_CATALOG, CATALOGS, resource, write_json, write_yaml
+
+
+@pytest.mark.parametrize("path", sorted(CATALOGS.glob("*.yaml")), ids=lambda p: p.stem)
+def test_shipped_catalogs_load(path: Path) -> None:
+    catalog = load_catalog(path)
+    assert catalog.resources
+    assert catalog.bandwidth_bytes_per_s > 0
+
+
+def test_aws_catalog_covers_c_m_r_families_across_generations() -> None:
+    catalog = load_catalog(AWS_CATALOG)
+    assert len(catalog.resources) >= 12
+    families = {re.match(r"([a-z]+)(\d+)", r.name).groups() for r in catalog.resources}  # type: ignore[union-attr]
+    assert {f for f, _ in families} >= {"c", "m", "r"}
+    for family in ("c", "m", "r"):
+        assert len({g for f, g in families if f == family}) >= 2
+    memory_per_vcpu = {r.name[0]: r.memory_gib / r.vcpus for r in catalog.resources}
+    assert memory_per_vcpu == {"c": 2, "m": 4, "r": 8}
+    assert all(r.backend == "aws" and r.price_per_hour_usd > 0 for r in catalog.resources)
+    assert "2026" in AWS_CATALOG.read_text()  # the prices carry their date and source
+
+
+def test_yaml_reads_exponent_numbers_and_backend_keys(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        "network: {bandwidth_bytes_per_s: 1.25e9}\nresources:\n"
+        "  - {name: n, backend: slurm, partition: p1, vcpus: 4, memory_gib: 8, speed: 1,"
+        " price_per_hour_usd: 0, count: null}\n"
+    )
+    catalog = load_catalog(path)
+    assert catalog.bandwidth_bytes_per_s == 1.25e9
+    (node,) = catalog.resources
+    assert node.count is None
+    assert node.extra["partition"] == "p1"
+    assert (node.billing.granularity_s, node.billing.minimum_s, node.boot_s) == (1, 0, 0)
+
+
+def test_json_catalog(tmp_path: Path) -> None:
+    catalog = load_catalog(
+        write_json(tmp_path / "c.json", {"network": {"bandwidth_bytes_per_s": 10}, "resources": [resource("a")]})
+    )
+    assert catalog.by_name["a"].vcpus == 2
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"backend": "gcp"}, r"resources\[1\]\.backend"),
+        ({"vcpus": 0}, r"resources\[1\]\.vcpus"),
+        ({"vcpus": 1.5}, r"resources\[1\]\.vcpus"),
+        ({"memory_gib": -4}, r"resources\[1\]\.memory_gib"),
+        ({"speed": "fast"}, r"resources\[1\]\.speed"),
+        ({"price_per_hour_usd": True}, r"resources\[1\]\.price_per_hour_usd"),
+        ({"count": 0}, r"resources\[1\]\.count"),
+        ({"billing": {"granularity_s": 0}}, r"resources\[1\]\.billing\.granularity_s"),
+        ({"name": "a"}, r"resources\[1\]\.name.*duplicate"),
+        ({"name": "x#1"}, r"resources\[1\]\.name"),
+    ],
+)
+def test_malformed_resource_names_the_field_path(change: dict, field: str, tmp_path: Path) -> None:
+    doc = {"network": {"bandwidth_bytes_per_s": 10}, "resources": [resource("a"), resource("b") | change]}
+    with pytest.raises(FieldError, match=field):
+        load_catalog(write_yaml(tmp_path / "c.yaml", doc))
+
+
+def test_missing_network_is_named(tmp_path: Path) -> None:
+    with pytest.raises(FieldError, match="'network': is required"):
+        load_catalog(write_yaml(tmp_path / "c.yaml", {"resources": [resource("a")]}))

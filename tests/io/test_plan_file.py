@@ -1,0 +1,76 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from agora_optimizer.errors import FieldError
+from agora_optimizer.io.catalog_file import load_catalog
+from agora_optimizer.io.plan_file import load_plan, write_plan
+from agora_optimizer.io.wfformat import load_workflow
+from agora_optimizer.model import Objective
+from agora_optimizer.optimize import optimize
+from tests.conftest import AWS_CATALOG, BUNDLED
+
+SPEC_KEYS = [
+    "format",
+    "workflow",
+    "catalog",
+    "objective",
+    "makespan_s",
+    "cost_usd",
+    "assignments",
+    "solver",
+    "created_at",
+]
+
+
+@pytest.fixture(scope="module")
+def plan_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    workflow = load_workflow(BUNDLED / "srasearch-chameleon-10a-001.json")
+    plan = optimize(workflow, load_catalog(AWS_CATALOG), Objective(kind="cost", deadline_s=5000.0), "aws")
+    path = tmp_path_factory.mktemp("plan") / "plan.json"
+    write_plan(plan, path)
+    return path
+
+
+def test_written_plan_has_the_spec_keys_and_reads_back_equal(plan_path: Path) -> None:
+    document = json.loads(plan_path.read_text())
+    assert list(document) == SPEC_KEYS
+    assert set(document["objective"]) == {"kind", "alpha", "deadline_s", "budget_usd"}
+    assert set(document["solver"]) == {"method", "status", "gap", "wall_s"}
+    assert set(document["assignments"][0]) == {
+        "task",
+        "resource",
+        "machine",
+        "start_s",
+        "end_s",
+        "cores",
+        "memory_bytes",
+    }
+    assert document["created_at"].endswith("Z")
+    plan = load_plan(plan_path)
+    write_plan(plan, plan_path.with_name("again.json"))
+    assert json.loads(plan_path.with_name("again.json").read_text()) == document
+
+
+@pytest.mark.parametrize(
+    ("mangle", "field"),
+    [
+        (lambda d: d.pop("makespan_s"), "'makespan_s': is required"),
+        (lambda d: d.update(format="agora-plan/2"), "'format'"),
+        (lambda d: d["assignments"][0].update(end_s=-1), r"assignments\[0\]\.end_s"),
+        (lambda d: d["assignments"][0].update(cores=0), r"assignments\[0\]\.cores"),
+        (lambda d: d["objective"].update(kind="fastest"), r"objective\.kind"),
+        (lambda d: d["solver"].pop("gap"), r"solver\.gap"),
+        (lambda d: d.update(created_at="yesterday"), "created_at"),
+    ],
+)
+def test_malformed_plan_names_the_field(mangle, field: str, plan_path: Path, tmp_path: Path) -> None:
+    document = json.loads(plan_path.read_text())
+    mangle(document)
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(document))
+    with pytest.raises(FieldError, match=field):
+        load_plan(bad)

@@ -1,0 +1,30 @@
+from __future__ import annotations
+
+import pytest
+
+from agora_optimizer.model import Billing, Resource, Task
+
+
+@pytest.mark.parametrize(
+    ("billing", "lease_s", "billed_s"),
+    [
+        (Billing(1, 60), 10.0, 60),  # the minimum
+        (Billing(1, 60), 61.2, 62),  # per-second steps
+        (Billing(10, 0), 30.000000000000004, 30),  # float noise is not a step
+        (Billing(3600, 0), 1.0, 3600),  # hourly
+        (Billing(1, 0), 0.0, 0),
+    ],
+)
+def test_billing_steps_and_minimum(billing: Billing, lease_s: float, billed_s: float) -> None:
+    assert billing.billed_s(lease_s) == billed_s
+
+
+def test_resource_runtime_fit_and_lease_cost() -> None:
+    r = Resource("r", "aws", vcpus=2, memory_gib=1, speed=2.0, price_per_hour_usd=3.6, billing=Billing(1, 60))
+    assert r.memory_bytes == 2**30
+    assert r.runtime_s(Task("t", 10.0, 1, 1, "t")) == 5.0
+    assert r.fits(Task("t", 1.0, 2, 2**30, "t"))
+    assert not r.fits(Task("t", 1.0, 3, 1, "t"))
+    assert not r.fits(Task("t", 1.0, 1, 2**30 + 1, "t"))
+    assert r.lease_cost_usd(30.0) == pytest.approx(0.06)  # 60 s minimum at 0.001 $/s
+    assert r.lease_cost_usd(100.5) == pytest.approx(0.101)

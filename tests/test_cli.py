@@ -1,0 +1,139 @@
+"""The agora command line, run in-process and once through the installed console script."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from agora_optimizer.cli import main
+from tests.conftest import AWS_CATALOG, BUNDLED, wfformat_15, write_json
+
+BLAST = BUNDLED / "blast-chameleon-small-001.json"
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main([str(a) for a in argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_optimize_writes_a_plan_and_compares_with_the_default(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "plan.json"
+    code, stdout, _ = _run(
+        capsys, "optimize", BLAST, "--catalog", AWS_CATALOG, "--objective", "cost", "--out", out, "--json"
+    )
+    assert code == 0
+    summary = json.loads(stdout)
+    plan = json.loads(out.read_text())
+    assert summary["agora"]["cost_usd"] == pytest.approx(plan["cost_usd"])
+    assert summary["agora"]["cost_usd"] <= summary["default"]["cost_usd"]
+    assert summary["lower_bounds"]["cost_usd"] <= summary["agora"]["cost_usd"]
+    assert plan["objective"]["kind"] == "cost"
+    code, stdout, _ = _run(capsys, "validate", out, "--workflow", BLAST, "--catalog", AWS_CATALOG)
+    assert code == 0
+    assert "valid" in stdout
+
+
+def test_optimize_table_output(tmp_path: Path, capsys) -> None:
+    code, stdout, _ = _run(capsys, "optimize", BLAST, "-c", AWS_CATALOG, "-o", tmp_path / "p.json")
+    assert code == 0
+    assert "one-type default" in stdout and "against the one-type default (every task on" in stdout
+    assert "lower bound" in stdout
+
+
+def test_validate_exits_1_and_lists_each_violation(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "plan.json"
+    assert _run(capsys, "optimize", BLAST, "-c", AWS_CATALOG, "-o", out)[0] == 0
+    plan = json.loads(out.read_text())
+    plan["makespan_s"] *= 2
+    plan["assignments"][0]["memory_bytes"] = 10**12
+    out.write_text(json.dumps(plan))
+    code, stdout, stderr = _run(capsys, "validate", out, "-w", BLAST, "-c", AWS_CATALOG)
+    assert code == 1
+    lines = stdout.strip().splitlines()
+    assert any(line.startswith("makespan:") for line in lines)
+    assert any(line.startswith("memory:") and plan["assignments"][0]["task"] in line for line in lines)
+    assert "violation" in stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["optimize", "missing.json", "-c", AWS_CATALOG], "missing.json: no such file"),
+        (["optimize", BLAST, "-c", BUNDLED / "README.md"], "README.md"),
+        (["optimize", BLAST, "-c", AWS_CATALOG, "--deadline-s", "1"], "deadline 1.0 s is below"),
+        (["optimize", BLAST, "-c", AWS_CATALOG, "--objective", "time", "--budget-usd", "0.00001"], "best achievable"),
+    ],
+)
+def test_bad_input_exits_2_with_one_clear_line_and_writes_nothing(argv, message, tmp_path: Path, capsys) -> None:
+    out = tmp_path / "plan.json"
+    code, _, stderr = _run(capsys, *argv, "--out", out)
+    assert code == 2
+    assert message in stderr
+    assert "Traceback" not in stderr
+    assert not out.exists()
+
+
+def test_cyclic_workflow_is_refused_naming_the_cycle(tmp_path: Path, capsys) -> None:
+    doc = wfformat_15([{"id": "a", "runtime": 1.0, "parents": ["b"]}, {"id": "b", "runtime": 1.0, "parents": ["a"]}])
+    path = write_json(tmp_path / "cyclic.json", doc)
+    code, _, stderr = _run(capsys, "optimize", path, "-c", AWS_CATALOG, "-o", tmp_path / "p.json")
+    assert code == 2
+    assert ("cycle" in stderr and "a -> b -> a" in stderr) or "b -> a -> b" in stderr
+
+
+def test_usage_errors_exit_2(capsys, tmp_path: Path) -> None:
+    code, _, stderr = _run(capsys, "optimize", BLAST, "-c", AWS_CATALOG, "-o", tmp_path / "p.json", "--alpha", "3")
+    assert code == 2
+    assert "alpha" in stderr
+
+
+def test_plan_for_another_workflow_exits_2(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "plan.json"
+    assert _run(capsys, "optimize", BLAST, "-c", AWS_CATALOG, "-o", out)[0] == 0
+    other = BUNDLED / "srasearch-chameleon-10a-001.json"
+    code, _, stderr = _run(capsys, "validate", out, "-w", other, "-c", AWS_CATALOG)
+    assert code == 2
+    assert "blast-chameleon-small-001" in stderr and "srasearch-chameleon-10a-001" in stderr
+
+
+@pytest.mark.parametrize("suffix", [".png", ".svg"])
+def test_gantt_draws_one_row_per_machine(suffix: str, tmp_path: Path, capsys) -> None:
+    plan_path = tmp_path / "plan.json"
+    assert _run(capsys, "optimize", BLAST, "-c", AWS_CATALOG, "-o", plan_path)[0] == 0
+    chart = tmp_path / f"chart{suffix}"
+    code, _, _ = _run(capsys, "gantt", plan_path, "--out", chart, "--workflow", BLAST)
+    assert code == 0
+    data = chart.read_bytes()
+    if suffix == ".png":
+        assert data.startswith(b"\x89PNG")
+    else:
+        text = data.decode()
+        machines = {a["machine"] for a in json.loads(plan_path.read_text())["assignments"]}
+        for machine in machines:  # every machine is a labelled row
+            assert machine in text
+        assert "blastall" in text  # the legend names categories
+
+
+def test_gantt_refuses_an_unknown_format(tmp_path: Path, capsys) -> None:
+    plan_path = tmp_path / "plan.json"
+    assert _run(capsys, "optimize", BLAST, "-c", AWS_CATALOG, "-o", plan_path)[0] == 0
+    code, _, stderr = _run(capsys, "gantt", plan_path, "--out", tmp_path / "chart.bmp")
+    assert code == 2
+    assert "unsupported chart format '.bmp'" in stderr
+
+
+def test_installed_console_script(tmp_path: Path) -> None:
+    agora = shutil.which("agora") or str(Path(__import__("sys").executable).with_name("agora"))
+    result = subprocess.run(
+        [agora, "optimize", BLAST, "-c", AWS_CATALOG, "-o", tmp_path / "p.json", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["tasks"] == 43

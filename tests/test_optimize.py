@@ -1,0 +1,139 @@
+"""The optimizer: valid, memory-safe plans for every real workflow, and each objective honoured."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from agora_optimizer.errors import InfeasibleObjectiveError, UnplaceableTaskError
+from agora_optimizer.io.catalog_file import load_catalog
+from agora_optimizer.io.plan_file import plan_to_dict
+from agora_optimizer.io.wfformat import load_workflow
+from agora_optimizer.model import Objective
+from agora_optimizer.optimize import default_plan, lower_bounds, optimize, score
+from agora_optimizer.validate import validate_plan
+from tests import spec_checker
+from tests.conftest import AWS_CATALOG, BUNDLED, resource, shared_instances, wfformat_15, write_json, write_yaml
+
+AWS = load_catalog(AWS_CATALOG)
+
+
+@pytest.mark.parametrize("path", shared_instances(), ids=lambda p: p.stem)
+def test_every_real_workflow_gets_a_valid_plan_on_the_aws_catalog(path: Path, tmp_path: Path) -> None:
+    workflow = load_workflow(path)
+    plan = optimize(workflow, AWS, Objective(kind="balanced"), catalog_label=str(AWS_CATALOG))
+    assert validate_plan(plan, workflow, AWS) == []
+    plan_file = write_json(tmp_path / "plan.json", plan_to_dict(plan))
+    assert spec_checker.check_plan(json.loads(plan_file.read_text()), path, AWS_CATALOG) == []
+    bounds = lower_bounds(workflow, AWS)
+    assert plan.makespan_s >= bounds.makespan_s - 1e-6
+    assert plan.cost_usd >= bounds.cost_usd - 1e-12
+    for a in plan.assignments:  # never over a machine's memory, never below a recorded peak
+        task = workflow.by_id[a.task]
+        assert task.memory_bytes <= a.memory_bytes <= AWS.by_name[a.resource].memory_bytes
+
+
+@pytest.fixture(scope="module")
+def montage():
+    return load_workflow(BUNDLED / "montage-chameleon-2mass-01d-001.json")
+
+
+def test_time_objective_is_faster_and_cost_objective_cheaper(montage) -> None:
+    fast = optimize(montage, AWS, Objective(kind="time"), "aws")
+    cheap = optimize(montage, AWS, Objective(kind="cost"), "aws")
+    assert fast.makespan_s < cheap.makespan_s
+    assert cheap.cost_usd < fast.cost_usd
+
+
+@pytest.mark.parametrize("kind", ["time", "cost", "balanced"])
+def test_agora_is_never_worse_than_the_one_type_default_on_its_objective(kind: str, montage) -> None:
+    objective = Objective(kind=kind)
+    bounds = lower_bounds(montage, AWS)
+    plan = optimize(montage, AWS, objective, "aws")
+    default = default_plan(montage, AWS, "aws")
+    assert default is not None
+    assert score(objective, plan.makespan_s, plan.cost_usd, bounds) <= score(
+        objective, default.makespan_s, default.cost_usd, bounds
+    )
+
+
+def test_default_uses_the_cheapest_type_that_fits_every_task(montage) -> None:
+    default = default_plan(montage, AWS, "aws")
+    assert default is not None
+    used = {a.resource for a in default.assignments}
+    assert len(used) == 1
+    (name,) = used
+    fitting = [r for r in AWS.resources if all(r.fits(t) for t in montage.tasks)]
+    assert AWS.by_name[name].price_per_hour_usd == min(r.price_per_hour_usd for r in fitting)
+
+
+def test_deadline_is_met_or_refused_with_the_best_achievable(montage) -> None:
+    fastest = optimize(montage, AWS, Objective(kind="time"), "aws").makespan_s
+    cheapest = optimize(montage, AWS, Objective(kind="cost"), "aws")
+    deadline = (fastest + cheapest.makespan_s) / 2
+    plan = optimize(montage, AWS, Objective(kind="cost", deadline_s=deadline), "aws")
+    assert plan.makespan_s <= deadline + 1e-6
+    assert validate_plan(plan, montage, AWS) == []
+    bound = lower_bounds(montage, AWS).makespan_s
+    with pytest.raises(InfeasibleObjectiveError, match="lower bound"):
+        optimize(montage, AWS, Objective(kind="cost", deadline_s=bound * 0.5), "aws")
+
+
+def test_budget_is_met_or_refused_with_the_best_achievable(montage) -> None:
+    cheapest = optimize(montage, AWS, Objective(kind="cost"), "aws").cost_usd
+    plan = optimize(montage, AWS, Objective(kind="time", budget_usd=cheapest * 1.5), "aws")
+    assert plan.cost_usd <= cheapest * 1.5 * (1 + 1e-9)
+    with pytest.raises(InfeasibleObjectiveError, match=r"best achievable found: .* cost"):
+        optimize(montage, AWS, Objective(kind="time", budget_usd=cheapest * 0.01), "aws")
+
+
+def test_memory_decides_placement_and_sharing(tmp_path: Path) -> None:
+    """Two 3 GiB tasks cannot share a 4 GiB machine even though its cores allow it."""
+    gib = 2**30
+    workflow = load_workflow(
+        write_json(
+            tmp_path / "w.json",
+            wfformat_15(
+                [{"id": "x", "runtime": 10.0, "memory": 3 * gib}, {"id": "y", "runtime": 10.0, "memory": 3 * gib}]
+            ),
+        )
+    )
+    catalog = load_catalog(
+        write_yaml(
+            tmp_path / "c.yaml",
+            {
+                "network": {"bandwidth_bytes_per_s": 1e9},
+                "resources": [resource("m", vcpus=4, memory_gib=4, count=1)],
+            },
+        )
+    )
+    plan = optimize(workflow, catalog, Objective(kind="time"), "c")
+    x, y = sorted(plan.assignments, key=lambda a: a.start_s)
+    assert x.machine == y.machine
+    assert y.start_s >= x.end_s - 1e-9
+    assert plan.makespan_s == pytest.approx(20.0)
+
+
+def test_task_that_fits_nowhere_is_named(tmp_path: Path) -> None:
+    workflow = load_workflow(
+        write_json(
+            tmp_path / "w.json",
+            wfformat_15(
+                [
+                    {"id": "small", "runtime": 1.0, "memory": 1},
+                    {"id": "huge", "runtime": 1.0, "memory": 2**40, "cores": 3},
+                ]
+            ),
+        )
+    )
+    with pytest.raises(
+        UnplaceableTaskError, match=r"'huge' \(cores=3, memory_bytes=1099511627776\).*largest is m5.2xlarge"
+    ):
+        optimize(workflow, AWS, Objective(), "aws")
+
+
+def test_time_limit_is_respected_and_still_gives_a_plan(montage) -> None:
+    plan = optimize(montage, AWS, Objective(kind="balanced"), "aws", time_limit_s=0.001)
+    assert validate_plan(plan, montage, AWS) == []

@@ -1,0 +1,30 @@
+"""The README's main command works as written (the test command is what runs this)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+from tests.conftest import REPO
+
+
+def test_readme_names_the_two_commands() -> None:
+    readme = (REPO / "README.md").read_text()
+    assert "bash scripts/demo.sh" in readme
+    assert "bash scripts/test.sh" in readme
+    assert "exec bash scripts/test.sh" in (REPO / ".ci" / "run").read_text()
+
+
+def test_demo_optimizes_checks_and_draws(tmp_path: Path) -> None:
+    env = {**os.environ, "OUT": str(tmp_path)}
+    result = subprocess.run(
+        ["bash", "scripts/demo.sh"], cwd=REPO, env=env, capture_output=True, text=True, timeout=600, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    name = "montage-chameleon-2mass-01d-001"
+    assert (tmp_path / f"{name}.plan.json").is_file()
+    assert (tmp_path / f"{name}.gantt.png").read_bytes().startswith(b"\x89PNG")
+    assert re.search(r"makespan [+-]\d+\.\d%, cost [+-]\d+\.\d%", result.stdout)
+    assert "valid" in result.stdout
