@@ -64,7 +64,8 @@ def main() -> None:
         started = time.perf_counter()
         cheap = checked(
             optimize(workflow, catalog, Objective(kind="cost", deadline_s=default.makespan_s), str(args.catalog)),
-            workflow, catalog,
+            workflow,
+            catalog,
         )
         cheap_wall = time.perf_counter() - started
         static = static_pool_cost_usd(default, catalog)
@@ -87,7 +88,8 @@ def main() -> None:
     )
     summary = (
         f"\nWorkflows: {len(rows)}. Time objective: mean makespan / lower bound "
-        f"{statistics.mean(ratios['t_time']):.3f}, mean makespan / default {statistics.mean(ratios['t_vs_default']):.3f}."
+        f"{statistics.mean(ratios['t_time']):.3f}, "
+        f"mean makespan / default {statistics.mean(ratios['t_vs_default']):.3f}."
         f" Cost objective: median cost / lower bound {statistics.median(ratios['c_cost']):.3f}, median cost / default "
         f"{statistics.median(ratios['c_vs_default']):.3f}, median cost / static pool "
         f"{statistics.median(ratios['c_vs_static']):.3f}.\n"
