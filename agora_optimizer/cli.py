@@ -150,13 +150,12 @@ def validate(
     plan: Annotated[Path, typer.Argument(help="A plan file (JSON).")],
     workflow: Annotated[Path, typer.Option("--workflow", "-w", help="The workflow the plan is for.")],
     catalog: CatalogOpt,
-    default_memory_gib: Annotated[float, typer.Option(min=0.001, max=65536.0)] = 1.0,
 ) -> None:
     """Check PLAN against every rule of the agora model; exit 1 on any violation."""
     from agora_optimizer.validate import ensure_plan_matches, validate_plan
 
     with _user_errors():
-        wf = load_workflow(workflow, default_memory_bytes=int(default_memory_gib * GIB))
+        wf = load_workflow(workflow)  # filled-in memory is the plan's to reserve: only recorded peaks bind
         cat = load_catalog(catalog)
         loaded = load_plan(plan)
         ensure_plan_matches(loaded, wf)

@@ -9,46 +9,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
 
-from agora_optimizer.bounds import cost_lower_bound_usd, feasible_types, makespan_lower_bound_s
+from agora_optimizer.bounds import feasible_types, makespan_lower_bound_s
 from agora_optimizer.errors import InfeasibleObjectiveError
 from agora_optimizer.leases import cost_usd, makespan_s
 from agora_optimizer.model.catalog import Catalog
 from agora_optimizer.model.plan import Assignment, Objective, Plan, SolverInfo
 from agora_optimizer.model.workflow import Workflow
+from agora_optimizer.problem import Bounds, lower_bounds, meets_limits, score
 from agora_optimizer.schedule.list_scheduler import list_schedule
 
 SWEEP_ALPHAS = (1.0, 0.95, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.05, 0.0)
-
-
-@dataclass(frozen=True)
-class Bounds:
-    makespan_s: float
-    cost_usd: float
-
-
-def lower_bounds(workflow: Workflow, catalog: Catalog) -> Bounds:
-    return Bounds(makespan_lower_bound_s(workflow, catalog), cost_lower_bound_usd(workflow, catalog))
-
-
-def score(objective: Objective, makespan: float, cost: float, bounds: Bounds) -> tuple[float, float]:
-    """Smaller is better; the second element breaks ties."""
-    t = makespan / max(bounds.makespan_s, 1e-9)
-    c = cost / max(bounds.cost_usd, 1e-12)
-    if objective.kind == "time":
-        return (t, c)
-    if objective.kind == "cost":
-        return (c, t)
-    return (objective.alpha * t + (1 - objective.alpha) * c, t)
-
-
-def _meets(objective: Objective, makespan: float, cost: float) -> bool:
-    if objective.deadline_s is not None and makespan > objective.deadline_s + 1e-6:
-        return False
-    return objective.budget_usd is None or cost <= objective.budget_usd * (1 + 1e-9)
 
 
 def _sweep(objective: Objective) -> list[float]:
@@ -83,7 +56,7 @@ def optimize(
         makespan, cost = makespan_s(assignments), cost_usd(assignments, catalog)
         fastest = makespan if fastest is None else min(fastest, makespan)
         cheapest = cost if cheapest is None else min(cheapest, cost)
-        if not _meets(objective, makespan, cost):
+        if not meets_limits(objective, makespan, cost):
             continue
         key = score(objective, makespan, cost, bounds)
         if best is None or key < best[0]:

@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 
 from agora_optimizer.errors import FieldError, InputFileError
-from agora_optimizer.model.workflow import check_number
+from agora_optimizer.model.workflow import check_number, shown
 
 MAX_DOCUMENT_BYTES = 512 * 2**20
 
@@ -37,13 +37,48 @@ def read_document(path: str | Path) -> Any:
         raise InputFileError(path, f"cannot be read: {exc.strerror or exc}") from None
     suffix = path.suffix.lower()
     if suffix in (".yaml", ".yml"):
-        return _parse_yaml(path, text)
+        document = _parse_yaml(path, text)
+    else:
+        try:
+            document = _parse_json(path, text)
+        except InputFileError:
+            if suffix == ".json":
+                raise
+            document = _parse_yaml(path, text)
+    if "\\u" in text or "\\U" in text:  # only an escape can spell a lone surrogate
+        _reject_lone_surrogates(path, document)
+    return document
+
+
+def _is_text(value: str) -> bool:
     try:
-        return _parse_json(path, text)
-    except InputFileError:
-        if suffix == ".json":
-            raise
-        return _parse_yaml(path, text)
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _reject_lone_surrogates(path: Path, document: Any) -> None:
+    """Refuse strings with an unpaired ``\\ud800``-``\\udfff`` escape: they cannot be printed or written as UTF-8."""
+    reason = "contains a lone surrogate (an unpaired \\ud800-\\udfff escape), which is not text"
+    seen: set[int] = set()
+    stack: list[tuple[str, Any]] = [("", document)]
+    while stack:
+        where, value = stack.pop()
+        if isinstance(value, str):
+            if not _is_text(value):
+                raise FieldError(path, where or "<document>", f"{shown(value)} {reason}")
+            continue
+        if not isinstance(value, dict | list) or id(value) in seen:  # YAML anchors may share or nest values
+            continue
+        seen.add(id(value))
+        if isinstance(value, list):
+            stack.extend((f"{where}[{i}]", item) for i, item in enumerate(value))
+            continue
+        for key, item in value.items():
+            if isinstance(key, str) and not _is_text(key):
+                raise FieldError(path, where or "<document>", f"key {shown(key)} {reason}")
+            stack.append((f"{where}.{key}" if where else str(key), item))
 
 
 def _reject_constant(name: str) -> float:
@@ -127,7 +162,7 @@ class Node:
 
     def string(self) -> str:
         if not isinstance(self.value, str) or not self.value.strip():
-            raise self.fail(f"expected a non-empty string, got {self.value!r}")
+            raise self.fail(f"expected a non-empty string, got {shown(self.value)}")
         return self.value
 
     def optional(self) -> Node | None:
@@ -139,7 +174,7 @@ class Node:
             try:
                 value = float(value)
             except ValueError:
-                raise self.fail(f"expected a number, got {self.value!r}") from None
+                raise self.fail(f"expected a number, got {shown(self.value)}") from None
         return check_number(self.source, self.path, value, **limits)
 
     def integer(self, **limits: Any) -> int:
@@ -147,7 +182,7 @@ class Node:
 
     def boolean(self) -> bool:
         if not isinstance(self.value, bool):
-            raise self.fail(f"expected true or false, got {self.value!r}")
+            raise self.fail(f"expected true or false, got {shown(self.value)}")
         return self.value
 
 

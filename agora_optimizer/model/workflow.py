@@ -8,6 +8,7 @@ from __future__ import annotations
 import heapq
 import math
 import re
+import reprlib
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Literal
@@ -21,6 +22,17 @@ MAX_MEMORY_BYTES = 2**50  # 1 PiB
 MAX_CORES = 4096
 
 _ID_SUFFIX = re.compile(r"(_ID\d+|_\d+)$")
+
+
+_SHORT_REPR = reprlib.Repr()
+_SHORT_REPR.maxstring = _SHORT_REPR.maxother = _SHORT_REPR.maxlong = 80
+_SHORT_REPR.maxlist = _SHORT_REPR.maxdict = 4
+_SHORT_REPR.maxlevel = 2
+
+
+def shown(value: object) -> str:
+    """``repr(value)`` cut short: an error message quotes the bad value, not a whole document."""
+    return _SHORT_REPR.repr(value)
 
 
 def category_of(name: str) -> str:
@@ -45,17 +57,17 @@ def check_number(
 ) -> float:
     """Return ``value`` as a number, or raise a ``FieldError`` that names the field."""
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise FieldError(source, field_path, f"expected a number, got {value!r}")
-    if not math.isfinite(value):
-        raise FieldError(source, field_path, f"expected a finite number, got {value!r}")
+        raise FieldError(source, field_path, f"expected a number, got {shown(value)}")
+    if isinstance(value, float) and not math.isfinite(value):  # ints are finite, however large
+        raise FieldError(source, field_path, f"expected a finite number, got {shown(value)}")
     if integer and value != int(value):
-        raise FieldError(source, field_path, f"expected a whole number, got {value!r}")
+        raise FieldError(source, field_path, f"expected a whole number, got {shown(value)}")
     if strictly_positive and value <= 0:
-        raise FieldError(source, field_path, f"must be > 0, got {value!r}")
+        raise FieldError(source, field_path, f"must be > 0, got {shown(value)}")
     if value < minimum:
-        raise FieldError(source, field_path, f"must be >= {minimum:g}, got {value!r}")
+        raise FieldError(source, field_path, f"must be >= {minimum:g}, got {shown(value)}")
     if value > maximum:
-        raise FieldError(source, field_path, f"must be <= {maximum:g}, got {value!r} (absurd)")
+        raise FieldError(source, field_path, f"must be <= {maximum:g}, got {shown(value)} (absurd)")
     return value
 
 

@@ -1,0 +1,1 @@
+"""Planning engines, one module per algorithm, all behind :class:`~agora_optimizer.engines.base.Engine`."""

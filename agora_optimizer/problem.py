@@ -1,0 +1,77 @@
+"""What every engine is asked: a workflow, a catalog, an objective, and the bounds that scale it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import cached_property
+
+from agora_optimizer.bounds import cost_lower_bound_usd, feasible_types, makespan_lower_bound_s
+from agora_optimizer.leases import cost_usd, makespan_s
+from agora_optimizer.model.catalog import Catalog, Resource
+from agora_optimizer.model.plan import Assignment, Objective
+from agora_optimizer.model.workflow import Workflow
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """Lower bounds: no valid plan is faster than ``makespan_s`` nor cheaper than ``cost_usd``."""
+
+    makespan_s: float
+    cost_usd: float
+
+
+def lower_bounds(workflow: Workflow, catalog: Catalog) -> Bounds:
+    return Bounds(makespan_lower_bound_s(workflow, catalog), cost_lower_bound_usd(workflow, catalog))
+
+
+def score(objective: Objective, makespan: float, cost: float, bounds: Bounds) -> tuple[float, float]:
+    """The objective's value (smaller is better); the second element breaks ties.
+
+    time: T / T_lb; cost: C / C_lb; balanced: ``alpha * T/T_lb + (1 - alpha) * C/C_lb``.
+    """
+    t = makespan / max(bounds.makespan_s, 1e-9)
+    c = cost / max(bounds.cost_usd, 1e-12)
+    if objective.kind == "time":
+        return (t, c)
+    if objective.kind == "cost":
+        return (c, t)
+    return (objective.alpha * t + (1 - objective.alpha) * c, t)
+
+
+def meets_limits(objective: Objective, makespan: float, cost: float) -> bool:
+    """Whether a plan of this makespan and cost honours the deadline and the budget."""
+    if objective.deadline_s is not None and makespan > objective.deadline_s + 1e-6:
+        return False
+    return objective.budget_usd is None or cost <= objective.budget_usd * (1 + 1e-9)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One planning question. Build it with :meth:`create` (checks every task fits somewhere)."""
+
+    workflow: Workflow
+    catalog: Catalog
+    objective: Objective
+    bounds: Bounds
+
+    @classmethod
+    def create(cls, workflow: Workflow, catalog: Catalog, objective: Objective) -> Problem:
+        feasible_types(workflow, catalog)
+        return cls(workflow, catalog, objective, lower_bounds(workflow, catalog))
+
+    @cached_property
+    def options(self) -> dict[str, list[Resource]]:
+        """The resource types each task fits on."""
+        return feasible_types(self.workflow, self.catalog)
+
+    def evaluate(self, assignments: Iterable[Assignment]) -> tuple[float, float]:
+        """(makespan_s, cost_usd) of a schedule, recomputed from its assignments."""
+        items = list(assignments)
+        return makespan_s(items), cost_usd(items, self.catalog)
+
+    def score(self, assignments: Iterable[Assignment]) -> tuple[float, float]:
+        return score(self.objective, *self.evaluate(assignments), self.bounds)
+
+    def meets_limits(self, assignments: Iterable[Assignment]) -> bool:
+        return meets_limits(self.objective, *self.evaluate(assignments))
