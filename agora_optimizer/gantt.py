@@ -20,9 +20,15 @@ FORMATS = (".png", ".svg", ".pdf")
 MAX_LEGEND = 16
 
 
-def _machine_key(machine: str) -> tuple[str, int]:
-    match = re.match(r"^(.*)#(\d+)$", machine)
-    return (match[1], int(match[2])) if match else (machine, 0)
+def _machine_key(machine: str) -> tuple[str, int, str]:
+    """Sort ``c5.large#10`` after ``c5.large#9``; odd ids sort by their text."""
+    match = re.match(r"^(.*)#(\d{1,18})$", machine)
+    return (match[1], int(match[2]), "") if match else (machine, 0, machine)
+
+
+def _plain(text: str) -> str:
+    """Text shown as is: matplotlib would read ``$...$`` as a formula."""
+    return text.replace("$", r"\$")
 
 
 def draw_gantt(plan: Plan, out: str | Path, categories: dict[str, str] | None = None) -> None:
@@ -49,15 +55,15 @@ def draw_gantt(plan: Plan, out: str | Path, categories: dict[str, str] | None = 
             edgecolor="black",
             linewidth=0.2,
         )
-    ax.set_yticks(range(len(machines)), machines, fontsize=7 if len(machines) > 30 else 9)
+    ax.set_yticks(range(len(machines)), [_plain(m) for m in machines], fontsize=7 if len(machines) > 30 else 9)
     ax.invert_yaxis()
     ax.set_xlim(left=0.0)
     ax.set_xlabel("time (s)")
     ax.set_title(
-        f"{plan.workflow}: makespan {plan.makespan_s:,.1f} s, cost {plan.cost_usd:.4f} USD "
-        f"({plan.objective.kind}, {plan.solver.method})"
+        f"{_plain(plan.workflow)}: makespan {plan.makespan_s:,.1f} s, cost {plan.cost_usd:.4f} USD "
+        f"({plan.objective.kind}, {_plain(plan.solver.method)})"
     )
-    handles = [Patch(color=colour[name], label=name) for name in ranked[:MAX_LEGEND]]
+    handles = [Patch(color=colour[name], label=_plain(name)) for name in ranked[:MAX_LEGEND]]
     if len(ranked) > MAX_LEGEND:
         handles.append(Patch(color=(0.6, 0.6, 0.6, 1.0), label=f"{len(ranked) - MAX_LEGEND} more"))
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, title="category")

@@ -21,8 +21,9 @@ class Bounds:
     cost_usd: float
 
 
-def lower_bounds(workflow: Workflow, catalog: Catalog) -> Bounds:
-    return Bounds(makespan_lower_bound_s(workflow, catalog), cost_lower_bound_usd(workflow, catalog))
+def lower_bounds(workflow: Workflow, catalog: Catalog, deadline_s: float | None = None) -> Bounds:
+    """Bounds for the workflow on the catalog; a deadline tightens the cost bound."""
+    return Bounds(makespan_lower_bound_s(workflow, catalog), cost_lower_bound_usd(workflow, catalog, deadline_s))
 
 
 def score(objective: Objective, makespan: float, cost: float, bounds: Bounds) -> tuple[float, float]:
@@ -58,7 +59,7 @@ class Problem:
     @classmethod
     def create(cls, workflow: Workflow, catalog: Catalog, objective: Objective) -> Problem:
         feasible_types(workflow, catalog)
-        return cls(workflow, catalog, objective, lower_bounds(workflow, catalog))
+        return cls(workflow, catalog, objective, lower_bounds(workflow, catalog, objective.deadline_s))
 
     @cached_property
     def options(self) -> dict[str, list[Resource]]:
@@ -75,3 +76,17 @@ class Problem:
 
     def meets_limits(self, assignments: Iterable[Assignment]) -> bool:
         return meets_limits(self.objective, *self.evaluate(assignments))
+
+    def rank(self, makespan: float, cost: float) -> tuple[float, float, float]:
+        """Order schedules: those within the limits first (by score), then by how far they miss them."""
+        return (self.excess(makespan, cost), *score(self.objective, makespan, cost, self.bounds))
+
+    def excess(self, makespan: float, cost: float) -> float:
+        """How far a schedule misses the deadline and budget, relative to them (0 when it meets both)."""
+        objective = self.objective
+        over = 0.0
+        if objective.deadline_s is not None and makespan > objective.deadline_s + 1e-6:
+            over += makespan / objective.deadline_s - 1
+        if objective.budget_usd is not None and cost > objective.budget_usd * (1 + 1e-9):
+            over += cost / max(objective.budget_usd, 1e-12) - 1
+        return over

@@ -23,7 +23,7 @@ AWS = load_catalog(AWS_CATALOG)
 @pytest.mark.parametrize("path", shared_instances(), ids=lambda p: p.stem)
 def test_every_real_workflow_gets_a_valid_plan_on_the_aws_catalog(path: Path, tmp_path: Path) -> None:
     workflow = load_workflow(path)
-    plan = optimize(workflow, AWS, Objective(kind="balanced"), catalog_label=str(AWS_CATALOG))
+    plan = optimize(workflow, AWS, Objective(kind="balanced"), catalog_label=str(AWS_CATALOG), time_limit_s=3.0)
     assert validate_plan(plan, workflow, AWS) == []
     plan_file = write_json(tmp_path / "plan.json", plan_to_dict(plan))
     assert spec_checker.check_plan(json.loads(plan_file.read_text()), path, AWS_CATALOG) == []
@@ -137,3 +137,22 @@ def test_task_that_fits_nowhere_is_named(tmp_path: Path) -> None:
 def test_time_limit_is_respected_and_still_gives_a_plan(montage) -> None:
     plan = optimize(montage, AWS, Objective(kind="balanced"), "aws", time_limit_s=0.001)
     assert validate_plan(plan, montage, AWS) == []
+
+
+def test_time_limit_bounds_the_wall_time_beyond_the_first_schedule() -> None:
+    import time
+
+    from agora_optimizer.model import Edge, Task, Workflow
+    from agora_optimizer.schedule.list_scheduler import list_schedule
+
+    tasks = [Task(f"t{i}", 10.0 + i % 7, 1, 2**28, "t") for i in range(1500)]
+    edges = [Edge(f"t{i}", f"t{i + 50}") for i in range(1450)]
+    workflow = Workflow.create("wide", tasks, edges)
+    started = time.perf_counter()
+    list_schedule(workflow, AWS, 0.5, 1.0, 1.0)
+    one_schedule_s = time.perf_counter() - started
+    started = time.perf_counter()
+    plan = optimize(workflow, AWS, Objective(kind="balanced"), "aws", time_limit_s=1.0)
+    elapsed = time.perf_counter() - started
+    assert elapsed <= 1.0 + 2 * one_schedule_s + 0.5
+    assert validate_plan(plan, workflow, AWS) == []

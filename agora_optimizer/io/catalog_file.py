@@ -8,6 +8,12 @@ from types import MappingProxyType
 from agora_optimizer.io.documents import Node, read_document
 from agora_optimizer.model.catalog import BACKENDS, Billing, Catalog, Resource
 
+# Lower limits of the numbers that divide: beyond them a task's duration, a transfer or a
+# lease's billing steps overflow to infinity (e.g. speed 5e-324), and no real platform is there.
+MIN_SPEED = 1e-3  # a thousandth of the reference core
+MIN_BANDWIDTH_BYTES_PER_S = 1.0
+MIN_GRANULARITY_S = 1e-3
+
 _KNOWN_KEYS = {
     "name",
     "backend",
@@ -26,7 +32,7 @@ def load_catalog(path: str | Path) -> Catalog:
     source = str(path)
     root = Node(read_document(path), source)
     root.mapping()
-    bandwidth = root.get("network").get("bandwidth_bytes_per_s").number(strictly_positive=True, maximum=1e13)
+    bandwidth = root.get("network").get("bandwidth_bytes_per_s").number(minimum=MIN_BANDWIDTH_BYTES_PER_S, maximum=1e13)
     resources: list[Resource] = []
     for item in root.get("resources").items():
         resource = _resource(item)
@@ -53,11 +59,11 @@ def _resource(item: Node) -> Resource:
         backend=backend,
         vcpus=item.get("vcpus").integer(minimum=1, maximum=4096),
         memory_gib=item.get("memory_gib").number(strictly_positive=True, maximum=65536),
-        speed=item.get("speed").number(strictly_positive=True, maximum=1000),
+        speed=item.get("speed").number(minimum=MIN_SPEED, maximum=1000),
         price_per_hour_usd=item.get("price_per_hour_usd").number(maximum=10000),
         count=None if count is None else count.integer(minimum=1, maximum=1_000_000),
         billing=Billing(
-            granularity_s=billing.get("granularity_s", 1).number(strictly_positive=True, maximum=31 * 86400),
+            granularity_s=billing.get("granularity_s", 1).number(minimum=MIN_GRANULARITY_S, maximum=31 * 86400),
             minimum_s=billing.get("minimum_s", 0).number(maximum=31 * 86400),
         ),
         boot_s=item.get("boot_s", 0).number(maximum=86400),

@@ -1,0 +1,90 @@
+"""The portfolio: which engines run, in what order, with how much of the time limit.
+
+Engines run from the fastest to the slowest; each gets a share of the time that is
+left and the best schedule so far as its warm start, and the best schedule by
+:meth:`Problem.rank` wins (within the deadline and budget first, then by score). The
+first engine, list scheduling, always completes, so there is always a plan; a later
+engine that fails, times out or does not apply only loses its own chance.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from agora_optimizer.engines.base import Engine, EngineResult
+from agora_optimizer.engines.list_scheduling import ListSchedulingEngine
+from agora_optimizer.engines.one_type_default import OneTypeDefaultEngine
+from agora_optimizer.engines.pool_search import PoolSearchEngine
+from agora_optimizer.problem import Problem
+
+log = logging.getLogger(__name__)
+Progress = Callable[[str, int, int], None]  # (engine name, engines done, engines planned)
+
+
+@dataclass(frozen=True)
+class Stage:
+    """An engine and the share of the remaining time it may use."""
+
+    engine: Engine
+    share: float
+    max_tasks: int | None = None
+
+
+@dataclass
+class Outcome:
+    """Every engine's result, and the best one."""
+
+    best: EngineResult
+    results: dict[str, EngineResult] = field(default_factory=dict)
+    evaluated: dict[str, tuple[float, float]] = field(default_factory=dict)  # engine -> (makespan, cost)
+
+
+def default_stages() -> list[Stage]:
+    return [
+        Stage(ListSchedulingEngine(), share=0.25),
+        Stage(OneTypeDefaultEngine(), share=0.05),
+        Stage(PoolSearchEngine(), share=0.6, max_tasks=20_000),
+    ]
+
+
+def run_portfolio(
+    problem: Problem, time_limit_s: float, stages: list[Stage] | None = None, progress: Progress | None = None
+) -> Outcome:
+    stages = [
+        s for s in (stages or default_stages()) if s.max_tasks is None or len(problem.workflow.tasks) <= s.max_tasks
+    ]
+    deadline = time.perf_counter() + time_limit_s
+    best: EngineResult | None = None
+    best_key: tuple[float, float, float] | None = None
+    outcome_results: dict[str, EngineResult] = {}
+    evaluated: dict[str, tuple[float, float]] = {}
+    for done, stage in enumerate(stages):
+        if progress:
+            progress(stage.engine.name, done, len(stages))
+        remaining = deadline - time.perf_counter()
+        if best is not None and remaining <= 0:
+            break
+        # The first engine may use it all (it always completes); later ones get their share.
+        budget = max(remaining * stage.share, 0.01) if best is not None else max(remaining, 0.01)
+        try:
+            result = stage.engine.solve(problem, budget, warm_start=best)
+        except Exception:  # an engine's bug must not cost the user the plan found so far
+            if best is None:
+                raise
+            log.exception("engine %s failed; keeping the best plan so far", stage.engine.name)
+            continue
+        if result is None:
+            continue
+        outcome_results[stage.engine.name] = result
+        makespan, cost = problem.evaluate(result.assignments)
+        evaluated[stage.engine.name] = (makespan, cost)
+        key = problem.rank(makespan, cost)
+        if best_key is None or key < best_key:
+            best, best_key = result, key
+    if progress:
+        progress("done", len(stages), len(stages))
+    assert best is not None  # list scheduling always returns a schedule
+    return Outcome(best=best, results=outcome_results, evaluated=evaluated)
