@@ -51,6 +51,29 @@ def _user_errors() -> Iterator[None]:
         raise typer.Exit(exc.exit_code) from None
 
 
+@contextmanager
+def _progress_bar(label: str) -> Iterator[Callable[[str, int, int], None]]:
+    """A progress bar on stderr while engines run (only on a terminal; silent in pipes and CI)."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    bar = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.fields[engine]}"),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=True,
+        disable=not err_console.is_terminal,
+    )
+    task = bar.add_task(label, total=None, engine="")
+
+    def update(engine: str, done: int, planned: int) -> None:
+        bar.update(task, completed=done, total=planned, engine=engine)
+
+    with bar:
+        yield update
+
+
 WorkflowArg = Annotated[Path, typer.Argument(help="A WfFormat 1.4/1.5 workflow instance (JSON).")]
 CatalogOpt = Annotated[Path, typer.Option("--catalog", "-c", help="Catalog of resource types (YAML or JSON).")]
 
@@ -78,7 +101,10 @@ def optimize(
         wf = load_workflow(workflow, default_memory_bytes=int(default_memory_gib * GIB))
         cat = load_catalog(catalog)
         goal = Objective(kind=objective.value, alpha=alpha, deadline_s=deadline_s, budget_usd=budget_usd)
-        plan = run_optimizer(wf, cat, goal, catalog_label=str(catalog), time_limit_s=time_limit_s)
+        with _progress_bar(f"planning {len(wf.tasks)} tasks") as progress:
+            plan = run_optimizer(
+                wf, cat, goal, catalog_label=str(catalog), time_limit_s=time_limit_s, progress=progress
+            )
         baseline = default_plan(wf, cat, str(catalog))
         bounds = lower_bounds(wf, cat)
         write_plan(plan, out)
@@ -191,6 +217,39 @@ def gantt(
             categories = {t.id: t.category for t in load_workflow(workflow).tasks}
         draw_gantt(loaded, out, categories)
     out_console.print(f"chart written to {out}", markup=False, highlight=False)
+
+
+@app.command()
+def pareto(
+    workflow: WorkflowArg,
+    catalog: CatalogOpt,
+    out: Annotated[Path, typer.Option("--out", "-o", help="Where to write the front (JSON).")],
+    plot: Annotated[Path | None, typer.Option(help="Also draw the front (.png, .svg or .pdf).")] = None,
+    deadlines: Annotated[int, typer.Option(min=1, max=100, help="Deadlines tried between fastest and cheapest.")] = 8,
+    time_limit_s: Annotated[
+        float, typer.Option(min=0.01, max=86400.0, help="Wall-time limit for the whole front.")
+    ] = 60.0,
+    default_memory_gib: Annotated[
+        float, typer.Option(min=0.001, max=65536.0, help="Memory reserved for tasks whose source records none.")
+    ] = 1.0,
+) -> None:
+    """Trace the cost/makespan Pareto front of WORKFLOW on CATALOG."""
+    from agora_optimizer.pareto import pareto_front, plot_front, write_front
+
+    with _user_errors():
+        wf = load_workflow(workflow, default_memory_bytes=int(default_memory_gib * GIB))
+        cat = load_catalog(catalog)
+        front = pareto_front(wf, cat, str(catalog), deadlines=deadlines, time_limit_s=time_limit_s)
+        if plot is not None:
+            plot_front(front, plot)
+        write_front(front, out)
+    table = Table(title=f"{front.workflow}: {len(front.points)} plans on the front ({len(front.candidates)} tried)")
+    for column in ("makespan (s)", "cost (USD)", "method"):
+        table.add_column(column)
+    for point in front.points:
+        table.add_row(f"{point.makespan_s:,.1f}", f"{point.cost_usd:.4f}", point.method)
+    out_console.print(table)
+    out_console.print(f"front written to {out}" + (f", chart to {plot}" if plot else ""), markup=False)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,7 +26,7 @@ def _machine_key(machine: str) -> tuple[str, int, str]:
     return (match[1], int(match[2]), "") if match else (machine, 0, machine)
 
 
-def _plain(text: str) -> str:
+def plain_text(text: str) -> str:
     """Text shown as is: matplotlib would read ``$...$`` as a formula."""
     return text.replace("$", r"\$")
 
@@ -55,15 +55,15 @@ def draw_gantt(plan: Plan, out: str | Path, categories: dict[str, str] | None = 
             edgecolor="black",
             linewidth=0.2,
         )
-    ax.set_yticks(range(len(machines)), [_plain(m) for m in machines], fontsize=7 if len(machines) > 30 else 9)
+    ax.set_yticks(range(len(machines)), [plain_text(m) for m in machines], fontsize=7 if len(machines) > 30 else 9)
     ax.invert_yaxis()
     ax.set_xlim(left=0.0)
     ax.set_xlabel("time (s)")
     ax.set_title(
-        f"{_plain(plan.workflow)}: makespan {plan.makespan_s:,.1f} s, cost {plan.cost_usd:.4f} USD "
-        f"({plan.objective.kind}, {_plain(plan.solver.method)})"
+        f"{plain_text(plan.workflow)}: makespan {plan.makespan_s:,.1f} s, cost {plan.cost_usd:.4f} USD "
+        f"({plan.objective.kind}, {plain_text(plan.solver.method)})"
     )
-    handles = [Patch(color=colour[name], label=_plain(name)) for name in ranked[:MAX_LEGEND]]
+    handles = [Patch(color=colour[name], label=plain_text(name)) for name in ranked[:MAX_LEGEND]]
     if len(ranked) > MAX_LEGEND:
         handles.append(Patch(color=(0.6, 0.6, 0.6, 1.0), label=f"{len(ranked) - MAX_LEGEND} more"))
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, title="category")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 import subprocess
@@ -137,3 +138,33 @@ def test_installed_console_script(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["tasks"] == 43
+
+
+def test_pareto_writes_a_front_that_dominates_nothing_twice(tmp_path: Path, capsys) -> None:
+    out, chart = tmp_path / "front.json", tmp_path / "front.png"
+    code, stdout, _ = _run(
+        capsys,
+        "pareto",
+        BLAST,
+        "-c",
+        AWS_CATALOG,
+        "-o",
+        out,
+        "--plot",
+        chart,
+        "--deadlines",
+        "3",
+        "--time-limit-s",
+        "6",
+    )
+    assert code == 0, stdout
+    front = json.loads(out.read_text())
+    points = front["points"]
+    assert front["format"] == "agora-pareto/1" and len(points) >= 2
+    makespans = [p["makespan_s"] for p in points]
+    costs = [p["cost_usd"] for p in points]
+    assert makespans == sorted(makespans)
+    assert all(later < earlier for earlier, later in itertools.pairwise(costs))  # strictly cheaper
+    assert makespans[0] >= front["lower_bounds"]["makespan_s"] - 1e-6
+    assert min(costs) >= front["lower_bounds"]["cost_usd"] - 1e-12
+    assert chart.read_bytes().startswith(b"\x89PNG")

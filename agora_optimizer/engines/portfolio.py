@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from agora_optimizer.engines.base import Engine, EngineResult
 from agora_optimizer.engines.list_scheduling import ListSchedulingEngine
+from agora_optimizer.engines.local_search import LocalSearchEngine
 from agora_optimizer.engines.one_type_default import OneTypeDefaultEngine
 from agora_optimizer.engines.pool_search import PoolSearchEngine
 from agora_optimizer.problem import Problem
@@ -46,7 +47,8 @@ def default_stages() -> list[Stage]:
     return [
         Stage(ListSchedulingEngine(), share=0.25),
         Stage(OneTypeDefaultEngine(), share=0.05),
-        Stage(PoolSearchEngine(), share=0.6, max_tasks=20_000),
+        Stage(PoolSearchEngine(), share=0.5, max_tasks=20_000),
+        Stage(LocalSearchEngine(), share=1.0, max_tasks=3000),
     ]
 
 

@@ -1,0 +1,164 @@
+"""Local search that improves any schedule by moving work between machines.
+
+Three neighbourhoods, each move re-timed with :func:`agora_optimizer.schedule.retime.retime`
+and kept only when the schedule ranks better (within the limits first, then by score):
+
+- merge: every task of one machine onto another machine that can hold each of them
+  (fewer leases: less boot time, fewer billing minimums, less idle time);
+- retype: one machine becomes another type that fits all its tasks (cheaper or faster);
+- relocate: one task onto another existing machine or a new one where ``count`` allows,
+  trying first the tasks that end last (they decide the makespan).
+
+Moves are tried in a seeded random order (first improvement) until a pass finds no
+improvement or the time budget runs out. It never makes a schedule worse and keeps
+every rule of the model: the number of machines of a type never exceeds its ``count``.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+from collections.abc import Iterator
+
+from agora_optimizer.engines.base import Engine, EngineResult
+from agora_optimizer.engines.budget import TimeBudget
+from agora_optimizer.model.catalog import Resource
+from agora_optimizer.model.plan import Assignment, machine_type
+from agora_optimizer.problem import Problem
+from agora_optimizer.schedule.retime import retime, start_order
+
+Mapping_ = dict[str, str]  # task -> machine id
+
+
+class LocalSearchEngine(Engine):
+    name = "local-search"
+
+    def __init__(self, seed: int = 7, max_tasks: int = 3000) -> None:
+        self.seed = seed
+        self.max_tasks = max_tasks
+
+    def solve(
+        self, problem: Problem, time_limit_s: float, warm_start: EngineResult | None = None
+    ) -> EngineResult | None:
+        if warm_start is None or len(problem.workflow.tasks) > self.max_tasks:
+            return None
+        search = _Search(problem, list(warm_start.assignments), TimeBudget(time_limit_s), random.Random(self.seed))
+        improved = search.run()
+        if not improved:
+            return None
+        method = (
+            warm_start.method if warm_start.method.endswith(f"+{self.name}") else f"{warm_start.method}+{self.name}"
+        )
+        return EngineResult(tuple(search.assignments), method)
+
+
+class _Search:
+    def __init__(self, problem: Problem, assignments: list[Assignment], budget: TimeBudget, rng: random.Random):
+        self.problem = problem
+        self.budget = budget
+        self.rng = rng
+        self.assignments = assignments
+        self.key = problem.rank(*problem.evaluate(assignments))
+
+    def run(self) -> bool:
+        improved_any = False
+        improved = True
+        while improved and not self.budget.expired():
+            improved = False
+            for neighbourhood in (self._merges, self._retypes, self._relocations):
+                for mapping in neighbourhood():
+                    if not self.budget.affords():
+                        return improved_any
+                    if self._try(mapping):
+                        improved = improved_any = True
+                        break
+                if improved:
+                    break
+        return improved_any
+
+    def _try(self, machine_of: Mapping_) -> bool:
+        with self.budget:
+            order = start_order(self.assignments, self.problem.workflow)
+            candidate = retime(self.problem.workflow, self.problem.catalog, machine_of, order)
+            key = self.problem.rank(*self.problem.evaluate(candidate))
+        if key < self.key:
+            self.assignments, self.key = candidate, key
+            return True
+        return False
+
+    # -- state -------------------------------------------------------------------------
+
+    def _mapping(self) -> Mapping_:
+        return {a.task: a.machine for a in self.assignments}
+
+    def _machines(self) -> dict[str, list[str]]:
+        tasks: dict[str, list[str]] = defaultdict(list)
+        for a in self.assignments:
+            tasks[a.machine].append(a.task)
+        return tasks
+
+    def _fits_all(self, resource: Resource, tasks: list[str]) -> bool:
+        by_id = self.problem.workflow.by_id
+        return all(resource.fits(by_id[t]) for t in tasks)
+
+    def _new_machine(self, resource: Resource, machines: dict[str, list[str]]) -> str | None:
+        """An unused id of this type, if ``count`` allows one more machine of it."""
+        used = {m for m in machines if machine_type(m) == resource.name}
+        if resource.count is not None and len(used) >= resource.count:
+            return None
+        n = 0
+        while f"{resource.name}#{n}" in used:
+            n += 1
+        return f"{resource.name}#{n}"
+
+    # -- neighbourhoods ----------------------------------------------------------------
+
+    def _merges(self) -> Iterator[Mapping_]:
+        machines = self._machines()
+        catalog = self.problem.catalog
+        by_load = sorted(machines, key=lambda m: len(machines[m]))
+        for source in by_load:
+            targets = [m for m in machines if m != source]
+            self.rng.shuffle(targets)
+            for target in targets:
+                if self._fits_all(catalog.by_name[machine_type(target)], machines[source]):
+                    mapping = self._mapping()
+                    for task in machines[source]:
+                        mapping[task] = target
+                    yield mapping
+
+    def _retypes(self) -> Iterator[Mapping_]:
+        machines = self._machines()
+        names = list(machines)
+        self.rng.shuffle(names)
+        for machine in names:
+            for resource in self.problem.catalog.resources:
+                if resource.name == machine_type(machine) or not self._fits_all(resource, machines[machine]):
+                    continue
+                new = self._new_machine(resource, machines)
+                if new is None:
+                    continue
+                mapping = self._mapping()
+                for task in machines[machine]:
+                    mapping[task] = new
+                yield mapping
+
+    def _relocations(self) -> Iterator[Mapping_]:
+        machines = self._machines()
+        latest = sorted(self.assignments, key=lambda a: -a.end_s)
+        head, tail = latest[: max(10, len(latest) // 10)], latest[max(10, len(latest) // 10) :]
+        self.rng.shuffle(tail)
+        for a in head + tail:
+            task = self.problem.workflow.by_id[a.task]
+            targets = [
+                m for m in machines if m != a.machine and self.problem.catalog.by_name[machine_type(m)].fits(task)
+            ]
+            for resource in self.problem.options[a.task]:
+                new = self._new_machine(resource, machines)
+                if new is not None:
+                    targets.append(new)
+            self.rng.shuffle(targets)
+            for target in targets:
+                mapping = self._mapping()
+                mapping[a.task] = target
+                yield mapping
