@@ -14,6 +14,7 @@ from agora_optimizer.model.plan import Assignment, Objective
 from agora_optimizer.problem import Problem
 from agora_optimizer.schedule.list_scheduler import list_schedule
 
+LARGE_WORKFLOW_TASKS = 4000  # beyond it, each task tries only the first-idle machines of a type
 SWEEP_ALPHAS = (1.0, 0.95, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.05, 0.0)
 
 
@@ -38,7 +39,12 @@ class ListSchedulingEngine(Engine):
                 break
             with budget:
                 assignments = list_schedule(
-                    problem.workflow, problem.catalog, alpha, problem.bounds.makespan_s, problem.bounds.cost_usd
+                    problem.workflow,
+                    problem.catalog,
+                    alpha,
+                    problem.bounds.makespan_s,
+                    problem.bounds.cost_usd,
+                    machines_per_type=3 if len(problem.workflow.tasks) > LARGE_WORKFLOW_TASKS else None,
                 )
             key = problem.rank(*problem.evaluate(assignments))
             if best is None or key < best[0]:

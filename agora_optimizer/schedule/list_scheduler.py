@@ -10,6 +10,7 @@ instant (insertion into the machine's usage profile).
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 
 from agora_optimizer.bounds import fastest_runtime_s, feasible_types
@@ -48,14 +49,34 @@ def upward_ranks(workflow: Workflow, catalog: Catalog) -> dict[str, float]:
     return rank
 
 
+def _ready_s(arrivals: list[tuple[float, float, _Machine]], on_machine: dict[int, float], machine: _Machine) -> float:
+    """When every parent's data is on ``machine``: parents elsewhere pay their transfer.
+
+    ``arrivals`` holds (end + transfer, end, parent machine) by decreasing end + transfer;
+    ``on_machine`` the latest parent end per machine (by ``id()``).
+    """
+    ready = on_machine.get(id(machine), 0.0)
+    for with_transfer, _, parent_machine in arrivals:
+        if parent_machine is not machine:
+            return max(ready, with_transfer)
+    return ready
+
+
 def list_schedule(
     workflow: Workflow,
     catalog: Catalog,
     alpha: float,
     makespan_scale_s: float,
     cost_scale_usd: float,
+    machines_per_type: int | None = None,
 ) -> list[Assignment]:
-    """Place every task; ``alpha`` = 1 minimises makespan, 0 minimises cost."""
+    """Place every task; ``alpha`` = 1 minimises makespan, 0 minimises cost.
+
+    Per type, a task considers the machines that hold its parents, the
+    ``machines_per_type`` machines that fall idle first (all of them when ``None``), and
+    one new machine where the type's ``count`` allows; the rest of a large pool is skipped
+    for speed on very large workflows.
+    """
     options = feasible_types(workflow, catalog)
     rank = upward_ranks(workflow, catalog)
     position = {task_id: i for i, task_id in enumerate(workflow.topological_order)}
@@ -70,36 +91,32 @@ def list_schedule(
     for task_id in order:
         task = workflow.by_id[task_id]
         tail = rank[task_id] - fastest_runtime_s(task, options[task_id])
-        parents = [(placed[e.parent], catalog.transfer_s(e.bytes)) for e in workflow.parents[task_id]]
+        arrivals: list[tuple[float, float, _Machine]] = []
+        on_machine: dict[int, float] = {}
+        for edge in workflow.parents[task_id]:
+            parent_machine, parent_end = placed[edge.parent]
+            arrivals.append((parent_end + catalog.transfer_s(edge.bytes), parent_end, parent_machine))
+            key_ = id(parent_machine)
+            on_machine[key_] = max(on_machine.get(key_, 0.0), parent_end)
+        arrivals.sort(key=lambda item: -item[0])
+        parent_machines = {id(m): m for _, _, m in arrivals}
         best: tuple[tuple[float, float, float], _Machine, float, float] | None = None
         for resource in options[task_id]:
-            pool = machines[resource.name]
-            candidates = list(pool)
-            if resource.count is None or len(pool) < resource.count:
-                candidates.append(
-                    _Machine(
-                        f"{resource.name}#{len(pool)}",
-                        resource,
-                        MachineTimeline(resource.vcpus, resource.memory_bytes),
-                    )
-                )
             duration = resource.runtime_s(task)
-            for machine in candidates:
-                ready = resource.boot_s
-                for (parent_machine, parent_end), transfer_s in parents:
-                    arrival = parent_end + (0.0 if parent_machine is machine else transfer_s)
-                    ready = max(ready, arrival)
+            for machine in _candidates(resource, machines[resource.name], parent_machines, machines_per_type):
+                ready = max(resource.boot_s, _ready_s(arrivals, on_machine, machine))
                 start = machine.timeline.earliest_start(ready, duration, task.cores, task.memory_bytes)
                 end = start + duration
+                makespan_part = alpha * max(estimated_makespan, end + tail) / t_scale
+                if best is not None and makespan_part > best[0][0] + 1e-12:
+                    continue  # cannot win: its cost term is never negative
                 added = machine.added_cost_usd(start, end)
-                makespan = max(estimated_makespan, end + tail)
-                score = alpha * makespan / t_scale + (1.0 - alpha) * added / c_scale
-                key = (score, end, added)
+                key = (makespan_part + (1.0 - alpha) * added / c_scale, end, added)
                 if best is None or key < best[0]:
                     best = (key, machine, start, end)
         assert best is not None  # feasible_types guarantees at least one option
         _, machine, start, end = best
-        if machine not in machines[machine.resource.name]:
+        if machine.lease_start_s is None:
             machines[machine.resource.name].append(machine)
         machine.timeline.add(start, end, task.cores, task.memory_bytes)
         boot = machine.resource.boot_s
@@ -121,3 +138,19 @@ def list_schedule(
             )
         )
     return assignments
+
+
+def _candidates(
+    resource: Resource, pool: list[_Machine], parent_machines: dict[int, _Machine], machines_per_type: int | None
+) -> list[_Machine]:
+    """The machines of one type worth trying for a task (see :func:`list_schedule`)."""
+    if machines_per_type is None or len(pool) <= machines_per_type:
+        chosen = list(pool)
+    else:
+        chosen = heapq.nsmallest(machines_per_type, pool, key=lambda m: m.lease_end_s)
+        seen = {id(m) for m in chosen}
+        chosen += [m for key, m in parent_machines.items() if m.resource is resource and key not in seen]
+    if resource.count is None or len(pool) < resource.count:
+        timeline = MachineTimeline(resource.vcpus, resource.memory_bytes)
+        chosen.append(_Machine(f"{resource.name}#{len(pool)}", resource, timeline))
+    return chosen

@@ -5,6 +5,7 @@ from __future__ import annotations
 from bisect import bisect_right
 
 EPS_S = 1e-9
+INSERTION_WINDOW = 48  # gaps older than the last this-many segments are not searched
 
 
 class MachineTimeline:
@@ -22,15 +23,20 @@ class MachineTimeline:
 
     def earliest_start(self, ready_s: float, duration_s: float, cores: int, memory_bytes: int) -> float:
         """The earliest start >= ``ready_s`` at which the task fits for its whole duration."""
-        if duration_s <= EPS_S:
-            return ready_s
         times = self.times
+        if duration_s <= EPS_S or ready_s >= times[-1]:
+            return ready_s  # occupies nothing, or the machine is idle from then on
+        used_cores, used_memory = self.cores, self.memory
+        free_cores, free_memory = self.vcpus - cores, self.memory_bytes - memory_bytes
+        last = len(times) - 1
         candidate = ready_s
-        i = max(bisect_right(times, candidate) - 1, 0)
-        j = i
-        while j < len(times) and times[j] < candidate + duration_s - EPS_S:
-            if self.cores[j] + cores > self.vcpus or self.memory[j] + memory_bytes > self.memory_bytes:
-                if j + 1 == len(times):  # cannot happen: the last segment is empty
+        j = max(bisect_right(times, candidate) - 1, 0)
+        if last - j > INSERTION_WINDOW:  # bounded insertion keeps long timelines fast
+            j = last - INSERTION_WINDOW
+            candidate = max(candidate, times[j])
+        while j <= last and times[j] < candidate + duration_s - EPS_S:
+            if used_cores[j] > free_cores or used_memory[j] > free_memory:
+                if j == last:  # cannot happen: the last segment is empty
                     raise AssertionError("task larger than the machine")
                 candidate = times[j + 1]
             j += 1
