@@ -33,8 +33,8 @@ def makespan_lower_bound_s(workflow: Workflow, catalog: Catalog) -> float:
 
     - Critical path with no transfers, each task on the type that would finish it
       first; a task on type k starts no earlier than ``boot_s`` of k (no lease before 0).
-    - Work over capacity, where every type has a ``count``: the fewest core-seconds
-      each task can take, over the cores all machines offer at once.
+    - Work over capacity, where every type a task fits has a ``count``: all machines
+      sharing the work perfectly (see :func:`_balanced_work_s`).
     """
     options = feasible_types(workflow, catalog)
     finish: dict[str, float] = {}
@@ -43,11 +43,53 @@ def makespan_lower_bound_s(workflow: Workflow, catalog: Catalog) -> float:
         task = workflow.by_id[task_id]
         finish[task_id] = min(max(ready, r.boot_s) + r.runtime_s(task) for r in options[task_id])
     critical_path = max(finish.values(), default=0.0)
-    if any(r.count is None for r in catalog.resources):
-        return critical_path
-    capacity = sum(r.vcpus * (r.count or 0) for r in catalog.resources)
-    work = sum(min(r.runtime_s(t) for r in options[t.id]) * t.cores for t in workflow.tasks)
-    return max(critical_path, work / capacity)
+    if any(r.count is None for rs in options.values() for r in rs):
+        return critical_path  # some task may use unlimited machines: only the path binds
+    return max(critical_path, _balanced_work_s(workflow, options))
+
+
+def _balanced_work_s(workflow: Workflow, options: dict[str, list[Resource]]) -> float:
+    """The shortest time in which all machines, sharing the work perfectly, could do it.
+
+    A task of ``w = runtime_s * cores`` reference core-seconds takes ``w / speed_k``
+    core-seconds on type k, which offers ``vcpus_k * count_k`` cores. The fractional split
+    of the work that finishes first is a linear programme; tasks that fit the same types
+    are interchangeable in it, so it runs over groups of such tasks (at most one per set
+    of types), whatever the workflow's size.
+    """
+    import numpy as np
+    from scipy.optimize import linprog
+
+    groups: dict[tuple[str, ...], float] = {}
+    types: dict[str, Resource] = {}
+    for task in workflow.tasks:
+        key = tuple(sorted(r.name for r in options[task.id]))
+        groups[key] = groups.get(key, 0.0) + task.runtime_s * task.cores
+        types.update({r.name: r for r in options[task.id]})
+    names = sorted(types)
+    index = {name: k for k, name in enumerate(names)}
+    pairs = [(g, name) for g, key in enumerate(groups) for name in key]
+    n = len(pairs) + 1  # y_(group, type) in reference core-seconds, then T
+    cost = np.zeros(n)
+    cost[-1] = 1.0
+    a_ub = np.zeros((len(names), n))
+    for column, (_, name) in enumerate(pairs):
+        a_ub[index[name], column] = 1.0 / types[name].speed
+    for name, k in index.items():
+        a_ub[k, -1] = -float(types[name].vcpus * (types[name].count or 0))
+    a_eq = np.zeros((len(groups), n))
+    for column, (g, _) in enumerate(pairs):
+        a_eq[g, column] = 1.0
+    result = linprog(
+        cost,
+        A_ub=a_ub,
+        b_ub=np.zeros(len(names)),
+        A_eq=a_eq,
+        b_eq=list(groups.values()),
+        bounds=(0, None),
+        method="highs",
+    )
+    return float(result.fun) * (1 - 1e-7) if result.status == 0 else 0.0
 
 
 LP_MAX_VARIABLES = 60_000  # about 3,000 tasks on 20 types: the LP stays under a second

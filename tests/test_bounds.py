@@ -1,0 +1,65 @@
+"""Lower bounds: hand-computed cases, and no plan ever beats them."""
+
+from __future__ import annotations
+
+import pytest
+
+from agora_optimizer.bounds import cost_lower_bound_usd, makespan_lower_bound_s
+from agora_optimizer.model import Billing, Catalog, Edge, Resource, Task, Workflow
+
+
+def _catalog(*resources: Resource) -> Catalog:
+    return Catalog(resources=resources, bandwidth_bytes_per_s=1e9)
+
+
+def _independent(n: int, runtime_s: float = 1.0, memory_bytes: int = 1) -> Workflow:
+    return Workflow.create("w", [Task(f"t{i}", runtime_s, 1, memory_bytes, "t") for i in range(n)], [])
+
+
+def test_balanced_work_bound_shares_work_by_speed_and_cores() -> None:
+    # A: 2 cores at speed 1 do 2 reference core-seconds per second; B: 1 core at speed 2 also 2.
+    catalog = _catalog(
+        Resource("A", "local", vcpus=2, memory_gib=1, speed=1.0, price_per_hour_usd=0, count=1),
+        Resource("B", "local", vcpus=1, memory_gib=1, speed=2.0, price_per_hour_usd=0, count=1),
+    )
+    assert makespan_lower_bound_s(_independent(30), catalog) == pytest.approx(30 / 4)
+
+
+def test_memory_restricts_where_work_may_go() -> None:
+    big = 2**30  # only A holds these tasks, so B's capacity cannot help
+    catalog = _catalog(
+        Resource("A", "local", vcpus=2, memory_gib=2, speed=1.0, price_per_hour_usd=0, count=1),
+        Resource("B", "local", vcpus=1, memory_gib=0.5, speed=2.0, price_per_hour_usd=0, count=1),
+    )
+    assert makespan_lower_bound_s(_independent(30, memory_bytes=big), catalog) == pytest.approx(15.0)
+
+
+def test_critical_path_with_boot_and_unlimited_machines() -> None:
+    tasks = [Task("a", 10.0, 1, 1, "t"), Task("b", 10.0, 1, 1, "t")]
+    workflow = Workflow.create("w", tasks, [Edge("a", "b")])
+    catalog = _catalog(
+        Resource("slow", "aws", vcpus=1, memory_gib=1, speed=1.0, price_per_hour_usd=1, count=None, boot_s=0),
+        Resource("fast", "aws", vcpus=1, memory_gib=1, speed=2.0, price_per_hour_usd=1, count=None, boot_s=20),
+    )
+    # a: slow ends at 10, fast at 20 + 5 = 25 -> 10; b: slow 20, fast max(10, 20) + 5 = 25 -> 20
+    assert makespan_lower_bound_s(workflow, catalog) == pytest.approx(20.0)
+
+
+def test_cost_bound_pays_packed_work_boot_and_deadline_overheads() -> None:
+    per_second = 3.6 / 3600
+    resource = Resource(
+        "m",
+        "aws",
+        vcpus=2,
+        memory_gib=1,
+        speed=1.0,
+        price_per_hour_usd=3.6,
+        count=None,
+        billing=Billing(1, 60),
+        boot_s=10,
+    )
+    catalog = _catalog(resource)
+    workflow = _independent(4, runtime_s=30.0)  # 120 core-seconds = 60 machine-seconds on 2 cores
+    assert cost_lower_bound_usd(workflow, catalog) == pytest.approx(per_second * (60 + 10))
+    # Deadline 40 s: a machine is busy at most 30 s and billed at least max(60, 40) = 60 s for it.
+    assert cost_lower_bound_usd(workflow, catalog, deadline_s=40.0) == pytest.approx(per_second * 60 * 60 / 30)
