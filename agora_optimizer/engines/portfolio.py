@@ -15,9 +15,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from agora_optimizer.engines.base import Engine, EngineResult
+from agora_optimizer.engines.heft import HeftEngine
 from agora_optimizer.engines.list_scheduling import ListSchedulingEngine
 from agora_optimizer.engines.local_search import LocalSearchEngine
 from agora_optimizer.engines.one_type_default import OneTypeDefaultEngine
+from agora_optimizer.engines.partition import PartitionEngine
+from agora_optimizer.engines.peft import PeftEngine
 from agora_optimizer.engines.pool_search import PoolSearchEngine
 from agora_optimizer.problem import Problem
 
@@ -32,6 +35,7 @@ class Stage:
     engine: Engine
     share: float
     max_tasks: int | None = None
+    objectives: tuple[str, ...] = ("time", "cost", "balanced")
 
 
 @dataclass
@@ -46,6 +50,9 @@ class Outcome:
 def default_stages() -> list[Stage]:
     return [
         Stage(ListSchedulingEngine(), share=0.25),
+        Stage(HeftEngine(), share=0.3),
+        Stage(PeftEngine(), share=0.3),
+        Stage(PartitionEngine(), share=0.3, objectives=("time",)),
         Stage(OneTypeDefaultEngine(), share=0.05),
         Stage(PoolSearchEngine(), share=0.5, max_tasks=20_000),
         Stage(LocalSearchEngine(), share=1.0, max_tasks=3000),

@@ -17,7 +17,7 @@ from agora_optimizer.bounds import fastest_runtime_s, feasible_types
 from agora_optimizer.model.catalog import Catalog, Resource
 from agora_optimizer.model.plan import Assignment
 from agora_optimizer.model.workflow import Workflow
-from agora_optimizer.schedule.timeline import MachineTimeline
+from agora_optimizer.schedule.timeline import MachineTimeline, SkippingTimeline
 
 
 @dataclass(eq=False)
@@ -47,6 +47,9 @@ def upward_ranks(workflow: Workflow, catalog: Catalog) -> dict[str, float]:
         tail = max((catalog.transfer_s(e.bytes) + rank[e.child] for e in workflow.children[task_id]), default=0.0)
         rank[task_id] = fastest_runtime_s(workflow.by_id[task_id], options[task_id]) + tail
     return rank
+
+
+INSERTION_WINDOW = 48  # with pruned candidates (very large workflows), gaps are searched this far back
 
 
 def _ready_s(arrivals: list[tuple[float, float, _Machine]], on_machine: dict[int, float], machine: _Machine) -> float:
@@ -87,6 +90,7 @@ def list_schedule(
     t_scale = max(makespan_scale_s, 1e-9)
     c_scale = max(cost_scale_usd, 1e-12)
     assignments: list[Assignment] = []
+    smallest_memory = min(t.memory_bytes for t in workflow.tasks)
 
     for task_id in order:
         task = workflow.by_id[task_id]
@@ -103,7 +107,8 @@ def list_schedule(
         best: tuple[tuple[float, float, float], _Machine, float, float] | None = None
         for resource in options[task_id]:
             duration = resource.runtime_s(task)
-            for machine in _candidates(resource, machines[resource.name], parent_machines, machines_per_type):
+            pool = machines[resource.name]
+            for machine in _candidates(resource, pool, parent_machines, machines_per_type, smallest_memory):
                 ready = max(resource.boot_s, _ready_s(arrivals, on_machine, machine))
                 start = machine.timeline.earliest_start(ready, duration, task.cores, task.memory_bytes)
                 end = start + duration
@@ -141,7 +146,11 @@ def list_schedule(
 
 
 def _candidates(
-    resource: Resource, pool: list[_Machine], parent_machines: dict[int, _Machine], machines_per_type: int | None
+    resource: Resource,
+    pool: list[_Machine],
+    parent_machines: dict[int, _Machine],
+    machines_per_type: int | None,
+    min_task_memory_bytes: int,
 ) -> list[_Machine]:
     """The machines of one type worth trying for a task (see :func:`list_schedule`)."""
     if machines_per_type is None or len(pool) <= machines_per_type:
@@ -151,6 +160,7 @@ def _candidates(
         seen = {id(m) for m in chosen}
         chosen += [m for key, m in parent_machines.items() if m.resource is resource and key not in seen]
     if resource.count is None or len(pool) < resource.count:
-        timeline = MachineTimeline(resource.vcpus, resource.memory_bytes)
+        window = None if machines_per_type is None else INSERTION_WINDOW
+        timeline = SkippingTimeline(resource.vcpus, resource.memory_bytes, min_task_memory_bytes, window)
         chosen.append(_Machine(f"{resource.name}#{len(pool)}", resource, timeline))
     return chosen

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 
 EPS_S = 1e-9
-INSERTION_WINDOW = 48  # gaps older than the last this-many segments are not searched
 
 
 class MachineTimeline:
@@ -14,9 +13,11 @@ class MachineTimeline:
     The last segment runs to infinity and is always empty once every task has ended.
     """
 
-    def __init__(self, vcpus: int, memory_bytes: int) -> None:
+    def __init__(self, vcpus: int, memory_bytes: int, insertion_window: int | None = None) -> None:
+        """``insertion_window``: search gaps only among the last this-many segments (None: all)."""
         self.vcpus = vcpus
         self.memory_bytes = memory_bytes
+        self.insertion_window = insertion_window
         self.times: list[float] = [0.0]
         self.cores: list[int] = [0]
         self.memory: list[int] = [0]
@@ -31,8 +32,9 @@ class MachineTimeline:
         last = len(times) - 1
         candidate = ready_s
         j = max(bisect_right(times, candidate) - 1, 0)
-        if last - j > INSERTION_WINDOW:  # bounded insertion keeps long timelines fast
-            j = last - INSERTION_WINDOW
+        window = self.insertion_window
+        if window is not None and last - j > window:  # bounded insertion keeps long timelines fast
+            j = last - window
             candidate = max(candidate, times[j])
         while j <= last and times[j] < candidate + duration_s - EPS_S:
             if used_cores[j] > free_cores or used_memory[j] > free_memory:
@@ -60,3 +62,56 @@ class MachineTimeline:
         for k in range(first, last):
             self.cores[k] += cores
             self.memory[k] += memory_bytes
+
+
+class SkippingTimeline(MachineTimeline):
+    """A :class:`MachineTimeline` whose ``earliest_start`` jumps over saturated stretches.
+
+    A segment is saturated when no task of the workflow could share it: all cores are
+    taken, or less than the smallest task's memory is left. ``open_times`` lists, in
+    order, the start of every segment that is not saturated (the last, empty one always
+    is). Where the plain timeline would step through a run of full segments one by one,
+    this one bisects to the next open segment, with the same result: on a long, packed
+    machine the search costs O(log n) instead of O(n).
+    """
+
+    def __init__(
+        self, vcpus: int, memory_bytes: int, min_task_memory_bytes: int = 0, insertion_window: int | None = None
+    ) -> None:
+        super().__init__(vcpus, memory_bytes, insertion_window)
+        self.min_task_memory_bytes = min_task_memory_bytes
+        self.open_times: list[float] = [0.0]
+
+    def _is_open(self, index: int) -> bool:
+        return self.cores[index] < self.vcpus and self.memory[index] + self.min_task_memory_bytes <= self.memory_bytes
+
+    def earliest_start(self, ready_s: float, duration_s: float, cores: int, memory_bytes: int) -> float:
+        if duration_s <= EPS_S:
+            return ready_s
+        times, open_times = self.times, self.open_times
+        candidate = ready_s
+        j = max(bisect_right(times, candidate) - 1, 0)
+        window = self.insertion_window
+        if window is not None and len(times) - 1 - j > window:  # bounded insertion, as in the base class
+            j = len(times) - 1 - window
+            candidate = max(candidate, times[j])
+        while j < len(times) and times[j] < candidate + duration_s - EPS_S:
+            if self.cores[j] + cores > self.vcpus or self.memory[j] + memory_bytes > self.memory_bytes:
+                candidate = open_times[bisect_right(open_times, times[j])]
+                j = bisect_left(times, candidate)
+                continue
+            j += 1
+        return candidate
+
+    def add(self, start_s: float, end_s: float, cores: int, memory_bytes: int) -> None:
+        super().add(start_s, end_s, cores, memory_bytes)
+        if end_s - start_s <= EPS_S:
+            return
+        times, open_times = self.times, self.open_times
+        for j in range(bisect_left(times, start_s - EPS_S), bisect_right(times, end_s + EPS_S)):
+            k = bisect_left(open_times, times[j])
+            listed = k < len(open_times) and open_times[k] == times[j]
+            if self._is_open(j) and not listed:
+                open_times.insert(k, times[j])
+            elif listed and not self._is_open(j):
+                del open_times[k]

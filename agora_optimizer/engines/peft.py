@@ -1,0 +1,114 @@
+"""PEFT, the Predict Earliest Finish Time list scheduler, as a benchmark peer.
+
+H. Arabnejad and J. G. Barbosa, "List scheduling algorithm for heterogeneous systems by
+an optimistic cost table", IEEE Transactions on Parallel and Distributed Systems
+25(3):682-694, 2014.
+
+1. The optimistic cost table: for every task ``t_i`` and processor ``p_k``,
+   ``OCT(t_i, p_k) = max_{t_j in succ(t_i)} min_{p_w} [OCT(t_j, p_w) + w(t_j, p_w) + c̄_ij]``
+   with ``c̄_ij = 0`` when ``p_w = p_k``; ``OCT`` of an exit task is 0. It is the
+   shortest time from the end of ``t_i`` on ``p_k`` to the end of the workflow, if
+   every successor got the processor it likes best.
+2. Task priorities: ``rank_oct(t_i)``, the mean of ``OCT(t_i, ·)`` over processors; the
+   ready task with the highest rank goes first.
+3. Processor selection: the processor that minimises the optimistic EFT,
+   ``O_EFT(t_i, p_k) = EFT(t_i, p_k) + OCT(t_i, p_k)``, insertion-based.
+
+Adapted to the agora model: processors are machine slots ``TYPE#N`` (see
+:mod:`agora_optimizer.engines.slots`). All slots of a type are alike, so the table is
+kept per type, and it stays exact: a successor on another slot of the same type pays
+``c̄_ij`` like one on another type, and one on the same slot pays nothing, so
+``min_{p_w}`` is ``min(OCT(t_j, k) + w(t_j, k), min_{k'} [OCT(t_j, k') + w(t_j, k')] + c̄_ij)``.
+Types a task does not fit on are left out of its row and of every minimum and mean.
+``c̄_ij`` is the edge's bytes over the catalog's bandwidth. PEFT ignores cost.
+"""
+
+from __future__ import annotations
+
+import heapq
+import statistics
+import time
+
+from agora_optimizer.engines.base import Engine, EngineResult
+from agora_optimizer.engines.heft import TIME_CHECK_EVERY
+from agora_optimizer.engines.slots import (
+    Placement,
+    arrivals_for,
+    assignment,
+    best_placement,
+    pool_for,
+)
+from agora_optimizer.model.plan import Assignment
+from agora_optimizer.problem import Problem
+
+OptimisticCostTable = dict[str, dict[str, float]]  # task id -> type name -> OCT in seconds
+
+
+def optimistic_cost_table(problem: Problem) -> OptimisticCostTable:
+    """``OCT(task, type)`` for every task and every type it fits on, exit tasks first."""
+    workflow, catalog = problem.workflow, problem.catalog
+    table: OptimisticCostTable = {}
+    for task_id in reversed(workflow.topological_order):
+        row = dict.fromkeys((r.name for r in problem.options[task_id]), 0.0)
+        for edge in workflow.children[task_id]:
+            child = workflow.by_id[edge.child]
+            finish = {r.name: table[edge.child][r.name] + r.runtime_s(child) for r in problem.options[edge.child]}
+            elsewhere = min(finish.values()) + catalog.transfer_s(edge.bytes)
+            for name in row:
+                here = finish.get(name, elsewhere)
+                row[name] = max(row[name], min(here, elsewhere))
+        table[task_id] = row
+    return table
+
+
+def oct_ranks(table: OptimisticCostTable) -> dict[str, float]:
+    """``rank_oct``: each task's mean OCT over the types it fits on."""
+    return {task_id: statistics.fmean(row.values()) for task_id, row in table.items()}
+
+
+def peft_schedule(
+    problem: Problem, unlimited_slots: int | None = None, deadline: float | None = None
+) -> list[Assignment] | None:
+    """The PEFT schedule of ``problem``; ``None`` if ``time.perf_counter()`` passes ``deadline``."""
+    workflow = problem.workflow
+    table = optimistic_cost_table(problem)
+    rank = oct_ranks(table)
+    position = {task_id: i for i, task_id in enumerate(workflow.topological_order)}
+    waiting = {task_id: len(workflow.parents[task_id]) for task_id in position}
+    ready = [(-rank[t], position[t], t) for t, n in waiting.items() if n == 0]
+    heapq.heapify(ready)
+    pool = pool_for(workflow, problem.catalog, unlimited_slots)
+    placements: dict[str, Placement] = {}
+    assignments: list[Assignment] = []
+    while ready:
+        if deadline is not None and len(assignments) % TIME_CHECK_EVERY == 0 and time.perf_counter() > deadline:
+            return None
+        _, _, task_id = heapq.heappop(ready)
+        task = workflow.by_id[task_id]
+        arrivals = arrivals_for(workflow, problem.catalog, task_id, placements)
+        placement = best_placement(task, problem.options[task_id], pool, arrivals, table[task_id])
+        pool.occupy(task, placement)
+        placements[task_id] = placement
+        assignments.append(assignment(task, placement))
+        for edge in workflow.children[task_id]:
+            waiting[edge.child] -= 1
+            if waiting[edge.child] == 0:
+                heapq.heappush(ready, (-rank[edge.child], position[edge.child], edge.child))
+    return assignments
+
+
+class PeftEngine(Engine):
+    """PEFT (Arabnejad and Barbosa 2014) over machine slots; objective-blind (minimises makespan)."""
+
+    name = "peft"
+
+    def __init__(self, unlimited_slots: int | None = None) -> None:
+        self.unlimited_slots = unlimited_slots
+
+    def solve(
+        self, problem: Problem, time_limit_s: float, warm_start: EngineResult | None = None
+    ) -> EngineResult | None:
+        assignments = peft_schedule(problem, self.unlimited_slots, time.perf_counter() + time_limit_s)
+        if assignments is None:
+            return None
+        return EngineResult(assignments=tuple(assignments), method=self.name, status="heuristic")
