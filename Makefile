@@ -5,4 +5,4 @@ test:   ; bash scripts/test.sh
 lint:   ; .venv/bin/ruff check . && .venv/bin/ruff format --check .
 fmt:    ; .venv/bin/ruff format . && .venv/bin/ruff check --fix .
 types:  ; .venv/bin/mypy
-bench:  ; .venv/bin/python bench/run_planners.py
+bench:  ; .venv/bin/python bench/run_engines.py --sizes none --time-limit-s 5

@@ -94,19 +94,18 @@ def optimize(
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON summary instead of a table.")] = False,
 ) -> None:
     """Plan WORKFLOW on CATALOG and write the plan to --out."""
-    from agora_optimizer.optimize import default_plan, lower_bounds
-    from agora_optimizer.optimize import optimize as run_optimizer
+    from agora_optimizer.optimize import default_plan, optimize_problem
+    from agora_optimizer.problem import Problem
 
     with _user_errors():
         wf = load_workflow(workflow, default_memory_bytes=int(default_memory_gib * GIB))
         cat = load_catalog(catalog)
         goal = Objective(kind=objective.value, alpha=alpha, deadline_s=deadline_s, budget_usd=budget_usd)
+        problem = Problem.create(wf, cat, goal)
         with _progress_bar(f"planning {len(wf.tasks)} tasks") as progress:
-            plan = run_optimizer(
-                wf, cat, goal, catalog_label=str(catalog), time_limit_s=time_limit_s, progress=progress
-            )
+            plan = optimize_problem(problem, str(catalog), time_limit_s=time_limit_s, progress=progress)
         baseline = default_plan(wf, cat, str(catalog))
-        bounds = lower_bounds(wf, cat)
+        bounds = problem.bounds
         write_plan(plan, out)
     summary = _summary(plan, baseline, bounds.makespan_s, bounds.cost_usd, out)
     if as_json:

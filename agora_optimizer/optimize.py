@@ -21,7 +21,7 @@ from agora_optimizer.model.plan import Assignment, Objective, Plan, SolverInfo
 from agora_optimizer.model.workflow import Workflow
 from agora_optimizer.problem import Problem, lower_bounds, score
 
-__all__ = ["default_plan", "lower_bounds", "one_type_default_assignments", "optimize", "score"]
+__all__ = ["default_plan", "lower_bounds", "one_type_default_assignments", "optimize", "optimize_problem", "score"]
 
 
 def optimize(
@@ -34,8 +34,19 @@ def optimize(
     progress: Progress | None = None,
 ) -> Plan:
     """Return the best plan found within ``time_limit_s`` (the first engine always completes)."""
+    return optimize_problem(Problem.create(workflow, catalog, objective), catalog_label, time_limit_s, stages, progress)
+
+
+def optimize_problem(
+    problem: Problem,
+    catalog_label: str,
+    time_limit_s: float = 60.0,
+    stages: list[Stage] | None = None,
+    progress: Progress | None = None,
+) -> Plan:
+    """:func:`optimize` for a problem already built (its bounds are reused)."""
     started = time.perf_counter()
-    problem = Problem.create(workflow, catalog, objective)
+    workflow, catalog, objective = problem.workflow, problem.catalog, problem.objective
     if objective.deadline_s is not None and objective.deadline_s < problem.bounds.makespan_s - 1e-6:
         raise InfeasibleObjectiveError(
             f"deadline {objective.deadline_s} s is below the makespan lower bound "
