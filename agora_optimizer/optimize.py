@@ -43,16 +43,21 @@ def optimize_problem(
     time_limit_s: float = 60.0,
     stages: list[Stage] | None = None,
     progress: Progress | None = None,
+    started: float | None = None,
 ) -> Plan:
-    """:func:`optimize` for a problem already built (its bounds are reused)."""
-    started = time.perf_counter()
+    """:func:`optimize` for a problem already built (its bounds are reused).
+
+    ``started``: the ``time.perf_counter()`` from which ``time_limit_s`` counts (default:
+    now), so that a caller can count the time it spent loading and bounding too.
+    """
+    started = time.perf_counter() if started is None else started
     workflow, catalog, objective = problem.workflow, problem.catalog, problem.objective
     if objective.deadline_s is not None and objective.deadline_s < problem.bounds.makespan_s - 1e-6:
         raise InfeasibleObjectiveError(
             f"deadline {objective.deadline_s} s is below the makespan lower bound "
             f"{problem.bounds.makespan_s:.3f} s of workflow '{workflow.name}'"
         )
-    outcome = run_portfolio(problem, time_limit_s, stages, progress)
+    outcome = run_portfolio(problem, max(time_limit_s - (time.perf_counter() - started), 0.0), stages, progress)
     makespan, cost = problem.evaluate(outcome.best.assignments)
     if problem.excess(makespan, cost) > 0:
         fastest = min(m for m, _ in outcome.evaluated.values())
