@@ -18,6 +18,7 @@ from agora_optimizer.engines.base import Engine, EngineResult
 from agora_optimizer.engines.heft import HeftEngine
 from agora_optimizer.engines.list_scheduling import ListSchedulingEngine
 from agora_optimizer.engines.local_search import LocalSearchEngine
+from agora_optimizer.engines.milp import MilpEngine
 from agora_optimizer.engines.one_type_default import OneTypeDefaultEngine
 from agora_optimizer.engines.partition import PartitionEngine
 from agora_optimizer.engines.peft import PeftEngine
@@ -55,6 +56,7 @@ def default_stages() -> list[Stage]:
         Stage(PartitionEngine(), share=0.3, objectives=("time",)),
         Stage(OneTypeDefaultEngine(), share=0.05),
         Stage(PoolSearchEngine(), share=0.5, max_tasks=20_000),
+        Stage(MilpEngine(), share=0.6, max_tasks=40),
         Stage(LocalSearchEngine(), share=1.0, max_tasks=3000),
     ]
 
