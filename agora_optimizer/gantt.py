@@ -10,6 +10,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from agora_optimizer.errors import InputFileError
@@ -31,11 +32,29 @@ def plain_text(text: str) -> str:
     return text.replace("$", r"\$")
 
 
+def check_chart_path(path: str | Path) -> Path:
+    """The chart's path, refused unless it ends in a format matplotlib writes here."""
+    path = Path(path)
+    if path.suffix.lower() not in FORMATS:
+        raise InputFileError(path, f"unsupported chart format '{path.suffix}'; use one of {', '.join(FORMATS)}")
+    return path
+
+
+def save_figure(fig: Figure, path: Path) -> None:
+    """Lay out, write and close ``fig``; a path that cannot be written is a clear error."""
+    fig.tight_layout()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=110)
+    except OSError as exc:
+        raise InputFileError(path, f"cannot be written: {exc.strerror or exc}") from None
+    finally:
+        plt.close(fig)
+
+
 def draw_gantt(plan: Plan, out: str | Path, categories: dict[str, str] | None = None) -> None:
     """Write the chart to ``out`` (.png, .svg or .pdf)."""
-    out = Path(out)
-    if out.suffix.lower() not in FORMATS:
-        raise InputFileError(out, f"unsupported chart format '{out.suffix}'; use one of {', '.join(FORMATS)}")
+    out = check_chart_path(out)
     category = {a.task: (categories or {}).get(a.task) or category_of(a.task) for a in plan.assignments}
     machines = sorted({a.machine for a in plan.assignments}, key=_machine_key)
     row = {machine: i for i, machine in enumerate(machines)}
@@ -68,11 +87,4 @@ def draw_gantt(plan: Plan, out: str | Path, categories: dict[str, str] | None = 
         handles.append(Patch(color=(0.6, 0.6, 0.6, 1.0), label=f"{len(ranked) - MAX_LEGEND} more"))
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, title="category")
     ax.grid(axis="x", linestyle=":", linewidth=0.5)
-    fig.tight_layout()
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(out, dpi=110)
-    except OSError as exc:
-        raise InputFileError(out, f"cannot be written: {exc.strerror or exc}") from None
-    finally:
-        plt.close(fig)
+    save_figure(fig, out)

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agora_optimizer.engines.portfolio import run_portfolio
-from agora_optimizer.errors import InputFileError
 from agora_optimizer.io.documents import write_text_atomically
 from agora_optimizer.model.catalog import Catalog
 from agora_optimizer.model.plan import Objective
@@ -121,16 +120,11 @@ def write_front(front: Front, path: str | Path) -> None:
 
 def plot_front(front: Front, path: str | Path) -> None:
     """Every candidate in grey, the front as a step line, the default and the lower bounds marked."""
-    import matplotlib
-
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from agora_optimizer.gantt import plain_text
+    from agora_optimizer.gantt import check_chart_path, plain_text, save_figure
 
-    path = Path(path)
-    if path.suffix.lower() not in (".png", ".svg", ".pdf"):
-        raise InputFileError(path, f"unsupported chart format '{path.suffix}'; use .png, .svg or .pdf")
+    path = check_chart_path(path)
     fig, ax = plt.subplots(figsize=(7, 5))
     ax.scatter(
         [p.makespan_s for p in front.candidates],
@@ -164,11 +158,4 @@ def plot_front(front: Front, path: str | Path) -> None:
     ax.set_title(f"{plain_text(front.workflow)}: cost / makespan front")
     ax.legend(fontsize=8)
     ax.grid(linestyle=":", linewidth=0.5)
-    fig.tight_layout()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=110)
-    except OSError as exc:
-        raise InputFileError(path, f"cannot be written: {exc.strerror or exc}") from None
-    finally:
-        plt.close(fig)
+    save_figure(fig, path)

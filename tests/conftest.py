@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
@@ -83,36 +82,3 @@ def resource(name: str, **overrides: Any) -> dict[str, Any]:
     }
     base.update(overrides)
     return base
-
-
-@pytest.fixture
-def diamond(tmp_path: Path) -> tuple[Path, Path]:
-    """A four-task diamond a -> (b, c) -> d with file transfers, and a two-type catalog."""
-    gib = 2**30
-    workflow = wfformat_15(
-        [
-            {"id": "a", "runtime": 10.0, "outputs": ["ab", "ac"], "memory": gib},
-            {"id": "b", "runtime": 20.0, "parents": ["a"], "inputs": ["ab"], "outputs": ["bd"], "memory": 3 * gib},
-            {"id": "c", "runtime": 20.0, "parents": ["a"], "inputs": ["ac"], "outputs": ["cd"], "memory": gib},
-            {"id": "d", "runtime": 5.0, "parents": ["b", "c"], "inputs": ["bd", "cd"], "memory": gib},
-        ],
-        files={"ab": 1_000_000_000, "ac": 500_000_000, "bd": 0, "cd": 2_000_000_000},
-        name="diamond",
-    )
-    catalog = {
-        "network": {"bandwidth_bytes_per_s": 100_000_000},
-        "resources": [
-            resource("small", vcpus=1, memory_gib=2, speed=1.0, price_per_hour_usd=0.36, count=2),
-            resource(
-                "big",
-                vcpus=2,
-                memory_gib=4,
-                speed=2.0,
-                price_per_hour_usd=1.44,
-                count=1,
-                billing={"granularity_s": 10, "minimum_s": 60},
-                boot_s=5,
-            ),
-        ],
-    }
-    return write_json(tmp_path / "diamond.json", workflow), write_yaml(tmp_path / "catalog.yaml", catalog)
