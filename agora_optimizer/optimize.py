@@ -17,7 +17,7 @@ from agora_optimizer.engines.portfolio import Progress, Stage, run_portfolio
 from agora_optimizer.errors import InfeasibleObjectiveError
 from agora_optimizer.leases import cost_usd, makespan_s
 from agora_optimizer.model.catalog import Catalog
-from agora_optimizer.model.plan import Assignment, Objective, Plan, SolverInfo
+from agora_optimizer.model.plan import Assignment, Objective, Plan, SolverInfo, SolverStatus
 from agora_optimizer.model.workflow import Workflow
 from agora_optimizer.problem import Problem, lower_bounds, score
 
@@ -89,7 +89,7 @@ def build_plan(
     assignments: Iterable[Assignment],
     method: str,
     started: float,
-    status: str = "heuristic",
+    status: SolverStatus = "heuristic",
     gap: float | None = None,
 ) -> Plan:
     """A plan in the spec's format, with makespan and cost recomputed from the assignments."""
@@ -103,7 +103,7 @@ def build_plan(
         assignments=tuple(items),
         solver=SolverInfo(
             method=method,
-            status=status,  # type: ignore[arg-type]
+            status=status,
             gap=gap,
             wall_s=round(time.perf_counter() - started, 6),
         ),

@@ -16,6 +16,7 @@ from dataclasses import replace
 
 from agora_optimizer.engines.base import Engine, EngineResult
 from agora_optimizer.engines.budget import TimeBudget
+from agora_optimizer.engines.slots import widest_level
 from agora_optimizer.model.catalog import Catalog, Resource
 from agora_optimizer.model.plan import Assignment
 from agora_optimizer.problem import Problem
@@ -62,7 +63,7 @@ class PoolSearchEngine(Engine):
 
     def _starting_pools(self, problem: Problem) -> list[Pool]:
         tasks = problem.workflow.tasks
-        width = _max_width(problem)
+        width = widest_level(problem.workflow, by_cores=True)  # most cores that can run at once
         pools: list[Pool] = []
         covering = [r for r in problem.catalog.resources if all(r.fits(t) for t in tasks)]
         # No single type runs every task: the cheapest type for the tasks that fit the fewest types
@@ -78,17 +79,6 @@ class PoolSearchEngine(Engine):
                 entries = {resource.name: size, **{a.name: 1 for a in anchor}}
                 pools.append(tuple(sorted(entries.items())))
         return pools
-
-
-def _max_width(problem: Problem) -> int:
-    """Most tasks that can run at once (tasks per level of the ASAP layering)."""
-    level: dict[str, int] = {}
-    counts: dict[int, int] = {}
-    for task_id in problem.workflow.topological_order:
-        depth = max((level[e.parent] + 1 for e in problem.workflow.parents[task_id]), default=0)
-        level[task_id] = depth
-        counts[depth] = counts.get(depth, 0) + problem.workflow.by_id[task_id].cores
-    return max(counts.values(), default=1)
 
 
 class _Search:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from agora_optimizer.model.catalog import Catalog, Resource
 from agora_optimizer.model.plan import Assignment
 from agora_optimizer.model.workflow import Task, Workflow
+from agora_optimizer.schedule.arrivals import Arrivals
 from agora_optimizer.schedule.timeline import SkippingTimeline
 
 
@@ -40,14 +41,14 @@ class Placement:
     end_s: float
 
 
-def widest_level(workflow: Workflow) -> int:
-    """The largest number of tasks at the same depth (longest path from an entry task)."""
+def widest_level(workflow: Workflow, by_cores: bool = False) -> int:
+    """The largest number of tasks (or of their cores) at the same depth (longest path from an entry task)."""
     depth: dict[str, int] = {}
     for task_id in workflow.topological_order:
         depth[task_id] = 1 + max((depth[e.parent] for e in workflow.parents[task_id]), default=-1)
     counts: dict[int, int] = defaultdict(int)
-    for value in depth.values():
-        counts[value] += 1
+    for task_id, value in depth.items():
+        counts[value] += workflow.by_id[task_id].cores if by_cores else 1
     return max(counts.values(), default=1)
 
 
@@ -86,27 +87,6 @@ class SlotPool:
             del self._fresh[slot.resource.name]
             self._used[slot.resource.name].append(slot)
         slot.timeline.add(placement.start_s, placement.end_s, task.cores, task.memory_bytes)
-
-
-class Arrivals:
-    """When all of a task's inputs are present on a given slot.
-
-    ``inputs`` holds, per parent, its slot, its end and the transfer time of the
-    edge's bytes; a parent on the same slot sends nothing.
-    """
-
-    def __init__(self, inputs: list[tuple[Slot, float, float]]) -> None:
-        self._remote = sorted(((end + transfer, slot) for slot, end, transfer in inputs), key=lambda x: -x[0])
-        self._local: dict[Slot, float] = {}
-        for slot, end, _ in inputs:
-            self._local[slot] = max(self._local.get(slot, 0.0), end)
-
-    def on(self, slot: Slot) -> float:
-        ready = self._local.get(slot, 0.0)
-        for arrival, source in self._remote:
-            if source is not slot:
-                return max(ready, arrival)
-        return ready
 
 
 def arrivals_for(workflow: Workflow, catalog: Catalog, task_id: str, placements: dict[str, Placement]) -> Arrivals:

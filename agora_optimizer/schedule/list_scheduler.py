@@ -17,6 +17,7 @@ from agora_optimizer.bounds import fastest_runtime_s, feasible_types
 from agora_optimizer.model.catalog import Catalog, Resource
 from agora_optimizer.model.plan import Assignment
 from agora_optimizer.model.workflow import Workflow
+from agora_optimizer.schedule.arrivals import Arrivals
 from agora_optimizer.schedule.timeline import MachineTimeline, SkippingTimeline
 
 
@@ -52,19 +53,6 @@ def upward_ranks(workflow: Workflow, catalog: Catalog) -> dict[str, float]:
 INSERTION_WINDOW = 48  # with pruned candidates (very large workflows), gaps are searched this far back
 
 
-def _ready_s(arrivals: list[tuple[float, float, _Machine]], on_machine: dict[int, float], machine: _Machine) -> float:
-    """When every parent's data is on ``machine``: parents elsewhere pay their transfer.
-
-    ``arrivals`` holds (end + transfer, end, parent machine) by decreasing end + transfer;
-    ``on_machine`` the latest parent end per machine (by ``id()``).
-    """
-    ready = on_machine.get(id(machine), 0.0)
-    for with_transfer, _, parent_machine in arrivals:
-        if parent_machine is not machine:
-            return max(ready, with_transfer)
-    return ready
-
-
 def list_schedule(
     workflow: Workflow,
     catalog: Catalog,
@@ -95,21 +83,17 @@ def list_schedule(
     for task_id in order:
         task = workflow.by_id[task_id]
         tail = rank[task_id] - fastest_runtime_s(task, options[task_id])
-        arrivals: list[tuple[float, float, _Machine]] = []
-        on_machine: dict[int, float] = {}
-        for edge in workflow.parents[task_id]:
-            parent_machine, parent_end = placed[edge.parent]
-            arrivals.append((parent_end + catalog.transfer_s(edge.bytes), parent_end, parent_machine))
-            key_ = id(parent_machine)
-            on_machine[key_] = max(on_machine.get(key_, 0.0), parent_end)
-        arrivals.sort(key=lambda item: -item[0])
-        parent_machines = {id(m): m for _, _, m in arrivals}
+        inputs = [
+            (placed[e.parent][0], placed[e.parent][1], catalog.transfer_s(e.bytes)) for e in workflow.parents[task_id]
+        ]
+        arrivals = Arrivals(inputs)
+        parent_machines = {id(m): m for m, _, _ in inputs}
         best: tuple[tuple[float, float, float], _Machine, float, float] | None = None
         for resource in options[task_id]:
             duration = resource.runtime_s(task)
             pool = machines[resource.name]
             for machine in _candidates(resource, pool, parent_machines, machines_per_type, smallest_memory):
-                ready = max(resource.boot_s, _ready_s(arrivals, on_machine, machine))
+                ready = max(resource.boot_s, arrivals.on(machine))
                 start = machine.timeline.earliest_start(ready, duration, task.cores, task.memory_bytes)
                 end = start + duration
                 makespan_part = alpha * max(estimated_makespan, end + tail) / t_scale

@@ -5,9 +5,10 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agora_optimizer.engines.slots import Arrivals, Placement, SlotPool, widest_level
+from agora_optimizer.engines.slots import Placement, SlotPool, widest_level
 from agora_optimizer.model.catalog import Catalog
 from agora_optimizer.model.workflow import Workflow
+from agora_optimizer.schedule.arrivals import Arrivals
 from agora_optimizer.schedule.timeline import MachineTimeline, SkippingTimeline
 from tests.engines.plan_checks import edge, processor, task
 
