@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from agora_optimizer.errors import UnplaceableTaskError
-from agora_optimizer.model.catalog import Catalog, Resource
+from agora_optimizer.model.catalog import GIB, Catalog, Resource
 from agora_optimizer.model.workflow import Task, Workflow
+from agora_optimizer.window_bound import window_bound_s
 
 
 def feasible_types(workflow: Workflow, catalog: Catalog) -> dict[str, list[Resource]]:
@@ -29,12 +30,13 @@ def fastest_runtime_s(task: Task, options: list[Resource]) -> float:
 
 
 def makespan_lower_bound_s(workflow: Workflow, catalog: Catalog) -> float:
-    """The larger of two bounds on the makespan.
+    """The largest of three bounds on the makespan.
 
     - Critical path with no transfers, each task on the type that would finish it
       first; a task on type k starts no earlier than ``boot_s`` of k (no lease before 0).
     - Work over capacity, where every type a task fits has a ``count``: all machines
       sharing the work perfectly (see :func:`_balanced_work_s`).
+    - Head-body-tail bounds over windows of the DAG (see :mod:`agora_optimizer.window_bound`).
     """
     options = feasible_types(workflow, catalog)
     finish: dict[str, float] = {}
@@ -45,46 +47,71 @@ def makespan_lower_bound_s(workflow: Workflow, catalog: Catalog) -> float:
     critical_path = max(finish.values(), default=0.0)
     if any(r.count is None for rs in options.values() for r in rs):
         return critical_path  # some task may use unlimited machines: only the path binds
-    return max(critical_path, _balanced_work_s(workflow, options))
+    return max(
+        critical_path,
+        _balanced_work_s(workflow, options),
+        window_bound_s(workflow, options),
+    )
 
 
 def _balanced_work_s(workflow: Workflow, options: dict[str, list[Resource]]) -> float:
     """The shortest time in which all machines, sharing the work perfectly, could do it.
 
-    A task of ``w = runtime_s * cores`` reference core-seconds takes ``w / speed_k``
-    core-seconds on type k, which offers ``vcpus_k * count_k`` cores. The fractional split
-    of the work that finishes first is a linear programme; tasks that fit the same types
-    are interchangeable in it, so it runs over groups of such tasks (at most one per set
-    of types), whatever the workflow's size.
+    ``z_(g,k)`` reference seconds of task class g run on type k, taking ``z / speed_k``
+    seconds there with the class's cores and memory; type k offers ``vcpus_k * count_k``
+    cores and ``memory_k * count_k`` bytes at every instant. Minimise T such that, on every
+    type, core-seconds <= T * cores and byte-seconds <= T * bytes: a linear programme.
+    Tasks that fit the same types with the same cores and memory are one class; when that
+    gives too many variables, classes merge by types and cores and keep their least memory
+    (which only weakens the bound, never breaks it).
     """
     import numpy as np
     from scipy.optimize import linprog
+    from scipy.sparse import coo_matrix
 
-    groups: dict[tuple[str, ...], float] = {}
-    types: dict[str, Resource] = {}
-    for task in workflow.tasks:
-        key = tuple(sorted(r.name for r in options[task.id]))
-        groups[key] = groups.get(key, 0.0) + task.runtime_s * task.cores
-        types.update({r.name: r for r in options[task.id]})
+    def classes(exact_memory: bool) -> dict[tuple[tuple[str, ...], int, int], float]:
+        merged: dict[tuple[tuple[str, ...], int], tuple[float, int]] = {}
+        exact: dict[tuple[tuple[str, ...], int, int], float] = {}
+        for task in workflow.tasks:
+            names = tuple(sorted(r.name for r in options[task.id]))
+            if exact_memory:
+                key = (names, task.cores, task.memory_bytes)
+                exact[key] = exact.get(key, 0.0) + task.runtime_s
+            else:
+                total, least = merged.get((names, task.cores), (0.0, task.memory_bytes))
+                merged[(names, task.cores)] = (total + task.runtime_s, min(least, task.memory_bytes))
+        return exact if exact_memory else {(n, c, m): total for (n, c), (total, m) in merged.items()}
+
+    groups = classes(exact_memory=True)
+    if sum(len(key[0]) for key in groups) > LP_MAX_VARIABLES:
+        groups = classes(exact_memory=False)
+    types = {r.name: r for rs in options.values() for r in rs}
     names = sorted(types)
     index = {name: k for k, name in enumerate(names)}
-    pairs = [(g, name) for g, key in enumerate(groups) for name in key]
-    n = len(pairs) + 1  # y_(group, type) in reference core-seconds, then T
+    pairs = [(g, name) for g, key in enumerate(groups) for name in key[0]]
+    n = len(pairs) + 1  # z_(group, type), then T
     cost = np.zeros(n)
     cost[-1] = 1.0
-    a_ub = np.zeros((len(names), n))
-    for column, (_, name) in enumerate(pairs):
-        a_ub[index[name], column] = 1.0 / types[name].speed
+    rows, cols, values = [], [], []
+    keys = list(groups)
+    for column, (g, name) in enumerate(pairs):
+        _, cores, memory = keys[g]
+        speed = types[name].speed
+        rows += [2 * index[name], 2 * index[name] + 1]
+        cols += [column, column]
+        values += [cores / speed, memory / GIB / speed]  # GiB keeps the LP well scaled
     for name, k in index.items():
-        a_ub[k, -1] = -float(types[name].vcpus * (types[name].count or 0))
-    a_eq = np.zeros((len(groups), n))
-    for column, (g, _) in enumerate(pairs):
-        a_eq[g, column] = 1.0
+        count = types[name].count or 0
+        rows += [2 * k, 2 * k + 1]
+        cols += [n - 1, n - 1]
+        values += [-float(types[name].vcpus * count), -types[name].memory_bytes / GIB * count]
+    a_ub = coo_matrix((values, (rows, cols)), shape=(2 * len(names), n)).tocsr()
+    a_eq = coo_matrix(([1.0] * len(pairs), ([g for g, _ in pairs], range(len(pairs)))), shape=(len(groups), n))
     result = linprog(
         cost,
         A_ub=a_ub,
-        b_ub=np.zeros(len(names)),
-        A_eq=a_eq,
+        b_ub=np.zeros(2 * len(names)),
+        A_eq=a_eq.tocsr(),
         b_eq=list(groups.values()),
         bounds=(0, None),
         method="highs",

@@ -33,8 +33,10 @@ def optimize(
     stages: list[Stage] | None = None,
     progress: Progress | None = None,
 ) -> Plan:
-    """Return the best plan found within ``time_limit_s`` (the first engine always completes)."""
-    return optimize_problem(Problem.create(workflow, catalog, objective), catalog_label, time_limit_s, stages, progress)
+    """Return the best plan found within ``time_limit_s``, bounds included (the first engine always completes)."""
+    started = time.perf_counter()
+    problem = Problem.create(workflow, catalog, objective)
+    return optimize_problem(problem, catalog_label, time_limit_s, stages, progress, started=started)
 
 
 def optimize_problem(

@@ -22,7 +22,7 @@ def test_balanced_work_bound_shares_work_by_speed_and_cores() -> None:
         Resource("A", "local", vcpus=2, memory_gib=1, speed=1.0, price_per_hour_usd=0, count=1),
         Resource("B", "local", vcpus=1, memory_gib=1, speed=2.0, price_per_hour_usd=0, count=1),
     )
-    assert makespan_lower_bound_s(_independent(30), catalog) == pytest.approx(30 / 4)
+    assert makespan_lower_bound_s(_independent(32), catalog) == pytest.approx(32 / 4)
 
 
 def test_memory_restricts_where_work_may_go() -> None:
@@ -63,3 +63,42 @@ def test_cost_bound_pays_packed_work_boot_and_deadline_overheads() -> None:
     assert cost_lower_bound_usd(workflow, catalog) == pytest.approx(per_second * (60 + 10))
     # Deadline 40 s: a machine is busy at most 30 s and billed at least max(60, 40) = 60 s for it.
     assert cost_lower_bound_usd(workflow, catalog, deadline_s=40.0) == pytest.approx(per_second * 60 * 60 / 30)
+
+
+def test_window_bound_counts_whole_tasks_between_a_split_and_a_join() -> None:
+    # split (2 s) -> 4 maps of 6 s -> join (3 s) on 3 identical one-core machines: one machine
+    # must run two maps back to back, so no plan ends before 2 + 12 + 3 = 17 s. Perfect work
+    # sharing would say 2 + 8 + 3 = 13 s (and the critical path 11 s).
+    maps = [Task(f"m{i}", 6.0, 1, 1, "map") for i in range(4)]
+    tasks = [Task("split", 2.0, 1, 1, "split"), *maps, Task("join", 3.0, 1, 1, "join")]
+    edges = [Edge("split", m.id) for m in maps] + [Edge(m.id, "join") for m in maps]
+    catalog = _catalog(Resource("A", "local", vcpus=1, memory_gib=1, speed=1.0, price_per_hour_usd=0, count=3))
+    assert makespan_lower_bound_s(Workflow.create("w", tasks, edges), catalog) == pytest.approx(17.0)
+
+
+def test_window_bound_counts_how_many_tasks_fit_in_a_machines_memory() -> None:
+    # 6 tasks of 10 s and 1.5 GiB on one 8-core machine of 4 GiB: only two run at once (memory,
+    # not cores, decides), so three rounds: 30 s. Sharing the memory perfectly says 22.5 s.
+    tasks = [Task(f"t{i}", 10.0, 1, int(1.5 * 2**30), "t") for i in range(6)]
+    catalog = _catalog(Resource("A", "local", vcpus=8, memory_gib=4, speed=1.0, price_per_hour_usd=0, count=1))
+    assert makespan_lower_bound_s(Workflow.create("w", tasks, []), catalog) == pytest.approx(30.0)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_makespan_bound_never_exceeds_the_exact_optimum(seed: int) -> None:
+    from dataclasses import replace
+
+    from agora_optimizer.model import Objective
+    from agora_optimizer.problem import Problem
+    from tests.engines.test_milp import brute_force, tiny_problem
+
+    problem = tiny_problem(seed, Objective(kind="time"))
+    counted = Catalog(
+        tuple(replace(r, count=r.count or 1 + seed % 2) for r in problem.catalog.resources),
+        problem.catalog.bandwidth_bytes_per_s,
+    )
+    problem = Problem.create(problem.workflow, counted, Objective(kind="time"))
+    oracle = brute_force(problem)
+    assert oracle is not None
+    optimum_s = max(a.end_s for a in oracle[1])
+    assert makespan_lower_bound_s(problem.workflow, counted) <= optimum_s + 1e-6
