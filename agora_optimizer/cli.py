@@ -255,6 +255,16 @@ def pareto(
     out_console.print(f"front written to {out}" + (f", chart to {plot}" if plot else ""), markup=False)
 
 
+def _add_subcommands() -> None:
+    """Command groups that live next to what they drive (imported here: they reuse this module's helpers)."""
+    from agora_optimizer.traces.cli import traces_app
+
+    app.add_typer(traces_app, name="traces")
+
+
+_add_subcommands()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``agora`` console script; returns the exit code."""
     command: Callable[..., Any] = typer.main.get_command(app)

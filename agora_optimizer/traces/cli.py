@@ -1,0 +1,152 @@
+"""``agora traces``: fill the trace store from Airflow, list what it holds, summarise it per task.
+
+The store is ``--store URL`` or else ``[agora] trace_store_url`` from Airflow's config
+(``sqlite:///$AIRFLOW_HOME/agora/traces.db`` by default). Errors are one line on
+stderr and exit code 2, as everywhere in ``agora``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from datetime import datetime
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from agora_optimizer.traces.records import ATTEMPT_STATES, TaskAttempt
+
+traces_app = typer.Typer(
+    help="Task-attempt traces: import them from Airflow, list them, summarise them.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+StoreOpt = Annotated[
+    str | None,
+    typer.Option("--store", help="Trace store URL (default: [agora] trace_store_url, or SQLite in $AIRFLOW_HOME)."),
+]
+DagOpt = Annotated[str | None, typer.Option("--dag", help="Only this DAG.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+MAX_SKIPS_SHOWN = 10
+
+
+@traces_app.command("import-airflow")
+def import_airflow(
+    api_url: Annotated[str, typer.Option("--api-url", help="Airflow's API server, e.g. http://localhost:8080.")],
+    user: Annotated[str | None, typer.Option("--user", help="User name for POST /auth/token.")] = None,
+    password: Annotated[
+        str | None, typer.Option("--password", envvar="AGORA_AIRFLOW_PASSWORD", help="Password (or the env var).")
+    ] = None,
+    dag: DagOpt = None,
+    store: StoreOpt = None,
+) -> None:
+    """Import every ended try of every task instance from a running Airflow's REST API."""
+    from agora_optimizer.cli import _user_errors, err_console, out_console
+    from agora_optimizer.traces.airflow_import import import_airflow_history
+    from agora_optimizer.traces.store import TraceStore
+
+    with _user_errors():
+        found = import_airflow_history(api_url, user, password, dag_id=dag)
+        with TraceStore(_store_url(store)) as trace_store:
+            report = trace_store.add(found.attempts)
+            where = trace_store.masked_url
+    for problem in [*found.skipped, *report.skipped][:MAX_SKIPS_SHOWN]:
+        err_console.print(f"agora: skipped: {problem}", markup=False, highlight=False)
+    skipped = len(found.skipped) + report.skipped_count
+    if not found.attempts and not found.skipped:
+        err_console.print(
+            f"agora: warning: {found.api_url} lists no ended task instance ({found.task_instances} listed); "
+            "nothing imported",
+            markup=False,
+            highlight=False,
+        )
+    out_console.print(
+        f"imported {report.written} attempt(s) from {found.task_instances} task instance(s) of {found.api_url} "
+        f"into {where}; {skipped} skipped as bad, {found.not_ended} not ended",
+        markup=False,
+        highlight=False,
+    )
+
+
+@traces_app.command("list")
+def list_attempts(
+    dag: DagOpt = None,
+    task: Annotated[str | None, typer.Option("--task", help="Only this task id.")] = None,
+    state: Annotated[str | None, typer.Option("--state", help=f"Only one state: {', '.join(ATTEMPT_STATES)}.")] = None,
+    store: StoreOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """List the stored attempts, oldest first."""
+    from agora_optimizer.cli import _user_errors, out_console
+    from agora_optimizer.errors import FieldError
+    from agora_optimizer.traces.store import TraceStore
+
+    with _user_errors():
+        if state is not None and state not in ATTEMPT_STATES:
+            raise FieldError("--state", "state", f"must be one of {', '.join(ATTEMPT_STATES)}, got {state!r}")
+        with TraceStore(_store_url(store)) as trace_store:
+            attempts = trace_store.attempts(dag_id=dag, task_id=task, state=state)
+    if as_json:
+        out_console.print_json(json.dumps([_jsonable(a) for a in attempts]))
+        return
+    table = Table(title=f"{len(attempts)} attempt(s)")
+    for column in ("attempt", "state", "resource", "host", "runtime (s)", "peak RSS (MiB)", "CPU (s)"):
+        table.add_column(column, justify="right" if "(" in column else "left")
+    for a in attempts:
+        table.add_row(
+            a.key,
+            a.state,
+            a.resource_type or "-",
+            a.host or "-",
+            _number(a.runtime_s, "{:,.2f}"),
+            _number(None if a.peak_rss_bytes is None else a.peak_rss_bytes / 2**20, "{:,.1f}"),
+            _number(a.cpu_time_s, "{:,.2f}"),
+        )
+    out_console.print(table)
+
+
+@traces_app.command("stats")
+def stats(dag: DagOpt = None, store: StoreOpt = None, as_json: JsonOpt = False) -> None:
+    """Per task: attempts, failures, mean runtime, largest peak RSS, mean CPU time."""
+    from agora_optimizer.cli import _user_errors, out_console
+    from agora_optimizer.traces.store import TraceStore
+
+    with _user_errors(), TraceStore(_store_url(store)) as trace_store:
+        rows = trace_store.stats(dag_id=dag)
+        total = trace_store.count()
+    if as_json:
+        out_console.print_json(json.dumps({"attempts": total, "tasks": [asdict(r) for r in rows]}))
+        return
+    table = Table(title=f"{total} attempt(s) of {len(rows)} task(s)")
+    for column in ("dag", "task", "attempts", "failed", "mean runtime (s)", "max peak RSS (MiB)", "mean CPU (s)"):
+        table.add_column(column, justify="left" if column in ("dag", "task") else "right")
+    for r in rows:
+        table.add_row(
+            r.dag_id,
+            r.task_id,
+            str(r.attempts),
+            str(r.failed),
+            _number(r.mean_runtime_s, "{:,.2f}"),
+            _number(None if r.max_peak_rss_bytes is None else r.max_peak_rss_bytes / 2**20, "{:,.1f}"),
+            _number(r.mean_cpu_time_s, "{:,.2f}"),
+        )
+    out_console.print(table)
+
+
+def _store_url(explicit: str | None) -> str:
+    if explicit:
+        return explicit
+    from agora_optimizer.traces.store import default_store_url
+
+    return default_store_url()
+
+
+def _jsonable(attempt: TaskAttempt) -> dict[str, Any]:
+    return {k: v.isoformat() if isinstance(v, datetime) else v for k, v in asdict(attempt).items()}
+
+
+def _number(value: float | None, style: str) -> str:
+    return "-" if value is None else style.format(value)

@@ -1,0 +1,205 @@
+"""The Airflow listener that records one trace row per task attempt, from inside the task process.
+
+Registered by :class:`agora_optimizer.integration.plugin.AgoraPlugin`. When a task
+instance starts running (``on_task_instance_running``, called by the Task SDK in the
+task process), it starts a :class:`ProcessTreeSampler` on the task process; when the
+attempt succeeds or fails it stops the sampler and writes one :class:`TaskAttempt`
+(peak RSS, CPU time, times, host, operator, error text) to the trace store named by
+``[agora] trace_store_url``.
+
+Where the attempt ran: ``$AGORA_RESOURCE_TYPE`` / ``$AGORA_BACKEND`` when the
+machine's environment says so (the agora executor sets them), else the task's
+``executor_config={"agora": {"resource_type": ..., "backend": ...}}``, else a
+non-default queue name as the resource type.
+
+A listener runs inside the task: every hook swallows and logs its own errors, so a
+trace store that is down or a bad row never fails the task. State changes reported
+outside a task process (an API server marking a task failed) are not attempts and
+are ignored.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from datetime import UTC, datetime
+from typing import Any
+
+from airflow.listeners import hookimpl
+
+from agora_optimizer.traces.records import AttemptState, TaskAttempt, TraceRecordError
+from agora_optimizer.traces.sampler import ProcessTreeSampler, Sample
+
+log = logging.getLogger(__name__)
+
+RESOURCE_TYPE_ENV = "AGORA_RESOURCE_TYPE"
+BACKEND_ENV = "AGORA_BACKEND"
+EXECUTOR_CONFIG_KEY = "agora"
+MAX_ERROR_CHARS = 4000
+
+_Key = tuple[str, str, str, int, int]
+
+
+class TraceListener:
+    """Samples each task attempt of this process and writes it to the trace store."""
+
+    def __init__(self, store_url: str | None = None, interval_s: float = 0.1) -> None:
+        self.store_url = store_url
+        self.interval_s = interval_s
+        self._running: dict[_Key, ProcessTreeSampler] = {}
+
+    @hookimpl
+    def on_task_instance_running(self, previous_state: Any, task_instance: Any) -> None:
+        try:
+            key = _key(task_instance)
+            old = self._running.pop(key, None)
+            if old is not None:
+                old.stop()
+            self._running[key] = ProcessTreeSampler(interval_s=self.interval_s).start()
+        except Exception:
+            log.exception("agora: cannot start sampling task instance %s", _describe(task_instance))
+
+    @hookimpl
+    def on_task_instance_success(self, previous_state: Any, task_instance: Any) -> None:
+        self._finish(task_instance, "success", None)
+
+    @hookimpl
+    def on_task_instance_failed(self, previous_state: Any, task_instance: Any, error: Any) -> None:
+        self._finish(task_instance, "failed", error)
+
+    @hookimpl
+    def on_task_instance_skipped(self, previous_state: Any, task_instance: Any) -> None:
+        try:  # a skip is not an attempt worth learning from: stop sampling, write nothing
+            sampler = self._running.pop(_key(task_instance), None)
+            if sampler is not None:
+                sampler.stop()
+        except Exception:
+            log.exception("agora: cannot stop sampling task instance %s", _describe(task_instance))
+
+    def _finish(self, task_instance: Any, state: AttemptState, error: Any) -> None:
+        try:
+            sampler = self._running.pop(_key(task_instance), None)
+            if sampler is None and not _in_task_process(task_instance):
+                return  # e.g. the API server marking a task instance: no attempt ran here
+            sample = sampler.stop() if sampler is not None else None
+            attempt = attempt_from_task_instance(task_instance, state, error, sample)
+            self._write(attempt)
+        except TraceRecordError as exc:
+            log.warning("agora: trace row skipped: %s", exc)
+        except Exception:
+            log.exception("agora: cannot record the trace of task instance %s", _describe(task_instance))
+
+    def _write(self, attempt: TaskAttempt) -> None:
+        from agora_optimizer.traces.store import TraceStore, default_store_url
+
+        url = self.store_url or default_store_url()
+        with TraceStore(url) as store:
+            report = store.add([attempt])
+        for problem in report.skipped:
+            log.warning("agora: trace row skipped: %s", problem)
+        if report.written:
+            log.info(
+                "agora: recorded %s (%s, peak RSS %s bytes, CPU %s s) in %s",
+                attempt.key,
+                attempt.state,
+                attempt.peak_rss_bytes,
+                attempt.cpu_time_s,
+                store.masked_url,
+            )
+
+
+def attempt_from_task_instance(
+    task_instance: Any, state: AttemptState, error: Any, sample: Sample | None
+) -> TaskAttempt:
+    """The :class:`TaskAttempt` of a (runtime) task instance that just ended; raises ``TraceRecordError``."""
+    task = getattr(task_instance, "task", None)
+    resource_type, backend = resource_of(task_instance)
+    started_at = _aware(getattr(task_instance, "start_date", None))
+    ended_at = _aware(getattr(task_instance, "end_date", None)) or datetime.now(UTC)
+    if started_at is not None and ended_at < started_at:
+        ended_at = started_at  # clocks of the API server and the worker may disagree by a little
+    if isinstance(error, MemoryError):
+        state = "oom_killed"
+    elif error is not None and type(error).__name__ == "AirflowTaskTerminated":
+        state = "cancelled"
+    return TaskAttempt.create(
+        dag_id=str(task_instance.dag_id),
+        task_id=str(task_instance.task_id),
+        run_id=str(task_instance.run_id),
+        try_number=int(task_instance.try_number or 1),
+        map_index=_map_index(task_instance),
+        operator=_operator_name(task),
+        resource_type=resource_type,
+        backend=backend,
+        host=str(getattr(task_instance, "hostname", None) or socket.getfqdn()),
+        started_at=started_at,
+        ended_at=ended_at,
+        peak_rss_bytes=sample.peak_rss_bytes if sample is not None else None,
+        cpu_time_s=sample.cpu_time_s if sample is not None else None,
+        state=state,
+        error_text=_error_text(error),
+    )
+
+
+def resource_of(task_instance: Any) -> tuple[str, str]:
+    """(resource type, backend) of the attempt: environment, then executor_config, then queue."""
+    task = getattr(task_instance, "task", None)
+    config = getattr(task, "executor_config", None) or getattr(task_instance, "executor_config", None) or {}
+    agora = config.get(EXECUTOR_CONFIG_KEY, {}) if isinstance(config, dict) else {}
+    agora = agora if isinstance(agora, dict) else {}
+    queue = getattr(task, "queue", None) or getattr(task_instance, "queue", None) or ""
+    resource_type = os.environ.get(RESOURCE_TYPE_ENV) or str(agora.get("resource_type") or "")
+    if not resource_type and queue and queue != "default":
+        resource_type = str(queue)
+    backend = os.environ.get(BACKEND_ENV) or str(agora.get("backend") or "")
+    return resource_type, backend
+
+
+def _key(task_instance: Any) -> _Key:
+    return (
+        str(task_instance.dag_id),
+        str(task_instance.task_id),
+        str(task_instance.run_id),
+        _map_index(task_instance),
+        int(task_instance.try_number or 1),
+    )
+
+
+def _map_index(task_instance: Any) -> int:
+    value = getattr(task_instance, "map_index", -1)
+    return -1 if value is None else int(value)
+
+
+def _operator_name(task: Any) -> str:
+    if task is None:
+        return ""
+    return str(getattr(task, "task_type", "") or type(task).__name__)
+
+
+def _in_task_process(task_instance: Any) -> bool:
+    """True for the Task SDK's runtime task instance (the task process), False for the ORM model."""
+    return type(task_instance).__name__ == "RuntimeTaskInstance"
+
+
+def _aware(value: Any) -> datetime | None:
+    if not isinstance(value, datetime):
+        return None
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value
+
+
+def _error_text(error: Any) -> str:
+    if error is None:
+        return ""
+    text = f"{type(error).__name__}: {error}" if isinstance(error, BaseException) else str(error)
+    return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 3] + "..."
+
+
+def _describe(task_instance: Any) -> str:
+    try:
+        return "/".join(str(part) for part in _key(task_instance))
+    except Exception:
+        return repr(task_instance)[:200]
+
+
+trace_listener = TraceListener()

@@ -1,0 +1,114 @@
+"""The process-tree sampler on real processes: memory and CPU of descendants, short-lived children included."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from agora_optimizer.traces.sampler import ProcessTreeSampler, SamplerError
+
+MIB = 2**20
+
+# Allocates and touches ~200 MiB, burns 0.6 s of CPU, says so, then idles so the sampler can look.
+ALLOCATE_AND_BURN = textwrap.dedent(
+    """
+    import sys, time
+    block = b"x" * (200 * 1024 * 1024)
+    started = time.process_time()
+    while time.process_time() - started < 0.6:
+        pass
+    print("done", flush=True)
+    sys.stdin.read()
+    """
+)
+
+BURN = "import time\nt = time.process_time()\nwhile time.process_time() - t < {seconds}: pass\n"
+
+
+def _follow(script: str, interval_s: float) -> tuple[ProcessTreeSampler, subprocess.Popen[str]]:
+    """Start ``bash -c script`` (the root; its Python children are grandchildren of this test) and follow it."""
+    shell = subprocess.Popen(
+        ["bash", "-c", script],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PY": sys.executable},
+    )
+    return ProcessTreeSampler(shell.pid, interval_s=interval_s).start(), shell
+
+
+def _wait_for(shell: subprocess.Popen[str], word: str) -> None:
+    assert shell.stdout is not None
+    for line in shell.stdout:
+        if line.strip() == word:
+            return
+    raise AssertionError(f"the workload ended without printing {word!r}")
+
+
+def test_the_sampler_sees_a_descendant_that_allocates_200_mib_and_burns_cpu() -> None:
+    sampler, shell = _follow(f'"$PY" -c {_quote(ALLOCATE_AND_BURN)}; true', interval_s=0.05)  # bash stays the root
+    try:
+        _wait_for(shell, "done")
+        sample = sampler.stop()
+    finally:
+        shell.communicate(input="", timeout=30)
+    assert sample.peak_rss_bytes >= 200 * MIB
+    assert sample.peak_rss_bytes < 1024 * MIB  # the tree holds one 200 MiB block, not several
+    assert sample.cpu_time_s >= 0.55
+    assert sample.cpu_time_s <= sample.wall_s * (os.cpu_count() or 1) + 0.1
+    assert sample.processes_seen >= 2  # the shell and its python child
+    assert sample.samples >= 3
+
+
+def test_children_that_live_between_two_samples_still_count_their_cpu() -> None:
+    burn = _quote(BURN.format(seconds=0.3))
+    script = f'for i in 1 2 3; do "$PY" -c {burn}; done; echo end; read -r _'
+    sampler, shell = _follow(script, interval_s=5.0)  # the loop ends before the second sample
+    try:
+        _wait_for(shell, "end")
+        sample = sampler.stop()
+    finally:
+        shell.communicate(input="\n", timeout=30)
+    assert sample.cpu_time_s >= 0.85  # three children of 0.3 s each, reaped by the shell
+    assert sample.samples == 2  # the first at start, the last at stop
+
+
+def test_cpu_time_counts_only_from_start() -> None:
+    burn = _quote(BURN.format(seconds=0.5))
+    script = f'"$PY" -c {burn}; echo burnt; read -r _; echo end; read -r _'
+    shell = subprocess.Popen(
+        ["bash", "-c", script],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PY": sys.executable},
+    )
+    try:
+        _wait_for(shell, "burnt")  # 0.5 s of CPU already spent before the sampler starts
+        sampler = ProcessTreeSampler(shell.pid, interval_s=0.05).start()
+        sample = sampler.stop()
+    finally:
+        shell.communicate(input="\n\n", timeout=30)
+    assert sample.cpu_time_s < 0.2
+
+
+def test_a_missing_process_is_a_clear_error() -> None:
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    with pytest.raises(SamplerError, match=str(gone.pid)):
+        ProcessTreeSampler(gone.pid).start()
+
+
+def test_stop_before_start_and_a_bad_interval_are_clear_errors() -> None:
+    with pytest.raises(SamplerError, match="not started"):
+        ProcessTreeSampler().stop()
+    with pytest.raises(SamplerError, match="interval"):
+        ProcessTreeSampler(interval_s=0)
+
+
+def _quote(code: str) -> str:
+    return "'" + code.replace("'", "'\\''") + "'"
