@@ -1,0 +1,72 @@
+"""The predicted queue wait as a start delay: a catalog whose SLURM types start later.
+
+The optimizer treats a resource type's ``boot_s`` as the delay before a machine's first task; for
+a SLURM partition, waiting in the queue is exactly that. :func:`with_queue_wait` returns a new
+catalog with the wait added to ``boot_s`` of the SLURM types, and leaves AWS and local types alone.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import replace
+
+from agora_optimizer.errors import AgoraError
+from agora_optimizer.model.catalog import Catalog, Resource
+from agora_optimizer.queue_wait.features import QueueFeatures
+from agora_optimizer.queue_wait.model import QueueWaitRegressor, features_frame
+from agora_optimizer.queue_wait.snapshot import QueueSnapshot
+
+
+class QueueWaitCatalogError(AgoraError):
+    """Predicted waits that do not fit the catalog (unknown partition, a negative wait...)."""
+
+
+def slurm_partition(resource: Resource) -> str:
+    """The partition a SLURM type submits to: its ``partition`` field, else its name."""
+    partition = resource.extra.get("partition")
+    return str(partition) if partition else resource.name
+
+
+def with_queue_wait(catalog: Catalog, predictions: Mapping[str, float]) -> Catalog:
+    """``catalog`` with ``predictions[key]`` seconds added to ``boot_s`` of its SLURM types.
+
+    A key names a SLURM resource type or, failing that, a partition (then every SLURM type of
+    that partition gets the wait). A key that names neither, or a non-SLURM type, is an error:
+    a typo must not silently plan without the wait.
+    """
+    slurm = [r for r in catalog.resources if r.backend == "slurm"]
+    delays: dict[str, float] = {}
+    for key, wait_s in predictions.items():
+        if not isinstance(wait_s, int | float) or isinstance(wait_s, bool) or not math.isfinite(wait_s) or wait_s < 0:
+            raise QueueWaitCatalogError(
+                f"{catalog.source}: queue wait for '{key}' must be >= 0 seconds, got {wait_s!r}"
+            )
+        by_name = [r for r in slurm if r.name == key]
+        targets = by_name or [r for r in slurm if slurm_partition(r) == key]
+        if not targets:
+            other = catalog.by_name.get(key)
+            reason = f"is a {other.backend} type, not SLURM" if other else "names no SLURM type or partition"
+            raise QueueWaitCatalogError(f"{catalog.source}: queue wait for '{key}': {reason}")
+        for resource in targets:
+            delays[resource.name] = max(delays.get(resource.name, 0.0), float(wait_s))
+    resources = tuple(
+        replace(r, boot_s=r.boot_s + delays[r.name]) if r.name in delays else r for r in catalog.resources
+    )
+    return Catalog(resources=resources, bandwidth_bytes_per_s=catalog.bandwidth_bytes_per_s, source=catalog.source)
+
+
+def predict_catalog_waits(
+    model: QueueWaitRegressor, catalog: Catalog, snapshot: QueueSnapshot, time_limit_s: float | None
+) -> dict[str, float]:
+    """The model's wait for one whole machine (all its cores and memory) of each SLURM type,
+    for a job of ``time_limit_s``, in the queue of ``snapshot``: the ``predictions`` of
+    :func:`with_queue_wait`, keyed by type name."""
+    slurm = [r for r in catalog.resources if r.backend == "slurm"]
+    if not slurm:
+        return {}
+    rows = [
+        QueueFeatures.from_snapshot(snapshot, slurm_partition(r), r.vcpus, r.memory_bytes, time_limit_s) for r in slurm
+    ]
+    waits = model.predict(features_frame(rows))
+    return {r.name: float(w) for r, w in zip(slurm, waits, strict=True)}

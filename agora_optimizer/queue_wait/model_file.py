@@ -1,0 +1,101 @@
+"""A trained :class:`QueueWaitRegressor` in a directory: ``queue_wait.json`` and ``pipeline.skops``.
+
+The JSON holds the parameters, what the model saw (samples and median wait per partition) and
+its :meth:`~QueueWaitRegressor.describe` text; the fitted scikit-learn pipeline (absent for a
+fallback) is written with skops, not pickle. On load, skops may build only scikit-learn's own
+types beyond those it trusts by default: a file that asks for anything else is refused.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import sklearn
+import skops.io as sio
+
+from agora_optimizer.errors import InputFileError
+from agora_optimizer.queue_wait.errors import QueueWaitModelError
+from agora_optimizer.queue_wait.features import FEATURE_COLUMNS
+from agora_optimizer.queue_wait.model import QueueWaitRegressor
+
+FORMAT = "agora-queue-wait/1"
+META_FILE = "queue_wait.json"
+PIPELINE_FILE = "pipeline.skops"
+_TRUSTED_PREFIX = "sklearn."
+
+
+def save_model(model: QueueWaitRegressor, directory: str | Path) -> Path:
+    """Write ``model`` (fitted) into ``directory``; returns the JSON file's path."""
+    if not hasattr(model, "n_samples_"):
+        raise QueueWaitModelError("cannot save a queue-wait model that is not fitted")
+    folder = Path(directory)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        pipeline_path = folder / PIPELINE_FILE
+        if model.pipeline_ is not None:
+            sio.dump(model.pipeline_, pipeline_path)
+        elif pipeline_path.exists():
+            pipeline_path.unlink()
+        meta = {
+            "format": FORMAT,
+            "params": model.get_params(),
+            "feature_columns": list(FEATURE_COLUMNS),
+            "n_samples": model.n_samples_,
+            "samples_per_partition": model.samples_per_partition_,
+            "partition_median_s": model.partition_median_s_,
+            "median_s": model.median_s_,
+            "has_pipeline": model.pipeline_ is not None,
+            "sklearn_version": sklearn.__version__,
+            "saved_at": datetime.now(UTC).isoformat(),
+            "describe": model.describe(),
+        }
+        (folder / META_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise InputFileError(folder, f"cannot write the queue-wait model: {exc.strerror or exc}") from None
+    return folder / META_FILE
+
+
+def load_model(directory: str | Path) -> QueueWaitRegressor:
+    """Read a model written by :func:`save_model`; errors name the file and what is wrong."""
+    folder = Path(directory)
+    meta_path = folder / META_FILE
+    try:
+        meta: Any = json.loads(meta_path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputFileError(meta_path, "no queue-wait model here (train one with 'agora queue train')") from None
+    except (OSError, json.JSONDecodeError) as exc:
+        raise InputFileError(meta_path, f"not a queue-wait model file: {exc}") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise InputFileError(meta_path, f"not a queue-wait model file (format is not {FORMAT!r})")
+    if meta.get("feature_columns") != list(FEATURE_COLUMNS):
+        raise InputFileError(meta_path, "written for other features than this agora's: train it again")
+    try:
+        model = QueueWaitRegressor(**meta["params"])
+        model.n_samples_ = int(meta["n_samples"])
+        model.samples_per_partition_ = {str(k): int(v) for k, v in meta["samples_per_partition"].items()}
+        model.partition_median_s_ = {str(k): float(v) for k, v in meta["partition_median_s"].items()}
+        model.median_s_ = None if meta["median_s"] is None else float(meta["median_s"])
+        has_pipeline = bool(meta["has_pipeline"])
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise InputFileError(meta_path, f"malformed queue-wait model file: {exc!r}") from None
+    model.pipeline_ = _load_pipeline(folder / PIPELINE_FILE) if has_pipeline else None
+    return model
+
+
+def _load_pipeline(path: Path) -> Any:
+    try:
+        untrusted = sio.get_untrusted_types(file=path)
+    except FileNotFoundError:
+        raise InputFileError(path, "missing: the model's JSON says it has a fitted pipeline") from None
+    except Exception as exc:  # skops raises assorted errors for a file that is not its format
+        raise InputFileError(path, f"not a skops file: {exc}") from None
+    foreign = [name for name in untrusted if not name.startswith(_TRUSTED_PREFIX)]
+    if foreign:
+        raise InputFileError(path, f"refused: it would build types that are not scikit-learn's: {', '.join(foreign)}")
+    try:
+        return sio.load(path, trusted=untrusted)
+    except Exception as exc:
+        raise InputFileError(path, f"cannot load the fitted pipeline: {exc}") from None

@@ -1,0 +1,270 @@
+#!/usr/bin/env bash
+# A real one-host SLURM cluster on loopback, with accounting (slurmdbd + MariaDB), for the
+# tests, the queue-wait collector and the SLURM executor. No systemd, no cgroups.
+#
+# Usage: scripts/start_slurm.sh [start] [STATE_DIR]    install if absent, configure, start (idempotent)
+#        scripts/start_slurm.sh stop [STATE_DIR]       stop the daemons this script started
+#        scripts/start_slurm.sh status [STATE_DIR]     say what runs; exit 1 when SLURM does not answer
+#
+# STATE_DIR defaults to /tmp/agora-slurm; it holds slurm.conf, slurmdbd.conf, the MariaDB data,
+# the logs and the pid files. Clients need SLURM_CONF=STATE_DIR/slurm.conf, which the script
+# prints; when /etc/slurm/slurm.conf is absent (or is our link), it is linked there too.
+#
+# The cluster: one node (this host, on 127.0.0.1) that claims AGORA_SLURM_CPUS CPUs (default 8)
+# and AGORA_SLURM_MEMORY_MB MiB (default 16000), more than the machine may have, which SLURM
+# accepts with SlurmdParameters=config_overrides; partitions `debug` (default) and `compute`
+# share it, so jobs of both queue behind each other. Memory is a consumable resource
+# (CR_Core_Memory, DefMemPerCPU=500), so a queue builds up as soon as requests exceed the node.
+# Accounting: sacct through slurmdbd (which reads slurmdbd.conf beside $SLURM_CONF) and a private
+# MariaDB in STATE_DIR/mysql on 127.0.0.1:3307; every finished job is also written by
+# jobcomp/filetxt to STATE_DIR/jobcomp.txt (a fallback that needs no database). munged runs on
+# its default socket with /etc/munge/munge.key (a munged already running there is reused).
+# Timings on this 2-core VM: cold (apt-get install + first start) 36 s; from stopped 2 s;
+# already running 0.3 s.
+set -euo pipefail
+
+ACTION="start"
+case "${1:-}" in
+  start | stop | status) ACTION="$1"; shift ;;
+esac
+STATE="${1:-${AGORA_SLURM_STATE:-/tmp/agora-slurm}}"
+CPUS="${AGORA_SLURM_CPUS:-8}"
+MEMORY_MB="${AGORA_SLURM_MEMORY_MB:-16000}"
+CTLD_PORT="${AGORA_SLURM_CTLD_PORT:-6817}"
+SLURMD_PORT="${AGORA_SLURM_SLURMD_PORT:-6818}"
+DBD_PORT="${AGORA_SLURM_DBD_PORT:-6819}"
+DB_PORT="${AGORA_SLURM_DB_PORT:-3307}"
+CLUSTER="agora"
+HOST="$(hostname -s)"
+
+if [ "$(id -u)" != 0 ]; then
+  command -v sudo >/dev/null 2>&1 || { echo "start_slurm.sh: needs root (or sudo) to install and start SLURM" >&2; exit 1; }
+  exec sudo -E bash "$0" "$ACTION" "$STATE"
+fi
+umask 022
+
+say() { echo "start_slurm: $*"; }
+die() { echo "start_slurm: error: $*" >&2; exit 1; }
+
+alive() {  # alive PIDFILE: the pid in the file runs
+  [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null
+}
+
+wait_for() {  # wait_for SECONDS WHAT COMMAND...: retry COMMAND every 0.2 s
+  local seconds="$1" what="$2"; shift 2
+  local deadline=$((SECONDS + seconds))
+  until "$@" >/dev/null 2>&1; do
+    [ "$SECONDS" -lt "$deadline" ] || { echo "start_slurm: error: $what not ready after ${seconds}s" >&2; return 1; }
+    sleep 0.2
+  done
+}
+
+stop_pid() {  # stop_pid NAME PIDFILE: TERM, then KILL after 10 s
+  local name="$1" pidfile="$2" pid
+  alive "$pidfile" || { rm -f "$pidfile"; return 0; }
+  pid="$(cat "$pidfile")"
+  kill "$pid" 2>/dev/null || true
+  for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+  kill -0 "$pid" 2>/dev/null && kill -9 "$pid" 2>/dev/null || true
+  rm -f "$pidfile"
+  say "stopped $name (pid $pid)"
+}
+
+do_stop() {
+  stop_pid slurmd "$STATE/run/slurmd.pid"
+  stop_pid slurmctld "$STATE/run/slurmctld.pid"
+  stop_pid slurmdbd "$STATE/run/slurmdbd.pid"
+  stop_pid mariadbd "$STATE/run/mariadbd.pid"
+  stop_pid munged "$STATE/run/munged.pid"
+}
+
+export SLURM_CONF="$STATE/slurm.conf"
+
+if [ "$ACTION" = stop ]; then
+  do_stop
+  exit 0
+fi
+if [ "$ACTION" = status ]; then
+  for d in munged mariadbd slurmdbd slurmctld slurmd; do
+    if alive "$STATE/run/$d.pid"; then say "$d runs (pid $(cat "$STATE/run/$d.pid"))"; else say "$d does not run"; fi
+  done
+  scontrol ping 2>/dev/null | grep -q UP || exit 1
+  exit 0
+fi
+
+# ---- install (only what is absent) -------------------------------------------------------
+need=()
+for pair in slurmctld:slurmctld slurmd:slurmd sbatch:slurm-client slurmdbd:slurmdbd munged:munge \
+  mariadbd:mariadb-server; do
+  command -v "${pair%%:*}" >/dev/null 2>&1 || [ -x "/usr/sbin/${pair%%:*}" ] || need+=("${pair#*:}")
+done
+if [ "${#need[@]}" -gt 0 ]; then
+  [ " ${need[*]} " = " slurm-client " ] || need+=(slurm-wlm)  # the metapackage, as Debian names the set
+  say "installing ${need[*]} (apt-get)"
+  export DEBIAN_FRONTEND=noninteractive
+  # No init system here: keep the packages' postinst scripts from starting their own daemons.
+  policy_added=0
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d && policy_added=1
+  fi
+  install_pkgs() { apt-get install -y -qq --no-install-recommends "${need[@]}" >"$STATE.apt.log" 2>&1; }
+  mkdir -p "$(dirname "$STATE")"
+  if ! install_pkgs; then
+    apt-get update -qq >>"$STATE.apt.log" 2>&1 || true
+    install_pkgs || { [ "$policy_added" = 1 ] && rm -f /usr/sbin/policy-rc.d; tail -20 "$STATE.apt.log" >&2; die "apt-get install ${need[*]} failed (log: $STATE.apt.log)"; }
+  fi
+  [ "$policy_added" = 1 ] && rm -f /usr/sbin/policy-rc.d
+fi
+PATH="/usr/sbin:/sbin:$PATH"
+VERSION="$(slurmctld -V | awk '{print $2}')"
+
+# ---- configuration -----------------------------------------------------------------------
+mkdir -p "$STATE"/{run,log,spool,ctld,mysql}
+chmod 755 "$STATE"
+SLURM_USER=root
+
+write_if_changed() {  # write_if_changed FILE MODE: stdin to FILE; echo "changed" when it differs
+  local file="$1" mode="$2" tmp
+  tmp="$(mktemp "$file.XXXX")"
+  cat >"$tmp"
+  chmod "$mode" "$tmp"
+  if [ -f "$file" ] && cmp -s "$tmp" "$file"; then rm -f "$tmp"; else mv -f "$tmp" "$file"; echo changed; fi
+}
+
+changed=""
+changed+="$(write_if_changed "$STATE/slurm.conf" 644 <<EOF
+# Written by scripts/start_slurm.sh for a one-host cluster on loopback (SLURM $VERSION).
+ClusterName=$CLUSTER
+SlurmctldHost=$HOST(127.0.0.1)
+SlurmctldPort=$CTLD_PORT
+SlurmdPort=$SLURMD_PORT
+SlurmUser=$SLURM_USER
+SlurmdUser=root
+AuthType=auth/munge
+CryptoType=crypto/munge
+StateSaveLocation=$STATE/ctld
+SlurmdSpoolDir=$STATE/spool/slurmd-%n
+SlurmctldPidFile=$STATE/run/slurmctld.pid
+SlurmdPidFile=$STATE/run/slurmd.pid
+SlurmctldLogFile=$STATE/log/slurmctld.log
+SlurmdLogFile=$STATE/log/slurmd.log
+SlurmctldDebug=info
+SlurmdDebug=info
+# A container: no cgroups, no process-tracking kernel features.
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+MpiDefault=none
+SwitchType=switch/none
+ReturnToService=2
+SlurmdParameters=config_overrides
+# Scheduling: FIFO with backfill; cores and memory are consumable, so requests queue.
+SchedulerType=sched/backfill
+SchedulerParameters=bf_interval=5,sched_min_interval=100000
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core_Memory
+DefMemPerCPU=500
+MinJobAge=300
+KillWait=5
+InactiveLimit=0
+Waittime=0
+# Accounting: slurmdbd + MariaDB (sacct), and a text file of finished jobs as a fallback.
+AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=127.0.0.1
+AccountingStoragePort=$DBD_PORT
+JobCompType=jobcomp/filetxt
+JobCompLoc=$STATE/jobcomp.txt
+NodeName=$HOST NodeAddr=127.0.0.1 CPUs=$CPUS RealMemory=$MEMORY_MB State=UNKNOWN
+PartitionName=debug Nodes=$HOST Default=YES MaxTime=1:00:00 State=UP
+PartitionName=compute Nodes=$HOST Default=NO MaxTime=1-00:00:00 State=UP
+EOF
+)"
+changed+="$(write_if_changed "$STATE/slurmdbd.conf" 600 <<EOF
+# Written by scripts/start_slurm.sh: slurmdbd on loopback, storing into the MariaDB of $STATE/mysql.
+AuthType=auth/munge
+DbdHost=localhost
+DbdAddr=127.0.0.1
+DbdPort=$DBD_PORT
+SlurmUser=$SLURM_USER
+PidFile=$STATE/run/slurmdbd.pid
+LogFile=$STATE/log/slurmdbd.log
+DebugLevel=info
+StorageType=accounting_storage/mysql
+StorageHost=127.0.0.1
+StoragePort=$DB_PORT
+StorageUser=slurm
+StoragePass=agora
+StorageLoc=slurm_acct_db
+EOF
+)"
+if [ ! -e /etc/slurm/slurm.conf ] || [ "$(readlink /etc/slurm/slurm.conf)" = "$STATE/slurm.conf" ]; then
+  mkdir -p /etc/slurm && ln -sfn "$STATE/slurm.conf" /etc/slurm/slurm.conf
+fi
+if [ -n "$changed" ] && alive "$STATE/run/slurmctld.pid"; then
+  say "configuration changed: restarting the daemons"
+  do_stop
+fi
+
+started=()
+# ---- munge (the default socket, so that every client finds it; a munged already there is reused) ----
+if ! munge -n >/dev/null 2>&1 && ! alive "$STATE/run/munged.pid"; then
+  if [ ! -s /etc/munge/munge.key ]; then
+    mkdir -p /etc/munge
+    dd if=/dev/urandom bs=1 count=1024 of=/etc/munge/munge.key 2>/dev/null
+    chmod 400 /etc/munge/munge.key
+  fi
+  mkdir -p /run/munge /var/lib/munge /var/log/munge
+  munged --force --pid-file="$STATE/run/munged.pid" --log-file="$STATE/log/munged.log"
+  wait_for 10 munged munge -n
+  started+=(munged)
+fi
+
+# ---- MariaDB (private data directory, TCP on loopback) ---------------------------------------
+if ! alive "$STATE/run/mariadbd.pid"; then
+  if [ ! -d "$STATE/mysql/mysql" ]; then
+    mariadb-install-db --user=root --datadir="$STATE/mysql" --auth-root-authentication-method=socket \
+      --skip-test-db >"$STATE/log/mariadb-install.log" 2>&1 || die "mariadb-install-db failed (log: $STATE/log/mariadb-install.log)"
+  fi
+  nohup mariadbd --no-defaults --user=root --datadir="$STATE/mysql" --bind-address=127.0.0.1 --port="$DB_PORT" \
+    --socket="$STATE/run/mysqld.sock" --pid-file="$STATE/run/mariadbd.pid" --log-error="$STATE/log/mariadb.log" \
+    --innodb-buffer-pool-size=64M --innodb-log-file-size=16M >/dev/null 2>&1 &
+  echo $! >"$STATE/run/mariadbd.pid"
+  wait_for 60 mariadbd mariadb --no-defaults --socket="$STATE/run/mysqld.sock" -e 'SELECT 1'
+  mariadb --no-defaults --socket="$STATE/run/mysqld.sock" <<'SQL'
+CREATE DATABASE IF NOT EXISTS slurm_acct_db;
+CREATE USER IF NOT EXISTS 'slurm'@'localhost' IDENTIFIED BY 'agora';
+CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY 'agora';
+GRANT ALL ON slurm_acct_db.* TO 'slurm'@'localhost';
+GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';
+SQL
+  started+=(mariadbd)
+fi
+
+# ---- slurmdbd, slurmctld, slurmd -----------------------------------------------------------------
+if ! alive "$STATE/run/slurmdbd.pid"; then
+  slurmdbd 2>>"$STATE/log/slurmdbd.log" || die "slurmdbd did not start (log: $STATE/log/slurmdbd.log)"
+  wait_for 30 slurmdbd bash -c "exec 3<>/dev/tcp/127.0.0.1/$DBD_PORT"
+  started+=(slurmdbd)
+fi
+if ! sacctmgr -i -n list cluster format=cluster 2>/dev/null | grep -qw "$CLUSTER"; then
+  sacctmgr -i add cluster "$CLUSTER" >/dev/null || die "sacctmgr add cluster $CLUSTER failed"
+fi
+if ! alive "$STATE/run/slurmctld.pid"; then
+  slurmctld -f "$STATE/slurm.conf" -i 2>>"$STATE/log/slurmctld.log" || die "slurmctld did not start (log: $STATE/log/slurmctld.log)"
+  wait_for 30 slurmctld scontrol ping
+  started+=(slurmctld)
+fi
+if ! alive "$STATE/run/slurmd.pid"; then
+  slurmd -f "$STATE/slurm.conf" 2>>"$STATE/log/slurmd.log" || die "slurmd did not start (log: $STATE/log/slurmd.log)"
+  started+=(slurmd)
+fi
+node_ready() { sinfo -h -n "$HOST" -o '%t' | grep -Eq '^(idle|mix|alloc)'; }
+if ! wait_for 30 "node $HOST" node_ready; then
+  scontrol update NodeName="$HOST" State=RESUME >/dev/null 2>&1 || true
+  wait_for 15 "node $HOST" node_ready || { sinfo >&2; tail -20 "$STATE/log/slurmd.log" >&2; die "node $HOST is not idle"; }
+fi
+
+if [ "${#started[@]}" -gt 0 ]; then say "started ${started[*]} (SLURM $VERSION)"; else say "already running (SLURM $VERSION)"; fi
+say "state in $STATE; logs in $STATE/log"
+echo "export SLURM_CONF=$STATE/slurm.conf"
+sinfo

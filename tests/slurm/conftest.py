@@ -1,0 +1,48 @@
+"""The session's SLURM cluster (see tests/slurm_cluster.py): started once, shared by every test here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from agora_optimizer.queue_wait.recorder import QueueWaitStore, record_submission, update_waits
+from agora_optimizer.queue_wait.snapshot import read_snapshot
+from tests.slurm_cluster import SlurmCluster, sbatch, slurm_cluster_or_skip, wait_until
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> SlurmCluster:
+    return slurm_cluster_or_skip()
+
+
+@dataclass(frozen=True)
+class RecordedRun:
+    """Jobs submitted in a burst, each recorded with the queue it met, and their waits filled in."""
+
+    store_url: str
+    job_ids: tuple[str, ...]
+    partitions: dict[str, str]
+
+
+@pytest.fixture(scope="session")
+def recorded_run(slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory) -> RecordedRun:
+    """Sixteen short jobs of varied size in two partitions, submitted at once so that a queue builds up."""
+    store = QueueWaitStore(f"sqlite:///{tmp_path_factory.mktemp('queue') / 'waits.db'}")
+    sizes = [(1, 200), (2, 500), (4, 1000), (8, 300)] * 4
+    job_ids: list[str] = []
+    partitions: dict[str, str] = {}
+    for index, (cores, memory_mib) in enumerate(sizes):
+        partition = "debug" if index % 3 == 0 else "compute"
+        snapshot = read_snapshot("format")
+        job_id = sbatch("-p", partition, "-c", str(cores), f"--mem={memory_mib}M", "-t", "1", command="sleep 1")
+        record_submission(store, job_id, partition, cores, memory_mib * 2**20, 60.0, snapshot=snapshot)
+        job_ids.append(job_id)
+        partitions[job_id] = partition
+
+    def resolved() -> bool:
+        return update_waits(store).still_waiting == 0
+
+    wait_until(resolved, 90, "accounting to report every recorded job", every_s=1.0)
+    store.close()
+    return RecordedRun(store_url=store.url, job_ids=tuple(job_ids), partitions=partitions)

@@ -1,0 +1,65 @@
+"""The loopback cluster itself, and what the package says when SLURM is down or absent."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from agora_optimizer.queue_wait.accounting import read_sacct
+from agora_optimizer.queue_wait.commands import run_slurm
+from agora_optimizer.queue_wait.errors import SlurmCommandError
+from agora_optimizer.queue_wait.snapshot import read_snapshot
+from tests.slurm_cluster import START_SCRIPT, SlurmCluster
+
+
+def test_start_script_is_idempotent_and_the_node_takes_jobs(slurm_cluster: SlurmCluster) -> None:
+    started = time.monotonic()
+    again = subprocess.run(
+        ["bash", str(START_SCRIPT), "start", str(slurm_cluster.state_dir)], capture_output=True, text=True, timeout=120
+    )
+    assert again.returncode == 0, again.stderr
+    assert "already running" in again.stdout
+    assert time.monotonic() - started < 30
+    status = subprocess.run(["bash", str(START_SCRIPT), "status", str(slurm_cluster.state_dir)], capture_output=True)
+    assert status.returncode == 0
+    states = run_slurm(["sinfo", "--noheader", "--format=%P %t"]).split()
+    assert {"debug*", "compute"} <= set(states[0::2])
+    assert set(states[1::2]) <= {"idle", "mix", "alloc"}, states
+    done = subprocess.run(["srun", "-p", "debug", "-t", "1", "hostname"], capture_output=True, text=True, timeout=90)
+    assert done.returncode == 0 and done.stdout.strip(), done.stderr
+
+
+@pytest.fixture
+def controller_down(slurm_cluster: SlurmCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A configuration whose controller and database ports nothing listens on: SLURM as clients see it down."""
+    text = slurm_cluster.conf.read_text()
+    lines = [line for line in text.splitlines() if not line.startswith(("SlurmctldPort=", "AccountingStoragePort="))]
+    lines += ["SlurmctldPort=1", "AccountingStoragePort=2", "MessageTimeout=1"]
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("\n".join(lines) + "\n")
+    monkeypatch.setenv("SLURM_CONF", str(conf))
+
+
+@pytest.mark.usefixtures("controller_down")
+def test_squeue_against_a_down_controller_names_the_command() -> None:
+    for method in ("json", "format", "auto"):
+        with pytest.raises(SlurmCommandError) as caught:
+            read_snapshot(method)
+        assert "squeue" in str(caught.value)
+    with pytest.raises(SlurmCommandError, match=r"squeue --all --json.*SLURM reports"):
+        read_snapshot("json")  # exits 0, but says in its JSON that it reached no controller
+
+
+@pytest.mark.usefixtures("controller_down")
+def test_sacct_without_its_database_names_the_command() -> None:
+    with pytest.raises(SlurmCommandError, match=r"'sacct .*exit code 1"):
+        read_sacct()
+
+
+def test_a_missing_slurm_binary_says_how_to_get_one(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(SlurmCommandError, match=r"'squeue' is not installed.*start_slurm\.sh"):
+        read_snapshot("format")
