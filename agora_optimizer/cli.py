@@ -23,7 +23,7 @@ from agora_optimizer.errors import AgoraError
 from agora_optimizer.io.catalog_file import load_catalog
 from agora_optimizer.io.plan_file import load_plan, write_plan
 from agora_optimizer.io.wfformat import load_workflow
-from agora_optimizer.model.catalog import GIB
+from agora_optimizer.model.catalog import GIB, Catalog
 from agora_optimizer.model.plan import Objective, Plan
 
 app = typer.Typer(
@@ -95,6 +95,15 @@ def optimize(
         float, typer.Option(min=0.001, max=65536.0, help="Memory reserved for tasks whose source records none.")
     ] = 1.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON summary instead of a table.")] = False,
+    queue_wait_model: Annotated[
+        Path | None,
+        typer.Option(
+            help="A queue-wait model dir (agora queue train): add each SLURM type's predicted wait to its start."
+        ),
+    ] = None,
+    queue_time_limit_s: Annotated[
+        float, typer.Option(min=1.0, help="Time limit a SLURM allocation would ask for, when predicting its wait.")
+    ] = 3600.0,
 ) -> None:
     """Plan WORKFLOW on CATALOG and write the plan to --out."""
     from agora_optimizer.optimize import default_plan, optimize_problem
@@ -104,6 +113,8 @@ def optimize(
     with _user_errors():
         wf = load_workflow(workflow, default_memory_bytes=int(default_memory_gib * GIB))
         cat = load_catalog(catalog)
+        if queue_wait_model is not None:
+            cat = _with_predicted_queue_waits(cat, queue_wait_model, queue_time_limit_s)
         goal = Objective(kind=objective.value, alpha=alpha, deadline_s=deadline_s, budget_usd=budget_usd)
         problem = Problem.create(wf, cat, goal)
         with _progress_bar(f"planning {len(wf.tasks)} tasks") as progress:
@@ -116,6 +127,18 @@ def optimize(
         out_console.print_json(json.dumps(summary))
     else:
         _print_summary(summary)
+
+
+def _with_predicted_queue_waits(catalog: Catalog, model_dir: Path, time_limit_s: float) -> Catalog:
+    """The catalog with each SLURM type's predicted queue wait (read from the live queue) added to its start delay."""
+    from agora_optimizer.queue_wait.catalog_delay import predict_catalog_waits, with_queue_wait
+    from agora_optimizer.queue_wait.model_file import load_model
+    from agora_optimizer.queue_wait.snapshot import read_snapshot
+
+    waits = predict_catalog_waits(load_model(model_dir), catalog, read_snapshot(), time_limit_s)
+    for name, wait_s in sorted(waits.items()):
+        err_console.print(f"agora: predicted queue wait of {name}: {wait_s:.0f} s", markup=False, highlight=False)
+    return with_queue_wait(catalog, waits)
 
 
 def _summary(plan: Plan, baseline: Plan | None, makespan_lb: float, cost_lb: float, out: Path) -> dict[str, Any]:
