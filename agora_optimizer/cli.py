@@ -280,9 +280,11 @@ def pareto(
 
 def _add_subcommands() -> None:
     """Command groups that live next to what they drive (imported here: they reuse this module's helpers)."""
+    from agora_optimizer.predict.cli import register as register_predictor
     from agora_optimizer.queue_wait.cli import queue_app
     from agora_optimizer.traces.cli import traces_app
 
+    register_predictor(app)
     app.add_typer(traces_app, name="traces")
     app.add_typer(queue_app, name="queue")
 

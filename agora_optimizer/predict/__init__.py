@@ -1,0 +1,1 @@
+"""The resource predictor: runtime per resource type and a safe peak-memory quantile per task."""

@@ -1,0 +1,196 @@
+"""The predictor's commands: ``agora train``, ``agora predict`` and ``agora simulate``.
+
+:func:`register` adds them to a Typer app (the ``agora`` app does so); errors go through
+``agora_optimizer.cli._user_errors``: one line on stderr, exit code 2.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import statistics
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from agora_optimizer.errors import InputFileError
+
+log = logging.getLogger(__name__)
+
+CatalogOpt = Annotated[Path, typer.Option("--catalog", "-c", help="Catalog of resource types (YAML or JSON).")]
+
+
+def _wfinstance_files(paths: list[Path]) -> list[Path]:
+    """The JSON files named, and those directly inside the directories named, sorted."""
+    files: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            files.extend(sorted(path.glob("*.json")))
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise InputFileError(path, "no such file or directory")
+    if not files:
+        raise InputFileError(", ".join(map(str, paths)), "holds no WfFormat instance (*.json)")
+    return files
+
+
+def train(
+    wfinstances: Annotated[
+        list[Path] | None,
+        typer.Option("--wfinstances", "-w", help="WfFormat instances to learn from: files or directories (repeat)."),
+    ] = None,
+    store: Annotated[
+        str | None, typer.Option("--store", help="A trace store URL to learn from (see `traces`).")
+    ] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Model directory to write.")] = None,
+    catalog: Annotated[
+        Path | None, typer.Option("--catalog", "-c", help="Catalog naming the types the traces ran on.")
+    ] = None,
+) -> None:
+    """Train the runtime and memory predictor on past task attempts and save it to --out."""
+    from agora_optimizer.cli import _user_errors, out_console
+    from agora_optimizer.io.catalog_file import load_catalog
+    from agora_optimizer.predict.evaluation import group_cv_metrics
+    from agora_optimizer.predict.model_store import default_model_dir, save_predictor
+    from agora_optimizer.predict.predictor import Predictor
+    from agora_optimizer.traces.records import TaskAttempt
+    from agora_optimizer.traces.wfformat_import import import_wfformat
+
+    with _user_errors():
+        if not wfinstances and not store:
+            raise InputFileError("agora train", "give --wfinstances FILES/DIRS and/or --store URL")
+        attempts: list[TaskAttempt] = []
+        sources: list[str] = []
+        skipped = 0
+        for path in _wfinstance_files(wfinstances or []) if wfinstances else []:
+            result = import_wfformat(path)
+            attempts.extend(result.attempts)
+            skipped += len(result.skipped)
+            sources.append(path.name)
+        if store:
+            from agora_optimizer.traces.store import TraceStore  # the trace store's own module
+
+            stored = TraceStore(store).attempts()
+            attempts.extend(stored)
+            sources.append(f"store: {len(stored)} attempts")
+        cat = load_catalog(catalog) if catalog else None
+        predictor = Predictor().fit(attempts, cat)
+        metrics = group_cv_metrics(attempts, cat)
+        directory = out or default_model_dir()
+        save_predictor(predictor, directory, metrics=metrics, sources=sources)
+    if skipped:
+        out_console.print(f"skipped {skipped} task record(s) with bad values", markup=False)
+    out_console.print(
+        f"trained on {predictor.training_rows['runtime']} attempts ({predictor.training_rows['memory']} with "
+        f"memory) from {predictor.training_rows['runs']} runs; model written to {directory}",
+        markup=False,
+        highlight=False,
+    )
+
+
+def predict(
+    workflow: Annotated[Path, typer.Argument(help="A WfFormat 1.4/1.5 workflow; runtimes and memory may be absent.")],
+    catalog: CatalogOpt,
+    model: Annotated[Path | None, typer.Option("--model", "-m", help="Model directory (default: packaged).")] = None,
+    resource: Annotated[
+        list[str] | None, typer.Option("--type", "-t", help="Only these resource types of the catalog (repeat).")
+    ] = None,
+    hints: Annotated[
+        bool, typer.Option("--hints/--no-hints", help="Use runtimes and memory the file records as declared hints.")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+) -> None:
+    """Predict each task's runtime on every resource type of the catalog, and its memory quantile."""
+    from agora_optimizer.cli import _user_errors, out_console
+    from agora_optimizer.io.catalog_file import load_catalog
+    from agora_optimizer.predict.model_store import default_model_dir, load_predictor
+    from agora_optimizer.traces.wfformat_import import read_workflow_shape
+
+    with _user_errors():
+        directory = model or default_model_dir()
+        predictor = load_predictor(directory)
+        shape = read_workflow_shape(workflow, hints=hints)
+        cat = load_catalog(catalog)
+        prediction = predictor.predict(shape, cat, resource)
+    document: dict[str, Any] = {
+        "workflow": prediction.workflow,
+        "model": str(directory),
+        "catalog": str(catalog),
+        "resources": list(prediction.resources),
+        "sources": prediction.sources(),
+        "tasks": [
+            {
+                "id": t.task_id,
+                "category": t.category,
+                "runtime_s": dict(t.runtime_s),
+                "reference_runtime_s": t.reference_runtime_s,
+                "memory_bytes": t.memory_bytes,
+                "runtime_source": t.runtime_source,
+                "memory_source": t.memory_source,
+            }
+            for t in prediction.tasks
+        ],
+    }
+    if as_json:
+        out_console.print_json(json.dumps(document))
+        return
+    from rich.table import Table
+
+    table = Table(title=f"{prediction.workflow}: {len(prediction.tasks)} tasks, model {directory}")
+    for column in ("task", "category", "runtime (s) fastest..slowest type", "memory (MiB)", "sources"):
+        table.add_column(column)
+    for t in prediction.tasks:
+        times = list(t.runtime_s.values())
+        table.add_row(
+            t.task_id,
+            t.category,
+            f"{min(times):,.2f}..{max(times):,.2f}" if times else "-",
+            f"{t.memory_bytes / 2**20:,.1f}",
+            f"{t.runtime_source}/{t.memory_source}",
+        )
+    out_console.print(table)
+
+
+def simulate(
+    plan: Annotated[Path, typer.Argument(help="A plan file (JSON), e.g. made from predictions.")],
+    actual: Annotated[Path, typer.Option("--actual", "-a", help="The workflow with its true runtimes and memory.")],
+    catalog: CatalogOpt,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] = False,
+) -> None:
+    """Replay PLAN with the actual runtimes and memory: makespan, cost, and tasks that would run out of memory."""
+    from agora_optimizer.cli import _user_errors, out_console
+    from agora_optimizer.io.catalog_file import load_catalog
+    from agora_optimizer.io.plan_file import load_plan
+    from agora_optimizer.io.wfformat import load_workflow
+    from agora_optimizer.predict.simulate import replay
+
+    with _user_errors():
+        result = replay(load_plan(plan), load_workflow(actual), load_catalog(catalog))
+    summary = result.summary()
+    if as_json:
+        out_console.print_json(json.dumps(summary))
+        return
+    lines = [
+        f"{result.workflow}: planned makespan {result.planned_makespan_s:,.1f} s, "
+        f"cost {result.planned_cost_usd:.4f} USD",
+        f"actual (replayed): makespan {result.makespan_s:,.1f} s, cost {result.cost_usd:.4f} USD",
+    ]
+    if result.oom_tasks:
+        worst = statistics.median(t.actual_bytes / max(t.reserved_bytes, 1) for t in result.oom_tasks)
+        lines.append(
+            f"{len(result.oom_tasks)} task(s) need more memory than the plan reserved and would be killed "
+            f"(median need {worst:.2f}x the reservation); the times above assume they ran"
+        )
+    if result.unknown_memory_tasks:
+        lines.append(f"{result.unknown_memory_tasks} task(s) have no recorded peak: their memory was not checked")
+    for line in lines:
+        out_console.print(line, markup=False, highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``train``, ``predict`` and ``simulate`` to ``app``."""
+    app.command("train")(train)
+    app.command("predict")(predict)
+    app.command("simulate")(simulate)

@@ -1,0 +1,125 @@
+"""Feature rows: what the predictor knows of a task before it runs, and of the type it may run on.
+
+A :class:`TaskShape` is a task as a workflow file describes it before it runs (names, sizes,
+cores, no runtime); :func:`shape_of_attempt` turns a recorded :class:`TaskAttempt` into the
+same shape, so that training rows and prediction rows are built by one function,
+:func:`feature_frame`. Its columns:
+
+- categorical: ``category``, ``operator``, ``task_stem`` (the task id without its index);
+- task numbers: ``log_input_bytes``, ``log_output_bytes``, ``cores`` (run-level numbers
+  such as a fan-out's width were tried and dropped: with a handful of runs they act as run
+  identifiers, and a new run's values send it to the leaves of an unrelated run);
+- resource numbers (:func:`with_resource`): ``log_speed``, ``vcpus``, ``memory_gib``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from agora_optimizer.model.catalog import Resource
+from agora_optimizer.model.workflow import Edge
+from agora_optimizer.traces.records import TaskAttempt
+
+CATEGORICAL = ("category", "operator", "task_stem")
+TASK_NUMERIC = ("log_input_bytes", "log_output_bytes", "cores")
+RESOURCE_NUMERIC = ("log_speed", "vcpus", "memory_gib")
+
+_INDEX_SUFFIX = re.compile(r"(_ID\d+|_\d+|\[\d+\])$")
+
+
+@dataclass(frozen=True)
+class TaskShape:
+    """A task before it runs: what a workflow file or a DAG says of it.
+
+    ``dag_id`` names the workflow (for a WfFormat file: its stem), so that a task seen in
+    past runs of the same workflow is recognised. ``hint_runtime_s`` and
+    ``hint_memory_bytes`` are values the workflow declares for the task (used only when no
+    history answers, see :mod:`agora_optimizer.predict.fallback`).
+    """
+
+    task_id: str
+    category: str
+    operator: str = ""
+    input_bytes: int = 0
+    output_bytes: int = 0
+    cores: int = 1
+    dag_id: str = ""
+    hint_runtime_s: float | None = None
+    hint_memory_bytes: int | None = None
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """``(dag_id, task_id)``: the task's identity across runs."""
+        return (self.dag_id, self.task_id)
+
+
+@dataclass(frozen=True)
+class WorkflowShape:
+    """A workflow before it runs: its tasks' shapes and its edges (with the bytes they carry)."""
+
+    name: str
+    tasks: tuple[TaskShape, ...]
+    edges: tuple[Edge, ...]
+    source: str = "<memory>"
+
+
+def task_stem(task_id: str) -> str:
+    """The task id without its index: ``mProject_ID0000001`` -> ``mProject``, ``load[3]`` -> ``load``."""
+    return _INDEX_SUFFIX.sub("", task_id) or task_id
+
+
+def shape_of_attempt(attempt: TaskAttempt) -> TaskShape:
+    """The shape of the task an attempt ran (what was known of it before it ran)."""
+    return TaskShape(
+        task_id=attempt.task_id,
+        category=attempt.category or task_stem(attempt.task_id),
+        operator=attempt.operator,
+        input_bytes=attempt.input_bytes or 0,
+        output_bytes=attempt.output_bytes or 0,
+        cores=attempt.requested_cores or 1,
+        dag_id=attempt.dag_id,
+    )
+
+
+def feature_frame(shapes: Sequence[TaskShape]) -> pd.DataFrame:
+    """One row of task features per shape."""
+    return pd.DataFrame(
+        {
+            "category": [shape.category for shape in shapes],
+            "operator": [shape.operator for shape in shapes],
+            "task_stem": [task_stem(shape.task_id) for shape in shapes],
+            "log_input_bytes": [math.log1p(max(shape.input_bytes, 0)) for shape in shapes],
+            "log_output_bytes": [math.log1p(max(shape.output_bytes, 0)) for shape in shapes],
+            "cores": [float(shape.cores) for shape in shapes],
+        }
+    )
+
+
+def with_resource(frame: pd.DataFrame, resource: Resource | None) -> pd.DataFrame:
+    """``frame`` with the resource columns of ``resource`` (NaN where the type is unknown)."""
+    out = frame.copy()
+    if resource is None:
+        for column in RESOURCE_NUMERIC:
+            out[column] = np.nan
+    else:
+        out["log_speed"] = math.log(resource.speed)
+        out["vcpus"] = float(resource.vcpus)
+        out["memory_gib"] = float(resource.memory_gib)
+    return out
+
+
+def resource_columns(
+    speeds: Sequence[float | None], vcpus: Sequence[int | None], memory_gib: Sequence[float | None]
+) -> dict[str, list[float]]:
+    """Resource columns for rows whose types differ (training rows); ``None`` becomes NaN."""
+    return {
+        "log_speed": [math.log(s) if s else math.nan for s in speeds],
+        "vcpus": [float(v) if v else math.nan for v in vcpus],
+        "memory_gib": [float(m) if m else math.nan for m in memory_gib],
+    }

@@ -1,0 +1,152 @@
+"""``MemoryQuantileRegressor``: a safe upper quantile (p95 by default) of a task's peak memory.
+
+A point model (boosted trees on ``log(peak bytes)``, the same pipeline as the runtime
+model, without resource columns: a peak is the task's, not the machine's) plus a
+conformal margin: the ``quantile`` of the out-of-fold log residuals, per category where a
+category has at least ``min_category_rows`` of them, else over all rows. Folds hold out
+whole groups (runs) where the category was seen in other runs, so the margin measures how
+far a *new run* strays from the runs the model saw, which is the question a plan asks;
+a category seen in one run only gets its within-run spread. The prediction is
+``exp(point + margin)``, the margin never below ``min_margin`` (0.1: 10.5 % headroom, as
+a few runs understate how far the next one strays).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Self
+
+import numpy as np
+import pandas as pd
+from sklearn.base import BaseEstimator, RegressorMixin
+from sklearn.model_selection import GroupKFold, KFold
+from sklearn.utils.validation import check_is_fitted
+
+from agora_optimizer.predict.features import CATEGORICAL, TASK_NUMERIC
+from agora_optimizer.predict.runtime_model import (
+    baseline_of,
+    boosted_trees,
+    check_frame,
+    check_target,
+    group_baseline,
+    known_group,
+    one_thread,
+)
+
+MIN_BYTES = 1.0
+
+
+def conformal_margin(residuals: np.ndarray, quantile: float) -> float:
+    """The split-conformal upper margin: the ceil((n+1)q)-th smallest residual (the largest if beyond)."""
+    if len(residuals) == 0:
+        return 0.0
+    ordered = np.sort(residuals)
+    rank = min(math.ceil((len(ordered) + 1) * quantile), len(ordered))
+    return max(float(ordered[rank - 1]), 0.0)
+
+
+class MemoryQuantileRegressor(RegressorMixin, BaseEstimator):
+    """Upper ``quantile`` of peak memory in bytes, from task features."""
+
+    def __init__(
+        self,
+        quantile: float = 0.95,
+        min_margin: float = 0.1,
+        n_splits: int = 5,
+        min_category_rows: int = 10,
+        min_samples_leaf: int = 3,
+        max_iter: int = 100,
+        learning_rate: float = 0.1,
+        random_state: int = 0,
+    ) -> None:
+        self.quantile = quantile
+        self.min_margin = min_margin
+        self.n_splits = n_splits
+        self.min_category_rows = min_category_rows
+        self.min_samples_leaf = min_samples_leaf
+        self.max_iter = max_iter
+        self.learning_rate = learning_rate
+        self.random_state = random_state
+
+    def _model(self) -> Any:
+        return boosted_trees(TASK_NUMERIC, self.min_samples_leaf, self.max_iter, self.learning_rate, self.random_state)
+
+    def _fit_point(self, X: pd.DataFrame, target: np.ndarray) -> tuple[Any, tuple[Any, ...]]:
+        """The point model: category baseline + trees on the rest (as the runtime model)."""
+        levels = group_baseline(X, target)
+        return self._model().fit(X, target - baseline_of(X, *levels)), levels
+
+    @staticmethod
+    def _predict_point(model: Any, levels: tuple[Any, ...], X: pd.DataFrame) -> np.ndarray:
+        correction = model.predict(X)
+        correction[~known_group(X, levels[0], levels[1])] = 0.0
+        return np.asarray(baseline_of(X, *levels) + correction, dtype=float)
+
+    def fit(self, X: pd.DataFrame, y: Any, groups: Any = None) -> Self:
+        """Learn peaks ``y`` (bytes); ``groups`` (one label per row, e.g. the run) shapes the folds."""
+        if not 0.5 <= self.quantile < 1.0:
+            raise ValueError(f"quantile must be in [0.5, 1), got {self.quantile!r}")
+        if not 0.0 <= self.min_margin <= 5.0:
+            raise ValueError(f"min_margin must be in [0, 5] (log units), got {self.min_margin!r}")
+        if self.n_splits < 2:
+            raise ValueError(f"n_splits must be >= 2, got {self.n_splits!r}")
+        X = check_frame(X, [*CATEGORICAL, *TASK_NUMERIC], "MemoryQuantileRegressor.fit")
+        target = np.log(np.maximum(check_target(y, len(X), "MemoryQuantileRegressor.fit"), MIN_BYTES))
+        with one_thread():
+            residuals = self._out_of_fold_residuals(X, target, groups)
+            self.pipeline_, levels = self._fit_point(X, target)
+        self.category_level_, self.operator_level_, self.overall_level_ = levels
+        known = np.isfinite(residuals)
+        self.margin_ = max(conformal_margin(residuals[known], self.quantile), self.min_margin)
+        self.category_margins_: dict[str, float] = {}
+        categories = X["category"].astype(str).to_numpy()
+        for category in sorted(set(categories)):
+            mine = residuals[known & (categories == category)]
+            if len(mine) >= self.min_category_rows:
+                self.category_margins_[category] = max(conformal_margin(mine, self.quantile), self.min_margin)
+        self.n_rows_ = len(X)
+        self.n_residuals_ = int(known.sum())
+        return self
+
+    def _out_of_fold_residuals(self, X: pd.DataFrame, target: np.ndarray, groups: Any) -> np.ndarray:
+        """One residual per row, from a model that did not see the row.
+
+        Where ``groups`` (runs) are given, a row's residual comes from a model that did not
+        see its run, provided that model saw the row's category: that is the error on a new
+        run of a known task, the case the margin is for (an unknown category is the
+        fallback chain's business). Other rows (a category seen in one run only, or no
+        groups) get the residual of three plain row folds: the spread within a run.
+        """
+        labels = None if groups is None else np.asarray(groups)
+        if labels is not None and len(labels) != len(X):
+            raise ValueError(f"MemoryQuantileRegressor.fit: {len(labels)} groups for {len(X)} rows")
+        residuals = np.full(len(X), np.nan)
+        categories = X["category"].astype(str).to_numpy()
+        if labels is not None and len(set(labels.tolist())) >= 2:
+            splitter = GroupKFold(n_splits=min(self.n_splits, len(set(labels.tolist()))))
+            for train, test in splitter.split(X, target, labels):
+                known = np.isin(categories[test], categories[train])
+                if known.any():
+                    test = test[known]
+                    model, levels = self._fit_point(X.iloc[train], target[train])
+                    residuals[test] = target[test] - self._predict_point(model, levels, X.iloc[test])
+        missing = np.flatnonzero(np.isnan(residuals))
+        if len(missing) and len(X) >= 2:
+            folds = KFold(n_splits=min(3, len(X)), shuffle=True, random_state=self.random_state)
+            for train, test in folds.split(X):
+                test = np.intersect1d(test, missing)
+                if len(test):
+                    model, levels = self._fit_point(X.iloc[train], target[train])
+                    residuals[test] = target[test] - self._predict_point(model, levels, X.iloc[test])
+        return residuals
+
+    def predict(self, X: pd.DataFrame) -> np.ndarray:
+        """Upper-quantile peaks in bytes."""
+        check_is_fitted(self, "pipeline_")
+        X = check_frame(X, [*CATEGORICAL, *TASK_NUMERIC], "MemoryQuantileRegressor.predict")
+        margins = np.array([self.category_margins_.get(str(c), self.margin_) for c in X["category"]], dtype=float)
+        with one_thread():
+            point = self._predict_point(
+                self.pipeline_, (self.category_level_, self.operator_level_, self.overall_level_), X
+            )
+            return np.asarray(np.exp(point + margins), dtype=float)

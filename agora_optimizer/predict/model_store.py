@@ -1,0 +1,230 @@
+"""Save and load a trained predictor: a directory with three files, and no pickle.
+
+- ``predictor.skops``: the two fitted estimators, in skops' format (a zip of JSON and
+  numpy arrays), loaded with an explicit list of trusted types: a file that names any
+  other type is refused before anything in it is built, so loading never runs code the
+  file chose (a pickle, a ``__reduce__``, an arbitrary function);
+- ``history.json``: the cold-start chain's per-task and per-category summary;
+- ``metadata.json``: format, library versions, features, estimator parameters, the
+  training data's hash and size, metrics, ``trained_at``, and the SHA-256 of the two
+  other files, checked on load (a file changed after training is refused).
+
+The packaged model is ``models/predictor/`` at the root of the source tree (found from an
+editable install); ``AGORA_MODEL_DIR`` points elsewhere.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import platform
+import tempfile
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from importlib import metadata as importlib_metadata
+from pathlib import Path
+from typing import Any
+
+import agora_optimizer
+from agora_optimizer.io.documents import write_text_atomically
+from agora_optimizer.predict.errors import ModelFileError
+from agora_optimizer.predict.fallback import History
+from agora_optimizer.predict.features import CATEGORICAL, RESOURCE_NUMERIC, TASK_NUMERIC
+from agora_optimizer.predict.memory_model import MemoryQuantileRegressor
+from agora_optimizer.predict.predictor import Predictor
+from agora_optimizer.predict.runtime_model import RuntimeRegressor
+
+log = logging.getLogger(__name__)
+
+MODEL_FORMAT = "agora-predictor/1"
+MODEL_FILE = "predictor.skops"
+HISTORY_FILE = "history.json"
+METADATA_FILE = "metadata.json"
+MODEL_DIR_ENV = "AGORA_MODEL_DIR"
+MAX_MODEL_BYTES = 64 * 2**20
+
+# Every type a predictor file may hold beyond skops' defaults (builtins, numpy, scikit-learn
+# estimators). ``functools.partial`` is loaded child by child, so a partial of anything but
+# the function listed here is still refused.
+TRUSTED_TYPES = [
+    "agora_optimizer.predict.memory_model.MemoryQuantileRegressor",
+    "agora_optimizer.predict.runtime_model.RuntimeRegressor",
+    "functools.partial",
+    "sklearn.ensemble._hist_gradient_boosting.predictor.TreePredictor",
+    "sklearn.utils.validation.check_array",
+]
+_LIBRARIES = ("agora-optimizer", "scikit-learn", "numpy", "scipy", "pandas", "skops")
+
+
+def default_model_dir() -> Path:
+    """``$AGORA_MODEL_DIR``, else ``models/predictor`` beside the package (source tree / editable install)."""
+    configured = os.environ.get(MODEL_DIR_ENV)
+    if configured:
+        return Path(configured)
+    return Path(agora_optimizer.__file__).resolve().parent.parent / "models" / "predictor"
+
+
+def library_versions() -> dict[str, str]:
+    versions = {"python": platform.python_version()}
+    for name in _LIBRARIES:
+        try:
+            versions[name] = importlib_metadata.version(name)
+        except importlib_metadata.PackageNotFoundError:
+            versions[name] = "not installed"
+    return versions
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def save_predictor(
+    predictor: Predictor,
+    directory: str | Path,
+    metrics: Mapping[str, Any] | None = None,
+    sources: list[str] | None = None,
+) -> Path:
+    """Write ``predictor`` to ``directory`` (created if needed); returns the metadata file's path."""
+    import skops.io as sio
+
+    if not predictor.fitted:
+        raise ModelFileError(directory, "refusing to save a predictor that was never trained")
+    directory = Path(directory)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{MODEL_FILE}.", suffix=".tmp")
+        os.close(fd)
+        sio.dump({"runtime": predictor.runtime_model, "memory": predictor.memory_model}, tmp, compression=8)
+        os.replace(tmp, directory / MODEL_FILE)
+    except OSError as exc:
+        raise ModelFileError(directory, f"cannot be written: {exc.strerror or exc}") from None
+    write_text_atomically(directory / HISTORY_FILE, json.dumps(predictor.history.to_json(), indent=1) + "\n")
+    document = {
+        "format": MODEL_FORMAT,
+        "trained_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "library_versions": library_versions(),
+        "features": {
+            "categorical": list(CATEGORICAL),
+            "task_numeric": list(TASK_NUMERIC),
+            "resource_numeric": list(RESOURCE_NUMERIC),
+            "runtime_uses_resource_columns": bool(predictor.runtime_model.uses_resources_),
+        },
+        "estimators": {
+            "runtime": {"class": "RuntimeRegressor", "params": predictor.runtime_model.get_params()},
+            "memory": {"class": "MemoryQuantileRegressor", "params": predictor.memory_model.get_params()},
+        },
+        "has_memory_model": predictor.has_memory_model,
+        "default_memory_bytes": predictor.default_memory_bytes,
+        "training_data": {
+            "sha256": predictor.training_sha256,
+            "rows": predictor.training_rows,
+            "skipped": predictor.skipped,
+            "sources": sources or [],
+        },
+        "metrics": dict(metrics or {}),
+        "files": {name: _sha256(directory / name) for name in (MODEL_FILE, HISTORY_FILE)},
+    }
+    path = directory / METADATA_FILE
+    write_text_atomically(path, json.dumps(document, indent=1, sort_keys=False) + "\n")
+    for name in (MODEL_FILE, HISTORY_FILE, METADATA_FILE):
+        (directory / name).chmod(0o644)  # temporary files are created private; a model is for all to read
+    return path
+
+
+def read_metadata(directory: str | Path) -> dict[str, Any]:
+    """The metadata of a model directory, checked for format and the files it lists."""
+    directory = Path(directory)
+    path = directory / METADATA_FILE
+    if not directory.is_dir():
+        raise ModelFileError(directory, "no such model directory (train one with `agora train --out DIR`)")
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ModelFileError(path, "missing: not a model directory written by `agora train`") from None
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ModelFileError(path, f"not a readable JSON metadata file ({exc})") from None
+    if not isinstance(document, dict) or document.get("format") != MODEL_FORMAT:
+        found = document.get("format") if isinstance(document, dict) else type(document).__name__
+        raise ModelFileError(path, f"format is {found!r}, expected {MODEL_FORMAT!r}")
+    files = document.get("files")
+    if not isinstance(files, dict) or set(files) != {MODEL_FILE, HISTORY_FILE}:
+        raise ModelFileError(path, f"'files' must list the SHA-256 of {MODEL_FILE} and {HISTORY_FILE}")
+    return document
+
+
+def load_predictor(directory: str | Path) -> Predictor:
+    """Load a predictor saved by :func:`save_predictor`; anything wrong is a ``ModelFileError``."""
+    directory = Path(directory)
+    document = read_metadata(directory)
+    for name, expected in document["files"].items():
+        path = directory / name
+        if not path.is_file():
+            raise ModelFileError(path, "missing from the model directory")
+        if path.stat().st_size > MAX_MODEL_BYTES:
+            raise ModelFileError(path, f"is larger than {MAX_MODEL_BYTES} bytes")
+        if _sha256(path) != expected:
+            raise ModelFileError(path, "changed since training (its SHA-256 differs from metadata.json); retrain")
+    estimators = _load_estimators(directory / MODEL_FILE)
+    history_path = directory / HISTORY_FILE
+    try:
+        history = History.from_json(json.loads(history_path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ModelFileError(history_path, f"not a predictor history ({type(exc).__name__}: {exc})") from None
+    _warn_on_version_drift(document)
+    predictor = Predictor(
+        runtime_model=estimators["runtime"],
+        memory_model=estimators["memory"],
+        default_memory_bytes=int(document.get("default_memory_bytes", Predictor().default_memory_bytes)),
+    )
+    predictor.history = history
+    predictor.has_memory_model = bool(document.get("has_memory_model"))
+    training = document.get("training_data", {})
+    predictor.training_sha256 = str(training.get("sha256", ""))
+    predictor.skipped = dict(training.get("skipped", {}))
+    predictor.fitted = True
+    return predictor
+
+
+def _load_estimators(path: Path) -> dict[str, Any]:
+    """The estimators of a skops file, refusing any type outside skops' defaults and ``TRUSTED_TYPES``."""
+    import skops.io as sio
+
+    # skops raises many kinds of exception on a bad file (zip, JSON, schema, types): at this
+    # trust boundary each one means the same thing to the user, so all become ModelFileError.
+    try:
+        untrusted = sorted(set(sio.get_untrusted_types(file=path)) - set(TRUSTED_TYPES))
+    except Exception as exc:
+        raise ModelFileError(path, f"not a skops model file ({type(exc).__name__}: {exc})") from None
+    if untrusted:
+        raise ModelFileError(path, f"names types that are not trusted, refused unloaded: {', '.join(untrusted)}")
+    try:
+        loaded = sio.load(path, trusted=TRUSTED_TYPES)
+    except Exception as exc:
+        raise ModelFileError(path, f"cannot be loaded ({type(exc).__name__}: {exc})") from None
+    if (
+        not isinstance(loaded, dict)
+        or not isinstance(loaded.get("runtime"), RuntimeRegressor)
+        or not isinstance(loaded.get("memory"), MemoryQuantileRegressor)
+        or not hasattr(loaded["runtime"], "pipeline_")
+    ):
+        raise ModelFileError(path, "does not hold a fitted runtime and memory model")
+    return loaded
+
+
+def _warn_on_version_drift(document: Mapping[str, Any]) -> None:
+    trained = document.get("library_versions", {})
+    now = library_versions()
+    for name in ("scikit-learn", "numpy"):
+        if isinstance(trained, dict) and trained.get(name) not in (None, now.get(name)):
+            log.warning(
+                "model trained with %s %s, running %s: predictions may differ; retrain with `agora train`",
+                name,
+                trained.get(name),
+                now.get(name),
+            )

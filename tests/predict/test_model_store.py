@@ -1,0 +1,146 @@
+"""Saving and loading a trained predictor: same answers back, and no code run from a bad file."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import pickle
+from pathlib import Path
+
+import pytest
+import skops.io as sio
+
+from agora_optimizer.errors import AgoraError
+from agora_optimizer.model.catalog import Catalog
+from agora_optimizer.predict.errors import ModelFileError
+from agora_optimizer.predict.model_store import (
+    HISTORY_FILE,
+    METADATA_FILE,
+    MODEL_FILE,
+    default_model_dir,
+    load_predictor,
+    read_metadata,
+    save_predictor,
+)
+from agora_optimizer.predict.predictor import Predictor
+from agora_optimizer.traces.wfformat_import import read_workflow_shape
+from tests.predict.conftest import SRA_2
+
+MARKER_NAME = "agora-test-pwned"
+
+
+class _Pwn:
+    """A pickle payload that creates a file when unpickled."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (self.marker,))
+
+
+class _Foreign:
+    """A type no predictor file may hold."""
+
+
+@pytest.fixture(scope="module")
+def saved(trained: Predictor, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory = tmp_path_factory.mktemp("model")
+    save_predictor(trained, directory, metrics={"note": "test"}, sources=["blast", "srasearch"])
+    return directory
+
+
+def _copy(saved: Path, tmp_path: Path) -> Path:
+    target = tmp_path / "model"
+    target.mkdir()
+    for name in (MODEL_FILE, HISTORY_FILE, METADATA_FILE):
+        (target / name).write_bytes((saved / name).read_bytes())
+    return target
+
+
+def _rehash(directory: Path) -> None:
+    """Make metadata.json vouch for the files as they are now (an attacker could do as much)."""
+    metadata = json.loads((directory / METADATA_FILE).read_text())
+    for name in metadata["files"]:
+        metadata["files"][name] = hashlib.sha256((directory / name).read_bytes()).hexdigest()
+    (directory / METADATA_FILE).write_text(json.dumps(metadata))
+
+
+def test_round_trip_gives_the_same_predictions(trained: Predictor, saved: Path, catalog: Catalog) -> None:
+    loaded = load_predictor(saved)
+    shape = read_workflow_shape(SRA_2)
+    assert loaded.predict(shape, catalog) == trained.predict(shape, catalog)
+    assert loaded.history == trained.history
+    assert loaded.training_sha256 == trained.training_sha256
+
+
+def test_metadata_says_what_was_trained_how(saved: Path, trained: Predictor) -> None:
+    metadata = read_metadata(saved)
+    for key in ("library_versions", "features", "training_data", "metrics", "trained_at", "estimators"):
+        assert key in metadata
+    assert metadata["library_versions"]["scikit-learn"]
+    assert metadata["training_data"]["sha256"] == trained.training_sha256
+    assert metadata["training_data"]["rows"] == trained.training_rows
+    assert metadata["features"]["categorical"] == ["category", "operator", "task_stem"]
+    assert metadata["estimators"]["runtime"]["params"] == trained.runtime_model.get_params()
+
+
+def test_a_pickle_in_place_of_the_model_is_refused_and_not_run(saved: Path, tmp_path: Path) -> None:
+    directory = _copy(saved, tmp_path)
+    marker = tmp_path / MARKER_NAME
+    (directory / MODEL_FILE).write_bytes(pickle.dumps(_Pwn(marker)))
+    _rehash(directory)
+    with pytest.raises(ModelFileError, match=MODEL_FILE):
+        load_predictor(directory)
+    assert not marker.exists()
+
+
+def test_a_skops_file_with_an_untrusted_type_is_refused_unloaded(saved: Path, tmp_path: Path) -> None:
+    directory = _copy(saved, tmp_path)
+    sio.dump({"runtime": _Foreign(), "memory": _Foreign()}, directory / MODEL_FILE)
+    _rehash(directory)
+    with pytest.raises(ModelFileError, match=r"not trusted.*_Foreign"):
+        load_predictor(directory)
+
+
+def test_a_file_changed_after_training_is_refused(saved: Path, tmp_path: Path) -> None:
+    directory = _copy(saved, tmp_path)
+    data = bytearray((directory / MODEL_FILE).read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    (directory / MODEL_FILE).write_bytes(bytes(data))
+    with pytest.raises(ModelFileError, match="SHA-256"):
+        load_predictor(directory)
+    _rehash(directory)  # even vouched for, a corrupt zip is a clear error
+    with pytest.raises(ModelFileError, match=MODEL_FILE):
+        load_predictor(directory)
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (lambda d: (d / METADATA_FILE).write_text("{not json"), "metadata.json"),
+        (lambda d: (d / METADATA_FILE).write_text(json.dumps({"format": "other/9"})), "other/9"),
+        (lambda d: (d / METADATA_FILE).unlink(), "missing"),
+        (lambda d: (d / HISTORY_FILE).unlink(), HISTORY_FILE),
+        (lambda d: ((d / HISTORY_FILE).write_text('{"tasks": 3}'), _rehash(d)), HISTORY_FILE),
+    ],
+)
+def test_damaged_model_directories_are_clear_errors(saved: Path, tmp_path: Path, damage, message: str) -> None:
+    directory = _copy(saved, tmp_path)
+    damage(directory)
+    with pytest.raises(AgoraError, match=message):
+        load_predictor(directory)
+
+
+def test_missing_directory_and_untrained_save(tmp_path: Path) -> None:
+    with pytest.raises(ModelFileError, match="no such model directory"):
+        load_predictor(tmp_path / "nowhere")
+    with pytest.raises(ModelFileError, match="never trained"):
+        save_predictor(Predictor(), tmp_path / "m")
+
+
+def test_default_model_dir_is_the_repository_models_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("AGORA_MODEL_DIR", raising=False)
+    assert default_model_dir() == Path(__file__).resolve().parents[2] / "models" / "predictor"
+    monkeypatch.setenv("AGORA_MODEL_DIR", str(tmp_path))
+    assert default_model_dir() == tmp_path

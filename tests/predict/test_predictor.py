@@ -1,0 +1,135 @@
+"""The predictor's answers: fallback levels, memory coverage on real runs, bad input."""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from agora_optimizer.io.wfformat import load_workflow
+from agora_optimizer.model.catalog import Catalog
+from agora_optimizer.predict.errors import EmptyHistoryError, PredictorError, UnknownResourceError
+from agora_optimizer.predict.fallback import LEVELS, History, first_answer
+from agora_optimizer.predict.features import TaskShape, WorkflowShape
+from agora_optimizer.predict.predictor import Predictor
+from agora_optimizer.traces.records import TaskAttempt
+from agora_optimizer.traces.wfformat_import import attempts_from_wfformat, read_workflow_shape
+from tests.predict.conftest import BLAST_1, BLAST_2, BLAST_3, GENOME, SRA_1, SRA_2, stripped
+
+
+def test_first_answer_walks_the_chain() -> None:
+    assert first_answer(3.0, 2.0, 1.0, 9.0).source == "task"
+    assert first_answer(None, 2.0, 1.0, 9.0).source == "category"
+    assert first_answer(None, None, 1.0, 9.0).source == "hint"
+    answer = first_answer(None, float("nan"), 0.0, 9.0)  # unusable values are passed over
+    assert (answer.value, answer.source) == (9.0, "default")
+    with pytest.raises(ValueError):
+        first_answer(None, None, None, 0.0)
+
+
+def test_each_level_answers_and_says_so(trained: Predictor, catalog: Catalog) -> None:
+    seen = read_workflow_shape(BLAST_1).tasks[1]  # a task of a run in the history
+    same_category = TaskShape("blastall_ID999", "blastall", "blastall", 7694, 12, dag_id="another-run")
+    hinted = TaskShape("mystery_1", "mystery", "", 10, 10, dag_id="x", hint_runtime_s=42.0, hint_memory_bytes=2**25)
+    unknown = TaskShape("mystery_2", "mystery", "", 10, 10, dag_id="x")
+    shape = WorkflowShape("mixed", (seen, same_category, hinted, unknown), ())
+    tasks = trained.predict(shape, catalog).tasks
+    assert [t.runtime_source for t in tasks] == list(LEVELS)
+    assert [t.memory_source for t in tasks] == list(LEVELS)
+    assert tasks[2].reference_runtime_s == 42.0 and tasks[2].memory_bytes == 2**25
+    assert tasks[3].memory_bytes >= trained.default_memory_bytes  # an unknown task gets a safe reservation
+
+
+def test_a_task_seen_before_gets_its_own_history(trained: Predictor, catalog: Catalog) -> None:
+    recorded = load_workflow(BLAST_1)
+    tasks = trained.predict(read_workflow_shape(BLAST_1), catalog).tasks
+    assert {t.runtime_source for t in tasks} == {"task"} and {t.memory_source for t in tasks} == {"task"}
+    for task in tasks:
+        truth = recorded.by_id[task.task_id]
+        assert task.reference_runtime_s == pytest.approx(max(truth.runtime_s, 0.01), rel=1e-6)
+        assert task.memory_bytes >= truth.memory_bytes  # never below its own past peak
+
+
+def test_runtime_per_type_is_reference_over_speed(trained: Predictor, catalog: Catalog) -> None:
+    prediction = trained.predict(read_workflow_shape(SRA_2), catalog)
+    for task in prediction.tasks:
+        assert set(task.runtime_s) == {r.name for r in catalog.resources}
+        for resource in catalog.resources:
+            assert task.runtime_s[resource.name] == pytest.approx(task.reference_runtime_s / resource.speed)
+
+
+def test_memory_quantile_covers_a_held_out_run(catalog: Catalog) -> None:
+    """Trained on two runs of blast, it covers >= 90 % of the third run's peaks, without absurd margins."""
+    predictor = Predictor().fit(attempts_from_wfformat(BLAST_1) + attempts_from_wfformat(BLAST_2))
+    actual = load_workflow(BLAST_3)
+    tasks = predictor.predict(read_workflow_shape(BLAST_3), catalog).tasks
+    peaks = np.array([actual.by_id[t.task_id].memory_bytes for t in tasks])
+    quantiles = np.array([t.memory_bytes for t in tasks])
+    assert np.mean(peaks <= quantiles) >= 0.9
+    assert np.median(quantiles / peaks) < 3.0
+
+
+def test_predict_from_a_stripped_file(trained: Predictor, catalog: Catalog, tmp_path: Path) -> None:
+    bare = stripped(SRA_2, tmp_path / SRA_2.name)
+    prediction = trained.predict(read_workflow_shape(bare), catalog)
+    full = trained.predict(read_workflow_shape(SRA_2), catalog)
+    assert prediction == full  # nothing the file measured was used
+    assert all(t.runtime_source == "category" for t in prediction.tasks)
+    assert all(math.isfinite(t.reference_runtime_s) and t.reference_runtime_s > 0 for t in prediction.tasks)
+
+
+def test_predicted_workflow_is_plannable(trained: Predictor, catalog: Catalog) -> None:
+    shape = read_workflow_shape(SRA_2)
+    workflow = trained.predicted_workflow(shape, catalog)
+    prediction = trained.predict(shape, catalog)
+    assert {t.memory_source for t in workflow.tasks} == {"predicted"}
+    assert [t.runtime_s for t in workflow.tasks] == [t.reference_runtime_s for t in prediction.tasks]
+    assert len(workflow.edges) == len(load_workflow(SRA_2).edges)
+
+
+def test_unknown_resource_type_is_a_clear_error(trained: Predictor, catalog: Catalog) -> None:
+    shape = read_workflow_shape(SRA_2)
+    with pytest.raises(UnknownResourceError, match=re.escape("x9.mega")):
+        trained.predict(shape, catalog, ["c5.large", "x9.mega"])
+    prediction = trained.predict(shape, catalog, ["c5.large"])
+    assert prediction.resources == ("c5.large",)
+    with pytest.raises(UnknownResourceError, match=re.escape("m5.large")):
+        prediction.runtime_s(shape.tasks[0].task_id, "m5.large")
+
+
+def test_empty_or_useless_history_is_a_clear_error() -> None:
+    with pytest.raises(EmptyHistoryError, match="0 given"):
+        Predictor().fit([])
+    failed = [TaskAttempt.create(dag_id="d", task_id="t", run_id="r", state="failed", runtime_s=3.0)]
+    with pytest.raises(EmptyHistoryError, match="1 state failed"):
+        Predictor().fit(failed)
+    with pytest.raises(PredictorError, match="not trained"):
+        Predictor().predict(read_workflow_shape(SRA_2), Catalog((), 1.0))
+
+
+def test_bad_attempts_are_skipped_and_counted(catalog: Catalog) -> None:
+    good = attempts_from_wfformat(SRA_1)
+    extra = [
+        TaskAttempt.create(dag_id="d", task_id="t", run_id="r", state="oom_killed", requested_memory_bytes=2**30),
+        TaskAttempt.create(dag_id="d", task_id="u", run_id="r", runtime_s=5.0, resource_type="no.such.type"),
+    ]
+    predictor = Predictor().fit(good + extra, catalog)
+    assert predictor.skipped == {"state oom_killed": 1, "unknown resource type": 1}
+    assert predictor.training_rows["runtime"] == len(good)
+    killed = predictor.history.task("d", "t")
+    assert killed is not None and killed.peak_bytes == 2**30  # an OOM kill still teaches a floor
+
+
+def test_history_round_trips_through_json(trained: Predictor) -> None:
+    assert History.from_json(trained.history.to_json()) == trained.history
+
+
+def test_no_memory_recorded_anywhere_falls_back_to_the_default(catalog: Catalog) -> None:
+    predictor = Predictor().fit(attempts_from_wfformat(GENOME))  # this family records no peaks
+    tasks = predictor.predict(read_workflow_shape(GENOME), catalog).tasks
+    assert {t.memory_source for t in tasks} == {"default"}
+    assert {t.memory_bytes for t in tasks} == {predictor.default_memory_bytes}
+    assert {t.runtime_source for t in tasks} == {"task"}

@@ -1,0 +1,79 @@
+"""Replaying a plan with the actual runtimes and memory."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+import pytest
+
+from agora_optimizer.errors import PlanMismatchError
+from agora_optimizer.io.wfformat import load_workflow
+from agora_optimizer.model.catalog import Catalog
+from agora_optimizer.model.plan import Objective, Plan
+from agora_optimizer.model.workflow import Workflow
+from agora_optimizer.optimize import optimize
+from agora_optimizer.predict.errors import UnknownResourceError
+from agora_optimizer.predict.simulate import replay
+from agora_optimizer.validate import validate_plan
+from tests.predict.conftest import BLAST_1, SRA_1
+
+
+@pytest.fixture(scope="module", params=[BLAST_1, SRA_1], ids=lambda p: p.stem)
+def planned(request: pytest.FixtureRequest, catalog: Catalog) -> tuple[Workflow, Plan]:
+    workflow = load_workflow(request.param)
+    return workflow, optimize(workflow, catalog, Objective(kind="time"), "aws", time_limit_s=2.0)
+
+
+def _scaled(workflow: Workflow, runtime: float = 1.0, memory: float = 1.0) -> Workflow:
+    tasks = [
+        replace(t, runtime_s=t.runtime_s * runtime, memory_bytes=int(t.memory_bytes * memory)) for t in workflow.tasks
+    ]
+    return Workflow.create(workflow.name, tasks, list(workflow.edges), source=workflow.source)
+
+
+def test_replaying_a_plan_with_its_own_workflow_gives_its_makespan(planned, catalog: Catalog) -> None:
+    workflow, plan = planned
+    result = replay(plan, workflow, catalog)
+    assert result.makespan_s == pytest.approx(plan.makespan_s, rel=1e-9, abs=1e-6)
+    assert result.cost_usd == pytest.approx(plan.cost_usd, rel=1e-9)
+    assert result.oom_tasks == ()
+    replayed = replace(plan, assignments=result.assignments, makespan_s=result.makespan_s, cost_usd=result.cost_usd)
+    assert validate_plan(replayed, workflow, catalog) == []
+
+
+def test_a_slower_truth_gives_a_longer_valid_schedule(planned, catalog: Catalog) -> None:
+    workflow, plan = planned
+    slower = _scaled(workflow, runtime=2.0)
+    result = replay(plan, slower, catalog)
+    boot = min(r.boot_s for r in catalog.resources)  # the wait before any task, unchanged by runtimes
+    assert result.makespan_s - boot > 1.5 * (plan.makespan_s - boot)
+    assert result.cost_usd >= plan.cost_usd  # (equal while every lease stays under its 60 s minimum)
+    replayed = replace(plan, assignments=result.assignments, makespan_s=result.makespan_s, cost_usd=result.cost_usd)
+    assert validate_plan(replayed, slower, catalog) == []  # precedence, capacity, durations of the truth
+    on_machine: dict[str, list[str]] = {}
+    for a in sorted(plan.assignments, key=lambda a: a.start_s):
+        on_machine.setdefault(a.machine, []).append(a.task)
+    starts = {a.task: a.start_s for a in result.assignments}
+    for tasks in on_machine.values():  # each machine keeps the plan's order
+        assert [starts[t] for t in tasks] == sorted(starts[t] for t in tasks)
+
+
+def test_tasks_over_their_reservation_are_counted(planned, catalog: Catalog) -> None:
+    workflow, plan = planned
+    hungrier = _scaled(workflow, memory=1.5)
+    result = replay(plan, hungrier, catalog)
+    over = [a.task for a in plan.assignments if hungrier.by_id[a.task].memory_bytes > a.memory_bytes]
+    assert over and sorted(t.task for t in result.oom_tasks) == sorted(over)
+    assert result.summary()["oom_count"] == len(over)
+
+
+def test_a_plan_for_another_workflow_or_catalog_is_refused(planned, catalog: Catalog) -> None:
+    workflow, plan = planned
+    with pytest.raises(PlanMismatchError):
+        replay(replace(plan, workflow="other"), workflow, catalog)
+    with pytest.raises(PlanMismatchError, match="exactly once"):
+        replay(replace(plan, assignments=plan.assignments[1:]), workflow, catalog)
+    strange = (replace(plan.assignments[0], resource="x9.mega", machine="x9.mega#0"), *plan.assignments[1:])
+    with pytest.raises(UnknownResourceError, match=re.escape("x9.mega")):
+        replay(replace(plan, assignments=strange), workflow, catalog)
