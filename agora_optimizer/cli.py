@@ -76,12 +76,19 @@ def _progress_bar(label: str) -> Iterator[Callable[[str, int, int], None]]:
 
 
 WorkflowArg = Annotated[Path, typer.Argument(help="A WfFormat 1.4/1.5 workflow instance (JSON).")]
+PlanInputArg = Annotated[
+    Path,
+    typer.Argument(
+        help="A WfFormat 1.4/1.5 workflow instance (JSON), or airflow:DAG_ID for a DAG of the DAG folder "
+        "(its tasks get predicted runtimes and memory)."
+    ),
+]
 CatalogOpt = Annotated[Path, typer.Option("--catalog", "-c", help="Catalog of resource types (YAML or JSON).")]
 
 
 @app.command()
 def optimize(
-    workflow: WorkflowArg,
+    workflow: PlanInputArg,
     catalog: CatalogOpt,
     out: Annotated[Path, typer.Option("--out", "-o", help="Where to write the plan (JSON).")],
     objective: Annotated[ObjectiveKind, typer.Option(help="What to minimise.")] = ObjectiveKind.balanced,
@@ -104,6 +111,15 @@ def optimize(
     queue_time_limit_s: Annotated[
         float, typer.Option(min=1.0, help="Time limit a SLURM allocation would ask for, when predicting its wait.")
     ] = 3600.0,
+    dag_folder: Annotated[
+        Path | None, typer.Option(help="For airflow:DAG_ID: the DAG folder (default: [core] dags_folder).")
+    ] = None,
+    store: Annotated[
+        str | None, typer.Option(help="For airflow:DAG_ID: the trace store URL (default: [agora] trace_store_url).")
+    ] = None,
+    model: Annotated[
+        Path | None, typer.Option(help="For airflow:DAG_ID with an empty trace store: a trained predictor dir.")
+    ] = None,
 ) -> None:
     """Plan WORKFLOW on CATALOG and write the plan to --out."""
     from agora_optimizer.optimize import default_plan, optimize_problem
@@ -111,10 +127,16 @@ def optimize(
 
     started = time.perf_counter()  # the time limit counts loading and bounding too
     with _user_errors():
-        wf = load_workflow(workflow, default_memory_bytes=int(default_memory_gib * GIB))
         cat = load_catalog(catalog)
         if queue_wait_model is not None:
             cat = _with_predicted_queue_waits(cat, queue_wait_model, queue_time_limit_s)
+        if str(workflow).startswith("airflow:"):
+            from agora_optimizer.integration.airflow_dag import predicted_dag_workflow
+
+            wf, origin = predicted_dag_workflow(str(workflow).removeprefix("airflow:"), cat, dag_folder, store, model)
+            err_console.print(f"agora: predictions: {origin}", markup=False, highlight=False)
+        else:
+            wf = load_workflow(workflow, default_memory_bytes=int(default_memory_gib * GIB))
         goal = Objective(kind=objective.value, alpha=alpha, deadline_s=deadline_s, budget_usd=budget_usd)
         problem = Problem.create(wf, cat, goal)
         with _progress_bar(f"planning {len(wf.tasks)} tasks") as progress:

@@ -1,0 +1,171 @@
+"""Read a real Airflow DAG from its DAG folder into the tasks and edges agora plans.
+
+No running Airflow is needed: the DAG files are parsed with Airflow's own ``DagBag``, the
+way the DAG processor does. A DAG author may declare what a task needs in its
+``executor_config``::
+
+    PythonOperator(task_id="train", ..., executor_config={"agora": {"cores": 4, "memory_gib": 8, "runtime_s": 600}})
+
+Declared values are hints: the predictor prefers what the task's own history says and
+falls back to them (see :mod:`agora_optimizer.predict.fallback`).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from agora_optimizer.errors import AgoraError, FieldError
+from agora_optimizer.model.catalog import GIB
+from agora_optimizer.model.workflow import MAX_CORES, MAX_MEMORY_BYTES, MAX_RUNTIME_S, check_number
+
+if TYPE_CHECKING:
+    from agora_optimizer.model.catalog import Catalog
+    from agora_optimizer.model.workflow import Workflow
+    from agora_optimizer.predict.features import WorkflowShape
+
+AIRFLOW_PREFIX = "airflow:"
+
+
+class DagNotFoundError(AgoraError):
+    """The DAG folder does not hold the DAG asked for, or its file does not import."""
+
+
+@dataclass(frozen=True)
+class DagTask:
+    """One task of an Airflow DAG, as far as planning cares."""
+
+    task_id: str
+    operator: str
+    upstream: tuple[str, ...]
+    cores: int = 1
+    runtime_hint_s: float | None = None
+    memory_hint_bytes: int | None = None
+    mapped: bool = False
+
+
+@dataclass(frozen=True)
+class DagShape:
+    """A DAG's id, its file and its tasks in Airflow's order."""
+
+    dag_id: str
+    fileloc: str
+    tasks: tuple[DagTask, ...]
+
+
+def dag_folder() -> Path:
+    """``[core] dags_folder`` of the Airflow configuration in effect."""
+    from airflow.configuration import conf
+
+    return Path(os.path.expanduser(conf.get("core", "dags_folder")))
+
+
+def load_dag(dag_id: str, folder: str | Path | None = None) -> DagShape:
+    """Parse the DAG folder and return the shape of ``dag_id``; errors name the file or the id."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    folder = Path(folder) if folder is not None else dag_folder()
+    if not folder.exists():
+        raise DagNotFoundError(f"DAG folder {folder} does not exist (set [core] dags_folder or --dag-folder)")
+    bag = DagBag(dag_folder=str(folder), safe_mode=False, load_op_links=False)
+    dag = bag.dags.get(dag_id)
+    if dag is None:
+        broken = "; ".join(f"{path}: {_first_line(error)}" for path, error in sorted(bag.import_errors.items()))
+        known = ", ".join(sorted(bag.dags)) or "none"
+        reason = f"DAG '{dag_id}' is not in {folder} (DAGs found: {known})"
+        raise DagNotFoundError(reason + (f"; files that failed to import: {broken}" if broken else ""))
+    tasks = tuple(_dag_task(dag.fileloc, task) for task in dag.tasks)
+    return DagShape(dag_id=dag_id, fileloc=str(dag.fileloc), tasks=tasks)
+
+
+def _first_line(error: object) -> str:
+    lines = [line for line in str(error).strip().splitlines() if line.strip()]
+    return lines[-1] if lines else "import failed"
+
+
+def _dag_task(fileloc: str, task: Any) -> DagTask:
+    config = getattr(task, "executor_config", None) or {}
+    hints = config.get("agora", {}) if isinstance(config, dict) else {}
+    where = f"{task.task_id}.executor_config.agora"
+    if not isinstance(hints, dict):
+        raise FieldError(fileloc, where, f"expected a mapping, got {type(hints).__name__}")
+    unknown = sorted(set(hints) - {"cores", "memory_gib", "memory_bytes", "runtime_s"})
+    if unknown:
+        known = "cores, memory_gib, memory_bytes, runtime_s"
+        raise FieldError(fileloc, f"{where}.{unknown[0]}", f"unknown key (known: {known})")
+    cores_value = hints.get("cores", 1)
+    cores = int(check_number(fileloc, f"{where}.cores", cores_value, minimum=1, maximum=MAX_CORES, integer=True))
+    runtime = hints.get("runtime_s")
+    if runtime is not None:
+        runtime = check_number(fileloc, f"{where}.runtime_s", runtime, maximum=MAX_RUNTIME_S, strictly_positive=True)
+    memory: float | None = None
+    if "memory_bytes" in hints:
+        memory = check_number(fileloc, f"{where}.memory_bytes", hints["memory_bytes"], maximum=MAX_MEMORY_BYTES)
+    elif "memory_gib" in hints:
+        memory = check_number(fileloc, f"{where}.memory_gib", hints["memory_gib"], maximum=MAX_MEMORY_BYTES / GIB) * GIB
+    return DagTask(
+        task_id=task.task_id,
+        operator=getattr(task, "task_type", type(task).__name__),
+        upstream=tuple(sorted(task.upstream_task_ids)),
+        cores=cores,
+        runtime_hint_s=runtime,
+        memory_hint_bytes=int(memory) if memory is not None else None,
+        mapped=type(task).__name__ == "MappedOperator",
+    )
+
+
+def workflow_shape(shape: DagShape) -> WorkflowShape:
+    """The DAG as the predictor sees a workflow before it runs: task ids, operators, hints and edges."""
+    from agora_optimizer.model.workflow import Edge
+    from agora_optimizer.predict.features import TaskShape, WorkflowShape, task_stem
+
+    tasks = tuple(
+        TaskShape(
+            task_id=task.task_id,
+            category=task_stem(task.task_id),
+            operator=task.operator,
+            cores=task.cores,
+            dag_id=shape.dag_id,
+            hint_runtime_s=task.runtime_hint_s,
+            hint_memory_bytes=task.memory_hint_bytes,
+        )
+        for task in shape.tasks
+    )
+    edges = tuple(Edge(parent, task.task_id) for task in shape.tasks for parent in task.upstream)
+    return WorkflowShape(name=shape.dag_id, tasks=tasks, edges=edges, source=shape.fileloc)
+
+
+def predicted_dag_workflow(
+    dag_id: str,
+    catalog: Catalog,
+    folder: str | Path | None = None,
+    store_url: str | None = None,
+    model_dir: str | Path | None = None,
+) -> tuple[Workflow, str]:
+    """The DAG as a workflow whose tasks carry predicted runtimes and memory, and where they came from.
+
+    The predictor learns from the trace store's attempts when it has any (every DAG's: a
+    task's own history, then its category's, answer first); with an empty store it is the
+    trained model of ``model_dir`` (default: the shipped one), and the DAG's declared hints
+    and the defaults answer for tasks it has never seen.
+    """
+    from agora_optimizer.predict.model_store import default_model_dir, load_predictor
+    from agora_optimizer.predict.predictor import Predictor
+    from agora_optimizer.traces.store import TraceStore, default_store_url
+
+    shape = workflow_shape(load_dag(dag_id, folder))
+    url = store_url or default_store_url()
+    with TraceStore(url) as store:
+        attempts = [a for a in store.attempts() if a.state == "success"]
+    if attempts:
+        predictor = Predictor().fit(attempts, catalog)
+        origin = f"learned from {len(attempts)} successful attempts in the trace store"
+    else:
+        directory = Path(model_dir) if model_dir is not None else default_model_dir()
+        predictor = load_predictor(directory)
+        origin = f"no attempts in the trace store; model {directory}"
+    workflow = predictor.predicted_workflow(shape, catalog)
+    sources = predictor.predict(shape, catalog).sources()
+    return workflow, f"{origin}; answered by {sources}"

@@ -1,0 +1,99 @@
+"""``agora optimize airflow:DAG_ID``: a real DAG folder, parsed by Airflow's DagBag, planned from predictions."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from agora_optimizer.traces.records import TaskAttempt
+from agora_optimizer.traces.store import TraceStore
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.airflow
+
+DAG_ID = "agora_example_etl"
+GIB = 2**30
+
+
+def _agora(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
+    command = [sys.executable, "-m", "agora_optimizer", *args]
+    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=300, check=False)
+
+
+def _attempts(runs: int) -> list[TaskAttempt]:
+    """Past runs of the example DAG: aggregate takes 40 s and 700 MB, the others 2 s and 100 MB."""
+    rows = []
+    start = datetime(2026, 11, 1, tzinfo=UTC)
+    for run in range(runs):
+        for task in ("extract", "clean", "aggregate", "profile", "load"):
+            seconds, peak = (40.0, 700 * 2**20) if task == "aggregate" else (2.0, 100 * 2**20)
+            attempt = TaskAttempt.create(
+                dag_id=DAG_ID, task_id=task, run_id=f"manual__{run}", operator="_PythonDecoratedOperator",
+                resource_type="local-small", backend="local", started_at=start,
+                ended_at=start + timedelta(seconds=seconds * (1 + 0.05 * run)), peak_rss_bytes=peak,
+            )  # fmt: skip
+            rows.append(attempt)
+    return rows
+
+
+def _plan(home: Path, store: str, out: Path) -> tuple[dict[str, dict[str, object]], str]:
+    result = _agora(
+        home, "optimize", f"airflow:{DAG_ID}", "--catalog", str(REPO / "catalogs" / "local.yaml"),
+        "--dag-folder", str(REPO / "dags"), "--store", store, "-o", str(out), "--time-limit-s", "5", "--json",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    plan = json.loads(out.read_text())
+    return {a["task"]: a for a in plan["assignments"]}, result.stderr
+
+
+def test_a_dag_with_no_history_is_planned_from_its_declared_hints(tmp_path: Path) -> None:
+    by_task, err = _plan(tmp_path, f"sqlite:///{tmp_path / 'empty.db'}", tmp_path / "plan.json")
+    assert set(by_task) == {"extract", "clean", "aggregate", "profile", "load"}
+    assert "'runtime': {'hint': 5}" in err
+    assert by_task["aggregate"]["memory_bytes"] == 1 * GIB  # executor_config={"agora": {"memory_gib": 1, ...}}
+    assert by_task["load"]["start_s"] >= max(by_task[t]["end_s"] for t in ("clean", "aggregate", "profile")) - 1e-9
+
+
+def test_traces_of_past_runs_replace_the_hints(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'traces.db'}"
+    with TraceStore(store) as traces:
+        assert traces.add(_attempts(4)).written == 20
+    by_task, err = _plan(tmp_path, store, tmp_path / "plan.json")
+    assert "learned from 20 successful attempts" in err
+    aggregate = by_task["aggregate"]
+    assert 35.0 <= aggregate["end_s"] - aggregate["start_s"] <= 50.0  # local-small runs at speed 1.0
+    assert aggregate["memory_bytes"] >= 700 * 2**20  # never below the task's own largest peak
+    extract = by_task["extract"]
+    assert extract["end_s"] - extract["start_s"] < 5.0  # the hint said 2 s, the traces 2 to 2.3 s
+
+
+def test_unknown_dags_and_bad_hints_are_named(tmp_path: Path) -> None:
+    result = _agora(
+        tmp_path, "optimize", "airflow:no_such_dag", "--catalog", str(REPO / "catalogs" / "local.yaml"),
+        "--dag-folder", str(REPO / "dags"), "--store", f"sqlite:///{tmp_path / 't.db'}", "-o", str(tmp_path / "p.json"),
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert "DAG 'no_such_dag' is not in" in result.stderr and DAG_ID in result.stderr
+    folder = tmp_path / "dags"
+    folder.mkdir()
+    (folder / "bad_hint.py").write_text(
+        "from datetime import datetime\n"
+        "from airflow.sdk import DAG\n"
+        "from airflow.providers.standard.operators.empty import EmptyOperator\n"
+        "with DAG('bad_hint', schedule=None, start_date=datetime(2026, 1, 1)):\n"
+        "    EmptyOperator(task_id='t', executor_config={'agora': {'memory_gb': 4}})\n"
+    )
+    result = _agora(
+        tmp_path, "optimize", "airflow:bad_hint", "--catalog", str(REPO / "catalogs" / "local.yaml"),
+        "--dag-folder", str(folder), "--store", f"sqlite:///{tmp_path / 't.db'}", "-o", str(tmp_path / "p.json"),
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert "t.executor_config.agora.memory_gb" in result.stderr and "unknown key" in result.stderr
+    assert not (tmp_path / "p.json").exists()
