@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 from datetime import datetime
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -66,6 +67,31 @@ def import_airflow(
     out_console.print(
         f"imported {report.written} attempt(s) from {found.task_instances} task instance(s) of {found.api_url} "
         f"into {where}; {skipped} skipped as bad, {found.not_ended} not ended",
+        markup=False,
+        highlight=False,
+    )
+
+
+@traces_app.command("import")
+def import_files(
+    files: Annotated[list[Path], typer.Argument(help="WfFormat 1.4/1.5 instances (JSON) with recorded executions.")],
+    store: StoreOpt = None,
+) -> None:
+    """Import the recorded task executions of WfFormat files (e.g. WfCommons WfInstances), one DAG per file."""
+    from agora_optimizer.cli import _user_errors, err_console, out_console
+    from agora_optimizer.traces.store import TraceStore
+    from agora_optimizer.traces.wfformat_import import import_wfformat
+
+    with _user_errors():
+        found = [import_wfformat(path) for path in files]  # every file read before anything is written
+        with TraceStore(_store_url(store)) as trace_store:
+            report = trace_store.add([a for result in found for a in result.attempts])
+            where = trace_store.masked_url
+    problems = [*(p for result in found for p in result.skipped), *report.skipped]
+    for problem in problems[:MAX_SKIPS_SHOWN]:
+        err_console.print(f"agora: skipped: {problem}", markup=False, highlight=False)
+    out_console.print(
+        f"imported {report.written} attempt(s) from {len(files)} file(s) into {where}; {len(problems)} skipped as bad",
         markup=False,
         highlight=False,
     )

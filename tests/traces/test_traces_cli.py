@@ -100,3 +100,32 @@ def test_importing_from_an_api_that_is_down_is_one_line_and_exit_2(tmp_path: Pat
     assert result.exit_code == 2
     [line] = result.output.strip().splitlines()
     assert line.startswith("agora: error: Airflow API http://127.0.0.1:1: cannot reach the API")
+
+
+def test_import_wfformat_files_writes_every_recorded_task_once(tmp_path: Path) -> None:
+    from tests.conftest import BUNDLED
+
+    url = f"sqlite:///{tmp_path / 'traces.db'}"
+    files = [BUNDLED / "blast-chameleon-small-001.json", BUNDLED / "srasearch-chameleon-10a-001.json"]
+    tasks = {f.stem: len(json.loads(f.read_text())["workflow"]["execution"]["tasks"]) for f in files}
+    for _ in range(2):  # importing again updates the same rows
+        result = CliRunner().invoke(traces_app, ["import", *map(str, files), "--store", url])
+        assert result.exit_code == 0, result.stderr
+        assert f"imported {sum(tasks.values())} attempt(s) from 2 file(s)" in result.stdout
+    with TraceStore(url) as store:
+        assert store.count() == sum(tasks.values())
+        blast = store.attempts(dag_id="blast-chameleon-small-001")
+    assert len(blast) == tasks["blast-chameleon-small-001"]
+    assert all(a.runtime_s is not None and a.peak_rss_bytes for a in blast)
+
+
+def test_import_of_a_missing_file_writes_nothing(tmp_path: Path) -> None:
+    from tests.conftest import BUNDLED
+
+    url = f"sqlite:///{tmp_path / 'traces.db'}"
+    good = BUNDLED / "blast-chameleon-small-001.json"
+    result = CliRunner().invoke(traces_app, ["import", str(good), str(tmp_path / "missing.json"), "--store", url])
+    assert result.exit_code == 2
+    assert "missing.json" in result.stderr
+    with TraceStore(url) as store:
+        assert store.count() == 0
