@@ -11,7 +11,7 @@ from agora_optimizer.model.catalog import GIB, Billing, Catalog, Resource
 from agora_optimizer.model.plan import Assignment, Objective, Plan, SolverInfo
 from agora_optimizer.model.workflow import Edge, Task, Workflow
 from agora_optimizer.problem import Problem
-from tests.conftest import BUNDLED, CATALOGS
+from tests.conftest import CATALOGS, ENGINE_WORKFLOWS
 
 BANDWIDTH = 1_000_000.0  # bytes per second: an edge of k * BANDWIDTH bytes takes k seconds
 ENGINE_CATALOGS = ("aws-us-east-1", "hpc-36", "memory-tight")
@@ -56,7 +56,7 @@ def violations(problem: Problem, assignments: Iterable[Assignment]) -> list[str]
 def bundled_problems() -> Iterable[tuple[str, Problem]]:
     """(label, problem) for every bundled workflow on every catalog the engines are benchmarked on."""
     catalogs = {name: load_catalog(CATALOGS / f"{name}.yaml") for name in ENGINE_CATALOGS}
-    for path in sorted(BUNDLED.glob("*.json")):
+    for path in ENGINE_WORKFLOWS:
         workflow = load_workflow(path)
         for name, catalog in catalogs.items():
             yield f"{workflow.name}@{name}", Problem.create(workflow, catalog, Objective(kind="time"))

@@ -40,7 +40,7 @@ from agora_optimizer.model import (
 from agora_optimizer.problem import Problem, score
 from agora_optimizer.schedule.list_scheduler import list_schedule
 from agora_optimizer.validate import validate_plan
-from tests.conftest import BUNDLED
+from tests.conftest import BUNDLED, ENGINE_WORKFLOWS
 
 BANDWIDTH = 1e9  # one second per GB
 
@@ -394,7 +394,7 @@ def test_a_type_of_count_one_is_leased_again_after_a_gap_when_that_is_cheaper() 
     assert oracle is not None and close(value(problem, result.assignments), oracle[0])
 
 
-REAL = sorted(BUNDLED.glob("*.json"))
+REAL = ENGINE_WORKFLOWS
 
 
 @pytest.mark.parametrize("path", REAL, ids=lambda p: p.stem)

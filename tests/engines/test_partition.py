@@ -25,9 +25,9 @@ from agora_optimizer.io.wfformat import load_workflow
 from agora_optimizer.model import GIB, Billing, Catalog, Edge, Objective, Plan, Resource, SolverInfo, Task, Workflow
 from agora_optimizer.problem import Problem
 from agora_optimizer.validate import validate_plan
-from tests.conftest import AWS_CATALOG, BUNDLED
+from tests.conftest import AWS_CATALOG, BUNDLED, ENGINE_WORKFLOWS
 
-WORKFLOWS = sorted(BUNDLED.glob("*.json"))
+WORKFLOWS = ENGINE_WORKFLOWS
 AWS = load_catalog(AWS_CATALOG)
 ENGINES = {engine.name: engine for engine in (PartitionEngine(), HomogeneousPartitionEngine())}
 CATALOGS = ("aws", "hpc")

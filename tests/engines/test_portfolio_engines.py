@@ -19,10 +19,10 @@ from agora_optimizer.optimize import build_plan
 from agora_optimizer.problem import Problem
 from agora_optimizer.schedule.retime import retime, start_order
 from agora_optimizer.validate import validate_plan
-from tests.conftest import AWS_CATALOG, BUNDLED
+from tests.conftest import AWS_CATALOG, BUNDLED, ENGINE_WORKFLOWS
 
 AWS = load_catalog(AWS_CATALOG)
-WORKFLOWS = sorted(BUNDLED.glob("*.json"))
+WORKFLOWS = ENGINE_WORKFLOWS
 
 
 def _valid(problem: Problem, result: EngineResult) -> bool:
