@@ -121,6 +121,8 @@ from typing import Any
 import pulp
 
 from agora_optimizer.engines.base import Engine, EngineResult
+from agora_optimizer.engines.exact_repair import DifferenceEdge
+from agora_optimizer.engines.exact_repair import least_starts as _least_starts
 from agora_optimizer.model.catalog import GIB, Resource
 from agora_optimizer.model.plan import Assignment, Plan, SolverInfo, SolverStatus
 from agora_optimizer.model.workflow import Task
@@ -973,23 +975,6 @@ def _read_solution(model: _Model, data: _Data) -> _Solution:
         longest[slot] = steps * billing.granularity_s
     active = {key: _is_set(var) for key, var in model.a.items()}
     return _Solution(_Schedule(place, lanes, start, end), first, active, longest)
-
-
-DifferenceEdge = tuple[int, int, float]  # s[v] >= s[u] + w
-
-
-def _least_starts(lower: list[float], edges: list[DifferenceEdge]) -> list[float] | None:
-    """The least solution of s[v] >= s[u] + w and s >= lower (Bellman-Ford); None on a positive cycle."""
-    start = list(lower)
-    for _ in range(len(lower) + 1):
-        changed = False
-        for u, v, w in edges:
-            if start[u] + w > start[v] + _EPS_S:
-                start[v] = start[u] + w
-                changed = True
-        if not changed:
-            return start
-    return None
 
 
 def _repair_edges(data: _Data, solution: _Solution, with_leases: bool) -> list[DifferenceEdge]:
