@@ -53,6 +53,7 @@ from agora_optimizer.engines.exact_repair import (
     Slot,
     SolverSchedule,
     least_starts,
+    lift_pruned,
     retime,
     structure_edges,
     to_assignments,
@@ -88,20 +89,6 @@ class Phase:
 
 
 # --------------------------------------------------------------------------- hints
-
-
-def _lifted(data: TickData, assignments: Sequence[Assignment]) -> list[Assignment]:
-    """Machines of pruned types moved to their replacing type (same starts, runs no longer)."""
-    result = []
-    for a in assignments:
-        target = data.replacement.get(a.resource)
-        if target is None:
-            result.append(a)
-            continue
-        end = a.start_s + target.runtime_s(data.problem.workflow.by_id[a.task])
-        machine = f"{target.name}#pruned-{a.machine}"
-        result.append(Assignment(a.task, target.name, machine, a.start_s, end, a.cores, a.memory_bytes))
-    return result
 
 
 def plan_slots(data: TickData, assignments: Sequence[Assignment]) -> list[Slot] | None:
@@ -184,7 +171,7 @@ def colour_lanes(
 
 def add_hints(model: TickModel, data: TickData, assignments: Sequence[Assignment]) -> bool:
     """Hint every variable with a real plan (its machines of pruned types lifted); False if it does not fit."""
-    lifted = _lifted(data, assignments)
+    lifted = lift_pruned(assignments, data.replacement, data.problem.workflow)
     place = plan_slots(data, lifted)
     if place is None:
         return False

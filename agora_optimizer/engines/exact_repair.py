@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 from agora_optimizer.model.catalog import Resource
 from agora_optimizer.model.plan import Assignment
-from agora_optimizer.model.workflow import Task
+from agora_optimizer.model.workflow import Task, Workflow
 
 DifferenceEdge = tuple[int, int, float]  # s[v] >= s[u] + w
 Slot = tuple[int, int]  # (type index, machine index) in an engine's model
@@ -142,4 +142,20 @@ def to_assignments(
                 memory_bytes=task.memory_bytes,
             )
         )
+    return result
+
+
+def lift_pruned(
+    assignments: Sequence[Assignment], replacement: Mapping[str, Resource], workflow: Workflow
+) -> list[Assignment]:
+    """Machines of pruned types moved to the type that replaced them (same starts, runs no longer)."""
+    result = []
+    for a in assignments:
+        target = replacement.get(a.resource)
+        if target is None:
+            result.append(a)
+            continue
+        end = a.start_s + target.runtime_s(workflow.by_id[a.task])
+        machine = f"{target.name}#pruned-{a.machine}"
+        result.append(Assignment(a.task, target.name, machine, a.start_s, end, a.cores, a.memory_bytes))
     return result

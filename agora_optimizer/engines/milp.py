@@ -121,7 +121,7 @@ from typing import Any
 import pulp
 
 from agora_optimizer.engines.base import Engine, EngineResult
-from agora_optimizer.engines.exact_repair import DifferenceEdge
+from agora_optimizer.engines.exact_repair import DifferenceEdge, lift_pruned, to_assignments
 from agora_optimizer.engines.exact_repair import least_starts as _least_starts
 from agora_optimizer.model.catalog import GIB, Resource
 from agora_optimizer.model.plan import Assignment, Plan, SolverInfo, SolverStatus
@@ -733,20 +733,6 @@ class _Schedule:
     end: list[float]
 
 
-def _lift(assignments: Sequence[Assignment], data: _Data) -> list[Assignment]:
-    """Move the machines of pruned types to their replacing type (same starts, shorter runs)."""
-    result = []
-    for a in assignments:
-        target = data.replacement.get(a.resource)
-        if target is None:
-            result.append(a)
-            continue
-        end = a.start_s + target.runtime_s(data.problem.workflow.by_id[a.task])
-        machine = f"{target.name}#pruned-{a.machine}"
-        result.append(Assignment(a.task, target.name, machine, a.start_s, end, a.cores, a.memory_bytes))
-    return result
-
-
 def _canonical_slots(assignments: Sequence[Assignment], data: _Data) -> dict[str, Slot] | None:
     """Each task's slot in the model's symmetry-broken numbering, or None if the plan does not fit the model."""
     index = {t.id: n for n, t in enumerate(data.tasks)}
@@ -798,7 +784,7 @@ def _colour_lanes(data: _Data, place: list[Slot], start: list[float], end: list[
 
 
 def _as_schedule(assignments: Sequence[Assignment], data: _Data) -> _Schedule | None:
-    lifted = _lift(assignments, data)
+    lifted = lift_pruned(assignments, data.replacement, data.problem.workflow)
     slots = _canonical_slots(lifted, data)
     if slots is None:
         return None
@@ -1030,34 +1016,8 @@ def _repair(data: _Data, solution: _Solution) -> list[Assignment] | None:
     for with_leases in (True, False):
         starts = _least_starts(lower, _repair_edges(data, solution, with_leases))
         if starts is not None:
-            return _assignments(data, solution.schedule.place, starts)
+            return to_assignments(data.tasks, [t.resource for t in data.types], solution.schedule.place, starts)
     return None
-
-
-def _assignments(data: _Data, place: list[Slot], starts: list[float]) -> list[Assignment]:
-    """Assignments whose machine ids are numbered per type in order of first start."""
-    first: dict[Slot, float] = {}
-    for i, slot in enumerate(place):
-        first[slot] = min(first.get(slot, math.inf), starts[i])
-    numbers = {}
-    for k in range(len(data.types)):
-        ordered = sorted((slot for slot in first if slot[0] == k), key=lambda slot: (first[slot], slot[1]))
-        numbers.update({slot: n for n, slot in enumerate(ordered)})
-    result = []
-    for i, task in enumerate(data.tasks):
-        resource = data.types[place[i][0]].resource
-        result.append(
-            Assignment(
-                task=task.id,
-                resource=resource.name,
-                machine=f"{resource.name}#{numbers[place[i]]}",
-                start_s=starts[i],
-                end_s=starts[i] + resource.runtime_s(task),
-                cores=task.cores,
-                memory_bytes=task.memory_bytes,
-            )
-        )
-    return result
 
 
 # ------------------------------------------------------------------------- engine
