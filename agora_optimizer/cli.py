@@ -120,6 +120,12 @@ def optimize(
     model: Annotated[
         Path | None, typer.Option(help="For airflow:DAG_ID with an empty trace store: a trained predictor dir.")
     ] = None,
+    apply: Annotated[
+        bool, typer.Option("--apply", help="For airflow:DAG_ID: also put the plan in force (agora plans apply).")
+    ] = False,
+    plan_dir: Annotated[
+        Path | None, typer.Option(help="With --apply: the plan store [default: [agora] plan_dir].")
+    ] = None,
 ) -> None:
     """Plan WORKFLOW on CATALOG and write the plan to --out."""
     from agora_optimizer.optimize import default_plan, optimize_problem
@@ -144,6 +150,15 @@ def optimize(
         baseline = default_plan(wf, cat, str(catalog))
         bounds = problem.bounds
         write_plan(plan, out)
+        if apply:
+            if not str(workflow).startswith("airflow:"):
+                raise AgoraError("--apply puts a plan in force for an Airflow DAG: give WORKFLOW as airflow:DAG_ID")
+            from agora_optimizer.plans.cli import plan_store
+
+            stored = plan_store(plan_dir).save(str(workflow).removeprefix("airflow:"), plan)
+            err_console.print(
+                f"agora: plan in force for {stored.dag_id} ({stored.path})", markup=False, highlight=False
+            )
     summary = _summary(plan, baseline, bounds.makespan_s, bounds.cost_usd, out)
     if as_json:
         out_console.print_json(json.dumps(summary))
@@ -302,6 +317,7 @@ def pareto(
 
 def _add_subcommands() -> None:
     """Command groups that live next to what they drive (imported here: they reuse this module's helpers)."""
+    from agora_optimizer.plans.cli import plans_app
     from agora_optimizer.predict.cli import register as register_predictor
     from agora_optimizer.queue_wait.cli import queue_app
     from agora_optimizer.traces.cli import traces_app
@@ -309,6 +325,7 @@ def _add_subcommands() -> None:
     register_predictor(app)
     app.add_typer(traces_app, name="traces")
     app.add_typer(queue_app, name="queue")
+    app.add_typer(plans_app, name="plans")
 
 
 _add_subcommands()

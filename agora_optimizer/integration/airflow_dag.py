@@ -85,15 +85,19 @@ def _first_line(error: object) -> str:
     return lines[-1] if lines else "import failed"
 
 
+# What a DAG author may declare, plus what agora itself writes there ("placement", by the policy).
+_HINT_KEYS = frozenset({"cores", "memory_gib", "memory_bytes", "runtime_s", "category", "name", "placement"})
+
+
 def _dag_task(fileloc: str, task: Any) -> DagTask:
     config = getattr(task, "executor_config", None) or {}
     hints = config.get("agora", {}) if isinstance(config, dict) else {}
     where = f"{task.task_id}.executor_config.agora"
     if not isinstance(hints, dict):
         raise FieldError(fileloc, where, f"expected a mapping, got {type(hints).__name__}")
-    unknown = sorted(set(hints) - {"cores", "memory_gib", "memory_bytes", "runtime_s"})
+    unknown = sorted(set(hints) - _HINT_KEYS)
     if unknown:
-        known = "cores, memory_gib, memory_bytes, runtime_s"
+        known = ", ".join(sorted(_HINT_KEYS))
         raise FieldError(fileloc, f"{where}.{unknown[0]}", f"unknown key (known: {known})")
     cores_value = hints.get("cores", 1)
     cores = int(check_number(fileloc, f"{where}.cores", cores_value, minimum=1, maximum=MAX_CORES, integer=True))

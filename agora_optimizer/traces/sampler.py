@@ -114,6 +114,12 @@ class ProcessTreeSampler:
                 processes_seen=len(self._pids_ever),
             )
 
+    @property
+    def peak_rss_bytes(self) -> int:
+        """The peak total RSS seen so far (a watchdog reads it while the sampler runs)."""
+        with self._lock:
+            return self._peak_rss_bytes
+
     def _run(self) -> None:
         while not self._stopping.wait(self.interval_s):
             try:

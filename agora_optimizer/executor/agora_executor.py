@@ -1,0 +1,420 @@
+"""AgoraExecutor: runs each Airflow task on the resource its plan chose.
+
+Configure it beside Airflow's default executor::
+
+    [core]
+    executor = LocalExecutor,agora:agora_optimizer.executor.agora_executor.AgoraExecutor
+    [agora]
+    catalog = /path/to/catalog.yaml
+
+The cluster policy (:mod:`agora_optimizer.integration.policy`) sends the tasks of planned
+DAGs here with ``executor_config["agora"]["placement"]``; each workload becomes a
+:class:`~agora_optimizer.executor.jobs.JobSpec` for the backend of its resource (local
+pools, SLURM, AWS Batch). The job runs the agora worker, which runs Airflow's own
+``execute_workload`` under the placement's memory, CPU and time limits.
+
+Task state belongs to Airflow: the task process reports success or failure through the
+Execution API, and ``execute_workload`` exits 0 either way. The executor reports a job
+that exited 0 as success, and a job that died (OOM kill, signal, timeout, lost) as
+failed with the reason, which Airflow then applies (retry or fail). ``sync()`` never
+raises: a backend error is retried with capped exponential backoff, and only after
+``[agora] submit_retries`` attempts (or ``backend_outage_s`` of failed status polls) does
+the task fail, with the backend's message.
+
+The job's external id, ``agora|<backend>|<resource>|<id>``, is stored in Airflow as the
+task's ``external_executor_id``; a restarted scheduler adopts running jobs from it
+(:meth:`AgoraExecutor.try_adopt_task_instances`) instead of losing or duplicating them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from airflow.executors.base_executor import BaseExecutor, get_execution_api_server_url
+
+from agora_optimizer import settings
+from agora_optimizer.errors import AgoraError
+from agora_optimizer.executor.job_record import JobRecord, executor_attempt
+from agora_optimizer.executor.jobs import Backend, BackendError, JobSpec, JobStatus, job_key
+from agora_optimizer.executor.placement import Placement, placement_from_config
+from agora_optimizer.executor.resources import load_resources
+from agora_optimizer.model.catalog import Resource
+
+if TYPE_CHECKING:
+    from airflow.executors import workloads
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.models.taskinstancekey import TaskInstanceKey
+
+ID_PREFIX = "agora"
+
+
+@dataclass
+class _Job:
+    """A workload the executor is responsible for: waiting to be submitted, or submitted."""
+
+    key: TaskInstanceKey
+    spec: JobSpec
+    record: JobRecord
+    workload: workloads.ExecuteTask | None  # None once adopted (the token is no longer ours to renew)
+    external_id: str = ""
+    attempts: int = 0
+    next_try_at: float = 0.0
+    token_at: float = field(default_factory=time.monotonic)
+    last_reason: str = ""
+
+
+class AgoraExecutor(BaseExecutor):
+    """Routes each task to a local pool, a SLURM partition or an AWS Batch queue."""
+
+    is_local = False
+    serve_logs = False
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._jobs: dict[TaskInstanceKey, _Job] = {}
+        self._backends: dict[str, Backend] = {}
+        self._resources: dict[str, Resource] = {}
+        self._outage_since: dict[str, float] = {}
+        self._state_dir = Path()
+        self._started = False
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._resources = load_resources(settings.get("catalog"))
+        self._state_dir = settings.directory("state_dir", "jobs")
+        self._started = True
+        self.log.info(
+            "AgoraExecutor started: %d resources (%s), jobs in %s",
+            len(self._resources),
+            ", ".join(f"{r.name}:{r.backend}" for r in self._resources.values()),
+            self._state_dir,
+        )
+
+    def end(self) -> None:
+        """Stop tracking. Submitted jobs keep running; the next scheduler adopts them."""
+        self.sync()
+        if self._jobs:
+            self.log.info(
+                "AgoraExecutor ends with %d jobs still running; a restarted scheduler adopts them", len(self._jobs)
+            )
+
+    def terminate(self) -> None:
+        self.end()
+
+    # -- Airflow's calls -----------------------------------------------------------------------
+
+    def _process_workloads(self, workload_items: Sequence[workloads.All]) -> None:
+        from airflow.executors import workloads as wl
+
+        for workload in workload_items:
+            if not isinstance(workload, wl.ExecuteTask):
+                raise AgoraError(f"AgoraExecutor runs tasks only, got {type(workload).__name__}")
+            key = workload.ti.key
+            self.queued_tasks.pop(key, None)
+            self.running.add(key)
+            try:
+                job = self._job_for(workload)
+            except AgoraError as exc:
+                self._finish_unsubmitted(key, workload, str(exc))
+                continue
+            self._jobs[key] = job
+            self._submit(job)
+
+    def sync(self) -> None:
+        """Submit what is due, poll every backend, report what ended. Never raises."""
+        try:
+            self._sync()
+        except Exception:  # the scheduler's loop must survive anything a backend does
+            self.log.exception("AgoraExecutor sync failed; will try again on the next heartbeat")
+
+    def revoke_task(self, *, ti: TaskInstance) -> None:
+        job = self._jobs.pop(ti.key, None)
+        self.queued_tasks.pop(ti.key, None)
+        self.running.discard(ti.key)
+        if job is not None and job.external_id:
+            with contextlib.suppress(Exception):
+                self._backend(job.record.backend).cancel(job.external_id)
+            self.log.info("Revoked %s (%s)", job.record.label, job.external_id)
+
+    def try_adopt_task_instances(self, tis: Sequence[TaskInstance]) -> Sequence[TaskInstance]:
+        not_adopted: list[TaskInstance] = []
+        for ti in tis:
+            parsed = parse_external_id(ti.external_executor_id or "")
+            if parsed is None:
+                not_adopted.append(ti)
+                continue
+            backend_name, resource, external_id = parsed
+            job_dir = self._state_dir / job_key(ti.dag_id, ti.task_id, ti.run_id, ti.try_number, ti.map_index)
+            record = JobRecord.read(job_dir)
+            if record is None or not self._adopt(backend_name, resource, external_id, job_dir):
+                not_adopted.append(ti)
+                continue
+            spec = JobSpec(
+                key=job_dir.name,
+                label=record.label,
+                resource=resource,
+                cores=record.cores,
+                memory_bytes=record.memory_bytes,
+                time_limit_s=None,
+                command=(),
+                job_dir=job_dir,
+            )
+            self._jobs[ti.key] = _Job(ti.key, spec, record, None, external_id=external_id, attempts=1)
+            self.running.add(ti.key)
+            self.log.info("Adopted %s: %s job %s", record.label, backend_name, external_id)
+        return not_adopted
+
+    # -- inside: building and submitting jobs --------------------------------------------------
+
+    def _job_for(self, workload: workloads.ExecuteTask) -> _Job:
+        ti = workload.ti
+        label = f"{ti.dag_id}.{ti.task_id}"
+        placement = placement_from_config(ti.executor_config, label) or self._default_placement(label)
+        resource = self._resources.get(placement.resource)
+        if resource is None:
+            raise AgoraError(
+                f"task {label}: resource {placement.resource!r} is not in [agora] catalog "
+                f"(known: {', '.join(sorted(self._resources)) or 'none'})"
+            )
+        key = job_key(ti.dag_id, ti.task_id, ti.run_id, ti.try_number, ti.map_index)
+        job_dir = self._state_dir / key
+        job_dir.mkdir(parents=True, exist_ok=True)
+        record = JobRecord(
+            dag_id=ti.dag_id,
+            task_id=ti.task_id,
+            run_id=ti.run_id,
+            try_number=ti.try_number,
+            map_index=ti.map_index,
+            resource=resource.name,
+            backend=resource.backend,
+            cores=placement.cores,
+            memory_bytes=placement.memory_bytes,
+        )
+        spec = JobSpec(
+            key=key,
+            label=record.label,
+            resource=resource.name,
+            cores=placement.cores,
+            memory_bytes=placement.memory_bytes,
+            time_limit_s=placement.time_limit_s,
+            command=tuple(worker_command(resource, placement, job_dir)),
+            job_dir=job_dir,
+            options=dict(resource.extra),
+            environment=self._worker_environment(),
+        )
+        _write_atomically(spec.workload_path, workload.model_dump_json())
+        record.write(job_dir)
+        return _Job(workload.ti.key, spec, record, workload)
+
+    def _default_placement(self, label: str) -> Placement:
+        name = settings.get("default_resource")
+        resource = self._resources.get(name)
+        if resource is None:
+            raise AgoraError(
+                f"task {label} has no agora placement and [agora] default_resource "
+                f"({name!r}) is not a resource of [agora] catalog"
+            )
+        return Placement(resource.name, 1, min(resource.memory_bytes, 2**30), source="default")
+
+    def _worker_environment(self) -> dict[str, str]:
+        """What a worker needs to reach Airflow: its config and the Execution API's URL."""
+        passed = {k: v for k, v in os.environ.items() if k.startswith(("AIRFLOW", "PYTHON")) or k in {"PATH", "HOME"}}
+        passed["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"] = get_execution_api_server_url(self.conf)
+        return passed
+
+    def _submit(self, job: _Job) -> None:
+        job.attempts += 1
+        try:
+            external_id = self._backend(job.record.backend).submit(job.spec)
+        except BackendError as exc:
+            self._submit_failed(job, exc)
+            return
+        except AgoraError as exc:
+            self._submit_failed(job, BackendError(job.record.backend, str(exc), transient=False))
+            return
+        job.external_id = external_id
+        job.record = replace(job.record, external_id=external_id)
+        job.record.write(job.spec.job_dir)
+        full_id = format_external_id(job.record.backend, job.record.resource, external_id)
+        self.change_state(job.key, _queued_state(), full_id, remove_running=False)
+        self.log.info("Submitted %s to %s as %s", job.record.label, job.record.resource, full_id)
+
+    def _submit_failed(self, job: _Job, exc: BackendError) -> None:
+        retries = int(settings.get_float("submit_retries"))
+        job.last_reason = exc.reason
+        if exc.transient and job.attempts < retries:
+            delay = min(settings.get_float("backoff_max_s"), 2.0 ** (job.attempts - 1))
+            job.next_try_at = time.monotonic() + delay
+            self.log.warning(
+                "Submitting %s failed (%s); retry %d/%d in %.0f s", job.record.label, exc, job.attempts, retries, delay
+            )
+            return
+        why = f"{exc} (after {job.attempts} attempts)" if exc.transient else str(exc)
+        self._jobs.pop(job.key, None)
+        self._report(job, JobStatus("finished", exit_code=1, reason=f"agora could not submit: {why}"))
+
+    def _finish_unsubmitted(self, key: TaskInstanceKey, workload: workloads.ExecuteTask, reason: str) -> None:
+        self.log.error("%s", reason)
+        ti = workload.ti
+        record = JobRecord(ti.dag_id, ti.task_id, ti.run_id, ti.try_number, ti.map_index, "", "", 0, 0)
+        self._write_trace(record, JobStatus("finished", exit_code=1, reason=reason))
+        self.fail(key, reason)
+
+    # -- inside: polling -----------------------------------------------------------------------
+
+    def _sync(self) -> None:
+        now = time.monotonic()
+        for job in list(self._jobs.values()):
+            if not job.external_id and now >= job.next_try_at:
+                self._submit(job)
+        by_backend: dict[str, list[_Job]] = {}
+        for job in self._jobs.values():
+            if job.external_id:
+                by_backend.setdefault(job.record.backend, []).append(job)
+        for backend_name, jobs in by_backend.items():
+            self._poll(backend_name, jobs)
+
+    def _poll(self, backend_name: str, jobs: list[_Job]) -> None:
+        try:
+            statuses = self._backend(backend_name).status([job.external_id for job in jobs])
+        except (BackendError, AgoraError) as exc:
+            since = self._outage_since.setdefault(backend_name, time.monotonic())
+            down_s = time.monotonic() - since
+            self.log.warning("Cannot poll %s for %d jobs (%s); down for %.0f s", backend_name, len(jobs), exc, down_s)
+            if down_s > settings.get_float("backend_outage_s"):
+                for job in jobs:
+                    self._jobs.pop(job.key, None)
+                    self._report(job, JobStatus("lost", reason=f"{backend_name} unreachable for {down_s:.0f} s: {exc}"))
+                self._outage_since.pop(backend_name, None)
+            return
+        self._outage_since.pop(backend_name, None)
+        for job in jobs:
+            status = statuses.get(job.external_id) or JobStatus(
+                "lost", reason=f"{backend_name} did not report job {job.external_id}"
+            )
+            if status.phase in ("finished", "lost"):
+                self._jobs.pop(job.key, None)
+                self._report(job, status)
+            elif status.phase == "pending":
+                self._renew_token(job)
+
+    def _renew_token(self, job: _Job) -> None:
+        """Give a job that still waits in a queue a fresh token, so that it outlives the wait."""
+        if job.workload is None or time.monotonic() - job.token_at < settings.get_float("token_refresh_s"):
+            return
+        token = job.workload.generate_token(str(job.workload.ti.id), self.jwt_generator)
+        job.workload = job.workload.model_copy(update={"token": token})
+        _write_atomically(job.spec.workload_path, job.workload.model_dump_json())
+        job.token_at = time.monotonic()
+
+    def _report(self, job: _Job, status: JobStatus) -> None:
+        self._write_trace(job.record, status)
+        if status.succeeded:
+            self.success(job.key, format_external_id(job.record.backend, job.record.resource, job.external_id))
+            return
+        reason = status.reason or f"exit code {status.exit_code}"
+        what = "out of memory" if status.oom_killed else ("lost" if status.phase == "lost" else "failed")
+        message = f"agora: {job.record.label} on {job.record.resource or '?'} {what}: {reason}"
+        self.log.error("%s", message)
+        self.fail(job.key, message)
+
+    def _write_trace(self, record: JobRecord, status: JobStatus) -> None:
+        try:
+            from agora_optimizer.traces.store import TraceStore, default_store_url
+
+            with TraceStore(settings.get("trace_store_url") or default_store_url()) as store:
+                existing = [
+                    a
+                    for a in store.attempts(dag_id=record.dag_id, task_id=record.task_id)
+                    if (a.run_id, a.try_number, a.map_index) == (record.run_id, record.try_number, record.map_index)
+                ]
+                store.add([executor_attempt(record, status, existing[0] if existing else None)])
+        except Exception:  # traces must never fail a task
+            self.log.exception("Could not write the trace of %s", record.label)
+
+    # -- inside: backends ----------------------------------------------------------------------
+
+    def _backend(self, name: str) -> Backend:
+        if name not in self._backends:
+            self._backends[name] = make_backend(name, self._resources)
+        return self._backends[name]
+
+    def _adopt(self, backend_name: str, resource: str, external_id: str, job_dir: Path) -> bool:
+        try:
+            backend = self._backend(backend_name)
+        except AgoraError:
+            return False
+        adopt = getattr(backend, "adopt", None)
+        if adopt is None:
+            return True
+        try:
+            return bool(adopt(external_id, job_dir, resource))
+        except Exception:
+            self.log.exception("Adopting %s job %s failed", backend_name, external_id)
+            return False
+
+
+def _queued_state() -> Any:
+    from airflow.utils.state import TaskInstanceState
+
+    return TaskInstanceState.QUEUED
+
+
+def format_external_id(backend: str, resource: str, external_id: str) -> str:
+    return f"{ID_PREFIX}|{backend}|{resource}|{external_id}"
+
+
+def parse_external_id(value: str) -> tuple[str, str, str] | None:
+    """``(backend, resource, id)`` of an id this executor wrote, None for anything else."""
+    parts = value.split("|", 3)
+    if len(parts) != 4 or parts[0] != ID_PREFIX or not all(parts[1:]):
+        return None
+    return parts[1], parts[2], parts[3]
+
+
+def worker_command(resource: Resource, placement: Placement, job_dir: Path) -> list[str]:
+    """The agora worker with the placement's limits (a container's ``python`` on AWS)."""
+    python = "python" if resource.backend == "aws" else sys.executable
+    command = [python, "-m", "agora_optimizer.executor.worker", "--job-dir", str(job_dir)]
+    command += ["--memory-bytes", str(placement.memory_bytes)]
+    cpu_set = resource.extra.get("cpu_set")
+    if resource.backend == "local" and isinstance(cpu_set, list | tuple) and cpu_set:
+        command += ["--cpu-set", ",".join(str(cpu) for cpu in cpu_set)]
+    if placement.time_limit_s is not None:
+        command += ["--time-limit-s", f"{placement.time_limit_s:g}"]
+    return command
+
+
+def make_backend(name: str, resources: Mapping[str, Resource]) -> Backend:
+    """The backend for one kind, configured from the catalog and ``[agora]``."""
+    mine = [resource for resource in resources.values() if resource.backend == name]
+    if name == "local":
+        from agora_optimizer.executor.backends.local import LocalBackend, LocalPool
+
+        return LocalBackend({resource.name: LocalPool.from_resource(resource) for resource in mine})
+    if name == "slurm":
+        from agora_optimizer.executor.backends.slurm import SlurmBackend
+
+        return SlurmBackend(  # type: ignore[return-value]
+            pilot_max_tasks=int(settings.get_float("slurm_pilot_max_tasks")),
+            pilot_window_s=settings.get_float("slurm_pilot_window_s"),
+        )
+    if name == "aws":
+        from agora_optimizer.executor.backends.aws_batch import AwsBatchBackend
+
+        return AwsBatchBackend.from_airflow(settings.get("aws_conn_id"), settings.get("aws_job_definition"))  # type: ignore[attr-defined,no-any-return]
+    raise AgoraError(f"unknown backend {name!r}")
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(text)
+    os.replace(partial, path)

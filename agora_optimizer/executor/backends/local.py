@@ -1,0 +1,262 @@
+"""Local worker pools: subprocesses on this machine, never more than a pool holds.
+
+A pool is a catalog resource with ``backend: local``: ``vcpus`` x ``count`` cores and
+``memory_gib`` x ``count`` of memory, optionally pinned to ``cpu_set`` (the executor
+puts ``--cpu-set`` into the worker command, and the worker pins itself and every task
+process). Jobs start in submission order as soon as their cores and memory fit the
+pool's free capacity; the worker kills a task that goes over its memory.
+
+Each job runs in its own session, so it survives a scheduler restart: the pid and start
+time are written to ``JOB_DIR/local.json``, and a new backend :meth:`LocalBackend.adopt`\\ s
+the job from there and reads its result file when it ends.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import psutil
+
+from agora_optimizer.executor.jobs import BackendError, JobSpec, JobStatus, read_result
+from agora_optimizer.model.catalog import Resource
+
+KILL_GRACE_S = 15.0
+
+
+@dataclass(frozen=True)
+class LocalPool:
+    """The capacity of one local resource."""
+
+    name: str
+    cores: int
+    memory_bytes: int
+    cpu_set: tuple[int, ...] = ()
+
+    @classmethod
+    def from_resource(cls, resource: Resource) -> LocalPool:
+        machines = resource.count or 1
+        raw = resource.extra.get("cpu_set", ())
+        if not isinstance(raw, list | tuple) or not all(isinstance(cpu, int) and cpu >= 0 for cpu in raw):
+            raise BackendError(
+                "local", f"resource {resource.name}: cpu_set must be a list of CPU ids, got {raw!r}", transient=False
+            )
+        return cls(resource.name, resource.vcpus * machines, resource.memory_bytes * machines, tuple(raw))
+
+
+@dataclass
+class _Running:
+    resource: str
+    job_dir: Path
+    cores: int
+    memory_bytes: int
+    pid: int
+    create_time: float
+    queued_at: datetime
+    process: subprocess.Popen[bytes] | None = None  # None when adopted from an earlier scheduler
+    cancel_at: float | None = None
+
+
+class LocalBackend:
+    """Runs jobs as local subprocesses within the capacity of their pool."""
+
+    name = "local"
+
+    def __init__(self, pools: Mapping[str, LocalPool]) -> None:
+        self.pools = dict(pools)
+        self._queue: list[tuple[JobSpec, datetime]] = []
+        self._running: dict[str, _Running] = {}
+        self._done: dict[str, JobStatus] = {}
+
+    # -- the Backend protocol ------------------------------------------------------------------
+
+    def submit(self, job: JobSpec) -> str:
+        pool = self.pools.get(job.resource)
+        if pool is None:
+            raise BackendError(
+                self.name, f"no local pool named {job.resource!r} (known: {sorted(self.pools)})", transient=False
+            )
+        if job.cores > pool.cores or job.memory_bytes > pool.memory_bytes:
+            raise BackendError(
+                self.name,
+                f"{job.label} needs {job.cores} cores and {job.memory_bytes} bytes; pool {pool.name} has "
+                f"{pool.cores} cores and {pool.memory_bytes} bytes",
+                transient=False,
+            )
+        if job.key in self._running or any(queued.key == job.key for queued, _ in self._queue):
+            return job.key
+        job.job_dir.mkdir(parents=True, exist_ok=True)
+        self._queue.append((job, datetime.now(UTC)))
+        self._start_what_fits()
+        return job.key
+
+    def status(self, external_ids: Sequence[str]) -> Mapping[str, JobStatus]:
+        self._reap()
+        self._start_what_fits()
+        queued = {job.key: at for job, at in self._queue}
+        report: dict[str, JobStatus] = {}
+        for external_id in external_ids:
+            if external_id in self._done:
+                report[external_id] = self._done[external_id]
+            elif external_id in queued:
+                report[external_id] = JobStatus(
+                    "pending", queued_at=queued[external_id], reason="waiting for pool capacity"
+                )
+            elif external_id in self._running:
+                run = self._running[external_id]
+                report[external_id] = JobStatus("running", queued_at=run.queued_at, host=os.uname().nodename)
+            else:
+                report[external_id] = JobStatus("lost", reason=f"local job {external_id} unknown to this scheduler")
+        return report
+
+    def cancel(self, external_id: str) -> None:
+        for index, (job, _) in enumerate(self._queue):
+            if job.key == external_id:
+                del self._queue[index]
+                self._done[external_id] = JobStatus("finished", exit_code=143, reason="cancelled before it started")
+                return
+        run = self._running.get(external_id)
+        if run is None:
+            return
+        _signal_group(run.pid, run.create_time, signal.SIGTERM)  # the worker passes it on to the task
+        run.cancel_at = time.monotonic() + KILL_GRACE_S
+
+    # -- adoption ------------------------------------------------------------------------------
+
+    def adopt(self, external_id: str, job_dir: Path, resource: str) -> bool:
+        """Track a job that an earlier scheduler started; False if it never started here."""
+        if external_id in self._running or external_id in self._done:
+            return True
+        try:
+            state = json.loads((job_dir / "local.json").read_text())
+            pid, create_time = int(state["pid"]), float(state["create_time"])
+            cores, memory = int(state["cores"]), int(state["memory_bytes"])
+            queued_at = datetime.fromisoformat(state["queued_at"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return False
+        if resource not in self.pools:
+            return False
+        self._running[external_id] = _Running(resource, job_dir, cores, memory, pid, create_time, queued_at)
+        return True
+
+    # -- inside --------------------------------------------------------------------------------
+
+    def _used(self, pool: str) -> tuple[int, int]:
+        runs = [run for run in self._running.values() if run.resource == pool]
+        return sum(run.cores for run in runs), sum(run.memory_bytes for run in runs)
+
+    def _start_what_fits(self) -> None:
+        """Start queued jobs in order while the first one of each pool fits (no overtaking within a pool)."""
+        blocked: set[str] = set()
+        waiting: list[tuple[JobSpec, datetime]] = []
+        for job, queued_at in self._queue:
+            pool = self.pools[job.resource]
+            cores, memory = self._used(pool.name)
+            if pool.name in blocked or cores + job.cores > pool.cores or memory + job.memory_bytes > pool.memory_bytes:
+                blocked.add(pool.name)
+                waiting.append((job, queued_at))
+                continue
+            self._start(job, queued_at)
+        self._queue = waiting
+
+    def _start(self, job: JobSpec, queued_at: datetime) -> None:
+        log = open(job.log_path, "ab")  # noqa: SIM115 - the child owns it from here
+        try:
+            process = subprocess.Popen(
+                list(job.command),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                env={**os.environ, **job.environment},
+                cwd=job.job_dir,
+            )
+        except OSError as exc:
+            self._done[job.key] = JobStatus("finished", exit_code=127, reason=f"cannot start worker: {exc}")
+            return
+        finally:
+            log.close()
+        try:
+            create_time = psutil.Process(process.pid).create_time()
+        except psutil.Error:
+            create_time = 0.0
+        state = {
+            "pid": process.pid,
+            "create_time": create_time,
+            "resource": job.resource,
+            "cores": job.cores,
+            "memory_bytes": job.memory_bytes,
+            "queued_at": queued_at.isoformat(),
+        }
+        partial = job.job_dir / "local.json.partial"
+        partial.write_text(json.dumps(state))
+        os.replace(partial, job.job_dir / "local.json")
+        self._running[job.key] = _Running(
+            job.resource, job.job_dir, job.cores, job.memory_bytes, process.pid, create_time, queued_at, process
+        )
+
+    def _reap(self) -> None:
+        for key, run in list(self._running.items()):
+            exit_code = _exit_code(run)
+            if exit_code is None:
+                if run.cancel_at is not None and time.monotonic() > run.cancel_at:
+                    _signal_group(run.pid, run.create_time, signal.SIGKILL)
+                continue
+            del self._running[key]
+            try:
+                result = read_result(run.job_dir / "result.json")
+            except BackendError as exc:
+                self._done[key] = JobStatus(
+                    "finished", exit_code=exit_code or 1, reason=exc.reason, queued_at=run.queued_at
+                )
+                continue
+            if result is None:
+                self._done[key] = JobStatus(
+                    "finished",
+                    exit_code=exit_code or 1,
+                    reason=f"worker ended (exit {exit_code}) without a result file; see {run.job_dir / 'worker.log'}",
+                    queued_at=run.queued_at,
+                )
+                continue
+            status = result.status()
+            self._done[key] = JobStatus(
+                phase="finished",
+                exit_code=status.exit_code,
+                oom_killed=status.oom_killed,
+                reason=status.reason,
+                host=status.host,
+                queued_at=run.queued_at,
+                started_at=status.started_at,
+                ended_at=status.ended_at,
+                peak_rss_bytes=status.peak_rss_bytes,
+                cpu_time_s=status.cpu_time_s,
+            )
+
+
+def _exit_code(run: _Running) -> int | None:
+    """The worker's exit code once it has ended (adopted workers: 0, the result file tells the rest)."""
+    if run.process is not None:
+        return run.process.poll()
+    try:
+        process = psutil.Process(run.pid)
+        if abs(process.create_time() - run.create_time) > 0.01 or process.status() == psutil.STATUS_ZOMBIE:
+            return 0
+        return None
+    except psutil.Error:
+        return 0
+
+
+def _signal_group(pid: int, create_time: float, sig: int) -> None:
+    try:
+        if abs(psutil.Process(pid).create_time() - create_time) > 0.01:
+            return  # the pid now belongs to another process
+        os.killpg(pid, sig)
+    except (psutil.Error, OSError):
+        pass

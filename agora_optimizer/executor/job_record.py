@@ -1,0 +1,103 @@
+"""What the executor knows about one job, on disk, and the trace row it writes when the job ends.
+
+``JOB_DIR/job.json`` is written before submission: the attempt's identity, the resource,
+and (after submission) the backend's external id. A scheduler that restarts reads it to
+adopt the job. When the job ends the executor writes its trace row: the listener in the
+task process may already have written one for the same attempt (runtime, peak memory);
+the executor's row adds what only it knows (resource, backend, host, queue time) and,
+for a backend-level failure the task process could not report (an OOM kill, a signal, a
+lost job), the state and the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, replace
+from datetime import datetime
+from pathlib import Path
+
+from agora_optimizer.executor.jobs import JobStatus
+from agora_optimizer.traces.records import AttemptState, TaskAttempt
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    dag_id: str
+    task_id: str
+    run_id: str
+    try_number: int
+    map_index: int
+    resource: str
+    backend: str
+    cores: int
+    memory_bytes: int
+    external_id: str = ""
+
+    @property
+    def label(self) -> str:
+        mapped = f"[{self.map_index}]" if self.map_index >= 0 else ""
+        return f"{self.dag_id}.{self.task_id}{mapped} run {self.run_id} try {self.try_number}"
+
+    def write(self, job_dir: Path) -> None:
+        job_dir.mkdir(parents=True, exist_ok=True)
+        partial = job_dir / "job.json.partial"
+        partial.write_text(json.dumps(asdict(self), indent=1))
+        os.replace(partial, job_dir / "job.json")
+
+    @classmethod
+    def read(cls, job_dir: Path) -> JobRecord | None:
+        try:
+            raw = json.loads((job_dir / "job.json").read_text())
+            return cls(**{name: raw[name] for name in cls.__dataclass_fields__})
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+
+def attempt_state(status: JobStatus) -> AttemptState:
+    """The trace state of a job that ended (``success`` here means the process exited 0)."""
+    if status.phase == "lost":
+        return "lost"
+    if status.oom_killed:
+        return "oom_killed"
+    if status.exit_code in (130, 143) and "cancel" in status.reason.lower():
+        return "cancelled"
+    return "success" if status.exit_code == 0 else "failed"
+
+
+def executor_attempt(record: JobRecord, status: JobStatus, existing: TaskAttempt | None) -> TaskAttempt:
+    """The row to write: the listener's row (if any) completed with the executor's view."""
+    runtime = _seconds(status.started_at, status.ended_at)
+    state = attempt_state(status)
+    base = existing or TaskAttempt(
+        dag_id=record.dag_id,
+        task_id=record.task_id,
+        run_id=record.run_id,
+        try_number=record.try_number,
+        map_index=record.map_index,
+        started_at=status.started_at,
+        ended_at=status.ended_at,
+        runtime_s=runtime,
+        peak_rss_bytes=status.peak_rss_bytes or None,
+        cpu_time_s=status.cpu_time_s,
+        state=state,
+    )
+    backend_failure = state in ("oom_killed", "lost", "cancelled") or (state == "failed" and existing is None)
+    return replace(
+        base,
+        resource_type=record.resource,
+        backend=record.backend,
+        host=status.host or base.host,
+        requested_cores=record.cores,
+        requested_memory_bytes=record.memory_bytes,
+        queued_at=status.queued_at or base.queued_at,
+        peak_rss_bytes=base.peak_rss_bytes or status.peak_rss_bytes or None,
+        state=state if backend_failure else base.state,
+        error_text=status.reason if backend_failure else base.error_text,
+    )
+
+
+def _seconds(start: datetime | None, end: datetime | None) -> float | None:
+    if start is None or end is None:
+        return None
+    return max(0.0, (end - start).total_seconds())

@@ -1,0 +1,211 @@
+"""What the executor hands to a backend, and what a backend says back.
+
+A backend (local pools, SLURM, AWS Batch) knows nothing of Airflow: it runs a
+:class:`JobSpec` (a command with cores, memory and a time limit on one catalog
+resource) and reports :class:`JobStatus` by the external id it returned from
+``submit``. The command is always the agora worker (:mod:`agora_optimizer.executor.worker`),
+which runs the Airflow task, enforces the memory limit and writes a result file; the
+backends that share a file system with the scheduler (local, SLURM) read that file, AWS
+Batch reports from its own job records.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from types import MappingProxyType
+from typing import Literal, Protocol
+
+from agora_optimizer.errors import AgoraError
+
+JobPhase = Literal["pending", "running", "finished", "lost"]
+RESULT_FORMAT = "agora-job-result/1"
+OOM_EXIT_CODE = 137  # 128 + SIGKILL, what a kernel OOM kill looks like to a shell
+
+
+class BackendError(AgoraError):
+    """A backend refused or failed a request; ``transient`` errors are retried with backoff."""
+
+    def __init__(self, backend: str, reason: str, *, transient: bool) -> None:
+        self.backend = backend
+        self.reason = reason
+        self.transient = transient
+        super().__init__(f"{backend}: {reason}")
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One task attempt to run on one catalog resource.
+
+    ``key`` is unique per attempt and safe as a file or job name; ``label`` names the task
+    for people (``dag_id.task_id run_id try N``). ``options`` are the resource's own
+    catalog keys (``partition``, ``cpu_set``, ``job_queue`` ...).
+    """
+
+    key: str
+    label: str
+    resource: str
+    cores: int
+    memory_bytes: int
+    time_limit_s: float | None
+    command: tuple[str, ...]
+    job_dir: Path
+    options: Mapping[str, object] = field(default_factory=lambda: MappingProxyType({}))
+    environment: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+    @property
+    def result_path(self) -> Path:
+        return self.job_dir / "result.json"
+
+    @property
+    def log_path(self) -> Path:
+        return self.job_dir / "worker.log"
+
+    @property
+    def workload_path(self) -> Path:
+        return self.job_dir / "workload.json"
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """A backend's view of one job. ``exit_code`` and the rest are set once ``finished``.
+
+    ``oom_killed`` means the job was killed for exceeding its memory (by the worker's
+    watchdog, the kernel, SLURM or Batch); ``reason`` says why a job failed or was lost
+    in words a user can act on.
+    """
+
+    phase: JobPhase
+    exit_code: int | None = None
+    oom_killed: bool = False
+    reason: str = ""
+    host: str = ""
+    queued_at: datetime | None = None
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    peak_rss_bytes: int | None = None
+    cpu_time_s: float | None = None
+
+    @property
+    def succeeded(self) -> bool:
+        """The job ran to its end and exited 0 (the Airflow task may still have failed)."""
+        return self.phase == "finished" and self.exit_code == 0 and not self.oom_killed
+
+
+class Backend(Protocol):
+    """The three calls the executor makes. Only ``submit`` and ``status`` may raise BackendError."""
+
+    name: str
+
+    def submit(self, job: JobSpec) -> str:
+        """Start (or queue) the job; return its external id, unique within this backend."""
+        ...
+
+    def status(self, external_ids: Sequence[str]) -> Mapping[str, JobStatus]:
+        """The status of each id; an id the backend no longer knows maps to phase ``lost``."""
+        ...
+
+    def cancel(self, external_id: str) -> None:
+        """Stop the job if it still runs; never raises."""
+        ...
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def job_key(dag_id: str, task_id: str, run_id: str, try_number: int, map_index: int) -> str:
+    """A file- and job-name-safe key for one attempt, stable across scheduler restarts."""
+    parts = [dag_id, task_id, run_id, f"try{try_number}"]
+    if map_index >= 0:
+        parts.append(f"map{map_index}")
+    return "__".join(_UNSAFE.sub("_", part) for part in parts)[:200]
+
+
+@dataclass(frozen=True)
+class JobResult:
+    """The result file the worker writes when the task process tree has ended."""
+
+    exit_code: int
+    oom_killed: bool
+    timed_out: bool
+    reason: str
+    host: str
+    started_at: datetime
+    ended_at: datetime
+    peak_rss_bytes: int
+    cpu_time_s: float
+    memory_limit_bytes: int | None
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "format": RESULT_FORMAT,
+                "exit_code": self.exit_code,
+                "oom_killed": self.oom_killed,
+                "timed_out": self.timed_out,
+                "reason": self.reason,
+                "host": self.host,
+                "started_at": self.started_at.isoformat(),
+                "ended_at": self.ended_at.isoformat(),
+                "peak_rss_bytes": self.peak_rss_bytes,
+                "cpu_time_s": self.cpu_time_s,
+                "memory_limit_bytes": self.memory_limit_bytes,
+            },
+            indent=1,
+        )
+
+    def write(self, path: Path) -> None:
+        """Write atomically: a reader sees the whole file or none."""
+        partial = path.with_name(path.name + ".partial")
+        partial.write_text(self.to_json())
+        os.replace(partial, path)
+
+    def status(self) -> JobStatus:
+        return JobStatus(
+            phase="finished",
+            exit_code=self.exit_code,
+            oom_killed=self.oom_killed,
+            reason=self.reason,
+            host=self.host,
+            started_at=self.started_at,
+            ended_at=self.ended_at,
+            peak_rss_bytes=self.peak_rss_bytes,
+            cpu_time_s=self.cpu_time_s,
+        )
+
+
+def read_result(path: Path) -> JobResult | None:
+    """The worker's result file, or None while it does not exist. A corrupt file raises BackendError."""
+    try:
+        raw = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise BackendError("worker", f"result file {path} unreadable: {exc}", transient=False) from None
+    try:
+        if raw.get("format") != RESULT_FORMAT:
+            raise ValueError(f"format {raw.get('format')!r}, expected {RESULT_FORMAT!r}")
+        limit = raw["memory_limit_bytes"]
+        return JobResult(
+            exit_code=int(raw["exit_code"]),
+            oom_killed=bool(raw["oom_killed"]),
+            timed_out=bool(raw["timed_out"]),
+            reason=str(raw["reason"]),
+            host=str(raw["host"]),
+            started_at=_aware(datetime.fromisoformat(raw["started_at"])),
+            ended_at=_aware(datetime.fromisoformat(raw["ended_at"])),
+            peak_rss_bytes=int(raw["peak_rss_bytes"]),
+            cpu_time_s=float(raw["cpu_time_s"]),
+            memory_limit_bytes=None if limit is None else int(limit),
+        )
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise BackendError("worker", f"result file {path} malformed: {exc}", transient=False) from None
+
+
+def _aware(moment: datetime) -> datetime:
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)

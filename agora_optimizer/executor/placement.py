@@ -1,0 +1,81 @@
+"""Where one task runs: the plan's choice, carried in the task's ``executor_config``.
+
+The cluster policy writes ``executor_config["agora"]["placement"]`` at parse time; the
+executor reads it back from each workload. The DAG author's hints (``cores``,
+``memory_gib``, ``runtime_s``) stay beside it under ``executor_config["agora"]``
+untouched, so planning never reads its own output as input.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from agora_optimizer.errors import FieldError
+from agora_optimizer.model.workflow import MAX_CORES, MAX_MEMORY_BYTES
+
+PLACEMENT_KEY = "placement"
+
+
+@dataclass(frozen=True)
+class Placement:
+    """The resource a task runs on and what it reserves there."""
+
+    resource: str
+    cores: int
+    memory_bytes: int
+    time_limit_s: float | None = None
+    machine: str = ""
+    planned_start_s: float | None = None
+    source: str = "plan"  # "plan" or "default"
+
+    def to_config(self) -> dict[str, Any]:
+        return {
+            "resource": self.resource,
+            "cores": self.cores,
+            "memory_bytes": self.memory_bytes,
+            "time_limit_s": self.time_limit_s,
+            "machine": self.machine,
+            "planned_start_s": self.planned_start_s,
+            "source": self.source,
+        }
+
+
+def placement_from_config(executor_config: Mapping[str, Any] | None, label: str) -> Placement | None:
+    """The placement in a task's executor_config, None if it has none; malformed raises FieldError naming the task."""
+    agora = (executor_config or {}).get("agora")
+    if not isinstance(agora, Mapping) or PLACEMENT_KEY not in agora:
+        return None
+    node = agora[PLACEMENT_KEY]
+    where = f"task {label}"
+    field = f"executor_config.agora.{PLACEMENT_KEY}"
+    if not isinstance(node, Mapping):
+        raise FieldError(where, field, f"must be a mapping, got {type(node).__name__}")
+    resource = node.get("resource")
+    if not isinstance(resource, str) or not resource:
+        raise FieldError(where, f"{field}.resource", "must name a catalog resource")
+    cores = _number(node, "cores", where, field, 1, MAX_CORES)
+    memory = _number(node, "memory_bytes", where, field, 1, MAX_MEMORY_BYTES)
+    limit = node.get("time_limit_s")
+    if limit is not None:
+        limit = _number(node, "time_limit_s", where, field, 1, 1e8)
+    start = node.get("planned_start_s")
+    if start is not None:
+        start = _number(node, "planned_start_s", where, field, 0, 1e12)
+    return Placement(
+        resource=resource,
+        cores=int(cores),
+        memory_bytes=int(memory),
+        time_limit_s=None if limit is None else float(limit),
+        machine=str(node.get("machine") or ""),
+        planned_start_s=None if start is None else float(start),
+        source=str(node.get("source") or "plan"),
+    )
+
+
+def _number(node: Mapping[str, Any], key: str, where: str, field: str, low: float, high: float) -> float:
+    value = node.get(key)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
+        raise FieldError(where, f"{field}.{key}", f"must be a number in [{low:g}, {high:g}], got {value!r}")
+    return float(value)

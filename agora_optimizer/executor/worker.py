@@ -1,0 +1,226 @@
+"""The agora worker: runs one task attempt on whatever machine a backend chose.
+
+``python -m agora_optimizer.executor.worker --job-dir DIR [--memory-bytes N]
+[--cpu-set 0,1] [--time-limit-s T] [-- COMMAND ...]``
+
+Without a command it runs Airflow's own entry,
+``python -m airflow.sdk.execution_time.execute_workload --json-path DIR/workload.json``
+(read at start, so the executor may refresh the workload's token while a job waits in a
+queue). It then watches the task: Airflow's supervisor forks one task process, and the
+worker follows that process and its descendants with
+:class:`~agora_optimizer.traces.sampler.ProcessTreeSampler` (the same measure the trace
+listener records). With an explicit command (tests, benchmarks) it follows the command's
+whole tree.
+
+- Memory: when the followed tree's resident memory exceeds ``--memory-bytes`` the worker
+  kills it with SIGKILL, as a kernel cgroup would, and records ``oom_killed``; Airflow's
+  supervisor then fails the task (or schedules its retry) through the Execution API.
+- CPU: ``--cpu-set`` pins the worker and so every process it starts (``sched_setaffinity``).
+- Time: past ``--time-limit-s`` the tree gets SIGTERM, then SIGKILL after a grace period.
+- SIGTERM or SIGINT to the worker (a cancel, ``scancel``) is passed on to the tree.
+
+When the command has ended, the worker writes ``DIR/result.json`` (see
+:class:`~agora_optimizer.executor.jobs.JobResult`) and exits with the command's exit code,
+or 137 after an OOM kill. ``execute_workload`` exits 0 even when the task failed: the
+task's own state lives in Airflow; the exit code speaks only of the process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+import psutil
+
+from agora_optimizer.executor.jobs import OOM_EXIT_CODE, JobResult
+from agora_optimizer.traces.sampler import ProcessTreeSampler, Sample, SamplerError
+
+POLL_S = 0.1
+KILL_GRACE_S = 10.0
+
+
+def airflow_command(job_dir: Path) -> list[str]:
+    """Airflow's task entry point on this job's workload file."""
+    workload = str(job_dir / "workload.json")
+    return [sys.executable, "-m", "airflow.sdk.execution_time.execute_workload", "--json-path", workload]
+
+
+class _Watch:
+    """Runs the command and follows the process tree that holds the task's memory."""
+
+    def __init__(self, command: Sequence[str], *, follow_children: bool, log_handle: int | None) -> None:
+        self.follow_children = follow_children
+        self.process = subprocess.Popen(
+            list(command), stdout=log_handle, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        self.sampler: ProcessTreeSampler | None = None
+        self.task_pid: int | None = None
+
+    def attach(self) -> None:
+        """Start following the task tree once it exists (Airflow's supervisor forks it late)."""
+        if self.sampler is not None:
+            return
+        pid = self.process.pid
+        if self.follow_children:
+            try:
+                children = psutil.Process(pid).children()
+            except psutil.Error:
+                return
+            if not children:
+                return
+            pid = children[0].pid
+        try:
+            self.sampler = ProcessTreeSampler(pid, interval_s=POLL_S).start()
+            self.task_pid = pid
+        except SamplerError:
+            return
+
+    def peak_rss_bytes(self) -> int:
+        return 0 if self.sampler is None else self.sampler.peak_rss_bytes
+
+    def kill_task(self, sig: int) -> None:
+        """Signal the followed tree (or the whole group before the task exists)."""
+        targets: list[psutil.Process] = []
+        root = self.task_pid if self.task_pid is not None else self.process.pid
+        try:
+            parent = psutil.Process(root)
+            targets = [parent, *parent.children(recursive=True)]
+        except psutil.Error:
+            pass
+        for process in targets:
+            try:
+                process.send_signal(sig)
+            except psutil.Error:
+                continue
+
+    def kill_all(self, sig: int) -> None:
+        with contextlib.suppress(OSError):
+            os.killpg(self.process.pid, sig)
+
+    def finish(self) -> Sample | None:
+        return None if self.sampler is None else self.sampler.stop()
+
+
+def run(
+    command: Sequence[str],
+    job_dir: Path,
+    *,
+    follow_children: bool,
+    memory_bytes: int | None,
+    time_limit_s: float | None,
+) -> JobResult:
+    """Run ``command`` under the limits and return what happened (the caller writes it)."""
+    started_at = datetime.now(UTC)
+    job_dir.mkdir(parents=True, exist_ok=True)
+    stopping: list[int] = []
+
+    def _on_signal(signum: int, _frame: object) -> None:
+        stopping.append(signum)
+
+    previous = {sig: signal.signal(sig, _on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    log_fd = os.open(job_dir / "task.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    oom_killed = timed_out = False
+    reason = ""
+    deadline = None if time_limit_s is None else time.monotonic() + time_limit_s
+    kill_at: float | None = None
+    try:
+        watch = _Watch(command, follow_children=follow_children, log_handle=log_fd)
+        while watch.process.poll() is None:
+            watch.attach()
+            peak = watch.peak_rss_bytes()
+            now = time.monotonic()
+            if memory_bytes is not None and peak > memory_bytes and not oom_killed:
+                oom_killed = True
+                reason = f"out of memory: peak RSS {peak} bytes > limit {memory_bytes} bytes; killed"
+                watch.kill_task(signal.SIGKILL)
+                kill_at = now + KILL_GRACE_S
+            elif deadline is not None and now > deadline and not timed_out and not oom_killed:
+                timed_out = True
+                reason = f"time limit of {time_limit_s:g} s exceeded; terminated"
+                watch.kill_task(signal.SIGTERM)
+                kill_at = now + KILL_GRACE_S
+            elif stopping and kill_at is None:
+                reason = f"cancelled by signal {signal.Signals(stopping[0]).name}"
+                watch.kill_all(signal.SIGTERM)
+                kill_at = now + KILL_GRACE_S
+            if kill_at is not None and now > kill_at:
+                watch.kill_all(signal.SIGKILL)
+            time.sleep(POLL_S)
+        sample = watch.finish()
+        returncode = watch.process.returncode
+    finally:
+        os.close(log_fd)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if returncode < 0 and not reason:
+        reason = f"killed by signal {signal.Signals(-returncode).name}"
+    elif returncode > 0 and not reason:
+        reason = f"exited with code {returncode}"
+    exit_code = OOM_EXIT_CODE if oom_killed else (128 - returncode if returncode < 0 else returncode)
+    if stopping and exit_code == 0:
+        exit_code = 128 + stopping[0]
+    return JobResult(
+        exit_code=exit_code,
+        oom_killed=oom_killed,
+        timed_out=timed_out,
+        reason=reason,
+        host=socket.gethostname(),
+        started_at=started_at,
+        ended_at=datetime.now(UTC),
+        peak_rss_bytes=0 if sample is None else sample.peak_rss_bytes,
+        cpu_time_s=0.0 if sample is None else round(sample.cpu_time_s, 3),
+        memory_limit_bytes=memory_bytes,
+    )
+
+
+def _parse(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
+    argv = list(argv)
+    command: list[str] = []
+    if "--" in argv:
+        split = argv.index("--")
+        argv, command = argv[:split], argv[split + 1 :]
+    parser = argparse.ArgumentParser(prog="python -m agora_optimizer.executor.worker", description=__doc__)
+    parser.add_argument(
+        "--job-dir", type=Path, required=True, help="where workload.json is read and result.json written"
+    )
+    parser.add_argument("--memory-bytes", type=int, default=None, help="kill the task above this resident memory")
+    parser.add_argument("--cpu-set", default="", help="comma-separated CPU ids to pin the task to")
+    parser.add_argument("--time-limit-s", type=float, default=None, help="terminate the task after this long")
+    return parser.parse_args(argv), command
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args, command = _parse(sys.argv[1:] if argv is None else argv)
+    if args.memory_bytes is not None and args.memory_bytes <= 0:
+        print(f"agora worker: --memory-bytes must be > 0, got {args.memory_bytes}", file=sys.stderr)
+        return 2
+    if args.cpu_set:
+        try:
+            cpus = {int(cpu) for cpu in args.cpu_set.split(",")}
+            os.sched_setaffinity(0, cpus)
+        except (ValueError, OSError) as exc:
+            print(f"agora worker: cannot pin to CPUs {args.cpu_set!r}: {exc}", file=sys.stderr)
+            return 2
+    follow_children = not command
+    result = run(
+        command or airflow_command(args.job_dir),
+        args.job_dir,
+        follow_children=follow_children,
+        memory_bytes=args.memory_bytes,
+        time_limit_s=args.time_limit_s,
+    )
+    result.write(args.job_dir / "result.json")
+    return result.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,137 @@
+"""Every key of the ``[agora]`` section of Airflow's config, with its default and meaning.
+
+This table is the one place a key is declared: code reads keys through :func:`get`,
+which refuses undeclared ones, and the configuration reference in the docs is generated
+from :data:`SETTINGS`. As with any Airflow option, ``AIRFLOW__AGORA__<KEY>`` in the
+environment overrides ``airflow.cfg``. Airflow is imported only when a value is read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from agora_optimizer.errors import AgoraError
+
+
+@dataclass(frozen=True)
+class Setting:
+    key: str
+    default: str
+    description: str
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        "trace_store_url",
+        "",
+        "SQLAlchemy URL of the trace store; empty: sqlite:///$AIRFLOW_HOME/agora/traces.db. "
+        "Use postgresql+psycopg://... in production.",
+    ),
+    Setting(
+        "catalog",
+        "",
+        "Comma-separated catalog files (YAML or JSON) that name every resource the executor may "
+        "run tasks on, with its backend (local, slurm, aws).",
+    ),
+    Setting(
+        "default_resource",
+        "",
+        "Catalog resource for tasks routed to agora that have no plan (a new task, a DAG never "
+        "optimized). Empty: such tasks are left on Airflow's default executor.",
+    ),
+    Setting("plan_dir", "", "Where each DAG's current plan and plan history live; empty: $AIRFLOW_HOME/agora/plans."),
+    Setting(
+        "state_dir",
+        "",
+        "Where the executor keeps one directory per task attempt (workload, worker log, result); "
+        "empty: $AIRFLOW_HOME/agora/jobs. SLURM nodes must see the same path (a shared file system).",
+    ),
+    Setting(
+        "apply_plans",
+        "True",
+        "The cluster policy routes each task of a DAG with a current plan to the AgoraExecutor and "
+        "the planned resource. False: plans are computed and shown but not applied.",
+    ),
+    Setting(
+        "executor",
+        "agora",
+        "The name under which [core] executor lists the AgoraExecutor (its alias, or its module path).",
+    ),
+    Setting(
+        "airflow_pools", "False", "Also put each task in the Airflow pool agora_<resource> (create the pools first)."
+    ),
+    Setting("submit_retries", "5", "Attempts to submit a job after a transient backend error before the task fails."),
+    Setting("backoff_max_s", "60", "Cap of the exponential backoff between submit attempts and status polls."),
+    Setting(
+        "backend_outage_s",
+        "600",
+        "How long a backend may fail to report a job's status before the task fails with the reason.",
+    ),
+    Setting(
+        "token_refresh_s",
+        "120",
+        "While a job waits in a backend's queue, its Execution API token is renewed this often, so a "
+        "long SLURM queue wait does not outlive the token ([scheduler] task_queued_timeout).",
+    ),
+    Setting(
+        "slurm_pilot_max_tasks", "0", "SLURM pilot jobs: pack up to this many short tasks into one allocation (0: off)."
+    ),
+    Setting("slurm_pilot_window_s", "5", "SLURM pilot jobs: how long to gather short tasks before submitting."),
+    Setting("aws_conn_id", "aws_default", "Airflow connection with the AWS credentials, region and endpoint."),
+    Setting(
+        "aws_job_definition",
+        "agora-worker",
+        "AWS Batch job definition whose container has agora and Airflow installed.",
+    ),
+)
+
+_BY_KEY = {setting.key: setting for setting in SETTINGS}
+
+
+class UnknownSettingError(AgoraError):
+    """Code asked for an ``[agora]`` key that :data:`SETTINGS` does not declare."""
+
+
+def get(key: str) -> str:
+    """The value of ``[agora] key`` (environment, then airflow.cfg, then the declared default)."""
+    setting = _BY_KEY.get(key)
+    if setting is None:
+        raise UnknownSettingError(f"[agora] {key} is not a setting; known: {', '.join(sorted(_BY_KEY))}")
+    from airflow.configuration import conf
+
+    return str(conf.get("agora", key, fallback=setting.default))
+
+
+def get_bool(key: str) -> bool:
+    value = get(key).strip().lower()
+    if value in {"true", "1", "yes", "on"}:
+        return True
+    if value in {"false", "0", "no", "off", ""}:
+        return False
+    raise AgoraError(f"[agora] {key} must be true or false, got {value!r}")
+
+
+def get_float(key: str) -> float:
+    value = get(key)
+    try:
+        return float(value)
+    except ValueError:
+        raise AgoraError(f"[agora] {key} must be a number, got {value!r}") from None
+
+
+def agora_home() -> Path:
+    """``$AIRFLOW_HOME/agora``, created."""
+    from airflow.configuration import AIRFLOW_HOME
+
+    home = Path(AIRFLOW_HOME).expanduser() / "agora"
+    home.mkdir(parents=True, exist_ok=True)
+    return home
+
+
+def directory(key: str, default_name: str) -> Path:
+    """A directory setting: its value, or ``$AIRFLOW_HOME/agora/<default_name>``; created."""
+    value = get(key)
+    path = Path(value).expanduser() if value else agora_home() / default_name
+    path.mkdir(parents=True, exist_ok=True)
+    return path
