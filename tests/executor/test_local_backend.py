@@ -1,0 +1,118 @@
+"""Local pools: real subprocesses, never more at once than the pool holds, adoptable after a restart."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+import pytest
+
+from agora_optimizer.executor.backends.local import LocalBackend, LocalPool
+from agora_optimizer.executor.jobs import BackendError, JobSpec, JobStatus, read_result
+
+MIB = 2**20
+
+
+def job(tmp_path: Path, name: str, code: str, *, pool: str = "small", cores: int = 1, memory_mib: int = 100) -> JobSpec:
+    job_dir = tmp_path / name
+    worker = [sys.executable, "-m", "agora_optimizer.executor.worker", "--job-dir", str(job_dir)]
+    return JobSpec(
+        key=name,
+        label=f"dag.{name}",
+        resource=pool,
+        cores=cores,
+        memory_bytes=memory_mib * MIB,
+        time_limit_s=None,
+        command=(*worker, "--memory-bytes", str(memory_mib * MIB), "--", sys.executable, "-c", code),
+        job_dir=job_dir,
+    )
+
+
+def wait_all(backend: LocalBackend, ids: list[str], timeout_s: float = 60) -> Mapping[str, JobStatus]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        statuses = backend.status(ids)
+        if all(s.phase in ("finished", "lost") for s in statuses.values()):
+            return statuses
+        time.sleep(0.2)
+    raise AssertionError(f"jobs did not finish: {backend.status(ids)}")
+
+
+@pytest.fixture
+def backend() -> LocalBackend:
+    return LocalBackend({"small": LocalPool("small", 1, 400 * MIB, (0,)), "wide": LocalPool("wide", 2, 400 * MIB)})
+
+
+def test_a_one_core_pool_runs_its_jobs_one_after_the_other(tmp_path: Path, backend: LocalBackend) -> None:
+    ids = [backend.submit(job(tmp_path, f"j{i}", "import time; time.sleep(0.8)")) for i in range(3)]
+    assert [s.phase for s in backend.status(ids).values()] == ["running", "pending", "pending"]
+    statuses = wait_all(backend, ids)
+    assert all(s.succeeded for s in statuses.values())
+    spans = sorted((s.started_at, s.ended_at) for s in statuses.values())
+    assert all(previous[1] <= following[0] for previous, following in zip(spans, spans[1:], strict=False))
+
+
+def test_a_pool_with_room_for_two_runs_two_at_once(tmp_path: Path, backend: LocalBackend) -> None:
+    ids = [backend.submit(job(tmp_path, f"w{i}", "import time; time.sleep(1.5)", pool="wide")) for i in range(2)]
+    assert [s.phase for s in backend.status(ids).values()] == ["running", "running"]
+    wait_all(backend, ids)
+
+
+def test_memory_limits_admission_too(tmp_path: Path, backend: LocalBackend) -> None:
+    ids = [
+        backend.submit(job(tmp_path, f"m{i}", "import time; time.sleep(0.5)", pool="wide", memory_mib=300))
+        for i in range(2)
+    ]
+    assert [s.phase for s in backend.status(ids).values()] == ["running", "pending"]  # 2 cores free, but not 600 MiB
+    wait_all(backend, ids)
+
+
+def test_a_job_the_pool_can_never_hold_is_refused_naming_it(tmp_path: Path, backend: LocalBackend) -> None:
+    with pytest.raises(BackendError, match="dag.big needs 2 cores") as caught:
+        backend.submit(job(tmp_path, "big", "pass", cores=2))
+    assert not caught.value.transient and "pool small has 1 cores" in str(caught.value)
+    with pytest.raises(BackendError, match="no local pool named 'gpu'"):
+        backend.submit(job(tmp_path, "gpu", "pass", pool="gpu"))
+
+
+def test_oom_and_exit_codes_come_back_from_the_result_file(tmp_path: Path, backend: LocalBackend) -> None:
+    hog = backend.submit(job(tmp_path, "hog", "b = bytearray(300 * 2**20); b[::4096] = b'x' * len(b[::4096])"))
+    bad = backend.submit(job(tmp_path, "bad", "raise SystemExit(5)"))
+    statuses = wait_all(backend, [hog, bad])
+    assert statuses[hog].oom_killed and statuses[hog].exit_code == 137 and "out of memory" in statuses[hog].reason
+    assert statuses[bad].exit_code == 5 and not statuses[bad].succeeded
+
+
+def test_cancel_stops_a_running_job_and_drops_a_queued_one(tmp_path: Path, backend: LocalBackend) -> None:
+    running = backend.submit(job(tmp_path, "r", "import time; time.sleep(60)"))
+    queued = backend.submit(job(tmp_path, "q", "import time; time.sleep(60)"))
+    time.sleep(1.0)
+    backend.cancel(queued)
+    backend.cancel(running)
+    statuses = wait_all(backend, [running, queued], timeout_s=30)
+    assert statuses[queued].exit_code == 143 and "before it started" in statuses[queued].reason
+    assert statuses[running].exit_code != 0 and "cancelled" in statuses[running].reason
+    assert not (tmp_path / "q" / "local.json").exists()  # it never ran
+
+
+def test_a_new_backend_adopts_a_running_job_and_reads_its_result(tmp_path: Path, backend: LocalBackend) -> None:
+    spec = job(tmp_path, "long", "import time; time.sleep(2); print('finished')")
+    external_id = backend.submit(spec)
+    time.sleep(0.5)
+    restarted = LocalBackend(backend.pools)  # a new scheduler: knows nothing but the job directory
+    assert restarted.status([external_id])[external_id].phase == "lost"
+    assert restarted.adopt(external_id, spec.job_dir, "small")
+    assert restarted.status([external_id])[external_id].phase == "running"
+    later = restarted.submit(job(tmp_path, "later", "pass"))
+    assert restarted.status([later])[later].phase == "pending"  # the adopted job still holds the pool's core
+    statuses = wait_all(restarted, [external_id, later])
+    assert statuses[external_id].succeeded and statuses[later].succeeded
+    result = read_result(spec.result_path)
+    assert result is not None and result.exit_code == 0
+    assert (spec.job_dir / "task.log").read_text().count("finished") == 1  # ran once
+
+
+def test_a_job_that_never_started_is_not_adopted(tmp_path: Path, backend: LocalBackend) -> None:
+    assert not LocalBackend(backend.pools).adopt("ghost", tmp_path / "ghost", "small")
