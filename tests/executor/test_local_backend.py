@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import sys
 import time
 from collections.abc import Mapping
@@ -51,7 +52,7 @@ def test_a_one_core_pool_runs_its_jobs_one_after_the_other(tmp_path: Path, backe
     statuses = wait_all(backend, ids)
     assert all(s.succeeded for s in statuses.values())
     spans = sorted((s.started_at, s.ended_at) for s in statuses.values())
-    assert all(previous[1] <= following[0] for previous, following in zip(spans, spans[1:], strict=False))
+    assert all(previous[1] <= following[0] for previous, following in itertools.pairwise(spans))
 
 
 def test_a_pool_with_room_for_two_runs_two_at_once(tmp_path: Path, backend: LocalBackend) -> None:
@@ -70,7 +71,7 @@ def test_memory_limits_admission_too(tmp_path: Path, backend: LocalBackend) -> N
 
 
 def test_a_job_the_pool_can_never_hold_is_refused_naming_it(tmp_path: Path, backend: LocalBackend) -> None:
-    with pytest.raises(BackendError, match="dag.big needs 2 cores") as caught:
+    with pytest.raises(BackendError, match=r"dag\.big needs 2 cores") as caught:
         backend.submit(job(tmp_path, "big", "pass", cores=2))
     assert not caught.value.transient and "pool small has 1 cores" in str(caught.value)
     with pytest.raises(BackendError, match="no local pool named 'gpu'"):

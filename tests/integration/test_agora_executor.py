@@ -21,7 +21,6 @@ from pathlib import Path
 import pytest
 
 from agora_optimizer.io.catalog_file import load_catalog
-from agora_optimizer.io.plan_file import load_plan
 from agora_optimizer.model.plan import Assignment, Objective, Plan, SolverInfo
 from agora_optimizer.plans.store import PlanStore
 from agora_optimizer.traces.records import TaskAttempt
@@ -124,11 +123,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     )
     airflow.migrate()
     plans = PlanStore(root / "plans")
-    optimize = subprocess.run(
-        [str(Path(sys.executable).with_name("agora")), "optimize", "airflow:agora_example_etl", "--catalog", str(catalog),
-         "--dag-folder", str(dags), "-o", str(root / "etl-plan.json"), "--apply", "--plan-dir", str(root / "plans")],
-        capture_output=True, text=True, env=airflow.env, timeout=300,
-    )  # fmt: skip
+    agora = str(Path(sys.executable).with_name("agora"))
+    command = [agora, "optimize", "airflow:agora_example_etl", "--catalog", str(catalog), "--dag-folder", str(dags)]
+    command += ["-o", str(root / "etl-plan.json"), "--apply", "--plan-dir", str(root / "plans")]
+    optimize = subprocess.run(command, capture_output=True, text=True, env=airflow.env, timeout=300)
     assert optimize.returncode == 0, optimize.stderr[-3000:]
     plans.save("agora_faults", _plan({"hog": ("local-small", 512 * MIB), "boom": ("local-large", 512 * MIB)}))
     plans.save("agora_slow", _plan({"slow_a": ("local-small", 512 * MIB), "slow_b": ("local-large", 512 * MIB)}))
