@@ -78,6 +78,15 @@ SETTINGS: tuple[Setting, ...] = (
         "slurm_pilot_max_tasks", "0", "SLURM pilot jobs: pack up to this many short tasks into one allocation (0: off)."
     ),
     Setting("slurm_pilot_window_s", "5", "SLURM pilot jobs: how long to gather short tasks before submitting."),
+    Setting(
+        "model_dir",
+        "",
+        "Where the rerun DAG writes the retrained predictor; empty: $AIRFLOW_HOME/agora/models/predictor.",
+    ),
+    Setting("reoptimize_schedule", "@daily", "Schedule of the agora_reoptimize DAG (a cron expression or preset)."),
+    Setting("reoptimize_tag", "agora", "DAGs with this tag opt in to being re-planned by agora_reoptimize."),
+    Setting("objective", "balanced", "What re-planning minimises: time, cost or balanced."),
+    Setting("plan_time_limit_s", "60", "Wall-time limit of one DAG's re-planning."),
     Setting("aws_conn_id", "aws_default", "Airflow connection with the AWS credentials, region and endpoint."),
     Setting(
         "aws_job_definition",

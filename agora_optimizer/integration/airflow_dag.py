@@ -86,7 +86,10 @@ def _first_line(error: object) -> str:
 
 
 # What a DAG author may declare, plus what agora itself writes there ("placement", by the policy).
-_HINT_KEYS = frozenset({"cores", "memory_gib", "memory_bytes", "runtime_s", "category", "name", "placement"})
+# "resource_type" and "backend" say where a task ran when no agora executor did (the trace listener reads them).
+_HINT_KEYS = frozenset(
+    {"cores", "memory_gib", "memory_bytes", "runtime_s", "category", "name", "placement", "resource_type", "backend"}
+)
 
 
 def _dag_task(fileloc: str, task: Any) -> DagTask:

@@ -1,0 +1,117 @@
+"""Retrain the predictor on the traces and re-plan the DAGs that opted in (the rerun DAG's work).
+
+``dags/agora_reoptimize.py`` calls these on a schedule (``[agora] reoptimize_schedule``):
+
+1. :func:`retrain` fits the predictor on every attempt of the trace store and saves it
+   to ``[agora] model_dir`` with its metadata, unless the store holds no attempt the last
+   model has not seen;
+2. :func:`opted_in_dags` lists the DAGs of the DAG folder that carry ``[agora] reoptimize_tag``;
+3. :func:`replan` predicts each one's tasks (the store's history first, then the model,
+   the DAG's hints, the defaults), optimizes it on ``[agora] catalog`` and puts the plan in
+   force through the plan store, which keeps every earlier plan in its history.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from agora_optimizer import settings
+from agora_optimizer.errors import AgoraError
+from agora_optimizer.model.catalog import Catalog
+from agora_optimizer.model.plan import OBJECTIVE_KINDS, Objective
+from agora_optimizer.plans.store import PlanStore, StoredPlan
+
+if TYPE_CHECKING:
+    from agora_optimizer.traces.records import TaskAttempt
+
+
+@dataclass(frozen=True)
+class RetrainResult:
+    trained: bool
+    attempts: int
+    model_dir: Path
+    reason: str
+
+
+def model_dir() -> Path:
+    configured = settings.get("model_dir")
+    return Path(configured).expanduser() if configured else settings.agora_home() / "models" / "predictor"
+
+
+def planning_catalog(catalogs: str) -> Catalog:
+    """One catalog of every resource in ``[agora] catalog`` (the slowest network of them between machines)."""
+    from agora_optimizer.executor.resources import load_resources
+    from agora_optimizer.io.catalog_file import load_catalog
+
+    paths = [path.strip() for path in catalogs.split(",") if path.strip()]
+    if not paths:
+        raise AgoraError("[agora] catalog is empty: name the catalog files of your resources")
+    resources = load_resources(catalogs)
+    bandwidth = min(load_catalog(path).bandwidth_bytes_per_s for path in paths)
+    return Catalog(resources=tuple(resources.values()), bandwidth_bytes_per_s=bandwidth, source=catalogs)
+
+
+def retrain(store_url: str, directory: Path, catalog: Catalog | None = None) -> RetrainResult:
+    """Fit the predictor on the store's attempts and save it, unless nothing new was recorded."""
+    from agora_optimizer.predict.model_store import read_metadata, save_predictor
+    from agora_optimizer.predict.predictor import Predictor
+    from agora_optimizer.traces.store import TraceStore
+
+    with TraceStore(store_url) as store:
+        attempts = store.attempts()
+    source = f"store: {len(attempts)} attempts, fingerprint {_fingerprint(attempts)}"
+    if not attempts:
+        return RetrainResult(False, 0, directory, "the trace store is empty")
+    if (directory / "metadata.json").exists():
+        try:
+            if source in read_metadata(directory).get("training_data", {}).get("sources", []):
+                return RetrainResult(False, len(attempts), directory, "no new attempts since the last training")
+        except AgoraError:
+            pass  # an unreadable model is replaced
+    predictor = Predictor().fit(attempts, catalog)
+    save_predictor(predictor, directory, sources=[source])
+    return RetrainResult(True, len(attempts), directory, f"trained on {len(attempts)} attempts")
+
+
+def _fingerprint(attempts: Sequence[TaskAttempt]) -> str:
+    """A digest of what the predictor learns from: a changed or added attempt changes it."""
+    digest = hashlib.sha256()
+    for a in sorted(attempts, key=lambda a: a.key):
+        digest.update(repr((a.key, a.resource_type, a.runtime_s, a.peak_rss_bytes, a.state)).encode())
+    return digest.hexdigest()[:16]
+
+
+def opted_in_dags(folder: str | Path, tag: str) -> list[str]:
+    """The DAG ids of ``folder`` that carry ``tag``, sorted."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(str(folder), safe_mode=False, load_op_links=False)
+    return sorted(dag_id for dag_id, dag in bag.dags.items() if tag in (dag.tags or set()))
+
+
+def replan(
+    dag_id: str,
+    catalog: Catalog,
+    plans: PlanStore,
+    *,
+    store_url: str,
+    models: Path,
+    folder: str | Path | None = None,
+    objective: str = "balanced",
+    time_limit_s: float = 60.0,
+) -> StoredPlan:
+    """Predict, optimize and put in force a new plan for ``dag_id``; the old one stays in the history."""
+    from agora_optimizer.integration.airflow_dag import predicted_dag_workflow
+    from agora_optimizer.optimize import optimize
+
+    kind = next((k for k in OBJECTIVE_KINDS if k == objective), None)
+    if kind is None:
+        raise AgoraError(f"[agora] objective must be one of {', '.join(OBJECTIVE_KINDS)}, got {objective!r}")
+    model = models if (models / "metadata.json").exists() else None
+    workflow, _origin = predicted_dag_workflow(dag_id, catalog, folder, store_url, model)
+    plan = optimize(workflow, catalog, Objective(kind=kind), catalog.source, time_limit_s)
+    return plans.save(dag_id, plan)

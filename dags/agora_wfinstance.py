@@ -1,0 +1,173 @@
+"""Replay a real recorded workflow (WfCommons WfInstances) as an Airflow DAG, scaled down to seconds.
+
+One DAG per workflow named in ``$AGORA_WFINSTANCE`` (default ``blast-chameleon-small-001``;
+several names separated by commas give one DAG each), read from ``workflows/<name>.json``
+beside this folder (or from ``$AGORA_WORKFLOWS_DIR``) with agora's WfFormat reader.
+
+- DAG id ``agora_wfinstance_<name>``; one task per WfFormat task, its id the WfFormat id
+  (characters Airflow refuses become ``_``; see :func:`airflow_task_ids`); dependencies are
+  exactly the workflow's edges.
+- Each task holds ``memory_bytes * MEMORY_SCALE`` bytes, resident (every page written),
+  and burns one core in a busy loop until it has used ``runtime_s * TIME_SCALE`` seconds of
+  CPU time (writing the memory counts: a large block takes a while). On a free core that is
+  its wall time; on a busy machine it takes longer, as the real task would. Scaled runtimes
+  are clamped to [REPLAY_MIN_RUNTIME_S, REPLAY_MAX_RUNTIME_S] and scaled memory is capped at
+  REPLAY_MAX_MEMORY_BYTES, so no task is too short to measure or too big for a laptop. The
+  scales come from ``$AGORA_WFINSTANCE_TIME_SCALE`` and ``$AGORA_WFINSTANCE_MEMORY_SCALE``.
+- ``executor_config["agora"]`` carries the scaled ``runtime_s`` and ``memory_bytes`` and the
+  recorded ``cores`` (the hints agora's planner reads); ``executor_config["agora_wfinstance"]``
+  carries the task's ``category``, its WfFormat ``wf_task_id`` and ``wf_task_name``. They sit
+  in their own key because the planner's reader refuses keys it does not know in ``"agora"``.
+
+A missing workflow file is an import error that names the file and the environment variable.
+The bundled workflows are WfCommons WfInstances, LGPL-3.0 (``workflows/README.md``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from airflow.sdk import DAG, task
+
+from agora_optimizer.io.wfformat import load_workflow
+
+WORKFLOW_ENV = "AGORA_WFINSTANCE"
+TIME_SCALE_ENV = "AGORA_WFINSTANCE_TIME_SCALE"
+MEMORY_SCALE_ENV = "AGORA_WFINSTANCE_MEMORY_SCALE"
+WORKFLOWS_DIR_ENV = "AGORA_WORKFLOWS_DIR"
+
+DEFAULT_WORKFLOW = "blast-chameleon-small-001"
+TIME_SCALE = 0.02  # blast-chameleon-small-001: 383 s of recorded work become about 8 s
+MEMORY_SCALE = 0.25  # its largest task: 902 MiB becomes 225 MiB
+REPLAY_MIN_RUNTIME_S = 0.05
+REPLAY_MAX_RUNTIME_S = 3.0
+REPLAY_MAX_MEMORY_BYTES = 256 * 2**20
+PAGE_BYTES = 4096
+
+DAG_ID_PREFIX = "agora_wfinstance_"
+MAX_KEY_CHARS = 250  # Airflow's limit on dag and task ids
+_REFUSED = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+def _replay(runtime_s: float, memory_bytes: int) -> None:
+    """Hold ``memory_bytes`` resident and keep one core busy until this thread has used ``runtime_s`` of CPU."""
+    deadline = time.thread_time() + runtime_s  # the thread's own CPU time: fixed work, whatever else runs
+    block = bytearray(memory_bytes)
+    block[::PAGE_BYTES] = b"\x01" * len(range(0, memory_bytes, PAGE_BYTES))  # resident whatever the allocator does
+    while time.thread_time() < deadline:
+        pass
+    del block
+
+
+def _scale(env: str, default: float) -> float:
+    text = os.environ.get(env, "").strip()
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"${env} must be a number, got {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise ValueError(f"${env} must be > 0 and finite, got {text!r}")
+    return value
+
+
+def workflows_dir() -> Path:
+    """``$AGORA_WORKFLOWS_DIR``, else ``workflows/`` of the repository that holds this DAG folder."""
+    override = os.environ.get(WORKFLOWS_DIR_ENV, "").strip()
+    return Path(override).expanduser() if override else Path(__file__).resolve().parents[1] / "workflows"
+
+
+def _sanitized(text: str) -> str:
+    return _REFUSED.sub("_", text) or "_"
+
+
+def _hashed(text: str, base: str) -> str:
+    suffix = "-" + hashlib.sha1(text.encode("utf-8")).hexdigest()[:8]
+    return base[: MAX_KEY_CHARS - len(suffix)] + suffix
+
+
+def airflow_task_ids(wf_ids: list[str]) -> dict[str, str]:
+    """Map WfFormat task ids to Airflow task ids: stable, collision-free, independent of file order.
+
+    An id Airflow accepts is kept. Other ids have each refused character replaced by ``_``
+    (and are cut to 250 characters); if that makes two ids equal, or equal to an id kept
+    as it is, the changed ones get ``-`` and 8 hex digits of the SHA-1 of their WfFormat id.
+    """
+    wanted = {wf_id: _sanitized(wf_id)[:MAX_KEY_CHARS] for wf_id in wf_ids}
+    claimed: dict[str, list[str]] = {}
+    for wf_id, airflow_id in wanted.items():
+        claimed.setdefault(airflow_id, []).append(wf_id)
+    mapping = {}
+    for wf_id, airflow_id in wanted.items():
+        unchanged = airflow_id == wf_id
+        mapping[wf_id] = airflow_id if unchanged or len(claimed[airflow_id]) == 1 else _hashed(wf_id, airflow_id)
+    if len(set(mapping.values())) != len(mapping):  # a hashed id equal to a kept one: not seen in practice
+        raise ValueError(f"cannot map WfFormat task ids to distinct Airflow task ids: {sorted(wf_ids)[:5]}...")
+    return mapping
+
+
+def _wf_task_names(path: Path) -> dict[str, str]:
+    """WfFormat 1.5 ``specification.tasks[].name`` by id (the reader keeps ids only); 1.4 names are ids."""
+    workflow = json.loads(path.read_text(encoding="utf-8")).get("workflow", {})
+    spec_tasks = workflow.get("specification", {}).get("tasks", [])
+    return {str(item["id"]): str(item.get("name", item["id"])) for item in spec_tasks}
+
+
+def build_dag(name: str, directory: Path, time_scale: float, memory_scale: float) -> DAG:
+    """The DAG replaying ``directory/<name>.json``."""
+    path = directory / f"{name}.json"
+    if not path.is_file():
+        bundled = ", ".join(sorted(p.stem for p in directory.glob("*.json"))) or "none"
+        raise FileNotFoundError(
+            f"no workflow file {path} for ${WORKFLOW_ENV}={name!r} (workflows in {directory}: {bundled}; "
+            f"set ${WORKFLOWS_DIR_ENV} to use another folder)"
+        )
+    workflow = load_workflow(path)
+    names = _wf_task_names(path)
+    ids = airflow_task_ids([t.id for t in workflow.tasks])
+    with DAG(
+        dag_id=DAG_ID_PREFIX + _sanitized(name),
+        schedule=None,
+        start_date=datetime(2026, 1, 1),
+        catchup=False,
+        tags=["agora", "wfinstance"],
+        doc_md=f"Replay of `{path.name}` (WfCommons WfInstances, LGPL-3.0): "
+        f"time scale {time_scale:g}, memory scale {memory_scale:g}.",
+    ) as dag:
+        operators: dict[str, Any] = {}
+        for wf_task in workflow.tasks:
+            runtime_s = min(max(wf_task.runtime_s * time_scale, REPLAY_MIN_RUNTIME_S), REPLAY_MAX_RUNTIME_S)
+            memory_bytes = min(round(wf_task.memory_bytes * memory_scale), REPLAY_MAX_MEMORY_BYTES)
+            config = {
+                "agora": {"cores": wf_task.cores, "runtime_s": runtime_s, "memory_bytes": memory_bytes},
+                "agora_wfinstance": {
+                    "category": wf_task.category,
+                    "wf_task_id": wf_task.id,
+                    "wf_task_name": names.get(wf_task.id, wf_task.id),
+                },
+            }
+            replay = task(task_id=ids[wf_task.id], executor_config=config, do_xcom_push=False)(_replay)
+            operators[wf_task.id] = replay(runtime_s=runtime_s, memory_bytes=memory_bytes)
+        for edge in workflow.edges:
+            operators[edge.parent] >> operators[edge.child]
+    return dag
+
+
+def _build_all() -> dict[str, DAG]:
+    names = [n.strip() for n in os.environ.get(WORKFLOW_ENV, DEFAULT_WORKFLOW).split(",") if n.strip()]
+    time_scale = _scale(TIME_SCALE_ENV, TIME_SCALE)
+    memory_scale = _scale(MEMORY_SCALE_ENV, MEMORY_SCALE)
+    directory = workflows_dir()
+    dags = [build_dag(name, directory, time_scale, memory_scale) for name in names or [DEFAULT_WORKFLOW]]
+    return {dag.dag_id: dag for dag in dags}
+
+
+globals().update(_build_all())  # module-level DAG objects: what the DAG processor collects

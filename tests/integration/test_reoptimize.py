@@ -1,0 +1,93 @@
+"""The rerun DAG: retrain on new traces, re-plan the DAGs that opted in, keep the plan history."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from agora_optimizer.integration.reoptimize import retrain
+from agora_optimizer.plans.store import PlanStore
+from agora_optimizer.traces.records import TaskAttempt
+from agora_optimizer.traces.store import TraceStore
+from tests.conftest import CATALOGS, REPO
+
+MIB = 2**20
+RUN = """
+import sys
+from airflow.dag_processing.dagbag import DagBag
+bag = DagBag(sys.argv[1], safe_mode=False, load_op_links=False)
+assert not bag.import_errors, bag.import_errors
+conf = {"dag_id": sys.argv[2]} if len(sys.argv) > 2 else None
+print("STATE", bag.dags["agora_reoptimize"].test(run_conf=conf).state, flush=True)
+"""
+
+
+def history(dag_id: str, seconds: float, peak_mib: int, runs: int = 3) -> list[TaskAttempt]:
+    start = datetime(2026, 11, 1, tzinfo=UTC)
+    return [
+        TaskAttempt(
+            dag_id=dag_id, task_id=task, run_id=f"r{run}", resource_type="local-small", backend="local",
+            started_at=start, ended_at=start + timedelta(seconds=s), runtime_s=s, peak_rss_bytes=p * MIB, state="success",
+        )
+        for run in range(runs)
+        for task, s, p in [("aggregate", seconds, peak_mib), ("extract", 2.0, 120), ("clean", 2.0, 120), ("profile", 1.0, 120), ("load", 1.0, 120)]
+    ]  # fmt: skip
+
+
+def test_retrain_skips_when_nothing_new_was_recorded(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'traces.db'}"
+    models = tmp_path / "model"
+    assert not retrain(url, models).trained  # empty store
+    with TraceStore(url) as store:
+        store.add(history("etl", 40.0, 700))
+    first = retrain(url, models)
+    assert first.trained and first.attempts == 15 and (models / "metadata.json").exists()
+    assert not retrain(url, models).trained
+    with TraceStore(url) as store:
+        store.add(history("etl", 41.0, 710, runs=4))  # one more run
+    assert retrain(url, models).trained
+
+
+@pytest.mark.airflow
+def test_the_rerun_dag_replans_opted_in_dags_from_the_traces_and_keeps_history(tmp_path: Path) -> None:
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    for name in ("agora_example_etl.py", "agora_reoptimize.py"):
+        shutil.copy(REPO / "dags" / name, dags)
+    store_url = f"sqlite:///{tmp_path / 'traces.db'}"
+    with TraceStore(store_url) as store:
+        store.add(history("agora_example_etl", 40.0, 700))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+    env |= {
+        "AIRFLOW_HOME": str(tmp_path / "home"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
+        "AIRFLOW__AGORA__CATALOG": str(CATALOGS / "local.yaml"),
+        "AIRFLOW__AGORA__PLAN_DIR": str(tmp_path / "plans"),
+        "AIRFLOW__AGORA__MODEL_DIR": str(tmp_path / "model"),
+        "AIRFLOW__AGORA__TRACE_STORE_URL": store_url,
+        "AIRFLOW__AGORA__PLAN_TIME_LIMIT_S": "5",
+    }
+    airflow = str(Path(sys.executable).with_name("airflow"))
+    migrate = subprocess.run([airflow, "db", "migrate"], capture_output=True, text=True, env=env, timeout=300)
+    assert migrate.returncode == 0, migrate.stderr[-3000:]
+    for args in ([], ["agora_example_etl"]):  # the schedule's run, then a run asked for one DAG
+        result = subprocess.run(
+            [sys.executable, "-c", RUN, str(dags), *args], capture_output=True, text=True, env=env, timeout=300
+        )
+        assert "STATE success" in result.stdout, (result.stdout + result.stderr)[-5000:]
+    plans = PlanStore(tmp_path / "plans")
+    assert plans.dag_ids() == ["agora_example_etl"]  # tagged "agora"; the rerun DAG itself is not
+    assert len(plans.history("agora_example_etl")) == 2
+    current = plans.current("agora_example_etl")
+    assert current is not None
+    aggregate = next(a for a in current.plan.assignments if a.task == "aggregate")
+    assert 35.0 <= aggregate.end_s - aggregate.start_s <= 50.0  # learned from the traces, not the 5 s hint
+    assert aggregate.memory_bytes >= 700 * MIB
+    assert (tmp_path / "model" / "metadata.json").exists()
