@@ -28,16 +28,27 @@ print("STATE", bag.dags["agora_reoptimize"].test(run_conf=conf).state, flush=Tru
 """
 
 
+TASKS = [("extract", 2.0, 120), ("clean", 2.0, 120), ("profile", 1.0, 120), ("load", 1.0, 120)]
+
+
 def history(dag_id: str, seconds: float, peak_mib: int, runs: int = 3) -> list[TaskAttempt]:
     start = datetime(2026, 11, 1, tzinfo=UTC)
     return [
         TaskAttempt(
-            dag_id=dag_id, task_id=task, run_id=f"r{run}", resource_type="local-small", backend="local",
-            started_at=start, ended_at=start + timedelta(seconds=s), runtime_s=s, peak_rss_bytes=p * MIB, state="success",
+            dag_id=dag_id,
+            task_id=task,
+            run_id=f"r{run}",
+            resource_type="local-small",
+            backend="local",
+            started_at=start,
+            ended_at=start + timedelta(seconds=s),
+            runtime_s=s,
+            peak_rss_bytes=p * MIB,
+            state="success",
         )
         for run in range(runs)
-        for task, s, p in [("aggregate", seconds, peak_mib), ("extract", 2.0, 120), ("clean", 2.0, 120), ("profile", 1.0, 120), ("load", 1.0, 120)]
-    ]  # fmt: skip
+        for task, s, p in [("aggregate", seconds, peak_mib), *TASKS]
+    ]
 
 
 def test_retrain_skips_when_nothing_new_was_recorded(tmp_path: Path) -> None:
