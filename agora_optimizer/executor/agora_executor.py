@@ -403,14 +403,14 @@ def make_backend(name: str, resources: Mapping[str, Resource]) -> Backend:
     if name == "slurm":
         from agora_optimizer.executor.backends.slurm import SlurmBackend
 
-        return SlurmBackend(  # type: ignore[return-value]
+        return SlurmBackend(
             pilot_max_tasks=int(settings.get_float("slurm_pilot_max_tasks")),
             pilot_window_s=settings.get_float("slurm_pilot_window_s"),
         )
     if name == "aws":
         from agora_optimizer.executor.backends.aws_batch import AwsBatchBackend
 
-        return AwsBatchBackend.from_airflow(settings.get("aws_conn_id"), settings.get("aws_job_definition"))  # type: ignore[attr-defined,no-any-return]
+        return AwsBatchBackend.from_airflow(settings.get("aws_conn_id"), settings.get("aws_job_definition"))
     raise AgoraError(f"unknown backend {name!r}")
 
 

@@ -13,7 +13,9 @@ the job from there and reads its result file when it ends.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -21,6 +23,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 
 import psutil
@@ -29,6 +32,14 @@ from agora_optimizer.executor.jobs import BackendError, JobSpec, JobStatus, read
 from agora_optimizer.model.catalog import Resource
 
 KILL_GRACE_S = 15.0
+WORKER_MODULE = "agora_optimizer.executor.worker"
+# What the pool's fork server imports once, so that a job starts warm (no Airflow import per task).
+FORK_PRELOAD = [
+    WORKER_MODULE,
+    "airflow.sdk.execution_time.execute_workload",
+    "airflow.sdk.execution_time.supervisor",
+    "airflow.executors.workloads",
+]
 
 
 @dataclass(frozen=True)
@@ -60,7 +71,7 @@ class _Running:
     pid: int
     create_time: float
     queued_at: datetime
-    process: subprocess.Popen[bytes] | None = None  # None when adopted from an earlier scheduler
+    process: subprocess.Popen[bytes] | BaseProcess | None = None  # None when adopted from an earlier scheduler
     cancel_at: float | None = None
 
 
@@ -69,8 +80,11 @@ class LocalBackend:
 
     name = "local"
 
-    def __init__(self, pools: Mapping[str, LocalPool]) -> None:
+    def __init__(self, pools: Mapping[str, LocalPool], *, warm: bool = True) -> None:
+        """``warm``: start agora workers from a fork server that has Airflow imported (as the
+        LocalExecutor forks its workers), instead of a new interpreter per task."""
         self.pools = dict(pools)
+        self.warm = warm
         self._queue: list[tuple[JobSpec, datetime]] = []
         self._running: dict[str, _Running] = {}
         self._done: dict[str, JobStatus] = {}
@@ -167,28 +181,31 @@ class LocalBackend:
         self._queue = waiting
 
     def _start(self, job: JobSpec, queued_at: datetime) -> None:
-        log = open(job.log_path, "ab")  # noqa: SIM115 - the child owns it from here
+        process: subprocess.Popen[bytes] | BaseProcess
         try:
-            process = subprocess.Popen(
-                list(job.command),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-                env={**os.environ, **job.environment},
-                cwd=job.job_dir,
-            )
+            if self.warm and tuple(job.command[1:3]) == ("-m", WORKER_MODULE):
+                process = _warm_start(job)
+            else:
+                with open(job.log_path, "ab") as log:
+                    process = subprocess.Popen(
+                        list(job.command),
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        stdin=subprocess.DEVNULL,
+                        start_new_session=True,
+                        env={**os.environ, **job.environment},
+                        cwd=job.job_dir,
+                    )
         except OSError as exc:
             self._done[job.key] = JobStatus("finished", exit_code=127, reason=f"cannot start worker: {exc}")
             return
-        finally:
-            log.close()
+        pid = process.pid or 0
         try:
-            create_time = psutil.Process(process.pid).create_time()
+            create_time = psutil.Process(pid).create_time()
         except psutil.Error:
             create_time = 0.0
         state = {
-            "pid": process.pid,
+            "pid": pid,
             "create_time": create_time,
             "resource": job.resource,
             "cores": job.cores,
@@ -199,7 +216,7 @@ class LocalBackend:
         partial.write_text(json.dumps(state))
         os.replace(partial, job.job_dir / "local.json")
         self._running[job.key] = _Running(
-            job.resource, job.job_dir, job.cores, job.memory_bytes, process.pid, create_time, queued_at, process
+            job.resource, job.job_dir, job.cores, job.memory_bytes, pid, create_time, queued_at, process
         )
 
     def _reap(self) -> None:
@@ -240,10 +257,51 @@ class LocalBackend:
             )
 
 
+def _warm_start(job: JobSpec) -> BaseProcess:
+    """Run the agora worker of ``job`` in a child of the pool's fork server."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(FORK_PRELOAD)
+    process = context.Process(
+        target=_run_worker,
+        args=(list(job.command[3:]), str(job.log_path), str(job.job_dir), dict(job.environment)),
+        name=f"agora-worker-{job.key}",
+        daemon=False,
+    )
+    process.start()
+    return process
+
+
+def _run_worker(argv: list[str], log_path: str, cwd: str, environment: dict[str, str]) -> None:
+    """In the forked child: a session of its own, the job's log and environment, then the worker."""
+    code = 1
+    try:
+        os.setsid()
+        log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.chdir(cwd)
+        os.environ.update(environment)
+        from agora_optimizer.executor import worker
+
+        code = worker.main(argv)
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        with contextlib.suppress(Exception):
+            os.fsync(1)
+        os._exit(code)
+
+
 def _exit_code(run: _Running) -> int | None:
     """The worker's exit code once it has ended (adopted workers: 0, the result file tells the rest)."""
-    if run.process is not None:
+    if isinstance(run.process, subprocess.Popen):
         return run.process.poll()
+    if run.process is not None:
+        return run.process.exitcode
     try:
         process = psutil.Process(run.pid)
         if abs(process.create_time() - run.create_time) > 0.01 or process.status() == psutil.STATUS_ZOMBIE:

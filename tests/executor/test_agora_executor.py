@@ -1,0 +1,229 @@
+"""AgoraExecutor's own logic, in this process, on a real local pool: retries, failures, tokens, revoke.
+
+A backend that fails on purpose (``Flaky``) wraps the real LocalBackend to inject the errors a
+real backend has (a refused or throttled submit, an unreachable controller).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agora_optimizer.executor.backends.local import LocalBackend, LocalPool
+from agora_optimizer.executor.jobs import BackendError, JobSpec, JobStatus
+from tests.conftest import CATALOGS
+
+MIB = 2**20
+
+
+class Flaky:
+    """LocalBackend, but the first ``submit_failures`` submits and ``status_failures`` polls fail."""
+
+    name = "local"
+
+    def __init__(
+        self, inner: LocalBackend, *, submit_failures: int = 0, status_failures: int = 0, transient: bool = True
+    ):
+        self.inner = inner
+        self.submit_failures = submit_failures
+        self.status_failures = status_failures
+        self.transient = transient
+        self.submits = 0
+        self.cancelled: list[str] = []
+
+    def submit(self, job: JobSpec) -> str:
+        self.submits += 1
+        if self.submit_failures > 0:
+            self.submit_failures -= 1
+            raise BackendError(
+                "local", "throttled" if self.transient else "refused: no such queue", transient=self.transient
+            )
+        return self.inner.submit(job)
+
+    def status(self, external_ids: Sequence[str]) -> Mapping[str, JobStatus]:
+        if self.status_failures > 0:
+            self.status_failures -= 1
+            raise BackendError("local", "controller unreachable", transient=True)
+        return self.inner.status(external_ids)
+
+    def cancel(self, external_id: str) -> None:
+        self.cancelled.append(external_id)
+        self.inner.cancel(external_id)
+
+
+def workload(task_id: str, placement: dict[str, Any] | None, tmp_path: Path) -> Any:
+    from airflow.executors.workloads import ExecuteTask
+    from airflow.executors.workloads.base import BundleInfo
+    from airflow.executors.workloads.task import TaskInstanceDTO
+
+    config = {"agora": {"placement": placement}} if placement else {}
+    ti = TaskInstanceDTO(
+        id=uuid.uuid4(), dag_version_id=uuid.uuid4(), task_id=task_id, dag_id="unit", run_id="r1", try_number=1,
+        map_index=-1, pool_slots=1, priority_weight=1, queue="default", executor_config=config,
+    )  # fmt: skip
+    return ExecuteTask(
+        ti=ti, dag_rel_path="unit.py", token="first", log_path=None, bundle_info=BundleInfo(name="dags-folder")
+    )
+
+
+@pytest.fixture
+def executor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    from agora_optimizer.executor.agora_executor import AgoraExecutor
+
+    monkeypatch.setenv("AIRFLOW__AGORA__CATALOG", str(CATALOGS / "local.yaml"))
+    monkeypatch.setenv("AIRFLOW__AGORA__STATE_DIR", str(tmp_path / "jobs"))
+    monkeypatch.setenv("AIRFLOW__AGORA__TRACE_STORE_URL", f"sqlite:///{tmp_path / 'traces.db'}")
+    monkeypatch.setenv("AIRFLOW__AGORA__BACKOFF_MAX_S", "0.2")
+    monkeypatch.setenv("AIRFLOW__AGORA__SUBMIT_RETRIES", "3")
+    executor = AgoraExecutor()
+    executor.start()
+    return executor
+
+
+def run_with(executor: Any, backend: Flaky, workloads: list[Any], timeout_s: float = 60) -> dict[Any, tuple[Any, Any]]:
+    """Queue the workloads, heartbeat until each has a final event; returns key -> (state, info)."""
+    from airflow.utils.state import TaskInstanceState
+
+    executor._backends["local"] = backend
+    for item in workloads:
+        executor.queued_tasks[item.ti.key] = item
+    executor._process_workloads(workloads)
+    events: dict[Any, tuple[Any, Any]] = {}
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and len([e for e in events.values() if e[0] != TaskInstanceState.QUEUED]) < len(
+        workloads
+    ):
+        executor.sync()
+        for key, event in executor.get_event_buffer().items():
+            if event[0] != TaskInstanceState.QUEUED or key not in events:
+                events[key] = event
+        time.sleep(0.1)
+    return events
+
+
+def placement(resource: str = "local-small", memory_mib: int = 256) -> dict[str, Any]:
+    return {"resource": resource, "cores": 1, "memory_bytes": memory_mib * MIB}
+
+
+def test_a_throttled_submit_is_retried_and_the_job_then_runs(executor: Any, tmp_path: Path) -> None:
+    from airflow.utils.state import TaskInstanceState
+
+    backend = Flaky(LocalBackend({"local-small": LocalPool("local-small", 1, 4 * 2**30)}), submit_failures=2)
+    executor._backends["local"] = backend
+    item = workload("t", placement(), tmp_path)
+    executor.queued_tasks[item.ti.key] = item
+    executor._process_workloads([item])
+    deadline = time.monotonic() + 20
+    events: dict[Any, Any] = {}
+    while not events and time.monotonic() < deadline:
+        time.sleep(0.1)
+        executor.sync()
+        events = executor.get_event_buffer()
+    # the external id reaches Airflow with the QUEUED event (it is what a restarted scheduler adopts by)
+    assert events[item.ti.key] == (TaskInstanceState.QUEUED, "agora|local|local-small|unit__t__r1__try1")
+    assert backend.submits == 3 and item.ti.key in executor.running
+    record = json.loads((tmp_path / "jobs" / "unit__t__r1__try1" / "job.json").read_text())
+    assert record["external_id"] == "unit__t__r1__try1" and record["resource"] == "local-small"
+    assert json.loads((tmp_path / "jobs" / "unit__t__r1__try1" / "workload.json").read_text())["ti"]["task_id"] == "t"
+    executor.revoke_task(ti=item.ti)
+    assert backend.cancelled == ["unit__t__r1__try1"]
+
+
+def test_a_submit_that_keeps_failing_fails_the_task_with_the_reason(executor: Any, tmp_path: Path) -> None:
+    from airflow.utils.state import TaskInstanceState
+
+    backend = Flaky(LocalBackend({"local-small": LocalPool("local-small", 1, 4 * 2**30)}), submit_failures=99)
+    item = workload("t", placement(), tmp_path)
+    state, info = run_with(executor, backend, [item])[item.ti.key]
+    assert state == TaskInstanceState.FAILED and "throttled" in info and "after 3 attempts" in info
+    assert backend.submits == 3
+
+
+def test_a_refused_submit_fails_at_once_and_is_traced(executor: Any, tmp_path: Path) -> None:
+    from airflow.utils.state import TaskInstanceState
+
+    from agora_optimizer.traces.store import TraceStore
+
+    backend = Flaky(
+        LocalBackend({"local-small": LocalPool("local-small", 1, 4 * 2**30)}), submit_failures=1, transient=False
+    )
+    item = workload("t", placement(), tmp_path)
+    state, info = run_with(executor, backend, [item])[item.ti.key]
+    assert state == TaskInstanceState.FAILED and "refused: no such queue" in info and backend.submits == 1
+    with TraceStore(f"sqlite:///{tmp_path / 'traces.db'}") as store:
+        (attempt,) = store.attempts(dag_id="unit")
+    assert attempt.state == "failed" and "refused" in attempt.error_text and attempt.resource_type == "local-small"
+
+
+def test_an_unknown_resource_or_no_placement_fails_naming_the_task(executor: Any, tmp_path: Path) -> None:
+    from airflow.utils.state import TaskInstanceState
+
+    backend = Flaky(LocalBackend({}))
+    unknown, bare = workload("gpu", placement("gpu-node"), tmp_path), workload("bare", None, tmp_path)
+    events = run_with(executor, backend, [unknown, bare])
+    assert events[unknown.ti.key][0] == TaskInstanceState.FAILED and "unit.gpu" in events[unknown.ti.key][1]
+    assert "'gpu-node' is not in [agora] catalog" in events[unknown.ti.key][1]
+    assert "unit.bare has no agora placement" in events[bare.ti.key][1] and backend.submits == 0
+
+
+def test_a_backend_down_longer_than_the_outage_limit_fails_its_jobs(
+    executor: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from airflow.utils.state import TaskInstanceState
+
+    monkeypatch.setenv("AIRFLOW__AGORA__BACKEND_OUTAGE_S", "1")
+    backend = Flaky(LocalBackend({"local-small": LocalPool("local-small", 1, 4 * 2**30)}), status_failures=10**6)
+    item = workload("t", placement(), tmp_path)
+    state, info = run_with(executor, backend, [item], timeout_s=30)[item.ti.key]
+    assert state == TaskInstanceState.FAILED and "unreachable" in info and "controller unreachable" in info
+
+
+def test_sync_survives_a_backend_that_raises_anything(executor: Any, tmp_path: Path) -> None:
+    class Broken(Flaky):
+        def status(self, external_ids: Sequence[str]) -> Mapping[str, JobStatus]:
+            raise RuntimeError("bug in a backend")
+
+    backend = Broken(LocalBackend({"local-small": LocalPool("local-small", 1, 4 * 2**30)}))
+    executor._backends["local"] = backend
+    item = workload("t", placement(), tmp_path)
+    executor.queued_tasks[item.ti.key] = item
+    executor._process_workloads([item])
+    executor.sync()  # logs, does not raise
+    executor.revoke_task(ti=item.ti)
+    assert backend.cancelled == ["unit__t__r1__try1"] and item.ti.key not in executor.running
+
+
+def test_a_job_waiting_in_a_queue_gets_a_fresh_token(
+    executor: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AIRFLOW__AGORA__TOKEN_REFRESH_S", "0")
+    inner = LocalBackend({"local-small": LocalPool("local-small", 1, 4 * 2**30)})
+    blocker = JobSpec(
+        "blocker",
+        "blocker",
+        "local-small",
+        1,
+        MIB,
+        None,
+        (sys.executable, "-c", "import time; time.sleep(5)"),
+        tmp_path / "b",
+    )
+    inner.submit(blocker)  # holds the pool's only core: the task's job stays pending
+    executor._backends["local"] = Flaky(inner)
+    item = workload("t", placement(), tmp_path)
+    executor.queued_tasks[item.ti.key] = item
+    executor._process_workloads([item])
+    path = tmp_path / "jobs" / "unit__t__r1__try1" / "workload.json"
+    assert json.loads(path.read_text())["token"] == "first"
+    executor.sync()
+    token = json.loads(path.read_text())["token"]
+    assert token != "first" and token.count(".") == 2  # a signed JWT from Airflow's generator
+    inner.cancel("blocker")
+    executor.revoke_task(ti=item.ti)
