@@ -142,7 +142,14 @@ class AgoraExecutor(BaseExecutor):
         if job is not None and job.external_id:
             with contextlib.suppress(Exception):
                 self._backend(job.record.backend).cancel(job.external_id)
-            self.log.info("Revoked %s (%s)", job.record.label, job.external_id)
+            self.log.warning(
+                "Revoked %s (%s job %s). If Airflow revoked it for waiting in the queue longer than "
+                "[scheduler] task_queued_timeout, raise that timeout above your %s queue waits.",
+                job.record.label,
+                job.record.backend,
+                job.external_id,
+                job.record.resource,
+            )
 
     def try_adopt_task_instances(self, tis: Sequence[TaskInstance]) -> Sequence[TaskInstance]:
         not_adopted: list[TaskInstance] = []
