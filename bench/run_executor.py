@@ -31,7 +31,7 @@ sys.path.insert(0, str(REPO))
 
 from agora_optimizer.model.plan import Assignment, Objective, Plan, SolverInfo  # noqa: E402
 from agora_optimizer.plans.store import PlanStore  # noqa: E402
-from tests.airflow_deployment import AirflowDeployment  # noqa: E402
+from agora_optimizer.integration.local_airflow import AirflowDeployment  # noqa: E402
 
 DAG = """
 import time

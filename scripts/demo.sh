@@ -12,3 +12,8 @@ name="$(basename "$WORKFLOW" .json)"
 agora optimize "$WORKFLOW" --catalog "$CATALOG" --objective "${OBJECTIVE:-balanced}" --out "$OUT/$name.plan.json"
 agora validate "$OUT/$name.plan.json" --workflow "$WORKFLOW" --catalog "$CATALOG"
 agora gantt "$OUT/$name.plan.json" --workflow "$WORKFLOW" --out "$OUT/$name.gantt.png"
+# Then the example pipeline in a real Airflow 3.3 (SQLite) with the AgoraExecutor on the local
+# pools of catalogs/local.yaml: planned, put in force, run, and traced (AIRFLOW_DEMO=0 skips it).
+if [ "${AIRFLOW_DEMO:-1}" != "0" ]; then
+  python scripts/run_example_dag.py --out "$OUT/airflow"
+fi

@@ -25,7 +25,7 @@ from agora_optimizer.model.plan import Assignment, Objective, Plan, SolverInfo
 from agora_optimizer.plans.store import PlanStore
 from agora_optimizer.traces.records import TaskAttempt
 from agora_optimizer.traces.store import TraceStore
-from tests.airflow_deployment import AirflowDeployment, wait_until
+from agora_optimizer.integration.local_airflow import AirflowDeployment, wait_until
 from tests.conftest import CATALOGS, REPO
 
 pytestmark = pytest.mark.airflow

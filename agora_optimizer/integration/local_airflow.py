@@ -1,9 +1,11 @@
-"""A real Airflow 3.3 on SQLite for tests and benchmarks: api-server, dag-processor, scheduler.
+"""A real Airflow 3.3 on SQLite on this machine: api-server, dag-processor, scheduler.
 
-Each component is a separate ``airflow`` process in its own process group, logging to
-``$AIRFLOW_HOME/<component>.log``. The scheduler can be killed and restarted on its own
+The demo (``scripts/run_example_dag.py``), the tests and the benchmarks start Airflow with
+it. Each component is a separate ``airflow`` process in its own process group, logging to
+``$AIRFLOW_HOME/<component>.log``; the scheduler can be killed and restarted on its own
 (adoption tests). Runs are triggered and read through the REST API with a JWT from the
-simple auth manager.
+simple auth manager (user ``admin``, password :data:`PASSWORD`). For production, deploy
+Airflow as its documentation says; this is for one machine.
 """
 
 from __future__ import annotations
