@@ -93,6 +93,14 @@ SETTINGS: tuple[Setting, ...] = (
         "agora-worker",
         "AWS Batch job definition whose container has agora and Airflow installed.",
     ),
+    Setting(
+        "aws_s3_prefix",
+        "",
+        "S3 URL (s3://bucket/path/) where each AWS Batch job gets its workload and returns its result, "
+        "in <prefix>/<job key>/; required for tasks on AWS resources (a Batch container cannot see "
+        "state_dir). The AWS connection and the job definition's job role need s3:GetObject and "
+        "s3:PutObject there. The workloads hold Execution API tokens: keep the bucket private.",
+    ),
 )
 
 _BY_KEY = {setting.key: setting for setting in SETTINGS}

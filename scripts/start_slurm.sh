@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# A real one-host SLURM cluster on loopback, with accounting (slurmdbd + MariaDB), for the
-# tests, the queue-wait collector and the SLURM executor. No systemd, no cgroups.
+# A real one-host SLURM cluster on loopback with two node types and two partitions, with
+# accounting (slurmdbd + MariaDB), for the tests, the queue-wait collector and the SLURM
+# executor. No systemd, no cgroups.
 #
 # Usage: scripts/start_slurm.sh [start] [STATE_DIR]    install if absent, configure, start (idempotent)
 #        scripts/start_slurm.sh stop [STATE_DIR]       stop the daemons this script started
@@ -10,11 +11,17 @@
 # the logs and the pid files. Clients need SLURM_CONF=STATE_DIR/slurm.conf, which the script
 # prints; when /etc/slurm/slurm.conf is absent (or is our link), it is linked there too.
 #
-# The cluster: one node (this host, on 127.0.0.1) that claims AGORA_SLURM_CPUS CPUs (default 8)
-# and AGORA_SLURM_MEMORY_MB MiB (default 16000), more than the machine may have, which SLURM
-# accepts with SlurmdParameters=config_overrides; partitions `debug` (default) and `compute`
-# share it, so jobs of both queue behind each other. Memory is a consumable resource
-# (CR_Core_Memory, DefMemPerCPU=500), so a queue builds up as soon as requests exceed the node.
+# The cluster: two nodes, each its own slurmd (`slurmd -N NAME`) on this host at 127.0.0.1 with
+# its own port, spool, pid and log file (%n in slurm.conf):
+#   agora-small  AGORA_SLURM_SMALL_CPUS (8) CPUs, AGORA_SLURM_SMALL_MEMORY_MB (8192) MiB, slurmd
+#                port AGORA_SLURM_SLURMD_PORT (6818); the only node of partition `debug` (default)
+#   agora-large  AGORA_SLURM_LARGE_CPUS (16) CPUs, AGORA_SLURM_LARGE_MEMORY_MB (32768) MiB, slurmd
+#                port AGORA_SLURM_LARGE_PORT (6820); the only node of partition `compute`
+# Both claim more than the machine may have, which SLURM accepts with
+# SlurmdParameters=config_overrides; catalogs/slurm-loopback.yaml describes the same two types.
+# Memory is a consumable resource (CR_Core_Memory, DefMemPerCPU=500), so a partition's queue
+# builds up as soon as its requests exceed its node. jobacct_gather/linux samples each job's
+# processes every second, so sacct reports MaxRSS.
 # Accounting: sacct through slurmdbd (which reads slurmdbd.conf beside $SLURM_CONF) and a private
 # MariaDB in STATE_DIR/mysql on 127.0.0.1:3307; every finished job is also written by
 # jobcomp/filetxt to STATE_DIR/jobcomp.txt (a fallback that needs no database). munged runs on
@@ -28,10 +35,14 @@ case "${1:-}" in
   start | stop | status) ACTION="$1"; shift ;;
 esac
 STATE="${1:-${AGORA_SLURM_STATE:-/tmp/agora-slurm}}"
-CPUS="${AGORA_SLURM_CPUS:-8}"
-MEMORY_MB="${AGORA_SLURM_MEMORY_MB:-16000}"
+SMALL_CPUS="${AGORA_SLURM_SMALL_CPUS:-8}"
+SMALL_MEMORY_MB="${AGORA_SLURM_SMALL_MEMORY_MB:-8192}"
+LARGE_CPUS="${AGORA_SLURM_LARGE_CPUS:-16}"
+LARGE_MEMORY_MB="${AGORA_SLURM_LARGE_MEMORY_MB:-32768}"
 CTLD_PORT="${AGORA_SLURM_CTLD_PORT:-6817}"
 SLURMD_PORT="${AGORA_SLURM_SLURMD_PORT:-6818}"
+LARGE_PORT="${AGORA_SLURM_LARGE_PORT:-6820}"
+NODES=(agora-small agora-large)
 DBD_PORT="${AGORA_SLURM_DBD_PORT:-6819}"
 DB_PORT="${AGORA_SLURM_DB_PORT:-3307}"
 CLUSTER="agora"
@@ -71,7 +82,8 @@ stop_pid() {  # stop_pid NAME PIDFILE: TERM, then KILL after 10 s
 }
 
 do_stop() {
-  stop_pid slurmd "$STATE/run/slurmd.pid"
+  for node in "${NODES[@]}"; do stop_pid "slurmd $node" "$STATE/run/slurmd-$node.pid"; done
+  stop_pid slurmd "$STATE/run/slurmd.pid"  # the one-node cluster this script started before
   stop_pid slurmctld "$STATE/run/slurmctld.pid"
   stop_pid slurmdbd "$STATE/run/slurmdbd.pid"
   stop_pid mariadbd "$STATE/run/mariadbd.pid"
@@ -85,7 +97,7 @@ if [ "$ACTION" = stop ]; then
   exit 0
 fi
 if [ "$ACTION" = status ]; then
-  for d in munged mariadbd slurmdbd slurmctld slurmd; do
+  for d in munged mariadbd slurmdbd slurmctld "${NODES[@]/#/slurmd-}"; do
     if alive "$STATE/run/$d.pid"; then say "$d runs (pid $(cat "$STATE/run/$d.pid"))"; else say "$d does not run"; fi
   done
   scontrol ping 2>/dev/null | grep -q UP || exit 1
@@ -133,11 +145,11 @@ write_if_changed() {  # write_if_changed FILE MODE: stdin to FILE; echo "changed
 
 changed=""
 changed+="$(write_if_changed "$STATE/slurm.conf" 644 <<EOF
-# Written by scripts/start_slurm.sh for a one-host cluster on loopback (SLURM $VERSION).
+# Written by scripts/start_slurm.sh for a one-host cluster on loopback (SLURM $VERSION):
+# two slurmd (-N agora-small, -N agora-large) on 127.0.0.1, each with its own port.
 ClusterName=$CLUSTER
 SlurmctldHost=$HOST(127.0.0.1)
 SlurmctldPort=$CTLD_PORT
-SlurmdPort=$SLURMD_PORT
 SlurmUser=$SLURM_USER
 SlurmdUser=root
 AuthType=auth/munge
@@ -145,22 +157,26 @@ CryptoType=crypto/munge
 StateSaveLocation=$STATE/ctld
 SlurmdSpoolDir=$STATE/spool/slurmd-%n
 SlurmctldPidFile=$STATE/run/slurmctld.pid
-SlurmdPidFile=$STATE/run/slurmd.pid
+SlurmdPidFile=$STATE/run/slurmd-%n.pid
 SlurmctldLogFile=$STATE/log/slurmctld.log
-SlurmdLogFile=$STATE/log/slurmd.log
+SlurmdLogFile=$STATE/log/slurmd-%n.log
 SlurmctldDebug=info
 SlurmdDebug=info
 # A container: no cgroups, no process-tracking kernel features.
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
+# Job accounting by polling /proc each second (no cgroups needed): sacct's MaxRSS, AveCPU.
+JobAcctGatherType=jobacct_gather/linux
+JobAcctGatherFrequency=1
 MpiDefault=none
 SwitchType=switch/none
 ReturnToService=2
+# Reject at submission what a partition could never run (time above MaxTime ...).
+EnforcePartLimits=ALL
 SlurmdParameters=config_overrides
 # Scheduling: FIFO with backfill; cores and memory are consumable, so requests queue.
 SchedulerType=sched/backfill
-SchedulerParameters=bf_interval=5,sched_min_interval=100000
+SchedulerParameters=bf_interval=5,sched_min_interval=100000,batch_sched_delay=0
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
 DefMemPerCPU=500
@@ -174,9 +190,10 @@ AccountingStorageHost=127.0.0.1
 AccountingStoragePort=$DBD_PORT
 JobCompType=jobcomp/filetxt
 JobCompLoc=$STATE/jobcomp.txt
-NodeName=$HOST NodeAddr=127.0.0.1 CPUs=$CPUS RealMemory=$MEMORY_MB State=UNKNOWN
-PartitionName=debug Nodes=$HOST Default=YES MaxTime=1:00:00 State=UP
-PartitionName=compute Nodes=$HOST Default=NO MaxTime=1-00:00:00 State=UP
+NodeName=agora-small NodeHostname=$HOST NodeAddr=127.0.0.1 Port=$SLURMD_PORT CPUs=$SMALL_CPUS RealMemory=$SMALL_MEMORY_MB State=UNKNOWN
+NodeName=agora-large NodeHostname=$HOST NodeAddr=127.0.0.1 Port=$LARGE_PORT CPUs=$LARGE_CPUS RealMemory=$LARGE_MEMORY_MB State=UNKNOWN
+PartitionName=debug Nodes=agora-small Default=YES MaxTime=1:00:00 State=UP
+PartitionName=compute Nodes=agora-large Default=NO MaxTime=1-00:00:00 State=UP
 EOF
 )"
 changed+="$(write_if_changed "$STATE/slurmdbd.conf" 600 <<EOF
@@ -240,7 +257,7 @@ SQL
   started+=(mariadbd)
 fi
 
-# ---- slurmdbd, slurmctld, slurmd -----------------------------------------------------------------
+# ---- slurmdbd, slurmctld, one slurmd per node ------------------------------------------------
 if ! alive "$STATE/run/slurmdbd.pid"; then
   slurmdbd 2>>"$STATE/log/slurmdbd.log" || die "slurmdbd did not start (log: $STATE/log/slurmdbd.log)"
   wait_for 30 slurmdbd bash -c "exec 3<>/dev/tcp/127.0.0.1/$DBD_PORT"
@@ -254,17 +271,23 @@ if ! alive "$STATE/run/slurmctld.pid"; then
   wait_for 30 slurmctld scontrol ping
   started+=(slurmctld)
 fi
-if ! alive "$STATE/run/slurmd.pid"; then
-  slurmd -f "$STATE/slurm.conf" 2>>"$STATE/log/slurmd.log" || die "slurmd did not start (log: $STATE/log/slurmd.log)"
-  started+=(slurmd)
-fi
-node_ready() { sinfo -h -n "$HOST" -o '%t' | grep -Eq '^(idle|mix|alloc)'; }
-if ! wait_for 30 "node $HOST" node_ready; then
-  scontrol update NodeName="$HOST" State=RESUME >/dev/null 2>&1 || true
-  wait_for 15 "node $HOST" node_ready || { sinfo >&2; tail -20 "$STATE/log/slurmd.log" >&2; die "node $HOST is not idle"; }
-fi
+for node in "${NODES[@]}"; do
+  if ! alive "$STATE/run/slurmd-$node.pid"; then
+    /usr/sbin/slurmd -f "$STATE/slurm.conf" -N "$node" 2>>"$STATE/log/slurmd-$node.log" \
+      || die "slurmd -N $node did not start (log: $STATE/log/slurmd-$node.log)"
+    started+=("slurmd-$node")
+  fi
+done
+node_ready() { sinfo -h -n "$1" -o '%t' | grep -Eq '^(idle|mix|alloc)'; }
+for node in "${NODES[@]}"; do
+  if ! wait_for 30 "node $node" node_ready "$node"; then
+    scontrol update NodeName="$node" State=RESUME >/dev/null 2>&1 || true
+    wait_for 15 "node $node" node_ready "$node" \
+      || { sinfo -N >&2; tail -20 "$STATE/log/slurmd-$node.log" >&2; die "node $node is not idle"; }
+  fi
+done
 
 if [ "${#started[@]}" -gt 0 ]; then say "started ${started[*]} (SLURM $VERSION)"; else say "already running (SLURM $VERSION)"; fi
 say "state in $STATE; logs in $STATE/log"
 echo "export SLURM_CONF=$STATE/slurm.conf"
-sinfo
+sinfo -N -o '%N %P %c %m %t' 

@@ -11,6 +11,10 @@ Any test directory can use it (a plain module, not a conftest)::
 In CI (``CI=true``) a cluster that cannot start fails the test; elsewhere it skips with the
 script's last words as the reason. The first start on a fresh machine installs Debian's
 slurm-wlm, munge and MariaDB (about 1.5 minutes); later starts take seconds.
+
+The cluster has two node types, one per partition (:data:`NODES`, as the script's defaults and
+``catalogs/slurm-loopback.yaml`` size them): ``debug`` runs on ``agora-small`` only and
+``compute`` on ``agora-large`` only, so the two partitions queue independently.
 """
 
 from __future__ import annotations
@@ -29,6 +33,23 @@ REPO = Path(__file__).resolve().parents[1]
 START_SCRIPT = REPO / "scripts" / "start_slurm.sh"
 STATE_DIR = Path(os.environ.get("AGORA_SLURM_STATE", "/tmp/agora-slurm"))
 TEST_JOB_NAME = "agora-test"
+LOOPBACK_CATALOG = REPO / "catalogs" / "slurm-loopback.yaml"
+
+
+@dataclass(frozen=True)
+class SlurmNode:
+    """One node of the loopback cluster, the only node of its partition."""
+
+    name: str
+    partition: str
+    cpus: int
+    memory_mib: int
+
+
+NODES = {
+    "debug": SlurmNode("agora-small", "debug", cpus=8, memory_mib=8192),
+    "compute": SlurmNode("agora-large", "compute", cpus=16, memory_mib=32768),
+}
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,7 @@ from agora_optimizer.errors import AgoraError
 from agora_optimizer.executor.job_record import JobRecord, executor_attempt
 from agora_optimizer.executor.jobs import Backend, BackendError, JobSpec, JobStatus, job_key
 from agora_optimizer.executor.placement import Placement, placement_from_config
+from agora_optimizer.executor.remote_files import CONTAINER_JOB_ROOT, job_urls, split_s3_url
 from agora_optimizer.executor.resources import load_resources
 from agora_optimizer.model.catalog import Resource
 
@@ -100,6 +101,11 @@ class AgoraExecutor(BaseExecutor):
 
     def end(self) -> None:
         """Stop tracking. Submitted jobs keep running; the next scheduler adopts them."""
+        for backend in self._backends.values():
+            flush = getattr(backend, "flush", None)  # a SLURM pilot still gathering tasks is submitted now
+            if flush is not None:
+                with contextlib.suppress(Exception):
+                    flush(force=True)
         self.sync()
         if self._jobs:
             self.log.info(
@@ -212,7 +218,7 @@ class AgoraExecutor(BaseExecutor):
             cores=placement.cores,
             memory_bytes=placement.memory_bytes,
             time_limit_s=placement.time_limit_s,
-            command=tuple(worker_command(resource, placement, job_dir)),
+            command=tuple(worker_command(resource, placement, job_dir, s3_prefix=_s3_prefix(resource, label))),
             job_dir=job_dir,
             options=dict(resource.extra),
             environment=self._worker_environment(),
@@ -320,6 +326,15 @@ class AgoraExecutor(BaseExecutor):
         token = job.workload.generate_token(str(job.workload.ti.id), self.jwt_generator)
         job.workload = job.workload.model_copy(update={"token": token})
         _write_atomically(job.spec.workload_path, job.workload.model_dump_json())
+        publish = getattr(self._backend(job.record.backend), "publish_workload", None)
+        if publish is not None:  # a backend whose jobs cannot read the job dir (AWS) passes it on
+            try:
+                publish(job.spec)
+            except AgoraError as exc:
+                self.log.warning(
+                    "Cannot pass %s its renewed token (%s); trying again at the next poll", job.record.label, exc
+                )
+                return
         job.token_at = time.monotonic()
 
     def _report(self, job: _Job, status: JobStatus) -> None:
@@ -387,10 +402,19 @@ def parse_external_id(value: str) -> tuple[str, str, str] | None:
     return parts[1], parts[2], parts[3]
 
 
-def worker_command(resource: Resource, placement: Placement, job_dir: Path) -> list[str]:
-    """The agora worker with the placement's limits (a container's ``python`` on AWS)."""
+def worker_command(resource: Resource, placement: Placement, job_dir: Path, *, s3_prefix: str = "") -> list[str]:
+    """The agora worker with the placement's limits.
+
+    On AWS it runs in a container's ``python`` that cannot see ``job_dir``: it works in a
+    directory of the container and fetches its workload from, and returns its result to,
+    S3 under ``s3_prefix`` (:mod:`~agora_optimizer.executor.remote_files`).
+    """
     python = "python" if resource.backend == "aws" else sys.executable
-    command = [python, "-m", "agora_optimizer.executor.worker", "--job-dir", str(job_dir)]
+    worker_dir = f"{CONTAINER_JOB_ROOT}/{job_dir.name}" if resource.backend == "aws" else str(job_dir)
+    command = [python, "-m", "agora_optimizer.executor.worker", "--job-dir", worker_dir]
+    if resource.backend == "aws":
+        urls = job_urls(s3_prefix, job_dir.name)
+        command += ["--workload-url", urls.workload, "--result-url", urls.result]
     command += ["--memory-bytes", str(placement.memory_bytes)]
     cpu_set = resource.extra.get("cpu_set")
     if resource.backend == "local" and isinstance(cpu_set, list | tuple) and cpu_set:
@@ -398,6 +422,20 @@ def worker_command(resource: Resource, placement: Placement, job_dir: Path) -> l
     if placement.time_limit_s is not None:
         command += ["--time-limit-s", f"{placement.time_limit_s:g}"]
     return command
+
+
+def _s3_prefix(resource: Resource, label: str) -> str:
+    """``[agora] aws_s3_prefix`` for a task on an AWS resource (required there); '' elsewhere."""
+    if resource.backend != "aws":
+        return ""
+    prefix = settings.get("aws_s3_prefix")
+    if not prefix:
+        raise AgoraError(
+            f"task {label}: resource {resource.name} runs on AWS Batch, whose jobs get their workload and return "
+            "their result through S3: set [agora] aws_s3_prefix (s3://bucket/path/)"
+        )
+    split_s3_url(prefix, what=f"task {label}: [agora] aws_s3_prefix")
+    return prefix
 
 
 def make_backend(name: str, resources: Mapping[str, Resource]) -> Backend:
@@ -417,7 +455,9 @@ def make_backend(name: str, resources: Mapping[str, Resource]) -> Backend:
     if name == "aws":
         from agora_optimizer.executor.backends.aws_batch import AwsBatchBackend
 
-        return AwsBatchBackend.from_airflow(settings.get("aws_conn_id"), settings.get("aws_job_definition"))
+        return AwsBatchBackend.from_airflow(
+            settings.get("aws_conn_id"), settings.get("aws_job_definition"), s3_prefix=settings.get("aws_s3_prefix")
+        )
     raise AgoraError(f"unknown backend {name!r}")
 
 

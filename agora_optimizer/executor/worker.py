@@ -1,7 +1,7 @@
 """The agora worker: runs one task attempt on whatever machine a backend chose.
 
 ``python -m agora_optimizer.executor.worker --job-dir DIR [--memory-bytes N]
-[--cpu-set 0,1] [--time-limit-s T] [-- COMMAND ...]``
+[--cpu-set 0,1] [--time-limit-s T] [--workload-url URL] [--result-url URL] [-- COMMAND ...]``
 
 Without a command it runs Airflow's own entry, ``execute_workload --json-path
 DIR/workload.json``, in a forked child (the file is read at start, so the executor may
@@ -23,6 +23,12 @@ When the command has ended, the worker writes ``DIR/result.json`` (see
 :class:`~agora_optimizer.executor.jobs.JobResult`) and exits with the command's exit code,
 or 137 after an OOM kill. ``execute_workload`` exits 0 even when the task failed: the
 task's own state lives in Airflow; the exit code speaks only of the process.
+
+Where DIR is not the scheduler's (an AWS Batch container), ``--workload-url`` names the
+``s3://`` object to download into ``DIR/workload.json`` first, and ``--result-url`` the one
+to upload ``result.json`` to at the end (:mod:`~agora_optimizer.executor.remote_files`;
+boto3 is imported only then). A workload that cannot be fetched gives a result with exit
+code 1 and the reason, uploaded all the same.
 """
 
 from __future__ import annotations
@@ -42,7 +48,7 @@ from pathlib import Path
 
 import psutil
 
-from agora_optimizer.executor.jobs import OOM_EXIT_CODE, JobResult
+from agora_optimizer.executor.jobs import OOM_EXIT_CODE, BackendError, JobResult
 from agora_optimizer.traces.sampler import ProcessTreeSampler, Sample, SamplerError
 
 POLL_S = 0.1
@@ -238,7 +244,26 @@ def _parse(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--memory-bytes", type=int, default=None, help="kill the task above this resident memory")
     parser.add_argument("--cpu-set", default="", help="comma-separated CPU ids to pin the task to")
     parser.add_argument("--time-limit-s", type=float, default=None, help="terminate the task after this long")
+    parser.add_argument("--workload-url", default="", help="s3:// URL to download DIR/workload.json from first")
+    parser.add_argument("--result-url", default="", help="s3:// URL to upload DIR/result.json to at the end")
     return parser.parse_args(argv), command
+
+
+def _not_started(reason: str, memory_bytes: int | None) -> JobResult:
+    """The result of a task that could not start (its workload could not be fetched)."""
+    now = datetime.now(UTC)
+    return JobResult(
+        exit_code=1,
+        oom_killed=False,
+        timed_out=False,
+        reason=reason,
+        host=socket.gethostname(),
+        started_at=now,
+        ended_at=now,
+        peak_rss_bytes=0,
+        cpu_time_s=0.0,
+        memory_limit_bytes=memory_bytes,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -255,13 +280,36 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
     with contextlib.suppress(OSError):
         os.setsid()  # one process group for the whole job: a cancel reaches every process of it
-    result = run(
-        command or None,
-        args.job_dir,
-        memory_bytes=args.memory_bytes,
-        time_limit_s=args.time_limit_s,
-    )
+    files = None
+    if args.workload_url or args.result_url:
+        from agora_optimizer.executor.remote_files import RemoteFiles
+
+        try:
+            files = RemoteFiles.from_environment()
+        except BackendError as exc:
+            print(f"agora worker: {exc}", file=sys.stderr)
+            return 2
+    result: JobResult | None = None
+    if files is not None and args.workload_url:
+        args.job_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            files.download(args.workload_url, args.job_dir / "workload.json")
+        except BackendError as exc:
+            result = _not_started(f"agora worker could not fetch its workload: {exc}", args.memory_bytes)
+            print(result.reason, file=sys.stderr)  # the container's log: CloudWatch on Batch
+    if result is None:
+        result = run(
+            command or None,
+            args.job_dir,
+            memory_bytes=args.memory_bytes,
+            time_limit_s=args.time_limit_s,
+        )
     result.write(args.job_dir / "result.json")
+    if files is not None and args.result_url:
+        try:
+            files.upload(args.job_dir / "result.json", args.result_url)
+        except BackendError as exc:  # the backend then reports from its own records
+            print(f"agora worker: cannot return the result: {exc}", file=sys.stderr)
     return result.exit_code
 
 

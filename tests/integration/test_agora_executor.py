@@ -1,8 +1,9 @@
 """The AgoraExecutor in a real Airflow 3.3 (api-server, dag-processor, scheduler on SQLite).
 
-The example pipeline is planned with ``agora optimize airflow:... --apply`` and triggered
-through the REST API; each task must land where its plan put it, as the operating system
-(CPU affinity, seen by the task itself) and SLURM (``sacct``) record it. A second DAG has a
+The example pipeline gets a plan over two local pools and two SLURM partitions of the
+loopback cluster (``scripts/start_slurm.sh``) and is triggered through the REST API; each
+task must land where its plan put it, as the operating system (CPU affinity, seen by the
+task itself) and SLURM (``sacct``: partition and node of the job) record it. A second DAG has a
 task that exceeds its memory, one that raises, and two long tasks during which the
 scheduler is killed and restarted.
 """
@@ -12,7 +13,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,13 +20,16 @@ from pathlib import Path
 
 import pytest
 
+from agora_optimizer.executor.backends.slurm import job_name
+from agora_optimizer.executor.jobs import job_key
+from agora_optimizer.integration.local_airflow import AirflowDeployment, wait_until
 from agora_optimizer.io.catalog_file import load_catalog
 from agora_optimizer.model.plan import Assignment, Objective, Plan, SolverInfo
 from agora_optimizer.plans.store import PlanStore
 from agora_optimizer.traces.records import TaskAttempt
 from agora_optimizer.traces.store import TraceStore
-from agora_optimizer.integration.local_airflow import AirflowDeployment, wait_until
 from tests.conftest import CATALOGS, REPO
+from tests.slurm_cluster import slurm_cluster_or_skip
 
 pytestmark = pytest.mark.airflow
 MIB = 2**20
@@ -102,20 +105,44 @@ def _plan(tasks: dict[str, tuple[str, int]]) -> Plan:
     )
 
 
+ETL_PLAN = {
+    "extract": ("local-small", 512 * MIB),
+    "clean": ("slurm-compute", 512 * MIB),
+    "aggregate": ("slurm-debug", 1024 * MIB),
+    "profile": ("local-large", 512 * MIB),
+    "load": ("local-small", 512 * MIB),
+}
+SLURM_NODES = {"debug": "agora-small", "compute": "agora-large"}
+
+
+def sacct_jobs(name_prefix: str) -> list[dict[str, str]]:
+    """SLURM's own record of the jobs (of the last two hours) whose name starts with ``name_prefix``."""
+    fields = ["JobID", "JobName%200", "Partition", "NodeList", "State"]
+    result = subprocess.run(
+        ["sacct", "-X", "-n", "-P", "--starttime", "now-2hours", "-o", ",".join(fields)],
+        capture_output=True, text=True, timeout=30, check=True,
+    )  # fmt: skip
+    keys = [field.split("%")[0] for field in fields]
+    rows = [dict(zip(keys, line.split("|"), strict=True)) for line in result.stdout.splitlines() if line]
+    return [row for row in rows if row["JobName"].startswith(name_prefix)]
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    slurm_cluster_or_skip()
     root = tmp_path_factory.mktemp("agora-airflow")
     dags = root / "dags"
     dags.mkdir()
     shutil.copy(REPO / "dags" / "agora_example_etl.py", dags)
     (dags / "agora_faults.py").write_text(FAULTS)
     catalog = CATALOGS / "local.yaml"
+    catalogs = f"{catalog},{CATALOGS / 'slurm-loopback.yaml'}"
     store_url = f"sqlite:///{root / 'traces.db'}"
     airflow = AirflowDeployment(
         home=root / "home",
         dags_folder=dags,
         extra_env={
-            "AIRFLOW__AGORA__CATALOG": str(catalog),
+            "AIRFLOW__AGORA__CATALOG": catalogs,
             "AIRFLOW__AGORA__PLAN_DIR": str(root / "plans"),
             "AIRFLOW__AGORA__STATE_DIR": str(root / "jobs"),
             "AIRFLOW__AGORA__TRACE_STORE_URL": store_url,
@@ -123,13 +150,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     )
     airflow.migrate()
     plans = PlanStore(root / "plans")
-    agora = str(Path(sys.executable).with_name("agora"))
-    command = [agora, "optimize", "airflow:agora_example_etl", "--catalog", str(catalog), "--dag-folder", str(dags)]
-    command += ["-o", str(root / "etl-plan.json"), "--apply", "--plan-dir", str(root / "plans")]
-    optimize = subprocess.run(command, capture_output=True, text=True, env=airflow.env, timeout=300)
-    assert optimize.returncode == 0, optimize.stderr[-3000:]
+    plans.save("agora_example_etl", _plan(ETL_PLAN))
     plans.save("agora_faults", _plan({"hog": ("local-small", 512 * MIB), "boom": ("local-large", 512 * MIB)}))
-    plans.save("agora_slow", _plan({"slow_a": ("local-small", 512 * MIB), "slow_b": ("local-large", 512 * MIB)}))
+    plans.save("agora_slow", _plan({"slow_a": ("slurm-debug", 512 * MIB), "slow_b": ("local-large", 512 * MIB)}))
     airflow.start()
     try:
         for dag_id in ("agora_example_etl", "agora_faults", "agora_slow"):
@@ -142,23 +165,38 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 def test_the_example_pipeline_runs_each_task_where_its_plan_put_it(cluster: Cluster, tmp_path: Path) -> None:
     run_id = cluster.airflow.trigger("agora_example_etl", {"report_dir": str(tmp_path)})
     assert cluster.airflow.wait_for_run("agora_example_etl", run_id) == "success"
-    current = cluster.plans.current("agora_example_etl")
-    assert current is not None
-    planned = {a.task: a.resource for a in current.plan.assignments}
-    assert len(set(planned.values())) == 2  # the plan uses both pools, so where a task ran tells them apart
-    cpu_sets = {r.name: r.extra["cpu_set"] for r in load_catalog(cluster.catalog).resources}
+    resources = {r.name: r for r in load_catalog(cluster.catalog).resources}
+    resources |= {r.name: r for r in load_catalog(CATALOGS / "slurm-loopback.yaml").resources}
     instances = cluster.airflow.task_instances("agora_example_etl", run_id)
-    for task_id, resource in planned.items():
-        seen = json.loads((tmp_path / f"{task_id}.json").read_text())  # written by the task itself
-        assert seen["cpus"] == cpu_sets[resource], task_id
+    reports = {task_id: json.loads((tmp_path / f"{task_id}.json").read_text()) for task_id in ETL_PLAN}
+    slurm_ids = {report["slurm_job_id"] for report in reports.values() if report["slurm_job_id"]}
+
+    def slurm_jobs_done() -> bool:  # the task reports success before its job's worker has exited
+        states = {row["JobID"]: row["State"] for row in sacct_jobs("agora-agora_example_etl__")}
+        return all(states.get(job_id) == "COMPLETED" for job_id in slurm_ids)
+
+    wait_until(slurm_jobs_done, 60, "SLURM to record the jobs as completed")
+    jobs = {row["JobID"]: row for row in sacct_jobs("agora-agora_example_etl__")}
+    for task_id, (resource_name, _) in ETL_PLAN.items():
+        resource = resources[resource_name]
+        seen = reports[task_id]  # written by the task itself
         assert instances[task_id]["state"] == "success" and instances[task_id]["executor"] == "agora"
-        assert instances[task_id]["queue"] == resource
+        assert instances[task_id]["queue"] == resource_name
+        if resource.backend == "local":
+            assert seen["cpus"] == resource.extra["cpu_set"] and not seen["slurm_job_id"], task_id
+        else:
+            partition = str(resource.extra["partition"])
+            assert seen["slurm_partition"] == partition, task_id
+            job = jobs[seen["slurm_job_id"]]  # SLURM's record of the job the task ran in
+            assert job["JobName"].startswith(f"agora-agora_example_etl__{task_id}__") and job["Partition"] == partition
+            assert job["NodeList"] == SLURM_NODES[partition]
     attempts = cluster.attempts("agora_example_etl", 5)
-    assert set(attempts) == set(planned)
     for task_id, attempt in attempts.items():
-        assert (attempt.resource_type, attempt.backend, attempt.state) == (planned[task_id], "local", "success")
+        resource = resources[ETL_PLAN[task_id][0]]
+        assert (attempt.resource_type, attempt.backend, attempt.state) == (resource.name, resource.backend, "success")
         assert attempt.peak_rss_bytes and attempt.runtime_s and attempt.requested_memory_bytes
     assert attempts["aggregate"].peak_rss_bytes > 600 * MIB  # it holds 600 MiB
+    assert attempts["aggregate"].host and attempts["aggregate"].queued_at is not None  # from SLURM's records
 
 
 def test_a_task_over_its_memory_is_killed_recorded_as_oom_and_fails(cluster: Cluster) -> None:
@@ -190,6 +228,10 @@ def test_a_restarted_scheduler_adopts_running_jobs_none_lost_none_twice(cluster:
         tries = airflow.tries("agora_slow", run_id, task_id)
         assert [t["try_number"] for t in tries] == [1], task_id  # never run a second time
     assert "Adopted agora_slow.slow_a" in airflow.log("scheduler")
+    name = job_name(job_key("agora_slow", "slow_a", run_id, 1, -1))
+    wait_until(lambda: [j["State"] for j in sacct_jobs(name)] == ["COMPLETED"], 60, f"sacct to show {name} completed")
+    (job,) = sacct_jobs(name)  # one SLURM job for the task: adopted, not submitted again
+    assert job["Partition"] == "debug" and job["NodeList"] == "agora-small"
     job_dirs = sorted(p.name for p in (cluster.airflow.home.parent / "jobs").glob("agora_slow__*"))
     assert len(job_dirs) == 2 and all(name.endswith("try1") for name in job_dirs)
     attempts = cluster.attempts("agora_slow", 2)

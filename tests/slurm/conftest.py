@@ -3,17 +3,29 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
 from agora_optimizer.queue_wait.recorder import QueueWaitStore, record_submission, update_waits
 from agora_optimizer.queue_wait.snapshot import read_snapshot
-from tests.slurm_cluster import SlurmCluster, sbatch, slurm_cluster_or_skip, wait_until
+from tests.slurm_cluster import NODES, SlurmCluster, sbatch, slurm_cluster_or_skip, wait_until
 
 
 @pytest.fixture(scope="session")
 def slurm_cluster() -> SlurmCluster:
     return slurm_cluster_or_skip()
+
+
+@pytest.fixture
+def controller_down(slurm_cluster: SlurmCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A configuration whose controller and database ports nothing listens on: SLURM as clients see it down."""
+    text = slurm_cluster.conf.read_text()
+    lines = [line for line in text.splitlines() if not line.startswith(("SlurmctldPort=", "AccountingStoragePort="))]
+    lines += ["SlurmctldPort=1", "AccountingStoragePort=2", "MessageTimeout=1"]
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("\n".join(lines) + "\n")
+    monkeypatch.setenv("SLURM_CONF", str(conf))
 
 
 @dataclass(frozen=True)
@@ -27,8 +39,15 @@ class RecordedRun:
 
 @pytest.fixture(scope="session")
 def recorded_run(slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory) -> RecordedRun:
-    """Sixteen short jobs of varied size in two partitions, submitted at once so that a queue builds up."""
+    """Sixteen short jobs of varied size in two partitions, submitted at once so that a queue builds up.
+
+    Each partition has its own node; a job filling each node for 3 s (not recorded) comes first,
+    so that every recorded job meets a queue and waits, and a model trained on them predicts a
+    wait above 0 s whatever the queue is later.
+    """
     store = QueueWaitStore(f"sqlite:///{tmp_path_factory.mktemp('queue') / 'waits.db'}")
+    for node in NODES.values():
+        sbatch("-p", node.partition, "-c", str(node.cpus), "--mem=100M", "-t", "1", command="sleep 3")
     sizes = [(1, 200), (2, 500), (4, 1000), (8, 300)] * 4
     job_ids: list[str] = []
     partitions: dict[str, str] = {}

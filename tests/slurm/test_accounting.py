@@ -17,17 +17,15 @@ from agora_optimizer.queue_wait.accounting import (
 )
 from agora_optimizer.queue_wait.commands import run_slurm
 from agora_optimizer.queue_wait.snapshot import read_snapshot
-from tests.slurm_cluster import SlurmCluster, sbatch, scancel, wait_until
+from tests.slurm_cluster import NODES, SlurmCluster, sbatch, scancel, wait_until
 
-NODE_CPUS = 8
+NODE_CPUS = NODES["debug"].cpus
 
 
 @pytest.fixture(scope="module")
 def finished(slurm_cluster: SlurmCluster) -> dict[str, str]:
-    """``first`` fills the node for 2 s, ``second`` must wait for it; ``cancelled`` never starts."""
-    jobs = {
-        "first": sbatch("-p", "compute", f"--cpus-per-task={NODE_CPUS}", "--mem=200M", "-t", "1", command="sleep 2")
-    }
+    """``first`` fills debug's node for 2 s, ``second`` must wait for it; ``cancelled`` never starts."""
+    jobs = {"first": sbatch("-p", "debug", f"--cpus-per-task={NODE_CPUS}", "--mem=200M", "-t", "1", command="sleep 2")}
     jobs["second"] = sbatch("-p", "debug", "-c", "1", "--mem=100M", "-t", "1", command="sleep 1")
     jobs["cancelled"] = sbatch("-p", "debug", "--hold", "-c", "1", "--mem=100M", "-t", "1")
     scancel(jobs["cancelled"])
@@ -58,7 +56,7 @@ def test_sacct_records_have_real_times_and_requests(finished: dict[str, str]) ->
         assert record.wait_s >= 0
         assert record.state == "COMPLETED"
     assert (first.partition, first.cores, first.memory_bytes, first.time_limit_s) == (
-        "compute",
+        "debug",
         NODE_CPUS,
         200 * 2**20,
         60.0,

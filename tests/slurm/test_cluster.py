@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from agora_optimizer.io.catalog_file import load_catalog
 from agora_optimizer.queue_wait.accounting import read_sacct
 from agora_optimizer.queue_wait.commands import run_slurm
 from agora_optimizer.queue_wait.errors import SlurmCommandError
 from agora_optimizer.queue_wait.snapshot import read_snapshot
-from tests.slurm_cluster import START_SCRIPT, SlurmCluster
+from tests.slurm_cluster import LOOPBACK_CATALOG, NODES, START_SCRIPT, SlurmCluster
 
 
 def test_start_script_is_idempotent_and_the_node_takes_jobs(slurm_cluster: SlurmCluster) -> None:
@@ -30,17 +31,6 @@ def test_start_script_is_idempotent_and_the_node_takes_jobs(slurm_cluster: Slurm
     assert set(states[1::2]) <= {"idle", "mix", "alloc"}, states
     done = subprocess.run(["srun", "-p", "debug", "-t", "1", "hostname"], capture_output=True, text=True, timeout=90)
     assert done.returncode == 0 and done.stdout.strip(), done.stderr
-
-
-@pytest.fixture
-def controller_down(slurm_cluster: SlurmCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A configuration whose controller and database ports nothing listens on: SLURM as clients see it down."""
-    text = slurm_cluster.conf.read_text()
-    lines = [line for line in text.splitlines() if not line.startswith(("SlurmctldPort=", "AccountingStoragePort="))]
-    lines += ["SlurmctldPort=1", "AccountingStoragePort=2", "MessageTimeout=1"]
-    conf = tmp_path / "slurm.conf"
-    conf.write_text("\n".join(lines) + "\n")
-    monkeypatch.setenv("SLURM_CONF", str(conf))
 
 
 @pytest.mark.usefixtures("controller_down")
@@ -63,3 +53,21 @@ def test_a_missing_slurm_binary_says_how_to_get_one(monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(SlurmCommandError, match=r"'squeue' is not installed.*start_slurm\.sh"):
         read_snapshot("format")
+
+
+def test_two_node_types_one_per_partition_as_the_catalog_says(slurm_cluster: SlurmCluster) -> None:
+    rows = run_slurm(["sinfo", "--Node", "--noheader", "--format=%N %P %c %m"]).split("\n")
+    seen = {tuple(row.split()) for row in rows if row.strip()}
+    default = {"debug": "debug*"}  # sinfo marks the default partition
+    assert seen == {
+        (n.name, default.get(n.partition, n.partition), str(n.cpus), str(n.memory_mib)) for n in NODES.values()
+    }
+    catalog = load_catalog(LOOPBACK_CATALOG)
+    for resource in catalog.resources:
+        node = NODES[str(resource.extra["partition"])]
+        assert (resource.backend, resource.vcpus, resource.memory_bytes) == (
+            "slurm",
+            node.cpus,
+            node.memory_mib * 2**20,
+        )
+        assert resource.count == 1

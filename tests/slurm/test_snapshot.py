@@ -1,4 +1,4 @@
-"""squeue on the real cluster: a few jobs pending behind one that fills the node."""
+"""squeue on the real cluster: a few jobs pending behind two that fill each partition's node."""
 
 from __future__ import annotations
 
@@ -9,28 +9,32 @@ import pytest
 from agora_optimizer.model.catalog import GIB
 from agora_optimizer.queue_wait.features import QueueFeatures
 from agora_optimizer.queue_wait.snapshot import QueueSnapshot, read_snapshot
-from tests.slurm_cluster import SlurmCluster, sbatch, scancel, wait_until
+from tests.slurm_cluster import NODES, SlurmCluster, sbatch, scancel, wait_until
 
 MIB = 2**20
-NODE_CPUS = 8  # scripts/start_slurm.sh's default
+NODE_CPUS = NODES["compute"].cpus
 
 
 @pytest.fixture(scope="module")
 def queue(slurm_cluster: SlurmCluster) -> Iterator[dict[str, str]]:
-    """A job holding every core of the node, three with distinct requests behind it, and one held job."""
+    """Jobs holding every core of each node, three with distinct requests behind them, and one held job."""
     jobs = {
-        "blocker": sbatch("-p", "compute", f"--cpus-per-task={NODE_CPUS}", "--mem=500M", "-t", "2", command="sleep 60")
+        "blocker": sbatch("-p", "compute", f"--cpus-per-task={NODE_CPUS}", "--mem=500M", "-t", "2", command="sleep 60"),
+        "debug_blocker": sbatch(
+            "-p", "debug", f"--cpus-per-task={NODES['debug'].cpus}", "--mem=500M", "-t", "2", command="sleep 60"
+        ),
     }
     jobs["two_cores"] = sbatch("-p", "compute", "-c", "2", "--mem-per-cpu=700M", "-t", "3")
     jobs["debug_gib"] = sbatch("-p", "debug", "-c", "1", "--mem=1G", "-t", "45:00")
     jobs["long"] = sbatch("-p", "compute", "-c", "3", "--mem=300M", "-t", "1-00:00:00")
     jobs["held"] = sbatch("-p", "debug", "--hold", "-c", "1", "--mem=100M", "-t", "1")
 
-    def blocker_runs() -> bool:
-        job = read_snapshot("format").job(jobs["blocker"])
-        return job is not None and job.state == "running"
+    def blockers_run() -> bool:
+        snap = read_snapshot("format")
+        blocking = [snap.job(jobs[name]) for name in ("blocker", "debug_blocker")]
+        return all(job is not None and job.state == "running" for job in blocking)
 
-    wait_until(blocker_runs, 60, "the blocking job to start (is the node busy with other work?)")
+    wait_until(blockers_run, 60, "the blocking jobs to start (are the nodes busy with other work?)")
     yield jobs
     scancel(*jobs.values())
 

@@ -10,9 +10,13 @@ quotas of 50 queues and 50 compute environments per region better than 21 types 
 ``agora-{type}`` pins every job to the exact type the plan chose.
 
 A job runs the agora worker as its container command with the task's cores and memory as
-resource requirements; Batch's own records give its state, exit code, reason and times
-(the worker's result file stays inside the container). :meth:`AwsBatchBackend.ensure_infrastructure`
-creates the compute environments, queues and job definition that ``submit`` needs.
+resource requirements; Batch's own records give its state, exit code, reason and times.
+With an ``s3_prefix`` the job's workload and result go through S3
+(:mod:`~agora_optimizer.executor.remote_files`): ``submit`` uploads the workload to the
+worker's ``--workload-url``, and ``status`` completes a finished job with the result the
+worker uploaded to its ``--result-url`` (its own OOM kill, peak memory, CPU time).
+:meth:`AwsBatchBackend.ensure_infrastructure` creates the compute environments, queues and
+job definition that ``submit`` needs.
 
 Credentials follow Airflow's AWS connection (:func:`session_from_connection`).
 """
@@ -24,10 +28,12 @@ import hashlib
 import logging
 import math
 import re
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import boto3
@@ -41,7 +47,8 @@ from botocore.exceptions import (
 )
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
-from agora_optimizer.executor.jobs import BackendError, JobPhase, JobSpec, JobStatus
+from agora_optimizer.executor.jobs import BackendError, JobPhase, JobResult, JobSpec, JobStatus, read_result
+from agora_optimizer.executor.remote_files import RemoteFileNotFound, RemoteFiles, job_urls
 from agora_optimizer.model.catalog import Resource
 
 if TYPE_CHECKING:
@@ -233,6 +240,24 @@ def status_from_description(description: Mapping[str, Any]) -> JobStatus:
     )
 
 
+def status_with_result(status: JobStatus, result: JobResult) -> JobStatus:
+    """Batch's view of a finished job completed by its worker's result.
+
+    Batch knows the job's times and log stream; the worker knows what Batch cannot tell
+    from an exit code: that it killed the task for its memory, the peak resident memory,
+    the CPU time, and why the task ended. A non-zero exit code of Batch's wins over the
+    worker's (the container failed after the worker wrote its result).
+    """
+    return replace(
+        status,
+        exit_code=status.exit_code or result.exit_code,
+        oom_killed=status.oom_killed or result.oom_killed,
+        reason=result.reason or status.reason,
+        peak_rss_bytes=result.peak_rss_bytes,
+        cpu_time_s=result.cpu_time_s,
+    )
+
+
 def classify_error(exc: Exception, what: str) -> BackendError:
     """A boto3 failure as a BackendError: throttling, 5xx and lost connections are transient.
 
@@ -267,14 +292,14 @@ class AwsConnection:
     source: str
 
 
-def session_from_connection(conn_id: str = "aws_default") -> AwsConnection:
-    """The session of Airflow's AWS connection ``conn_id``.
+def session_from_connection(conn_id: str = "aws_default", service: str = "batch") -> AwsConnection:
+    """The session of Airflow's AWS connection ``conn_id``, with the endpoint of ``service``.
 
     With apache-airflow-providers-amazon installed, its ``AwsBaseHook`` builds the session
     (every option it supports, assumed roles included). Without it the connection is read
     here as the provider reads it: login = access key id, password = secret access key (or
     extra ``aws_access_key_id``, ``aws_secret_access_key``), extra ``aws_session_token``,
-    ``region_name``, ``endpoint_url`` (``service_config.batch.endpoint_url`` first); an
+    ``region_name``, ``endpoint_url`` (``service_config.<service>.endpoint_url`` first); an
     assumed role or a profile needs the provider and is refused. No such connection:
     boto3's default chain (environment, profile, instance role).
     """
@@ -284,12 +309,12 @@ def session_from_connection(conn_id: str = "aws_default") -> AwsConnection:
         pass
     else:
         try:
-            hook = AwsBaseHook(aws_conn_id=conn_id, client_type="batch")
+            hook = AwsBaseHook(aws_conn_id=conn_id, client_type=service)
             region = hook.region_name
             return AwsConnection(
                 session=hook.get_session(region_name=region),  # assumes the role now, if one is set
                 region_name=region,
-                endpoint_url=hook.conn_config.get_service_endpoint_url("batch"),
+                endpoint_url=hook.conn_config.get_service_endpoint_url(service),
                 source=f"Airflow connection {conn_id} (Amazon provider)",
             )
         except (ClientError, BotoCoreError) as exc:
@@ -328,7 +353,7 @@ def session_from_connection(conn_id: str = "aws_default") -> AwsConnection:
             transient=False,
         )
     region = _optional_str(extra.get("region_name"), conn_id, "region_name")
-    service_config = _mapping(_mapping(extra.get("service_config")).get("batch"))
+    service_config = _mapping(_mapping(extra.get("service_config")).get(service))
     endpoint = _optional_str(service_config.get("endpoint_url", extra.get("endpoint_url")), conn_id, "endpoint_url")
     session = boto3.session.Session(
         aws_access_key_id=key_id or None,
@@ -359,7 +384,8 @@ class AwsBatchBackend:
     ``session`` is a boto3 session (default: boto3's default chain); ``region_name`` and
     ``endpoint_url`` (a VPC endpoint, or moto in tests) override the session's. Clients fail
     fast: short timeouts and ``max_attempts`` tries in botocore's standard retry mode, as the
-    executor retries transient errors itself with backoff.
+    executor retries transient errors itself with backoff. ``s3_prefix`` (``s3://bucket/path/``)
+    turns on the S3 exchange of workloads and results, through ``s3_endpoint_url`` if given.
     """
 
     session: boto3.session.Session | None = None
@@ -373,8 +399,11 @@ class AwsBatchBackend:
     timeout_grace_s: float = TIMEOUT_GRACE_S
     environment_exclude: Sequence[str] = DEFAULT_ENVIRONMENT_EXCLUDE
     cancel_reason: str = CANCEL_REASON
+    s3_prefix: str = ""
+    s3_endpoint_url: str | None = None
     name: str = field(default=BACKEND, init=False)
     client: BatchClient = field(init=False, repr=False)
+    files: RemoteFiles | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         queue_name("c5.large", {}, self.queue_pattern)  # a bad pattern fails here, not at the first task
@@ -399,13 +428,25 @@ class AwsBatchBackend:
             ) from None
         except ValueError as exc:  # a malformed endpoint URL
             raise BackendError(BACKEND, f"endpoint {self.endpoint_url!r}: {exc}", transient=False) from None
+        if self.s3_prefix:
+            job_urls(self.s3_prefix, "check")  # a malformed prefix fails here, not at the first task
+            self.files = RemoteFiles.from_session(
+                session,
+                region_name=self.region_name,
+                endpoint_url=self.s3_endpoint_url,
+                connect_timeout_s=self.connect_timeout_s,
+                read_timeout_s=self.read_timeout_s,
+                max_attempts=self.max_attempts,
+            )
 
     @classmethod
     def from_airflow(
         cls, conn_id: str = "aws_default", job_definition: str = DEFAULT_JOB_DEFINITION, **options: Any
     ) -> AwsBatchBackend:
-        """A backend on the session, region and endpoint of Airflow connection ``conn_id``."""
+        """A backend on the session, region and endpoints of Airflow connection ``conn_id``."""
         connection = session_from_connection(conn_id)
+        if options.get("s3_prefix") and "s3_endpoint_url" not in options:
+            options["s3_endpoint_url"] = session_from_connection(conn_id, "s3").endpoint_url
         return cls(
             session=connection.session,
             region_name=connection.region_name,
@@ -449,8 +490,10 @@ class AwsBatchBackend:
         return request
 
     def submit(self, job: JobSpec) -> str:
-        """Submit the job to its resource's queue; the Batch job id."""
+        """Upload the job's workload if its worker fetches it, and submit the job to its resource's
+        queue; the Batch job id."""
         request = self.submit_request(job)
+        self.publish_workload(job)
         try:
             response = self.client.submit_job(**request)
         except (ClientError, BotoCoreError) as exc:
@@ -472,7 +515,7 @@ class AwsBatchBackend:
             except (ClientError, BotoCoreError) as exc:
                 raise classify_error(exc, f"cannot describe {len(chunk)} jobs") from None
             for description in response.get("jobs", []):
-                status = status_from_description(description)
+                status = self._with_worker_result(description, status_from_description(description))
                 found[description["jobId"]] = status
                 if description.get("jobArn"):
                     found[description["jobArn"]] = status
@@ -481,6 +524,51 @@ class AwsBatchBackend:
             or JobStatus("lost", reason=f"AWS Batch does not know job {job_id} (never submitted, or expired)")
             for job_id in wanted
         }
+
+    def publish_workload(self, job: JobSpec) -> None:
+        """Upload ``job.workload_path`` to the ``--workload-url`` of the job's command (none: nothing to do).
+
+        ``submit`` calls it; the executor calls it again when it renews the token of a job
+        that still waits in a queue (the worker reads the workload when it starts).
+        """
+        url = _command_option(job.command, "--workload-url")
+        if url is None:
+            return
+        if self.files is None:
+            raise BackendError(
+                BACKEND,
+                f"{job.label}: its worker fetches its workload from {url}, but this backend has no s3_prefix "
+                "([agora] aws_s3_prefix)",
+                transient=False,
+            )
+        try:
+            data = job.workload_path.read_bytes()
+        except OSError as exc:
+            raise BackendError(BACKEND, f"{job.label}: workload unreadable: {exc}", transient=False) from None
+        self.files.write(url, data)
+
+    def _with_worker_result(self, description: Mapping[str, Any], status: JobStatus) -> JobStatus:
+        """A finished job's status completed by the result its worker uploaded to ``--result-url``.
+
+        No result (the container died before the worker wrote one, or never started): Batch's
+        view as it is. A transient S3 error raises (the executor polls again); a result that
+        cannot be read for good is noted in the reason.
+        """
+        if status.phase != "finished" or self.files is None:
+            return status
+        url = _command_option(_mapping(description.get("container")).get("command") or (), "--result-url")
+        if url is None:
+            return status
+        try:
+            result = _read_result(self.files, url)
+        except RemoteFileNotFound:
+            return status
+        except BackendError as exc:
+            if exc.transient:
+                raise
+            log.warning("AWS Batch job %s: %s", description.get("jobId"), exc)
+            return replace(status, reason="; ".join(part for part in (status.reason, str(exc)) if part))
+        return status_with_result(status, result)
 
     def cancel(self, external_id: str) -> None:
         """Terminate the job in whatever state it is. Never raises: the executor cancels on its
@@ -698,6 +786,31 @@ def _max_vcpus(resources: Sequence[Resource], default: int) -> int:
     if any(resource.count is None for resource in resources):
         return default
     return sum(resource.vcpus * (resource.count or 0) for resource in resources)
+
+
+def _command_option(command: Sequence[object], flag: str) -> str | None:
+    """The value after ``flag`` in the worker's own options (``--result-url URL``), None without one."""
+    parts = [str(part) for part in command]
+    if "--" in parts:
+        parts = parts[: parts.index("--")]
+    if flag in parts[:-1]:
+        return parts[parts.index(flag) + 1]
+    return None
+
+
+def _read_result(files: RemoteFiles, url: str) -> JobResult:
+    """The worker's result at ``url``, parsed as the local backends parse theirs."""
+    data = files.read(url)
+    with tempfile.TemporaryDirectory(prefix="agora-result-") as scratch:
+        path = Path(scratch) / "result.json"
+        path.write_bytes(data)
+        try:
+            result = read_result(path)
+        except BackendError as exc:
+            raise BackendError(BACKEND, f"worker result {url}: {exc.reason}", transient=False) from None
+    if result is None:  # cannot happen: the file was just written
+        raise RemoteFileNotFound(BACKEND, f"worker result {url} vanished", transient=False)
+    return result
 
 
 def _mapping(value: object) -> Mapping[str, Any]:
