@@ -177,3 +177,13 @@ def test_agora_plans_apply_checks_resources_against_the_catalog(tmp_path: Path) 
     assert applied.exit_code == 0, applied.output
     shown = runner.invoke(app, ["plans", "show", "d", "--plan-dir", str(tmp_path)])
     assert json.loads(shown.output)["assignments"][0]["resource"] == "local-small"
+
+
+def test_airflow_pools_named_after_resources_when_asked(tmp_path: Path) -> None:
+    (tmp_path / "dags").mkdir()
+    (tmp_path / "dags" / "three.py").write_text(DAGS)
+    PlanStore(tmp_path / "plans").save("planned", plan({"a": "local-small", "b": "local-large"}))
+    report = parse(tmp_path, agora__airflow_pools="True")
+    assert report["tasks"]["planned.a"]["pool"] == "agora_local-small"
+    assert report["tasks"]["planned.b"]["pool"] == "agora_local-large"
+    assert report["tasks"]["unplanned.a"]["pool"] == "default_pool"
