@@ -29,9 +29,9 @@ from tests.conftest import BUNDLED
 from tests.engines.test_milp import (
     BANDWIDTH,
     SMALL_CATALOG,
-    brute_force,
     close,
     first_tasks,
+    tiny_oracle,
     tiny_problem,
     value,
     violations,
@@ -55,7 +55,7 @@ def assert_proven(problem: Problem, result: EngineResult | None, optimum: float)
 @pytest.mark.parametrize("seed", [*range(24), 595])  # 595: a 5 s minimum billed in 3 s steps
 def test_optimum_equals_the_brute_force_optimum_on_tiny_instances(seed: int) -> None:
     problem = tiny_problem(seed)
-    oracle = brute_force(problem)
+    oracle = tiny_oracle(seed)
     assert oracle is not None
     assert_proven(problem, CpSatEngine().solve(problem, time_limit_s=20), oracle[0])
 
@@ -64,7 +64,7 @@ def test_optimum_equals_the_brute_force_optimum_on_tiny_instances(seed: int) -> 
 def test_a_forced_inexact_tick_still_proves_the_optimum(seed: int) -> None:
     """A forced tick that the engine treats as inexact: both rounded models, "down" then "up" if needed."""
     problem = tiny_problem(seed)
-    oracle = brute_force(problem)
+    oracle = tiny_oracle(seed)
     assert oracle is not None
     engine = CpSatEngine(ticks_per_s=1000)
     assert_proven(problem, engine.solve(problem, time_limit_s=20), oracle[0])
@@ -74,8 +74,8 @@ def test_a_forced_inexact_tick_still_proves_the_optimum(seed: int) -> None:
 @pytest.mark.parametrize("seed", range(24, 32))
 def test_deadline_and_budget_are_honoured_and_optimal_under_them(seed: int) -> None:
     free = tiny_problem(seed, Objective(kind="time"))
-    fastest = brute_force(free)
-    cheapest = brute_force(Problem.create(free.workflow, free.catalog, Objective(kind="cost")))
+    fastest = tiny_oracle(seed, Objective(kind="time"))
+    cheapest = tiny_oracle(seed, Objective(kind="cost"))
     assert fastest is not None and cheapest is not None
     fast_makespan, fast_cost = free.evaluate(fastest[1])
     cheap_makespan, cheap_cost = free.evaluate(cheapest[1])
@@ -85,7 +85,7 @@ def test_deadline_and_budget_are_honoured_and_optimal_under_them(seed: int) -> N
         Objective(kind="balanced", alpha=0.5, deadline_s=cheap_makespan, budget_usd=fast_cost),
     ):
         problem = Problem.create(free.workflow, free.catalog, objective)
-        oracle = brute_force(problem)
+        oracle = tiny_oracle(seed, objective)
         result = CpSatEngine().solve(problem, time_limit_s=20)
         if oracle is None:
             assert result is None
