@@ -61,6 +61,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "airflow_pools", "False", "Also put each task in the Airflow pool agora_<resource> (create the pools first)."
     ),
+    Setting(
+        "parallelism",
+        "256",
+        "How many task attempts the AgoraExecutor holds at once, running or waiting in a backend's queue "
+        "(a local pool's, SLURM's, Batch's). The backends' capacity decides how many run; [core] "
+        "parallelism does not limit this executor, so that a pool starts its next task the moment one ends.",
+    ),
     Setting("submit_retries", "5", "Attempts to submit a job after a transient backend error before the task fails."),
     Setting("backoff_max_s", "60", "Cap of the exponential backoff between submit attempts and status polls."),
     Setting(

@@ -89,6 +89,9 @@ class AgoraExecutor(BaseExecutor):
     # -- lifecycle -----------------------------------------------------------------------------
 
     def start(self) -> None:
+        # Capacity is the backends' to enforce (a local pool queues what does not fit, SLURM and
+        # Batch queue too); Airflow hands over up to this many so that no slot waits for a round trip.
+        self.parallelism = max(1, int(settings.get_float("parallelism")))
         self._resources = load_resources(settings.get("catalog"))
         self._state_dir = settings.directory("state_dir", "jobs")
         self._started = True

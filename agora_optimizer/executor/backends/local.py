@@ -19,10 +19,12 @@ import multiprocessing
 import os
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from multiprocessing.connection import wait as wait_for_sentinels
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 
@@ -85,6 +87,8 @@ class LocalBackend:
         LocalExecutor forks its workers), instead of a new interpreter per task."""
         self.pools = dict(pools)
         self.warm = warm
+        self._lock = threading.RLock()
+        self._pump: threading.Thread | None = None
         self._queue: list[tuple[JobSpec, datetime]] = []
         self._running: dict[str, _Running] = {}
         self._done: dict[str, JobStatus] = {}
@@ -92,6 +96,12 @@ class LocalBackend:
     # -- the Backend protocol ------------------------------------------------------------------
 
     def submit(self, job: JobSpec) -> str:
+        with self._lock:
+            external_id = self._submit(job)
+        self._ensure_pump()
+        return external_id
+
+    def _submit(self, job: JobSpec) -> str:
         pool = self.pools.get(job.resource)
         if pool is None:
             raise BackendError(
@@ -112,6 +122,10 @@ class LocalBackend:
         return job.key
 
     def status(self, external_ids: Sequence[str]) -> Mapping[str, JobStatus]:
+        with self._lock:
+            return self._status(external_ids)
+
+    def _status(self, external_ids: Sequence[str]) -> Mapping[str, JobStatus]:
         self._reap()
         self._start_what_fits()
         queued = {job.key: at for job, at in self._queue}
@@ -131,6 +145,10 @@ class LocalBackend:
         return report
 
     def cancel(self, external_id: str) -> None:
+        with self._lock:
+            self._cancel(external_id)
+
+    def _cancel(self, external_id: str) -> None:
         for index, (job, _) in enumerate(self._queue):
             if job.key == external_id:
                 del self._queue[index]
@@ -146,6 +164,12 @@ class LocalBackend:
 
     def adopt(self, external_id: str, job_dir: Path, resource: str) -> bool:
         """Track a job that an earlier scheduler started; False if it never started here."""
+        with self._lock:
+            adopted = self._adopt(external_id, job_dir, resource)
+        self._ensure_pump()
+        return adopted
+
+    def _adopt(self, external_id: str, job_dir: Path, resource: str) -> bool:
         if external_id in self._running or external_id in self._done:
             return True
         try:
@@ -161,6 +185,29 @@ class LocalBackend:
         return True
 
     # -- inside --------------------------------------------------------------------------------
+
+    def _ensure_pump(self) -> None:
+        """A thread that starts the next queued job the moment a running one ends (not at the next poll)."""
+        if self._pump is None or not self._pump.is_alive():
+            self._pump = threading.Thread(target=self._run_pump, name="agora-local-pool", daemon=True)
+            self._pump.start()
+
+    def _run_pump(self) -> None:
+        while True:
+            with self._lock:
+                if not self._running and not self._queue:
+                    self._pump = None
+                    return
+                sentinels = [
+                    run.process.sentinel for run in self._running.values() if isinstance(run.process, BaseProcess)
+                ]
+            if sentinels:
+                wait_for_sentinels(sentinels, timeout=0.5)
+            else:
+                time.sleep(0.1)
+            with self._lock:
+                self._reap()
+                self._start_what_fits()
 
     def _used(self, pool: str) -> tuple[int, int]:
         runs = [run for run in self._running.values() if run.resource == pool]
