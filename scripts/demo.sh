@@ -9,7 +9,8 @@ WORKFLOW="${1:-workflows/montage-chameleon-2mass-01d-001.json}"
 CATALOG="${CATALOG:-catalogs/aws-us-east-1.yaml}"
 OUT="${OUT:-out}"
 name="$(basename "$WORKFLOW" .json)"
-agora optimize "$WORKFLOW" --catalog "$CATALOG" --objective "${OBJECTIVE:-balanced}" --out "$OUT/$name.plan.json"
+agora optimize "$WORKFLOW" --catalog "$CATALOG" --objective "${OBJECTIVE:-balanced}" \
+  --time-limit-s "${TIME_LIMIT_S:-60}" --out "$OUT/$name.plan.json"
 agora validate "$OUT/$name.plan.json" --workflow "$WORKFLOW" --catalog "$CATALOG"
 agora gantt "$OUT/$name.plan.json" --workflow "$WORKFLOW" --out "$OUT/$name.gantt.png"
 # Then the example pipeline in a real Airflow 3.3 (SQLite) with the AgoraExecutor on the local

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from agora_optimizer.integration.reoptimize import retrain
+from agora_optimizer.model.plan import Assignment, Objective, Plan, SolverInfo
 from agora_optimizer.plans.store import PlanStore
 from agora_optimizer.traces.records import TaskAttempt
 from agora_optimizer.traces.store import TraceStore
@@ -21,10 +22,11 @@ MIB = 2**20
 RUN = """
 import sys
 from airflow.dag_processing.dagbag import DagBag
+from agora_optimizer.integration.reoptimize import opted_in_dags
 bag = DagBag(sys.argv[1], safe_mode=False, load_op_links=False)
 assert not bag.import_errors, bag.import_errors
-conf = {"dag_id": sys.argv[2]} if len(sys.argv) > 2 else None
-print("STATE", bag.dags["agora_reoptimize"].test(run_conf=conf).state, flush=True)
+print("OPTED", ",".join(opted_in_dags(sys.argv[1], "agora")), flush=True)
+print("STATE", bag.dags["agora_reoptimize"].test(run_conf={"dag_id": sys.argv[2]}).state, flush=True)
 """
 
 
@@ -49,6 +51,14 @@ def history(dag_id: str, seconds: float, peak_mib: int, runs: int = 3) -> list[T
         for run in range(runs)
         for task, s, p in [("aggregate", seconds, peak_mib), *TASKS]
     ]
+
+
+def stale_plan() -> Plan:
+    solver = SolverInfo("earlier", "heuristic", None, 0.0)
+    assignments = (Assignment("aggregate", "local-small", "local-small#0", 0.0, 5.0, 1, 2**30),)
+    return Plan(
+        "agora_example_etl", "catalogs/local.yaml", Objective(), 5.0, 0.0, assignments, solver, "2026-11-01T00:00:00Z"
+    )
 
 
 def test_retrain_skips_when_nothing_new_was_recorded(tmp_path: Path) -> None:
@@ -88,14 +98,14 @@ def test_the_rerun_dag_replans_opted_in_dags_from_the_traces_and_keeps_history(t
     airflow = str(Path(sys.executable).with_name("airflow"))
     migrate = subprocess.run([airflow, "db", "migrate"], capture_output=True, text=True, env=env, timeout=300)
     assert migrate.returncode == 0, migrate.stderr[-3000:]
-    for args in ([], ["agora_example_etl"]):  # the schedule's run, then a run asked for one DAG
-        result = subprocess.run(
-            [sys.executable, "-c", RUN, str(dags), *args], capture_output=True, text=True, env=env, timeout=300
-        )
-        assert "STATE success" in result.stdout, (result.stdout + result.stderr)[-5000:]
     plans = PlanStore(tmp_path / "plans")
-    assert plans.dag_ids() == ["agora_example_etl"]  # tagged "agora"; the rerun DAG itself is not
-    assert len(plans.history("agora_example_etl")) == 2
+    plans.save("agora_example_etl", stale_plan())  # the plan in force before the rerun
+    run = [sys.executable, "-c", RUN, str(dags), "agora_example_etl"]  # a run asked for one DAG, as the UI does
+    result = subprocess.run(run, capture_output=True, text=True, env=env, timeout=300)
+    assert "STATE success" in result.stdout, (result.stdout + result.stderr)[-5000:]
+    assert "OPTED agora_example_etl\n" in result.stdout  # tagged "agora"; the rerun DAG itself is not
+    assert plans.dag_ids() == ["agora_example_etl"]
+    assert len(plans.history("agora_example_etl")) == 2  # the old plan kept, the new one in force
     current = plans.current("agora_example_etl")
     assert current is not None
     aggregate = next(a for a in current.plan.assignments if a.task == "aggregate")

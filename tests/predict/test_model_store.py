@@ -110,6 +110,7 @@ def test_a_file_changed_after_training_is_refused(saved: Path, tmp_path: Path) -
     (directory / MODEL_FILE).write_bytes(bytes(data))
     with pytest.raises(ModelFileError, match="SHA-256"):
         load_predictor(directory)
+    (directory / MODEL_FILE).write_bytes(bytes(data[: len(data) // 2]))  # a flipped byte may hit padding: cut it
     _rehash(directory)  # even vouched for, a corrupt zip is a clear error
     with pytest.raises(ModelFileError, match=MODEL_FILE):
         load_predictor(directory)
