@@ -46,12 +46,15 @@ from agora_optimizer.executor.jobs import Backend, BackendError, JobSpec, JobSta
 from agora_optimizer.executor.placement import Placement, placement_from_config
 from agora_optimizer.executor.remote_files import CONTAINER_JOB_ROOT, job_urls, split_s3_url
 from agora_optimizer.executor.resources import load_resources
+from agora_optimizer.io.documents import write_text_atomically
 from agora_optimizer.model.catalog import Resource
 
 if TYPE_CHECKING:
     from airflow.executors import workloads
     from airflow.models.taskinstance import TaskInstance
     from airflow.models.taskinstancekey import TaskInstanceKey
+
+    from agora_optimizer.traces.store import TraceStore
 
 ID_PREFIX = "agora"
 
@@ -84,7 +87,7 @@ class AgoraExecutor(BaseExecutor):
         self._resources: dict[str, Resource] = {}
         self._outage_since: dict[str, float] = {}
         self._state_dir = Path()
-        self._started = False
+        self._trace_store: TraceStore | None = None
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -94,7 +97,6 @@ class AgoraExecutor(BaseExecutor):
         self.parallelism = max(1, int(settings.get_float("parallelism")))
         self._resources = load_resources(settings.get("catalog"))
         self._state_dir = settings.directory("state_dir", "jobs")
-        self._started = True
         self.log.info(
             "AgoraExecutor started: %d resources (%s), jobs in %s",
             len(self._resources),
@@ -110,6 +112,9 @@ class AgoraExecutor(BaseExecutor):
                 with contextlib.suppress(Exception):
                     flush(force=True)
         self.sync()
+        if self._trace_store is not None:
+            self._trace_store.close()
+            self._trace_store = None
         if self._jobs:
             self.log.info(
                 "AgoraExecutor ends with %d jobs still running; a restarted scheduler adopts them", len(self._jobs)
@@ -226,7 +231,7 @@ class AgoraExecutor(BaseExecutor):
             options=dict(resource.extra),
             environment=self._worker_environment(),
         )
-        _write_atomically(spec.workload_path, workload.model_dump_json())
+        write_text_atomically(spec.workload_path, workload.model_dump_json())
         record.write(job_dir)
         return _Job(workload.ti.key, spec, record, workload)
 
@@ -328,7 +333,7 @@ class AgoraExecutor(BaseExecutor):
             return
         token = job.workload.generate_token(str(job.workload.ti.id), self.jwt_generator)
         job.workload = job.workload.model_copy(update={"token": token})
-        _write_atomically(job.spec.workload_path, job.workload.model_dump_json())
+        write_text_atomically(job.spec.workload_path, job.workload.model_dump_json())
         publish = getattr(self._backend(job.record.backend), "publish_workload", None)
         if publish is not None:  # a backend whose jobs cannot read the job dir (AWS) passes it on
             try:
@@ -355,13 +360,15 @@ class AgoraExecutor(BaseExecutor):
         try:
             from agora_optimizer.traces.store import TraceStore, default_store_url
 
-            with TraceStore(settings.get("trace_store_url") or default_store_url()) as store:
-                existing = [
-                    a
-                    for a in store.attempts(dag_id=record.dag_id, task_id=record.task_id)
-                    if (a.run_id, a.try_number, a.map_index) == (record.run_id, record.try_number, record.map_index)
-                ]
-                store.add([executor_attempt(record, status, existing[0] if existing else None)])
+            if self._trace_store is None:  # opened once: a finished job must not pay for an engine
+                self._trace_store = TraceStore(default_store_url())
+            store = self._trace_store
+            existing = [
+                a
+                for a in store.attempts(dag_id=record.dag_id, task_id=record.task_id, run_id=record.run_id)
+                if (a.try_number, a.map_index) == (record.try_number, record.map_index)
+            ]
+            store.add([executor_attempt(record, status, existing[0] if existing else None)])
         except Exception:  # traces must never fail a task
             self.log.exception("Could not write the trace of %s", record.label)
 
@@ -462,9 +469,3 @@ def make_backend(name: str, resources: Mapping[str, Resource]) -> Backend:
             settings.get("aws_conn_id"), settings.get("aws_job_definition"), s3_prefix=settings.get("aws_s3_prefix")
         )
     raise AgoraError(f"unknown backend {name!r}")
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(text)
-    os.replace(partial, path)

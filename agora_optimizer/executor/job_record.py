@@ -12,12 +12,12 @@ lost job), the state and the reason.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 from pathlib import Path
 
 from agora_optimizer.executor.jobs import JobStatus
+from agora_optimizer.io.documents import write_text_atomically
 from agora_optimizer.traces.records import AttemptState, TaskAttempt
 
 
@@ -41,9 +41,7 @@ class JobRecord:
 
     def write(self, job_dir: Path) -> None:
         job_dir.mkdir(parents=True, exist_ok=True)
-        partial = job_dir / "job.json.partial"
-        partial.write_text(json.dumps(asdict(self), indent=1))
-        os.replace(partial, job_dir / "job.json")
+        write_text_atomically(job_dir / "job.json", json.dumps(asdict(self), indent=1))
 
     @classmethod
     def read(cls, job_dir: Path) -> JobRecord | None:

@@ -13,7 +13,6 @@ job record.
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -23,6 +22,7 @@ from types import MappingProxyType
 from typing import Literal, Protocol
 
 from agora_optimizer.errors import AgoraError
+from agora_optimizer.io.documents import write_text_atomically
 
 JobPhase = Literal["pending", "running", "finished", "lost"]
 RESULT_FORMAT = "agora-job-result/1"
@@ -162,9 +162,7 @@ class JobResult:
 
     def write(self, path: Path) -> None:
         """Write atomically: a reader sees the whole file or none."""
-        partial = path.with_name(path.name + ".partial")
-        partial.write_text(self.to_json())
-        os.replace(partial, path)
+        write_text_atomically(path, self.to_json())
 
     def status(self) -> JobStatus:
         return JobStatus(

@@ -125,18 +125,15 @@ def _plan_assignments(dag_id: str) -> dict[str, Assignment] | None:
         stamp = path.stat().st_mtime_ns
     except OSError:
         return None
-    return _read_assignments(str(path), stamp, dag_id)
+    return _read_assignments(str(path), stamp)
 
 
 @cache
-def _read_assignments(path: str, _mtime_ns: int, dag_id: str) -> dict[str, Assignment]:
+def _read_assignments(path: str, _mtime_ns: int) -> dict[str, Assignment]:
     """The plan's assignments by task (cached per file version: the DAG processor parses often)."""
-    from agora_optimizer.plans.store import default_plan_store
+    from agora_optimizer.io.plan_file import load_plan
 
-    stored = default_plan_store().current(dag_id)
-    if stored is None:
-        return {}
-    return {assignment.task: assignment for assignment in stored.plan.assignments}
+    return {assignment.task: assignment for assignment in load_plan(path).assignments}
 
 
 @cache

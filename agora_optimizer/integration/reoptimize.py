@@ -44,15 +44,11 @@ def model_dir() -> Path:
 
 def planning_catalog(catalogs: str) -> Catalog:
     """One catalog of every resource in ``[agora] catalog`` (the slowest network of them between machines)."""
-    from agora_optimizer.executor.resources import load_resources
-    from agora_optimizer.io.catalog_file import load_catalog
+    from agora_optimizer.executor.resources import merged_catalog
 
-    paths = [path.strip() for path in catalogs.split(",") if path.strip()]
-    if not paths:
+    if not catalogs.strip(" ,"):
         raise AgoraError("[agora] catalog is empty: name the catalog files of your resources")
-    resources = load_resources(catalogs)
-    bandwidth = min(load_catalog(path).bandwidth_bytes_per_s for path in paths)
-    return Catalog(resources=tuple(resources.values()), bandwidth_bytes_per_s=bandwidth, source=catalogs)
+    return merged_catalog(catalogs)
 
 
 def retrain(store_url: str, directory: Path, catalog: Catalog | None = None) -> RetrainResult:

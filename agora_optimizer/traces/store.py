@@ -149,14 +149,9 @@ def default_store_url() -> str:
     Imports Airflow only here, so that the store itself runs without it. The default's
     directory is created.
     """
-    from airflow.configuration import AIRFLOW_HOME, conf
+    from agora_optimizer import settings
 
-    configured = conf.get("agora", "trace_store_url", fallback="")
-    if configured:
-        return str(configured)
-    directory = Path(AIRFLOW_HOME).expanduser() / "agora"
-    directory.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{directory / 'traces.db'}"
+    return settings.get("trace_store_url") or f"sqlite:///{settings.agora_home() / 'traces.db'}"
 
 
 class TraceStore:
@@ -278,11 +273,15 @@ class TraceStore:
     # -- reading ---------------------------------------------------------------------------------
 
     def attempts(
-        self, dag_id: str | None = None, task_id: str | None = None, state: str | None = None
+        self,
+        dag_id: str | None = None,
+        task_id: str | None = None,
+        state: str | None = None,
+        run_id: str | None = None,
     ) -> list[TaskAttempt]:
-        """Stored attempts, optionally of one DAG, one task, one state; ordered by start time then key."""
+        """Stored attempts, optionally of one DAG, task, state, run; ordered by start time then key."""
         query = sa.select(*(attempts_table.c[name] for name in _ATTEMPT_FIELDS))
-        for column, value in (("dag_id", dag_id), ("task_id", task_id), ("state", state)):
+        for column, value in (("dag_id", dag_id), ("task_id", task_id), ("state", state), ("run_id", run_id)):
             if value is not None:
                 query = query.where(attempts_table.c[column] == value)
         query = query.order_by(

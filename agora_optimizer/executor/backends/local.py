@@ -31,6 +31,7 @@ from pathlib import Path
 import psutil
 
 from agora_optimizer.executor.jobs import BackendError, JobSpec, JobStatus, read_result
+from agora_optimizer.io.documents import write_text_atomically
 from agora_optimizer.model.catalog import Resource
 
 KILL_GRACE_S = 15.0
@@ -259,9 +260,7 @@ class LocalBackend:
             "memory_bytes": job.memory_bytes,
             "queued_at": queued_at.isoformat(),
         }
-        partial = job.job_dir / "local.json.partial"
-        partial.write_text(json.dumps(state))
-        os.replace(partial, job.job_dir / "local.json")
+        write_text_atomically(job.job_dir / "local.json", json.dumps(state))
         self._running[job.key] = _Running(
             job.resource, job.job_dir, job.cores, job.memory_bytes, pid, create_time, queued_at, process
         )
