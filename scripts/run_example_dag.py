@@ -31,7 +31,7 @@ def main() -> int:
     parser.add_argument("--catalog", type=Path, default=REPO / "catalogs" / "local.yaml")
     args = parser.parse_args()
     from agora_optimizer.integration.local_airflow import AirflowDeployment
-    from agora_optimizer.plans.store import PlanStore
+    from agora_optimizer.io.plan_file import load_plan
     from agora_optimizer.traces.store import TraceStore
 
     out = args.out.resolve()
@@ -44,6 +44,9 @@ def main() -> int:
             "AIRFLOW__AGORA__PLAN_DIR": str(out / "plans"),
             "AIRFLOW__AGORA__STATE_DIR": str(out / "jobs"),
             "AIRFLOW__AGORA__TRACE_STORE_URL": store_url,
+            # The rerun DAG (dags/agora_reoptimize.py) stays unscheduled here: at start-up it would
+            # otherwise re-plan the example while it runs, and the run would use another plan than this one.
+            "AIRFLOW__AGORA__REOPTIMIZE_SCHEDULE": "",
         },
     )
     airflow.migrate()
@@ -59,8 +62,8 @@ def main() -> int:
         state = airflow.wait_for_run("agora_example_etl", run_id, timeout_s=600)
     finally:
         airflow.stop_all()
-    current = PlanStore(out / "plans").current("agora_example_etl")
-    planned = {a.task: a.resource for a in current.plan.assignments} if current else {}
+    applied = load_plan(out / "plan.json")  # the plan put in force above
+    planned = {a.task: a.resource for a in applied.assignments}
     with TraceStore(store_url) as store:
         attempts = {a.task_id: a for a in store.attempts(dag_id="agora_example_etl") if a.run_id == run_id}
     print(f"\nrun {run_id}: {state}")
