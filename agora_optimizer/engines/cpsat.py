@@ -46,6 +46,7 @@ from typing import Any
 from ortools.sat.python import cp_model
 
 from agora_optimizer.engines.base import Engine, EngineResult
+from agora_optimizer.engines.budget import Deadline, OutOfTime
 from agora_optimizer.engines.cpsat_data import Direction, TickData, Ticks, build_data, choose_ticks, to_ticks
 from agora_optimizer.engines.cpsat_model import TickModel, build_model
 from agora_optimizer.engines.exact_repair import (
@@ -319,7 +320,7 @@ class CpSatEngine(Engine):
         self.last_phases = []
         if len(problem.workflow.tasks) > self.max_tasks or time_limit_s <= 0 or _proven_infeasible(problem):
             return None
-        warm = best_warm_start(problem, warm_start)
+        warm = best_warm_start(problem, warm_start, Deadline(started + time_limit_s - self.margin_s - _MIN_SOLVE_S))
         ticks = Ticks(self.ticks_per_s, False) if self.ticks_per_s else choose_ticks(problem, prune_types(problem)[0])
 
         def left() -> float:
@@ -353,10 +354,15 @@ class CpSatEngine(Engine):
     ) -> Phase:
         """Build and solve one model (with each task's slot fixed, if given) in the time ``left()`` says."""
         began = time.perf_counter()
-        data = build_data(problem, direction, ticks, warm)
-        model = build_model(data)
-        if warm is not None:
-            add_hints(model, data, warm)
+        try:  # building a large model can take seconds: it must not overrun the time limit either
+            deadline = Deadline.after(left() - _MIN_SOLVE_S)
+            data = build_data(problem, direction, ticks, warm)
+            model = build_model(data, deadline)
+            if warm is not None:
+                add_hints(model, data, warm)
+            deadline.check()
+        except OutOfTime:
+            return self._record(Phase(direction, "unknown", None, time.perf_counter() - began))
         if fixed is not None:
             if any((i, *slot) not in model.x for i, slot in enumerate(fixed)):
                 return self._record(Phase(direction, "unknown", None, time.perf_counter() - began))

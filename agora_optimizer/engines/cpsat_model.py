@@ -40,6 +40,7 @@ from typing import Any
 
 from ortools.sat.python import cp_model
 
+from agora_optimizer.engines.budget import Deadline
 from agora_optimizer.engines.cpsat_data import INT_LIMIT, TickData
 from agora_optimizer.engines.exact_repair import Slot
 from agora_optimizer.model.workflow import Task
@@ -69,6 +70,7 @@ class TickModel:
     cores_leased: Any = None
     cores_at_most: dict[int, Any] = field(default_factory=dict)  # cores -> cores_leased <= cores
     scale: float = 1.0  # integer objective = scale * score (rounded as the direction says)
+    deadline: Deadline = field(default_factory=Deadline)  # checked while building
 
 
 def _add_variables(model: TickModel, data: TickData) -> None:
@@ -146,6 +148,7 @@ def _add_capacity(model: TickModel, data: TickData) -> None:
     for i, k, m in model.x:
         on_slot[k, m].append(i)
     for (k, m), members in sorted(on_slot.items()):
+        model.deadline.check()
         kind, running = data.types[k], [i for i in members if data.duration[i, k] > 0]
         if sum(data.tasks[i].cores for i in running) > kind.resource.vcpus:
             _add_lanes(model, data, (k, m), running)
@@ -181,6 +184,7 @@ def _add_lanes(model: TickModel, data: TickData, slot: Slot, running: list[int])
             )
         cp.add(sum(lanes) == data.tasks[i].cores * model.x[i, k, m]).with_name(f"cores_{i}_{k}_{m}")
     for lane in range(vcpus):
+        model.deadline.check()
         on_lane = [i for i in ordered if (i, k, m, lane) in model.lanes]
         if len(on_lane) > 1:
             intervals = [model.lane_intervals[i, k, m, lane] for i in on_lane]
@@ -361,15 +365,21 @@ def _set_objective(model: TickModel, data: TickData) -> None:
     model.scale = scale
 
 
-def build_model(data: TickData) -> TickModel:
-    model = TickModel(cp_model.CpModel())
-    _add_variables(model, data)
-    _add_assignment(model, data)
-    _add_timing(model, data)
-    _add_capacity(model, data)
-    _add_parallelism(model, data)
-    _add_leases(model, data)
-    _add_energy(model, data)
-    _add_limits(model, data)
-    _set_objective(model, data)
+def build_model(data: TickData, deadline: Deadline | None = None) -> TickModel:
+    """The whole model; raises :class:`~agora_optimizer.engines.budget.OutOfTime` past ``deadline``."""
+    model = TickModel(cp_model.CpModel(), deadline=deadline or Deadline())
+    steps = (
+        _add_variables,
+        _add_assignment,
+        _add_timing,
+        _add_capacity,
+        _add_parallelism,
+        _add_leases,
+        _add_energy,
+        _add_limits,
+        _set_objective,
+    )
+    for step in steps:
+        step(model, data)
+        model.deadline.check()
     return model

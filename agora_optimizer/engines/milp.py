@@ -121,6 +121,7 @@ from typing import Any
 import pulp
 
 from agora_optimizer.engines.base import Engine, EngineResult
+from agora_optimizer.engines.budget import Deadline, OutOfTime
 from agora_optimizer.engines.exact_repair import DifferenceEdge, lift_pruned, to_assignments
 from agora_optimizer.engines.exact_repair import least_starts as _least_starts
 from agora_optimizer.model.catalog import GIB, Resource
@@ -457,6 +458,7 @@ class _Model:
     billed: dict[Slot, Any] = field(default_factory=dict)
     steps: dict[Slot, Any] = field(default_factory=dict)
     overlap: dict[tuple[int, int, int], Any] = field(default_factory=dict)
+    deadline: Deadline = field(default_factory=Deadline)  # checked while building
 
     def var(self, name: str, low: float | None = None, up: float | None = None, cat: str = "Continuous") -> Any:
         return self.lp.add_variable(name, low, up, cat=cat)
@@ -574,6 +576,7 @@ def _add_lanes(model: _Model, data: _Data) -> None:
     for key in model.y:
         places[key[0]].add(key[1:])
     for i, j in model.q:
+        model.deadline.check()
         shared = model.q[i, j]
         for k, m, lane in sorted(places[i] & places[j]):
             model.add(shared >= model.y[i, k, m, lane] + model.y[j, k, m, lane] - 1, f"lane_{i}_{j}_{k}_{m}_{lane}")
@@ -705,18 +708,24 @@ def _add_limits_and_objective(model: _Model, data: _Data) -> None:
     model.lp.setObjective(w_time * t + w_cost * c)
 
 
-def _build_model(data: _Data) -> _Model:
-    model = _Model(pulp.LpProblem("agora_milp", pulp.LpMinimize))
-    _add_variables(model, data)
-    _add_assignment(model, data)
-    _add_timing(model, data)
-    _add_order(model, data)
-    _add_lanes(model, data)
-    _add_memory(model, data)
-    _add_leases(model, data)
-    _add_energy(model, data)
-    _add_counts(model, data)
-    _add_limits_and_objective(model, data)
+def _build_model(data: _Data, deadline: Deadline | None = None) -> _Model:
+    """The whole model; raises :class:`OutOfTime` (between steps and in the long ones) past ``deadline``."""
+    model = _Model(pulp.LpProblem("agora_milp", pulp.LpMinimize), deadline=deadline or Deadline())
+    steps = (
+        _add_variables,
+        _add_assignment,
+        _add_timing,
+        _add_order,
+        _add_lanes,
+        _add_memory,
+        _add_leases,
+        _add_energy,
+        _add_counts,
+        _add_limits_and_objective,
+    )
+    for step in steps:
+        step(model, data)
+        model.deadline.check()
     return model
 
 
@@ -901,7 +910,7 @@ def _solve(model: _Model, time_limit_s: float, warm: bool, threads: int | None) 
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="agora-milp-") as folder:
         log_path = Path(folder) / "cbc.log"
-        path = _cbc_path(Path(folder), time_limit_s * 1.25 + 5.0)
+        path = _cbc_path(Path(folder), time_limit_s * 1.1 + 1.0)
         if path is None:
             return _Outcome("none", None, None)
         solver = pulp.COIN_CMD(
@@ -1051,13 +1060,20 @@ def _warm_candidates(problem: Problem, given: EngineResult | None) -> Iterable[S
         yield list_schedule(problem.workflow, problem.catalog, alpha, bounds.makespan_s, bounds.cost_usd)
 
 
-def best_warm_start(problem: Problem, given: EngineResult | None) -> list[Assignment] | None:
-    """The best valid schedule within the limits among ``given`` and a few list schedules."""
+def best_warm_start(
+    problem: Problem, given: EngineResult | None, deadline: Deadline | None = None
+) -> list[Assignment] | None:
+    """The best valid schedule within the limits among ``given`` and a few list schedules.
+
+    Past ``deadline`` no more list schedules are tried once there is a valid one.
+    """
     best: tuple[tuple[float, float], list[Assignment]] | None = None
     for candidate in _warm_candidates(problem, given):
         items = list(candidate)
         if is_valid(problem, items) and (best is None or problem.score(items) < best[0]):
             best = (problem.score(items), items)
+        if best is not None and deadline is not None and deadline.passed():
+            break
     return None if best is None else best[1]
 
 
@@ -1100,11 +1116,15 @@ class MilpEngine(Engine):
         self.last_outcome = None
         if len(problem.workflow.tasks) > self.max_tasks or time_limit_s <= 0 or _proven_infeasible(problem):
             return None
-        warm = best_warm_start(problem, warm_start)
+        deadline = Deadline(started + time_limit_s - self.margin_s - _MIN_CBC_S)  # for building: CBC needs time
+        warm = best_warm_start(problem, warm_start, deadline)
         data = _build_data(problem, warm or [])
         if estimated_rows(data) > self.max_rows:
             return None
-        model = _build_model(data)
+        try:  # building a large model can take seconds: it must not overrun the time limit either
+            model = _build_model(data, deadline)
+        except OutOfTime:
+            return None
         warm_used = warm is not None and _set_warm_start(model, data, warm)
         outcome = _Outcome("none", None, None)
         for use_warm in (warm_used, False) if warm_used else (False,):

@@ -73,7 +73,10 @@ def run_portfolio(
     problem: Problem, time_limit_s: float, stages: list[Stage] | None = None, progress: Progress | None = None
 ) -> Outcome:
     stages = [
-        s for s in (stages or default_stages()) if s.max_tasks is None or len(problem.workflow.tasks) <= s.max_tasks
+        s
+        for s in (stages or default_stages())
+        if (s.max_tasks is None or len(problem.workflow.tasks) <= s.max_tasks)
+        and problem.objective.kind in s.objectives
     ]
     deadline = time.perf_counter() + time_limit_s
     best: EngineResult | None = None

@@ -503,7 +503,7 @@ def test_a_dominated_type_is_pruned_only_when_that_is_safe() -> None:
 def test_a_run_cut_short_reports_a_feasible_plan_with_a_proven_bound() -> None:
     path = BUNDLED / "blast-chameleon-small-001.json"
     problem = Problem.create(first_tasks(path, 12), SMALL_CATALOG, Objective(kind="balanced"))
-    result = MilpEngine().solve(problem, time_limit_s=2)
+    result = MilpEngine().solve(problem, time_limit_s=4)  # CBC proves this one in neither 2 s nor 10 s
     assert result is not None and result.status == "feasible"
     assert violations(problem, result.assignments) == []
     assert result.bound is not None and 0 < result.bound <= value(problem, result.assignments)

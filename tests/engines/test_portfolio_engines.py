@@ -124,3 +124,23 @@ def test_portfolio_survives_a_failing_or_idle_engine_and_keeps_the_best() -> Non
     assert outcome.best.method == "list-scheduling"
     assert set(outcome.results) == {"list-scheduling"}
     assert _valid(problem, outcome.best)
+
+
+class _Recording(ListSchedulingEngine):
+    def __init__(self, name: str) -> None:
+        self.name = name  # type: ignore[misc]
+        self.calls = 0
+
+    def solve(self, problem, time_limit_s, warm_start=None):  # type: ignore[no-untyped-def]
+        self.calls += 1
+        return super().solve(problem, time_limit_s, warm_start)
+
+
+def test_a_stage_runs_only_for_its_objectives() -> None:
+    workflow = load_workflow(BUNDLED / "blast-chameleon-small-001.json")
+    first, time_only = _Recording("first"), _Recording("time-only")
+    stages = [Stage(first, 0.5), Stage(time_only, 0.5, objectives=("time",))]
+    for kind, runs in (("cost", 0), ("balanced", 0), ("time", 1)):
+        outcome = run_portfolio(Problem.create(workflow, AWS, Objective(kind=kind)), 2.0, stages)  # type: ignore[arg-type]
+        assert time_only.calls == runs and ("time-only" in outcome.results) == (runs == 1)
+    assert first.calls == 3
