@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
-from agora_optimizer.bounds import cost_lower_bound_usd, makespan_lower_bound_s
+from agora_optimizer.bounds import cost_lower_bound_usd, makespan_lower_bound_s, whole_machines_cost_usd
 from agora_optimizer.model import Billing, Catalog, Edge, Resource, Task, Workflow
 
 
@@ -63,6 +65,15 @@ def test_cost_bound_pays_packed_work_boot_and_deadline_overheads() -> None:
     assert cost_lower_bound_usd(workflow, catalog) == pytest.approx(per_second * (60 + 10))
     # Deadline 40 s: a machine is busy at most 30 s and billed at least max(60, 40) = 60 s for it.
     assert cost_lower_bound_usd(workflow, catalog, deadline_s=40.0) == pytest.approx(per_second * 60 * 60 / 30)
+    # Five tasks: 75 machine-seconds need 2.5 machines of 30 busy seconds, so three whole machines of 60 s.
+    five = _independent(5, runtime_s=30.0)
+    assert cost_lower_bound_usd(five, catalog, deadline_s=40.0) == pytest.approx(per_second * 3 * 60, rel=1e-6)
+    assert whole_machines_cost_usd(five, {t.id: [resource] for t in five.tasks}, 40.0) == pytest.approx(
+        per_second * 3 * 60, rel=1e-6
+    )
+    # At most two machines of that type: the bound says so by being infeasible (0, no bound), never too high.
+    two = _catalog(replace(resource, count=2))
+    assert cost_lower_bound_usd(five, two, deadline_s=40.0) == pytest.approx(per_second * 75 * 60 / 30)
 
 
 def test_window_bound_counts_whole_tasks_between_a_split_and_a_join() -> None:
@@ -102,3 +113,20 @@ def test_makespan_bound_never_exceeds_the_exact_optimum(seed: int) -> None:
     assert oracle is not None
     optimum_s = max(a.end_s for a in oracle[1])
     assert makespan_lower_bound_s(problem.workflow, counted) <= optimum_s + 1e-6
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_cost_bound_under_a_deadline_never_exceeds_the_exact_optimum(seed: int) -> None:
+    """The exhaustive optimum of tiny instances under deadlines from tight to loose (whole machines matter)."""
+    from agora_optimizer.model import Objective
+    from tests.engines.test_milp import brute_force, tiny_problem
+
+    timed = brute_force(tiny_problem(seed, Objective(kind="time")))
+    assert timed is not None
+    fastest_s = timed[0] * tiny_problem(seed).bounds.makespan_s  # the score is makespan over its bound
+    for slack in (1.0, 1.3, 2.0):
+        problem = tiny_problem(seed, Objective(kind="cost", deadline_s=fastest_s * slack))
+        oracle = brute_force(problem)
+        assert oracle is not None
+        optimum_usd = oracle[0] * problem.bounds.cost_usd  # the score is cost over the bound
+        assert problem.bounds.cost_usd <= optimum_usd * (1 + 1e-9)

@@ -3,7 +3,7 @@
 Engines run from the fastest to the slowest; each gets a share of the time that is
 left and the best schedule so far as its warm start, and the best schedule by
 :meth:`Problem.rank` wins (within the deadline and budget first, then by score). The
-first engine, list scheduling, always completes, so there is always a plan; a later
+first engine, list scheduling, always completes a schedule, so there is always a plan; a later
 engine that fails, times out or does not apply only loses its own chance. A plan proven
 optimal (by CP-SAT or the MILP) ends the run: nothing can beat it.
 """
@@ -83,14 +83,20 @@ def run_portfolio(
     best_key: tuple[float, float, float] | None = None
     outcome_results: dict[str, EngineResult] = {}
     evaluated: dict[str, tuple[float, float]] = {}
+    one_schedule_s = 0.0  # how long the first engine's one schedule took, when it outran its share
     for done, stage in enumerate(stages):
         if progress:
             progress(stage.engine.name, done, len(stages))
         remaining = deadline - time.perf_counter()
         if best is not None and remaining <= 0:
             break
-        # The first engine may use it all (it always completes); later ones get their share.
-        budget = max(remaining * stage.share, 0.01) if best is not None else max(remaining, 0.01)
+        # Each engine gets its share; the first one always completes a schedule even past it. When
+        # that one schedule outran the first share, a later engine (most build whole schedules too)
+        # starts only if its share is at least as long.
+        budget = max(remaining * stage.share, 0.01)
+        if best is not None and budget < one_schedule_s:
+            continue
+        started = time.perf_counter()
         try:
             result = stage.engine.solve(problem, budget, warm_start=best)
         except Exception:  # an engine's bug must not cost the user the plan found so far
@@ -98,6 +104,8 @@ def run_portfolio(
                 raise
             log.exception("engine %s failed; keeping the best plan so far", stage.engine.name)
             continue
+        if best is None and time.perf_counter() - started > budget:
+            one_schedule_s = time.perf_counter() - started
         if result is None:
             continue
         outcome_results[stage.engine.name] = result

@@ -144,3 +144,22 @@ def test_a_stage_runs_only_for_its_objectives() -> None:
         outcome = run_portfolio(Problem.create(workflow, AWS, Objective(kind=kind)), 2.0, stages)  # type: ignore[arg-type]
         assert time_only.calls == runs and ("time-only" in outcome.results) == (runs == 1)
     assert first.calls == 3
+
+
+class _Budgeted(ListSchedulingEngine):
+    def __init__(self, name: str) -> None:
+        self.name = name  # type: ignore[misc]
+        self.budgets: list[float] = []
+
+    def solve(self, problem, time_limit_s, warm_start=None):  # type: ignore[no-untyped-def]
+        self.budgets.append(time_limit_s)
+        return super().solve(problem, time_limit_s, warm_start)
+
+
+def test_the_first_engine_keeps_to_its_share_and_leaves_time_to_the_others() -> None:
+    """A slow first sweep once took the whole limit on a loaded machine, and no cost engine ran."""
+    workflow = load_workflow(BUNDLED / "blast-chameleon-small-001.json")
+    first, second = _Budgeted("first"), _Budgeted("second")
+    run_portfolio(Problem.create(workflow, AWS, Objective(kind="cost")), 4.0, [Stage(first, 0.25), Stage(second, 1.0)])
+    assert first.budgets[0] <= 0.25 * 4.0 + 1e-6
+    assert second.budgets and second.budgets[0] >= 0.5 * 4.0 * 0.75  # most of what is left
