@@ -94,6 +94,18 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("reoptimize_tag", "agora", "DAGs with this tag opt in to being re-planned by agora_reoptimize."),
     Setting("objective", "balanced", "What re-planning minimises: time, cost or balanced."),
     Setting("plan_time_limit_s", "60", "Wall-time limit of one DAG's re-planning."),
+    Setting(
+        "ui_pareto_time_limit_s",
+        "10",
+        "Wall-time limit of the cost/makespan Pareto front that the agora view computes for a DAG's "
+        "current plan, in the background on first view; kept until the plan changes.",
+    ),
+    Setting(
+        "ui_recent_runs",
+        "10",
+        "How many of a DAG's most recent runs the agora view compares with the plan "
+        "(predicted against actual runtime and memory per task).",
+    ),
     Setting("aws_conn_id", "aws_default", "Airflow connection with the AWS credentials, region and endpoint."),
     Setting(
         "aws_job_definition",

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
@@ -16,6 +17,19 @@ SHARED_INSTANCES = REPO.parent / "shared" / "data" / "wfinstances"
 # One bundled instance per family and size (the -002/-003 copies are there for the predictor's
 # hold-out tests): the engine tests loop over these.
 ENGINE_WORKFLOWS = sorted(BUNDLED.glob("*-001.json"))
+
+
+# Tests that start real services (Airflow, SLURM, PostgreSQL) run one after another in one pytest-xdist
+# worker (``--dist loadgroup`` in scripts/test.sh): they mostly wait on those services, while the other
+# worker takes the CPU-bound rest; and the session-wide SLURM and PostgreSQL fixtures start once.
+SERVICE_TESTS = frozenset({"integration", "slurm", "traces", "ui", "test_readme_commands.py"})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        parts = item.path.relative_to(REPO / "tests").parts
+        if parts and parts[0] in SERVICE_TESTS:
+            item.add_marker(pytest.mark.xdist_group("services"))
 
 
 def shared_instances() -> list[Path]:

@@ -28,7 +28,24 @@ def test_airflow_lists_the_agora_plugin_from_the_entry_point(tmp_path: Path) -> 
     plugins = {p["name"]: p for p in json.loads(result.stdout)}
     assert "agora" in plugins
     assert "agora_optimizer.integration.plugin:AgoraPlugin" in plugins["agora"]["source"]
-    assert plugins["agora"]["fastapi_apps"] == []  # nothing unauthenticated is served
+    # The agora view: an app at /agora (every route behind Airflow's login: tests/ui), in the navigation and DAG tabs.
+    assert plugins["agora"]["fastapi_apps"] == [
+        {"app": "agora_optimizer.integration.plugin.LazyAgoraApp", "url_prefix": "/agora", "name": "agora"}
+    ]
+    views = {view["url_route"]: view for view in plugins["agora"]["external_views"]}
+    assert views["agora"]["destination"] == "nav" and views["agora"]["href"] == "/agora/"
+    assert views["agora-plan"]["destination"] == "dag" and views["agora-plan"]["href"] == "/agora/dags/{DAG_ID}"
+
+
+def test_loading_the_plugin_does_not_import_the_web_app() -> None:
+    """Every task process loads the plugin (for its listener): FastAPI and the app load in the api-server only."""
+    code = (
+        "import sys, agora_optimizer.integration.plugin as p\n"
+        "print('fastapi' in sys.modules, 'agora_optimizer.ui.app' in sys.modules)\n"
+        "print(type(p.LazyAgoraApp().app()).__name__)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.split() == ["False", "False", "FastAPI"]
 
 
 def test_plugins_folder_entry_loads_the_same_plugin(tmp_path: Path) -> None:

@@ -1,0 +1,109 @@
+"""The JSON API under ``/agora/api``, described in the app's OpenAPI schema; the pages' script uses it.
+
+Every route needs a logged-in user (the app's dependency, :func:`~agora_optimizer.ui.auth.current_user`),
+read rights on the DAG it is about (``ReadableDag``), and edit rights to re-optimize.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, HTTPException, Query, Request, status
+from pydantic import ValidationError
+
+from agora_optimizer.ui import queries, schemas
+from agora_optimizer.ui.auth import EditableDag, ReadableDag, UserDep, check_csrf, is_authorized_dag
+from agora_optimizer.ui.rerun import RERUN_DAG_ID, RerunError, queue_reoptimization
+from agora_optimizer.ui.traces import TraceFilter
+
+MAX_PAGE = 500
+
+Offset = Annotated[int, Query(ge=0, le=100_000_000, description="Rows to skip.")]
+Limit = Annotated[int, Query(ge=1, le=MAX_PAGE, description=f"Rows to return (at most {MAX_PAGE}).")]
+Text = Annotated[str | None, Query(max_length=250)]
+
+router = APIRouter(prefix="/api", tags=["agora"])
+
+
+@router.get("/dags", summary="DAGs with a plan that you may read")
+def list_dags(user: UserDep) -> schemas.DagList:
+    return queries.dag_list(user)
+
+
+@router.get("/dags/{dag_id}", summary="A DAG's current plan in one row, with its savings")
+def get_dag(dag_id: ReadableDag, user: UserDep) -> schemas.DagSummary:
+    return queries.summary(queries.current_plan(dag_id), is_authorized_dag(user, dag_id, "PUT"))
+
+
+@router.get("/dags/{dag_id}/tasks", summary="A page of the plan's tasks, predicted against actual")
+def get_tasks(dag_id: ReadableDag, offset: Offset = 0, limit: Limit = 50, task: Text = None) -> schemas.TaskPage:
+    return queries.task_page(queries.current_plan(dag_id), offset, limit, task)
+
+
+@router.get("/dags/{dag_id}/history", summary="The DAG's plans, newest first")
+def get_history(dag_id: ReadableDag, offset: Offset = 0, limit: Limit = 50) -> schemas.History:
+    return queries.history(dag_id, offset, limit)
+
+
+@router.get("/dags/{dag_id}/pareto", summary="The cost/makespan front of the plan (computed on first request)")
+def get_pareto(dag_id: ReadableDag) -> schemas.Pareto:
+    return queries.pareto(queries.current_plan(dag_id))
+
+
+@router.get("/traces", summary="A page of task attempts of the DAGs you may read, newest first")
+def get_traces(
+    user: UserDep,
+    dag_id: Text = None,
+    task_id: Text = None,
+    state: Text = None,
+    resource_type: Text = None,
+    offset: Offset = 0,
+    limit: Limit = 50,
+) -> schemas.TracePage:
+    where = TraceFilter(dag_id or None, task_id or None, state or None, resource_type or None)
+    return queries.trace_page(user, where, offset, limit)
+
+
+async def json_object(request: Request) -> schemas.ReoptimizeRequest:
+    """The request's JSON body (415 when it is not JSON: an HTML form cannot send JSON)."""
+    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if content_type != "application/json":
+        raise HTTPException(status.HTTP_415_UNSUPPORTED_MEDIA_TYPE, "send a JSON body ({}) as application/json")
+    try:
+        return schemas.ReoptimizeRequest.model_validate_json(await request.body() or b"{}")
+    except ValidationError as exc:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, f"body: {exc.errors()[0]['msg']}") from None
+
+
+REOPTIMIZE_BODY: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": schemas.ReoptimizeRequest.model_json_schema()}},
+    }
+}
+
+
+@router.post(
+    "/dags/{dag_id}/reoptimize",
+    status_code=status.HTTP_202_ACCEPTED,
+    summary=f"Queue a run of {RERUN_DAG_ID} that re-plans this DAG (needs edit rights on it)",
+    openapi_extra=REOPTIMIZE_BODY,
+)
+def reoptimize(
+    dag_id: EditableDag,
+    request: Request,
+    user: UserDep,
+    _body: Annotated[schemas.ReoptimizeRequest, Depends(json_object)],
+) -> schemas.ReoptimizeResponse:
+    check_csrf(request, user)
+    try:
+        run = queue_reoptimization(dag_id, str(user.get_name()))
+    except RerunError as exc:
+        raise HTTPException(exc.status_code, str(exc)) from None
+    return schemas.ReoptimizeResponse(
+        dag_id=dag_id,
+        rerun_dag_id=RERUN_DAG_ID,
+        run_id=run.run_id,
+        state=run.state,
+        already_queued=run.already_queued,
+    )

@@ -1,0 +1,93 @@
+"""The agora pages' one script and one style sheet, served by the app (behind the same login).
+
+The pages carry no inline script or style, so the Content-Security-Policy allows scripts and
+styles from the app alone. The script does two things with the JSON API: the re-optimize
+buttons POST ``/api/dags/{dag_id}/reoptimize`` (JSON, with the page's CSRF token in the
+``X-Agora-CSRF`` header), and the Pareto box polls ``/api/dags/{dag_id}/pareto`` until the
+front is computed, then shows ``pareto.svg``. Text from the server is set with
+``textContent``, never as markup.
+"""
+
+from __future__ import annotations
+
+SCRIPT = r"""
+"use strict";
+(function () {
+  function csrfToken() {
+    const meta = document.querySelector('meta[name="agora-csrf"]');
+    return meta ? meta.content : "";
+  }
+
+  async function reoptimize(button) {
+    const status = document.getElementById(button.dataset.status);
+    button.disabled = true;
+    status.textContent = "queuing...";
+    try {
+      const answer = await fetch(button.dataset.url, {
+        method: "POST",
+        credentials: "same-origin",
+        headers: {"Content-Type": "application/json", "X-Agora-CSRF": csrfToken()},
+        body: "{}",
+      });
+      const body = await answer.json().catch(() => ({}));
+      if (answer.ok) {
+        const what = body.already_queued ? "already queued" : "queued";
+        status.textContent = `${what}: ${body.rerun_dag_id} run ${body.run_id}`;
+        status.dataset.state = "queued";
+      } else {
+        const detail = typeof body.detail === "string" ? body.detail : answer.statusText;
+        status.textContent = `refused (${answer.status}): ${detail}`;
+        status.dataset.state = "refused";
+      }
+    } catch (error) {
+      status.textContent = `failed: ${error}`;
+      status.dataset.state = "failed";
+    } finally {
+      button.disabled = false;
+    }
+  }
+
+  async function showPareto(box) {
+    const note = box.querySelector(".note");
+    try {
+      const answer = await fetch(box.dataset.state, {credentials: "same-origin"});
+      const state = await answer.json();
+      if (state.status === "computing") {
+        note.textContent = `computing the front (up to ${state.time_limit_s} s)...`;
+        window.setTimeout(() => showPareto(box), 1500);
+        return;
+      }
+      if (state.status !== "ready") {
+        note.textContent = `no front: ${state.reason}`;
+        return;
+      }
+      const svg = await (await fetch(box.dataset.svg, {credentials: "same-origin"})).text();
+      const chart = new DOMParser().parseFromString(svg, "image/svg+xml").documentElement;
+      box.replaceChildren(document.importNode(chart, true));
+    } catch (error) {
+      note.textContent = `no front: ${error}`;
+    }
+  }
+
+  document.querySelectorAll("button[data-reoptimize]").forEach((button) => {
+    button.addEventListener("click", () => reoptimize(button));
+  });
+  document.querySelectorAll("[data-pareto]").forEach(showPareto);
+})();
+"""
+
+STYLE = """
+body { font-family: system-ui, sans-serif; margin: 1rem 1.5rem; color: #1a202c; background: #fff; }
+nav a { margin-right: 1rem; }
+h1 { font-size: 1.4rem; } h2 { font-size: 1.15rem; margin-top: 1.6rem; }
+table { border-collapse: collapse; font-size: 0.85rem; }
+th, td { border-bottom: 1px solid #e2e8f0; padding: 0.25rem 0.6rem; text-align: left; vertical-align: top; }
+td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
+.saving { color: #276749; } .loss { color: #9b2c2c; } .muted { color: #718096; }
+.pager { margin: 0.5rem 0; } .pager a, .pager span { margin-right: 0.8rem; }
+.chart { max-width: 100%; height: auto; border: 1px solid #e2e8f0; }
+.pareto-box { min-height: 3rem; }
+button[data-reoptimize] { padding: 0.2rem 0.7rem; cursor: pointer; }
+form.filters input, form.filters select { margin-right: 0.6rem; }
+.error { color: #9b2c2c; }
+"""

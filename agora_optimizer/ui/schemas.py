@@ -1,0 +1,154 @@
+"""The JSON API's documents, as they appear in the app's OpenAPI schema (``/agora/openapi.json``).
+
+Times are in seconds, money in US dollars, memory in bytes. A saving is a fraction of the
+one-type default: ``0.25`` means the plan needs a quarter less than the default.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Savings(BaseModel):
+    """The plan against the one-type default (every task on the cheapest type that fits them all)."""
+
+    available: bool
+    reason: str = Field(default="", description="Why there is no default to compare with.")
+    default_resource: str | None = None
+    default_makespan_s: float | None = None
+    default_cost_usd: float | None = None
+    makespan_saving: float | None = Field(default=None, description="1 - plan makespan / default makespan.")
+    cost_saving: float | None = Field(default=None, description="1 - plan cost / default cost.")
+
+
+class DagSummary(BaseModel):
+    """A DAG's current plan in one row."""
+
+    dag_id: str
+    plan_created_at: str
+    objective: str
+    method: str
+    solver_status: str
+    tasks: int
+    machines: int
+    makespan_s: float
+    cost_usd: float
+    tasks_per_resource: dict[str, int]
+    savings: Savings
+    can_reoptimize: bool = Field(description="The user may edit this DAG, so may queue its re-optimization.")
+
+
+class DagList(BaseModel):
+    total: int
+    dags: list[DagSummary]
+
+
+class TaskRow(BaseModel):
+    """One task: where and when the plan runs it, what it predicted, what recent runs did."""
+
+    task: str
+    resource: str
+    machine: str
+    start_s: float
+    end_s: float
+    cores: int
+    predicted_runtime_s: float
+    predicted_memory_bytes: int
+    runs: int = Field(description="Successful attempts in the recent runs.")
+    failed: int = Field(description="Other attempts in the recent runs.")
+    actual_mean_runtime_s: float | None
+    actual_max_runtime_s: float | None
+    actual_max_peak_rss_bytes: int | None
+    ran_on: list[str]
+
+
+class TaskPage(BaseModel):
+    dag_id: str
+    recent_runs: list[str] = Field(description="The runs compared with the plan, newest first.")
+    offset: int
+    limit: int
+    total: int
+    tasks: list[TaskRow]
+    trace_store_error: str = ""
+
+
+class HistoryEntry(BaseModel):
+    created_at: str
+    objective: str
+    method: str
+    solver_status: str
+    tasks: int
+    makespan_s: float
+    cost_usd: float
+    current: bool
+
+
+class History(BaseModel):
+    dag_id: str
+    offset: int
+    limit: int
+    total: int
+    plans: list[HistoryEntry]
+
+
+class FrontPoint(BaseModel):
+    makespan_s: float
+    cost_usd: float
+    label: str
+
+
+class Pareto(BaseModel):
+    """The cost/makespan front of the plan's workflow, computed in the background on first request."""
+
+    dag_id: str
+    status: Literal["computing", "ready", "unavailable"]
+    reason: str = ""
+    time_limit_s: float
+    chosen: FrontPoint
+    points: list[FrontPoint] = []
+    candidates: int = 0
+    default: FrontPoint | None = None
+    lower_bound: FrontPoint | None = None
+
+
+class TraceRow(BaseModel):
+    dag_id: str
+    task_id: str
+    run_id: str
+    map_index: int
+    try_number: int
+    state: str
+    resource_type: str
+    backend: str
+    host: str
+    operator: str
+    started_at: datetime | None
+    ended_at: datetime | None
+    runtime_s: float | None
+    peak_rss_bytes: int | None
+    cpu_time_s: float | None
+    error_text: str
+
+
+class TracePage(BaseModel):
+    offset: int
+    limit: int
+    total: int
+    attempts: list[TraceRow]
+
+
+class ReoptimizeRequest(BaseModel):
+    """No fields: the DAG is in the path. A JSON body is required, so that no HTML form can post it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class ReoptimizeResponse(BaseModel):
+    dag_id: str
+    rerun_dag_id: str
+    run_id: str
+    state: str
+    already_queued: bool = Field(description="A re-optimization of this DAG was already waiting or running.")

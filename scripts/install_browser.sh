@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Debian's chromium for the browser tests of the agora UI (tests/ui), driven by Playwright's Python
+# API at /usr/bin/chromium: nothing is downloaded at run time, `playwright install` is never run.
+#
+# Usage: scripts/install_browser.sh     install chromium with apt-get if absent (idempotent); prints its path
+#
+# Needs root (or sudo) to install. Exit codes: 0 chromium is there (its path on stdout), 1 the install
+# failed, 3 chromium is absent and cannot be installed here (no apt-get, or not root and no sudo).
+# Timings on this 2-core VM: cold (apt-get update + install) about a minute; already installed 0.01 s.
+set -euo pipefail
+
+BROWSER="${AGORA_CHROMIUM:-/usr/bin/chromium}"
+LOG="${TMPDIR:-/tmp}/agora-install-browser.log"
+
+say() { echo "install_browser: $*" >&2; }
+
+if [ -x "$BROWSER" ]; then
+  echo "$BROWSER"
+  exit 0
+fi
+if ! command -v apt-get >/dev/null 2>&1; then
+  say "chromium is not at $BROWSER and there is no apt-get to install it"
+  exit 3
+fi
+if [ "$(id -u)" != 0 ]; then
+  if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+    exec sudo -n -E bash "$0" "$@"
+  fi
+  say "chromium is not at $BROWSER; installing it needs root (or passwordless sudo)"
+  exit 3
+fi
+
+install() { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core >>"$LOG" 2>&1; }
+
+say "installing Debian's chromium (apt-get; log: $LOG)"
+if ! install; then
+  apt-get update -qq >>"$LOG" 2>&1 || true
+  install || { tail -20 "$LOG" >&2; say "apt-get install chromium failed (log: $LOG)"; exit 1; }
+fi
+if [ ! -x "$BROWSER" ]; then
+  say "apt-get installed chromium but $BROWSER is missing"
+  exit 1
+fi
+echo "$BROWSER"

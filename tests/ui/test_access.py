@@ -1,0 +1,213 @@
+"""The agora view in a real Airflow api-server: Airflow's login on every route, per-DAG rights, escaping, paging.
+
+Users and rights come from the FAB auth manager (see conftest.py): ``admin`` may do anything,
+``reader`` may read agora_example_etl, ``editor`` may also edit it, ``outsider`` may read and
+edit agora_other only.
+"""
+
+from __future__ import annotations
+
+import configparser
+import re
+import time
+import xml.etree.ElementTree as ET
+from typing import Any
+
+import httpx
+import pytest
+from fastapi.routing import APIRoute
+
+from agora_optimizer.ui.app import create_app
+from tests.ui.conftest import BIG, BIG_MACHINES, BIG_TASKS, ERROR_HTML, EXAMPLE, OTHER, SCRIPT_NAME, AgoraUi
+
+pytestmark = pytest.mark.airflow
+
+
+def routes() -> list[tuple[str, str]]:
+    """(method, path) of every route of the app, ``{dag_id}`` filled in."""
+    app = create_app()
+    assert all(isinstance(route, APIRoute) for route in app.routes)  # nothing mounted beside the routes
+    found = [
+        (method, route.path.replace("{dag_id}", EXAMPLE))
+        for route in app.routes
+        if isinstance(route, APIRoute)
+        for method in sorted(route.methods)
+    ]
+    assert len(found) >= 15 and ("POST", f"/api/dags/{EXAMPLE}/reoptimize") in found
+    return found
+
+
+def dag_routes() -> list[tuple[str, str]]:
+    return [(method, path) for method, path in routes() if f"/{EXAMPLE}" in path]
+
+
+def send(ui: AgoraUi, method: str, path: str, user: str | None = None, **kwargs: Any) -> httpx.Response:
+    if method == "POST":
+        kwargs.setdefault("json", {})
+    return ui.request(method, path, user, **kwargs)
+
+
+def test_every_route_answers_401_without_a_valid_airflow_token(agora_ui: AgoraUi) -> None:
+    expired = "eyJhbGciOiJIUzUxMiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxIiwiZXhwIjoxfQ.c2lnbmF0dXJl"
+    for method, path in routes():
+        for headers, cookies in (
+            ({}, {}),
+            ({"Authorization": "Bearer not-a-jwt"}, {}),
+            ({"Authorization": f"Bearer {expired}"}, {}),
+            ({}, {"_token": "not-a-jwt"}),
+        ):
+            answer = send(agora_ui, method, path, headers=headers, cookies=cookies)
+            assert answer.status_code == 401, (method, path, headers, cookies, answer.text[:300])
+            assert answer.headers["www-authenticate"] == "Bearer"
+    page = agora_ui.get("/", headers={"Accept": "text/html"})
+    assert page.status_code == 401 and "Log in to Airflow" in page.text and "agora-csrf" not in page.text
+
+
+def test_a_logged_in_user_sees_the_pages_and_the_json_api(agora_ui: AgoraUi) -> None:
+    dags = agora_ui.get("/api/dags", "admin").json()
+    assert [d["dag_id"] for d in dags["dags"]] == [BIG, EXAMPLE, OTHER]
+    example = agora_ui.get(f"/api/dags/{EXAMPLE}", "admin").json()
+    assert example["tasks"] == 5 and example["can_reoptimize"] and example["savings"]["available"]
+    assert example["savings"]["cost_saving"] == pytest.approx(
+        1 - example["cost_usd"] / example["savings"]["default_cost_usd"]
+    )
+    tasks = {t["task"]: t for t in agora_ui.get(f"/api/dags/{EXAMPLE}/tasks", "admin").json()["tasks"]}
+    assert tasks["aggregate"]["runs"] == 3 and tasks["aggregate"]["actual_mean_runtime_s"] == pytest.approx(160.0)
+    assert tasks["aggregate"]["actual_max_peak_rss_bytes"] == 2600 * 2**20 and tasks["load"]["runs"] == 0
+    history = agora_ui.get(f"/api/dags/{EXAMPLE}/history", "admin").json()
+    assert history["total"] == 2 and [p["current"] for p in history["plans"]] == [True, False]
+    assert [p["objective"] for p in history["plans"]] == ["balanced", "cost"]  # newest first
+    front = wait_for_front(agora_ui, EXAMPLE)
+    assert len(front["points"]) >= 2 and front["default"] is not None
+    assert min(p["makespan_s"] for p in front["points"]) <= front["chosen"]["makespan_s"] + 1e-6
+    for path in ("/", f"/dags/{EXAMPLE}", "/traces", f"/traces?dag_id={EXAMPLE}&state=success"):
+        page = agora_ui.get(path, "admin")
+        assert page.status_code == 200 and page.headers["content-type"].startswith("text/html"), path
+        assert "script-src 'self'" in page.headers["content-security-policy"]
+    dag_page = agora_ui.get(f"/dags/{EXAMPLE}", "admin").text
+    assert 'id="gantt"' in dag_page and 'id="pareto-plot"' in dag_page and f'id="reoptimize-{EXAMPLE}"' in dag_page
+    for chart in (f"/dags/{EXAMPLE}/gantt.svg", f"/dags/{EXAMPLE}/pareto.svg"):
+        answer = agora_ui.get(chart, "admin")
+        assert answer.headers["content-type"] == "image/svg+xml"
+        ET.fromstring(answer.text)
+    traces = agora_ui.get("/api/traces", "admin", params={"dag_id": EXAMPLE, "task_id": "clean"}).json()
+    assert traces["total"] == 3 and {a["task_id"] for a in traces["attempts"]} == {"clean"}
+
+
+def wait_for_front(ui: AgoraUi, dag_id: str) -> dict[str, Any]:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        front = ui.get(f"/api/dags/{dag_id}/pareto", "admin").json()
+        if front["status"] != "computing":
+            assert front["status"] == "ready", front
+            return front
+        time.sleep(1)
+    raise AssertionError(f"the Pareto front of {dag_id} was not computed in 120 s")
+
+
+def test_a_user_without_rights_on_a_dag_can_neither_see_its_plan_nor_reoptimize_it(agora_ui: AgoraUi) -> None:
+    assert [d["dag_id"] for d in agora_ui.get("/api/dags", "outsider").json()["dags"]] == [OTHER]
+    assert EXAMPLE not in agora_ui.get("/", "outsider").text
+    runs_before = len(agora_ui.rerun_confs())
+    for method, path in dag_routes():
+        answer = send(agora_ui, method, path, "outsider")
+        assert answer.status_code == 403, (method, path, answer.text[:300])
+        assert "makespan" not in answer.text and "aggregate" not in answer.text
+    assert len(agora_ui.rerun_confs()) == runs_before
+    assert agora_ui.get("/api/traces", "outsider", params={"dag_id": EXAMPLE}).status_code == 403
+    attempts = agora_ui.get("/api/traces", "outsider").json()["attempts"]
+    assert attempts and {a["dag_id"] for a in attempts} == {OTHER}
+    assert agora_ui.get(f"/api/dags/{OTHER}", "outsider").json()["can_reoptimize"]
+
+
+def test_a_read_only_user_sees_the_plan_but_cannot_reoptimize(agora_ui: AgoraUi) -> None:
+    listed = agora_ui.get("/api/dags", "reader").json()["dags"]
+    assert [(d["dag_id"], d["can_reoptimize"]) for d in listed] == [(EXAMPLE, False)]
+    page = agora_ui.get(f"/dags/{EXAMPLE}", "reader")
+    assert page.status_code == 200 and 'id="gantt"' in page.text and "data-reoptimize" not in page.text
+    answer = agora_ui.post(f"/api/dags/{EXAMPLE}/reoptimize", "reader", json={})
+    assert answer.status_code == 403 and "may not edit" in answer.json()["detail"]
+    assert agora_ui.get(f"/dags/{OTHER}", "reader").status_code == 403
+
+
+def test_an_editor_queues_the_rerun_dag_with_a_json_post_and_a_csrf_token(agora_ui: AgoraUi) -> None:
+    path = f"/api/dags/{EXAMPLE}/reoptimize"
+    assert agora_ui.get(path, "editor").status_code == 405  # never a GET
+    assert agora_ui.post(path, "editor", data={"x": "1"}).status_code == 415  # no HTML form can post it
+    first = agora_ui.post(path, "editor", json={})
+    assert first.status_code == 202, first.text
+    queued = first.json()
+    assert queued["rerun_dag_id"] == "agora_reoptimize" and queued["state"] == "queued"
+    runs = agora_ui.airflow.request("GET", "/dags/agora_reoptimize/dagRuns", params={"limit": 100})["dag_runs"]
+    run = next(r for r in runs if r["dag_run_id"] == queued["run_id"])
+    assert run["conf"] == {"dag_id": EXAMPLE} and run["state"] == "queued" and run["triggering_user_name"] == "editor"
+    again = agora_ui.post(path, "editor", json={}).json()
+    assert again["already_queued"] and again["run_id"] == queued["run_id"]  # one waiting run per DAG
+    # The browser's way: Airflow's cookie, which any same-site request carries, needs the page's CSRF token too.
+    cookie = {"_token": agora_ui.token("editor")}
+    assert httpx.post(f"{agora_ui.base}{path}", json={}, cookies=cookie, timeout=60).status_code == 403
+    page = httpx.get(f"{agora_ui.base}/dags/{EXAMPLE}", cookies=cookie, timeout=60).text
+    token = re.search(r'<meta name="agora-csrf" content="([0-9a-f]{64})">', page)
+    assert token is not None
+    forged = {"X-Agora-CSRF": "0" * 64}
+    assert httpx.post(f"{agora_ui.base}{path}", json={}, cookies=cookie, headers=forged, timeout=60).status_code == 403
+    real = {"X-Agora-CSRF": token[1]}
+    assert httpx.post(f"{agora_ui.base}{path}", json={}, cookies=cookie, headers=real, timeout=60).status_code == 202
+    other_token = re.search(r'content="([0-9a-f]{64})"', agora_ui.get(f"/dags/{EXAMPLE}", "admin").text)
+    assert other_token is not None and other_token[1] != token[1]  # a token is the user's own
+
+
+def test_html_in_task_machine_and_trace_names_is_escaped_everywhere(agora_ui: AgoraUi) -> None:
+    raw = [SCRIPT_NAME, '"><svg onload=alert(2)>', ERROR_HTML, "<b>bold</b>"]
+    bodies = [
+        agora_ui.get(f"/dags/{OTHER}", "admin").text,
+        agora_ui.get(f"/dags/{OTHER}/gantt.svg", "admin").text,
+        agora_ui.get("/traces", "admin", params={"dag_id": OTHER}).text,
+    ]
+    for body in bodies:
+        for text in raw:
+            assert text not in body
+    assert "&lt;script&gt;alert(" in bodies[0] and "&lt;img src=x onerror=alert(1)&gt;" in bodies[2]
+    ET.fromstring(bodies[1])  # well-formed: no name broke out of its text node or attribute
+
+
+def test_pages_hold_no_secret(agora_ui: AgoraUi) -> None:
+    config = configparser.ConfigParser(interpolation=None)
+    config.read(agora_ui.airflow.home / "airflow.cfg")
+    secrets = [config.get("api", "secret_key", fallback=""), config.get("api_auth", "jwt_secret", fallback="")]
+    secrets += [agora_ui.airflow.env["AIRFLOW__AGORA__TRACE_STORE_URL"], str(agora_ui.airflow.home)]
+    for path in ("/", f"/dags/{EXAMPLE}", "/traces", "/assets/agora.js", "/openapi.json"):
+        body = agora_ui.get(path, "admin").text
+        assert not [s for s in secrets if s and s in body], path
+
+
+def test_a_5000_task_plan_is_shown_a_page_at_a_time(agora_ui: AgoraUi) -> None:
+    page = agora_ui.get(f"/dags/{BIG}", "admin")
+    assert page.status_code == 200 and len(page.content) < 200_000
+    assert page.text.count("<tr><td>step_") == 50 and f"1-50 of {BIG_TASKS}" in page.text
+    assert f"machines page 1 of 2 ({BIG_MACHINES} machines)" in page.text
+    chart = re.search(r'<svg[^>]*id="gantt".*?</svg>', page.text, re.S)
+    assert chart is not None
+    gantt = ET.fromstring(chart[0])
+    machines = [t.text for t in gantt.iter("{http://www.w3.org/2000/svg}text") if t.get("class") == "machine"]
+    assert len(machines) == len(set(machines)) == 40 and machines[:2] == ["c5.large#0", "c5.large#3"]
+    second = agora_ui.get(f"/dags/{BIG}/gantt.svg", "admin", params={"machine_page": 1}).text
+    assert len(second) < 100_000 and "(machines 41-60)" in second
+    last = agora_ui.get(f"/api/dags/{BIG}/tasks", "admin", params={"offset": BIG_TASKS - 10, "limit": 50}).json()
+    assert last["total"] == BIG_TASKS and len(last["tasks"]) == 10
+    assert agora_ui.get(f"/api/dags/{BIG}/tasks", "admin", params={"limit": 501}).status_code == 422
+    found = agora_ui.get(f"/api/dags/{BIG}/tasks", "admin", params={"task": "step_4999"}).json()
+    assert [t["task"] for t in found["tasks"]] == ["step_4999"]
+    summary = agora_ui.get(f"/api/dags/{BIG}", "admin").json()
+    assert summary["tasks"] == BIG_TASKS and summary["savings"]["available"]  # the default of all 5,000 tasks
+
+
+def test_the_openapi_schema_describes_the_json_api(agora_ui: AgoraUi) -> None:
+    schema = agora_ui.get("/openapi.json", "admin").json()
+    assert schema["servers"] == [{"url": "/agora"}]
+    assert {"/api/dags", "/api/dags/{dag_id}/tasks", "/api/traces", "/api/dags/{dag_id}/reoptimize"} <= set(
+        schema["paths"]
+    )
+    post = schema["paths"]["/api/dags/{dag_id}/reoptimize"]["post"]
+    assert "application/json" in post["requestBody"]["content"] and post["security"] == [{"HTTPBearer": []}]
+    assert not any(path.startswith("/dags") or path == "/" for path in schema["paths"])  # pages are not API
