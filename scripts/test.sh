@@ -7,4 +7,6 @@ source scripts/bootstrap.sh
 echo "== ruff check"; ruff check .
 echo "== ruff format --check"; ruff format --check .
 echo "== mypy"; mypy
-echo "== pytest"; python -m pytest "$@"
+# Two workers: the tests that start Airflow, SLURM or PostgreSQL run in one of them, in order (see
+# tests/conftest.py); the rest share both. -n 0 runs everything in this process.
+echo "== pytest"; python -m pytest -n 2 --dist loadgroup "$@"

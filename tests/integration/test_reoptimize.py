@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from agora_optimizer.integration.local_airflow import migrate_database
 from agora_optimizer.integration.reoptimize import retrain
 from agora_optimizer.model.plan import Assignment, Objective, Plan, SolverInfo
 from agora_optimizer.plans.store import PlanStore
@@ -95,9 +96,7 @@ def test_the_rerun_dag_replans_opted_in_dags_from_the_traces_and_keeps_history(t
         "AIRFLOW__AGORA__TRACE_STORE_URL": store_url,
         "AIRFLOW__AGORA__PLAN_TIME_LIMIT_S": "5",
     }
-    airflow = str(Path(sys.executable).with_name("airflow"))
-    migrate = subprocess.run([airflow, "db", "migrate"], capture_output=True, text=True, env=env, timeout=300)
-    assert migrate.returncode == 0, migrate.stderr[-3000:]
+    migrate_database(env)
     plans = PlanStore(tmp_path / "plans")
     plans.save("agora_example_etl", stale_plan())  # the plan in force before the rerun
     run = [sys.executable, "-c", RUN, str(dags), "agora_example_etl"]  # a run asked for one DAG, as the UI does

@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from agora_optimizer.integration.local_airflow import migrate_database
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.airflow
@@ -309,9 +310,7 @@ def test_a_replayed_task_holds_its_scaled_memory_and_burns_its_scaled_cpu_time(p
 
 def test_the_smallest_workflow_runs_end_to_end_in_airflow(tmp_path: Path) -> None:
     env = _airflow_env(tmp_path, AGORA_WFINSTANCE=SECOND, AGORA_WFINSTANCE_TIME_SCALE=str(E2E_TIME_SCALE))
-    airflow = str(Path(sys.executable).with_name("airflow"))
-    migrate = subprocess.run([airflow, "db", "migrate"], capture_output=True, text=True, env=env, timeout=300)
-    assert migrate.returncode == 0, migrate.stderr[-3000:]
+    migrate_database(env)
     found = _run(E2E, [str(REPO / "dags"), f"agora_wfinstance_{SECOND}"], env, "E2E")
     expected = _expected(SECOND).tasks
     assert found["state"] == "success"
