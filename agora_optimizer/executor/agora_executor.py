@@ -97,12 +97,24 @@ class AgoraExecutor(BaseExecutor):
         self.parallelism = max(1, int(settings.get_float("parallelism")))
         self._resources = load_resources(settings.get("catalog"))
         self._state_dir = settings.directory("state_dir", "jobs")
+        self._start_local_pools()
         self.log.info(
             "AgoraExecutor started: %d resources (%s), jobs in %s",
             len(self._resources),
             ", ".join(f"{r.name}:{r.backend}" for r in self._resources.values()),
             self._state_dir,
         )
+
+    def _start_local_pools(self) -> None:
+        """Start the local pools' fork server with the executor, as the LocalExecutor starts its workers."""
+        if not any(resource.backend == "local" for resource in self._resources.values()):
+            return
+        try:
+            start = getattr(self._backend("local"), "start_fork_server", None)
+            if start is not None:
+                start()
+        except Exception:  # the first local task starts it (or reports what is wrong) instead
+            self.log.exception("Could not start the local pools' fork server ahead of the first task")
 
     def end(self) -> None:
         """Stop tracking. Submitted jobs keep running; the next scheduler adopts them."""

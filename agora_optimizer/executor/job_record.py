@@ -3,8 +3,9 @@
 ``JOB_DIR/job.json`` is written before submission: the attempt's identity, the resource,
 and (after submission) the backend's external id. A scheduler that restarts reads it to
 adopt the job. When the job ends the executor writes its trace row: the listener in the
-task process may already have written one for the same attempt (runtime, peak memory);
-the executor's row adds what only it knows (resource, backend, host, queue time) and,
+task process may already have written one for the same attempt (runtime, operator); the
+executor's row adds what only it knows (resource, backend, host, queue time, and the peak
+memory and CPU time the worker measured, which the listener leaves to the worker) and,
 for a backend-level failure the task process could not report (an OOM kill, a signal, a
 lost job), the state and the reason.
 """
@@ -90,6 +91,7 @@ def executor_attempt(record: JobRecord, status: JobStatus, existing: TaskAttempt
         requested_memory_bytes=record.memory_bytes,
         queued_at=status.queued_at or base.queued_at,
         peak_rss_bytes=base.peak_rss_bytes or status.peak_rss_bytes or None,
+        cpu_time_s=base.cpu_time_s if base.cpu_time_s is not None else status.cpu_time_s,
         state=state if backend_failure else base.state,
         error_text=status.reason if backend_failure else base.error_text,
     )

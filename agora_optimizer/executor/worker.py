@@ -9,8 +9,9 @@ refresh the workload's token while a job waits in a queue; forking lets a warm p
 that has Airflow loaded skip the import). It then watches the task: Airflow's supervisor forks one task process, and the
 worker follows that process and its descendants with
 :class:`~agora_optimizer.traces.sampler.ProcessTreeSampler` (the same measure the trace
-listener records). With an explicit command (tests, benchmarks) it follows the command's
-whole tree.
+listener records; the worker sets ``$AGORA_SAMPLED_BY_WORKER`` for the task, so that the
+listener leaves the sampling to it and the executor's trace row carries the worker's
+measure). With an explicit command (tests, benchmarks) it follows the command's whole tree.
 
 - Memory: when the followed tree's resident memory exceeds ``--memory-bytes`` the worker
   kills it with SIGKILL, as a kernel cgroup would, and records ``oom_killed``; Airflow's
@@ -49,7 +50,13 @@ from pathlib import Path
 import psutil
 
 from agora_optimizer.executor.jobs import OOM_EXIT_CODE, BackendError, JobResult
-from agora_optimizer.traces.sampler import ProcessTreeSampler, Sample, SamplerError
+from agora_optimizer.traces.sampler import (
+    SAMPLED_BY_WORKER_ENV,
+    ProcessTreeSampler,
+    Sample,
+    SamplerError,
+    child_pids,
+)
 
 POLL_S = 0.1
 KILL_GRACE_S = 10.0
@@ -70,6 +77,7 @@ class _ForkedSupervisor:
             try:
                 os.dup2(log_handle, 1)
                 os.dup2(log_handle, 2)
+                os.environ[SAMPLED_BY_WORKER_ENV] = "1"
                 sys.argv = ["execute_workload", "--json-path", str(workload_path)]
                 from airflow.sdk.execution_time.execute_workload import main as execute_workload
 
@@ -102,7 +110,12 @@ class _Watch:
         if isinstance(command, Path):
             self.process = _ForkedSupervisor(command, log_handle)
         else:
-            self.process = subprocess.Popen(list(command), stdout=log_handle, stderr=subprocess.STDOUT)
+            self.process = subprocess.Popen(
+                list(command),
+                stdout=log_handle,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, SAMPLED_BY_WORKER_ENV: "1"},
+            )
         self.sampler: ProcessTreeSampler | None = None
         self.task_pid: int | None = None
 
@@ -112,15 +125,12 @@ class _Watch:
             return
         pid = self.process.pid
         if self.follow_children:
-            try:
-                children = psutil.Process(pid).children()
-            except psutil.Error:
-                return
+            children = child_pids(pid)  # ten times a second until the task exists: /proc reads, not a scan
             if not children:
                 return
-            pid = children[0].pid
-        try:
-            self.sampler = ProcessTreeSampler(pid, interval_s=POLL_S).start()
+            pid = children[0]
+        try:  # the followed process was started for the task: its whole peak (VmHWM) is the task's
+            self.sampler = ProcessTreeSampler(pid, interval_s=POLL_S, root_high_water=True).start()
             self.task_pid = pid
         except SamplerError:
             return

@@ -7,6 +7,12 @@ attempt succeeds or fails it stops the sampler and writes one :class:`TaskAttemp
 (peak RSS, CPU time, times, host, operator, error text) to the trace store named by
 ``[agora] trace_store_url``.
 
+Under the agora executor the agora worker already samples the task's process tree (and
+kills it over its memory): it says so with ``$AGORA_SAMPLED_BY_WORKER``, and the
+listener then does not sample a second time. Its row leaves peak RSS and CPU time empty,
+and the executor's row for the same attempt, written when the worker's result is in,
+fills them with the worker's measure (:func:`agora_optimizer.executor.job_record.executor_attempt`).
+
 Where the attempt ran: ``$AGORA_RESOURCE_TYPE`` / ``$AGORA_BACKEND`` when the
 machine's environment says so (the agora executor sets them), else the task's
 ``executor_config={"agora": {"resource_type": ..., "backend": ...}}``, else a
@@ -29,7 +35,7 @@ from typing import Any
 from airflow.listeners import hookimpl
 
 from agora_optimizer.traces.records import AttemptState, TaskAttempt, TraceRecordError
-from agora_optimizer.traces.sampler import ProcessTreeSampler, Sample
+from agora_optimizer.traces.sampler import SAMPLED_BY_WORKER_ENV, ProcessTreeSampler, Sample
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +62,8 @@ class TraceListener:
             old = self._running.pop(key, None)
             if old is not None:
                 old.stop()
+            if os.environ.get(SAMPLED_BY_WORKER_ENV):
+                return  # the agora worker samples this tree; the executor records its measure
             self._running[key] = ProcessTreeSampler(interval_s=self.interval_s).start()
         except Exception:
             log.exception("agora: cannot start sampling task instance %s", _describe(task_instance))
@@ -99,14 +107,8 @@ class TraceListener:
         for problem in report.skipped:
             log.warning("agora: trace row skipped: %s", problem)
         if report.written:
-            log.info(
-                "agora: recorded %s (%s, peak RSS %s bytes, CPU %s s) in %s",
-                attempt.key,
-                attempt.state,
-                attempt.peak_rss_bytes,
-                attempt.cpu_time_s,
-                store.masked_url,
-            )
+            measure = _measure(attempt)
+            log.info("agora: recorded %s (%s, %s) in %s", attempt.key, attempt.state, measure, store.masked_url)
 
 
 def attempt_from_task_instance(
@@ -154,6 +156,12 @@ def resource_of(task_instance: Any) -> tuple[str, str]:
         resource_type = str(queue)
     backend = os.environ.get(BACKEND_ENV) or str(agora.get("backend") or "")
     return resource_type, backend
+
+
+def _measure(attempt: TaskAttempt) -> str:
+    if attempt.peak_rss_bytes is None and os.environ.get(SAMPLED_BY_WORKER_ENV):
+        return "peak RSS and CPU from the agora worker"
+    return f"peak RSS {attempt.peak_rss_bytes} bytes, CPU {attempt.cpu_time_s} s"
 
 
 def _key(task_instance: Any) -> _Key:

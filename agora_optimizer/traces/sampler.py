@@ -11,10 +11,17 @@ had when last seen.
 
 On Linux the per-process high-water mark (``VmHWM``) also bounds the peak from below,
 which catches a spike shorter than the interval: for processes born after
-:meth:`ProcessTreeSampler.start`, and for the root when it is the sampling process
-itself, whose mark is reset at start (``/proc/self/clear_refs``). The peak therefore
+:meth:`ProcessTreeSampler.start`, for the root when it is the sampling process
+itself, whose mark is reset at start (``/proc/self/clear_refs``), and for a root
+started for the measure (``root_high_water``: the agora worker follows the task process
+Airflow forked a moment before, whose whole life is the task's). The peak therefore
 includes the root's own memory (a Python task process carries its interpreter), which
 is what the machine had to hold.
+
+Where the agora worker follows the task's tree, it sets :data:`SAMPLED_BY_WORKER_ENV`
+in the task's environment, so that the trace listener in the task process does not
+sample the same tree a second time (the executor's trace row carries the worker's
+measure).
 
 ``cpu_time_s`` counts only the CPU time used between :meth:`start` and :meth:`stop`.
 """
@@ -34,6 +41,8 @@ from agora_optimizer.errors import AgoraError
 log = logging.getLogger(__name__)
 
 DEFAULT_INTERVAL_S = 0.1
+# Set (to "1") in the environment of a task whose process tree the agora worker samples.
+SAMPLED_BY_WORKER_ENV = "AGORA_SAMPLED_BY_WORKER"
 
 
 class SamplerError(AgoraError):
@@ -60,11 +69,16 @@ class _Seen:
 class ProcessTreeSampler:
     """Follow ``pid`` (default: this process) and its descendants until :meth:`stop`."""
 
-    def __init__(self, pid: int | None = None, interval_s: float = DEFAULT_INTERVAL_S) -> None:
+    def __init__(
+        self, pid: int | None = None, interval_s: float = DEFAULT_INTERVAL_S, *, root_high_water: bool = False
+    ) -> None:
+        """``root_high_water``: the root's ``VmHWM`` counts although it was born before :meth:`start`
+        (its whole life belongs to the measure)."""
         if interval_s <= 0:
             raise SamplerError(f"sampler interval must be > 0 s, got {interval_s}")
         self.pid = os.getpid() if pid is None else pid
         self.interval_s = interval_s
+        self.root_high_water = root_high_water
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -91,7 +105,7 @@ class ProcessTreeSampler:
             raise SamplerError(f"cannot follow process {self.pid}: {exc}") from None
         self._started_at = time.time()
         self._start_wall = time.monotonic()
-        self._root_hwm_reset = self.pid == os.getpid() and _reset_high_water_mark()
+        self._root_hwm_reset = self.root_high_water or (self.pid == os.getpid() and _reset_high_water_mark())
         with self._lock:
             self._baseline_cpu_s = self._tick()
         self._thread = threading.Thread(target=self._run, name=f"agora-sampler-{self.pid}", daemon=True)
@@ -177,29 +191,54 @@ class ProcessTreeSampler:
 
 
 def _descendants(root: psutil.Process) -> list[psutil.Process]:
-    """The root's descendants. On Linux from ``/proc/PID/task/TID/children`` (a few small reads
-    per process of the tree); psutil's ``children(recursive=True)`` reads the status of every
-    process of the machine, which at ten samples a second costs a busy machine a core."""
+    """The root's descendants (see :func:`child_pids`)."""
     try:
         found: list[psutil.Process] = []
         frontier = [root.pid]
         while frontier:
-            pid = frontier.pop()
-            for task in os.listdir(f"/proc/{pid}/task"):
+            for child in _proc_children(frontier.pop()):
                 try:
-                    with open(f"/proc/{pid}/task/{task}/children") as handle:
-                        children = [int(child) for child in handle.read().split()]
-                except (FileNotFoundError, ProcessLookupError):
+                    found.append(psutil.Process(child))
+                except psutil.Error:
                     continue
-                for child in children:
-                    try:
-                        found.append(psutil.Process(child))
-                    except psutil.Error:
-                        continue
-                    frontier.append(child)
+                frontier.append(child)
         return found
     except (OSError, ValueError):
         return list(root.children(recursive=True))
+
+
+def child_pids(pid: int) -> list[int]:
+    """The pids of the children of ``pid`` (none if it is gone).
+
+    On Linux from ``/proc/PID/task/TID/children`` (a few small reads per process);
+    psutil's ``children()`` reads the status of every process of the machine (~6 ms with
+    150 processes), which at ten calls a second costs a busy machine a core.
+    """
+    try:
+        return _proc_children(pid)
+    except (OSError, ValueError):
+        try:
+            return [child.pid for child in psutil.Process(pid).children()]
+        except psutil.Error:
+            return []
+
+
+def _proc_children(pid: int) -> list[int]:
+    """Children of ``pid`` from ``/proc``: [] once it is gone; OSError where ``/proc`` cannot tell."""
+    children: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except (FileNotFoundError, ProcessLookupError):
+        if os.path.isdir("/proc/self/task"):
+            return []  # the process is gone
+        raise
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/children") as handle:
+                children.extend(int(child) for child in handle.read().split())
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return children
 
 
 def _reset_high_water_mark() -> bool:

@@ -87,6 +87,23 @@ def executor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     return executor
 
 
+@pytest.mark.parametrize(("catalog", "starts"), [("local.yaml", 1), ("slurm-loopback.yaml", 0)])
+def test_start_starts_the_local_pools_fork_server_only_where_there_are_local_pools(
+    catalog: str, starts: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agora_optimizer.executor.agora_executor import AgoraExecutor
+
+    started: list[LocalBackend] = []
+    monkeypatch.setattr(LocalBackend, "start_fork_server", lambda backend: started.append(backend))
+    monkeypatch.setenv("AIRFLOW__AGORA__CATALOG", str(CATALOGS / catalog))
+    monkeypatch.setenv("AIRFLOW__AGORA__STATE_DIR", str(tmp_path / "jobs"))
+    executor = AgoraExecutor()
+    executor.start()  # the first task must not wait seconds for the fork server to load Airflow
+    assert len(started) == starts
+    if starts:
+        assert executor._backends["local"] is started[0]  # the backend that runs the tasks, not a spare
+
+
 def run_with(executor: Any, backend: Flaky, workloads: list[Any], timeout_s: float = 60) -> dict[Any, tuple[Any, Any]]:
     """Queue the workloads, heartbeat until each has a final event; returns key -> (state, info)."""
     from airflow.utils.state import TaskInstanceState

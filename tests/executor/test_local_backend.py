@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import itertools
+import multiprocessing
+import subprocess
 import sys
 import time
 from collections.abc import Mapping
@@ -10,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from agora_optimizer.executor.backends.local import LocalBackend, LocalPool
+from agora_optimizer.executor.backends.local import WARM_MODULES, LocalBackend, LocalPool, fork_context, warm_up
 from agora_optimizer.executor.jobs import BackendError, JobSpec, JobStatus, read_result
 
 MIB = 2**20
@@ -117,3 +120,37 @@ def test_a_new_backend_adopts_a_running_job_and_reads_its_result(tmp_path: Path,
 
 def test_a_job_that_never_started_is_not_adopted(tmp_path: Path, backend: LocalBackend) -> None:
     assert not LocalBackend(backend.pools).adopt("ghost", tmp_path / "ghost", "small")
+
+
+def _report_inherited_state(answers: multiprocessing.SimpleQueue[tuple[int, list[str]]]) -> None:
+    """In a child of the fork server: how many objects the collector skips, and which warm modules are missing."""
+    answers.put((gc.get_freeze_count(), [name for name in WARM_MODULES if name not in sys.modules]))
+
+
+def test_workers_are_forked_with_the_task_path_loaded_and_the_collector_frozen() -> None:
+    context = fork_context()
+    answers: multiprocessing.SimpleQueue[tuple[int, list[str]]] = context.SimpleQueue()
+    child = context.Process(target=_report_inherited_state, args=(answers,))
+    child.start()
+    child.join(120)
+    assert child.exitcode == 0
+    frozen, missing = answers.get()
+    assert missing == []  # what the worker, the supervisor and the task import
+    assert frozen > 100_000  # Airflow's objects: a task's collections never scan (and so copy) them
+
+
+def test_warm_up_names_what_it_could_not_import_and_still_freezes() -> None:
+    try:
+        assert warm_up(("json", "agora_no_such_module")) == ["agora_no_such_module"]
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
+
+
+def test_the_fork_server_module_drops_the_working_directory_then_warms_up(tmp_path: Path) -> None:
+    probe = (
+        "import gc, sys; import agora_optimizer.executor.backends.fork_server; "
+        "print('' in sys.path, gc.get_freeze_count() > 0, 'airflow.dag_processing.dagbag' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.stdout.split() == ["False", "True", "True"], done.stderr[-2000:]  # python -c put '' first

@@ -75,6 +75,11 @@ def test_the_task_runs_on_the_cpus_of_its_pool(tmp_path: Path) -> None:
     assert (tmp_path / "task.log").read_text().strip() == "[0]"
 
 
+def test_the_task_is_told_that_the_worker_samples_it(tmp_path: Path) -> None:
+    worker(tmp_path, command="import os; print('sampled by worker:', os.environ.get('AGORA_SAMPLED_BY_WORKER'))")
+    assert (tmp_path / "task.log").read_text().strip() == "sampled by worker: 1"  # the listener leaves it to us
+
+
 def test_a_cpu_set_the_machine_lacks_is_a_clear_error(tmp_path: Path) -> None:
     done = worker(tmp_path, "--cpu-set", "4096", command="print(1)")
     assert done.returncode == 2 and "cannot pin to CPUs '4096'" in done.stderr

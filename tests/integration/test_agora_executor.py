@@ -195,6 +195,7 @@ def test_the_example_pipeline_runs_each_task_where_its_plan_put_it(cluster: Clus
         resource = resources[ETL_PLAN[task_id][0]]
         assert (attempt.resource_type, attempt.backend, attempt.state) == (resource.name, resource.backend, "success")
         assert attempt.peak_rss_bytes and attempt.runtime_s and attempt.requested_memory_bytes
+        assert attempt.cpu_time_s is not None  # the worker's measure: the listener leaves sampling to it
     assert attempts["aggregate"].peak_rss_bytes > 600 * MIB  # it holds 600 MiB
     assert attempts["aggregate"].host and attempts["aggregate"].queued_at is not None  # from SLURM's records
 

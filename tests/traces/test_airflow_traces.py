@@ -27,6 +27,7 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
+from agora_optimizer.integration.local_airflow import migrate_database
 from agora_optimizer.traces.airflow_import import AirflowApiError, import_airflow_history
 from agora_optimizer.traces.cli import traces_app
 from agora_optimizer.traces.records import TaskAttempt
@@ -110,7 +111,8 @@ RUN_DAGS = textwrap.dedent(
     from agora_trace_dags import DAGS
     for dag_id in ("agora_trace_ok", "agora_trace_fail"):
         print("STATE", dag_id, DAGS[dag_id].test().state, flush=True)
-    os.environ.update(AGORA_RESOURCE_TYPE="local:big", AGORA_BACKEND="local")  # what a worker says it is
+    # what an agora worker says: where the task runs, and that the worker samples it
+    os.environ.update(AGORA_RESOURCE_TYPE="local:big", AGORA_BACKEND="local", AGORA_SAMPLED_BY_WORKER="1")
     print("STATE agora_trace_env", DAGS["agora_trace_env"].test().state, flush=True)
     os.environ["AIRFLOW__AGORA__TRACE_STORE_URL"] = sys.argv[2]  # the listener reads the config at each write
     print("STATE agora_trace_unreachable", DAGS["agora_trace_unreachable"].test().state, flush=True)
@@ -172,8 +174,7 @@ def airflow_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowRun
     store_url = f"sqlite:///{home / 'traces.db'}"
     env = _airflow_env(home, store_url)
     airflow = str(Path(sys.executable).with_name("airflow"))
-    migrate = subprocess.run([airflow, "db", "migrate"], capture_output=True, text=True, env=env, timeout=300)
-    assert migrate.returncode == 0, migrate.stderr[-3000:]
+    migrate_database(env)
 
     port = _free_port()
     api_url = f"http://127.0.0.1:{port}"
@@ -254,6 +255,8 @@ def test_the_listener_writes_one_row_per_attempt_with_memory_and_cpu(airflow_run
 
     placed = rows[("agora_trace_env", "placed", 1)]
     assert (placed.resource_type, placed.backend) == ("local:big", "local")  # the environment beats executor_config
+    assert placed.peak_rss_bytes is None and placed.cpu_time_s is None  # left to the worker, not sampled twice
+    assert placed.state == "success" and placed.started_at is not None
 
 
 def test_an_unreachable_trace_store_does_not_fail_the_task(airflow_run: AirflowRun) -> None:

@@ -6,10 +6,12 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 
+import psutil
 import pytest
 
-from agora_optimizer.traces.sampler import ProcessTreeSampler, SamplerError
+from agora_optimizer.traces.sampler import ProcessTreeSampler, SamplerError, child_pids
 
 MIB = 2**20
 
@@ -94,6 +96,51 @@ def test_cpu_time_counts_only_from_start() -> None:
     finally:
         shell.communicate(input="\n\n", timeout=30)
     assert sample.cpu_time_s < 0.2
+
+
+# Holds 200 MiB, frees it, says so, then idles: a peak that is over before a sampler starts.
+SPIKE_THEN_IDLE = textwrap.dedent(
+    """
+    import sys
+    block = b"x" * (200 * 1024 * 1024)
+    del block
+    print("freed", flush=True)
+    sys.stdin.read()
+    """
+)
+
+
+@pytest.mark.parametrize("root_high_water", [True, False])
+def test_the_root_peak_before_start_counts_only_for_a_root_started_for_the_measure(root_high_water: bool) -> None:
+    process = subprocess.Popen(
+        [sys.executable, "-c", SPIKE_THEN_IDLE], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        _wait_for(process, "freed")
+        sampler = ProcessTreeSampler(process.pid, interval_s=0.05, root_high_water=root_high_water).start()
+        sample = sampler.stop()
+    finally:
+        process.communicate(input="", timeout=30)
+    if root_high_water:
+        assert sample.peak_rss_bytes >= 200 * MIB  # the task's process: its whole life is the task's
+    else:
+        assert sample.peak_rss_bytes < 100 * MIB  # only what the tree held while it was followed
+
+
+def test_child_pids_lists_the_children_and_nothing_once_the_process_is_gone() -> None:
+    shell = subprocess.Popen(["bash", "-c", "sleep 30 & sleep 30 & wait"])
+    try:
+        deadline = time.monotonic() + 10
+        while len(child_pids(shell.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        children = child_pids(shell.pid)
+        assert len(children) == 2
+        assert all(psutil.Process(child).ppid() == shell.pid for child in children)
+    finally:
+        for child in psutil.Process(shell.pid).children():
+            child.kill()
+        shell.wait(10)
+    assert child_pids(shell.pid) == []
 
 
 def test_a_missing_process_is_a_clear_error() -> None:

@@ -6,6 +6,11 @@ puts ``--cpu-set`` into the worker command, and the worker pins itself and every
 process). Jobs start in submission order as soon as their cores and memory fit the
 pool's free capacity; the worker kills a task that goes over its memory.
 
+Workers start warm: a fork server (one per scheduler, started with the executor) forks
+them after importing Airflow's task path and freezing the garbage collector
+(:func:`warm_up`), as the LocalExecutor forks its workers from a scheduler that has
+Airflow loaded; a task then pays neither for imports nor for scanning what it inherited.
+
 Each job runs in its own session, so it survives a scheduler restart: the pid and start
 time are written to ``JOB_DIR/local.json``, and a new backend :meth:`LocalBackend.adopt`\\ s
 the job from there and reads its result file when it ends.
@@ -14,11 +19,15 @@ the job from there and reads its result file when it ends.
 from __future__ import annotations
 
 import contextlib
+import gc
+import importlib
 import json
 import multiprocessing
+import multiprocessing.forkserver
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -36,13 +45,25 @@ from agora_optimizer.model.catalog import Resource
 
 KILL_GRACE_S = 15.0
 WORKER_MODULE = "agora_optimizer.executor.worker"
-# What the pool's fork server imports once, so that a job starts warm (no Airflow import per task).
-FORK_PRELOAD = [
+# What the pool's fork server imports once: the main script (which multiprocessing would otherwise
+# run again in every worker it starts), then the fork_server module, which calls warm_up().
+FORK_PRELOAD = ["__main__", "agora_optimizer.executor.backends.fork_server"]
+# What the agora worker, Airflow's supervisor (execute_workload) and the task process import after
+# they start unless their fork server has: ~0.5 s of CPU per task (-X importtime in a task showed
+# what; base_executor is ~0.3 s, the DAG bag ~0.2 s).
+WARM_MODULES = (
     WORKER_MODULE,
+    "airflow.executors.workloads",
     "airflow.sdk.execution_time.execute_workload",
     "airflow.sdk.execution_time.supervisor",
-    "airflow.executors.workloads",
-]
+    "airflow.executors.base_executor",  # execute_workload runs the task with BaseExecutor.run_workload
+    "airflow.sdk.execution_time.task_runner",
+    "airflow.dag_processing.dagbag",  # the task process parses its DAG file with a BundleDagBag
+    "airflow.providers.standard.decorators.python",  # @task and the PythonOperator, what most tasks are
+    "agora_optimizer.integration.plugin",  # the trace listener, which Airflow's plugins load in the task
+    "agora_optimizer.integration.policy",  # the cluster policy, which runs as the task parses its DAG
+    "agora_optimizer.traces.store",  # where the listener writes its row
+)
 
 
 @dataclass(frozen=True)
@@ -93,6 +114,13 @@ class LocalBackend:
         self._queue: list[tuple[JobSpec, datetime]] = []
         self._running: dict[str, _Running] = {}
         self._done: dict[str, JobStatus] = {}
+
+    def start_fork_server(self) -> None:
+        """Start the fork server now, not at the first job: it loads Airflow for seconds, which the first
+        task would wait for (the LocalExecutor, too, forks its workers when it starts)."""
+        if self.warm:
+            fork_context()
+            multiprocessing.forkserver.ensure_running()
 
     # -- the Backend protocol ------------------------------------------------------------------
 
@@ -303,11 +331,36 @@ class LocalBackend:
             )
 
 
-def _warm_start(job: JobSpec) -> BaseProcess:
-    """Run the agora worker of ``job`` in a child of the pool's fork server."""
+def warm_up(modules: Sequence[str] = WARM_MODULES) -> list[str]:
+    """Import ``modules``, then freeze the garbage collector; returns the modules that failed to import.
+
+    The fork server does this once (:mod:`~agora_optimizer.executor.backends.fork_server`), as
+    the LocalExecutor's workers inherit a scheduler that has Airflow loaded and the collector
+    frozen (``gc.freeze`` before it forks them): a task then neither imports the task path
+    again nor scans, and so copies, the objects it inherited. A module that fails is left to
+    the task, whose log then shows the error.
+    """
+    failed: list[str] = []
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:  # the fork server must start even when an optional provider is broken
+            print(f"agora fork server: cannot preload {name}: {exc}", file=sys.stderr)
+            failed.append(name)
+    gc.freeze()
+    return failed
+
+
+def fork_context() -> multiprocessing.context.ForkServerContext:
+    """The fork server the pools start their workers from (one per scheduler process)."""
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(FORK_PRELOAD)
-    process = context.Process(
+    return context
+
+
+def _warm_start(job: JobSpec) -> BaseProcess:
+    """Run the agora worker of ``job`` in a child of the pool's fork server."""
+    process = fork_context().Process(
         target=_run_worker,
         args=(list(job.command[3:]), str(job.log_path), str(job.job_dir), dict(job.environment)),
         name=f"agora-worker-{job.key}",
