@@ -22,6 +22,16 @@ Offset = Annotated[int, Query(ge=0, le=100_000_000, description="Rows to skip.")
 Limit = Annotated[int, Query(ge=1, le=MAX_PAGE, description=f"Rows to return (at most {MAX_PAGE}).")]
 Text = Annotated[str | None, Query(max_length=250)]
 
+
+def trace_filter(
+    dag_id: Text = None, task_id: Text = None, state: Text = None, resource_type: Text = None
+) -> TraceFilter:
+    """The trace table's filters from the query string (an empty field filters nothing); pages and API share it."""
+    return TraceFilter(dag_id or None, task_id or None, state or None, resource_type or None)
+
+
+TraceFilterDep = Annotated[TraceFilter, Depends(trace_filter)]
+
 router = APIRouter(prefix="/api", tags=["agora"])
 
 
@@ -51,16 +61,7 @@ def get_pareto(dag_id: ReadableDag) -> schemas.Pareto:
 
 
 @router.get("/traces", summary="A page of task attempts of the DAGs you may read, newest first")
-def get_traces(
-    user: UserDep,
-    dag_id: Text = None,
-    task_id: Text = None,
-    state: Text = None,
-    resource_type: Text = None,
-    offset: Offset = 0,
-    limit: Limit = 50,
-) -> schemas.TracePage:
-    where = TraceFilter(dag_id or None, task_id or None, state or None, resource_type or None)
+def get_traces(user: UserDep, where: TraceFilterDep, offset: Offset = 0, limit: Limit = 50) -> schemas.TracePage:
     return queries.trace_page(user, where, offset, limit)
 
 

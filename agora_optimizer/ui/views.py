@@ -17,13 +17,12 @@ from fastapi.responses import HTMLResponse
 
 from agora_optimizer.traces.records import ATTEMPT_STATES
 from agora_optimizer.ui import queries
-from agora_optimizer.ui.api import Limit, Offset, Text
+from agora_optimizer.ui.api import Limit, Offset, Text, TraceFilterDep
 from agora_optimizer.ui.assets import SCRIPT, STYLE
 from agora_optimizer.ui.auth import ReadableDag, User, UserDep, authorized_dag_ids, csrf_token, is_authorized_dag
 from agora_optimizer.ui.pages import render, trusted_svg
 from agora_optimizer.ui.plans import PlanFile, plan_reader
 from agora_optimizer.ui.svg import PlotPoint, esc, gantt_svg, pareto_svg
-from agora_optimizer.ui.traces import TraceFilter
 
 MachinePage = Annotated[int, Query(ge=0, le=1_000_000, description="Page of the Gantt chart's machines.")]
 SVG = "image/svg+xml"
@@ -133,14 +132,10 @@ def pareto(dag_id: ReadableDag) -> Response:
 def traces(
     request: Request,
     user: UserDep,
-    dag_id: Text = None,
-    task_id: Text = None,
-    state: Text = None,
-    resource_type: Text = None,
+    where: TraceFilterDep,
     offset: Offset = 0,
     limit: Limit = 50,
 ) -> HTMLResponse:
-    where = TraceFilter(dag_id or None, task_id or None, state or None, resource_type or None)
     page = queries.trace_page(user, where, offset, limit)
     page_url = url_maker(f"{base_path(request)}/traces", **vars(where), limit=limit)
     context = {
