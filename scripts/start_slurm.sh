@@ -260,8 +260,13 @@ fi
 # ---- slurmdbd, slurmctld, one slurmd per node ------------------------------------------------
 if ! alive "$STATE/run/slurmdbd.pid"; then
   slurmdbd 2>>"$STATE/log/slurmdbd.log" || die "slurmdbd did not start (log: $STATE/log/slurmdbd.log)"
-  wait_for 30 slurmdbd bash -c "exec 3<>/dev/tcp/127.0.0.1/$DBD_PORT"
   started+=(slurmdbd)
+fi
+# slurmdbd may open its port before it reaches MariaDB (it retries every 5 s on a loaded machine),
+# so wait until it answers a query, not until the port is open.
+if ! wait_for 90 slurmdbd sacctmgr -i -n list cluster format=cluster; then
+  tail -15 "$STATE/log/slurmdbd.log" >&2
+  die "slurmdbd does not answer on 127.0.0.1:$DBD_PORT (log: $STATE/log/slurmdbd.log)"
 fi
 if ! sacctmgr -i -n list cluster format=cluster 2>/dev/null | grep -qw "$CLUSTER"; then
   sacctmgr -i add cluster "$CLUSTER" >/dev/null || die "sacctmgr add cluster $CLUSTER failed"
