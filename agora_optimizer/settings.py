@@ -76,6 +76,13 @@ SETTINGS: tuple[Setting, ...] = (
         "How long a backend may fail to report a job's status before the task fails with the reason.",
     ),
     Setting(
+        "backend_queue_timeout_s",
+        "86400",
+        "How long a job may wait in its backend's queue (a SLURM partition, a Batch queue, a full local "
+        "pool) before agora cancels it and fails the task with the backend's reason. While a job waits, "
+        "Airflow's [scheduler] task_queued_timeout does not revoke it (it would lose its place).",
+    ),
+    Setting(
         "token_refresh_s",
         "120",
         "While a job waits in a backend's queue, its Execution API token is renewed this often, so a "

@@ -25,6 +25,11 @@ ENGINE_WORKFLOWS = sorted(BUNDLED.glob("*-001.json"))
 SERVICE_TESTS = frozenset({"integration", "slurm", "traces", "ui", "test_readme_commands.py"})
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # pytest-xdist registers the marker; declared here too so that `-p no:xdist` (one process) also runs.
+    config.addinivalue_line("markers", "xdist_group(name): run in the same pytest-xdist worker as its group")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         parts = item.path.relative_to(REPO / "tests").parts

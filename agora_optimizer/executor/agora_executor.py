@@ -34,6 +34,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -72,6 +73,17 @@ class _Job:
     next_try_at: float = 0.0
     token_at: float = field(default_factory=time.monotonic)
     last_reason: str = ""
+    phase: str = ""  # the backend's last answer: pending (in its queue), running, or "" (not polled yet)
+    submitted_at: float = field(default_factory=time.monotonic)
+    queued_at: datetime | None = None  # when the backend says the job entered its queue
+    running_since: float | None = None  # monotonic time of the first poll that saw it running
+
+    def queue_wait_s(self) -> float:
+        """How long the job has waited in its backend's queue (by the backend's clock where it says)."""
+        if self.queued_at is not None:
+            queued_at = self.queued_at if self.queued_at.tzinfo else self.queued_at.replace(tzinfo=UTC)
+            return max(0.0, (datetime.now(UTC) - queued_at).total_seconds())
+        return time.monotonic() - self.submitted_at
 
 
 class AgoraExecutor(BaseExecutor):
@@ -162,6 +174,24 @@ class AgoraExecutor(BaseExecutor):
             self.log.exception("AgoraExecutor sync failed; will try again on the next heartbeat")
 
     def revoke_task(self, *, ti: TaskInstance) -> None:
+        """Cancel the task's job, except one that waits in its backend's queue or has just started.
+
+        Airflow revokes a task that stays QUEUED longer than ``[scheduler] task_queued_timeout``
+        (and requeues it, twice, then fails it). A job pending in a SLURM partition, a Batch
+        queue or a full local pool is not stuck: it would lose its place in the queue and fail
+        after three timeouts. So such a job is kept, and ``[agora] backend_queue_timeout_s``
+        bounds its wait instead (:meth:`_poll`); so is a job that started less than
+        ``task_queued_timeout`` ago (its task has not told Airflow yet). ``NotImplementedError``
+        is how an executor tells the scheduler that it does not revoke (the scheduler skips its
+        stuck tasks for this round); a waiting job's token is renewed (``[agora] token_refresh_s``).
+        """
+        kept = self._jobs.get(ti.key)
+        why = self._why_not_stuck(kept) if kept is not None and kept.external_id else ""
+        if kept is not None and why:
+            self.log.info(
+                "Not revoking %s: %s job %s %s", kept.record.label, kept.record.backend, kept.external_id, why
+            )
+            raise NotImplementedError(f"{kept.record.label} {why}")
         job = self._jobs.pop(ti.key, None)
         self.queued_tasks.pop(ti.key, None)
         self.running.discard(ti.key)
@@ -274,6 +304,7 @@ class AgoraExecutor(BaseExecutor):
             self._submit_failed(job, BackendError(job.record.backend, str(exc), transient=False))
             return
         job.external_id = external_id
+        job.submitted_at = time.monotonic()
         job.record = replace(job.record, external_id=external_id)
         job.record.write(job.spec.job_dir)
         full_id = format_external_id(job.record.backend, job.record.resource, external_id)
@@ -333,15 +364,61 @@ class AgoraExecutor(BaseExecutor):
             status = statuses.get(job.external_id) or JobStatus(
                 "lost", reason=f"{backend_name} did not report job {job.external_id}"
             )
+            self._note(job, status)
             if status.phase in ("finished", "lost"):
                 self._jobs.pop(job.key, None)
                 self._report(job, status)
-            elif status.phase == "pending":
+            elif status.phase == "pending" and not self._cancel_if_waited_too_long(job, status):
                 self._renew_token(job)
+
+    def _why_not_stuck(self, job: _Job) -> str:
+        """Why a job whose task Airflow sees QUEUED too long is not stuck, from the backend's answer now."""
+        with contextlib.suppress(Exception):  # no answer: judge by the last poll
+            status = self._backend(job.record.backend).status([job.external_id]).get(job.external_id)
+            if status is not None:
+                self._note(job, status)
+        if job.phase == "pending":
+            limit_s = settings.get_float("backend_queue_timeout_s")
+            waited_s = job.queue_wait_s()
+            if waited_s < limit_s:
+                return (
+                    f"waits in {job.record.resource}'s queue ({job.last_reason or 'pending'}) for {waited_s:.0f} s; "
+                    f"[agora] backend_queue_timeout_s ({limit_s:.0f} s) bounds that wait, not task_queued_timeout"
+                )
+        if job.phase == "running" and job.running_since is not None:
+            grace_s = self._task_queued_timeout_s()
+            running_s = time.monotonic() - job.running_since
+            if running_s < grace_s:
+                return f"started on {job.record.resource} {running_s:.0f} s ago; its task has yet to report to Airflow"
+        return ""
+
+    def _note(self, job: _Job, status: JobStatus) -> None:
+        """Keep what a poll said about a job that is still on its backend."""
+        job.phase = status.phase
+        job.last_reason = status.reason or job.last_reason
+        job.queued_at = status.queued_at or job.queued_at
+        if status.phase == "running" and job.running_since is None:
+            job.running_since = time.monotonic()
+
+    def _cancel_if_waited_too_long(self, job: _Job, status: JobStatus) -> bool:
+        """Cancel a job pending longer than ``[agora] backend_queue_timeout_s`` and fail its task with why."""
+        limit_s = settings.get_float("backend_queue_timeout_s")
+        waited_s = job.queue_wait_s()
+        if waited_s <= limit_s:
+            return False
+        with contextlib.suppress(Exception):
+            self._backend(job.record.backend).cancel(job.external_id)
+        self._jobs.pop(job.key, None)
+        reason = (
+            f"cancelled by agora after waiting {waited_s:.0f} s in {job.record.resource}'s queue "
+            f"({status.reason or 'pending'}), over [agora] backend_queue_timeout_s = {limit_s:.0f} s"
+        )
+        self._report(job, replace(status, phase="finished", exit_code=143, reason=reason))
+        return True
 
     def _renew_token(self, job: _Job) -> None:
         """Give a job that still waits in a queue a fresh token, so that it outlives the wait."""
-        if job.workload is None or time.monotonic() - job.token_at < settings.get_float("token_refresh_s"):
+        if job.workload is None or time.monotonic() - job.token_at < self._token_refresh_s():
             return
         token = job.workload.generate_token(str(job.workload.ti.id), self.jwt_generator)
         job.workload = job.workload.model_copy(update={"token": token})
@@ -356,6 +433,13 @@ class AgoraExecutor(BaseExecutor):
                 )
                 return
         job.token_at = time.monotonic()
+
+    def _token_refresh_s(self) -> float:
+        """``[agora] token_refresh_s``, but well within a token's life (``[scheduler] task_queued_timeout``)."""
+        return min(settings.get_float("token_refresh_s"), self._task_queued_timeout_s() / 3)
+
+    def _task_queued_timeout_s(self) -> float:
+        return float(self.conf.get("scheduler", "task_queued_timeout", fallback="600") or 600)
 
     def _report(self, job: _Job, status: JobStatus) -> None:
         self._write_trace(job.record, status)

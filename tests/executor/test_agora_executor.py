@@ -129,7 +129,9 @@ def placement(resource: str = "local-small", memory_mib: int = 256) -> dict[str,
     return {"resource": resource, "cores": 1, "memory_bytes": memory_mib * MIB}
 
 
-def test_a_throttled_submit_is_retried_and_the_job_then_runs(executor: Any, tmp_path: Path) -> None:
+def test_a_throttled_submit_is_retried_and_the_job_then_runs(
+    executor: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from airflow.utils.state import TaskInstanceState
 
     backend = Flaky(LocalBackend({"local-small": LocalPool("local-small", 1, 4 * 2**30)}), submit_failures=2)
@@ -149,6 +151,7 @@ def test_a_throttled_submit_is_retried_and_the_job_then_runs(executor: Any, tmp_
     record = json.loads((tmp_path / "jobs" / "unit__t__r1__try1" / "job.json").read_text())
     assert record["external_id"] == "unit__t__r1__try1" and record["resource"] == "local-small"
     assert json.loads((tmp_path / "jobs" / "unit__t__r1__try1" / "workload.json").read_text())["ti"]["task_id"] == "t"
+    monkeypatch.setenv("AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT", "0")  # stuck, by Airflow's measure: revoked
     executor.revoke_task(ti=item.ti)
     assert backend.cancelled == ["unit__t__r1__try1"]
 
@@ -243,4 +246,74 @@ def test_a_job_waiting_in_a_queue_gets_a_fresh_token(
     token = json.loads(path.read_text())["token"]
     assert token != "first" and token.count(".") == 2  # a signed JWT from Airflow's generator
     inner.cancel("blocker")
+    monkeypatch.setenv("AIRFLOW__AGORA__BACKEND_QUEUE_TIMEOUT_S", "0")  # no longer kept in its queue
     executor.revoke_task(ti=item.ti)
+
+
+def _pending_behind_a_blocker(executor: Any, tmp_path: Path) -> tuple[Flaky, LocalBackend, Any]:
+    inner = LocalBackend({"local-small": LocalPool("local-small", 1, 4 * 2**30)})
+    command = (sys.executable, "-c", "import time; time.sleep(30)")
+    inner.submit(JobSpec("blocker", "blocker", "local-small", 1, MIB, None, command, tmp_path / "b"))
+    backend = Flaky(inner)
+    executor._backends["local"] = backend
+    item = workload("t", placement(), tmp_path)
+    executor.queued_tasks[item.ti.key] = item
+    executor._process_workloads([item])
+    executor.sync()
+    return backend, inner, item
+
+
+def test_a_job_waiting_in_its_queue_is_not_revoked_for_airflows_queued_timeout(
+    executor: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    backend, inner, item = _pending_behind_a_blocker(executor, tmp_path)
+    try:
+        # The scheduler skips its stuck-in-queued handling for an executor whose revoke raises this.
+        with pytest.raises(NotImplementedError, match=r"unit\.t run r1 try 1 waits in local-small's queue"):
+            executor.revoke_task(ti=item.ti)
+        assert backend.cancelled == [] and item.ti.key in executor.running  # kept, with its place in the queue
+        monkeypatch.setenv("AIRFLOW__AGORA__BACKEND_QUEUE_TIMEOUT_S", "0")
+        executor.revoke_task(ti=item.ti)  # past agora's own limit the scheduler may revoke it as usual
+        assert backend.cancelled == ["unit__t__r1__try1"] and item.ti.key not in executor.running
+    finally:
+        inner.cancel("blocker")
+
+
+def test_a_job_that_has_just_started_is_not_revoked_until_its_task_had_time_to_report(
+    executor: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    backend, inner, item = _pending_behind_a_blocker(executor, tmp_path)
+    inner.cancel("blocker")  # the pool frees up: the job starts at the next poll
+    deadline = time.monotonic() + 20
+    while executor._jobs[item.ti.key].phase != "running" and time.monotonic() < deadline:
+        executor.sync()
+        time.sleep(0.1)
+    # The scheduler's stuck check may come between the job's start and its task's first report.
+    with pytest.raises(NotImplementedError, match=r"started on local-small \d+ s ago"):
+        executor.revoke_task(ti=item.ti)
+    assert backend.cancelled == []
+    monkeypatch.setenv("AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT", "0")  # a job running that long is stuck
+    executor.revoke_task(ti=item.ti)
+    assert backend.cancelled == ["unit__t__r1__try1"]
+
+
+def test_a_job_that_waits_in_its_queue_past_the_limit_is_cancelled_and_fails_with_why(
+    executor: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from airflow.utils.state import TaskInstanceState
+
+    from agora_optimizer.traces.store import TraceStore
+
+    backend, inner, item = _pending_behind_a_blocker(executor, tmp_path)
+    try:
+        monkeypatch.setenv("AIRFLOW__AGORA__BACKEND_QUEUE_TIMEOUT_S", "0.5")
+        time.sleep(0.6)
+        executor.sync()
+        state, info = executor.get_event_buffer()[item.ti.key]
+    finally:
+        inner.cancel("blocker")
+    assert state == TaskInstanceState.FAILED and backend.cancelled == ["unit__t__r1__try1"]
+    assert "in local-small's queue (waiting for pool capacity)" in info and "backend_queue_timeout_s" in info
+    with TraceStore(f"sqlite:///{tmp_path / 'traces.db'}") as store:
+        (attempt,) = store.attempts(dag_id="unit")
+    assert attempt.state == "cancelled" and "waiting for pool capacity" in attempt.error_text

@@ -5,7 +5,8 @@ loopback cluster (``scripts/start_slurm.sh``) and is triggered through the REST 
 task must land where its plan put it, as the operating system (CPU affinity, seen by the
 task itself) and SLURM (``sacct``: partition and node of the job) record it. A second DAG has a
 task that exceeds its memory, one that raises, and two long tasks during which the
-scheduler is killed and restarted.
+scheduler is killed and restarted. A third waits in a SLURM partition that another job holds
+for longer than Airflow's ``task_queued_timeout``, and must run once, on its first job.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -66,7 +68,15 @@ with DAG(dag_id="agora_slow", schedule=None, start_date=datetime(2026, 1, 1), ca
 
     slow_a()
     slow_b()
+
+with DAG(dag_id="agora_patient", schedule=None, start_date=datetime(2026, 1, 1), catchup=False):
+    @task(retries=0)
+    def patient():
+        return "ran after its queue wait"
+
+    patient()
 """
+QUEUED_TIMEOUT_S = 20  # Airflow's [scheduler] task_queued_timeout here: short, so a SLURM queue outlasts it
 
 
 @dataclass
@@ -146,6 +156,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             "AIRFLOW__AGORA__PLAN_DIR": str(root / "plans"),
             "AIRFLOW__AGORA__STATE_DIR": str(root / "jobs"),
             "AIRFLOW__AGORA__TRACE_STORE_URL": store_url,
+            "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT": str(QUEUED_TIMEOUT_S),
+            "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT_CHECK_INTERVAL": "3",
         },
     )
     airflow.migrate()
@@ -153,9 +165,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     plans.save("agora_example_etl", _plan(ETL_PLAN))
     plans.save("agora_faults", _plan({"hog": ("local-small", 512 * MIB), "boom": ("local-large", 512 * MIB)}))
     plans.save("agora_slow", _plan({"slow_a": ("slurm-debug", 512 * MIB), "slow_b": ("local-large", 512 * MIB)}))
+    plans.save("agora_patient", _plan({"patient": ("slurm-debug", 256 * MIB)}))
     airflow.start()
     try:
-        for dag_id in ("agora_example_etl", "agora_faults", "agora_slow"):
+        for dag_id in ("agora_example_etl", "agora_faults", "agora_slow", "agora_patient"):
             airflow.wait_for_dag(dag_id)
         yield Cluster(airflow, store_url, plans, catalog)
     finally:
@@ -237,3 +250,37 @@ def test_a_restarted_scheduler_adopts_running_jobs_none_lost_none_twice(cluster:
     assert len(job_dirs) == 2 and all(name.endswith("try1") for name in job_dirs)
     attempts = cluster.attempts("agora_slow", 2)
     assert {a.state for a in attempts.values()} == {"success"} and set(attempts) == {"slow_a", "slow_b"}
+
+
+def test_a_slurm_queue_wait_longer_than_airflows_queued_timeout_runs_the_task_once(cluster: Cluster) -> None:
+    """A job pending in its partition keeps its place and its token past ``task_queued_timeout``."""
+    airflow = cluster.airflow
+    blocker = subprocess.run(
+        ["sbatch", "--parsable", "-p", "debug", "--exclusive", "-J", "agora-test-blocker", "--wrap", "sleep 45"],
+        capture_output=True, text=True, timeout=30, check=True,
+    ).stdout.strip().split(";")[0]  # fmt: skip
+    try:
+        wait_until(
+            lambda: [j["State"] for j in sacct_jobs("agora-test-blocker") if j["JobID"] == blocker] == ["RUNNING"],
+            60,
+            "the blocker to hold the debug partition",
+        )
+        run_id = airflow.trigger("agora_patient")
+        assert airflow.wait_for_run("agora_patient", run_id, timeout_s=240) == "success"
+    finally:
+        subprocess.run(["scancel", blocker], capture_output=True, timeout=30, check=False)
+    assert [t["try_number"] for t in airflow.tries("agora_patient", run_id, "patient")] == [1]
+    name = job_name(job_key("agora_patient", "patient", run_id, 1, -1))
+    wait_until(lambda: [j["State"] for j in sacct_jobs(name)] == ["COMPLETED"], 60, f"sacct to show {name} completed")
+    (job,) = sacct_jobs(name)  # one job: not cancelled and submitted again when Airflow found it "stuck"
+    times = subprocess.run(
+        ["sacct", "-X", "-n", "-P", "-j", job["JobID"], "-o", "Submit,Start"],
+        capture_output=True, text=True, timeout=30, check=True,
+    ).stdout.split("|")  # fmt: skip
+    submitted, started = (datetime.fromisoformat(value.strip()) for value in times)
+    assert (started - submitted).total_seconds() > QUEUED_TIMEOUT_S  # it did wait longer than the timeout
+    log = airflow.log("scheduler")
+    assert "Not revoking agora_patient.patient" in log and "waits in slurm-debug's queue" in log
+    events = airflow.request("GET", "/eventLogs", params={"dag_id": "agora_patient", "limit": 100})
+    assert not [e for e in events["event_logs"] if "stuck in queued" in (e["event"] or "")]
+    assert cluster.attempts("agora_patient", 1)["patient"].state == "success"
