@@ -59,7 +59,10 @@ SETTINGS: tuple[Setting, ...] = (
         "The name under which [core] executor lists the AgoraExecutor (its alias, or its module path).",
     ),
     Setting(
-        "airflow_pools", "False", "Also put each task in the Airflow pool agora_<resource> (create the pools first)."
+        "airflow_pools",
+        "False",
+        "Also put each task in the Airflow pool agora_<resource> with its planned cores as pool_slots; "
+        "the executor creates missing pools (one slot per core of the resource).",
     ),
     Setting(
         "parallelism",

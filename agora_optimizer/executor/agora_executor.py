@@ -47,6 +47,7 @@ from agora_optimizer.executor.jobs import Backend, BackendError, JobSpec, JobSta
 from agora_optimizer.executor.placement import Placement, placement_from_config
 from agora_optimizer.executor.remote_files import CONTAINER_JOB_ROOT, job_urls, split_s3_url
 from agora_optimizer.executor.resources import load_resources
+from agora_optimizer.integration.airflow_pools import ensure_pools
 from agora_optimizer.io.documents import write_text_atomically
 from agora_optimizer.model.catalog import Resource
 
@@ -110,6 +111,11 @@ class AgoraExecutor(BaseExecutor):
         self._resources = load_resources(settings.get("catalog"))
         self._state_dir = settings.directory("state_dir", "jobs")
         self._start_local_pools()
+        if settings.get_bool("airflow_pools"):
+            try:
+                ensure_pools(self._resources.values())
+            except Exception:  # tasks then wait in Airflow for a pool that is missing, which its UI shows
+                self.log.exception("Could not create the Airflow pools agora_<resource> ([agora] airflow_pools)")
         self.log.info(
             "AgoraExecutor started: %d resources (%s), jobs in %s",
             len(self._resources),

@@ -8,7 +8,8 @@ store (``[agora] plan_dir``), each task gets:
   ``[core] executor``: Airflow validates executor names before policies run, so the policy
   checks the name itself and leaves the DAG alone if it is not configured);
 - ``queue``: the planned resource's name (visible in Airflow's UI);
-- ``pool``: ``agora_<resource>`` when ``[agora] airflow_pools`` is on;
+- ``pool`` and ``pool_slots``: ``agora_<resource>`` and the planned cores, when ``[agora]
+  airflow_pools`` is on (:mod:`agora_optimizer.integration.airflow_pools`);
 - ``executor_config["agora"]["placement"]``: resource, cores, reserved memory, machine,
   planned start, and a time limit from the task's ``execution_timeout``.
 
@@ -31,6 +32,7 @@ from airflow.policies import hookimpl
 from agora_optimizer import settings
 from agora_optimizer.errors import AgoraError
 from agora_optimizer.executor.placement import PLACEMENT_KEY, Placement
+from agora_optimizer.integration.airflow_pools import pool_name
 from agora_optimizer.model.catalog import GIB, Resource
 from agora_optimizer.model.plan import Assignment
 
@@ -65,8 +67,9 @@ def apply_plan(task: Any) -> Placement | None:
         return None
     task.executor = executor
     task.queue = placement.resource
-    if settings.get_bool("airflow_pools"):
-        task.pool = f"agora_{placement.resource}"
+    if settings.get_bool("airflow_pools"):  # the executor creates missing pools when it starts
+        task.pool = pool_name(placement.resource)
+        task.pool_slots = placement.cores
     config = dict(task.executor_config or {})
     agora = dict(config.get("agora") or {})
     agora[PLACEMENT_KEY] = placement.to_config()

@@ -37,7 +37,7 @@ out = {"errors": {k: str(v) for k, v in bag.import_errors.items()}, "tasks": {}}
 for dag_id, dag in bag.dags.items():
     for task in dag.tasks:
         out["tasks"][f"{dag_id}.{task.task_id}"] = {
-            "executor": task.executor, "queue": task.queue, "pool": task.pool,
+            "executor": task.executor, "queue": task.queue, "pool": task.pool, "pool_slots": task.pool_slots,
             "config": task.executor_config,
         }
 print("REPORT" + json.dumps(out))
@@ -186,4 +186,17 @@ def test_airflow_pools_named_after_resources_when_asked(tmp_path: Path) -> None:
     report = parse(tmp_path, agora__airflow_pools="True")
     assert report["tasks"]["planned.a"]["pool"] == "agora_local-small"
     assert report["tasks"]["planned.b"]["pool"] == "agora_local-large"
+    assert report["tasks"]["planned.a"]["pool_slots"] == 1  # its planned cores
     assert report["tasks"]["unplanned.a"]["pool"] == "default_pool"
+
+
+def test_a_resources_pool_has_a_slot_per_core_and_no_limit_without_a_count() -> None:
+    from dataclasses import replace
+
+    from agora_optimizer.integration.airflow_pools import UNLIMITED, pool_name, pool_slots
+    from agora_optimizer.io.catalog_file import load_catalog
+
+    compute = load_catalog(CATALOGS / "slurm-loopback.yaml").by_name["slurm-compute"]
+    assert pool_slots(compute) == 16 and pool_slots(replace(compute, count=3)) == 48
+    assert pool_slots(replace(compute, count=None)) == UNLIMITED  # an elastic cloud type
+    assert pool_name(compute.name) == "agora_slurm-compute"

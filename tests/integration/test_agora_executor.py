@@ -156,6 +156,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             "AIRFLOW__AGORA__PLAN_DIR": str(root / "plans"),
             "AIRFLOW__AGORA__STATE_DIR": str(root / "jobs"),
             "AIRFLOW__AGORA__TRACE_STORE_URL": store_url,
+            "AIRFLOW__AGORA__AIRFLOW_POOLS": "True",
             "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT": str(QUEUED_TIMEOUT_S),
             "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT_CHECK_INTERVAL": "3",
         },
@@ -166,8 +167,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     plans.save("agora_faults", _plan({"hog": ("local-small", 512 * MIB), "boom": ("local-large", 512 * MIB)}))
     plans.save("agora_slow", _plan({"slow_a": ("slurm-debug", 512 * MIB), "slow_b": ("local-large", 512 * MIB)}))
     plans.save("agora_patient", _plan({"patient": ("slurm-debug", 256 * MIB)}))
-    airflow.start()
-    try:
+    airflow.start("api-server")
+    try:  # a pool the operator made before agora: left as it is
+        airflow.request("POST", "/pools", json={"name": "agora_local-large", "slots": 7, "description": "mine"})
+        airflow.start("dag-processor", "scheduler")
         for dag_id in ("agora_example_etl", "agora_faults", "agora_slow", "agora_patient"):
             airflow.wait_for_dag(dag_id)
         yield Cluster(airflow, store_url, plans, catalog)
@@ -195,6 +198,7 @@ def test_the_example_pipeline_runs_each_task_where_its_plan_put_it(cluster: Clus
         seen = reports[task_id]  # written by the task itself
         assert instances[task_id]["state"] == "success" and instances[task_id]["executor"] == "agora"
         assert instances[task_id]["queue"] == resource_name
+        assert (instances[task_id]["pool"], instances[task_id]["pool_slots"]) == (f"agora_{resource_name}", 1)
         if resource.backend == "local":
             assert seen["cpus"] == resource.extra["cpu_set"] and not seen["slurm_job_id"], task_id
         else:
@@ -211,6 +215,10 @@ def test_the_example_pipeline_runs_each_task_where_its_plan_put_it(cluster: Clus
         assert attempt.cpu_time_s is not None  # the worker's measure: the listener leaves sampling to it
     assert attempts["aggregate"].peak_rss_bytes > 600 * MIB  # it holds 600 MiB
     assert attempts["aggregate"].host and attempts["aggregate"].queued_at is not None  # from SLURM's records
+    pools = {p["name"]: p for p in cluster.airflow.request("GET", "/pools", params={"limit": 100})["pools"]}
+    for name, resource in resources.items():  # made by the executor: one slot per core of the resource
+        expected = 7 if name == "local-large" else (resource.count or 0) * resource.vcpus
+        assert pools[f"agora_{name}"]["slots"] == expected, name
 
 
 def test_a_task_over_its_memory_is_killed_recorded_as_oom_and_fails(cluster: Cluster) -> None:
