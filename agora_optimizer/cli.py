@@ -317,6 +317,7 @@ def pareto(
 
 def _add_subcommands() -> None:
     """Command groups that live next to what they drive (imported here: they reuse this module's helpers)."""
+    from agora_optimizer.config_reference import config_app
     from agora_optimizer.plans.cli import plans_app
     from agora_optimizer.predict.cli import register as register_predictor
     from agora_optimizer.queue_wait.cli import queue_app
@@ -326,6 +327,7 @@ def _add_subcommands() -> None:
     app.add_typer(traces_app, name="traces")
     app.add_typer(queue_app, name="queue")
     app.add_typer(plans_app, name="plans")
+    app.add_typer(config_app, name="config")
 
 
 _add_subcommands()

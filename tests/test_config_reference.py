@@ -1,0 +1,54 @@
+"""The [agora] configuration reference is generated from the settings table, and matches the code."""
+
+from __future__ import annotations
+
+import configparser
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from agora_optimizer.config_reference import airflow_cfg, markdown
+from agora_optimizer.settings import SETTINGS
+from tests.conftest import REPO
+
+READS = re.compile(r"""settings\.(?:get|get_bool|get_float|directory)\(\s*["']([a-z0-9_]+)["']""")
+
+
+def test_the_docs_page_is_the_generated_reference() -> None:
+    page = (REPO / "docs" / "configuration.md").read_text()
+    assert page == markdown(), "regenerate it: agora config reference > docs/configuration.md"
+    for setting in SETTINGS:
+        assert f"| `{setting.key}` | `AIRFLOW__AGORA__{setting.key.upper()}` |" in page
+
+
+def test_every_key_the_code_reads_is_declared_and_every_declared_key_is_read() -> None:
+    sources = [*(REPO / "agora_optimizer").rglob("*.py"), *(REPO / "dags").glob("*.py")]
+    sources += (REPO / "plugins").glob("*.py")
+    read = {key for path in sources for key in READS.findall(path.read_text())}
+    declared = {setting.key for setting in SETTINGS}
+    assert read, "the scan found no reads: the pattern is stale"
+    assert read - declared == set()  # settings.get refuses these at run time; caught here first
+    assert declared - read == set()  # a documented key that nothing reads
+
+
+def test_the_cfg_section_parses_and_airflow_reads_it(tmp_path: Path) -> None:
+    parser = configparser.ConfigParser(interpolation=None)
+    parser.read_string(airflow_cfg())
+    assert {key: parser["agora"][key] for key in parser["agora"]} == {s.key: s.default for s in SETTINGS}
+    home = tmp_path / "airflow"
+    home.mkdir()
+    section = airflow_cfg().replace("\nobjective = balanced\n", "\nobjective = cost\n")
+    (home / "airflow.cfg").write_text(section)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+    env |= {"AIRFLOW_HOME": str(home), "AIRFLOW__AGORA__PLAN_TIME_LIMIT_S": "7"}
+    shown = subprocess.run(
+        [sys.executable, "-m", "agora_optimizer", "config", "show"],
+        env=env, capture_output=True, text=True, timeout=120, check=True,
+    ).stdout  # fmt: skip
+    values = dict(re.findall(r"^(\w+) += (.*?)(?:   \(default: .*\))?$", shown, re.MULTILINE))
+    assert values["objective"] == "cost"  # from airflow.cfg
+    assert values["plan_time_limit_s"] == "7"  # the environment wins
+    assert values["reoptimize_tag"] == "agora" and set(values) == {s.key for s in SETTINGS}
+    assert "objective               = cost   (default: balanced)" in shown
