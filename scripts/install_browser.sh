@@ -6,8 +6,10 @@
 #
 # Needs root (or sudo) to install. Exit codes: 0 chromium is there (its path on stdout), 1 the install
 # failed, 3 chromium is absent and cannot be installed here (no apt-get, or not root and no sudo).
-# Timings on this 2-core VM: cold (apt-get update + install) about a minute; already installed 0.01 s.
+# Timings on this 2-core VM: cold (apt_get update + install) about a minute; already installed 0.01 s.
 set -euo pipefail
+# Every installer of the tests goes through one lock (two pytest workers may install at once).
+apt_get() { flock /tmp/agora-apt.lock apt-get -o DPkg::Lock::Timeout=600 "$@"; }
 
 BROWSER="${AGORA_CHROMIUM:-/usr/bin/chromium}"
 LOG="${TMPDIR:-/tmp}/agora-install-browser.log"
@@ -30,11 +32,11 @@ if [ "$(id -u)" != 0 ]; then
   exit 3
 fi
 
-install() { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core >>"$LOG" 2>&1; }
+install() { DEBIAN_FRONTEND=noninteractive apt_get install -y -qq --no-install-recommends chromium fonts-dejavu-core >>"$LOG" 2>&1; }
 
 say "installing Debian's chromium (apt-get; log: $LOG)"
 if ! install; then
-  apt-get update -qq >>"$LOG" 2>&1 || true
+  apt_get update -qq >>"$LOG" 2>&1 || true
   install || { tail -20 "$LOG" >&2; say "apt-get install chromium failed (log: $LOG)"; exit 1; }
 fi
 if [ ! -x "$BROWSER" ]; then

@@ -13,6 +13,8 @@
 # Idempotent: a second start prints the same URL. Exit codes: 0 ok, 1 failure, 3 PostgreSQL is
 # absent and cannot be installed here (no apt-get, or not root).
 set -euo pipefail
+# Every installer of the tests goes through one lock (two pytest workers may install at once).
+apt_get() { flock /tmp/agora-apt.lock apt-get -o DPkg::Lock::Timeout=600 "$@"; }
 
 log() { echo "start_postgres: $*" >&2; }
 
@@ -54,8 +56,8 @@ install_postgres() {
   fi
   log "installing Debian's postgresql with apt-get (takes a minute)"
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq >&2
-  apt-get install -y -qq --no-install-recommends postgresql >&2
+  apt_get update -qq >&2
+  apt_get install -y -qq --no-install-recommends postgresql >&2
 }
 
 port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }

@@ -26,9 +26,11 @@
 # MariaDB in STATE_DIR/mysql on 127.0.0.1:3307; every finished job is also written by
 # jobcomp/filetxt to STATE_DIR/jobcomp.txt (a fallback that needs no database). munged runs on
 # its default socket with /etc/munge/munge.key (a munged already running there is reused).
-# Timings on this 2-core VM: cold (apt-get install + first start) 36 s; from stopped 2 s;
+# Timings on this 2-core VM: cold (apt_get install + first start) 36 s; from stopped 2 s;
 # already running 0.3 s.
 set -euo pipefail
+# Every installer of the tests goes through one lock (two pytest workers may install at once).
+apt_get() { flock /tmp/agora-apt.lock apt-get -o DPkg::Lock::Timeout=600 "$@"; }
 
 ACTION="start"
 case "${1:-}" in
@@ -104,6 +106,11 @@ if [ "$ACTION" = status ]; then
   exit 0
 fi
 
+# One start at a time (two test workers may start the cluster at once): the second finds it running.
+mkdir -p "$(dirname "$STATE")"
+exec 9>"$STATE.lock"
+flock 9
+
 # ---- install (only what is absent) -------------------------------------------------------
 need=()
 for pair in slurmctld:slurmctld slurmd:slurmd sbatch:slurm-client slurmdbd:slurmdbd munged:munge \
@@ -119,10 +126,10 @@ if [ "${#need[@]}" -gt 0 ]; then
   if [ ! -e /usr/sbin/policy-rc.d ]; then
     printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d && policy_added=1
   fi
-  install_pkgs() { apt-get install -y -qq --no-install-recommends "${need[@]}" >"$STATE.apt.log" 2>&1; }
+  install_pkgs() { apt_get install -y -qq --no-install-recommends "${need[@]}" >"$STATE.apt.log" 2>&1; }
   mkdir -p "$(dirname "$STATE")"
   if ! install_pkgs; then
-    apt-get update -qq >>"$STATE.apt.log" 2>&1 || true
+    apt_get update -qq >>"$STATE.apt.log" 2>&1 || true
     install_pkgs || { [ "$policy_added" = 1 ] && rm -f /usr/sbin/policy-rc.d; tail -20 "$STATE.apt.log" >&2; die "apt-get install ${need[*]} failed (log: $STATE.apt.log)"; }
   fi
   [ "$policy_added" = 1 ] && rm -f /usr/sbin/policy-rc.d
@@ -231,7 +238,7 @@ if ! munge -n >/dev/null 2>&1 && ! alive "$STATE/run/munged.pid"; then
     chmod 400 /etc/munge/munge.key
   fi
   mkdir -p /run/munge /var/lib/munge /var/log/munge
-  munged --force --pid-file="$STATE/run/munged.pid" --log-file="$STATE/log/munged.log"
+  munged --force --pid-file="$STATE/run/munged.pid" --log-file="$STATE/log/munged.log" 9>&-
   wait_for 10 munged munge -n
   started+=(munged)
 fi
@@ -244,7 +251,7 @@ if ! alive "$STATE/run/mariadbd.pid"; then
   fi
   nohup mariadbd --no-defaults --user=root --datadir="$STATE/mysql" --bind-address=127.0.0.1 --port="$DB_PORT" \
     --socket="$STATE/run/mysqld.sock" --pid-file="$STATE/run/mariadbd.pid" --log-error="$STATE/log/mariadb.log" \
-    --innodb-buffer-pool-size=64M --innodb-log-file-size=16M >/dev/null 2>&1 &
+    --innodb-buffer-pool-size=64M --innodb-log-file-size=16M >/dev/null 2>&1 9>&- &
   echo $! >"$STATE/run/mariadbd.pid"
   wait_for 60 mariadbd mariadb --no-defaults --socket="$STATE/run/mysqld.sock" -e 'SELECT 1'
   mariadb --no-defaults --socket="$STATE/run/mysqld.sock" <<'SQL'
@@ -259,7 +266,7 @@ fi
 
 # ---- slurmdbd, slurmctld, one slurmd per node ------------------------------------------------
 if ! alive "$STATE/run/slurmdbd.pid"; then
-  slurmdbd 2>>"$STATE/log/slurmdbd.log" || die "slurmdbd did not start (log: $STATE/log/slurmdbd.log)"
+  slurmdbd 2>>"$STATE/log/slurmdbd.log" 9>&- || die "slurmdbd did not start (log: $STATE/log/slurmdbd.log)"
   started+=(slurmdbd)
 fi
 # slurmdbd may open its port before it reaches MariaDB (it retries every 5 s on a loaded machine),
@@ -272,13 +279,13 @@ if ! sacctmgr -i -n list cluster format=cluster 2>/dev/null | grep -qw "$CLUSTER
   sacctmgr -i add cluster "$CLUSTER" >/dev/null || die "sacctmgr add cluster $CLUSTER failed"
 fi
 if ! alive "$STATE/run/slurmctld.pid"; then
-  slurmctld -f "$STATE/slurm.conf" -i 2>>"$STATE/log/slurmctld.log" || die "slurmctld did not start (log: $STATE/log/slurmctld.log)"
+  slurmctld -f "$STATE/slurm.conf" -i 2>>"$STATE/log/slurmctld.log" 9>&- || die "slurmctld did not start (log: $STATE/log/slurmctld.log)"
   wait_for 30 slurmctld scontrol ping
   started+=(slurmctld)
 fi
 for node in "${NODES[@]}"; do
   if ! alive "$STATE/run/slurmd-$node.pid"; then
-    /usr/sbin/slurmd -f "$STATE/slurm.conf" -N "$node" 2>>"$STATE/log/slurmd-$node.log" \
+    /usr/sbin/slurmd -f "$STATE/slurm.conf" -N "$node" 2>>"$STATE/log/slurmd-$node.log" 9>&- \
       || die "slurmd -N $node did not start (log: $STATE/log/slurmd-$node.log)"
     started+=("slurmd-$node")
   fi

@@ -19,22 +19,39 @@ SHARED_INSTANCES = REPO.parent / "shared" / "data" / "wfinstances"
 ENGINE_WORKFLOWS = sorted(BUNDLED.glob("*-001.json"))
 
 
-# Tests that start real services (Airflow, SLURM, PostgreSQL) run one after another in one pytest-xdist
-# worker (``--dist loadgroup`` in scripts/test.sh): they mostly wait on those services, while the other
-# worker takes the CPU-bound rest; and the session-wide SLURM and PostgreSQL fixtures start once.
-SERVICE_TESTS = frozenset({"integration", "slurm", "traces", "ui", "test_readme_commands.py"})
+# pytest-xdist scheduling (``--dist loadscope`` in scripts/test.sh): the tests that share one running
+# service or one package-wide fixture form one unit, run in order in one worker; every other module is
+# a unit of its own (its module-scoped Airflow, say, starts once); the units spread over the workers.
+# (xdist's own ``loadgroup`` marks do not group under pytest 9, which no longer reads ``item._nodeid``.)
+XDIST_GROUPS = {
+    "slurm": ("slurm", "integration/test_agora_executor.py"),  # one cluster; some tests fill a partition
+    "ui": ("ui",),  # one Airflow api-server with the FAB auth manager for the whole package
+    "aws": ("aws",),  # one moto server for the package
+    "traces": ("traces",),  # one PostgreSQL server for the session
+}
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    # pytest-xdist registers the marker; declared here too so that `-p no:xdist` (one process) also runs.
-    config.addinivalue_line("markers", "xdist_group(name): run in the same pytest-xdist worker as its group")
+def xdist_unit(nodeid: str) -> str:
+    """The scheduling unit of a test: its group, else its module."""
+    module = nodeid.split("::", 1)[0]
+    relative = module.removeprefix("tests/")
+    for group, prefixes in XDIST_GROUPS.items():
+        if any(relative == prefix or relative.startswith(f"{prefix}/") for prefix in prefixes):
+            return f"group:{group}"
+    return module
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        parts = item.path.relative_to(REPO / "tests").parts
-        if parts and parts[0] in SERVICE_TESTS:
-            item.add_marker(pytest.mark.xdist_group("services"))
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: absent under `-p no:xdist`
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ServiceGroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_unit(nodeid)
+
+    return ServiceGroupScheduling(config, log)
 
 
 def shared_instances() -> list[Path]:

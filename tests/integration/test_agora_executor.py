@@ -264,7 +264,8 @@ def test_a_slurm_queue_wait_longer_than_airflows_queued_timeout_runs_the_task_on
     """A job pending in its partition keeps its place and its token past ``task_queued_timeout``."""
     airflow = cluster.airflow
     blocker = subprocess.run(
-        ["sbatch", "--parsable", "-p", "debug", "--exclusive", "-J", "agora-test-blocker", "--wrap", "sleep 45"],
+        ["sbatch", "--parsable", "-p", "debug", "--exclusive", "-J", "agora-test-blocker", "-o", "/dev/null",
+         "--wrap", "sleep 45"],
         capture_output=True, text=True, timeout=30, check=True,
     ).stdout.strip().split(";")[0]  # fmt: skip
     try:
