@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Create .venv and install agora with its dependencies, once per change of setup.cfg.
 # Usage: source scripts/bootstrap.sh   (sets $VENV and puts it first on PATH)
+# AGORA_EXTRAS: the extras of setup.cfg to install, comma-separated (default dev; empty: none,
+# as docker/Dockerfile does).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="$ROOT/.venv"
+EXTRAS="${AGORA_EXTRAS-dev}"
 
 pick_python() {
   for candidate in "${PYTHON:-}" python3.11 python3.12 python3; do
@@ -24,10 +27,11 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 STAMP="$VENV/.agora-installed"
 WANT="$(cat "$ROOT/setup.cfg" "$ROOT/pyproject.toml" | sha256sum | cut -d' ' -f1)"
+[ "$EXTRAS" = dev ] || WANT="$WANT extras=$EXTRAS"
 if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
   echo "installing agora and its dependencies into $VENV (first run takes a minute or two)" >&2
   "$VENV/bin/python" -m pip install --quiet --upgrade pip
-  "$VENV/bin/python" -m pip install --quiet -e "$ROOT[dev]"
+  "$VENV/bin/python" -m pip install --quiet -e "$ROOT${EXTRAS:+[$EXTRAS]}"
   echo "$WANT" > "$STAMP"
 fi
 export PATH="$VENV/bin:$PATH"

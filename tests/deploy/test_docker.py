@@ -1,0 +1,598 @@
+"""docker/: what can be checked on a machine with the docker client but no Docker engine.
+
+Nothing here builds or runs the image. The tests check that
+
+- docker/compose.yaml validates with a real Compose client (``docker compose config``, or Debian's
+  ``docker-compose`` 1.29 that scripts/install_compose.sh installs; neither needs an engine for this)
+  and describes the deployment: the services and their Airflow 3.3 commands, one configuration for
+  every Airflow component and compute node, the two databases on the one PostgreSQL, healthchecks,
+  start order by conditions, the shared volumes, two compute nodes of different sizes;
+- a malformed copy of it is refused (the validator is real);
+- docker/Dockerfile installs agora with scripts/bootstrap.sh, the script the tests use, copies what
+  the install and the entrypoint need, and the build context lets those files in; every script
+  under docker/ passes ``bash -n``; bootstrap.sh's AGORA_EXTRAS keeps ``[dev]`` as its default;
+- docker/catalog.yaml loads and describes the nodes and partitions of the slurm.conf that the
+  containers write (docker/slurm/write-slurm-conf.sh, run here with each container's environment).
+
+The Compose client is installed with apt-get when absent: in CI (CI=true) a failed install fails the
+tests that need it; elsewhere they skip with the reason.
+"""
+
+from __future__ import annotations
+
+import configparser
+import functools
+import os
+import re
+import shlex
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+import yaml
+
+from agora_optimizer.io.catalog_file import load_catalog
+from agora_optimizer.settings import SETTINGS
+from tests.conftest import REPO
+
+DOCKER = REPO / "docker"
+COMPOSE_FILE = DOCKER / "compose.yaml"
+DOCKERFILE = DOCKER / "Dockerfile"
+DOCKERIGNORE = DOCKER / "Dockerfile.dockerignore"
+ENTRYPOINT = DOCKER / "entrypoint.sh"
+CATALOG = DOCKER / "catalog.yaml"
+WRITE_SLURM_CONF = DOCKER / "slurm" / "write-slurm-conf.sh"
+INSTALL_COMPOSE = REPO / "scripts" / "install_compose.sh"
+BOOTSTRAP = REPO / "scripts" / "bootstrap.sh"
+
+AIRFLOW_COMMANDS = {
+    "airflow-apiserver": ["airflow", "api-server"],
+    "airflow-scheduler": ["airflow", "scheduler"],
+    "airflow-dag-processor": ["airflow", "dag-processor"],
+    "airflow-triggerer": ["airflow", "triggerer"],
+}
+AIRFLOW_SERVICES = ("airflow-init", *AIRFLOW_COMMANDS)
+NODES = ("slurm-small", "slurm-large")
+# The containers that write a slurm.conf: the controller, the compute nodes, and the scheduler (a client).
+SLURM_SERVICES = ("slurmctld", *NODES, "airflow-scheduler")
+ONE_SHOT = ("munge-key", "airflow-init")
+EXECUTOR = "LocalExecutor,agora:agora_optimizer.executor.agora_executor.AgoraExecutor"
+CONDITIONS = {"service_started", "service_healthy", "service_completed_successfully"}
+IMAGE_ROOT = "/opt/agora"  # WORKDIR of the Dockerfile: the repository's files are copied under it
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+# -- the Compose client ------------------------------------------------------------------------
+
+
+class ComposeMissingError(RuntimeError):
+    """scripts/install_compose.sh found no client and could not install one."""
+
+
+@functools.cache
+def compose_argv() -> tuple[str, ...]:
+    """The command of a Compose client (installed by scripts/install_compose.sh when absent)."""
+    try:
+        done = subprocess.run(["bash", str(INSTALL_COMPOSE)], capture_output=True, text=True, timeout=900, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ComposeMissingError(f"{INSTALL_COMPOSE.name}: {exc}") from None
+    if done.returncode != 0 or not done.stdout.strip():
+        tail = "\n".join(done.stderr.strip().splitlines()[-10:])
+        raise ComposeMissingError(f"{INSTALL_COMPOSE.name} exited {done.returncode}: {tail}")
+    return tuple(shlex.split(done.stdout.strip().splitlines()[-1]))
+
+
+@pytest.fixture(scope="module")
+def compose() -> tuple[str, ...]:
+    try:
+        return compose_argv()
+    except ComposeMissingError as exc:
+        if IN_CI:
+            pytest.fail(f"a Compose client must be installable in CI: {exc}")
+        pytest.skip(f"no Compose client here: {exc}")
+
+
+def compose_env() -> dict[str, str]:
+    """This process's environment without the variables compose.yaml reads: the tests check its defaults."""
+    read = set(re.findall(r"\$\{(\w+)", COMPOSE_FILE.read_text()))
+    return {k: v for k, v in os.environ.items() if k not in read and not k.startswith("COMPOSE_")}
+
+
+def run_config(compose: tuple[str, ...], compose_file: Path, env_file: Path) -> subprocess.CompletedProcess[str]:
+    """``config`` of ``compose_file``; ``env_file`` (empty) stands in for a docker/.env a developer may have."""
+    return subprocess.run(
+        [*compose, "--env-file", str(env_file), "-f", str(compose_file), "config"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=compose_env(),
+    )
+
+
+@pytest.fixture(scope="module")
+def empty_env_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("compose-env") / "empty.env"
+    path.write_text("")
+    return path
+
+
+@pytest.fixture(scope="module")
+def config(compose: tuple[str, ...], empty_env_file: Path) -> dict[str, Any]:
+    """The compose file as the client resolves it (interpolated, anchors merged, paths absolute)."""
+    done = run_config(compose, COMPOSE_FILE, empty_env_file)
+    assert done.returncode == 0, f"{' '.join(compose)} config refused {COMPOSE_FILE}:\n{done.stderr}"
+    document = yaml.safe_load(done.stdout)
+    assert isinstance(document, dict) and isinstance(document.get("services"), dict), done.stdout[:2000]
+    return document
+
+
+# -- reading the resolved configuration ----------------------------------------------------------
+
+
+def service(config: dict[str, Any], name: str) -> dict[str, Any]:
+    spec = config["services"].get(name)
+    assert isinstance(spec, dict), f"compose.yaml has no service {name!r}"
+    return spec
+
+
+def environment(config: dict[str, Any], name: str) -> dict[str, str]:
+    raw = service(config, name).get("environment") or {}
+    if isinstance(raw, list):  # KEY=VALUE items
+        raw = dict(item.split("=", 1) for item in raw)
+    return {str(k): "" if v is None else str(v) for k, v in raw.items()}
+
+
+def mounts(config: dict[str, Any], name: str) -> dict[str, str]:
+    """Mount target -> source (a named volume or a host path), short or long syntax."""
+    found: dict[str, str] = {}
+    for item in service(config, name).get("volumes") or []:
+        if isinstance(item, str):
+            source, target = item.split(":")[:2]
+        else:
+            source, target = str(item.get("source", "")), str(item["target"])
+        found[target] = source
+    return found
+
+
+def source_of(config: dict[str, Any], name: str, path: str) -> str | None:
+    """The volume or host path that holds ``path`` in service ``name`` (its deepest mount), or None."""
+    best = None
+    for target, source in mounts(config, name).items():
+        if (path == target or path.startswith(target.rstrip("/") + "/")) and (
+            best is None or len(target) > len(best[0])
+        ):
+            best = (target, source)
+    return None if best is None else best[1]
+
+
+def depends_on(config: dict[str, Any], name: str) -> dict[str, str]:
+    """Dependency -> condition ("" when listed without one)."""
+    raw = service(config, name).get("depends_on") or {}
+    if isinstance(raw, list):
+        return {str(dep): "" for dep in raw}
+    return {str(dep): str((spec or {}).get("condition", "")) for dep, spec in raw.items()}
+
+
+def healthcheck_test(config: dict[str, Any], name: str) -> str:
+    check = service(config, name).get("healthcheck") or {}
+    assert check and not check.get("disable"), f"service {name} has no healthcheck"
+    test = check.get("test")
+    return " ".join(test) if isinstance(test, list) else str(test)
+
+
+# -- slurm.conf as the containers write it -------------------------------------------------------
+
+
+def write_slurm_conf(env: dict[str, str], out: Path) -> str:
+    """Run docker/slurm/write-slurm-conf.sh with a container's environment; the file's text."""
+    done = subprocess.run(
+        ["bash", str(WRITE_SLURM_CONF), str(out)],
+        env={"PATH": os.environ["PATH"], **env},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return out.read_text()
+
+
+def parse_slurm_conf(text: str) -> tuple[dict[str, dict[str, str]], dict[str, dict[str, str]], dict[str, str]]:
+    """(NodeName lines by name, PartitionName lines by name, the other settings)."""
+    nodes: dict[str, dict[str, str]] = {}
+    partitions: dict[str, dict[str, str]] = {}
+    settings: dict[str, str] = {}
+    for raw in text.splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        fields = dict(token.split("=", 1) for token in line.split())
+        if line.startswith("NodeName="):
+            nodes[fields["NodeName"]] = fields
+        elif line.startswith("PartitionName="):
+            partitions[fields["PartitionName"]] = fields
+        else:
+            settings.update(fields)
+    return nodes, partitions, settings
+
+
+# -- the compose file ------------------------------------------------------------------------------
+
+
+def test_compose_config_lists_every_service_with_its_command(config: dict[str, Any]) -> None:
+    services = config["services"]
+    expected = {"postgres", "munge-key", *AIRFLOW_SERVICES, "slurmctld", *NODES}
+    assert expected <= set(services), f"missing: {sorted(expected - set(services))}"
+    for name, argv in AIRFLOW_COMMANDS.items():
+        assert service(config, name)["command"] == argv, name
+    assert service(config, "airflow-init")["command"] == ["init"]  # the entrypoint runs `airflow db migrate`
+    assert service(config, "slurmctld")["command"] == ["slurmctld"]
+    for node in NODES:
+        assert service(config, node)["command"] == ["slurmd"], node
+    # Every service but PostgreSQL runs the one image, built from the repository with docker/Dockerfile.
+    ours = [name for name in services if name != "postgres"]
+    assert len({service(config, name)["image"] for name in ours}) == 1
+    for name in ours:
+        build = service(config, name)["build"]
+        assert Path(build["context"]).resolve() == REPO, name
+        assert build["dockerfile"] in ("docker/Dockerfile", str(DOCKERFILE)), name
+    # ... whose entrypoint knows each role the services ask for.
+    roles = set(re.findall(r"^  ([\w-]+)\)$", ENTRYPOINT.read_text(), re.MULTILINE))
+    for name in ours:
+        assert service(config, name)["command"][0] in roles, (
+            f"{name}: entrypoint.sh has no role {service(config, name)['command'][0]!r}"
+        )
+
+
+def test_every_airflow_process_gets_the_same_configuration(config: dict[str, Any]) -> None:
+    envs = {name: environment(config, name) for name in (*AIRFLOW_SERVICES, *NODES)}
+    reference = envs["airflow-scheduler"]
+    agora = {k: v for k, v in reference.items() if k.startswith("AIRFLOW__AGORA__")}
+    shared = [
+        "AIRFLOW_HOME",
+        "AIRFLOW__CORE__EXECUTOR",
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL",
+        "AIRFLOW__CORE__DAGS_FOLDER",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_ASYNC",
+        "AIRFLOW__API_AUTH__JWT_SECRET",  # the scheduler signs task tokens that the api-server checks
+        "AIRFLOW__LOGGING__BASE_LOG_FOLDER",
+    ]
+    for name, env in envs.items():
+        assert {k: v for k, v in env.items() if k.startswith("AIRFLOW__AGORA__")} == agora, name
+        for key in shared:
+            assert key in env and env[key] == reference[key], f"{name}: {key}"
+    assert reference["AIRFLOW__CORE__EXECUTOR"] == EXECUTOR
+    # The keys are [agora] settings (a misspelt one would be ignored silently), and the essential ones are set.
+    declared = {setting.key for setting in SETTINGS}
+    keys = {k.removeprefix("AIRFLOW__AGORA__").lower() for k in agora}
+    assert keys <= declared, f"not [agora] settings: {sorted(keys - declared)}"
+    for key in ("catalog", "trace_store_url", "state_dir", "plan_dir"):
+        assert agora.get(f"AIRFLOW__AGORA__{key.upper()}"), key
+    assert agora["AIRFLOW__AGORA__TRACE_STORE_URL"].startswith("postgresql+psycopg://")
+    # Tasks, on the compute nodes too, call back to the api-server service.
+    api = urlsplit(reference["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"])
+    assert api.hostname == "airflow-apiserver" and api.path.rstrip("/") == "/execution"
+    targets = {
+        int(str(port["target"]) if isinstance(port, dict) else str(port).split(":")[-1])
+        for port in service(config, "airflow-apiserver").get("ports", [])
+    }
+    assert api.port in targets
+
+
+def test_one_postgres_holds_the_metadata_database_and_the_trace_store(config: dict[str, Any]) -> None:
+    env = environment(config, "airflow-scheduler")
+    postgres = environment(config, "postgres")
+    metadata = urlsplit(env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"])
+    traces = urlsplit(env["AIRFLOW__AGORA__TRACE_STORE_URL"])
+    init_script = (DOCKER / "postgres" / "init-databases.sh").read_text()
+    for url, prefix in ((metadata, "AIRFLOW_DB"), (traces, "AGORA_DB")):
+        assert url.scheme == "postgresql+psycopg"  # psycopg 3, installed with agora
+        assert (url.hostname, url.port) == ("postgres", 5432)
+        assert url.username == postgres[f"{prefix}_USER"]
+        assert url.password == postgres[f"{prefix}_PASSWORD"]
+        assert url.path.lstrip("/") == postgres[f"{prefix}_NAME"]
+        for suffix in ("USER", "PASSWORD", "NAME"):  # the init script creates what the URL names
+            assert f"${{{prefix}_{suffix}" in init_script
+    assert metadata.path != traces.path, "two databases"
+    # Airflow derives an asyncpg URL unless told: the image has psycopg 3, which serves both.
+    assert env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_ASYNC"] == env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
+    initdb = mounts(config, "postgres")
+    script = next(
+        (source for target, source in initdb.items() if target.startswith("/docker-entrypoint-initdb.d/")), None
+    )
+    assert script is not None and Path(script).resolve() == DOCKER / "postgres" / "init-databases.sh"
+    assert "pg_isready" in healthcheck_test(config, "postgres")
+
+
+def test_start_order_uses_conditions_and_healthchecks(config: dict[str, Any]) -> None:
+    services = config["services"]
+    for name in services:
+        for dep, condition in depends_on(config, name).items():
+            assert dep in services, f"{name} depends on unknown {dep}"
+            assert condition in CONDITIONS, f"{name} -> {dep}: no condition"
+            if condition == "service_healthy":
+                healthcheck_test(config, dep)
+        if name in ONE_SHOT:
+            assert str(service(config, name).get("restart", "no")) in ("no", "False"), name
+        else:
+            healthcheck_test(config, name)
+    assert depends_on(config, "airflow-init")["postgres"] == "service_healthy"
+    for name in AIRFLOW_COMMANDS:
+        deps = depends_on(config, name)
+        assert deps.get("postgres") == "service_healthy", name
+        assert deps.get("airflow-init") == "service_completed_successfully", name
+    scheduler = depends_on(config, "airflow-scheduler")
+    for dep in ("slurmctld", *NODES):
+        assert scheduler.get(dep) == "service_healthy", dep
+    for name in ("slurmctld", *NODES):
+        assert depends_on(config, name).get("munge-key") == "service_completed_successfully", name
+
+    # No cycle: compose would wait forever.
+    state: dict[str, str] = {}
+
+    def visit(name: str, path: tuple[str, ...]) -> None:
+        assert state.get(name) != "open", f"dependency cycle: {' -> '.join((*path, name))}"
+        if state.get(name) == "done":
+            return
+        state[name] = "open"
+        for dep in depends_on(config, name):
+            visit(dep, (*path, name))
+        state[name] = "done"
+
+    for name in services:
+        visit(name, ())
+
+
+def test_state_dir_dags_logs_and_munge_key_are_shared_volumes(config: dict[str, Any]) -> None:
+    env = environment(config, "airflow-scheduler")
+    named = set(config.get("volumes") or {})
+    for path in (
+        env["AIRFLOW__AGORA__STATE_DIR"],  # the compute nodes run tasks in these job directories
+        env["AIRFLOW__AGORA__PLAN_DIR"],
+        env["AIRFLOW__CORE__DAGS_FOLDER"],
+        env["AIRFLOW__LOGGING__BASE_LOG_FOLDER"],
+    ):
+        sources = {name: source_of(config, name, path) for name in (*AIRFLOW_SERVICES, *NODES)}
+        assert len(set(sources.values())) == 1 and None not in sources.values(), f"{path}: {sources}"
+    for path in (env["AIRFLOW__AGORA__STATE_DIR"], env["AIRFLOW__LOGGING__BASE_LOG_FOLDER"]):
+        assert source_of(config, "airflow-scheduler", path) in named, f"{path} is not on a named volume"
+    dags = source_of(config, "airflow-scheduler", env["AIRFLOW__CORE__DAGS_FOLDER"])
+    assert dags is not None and Path(dags).resolve() == REPO / "dags"
+    keys = {name: source_of(config, name, "/etc/munge/munge.key") for name in ("munge-key", *SLURM_SERVICES)}
+    assert len(set(keys.values())) == 1 and next(iter(keys.values())) in named, keys
+
+
+def test_slurm_containers_share_one_cluster_and_the_scheduler_is_a_client(config: dict[str, Any]) -> None:
+    shapes = {
+        name: {k: v for k, v in environment(config, name).items() if k.startswith("SLURM_")} for name in SLURM_SERVICES
+    }
+    reference = shapes["slurmctld"]
+    assert reference and all(shape == reference for shape in shapes.values()), shapes
+    assert service(config, "slurmctld").get("hostname") == reference["SLURM_CONTROLLER"]
+    for node in NODES:  # slurmd finds its NodeName by host name; the controller reaches it by service name
+        assert service(config, node).get("hostname") == node
+        assert environment(config, node)["SLURMD_NODENAME"] == node
+    assert environment(config, "airflow-scheduler").get("AGORA_SLURM_CLIENT", "").lower() == "true"
+
+
+def test_compute_nodes_have_different_sizes(config: dict[str, Any], tmp_path: Path) -> None:
+    texts = {name: write_slurm_conf(environment(config, name), tmp_path / f"{name}.conf") for name in SLURM_SERVICES}
+    assert len(set(texts.values())) == 1, "every SLURM container must write the same slurm.conf"
+    sizes = {}
+    for node in NODES:
+        nodes, _, _ = parse_slurm_conf(texts[node])
+        line = nodes[environment(config, node)["SLURMD_NODENAME"]]
+        sizes[node] = (int(line["CPUs"]), int(line["RealMemory"]))
+    (small_cpus, small_mib), (large_cpus, large_mib) = sizes["slurm-small"], sizes["slurm-large"]
+    assert small_cpus < large_cpus and small_mib < large_mib, sizes
+    _, partitions, settings = parse_slurm_conf(texts["slurmctld"])
+    assert {partitions[p]["Nodes"] for p in partitions} == set(NODES), "one partition per node"
+    assert settings["SlurmctldHost"] == "slurmctld"
+
+
+def test_malformed_compose_file_copy_validates_when_intact(
+    compose: tuple[str, ...], tmp_path: Path, empty_env_file: Path
+) -> None:
+    copy = tmp_path / "compose.yaml"
+    copy.write_text(COMPOSE_FILE.read_text())
+    done = run_config(compose, copy, empty_env_file)
+    assert done.returncode == 0, done.stderr
+
+
+BREAKAGES: dict[str, tuple[Callable[[str], str], str]] = {
+    "unknown key": (lambda text: text.replace("    healthcheck:", "    healthcheck_typo:", 1), "healthcheck_typo"),
+    "invalid condition": (
+        lambda text: text.replace("condition: service_completed_successfully", "condition: service_done", 1),
+        "service_done",
+    ),
+    "undefined dependency": (
+        lambda text: text.replace("      munge-key:\n        condition:", "      munge-keys:\n        condition:", 1),
+        "munge-keys",
+    ),
+}
+
+
+@pytest.mark.parametrize("breakage", sorted(BREAKAGES))
+def test_malformed_compose_file_is_refused(
+    compose: tuple[str, ...], tmp_path: Path, empty_env_file: Path, breakage: str
+) -> None:
+    edit, culprit = BREAKAGES[breakage]
+    text = COMPOSE_FILE.read_text()
+    broken = edit(text)
+    assert broken != text, f"the edit for {breakage!r} no longer applies to compose.yaml"
+    copy = tmp_path / "compose.yaml"
+    copy.write_text(broken)
+    done = run_config(compose, copy, empty_env_file)
+    assert done.returncode != 0, f"{breakage}: accepted\n{done.stdout[:1000]}"
+    assert culprit in done.stdout + done.stderr, done.stderr
+
+
+# -- the image ---------------------------------------------------------------------------------------
+
+
+def dockerfile_instructions(text: str) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) with continuation lines joined and comments dropped."""
+    found: list[tuple[str, str]] = []
+    current = ""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.endswith("\\"):
+            current += line[:-1] + " "
+            continue
+        current += line
+        instruction, _, rest = current.partition(" ")
+        found.append((instruction.upper(), " ".join(rest.split())))
+        current = ""
+    return found
+
+
+def copy_sources(arguments: str) -> list[str]:
+    """The sources of a COPY (flags and the destination dropped)."""
+    words = [word for word in shlex.split(arguments) if not word.startswith("--")]
+    return words[:-1]
+
+
+def test_dockerfile_installs_agora_with_the_tests_bootstrap_script() -> None:
+    steps = dockerfile_instructions(DOCKERFILE.read_text())
+    froms = [args for instruction, args in steps if instruction == "FROM"]
+    assert len(froms) == 1 and re.fullmatch(r"python:3\.11[\w.-]*-bookworm", froms[0]), froms
+    apt = " ".join(args for instruction, args in steps if instruction == "RUN" and "apt-get install" in args)
+    for package in ("slurmctld", "slurmd", "slurm-client", "munge"):
+        assert re.search(rf"(?<![\w-]){package}(?![\w-])", apt), package
+    boot = [
+        i for i, (instruction, args) in enumerate(steps) if instruction == "RUN" and "bash scripts/bootstrap.sh" in args
+    ]
+    assert len(boot) == 1, "the image installs agora with scripts/bootstrap.sh"
+    assert "source scripts/bootstrap.sh" in (REPO / "scripts" / "test.sh").read_text(), "the tests use it too"
+    workdir = [args for instruction, args in steps[: boot[0]] if instruction == "WORKDIR"]
+    assert workdir and workdir[-1] == IMAGE_ROOT
+
+    # What pip needs to build agora is copied before the install: setup.cfg's long_description file
+    # and the module its version is read from.
+    setup = configparser.ConfigParser()
+    setup.read(REPO / "setup.cfg")
+    long_description = setup["metadata"]["long_description"].removeprefix("file:").strip()
+    version_module = setup["metadata"]["version"].removeprefix("attr:").strip().rsplit(".", 1)[0]
+    before = {src for instruction, args in steps[: boot[0]] if instruction == "COPY" for src in copy_sources(args)}
+    needed = {"setup.cfg", "pyproject.toml", "scripts/bootstrap.sh", long_description}
+    needed.add(version_module.replace(".", "/") + "/__init__.py")
+    assert needed <= before, f"copied after the install or not at all: {sorted(needed - before)}"
+    every = [src for instruction, args in steps if instruction == "COPY" for src in copy_sources(args)]
+    for src in every:
+        assert (REPO / src).exists(), f"COPY {src}: no such file in the repository"
+    # The package, the shipped model (found beside it), catalogs, workflows, the DAGs and docker/ itself.
+    for src in ("agora_optimizer", "models", "catalogs", "workflows", "dags", "docker"):
+        assert src in every, src
+    entrypoint = [args for instruction, args in steps if instruction == "ENTRYPOINT"]
+    assert entrypoint and f"{IMAGE_ROOT}/docker/entrypoint.sh" in entrypoint[-1]
+
+    # The extras asked for exist in setup.cfg (none by default: no dev tools in the image).
+    extras = set(setup["options.extras_require"])
+    arg = next(args for instruction, args in steps if instruction == "ARG" and args.startswith("AGORA_EXTRAS"))
+    default = shlex.split(arg.partition("=")[2]) or [""]
+    asked = {extra.strip() for extra in default[0].split(",") if extra.strip()}
+    assert asked <= extras, f"no such extras in setup.cfg: {sorted(asked - extras)}"
+
+    # The build context (BuildKit reads Dockerfile.dockerignore) lets every copied file in, and not .venv.
+    patterns = [
+        line.strip() for line in DOCKERIGNORE.read_text().splitlines() if line.strip() and not line.startswith("#")
+    ]
+    allowed = {pattern[1:] for pattern in patterns if pattern.startswith("!")}
+    assert patterns[0] == "**"
+    for src in every:
+        assert any(src == top or src.startswith(top + "/") for top in allowed), (
+            f"{src} is kept out of the build context"
+        )
+    assert not any(top == ".venv" or top.startswith(".venv/") for top in allowed)
+
+
+def test_bootstrap_installs_dev_extras_by_default_and_agora_extras_when_asked(tmp_path: Path) -> None:
+    """scripts/bootstrap.sh in a scratch tree whose .venv/bin/python only records its arguments."""
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts" / "bootstrap.sh").write_text(BOOTSTRAP.read_text())
+    for name in ("setup.cfg", "pyproject.toml"):
+        (tmp_path / name).write_text((REPO / name).read_text())
+    python = tmp_path / ".venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    log = tmp_path / "pip.log"
+    python.write_text(f'#!/bin/sh\necho "$*" >>{shlex.quote(str(log))}\n')
+    python.chmod(0o755)
+    stamp = tmp_path / ".venv" / ".agora-installed"
+    base = {k: v for k, v in os.environ.items() if k != "AGORA_EXTRAS"}
+
+    def bootstrap(**extra: str) -> tuple[str, str]:
+        log.unlink(missing_ok=True)
+        done = subprocess.run(
+            ["bash", str(tmp_path / "scripts" / "bootstrap.sh")],
+            env=base | extra,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        return (log.read_text() if log.exists() else ""), stamp.read_text().strip()
+
+    calls, dev_stamp = bootstrap()
+    assert f"-m pip install --quiet -e {tmp_path}[dev]" in calls
+    assert bootstrap() == ("", dev_stamp), "installed again although nothing changed"
+    assert bootstrap(AGORA_EXTRAS="dev") == ("", dev_stamp), "AGORA_EXTRAS=dev is the default"
+    calls, none_stamp = bootstrap(AGORA_EXTRAS="")
+    assert f"-m pip install --quiet -e {tmp_path}\n" in calls and none_stamp != dev_stamp
+    calls, _ = bootstrap(AGORA_EXTRAS="dev,bench")
+    assert f"-m pip install --quiet -e {tmp_path}[dev,bench]" in calls
+
+
+def test_every_script_of_the_image_parses() -> None:
+    scripts = [*sorted(DOCKER.rglob("*.sh")), INSTALL_COMPOSE]
+    assert {ENTRYPOINT, WRITE_SLURM_CONF, DOCKER / "postgres" / "init-databases.sh"} <= set(scripts)
+    for script in scripts:
+        text = script.read_text()
+        assert text.startswith("#!/usr/bin/env bash\n"), script
+        assert "\nset -euo pipefail\n" in text, script
+        assert os.access(script, os.X_OK), f"{script} is not executable"
+        done = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True, timeout=30, check=False)
+        assert done.returncode == 0, f"{script}: {done.stderr}"
+
+
+# -- the catalog and the SLURM cluster ------------------------------------------------------------------
+
+
+def test_catalog_describes_the_nodes_and_partitions_of_the_containers_slurm_conf(
+    config: dict[str, Any], tmp_path: Path
+) -> None:
+    catalog = load_catalog(CATALOG)
+    nodes, partitions, _ = parse_slurm_conf(write_slurm_conf(environment(config, "slurmctld"), tmp_path / "slurm.conf"))
+    slurm = [r for r in catalog.resources if r.backend == "slurm"]
+    assert {str(r.extra.get("partition")) for r in slurm} == set(partitions)
+    for resource in slurm:
+        members = partitions[str(resource.extra["partition"])]["Nodes"].split(",")
+        assert resource.count == len(members), resource.name
+        for member in members:
+            assert int(nodes[member]["CPUs"]) == resource.vcpus, (resource.name, member)
+            assert int(nodes[member]["RealMemory"]) == round(resource.memory_gib * 1024), (resource.name, member)
+    # The deployment uses this file (copied to /opt/agora/docker/) and names one of its resources as default.
+    env = environment(config, "airflow-scheduler")
+    assert f"{IMAGE_ROOT}/{CATALOG.relative_to(REPO)}" in env["AIRFLOW__AGORA__CATALOG"].split(",")
+    assert env["AIRFLOW__AGORA__DEFAULT_RESOURCE"] in {r.name for r in catalog.resources}
+
+
+def test_slurm_conf_writer_refuses_bad_sizes(tmp_path: Path) -> None:
+    out = tmp_path / "slurm.conf"
+    done = subprocess.run(
+        ["bash", str(WRITE_SLURM_CONF), str(out)],
+        env={"PATH": os.environ["PATH"], "SLURM_LARGE_CPUS": "eight"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode != 0 and "SLURM_LARGE_CPUS" in done.stderr
+    assert not out.exists()
