@@ -15,7 +15,8 @@ import typer
 
 from agora_optimizer.settings import SETTINGS, Setting
 
-config_app = typer.Typer(help="The [agora] section of Airflow's configuration.", no_args_is_help=True)
+# (No square brackets in help texts: the CLI's rich markup would take "[agora]" for a style.)
+config_app = typer.Typer(help="The agora section of Airflow's configuration.", no_args_is_help=True)
 
 HEADER = """\
 # Configuration reference: the `[agora]` section
@@ -62,13 +63,13 @@ def reference(
         Format.markdown
     ),
 ) -> None:
-    """Print every [agora] key with its default and what it does."""
+    """Print every key of the agora section with its default and what it does."""
     typer.echo(markdown() if fmt is Format.markdown else airflow_cfg(), nl=False)
 
 
 @config_app.command()
 def show() -> None:
-    """Print the [agora] values in force (airflow.cfg, overridden by AIRFLOW__AGORA__*)."""
+    """Print the agora settings in force (airflow.cfg, overridden by AIRFLOW__AGORA__*)."""
     from agora_optimizer import settings
 
     width = max(len(setting.key) for setting in SETTINGS)

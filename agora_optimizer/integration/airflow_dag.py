@@ -158,6 +158,7 @@ def predicted_dag_workflow(
     trained model of ``model_dir`` (default: the shipped one), and the DAG's declared hints
     and the defaults answer for tasks it has never seen.
     """
+    from agora_optimizer.predict.errors import EmptyHistoryError
     from agora_optimizer.predict.model_store import default_model_dir, load_predictor
     from agora_optimizer.predict.predictor import Predictor
     from agora_optimizer.traces.store import TraceStore, default_store_url
@@ -166,13 +167,18 @@ def predicted_dag_workflow(
     url = store_url or default_store_url()
     with TraceStore(url) as store:
         attempts = [a for a in store.attempts() if a.state == "success"]
+    predictor: Predictor | None = None
+    origin = "no attempts in the trace store"
     if attempts:
-        predictor = Predictor().fit(attempts, catalog)
-        origin = f"learned from {len(attempts)} successful attempts in the trace store"
-    else:
+        try:
+            predictor = Predictor().fit(attempts, catalog)
+            origin = f"learned from {len(attempts)} successful attempts in the trace store"
+        except EmptyHistoryError as exc:  # e.g. every attempt ran on a type this catalog no longer has
+            origin = f"the trace store has nothing to learn from for this catalog ({exc})"
+    if predictor is None:
         directory = Path(model_dir) if model_dir is not None else default_model_dir()
         predictor = load_predictor(directory)
-        origin = f"no attempts in the trace store; model {directory}"
+        origin = f"{origin}; model {directory}"
     workflow = predictor.predicted_workflow(shape, catalog)
     sources = predictor.predict(shape, catalog).sources()
     return workflow, f"{origin}; answered by {sources}"

@@ -53,6 +53,7 @@ def planning_catalog(catalogs: str) -> Catalog:
 
 def retrain(store_url: str, directory: Path, catalog: Catalog | None = None) -> RetrainResult:
     """Fit the predictor on the store's attempts and save it, unless nothing new was recorded."""
+    from agora_optimizer.predict.errors import EmptyHistoryError
     from agora_optimizer.predict.model_store import read_metadata, save_predictor
     from agora_optimizer.predict.predictor import Predictor
     from agora_optimizer.traces.store import TraceStore
@@ -68,7 +69,10 @@ def retrain(store_url: str, directory: Path, catalog: Catalog | None = None) -> 
                 return RetrainResult(False, len(attempts), directory, "no new attempts since the last training")
         except AgoraError:
             pass  # an unreadable model is replaced
-    predictor = Predictor().fit(attempts, catalog)
+    try:
+        predictor = Predictor().fit(attempts, catalog)
+    except EmptyHistoryError as exc:  # the model in place (or the shipped one) keeps answering
+        return RetrainResult(False, len(attempts), directory, f"nothing to learn from: {exc}")
     save_predictor(predictor, directory, sources=[source])
     return RetrainResult(True, len(attempts), directory, f"trained on {len(attempts)} attempts")
 

@@ -5,8 +5,8 @@ Levels, best first:
 - ``task``: this task (same ``dag_id`` and ``task_id``) ran before: the model's answer,
   corrected by how far the task's own past runs strayed from it (runtime), and never
   below the largest peak it had (memory);
-- ``category``: tasks of its category (or its operator) are in the training history: the
-  model's answer;
+- ``category``: tasks of its category are in the training history (or, for a task that
+  declares no hint, tasks of its operator class): the model's answer;
 - ``hint``: the workflow declares a value for the task;
 - ``default``: none of these: the median reference runtime of all training rows (the
   model's corrections are learned per category and mean nothing for an unknown one), and

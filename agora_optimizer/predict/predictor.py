@@ -16,7 +16,7 @@ import logging
 import math
 import statistics
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -203,12 +203,21 @@ class Predictor:
     def _runtime(self, shape: TaskShape, model_s: float) -> Estimate:
         past = self.history.task(*shape.key)
         task = model_s * math.exp(past.log_runtime_residual) if past and past.log_runtime_residual is not None else None
-        category = model_s if self.history.knows_category(shape.category, shape.operator) else None
+        category = model_s if self._knows(self.history.knows_category, shape, shape.hint_runtime_s) else None
         return first_answer(task, category, shape.hint_runtime_s, model_s)
+
+    @staticmethod
+    def _knows(knows: Callable[[str, str], bool], shape: TaskShape, hint: float | None) -> bool:
+        """The task's category was learned; or its operator was, and the task declares no hint.
+
+        An operator class is shared far and wide (every ``@task`` is a ``_PythonDecoratedOperator``),
+        so what other tasks of the same class did says less than what the author declared.
+        """
+        return knows(shape.category, "") or (hint is None and knows(shape.category, shape.operator))
 
     def _memory(self, shape: TaskShape, model_bytes: float | None) -> Estimate:
         past = self.history.task(*shape.key)
-        known = model_bytes is not None and self.history.knows_memory_of(shape.category, shape.operator)
+        known = model_bytes is not None and self._knows(self.history.knows_memory_of, shape, shape.hint_memory_bytes)
         task = None
         if past and past.peak_bytes:
             task = max(float(past.peak_bytes), model_bytes if known and model_bytes else 0.0)

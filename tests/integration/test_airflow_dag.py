@@ -27,7 +27,7 @@ def _agora(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(command, capture_output=True, text=True, env=env, timeout=300, check=False)
 
 
-def _attempts(runs: int) -> list[TaskAttempt]:
+def _attempts(runs: int, resource_type: str = "local-small") -> list[TaskAttempt]:
     """Past runs of the example DAG: aggregate takes 40 s and 700 MB, the others 2 s and 100 MB."""
     rows = []
     start = datetime(2026, 11, 1, tzinfo=UTC)
@@ -36,7 +36,7 @@ def _attempts(runs: int) -> list[TaskAttempt]:
             seconds, peak = (40.0, 700 * 2**20) if task == "aggregate" else (2.0, 100 * 2**20)
             attempt = TaskAttempt.create(
                 dag_id=DAG_ID, task_id=task, run_id=f"manual__{run}", operator="_PythonDecoratedOperator",
-                resource_type="local-small", backend="local", started_at=start,
+                resource_type=resource_type, backend="local", started_at=start,
                 ended_at=start + timedelta(seconds=seconds * (1 + 0.05 * run)), peak_rss_bytes=peak,
             )  # fmt: skip
             rows.append(attempt)
@@ -72,6 +72,16 @@ def test_traces_of_past_runs_replace_the_hints(tmp_path: Path) -> None:
     assert aggregate["memory_bytes"] >= 700 * 2**20  # never below the task's own largest peak
     extract = by_task["extract"]
     assert extract["end_s"] - extract["start_s"] < 5.0  # the hint said 2 s, the traces 2 to 2.3 s
+
+
+def test_traces_only_from_resources_the_catalog_dropped_leave_the_hints_in_charge(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'traces.db'}"
+    with TraceStore(store) as traces:
+        traces.add(_attempts(2, resource_type="retired-pool"))  # a pool since removed from the catalog
+    by_task, err = _plan(tmp_path, store, tmp_path / "plan.json")
+    assert "nothing to learn from for this catalog" in err and "unknown resource type" in err
+    assert "'runtime': {'hint': 5}" in err
+    assert by_task["aggregate"]["memory_bytes"] == 1 * GIB  # the declared hint, as with no history
 
 
 def test_unknown_dags_and_bad_hints_are_named(tmp_path: Path) -> None:

@@ -133,3 +133,17 @@ def test_no_memory_recorded_anywhere_falls_back_to_the_default(catalog: Catalog)
     assert {t.memory_source for t in tasks} == {"default"}
     assert {t.memory_bytes for t in tasks} == {predictor.default_memory_bytes}
     assert {t.runtime_source for t in tasks} == {"task"}
+
+
+def test_a_declared_hint_beats_what_other_tasks_of_the_same_operator_did(trained: Predictor, catalog: Catalog) -> None:
+    # "mystery" was never seen, but its operator was (blastall): for a task with no hint that is the best
+    # there is; a task that declares its needs is planned from them (the operator may be as common as @task).
+    bare = TaskShape("mystery_1", "mystery", "blastall", 10, 10, dag_id="x")
+    hinted = TaskShape("mystery_2", "mystery", "blastall", 10, 10, dag_id="x", hint_runtime_s=1800.0,
+                       hint_memory_bytes=24 * 2**30)  # fmt: skip
+    known = TaskShape("blastall_ID9", "blastall", "blastall", 10, 10, dag_id="x", hint_runtime_s=1800.0)
+    tasks = trained.predict(WorkflowShape("ops", (bare, hinted, known), ()), catalog).tasks
+    assert (tasks[0].runtime_source, tasks[0].memory_source) == ("category", "category")
+    assert (tasks[1].runtime_source, tasks[1].memory_source) == ("hint", "hint")
+    assert tasks[1].reference_runtime_s == 1800.0 and tasks[1].memory_bytes == 24 * 2**30
+    assert tasks[2].runtime_source == "category"  # its own category was learned: that outranks a hint
