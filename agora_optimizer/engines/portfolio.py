@@ -4,7 +4,10 @@ Engines run from the fastest to the slowest; each gets a share of the time that 
 left and the best schedule so far as its warm start, and the best schedule by
 :meth:`Problem.rank` wins (within the deadline and budget first, then by score). The
 first engine, list scheduling, always completes a schedule, so there is always a plan; a later
-engine that fails, times out or does not apply only loses its own chance. A plan proven
+engine that fails, times out or does not apply only loses its own chance. While no plan meets
+the deadline and budget, HEFT and PEFT (one fast schedule each, and the fastest makespans) run
+to completion even past the time limit: an error that calls a deadline unreachable must not
+come from a machine too busy to try. A plan proven
 optimal (by CP-SAT or the MILP) ends the run: nothing can beat it.
 """
 
@@ -25,7 +28,7 @@ from agora_optimizer.engines.one_type_default import OneTypeDefaultEngine
 from agora_optimizer.engines.partition import PartitionEngine
 from agora_optimizer.engines.peft import PeftEngine
 from agora_optimizer.engines.pool_search import PoolSearchEngine
-from agora_optimizer.problem import Problem
+from agora_optimizer.problem import Problem, meets_limits
 
 log = logging.getLogger(__name__)
 # CP-SAT's size limit, measured on the first n tasks of the bundled workflows (the catalog of
@@ -34,6 +37,7 @@ log = logging.getLogger(__name__)
 # still helped on most but found nothing in 14 s on one (1000genome, 52 tasks, balanced).
 CPSAT_MAX_TASKS = 40
 Progress = Callable[[str, int, int], None]  # (engine name, engines done, engines planned)
+FAST_STAGES = 3  # list scheduling, HEFT, PEFT: one schedule each, in seconds even for 30,000 tasks
 
 
 @dataclass(frozen=True)
@@ -84,17 +88,22 @@ def run_portfolio(
     outcome_results: dict[str, EngineResult] = {}
     evaluated: dict[str, tuple[float, float]] = {}
     one_schedule_s = 0.0  # how long the first engine's one schedule took, when it outran its share
+    within_limits = False  # whether the best plan so far meets the deadline and the budget
     for done, stage in enumerate(stages):
         if progress:
             progress(stage.engine.name, done, len(stages))
         remaining = deadline - time.perf_counter()
-        if best is not None and remaining <= 0:
+        # A plan over the deadline or budget is no answer: until one meets them, the fast list
+        # schedulers (the first stages) run even past the time limit, for a plan beats an error.
+        if best is not None and remaining <= 0 and (within_limits or done >= FAST_STAGES):
             break
         # Each engine gets its share; the first one always completes a schedule even past it. When
         # that one schedule outran the first share, a later engine (most build whole schedules too)
         # starts only if its share is at least as long.
         budget = max(remaining * stage.share, 0.01)
-        if best is not None and budget < one_schedule_s:
+        if best is not None and not within_limits and done < FAST_STAGES:
+            budget = max(budget, 1.0 + 2 * one_schedule_s)  # one whole schedule of a fast engine
+        elif best is not None and budget < one_schedule_s:
             continue
         started = time.perf_counter()
         try:
@@ -114,6 +123,7 @@ def run_portfolio(
         key = problem.rank(makespan, cost)
         if best_key is None or key < best_key:
             best, best_key = result, key
+            within_limits = meets_limits(problem.objective, makespan, cost)
         if result.status == "optimal" and key <= best_key:
             break  # a proven optimum (within the limits): no later engine can do better
     if progress:

@@ -163,3 +163,30 @@ def test_the_first_engine_keeps_to_its_share_and_leaves_time_to_the_others() -> 
     run_portfolio(Problem.create(workflow, AWS, Objective(kind="cost")), 4.0, [Stage(first, 0.25), Stage(second, 1.0)])
     assert first.budgets[0] <= 0.25 * 4.0 + 1e-6
     assert second.budgets and second.budgets[0] >= 0.5 * 4.0 * 0.75  # most of what is left
+
+
+class _SlowDefault(OneTypeDefaultEngine):
+    """The one-type default, on a machine so loaded that its one schedule takes the whole limit."""
+
+    name = "slow-default"
+
+    def solve(self, problem, time_limit_s, warm_start=None):  # type: ignore[no-untyped-def]
+        time.sleep(time_limit_s * 1.5)
+        return super().solve(problem, time_limit_s, warm_start)
+
+
+def test_until_a_plan_meets_the_deadline_the_fast_engines_run_even_past_the_limit() -> None:
+    """Under load, a 2 s limit once refused a 900 s deadline that HEFT meets (803 s), for want of time."""
+    from agora_optimizer.engines.heft import HeftEngine
+
+    workflow = load_workflow(BUNDLED / "srasearch-chameleon-10a-001.json")
+    free = Problem.create(workflow, AWS, Objective(kind="cost"))
+    fast = free.evaluate(HeftEngine().solve(free, 60.0).assignments)[0]  # type: ignore[union-attr]
+    slow = free.evaluate(OneTypeDefaultEngine().solve(free, 60.0).assignments)[0]  # type: ignore[union-attr]
+    assert fast < slow
+    problem = Problem.create(workflow, AWS, Objective(kind="cost", deadline_s=(fast + slow) / 2))
+    stages = [Stage(_SlowDefault(), 0.25), Stage(HeftEngine(), 0.3), Stage(_Budgeted("late"), 0.6)]
+    late = stages[2].engine
+    outcome = run_portfolio(problem, 0.4, stages)
+    assert outcome.best.method == "heft" and problem.meets_limits(outcome.best.assignments)
+    assert late.budgets == []  # once a plan meets the limits, the time limit holds again  # type: ignore[attr-defined]
