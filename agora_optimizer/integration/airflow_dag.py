@@ -44,6 +44,7 @@ class DagTask:
     runtime_hint_s: float | None = None
     memory_hint_bytes: int | None = None
     mapped: bool = False
+    category: str = ""  # declared; empty: the task id without its index
 
 
 @dataclass(frozen=True)
@@ -88,7 +89,7 @@ def _first_line(error: object) -> str:
 # What a DAG author may declare, plus what agora itself writes there ("placement", by the policy).
 # "resource_type" and "backend" say where a task ran when no agora executor did (the trace listener reads them).
 _HINT_KEYS = frozenset(
-    {"cores", "memory_gib", "memory_bytes", "runtime_s", "category", "name", "placement", "resource_type", "backend"}
+    {"cores", "memory_gib", "memory_bytes", "runtime_s", "category", "placement", "resource_type", "backend"}
 )
 
 
@@ -112,7 +113,11 @@ def _dag_task(fileloc: str, task: Any) -> DagTask:
         memory = check_number(fileloc, f"{where}.memory_bytes", hints["memory_bytes"], maximum=MAX_MEMORY_BYTES)
     elif "memory_gib" in hints:
         memory = check_number(fileloc, f"{where}.memory_gib", hints["memory_gib"], maximum=MAX_MEMORY_BYTES / GIB) * GIB
+    category = hints.get("category", "")
+    if not isinstance(category, str) or (category != "" and not category.strip()):
+        raise FieldError(fileloc, f"{where}.category", f"expected a non-empty string, got {category!r}")
     return DagTask(
+        category=category.strip(),
         task_id=task.task_id,
         operator=getattr(task, "task_type", type(task).__name__),
         upstream=tuple(sorted(task.upstream_task_ids)),
@@ -131,7 +136,7 @@ def workflow_shape(shape: DagShape) -> WorkflowShape:
     tasks = tuple(
         TaskShape(
             task_id=task.task_id,
-            category=task_stem(task.task_id),
+            category=task.category or task_stem(task.task_id),
             operator=task.operator,
             cores=task.cores,
             dag_id=shape.dag_id,

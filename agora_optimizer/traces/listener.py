@@ -132,6 +132,7 @@ def attempt_from_task_instance(
         try_number=int(task_instance.try_number or 1),
         map_index=_map_index(task_instance),
         operator=_operator_name(task),
+        category=declared_category(task_instance),
         resource_type=resource_type,
         backend=backend,
         host=str(getattr(task_instance, "hostname", None) or socket.getfqdn()),
@@ -144,12 +145,23 @@ def attempt_from_task_instance(
     )
 
 
-def resource_of(task_instance: Any) -> tuple[str, str]:
-    """(resource type, backend) of the attempt: environment, then executor_config, then queue."""
+def _agora_config(task_instance: Any) -> dict[str, Any]:
     task = getattr(task_instance, "task", None)
     config = getattr(task, "executor_config", None) or getattr(task_instance, "executor_config", None) or {}
     agora = config.get(EXECUTOR_CONFIG_KEY, {}) if isinstance(config, dict) else {}
-    agora = agora if isinstance(agora, dict) else {}
+    return agora if isinstance(agora, dict) else {}
+
+
+def declared_category(task_instance: Any) -> str:
+    """``executor_config["agora"]["category"]`` where the DAG declares one (else the predictor uses the task id)."""
+    category = _agora_config(task_instance).get("category")
+    return category.strip() if isinstance(category, str) else ""
+
+
+def resource_of(task_instance: Any) -> tuple[str, str]:
+    """(resource type, backend) of the attempt: environment, then executor_config, then queue."""
+    task = getattr(task_instance, "task", None)
+    agora = _agora_config(task_instance)
     queue = getattr(task, "queue", None) or getattr(task_instance, "queue", None) or ""
     resource_type = os.environ.get(RESOURCE_TYPE_ENV) or str(agora.get("resource_type") or "")
     if not resource_type and queue and queue != "default":

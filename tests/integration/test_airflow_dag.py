@@ -107,3 +107,34 @@ def test_unknown_dags_and_bad_hints_are_named(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert "t.executor_config.agora.memory_gb" in result.stderr and "unknown key" in result.stderr
     assert not (tmp_path / "p.json").exists()
+
+
+def test_a_declared_category_groups_tasks_and_a_bad_one_is_named(tmp_path: Path) -> None:
+    folder = tmp_path / "dags"
+    folder.mkdir()
+    (folder / "cats.py").write_text(
+        "from datetime import datetime\n"
+        "from airflow.sdk import DAG\n"
+        "from airflow.providers.standard.operators.empty import EmptyOperator\n"
+        "with DAG('cats', schedule=None, start_date=datetime(2026, 1, 1)):\n"
+        "    EmptyOperator(task_id='fit_small', executor_config={'agora': {'category': 'train'}})\n"
+        "    EmptyOperator(task_id='fit_large', executor_config={'agora': {'category': 'train'}})\n"
+        "    EmptyOperator(task_id='report_3')\n"
+        "with DAG('bad_cat', schedule=None, start_date=datetime(2026, 1, 1)):\n"
+        "    EmptyOperator(task_id='t', executor_config={'agora': {'category': 7}})\n"
+    )
+    script = (
+        "import json, sys\n"
+        "from agora_optimizer.integration.airflow_dag import load_dag, workflow_shape\n"
+        "shape = workflow_shape(load_dag('cats', sys.argv[1]))\n"
+        "print('CATEGORIES' + json.dumps({t.task_id: t.category for t in shape.tasks}))\n"
+        "load_dag('bad_cat', sys.argv[1])\n"
+    )
+    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
+    result = subprocess.run(
+        [sys.executable, "-c", script, str(folder)], capture_output=True, text=True, env=env, timeout=300, check=False
+    )
+    (line,) = [line for line in result.stdout.splitlines() if line.startswith("CATEGORIES")]
+    categories = json.loads(line.removeprefix("CATEGORIES"))
+    assert categories == {"fit_small": "train", "fit_large": "train", "report_3": "report"}
+    assert result.returncode != 0 and "t.executor_config.agora.category" in result.stderr
