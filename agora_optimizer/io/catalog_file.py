@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from types import MappingProxyType
 
+from agora_optimizer.errors import AgoraError
 from agora_optimizer.io.documents import Node, read_document
 from agora_optimizer.model.catalog import BACKENDS, Billing, Catalog, Resource
 
@@ -30,6 +31,11 @@ _KNOWN_KEYS = {
 def load_catalog(path: str | Path) -> Catalog:
     """Read a catalog. Raises an ``AgoraError`` that names the file and the field path."""
     source = str(path)
+    if "," in source and not Path(path).exists():
+        raise AgoraError(
+            f"{source}: no such file; a catalog is one file (list the resources of several in one; "
+            "only the executor's [agora] catalog setting takes a comma-separated list)"
+        )
     root = Node(read_document(path), source)
     root.mapping()
     bandwidth = root.get("network").get("bandwidth_bytes_per_s").number(minimum=MIN_BANDWIDTH_BYTES_PER_S, maximum=1e13)

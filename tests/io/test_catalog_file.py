@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from agora_optimizer.errors import FieldError
+from agora_optimizer.errors import AgoraError, FieldError
 from agora_optimizer.io.catalog_file import load_catalog
 from tests.conftest import AWS_CATALOG, CATALOGS, resource, write_json, write_yaml
 
@@ -76,3 +76,9 @@ def test_malformed_resource_names_the_field_path(change: dict, field: str, tmp_p
 def test_missing_network_is_named(tmp_path: Path) -> None:
     with pytest.raises(FieldError, match="'network': is required"):
         load_catalog(write_yaml(tmp_path / "c.yaml", {"resources": [resource("a")]}))
+
+
+def test_a_comma_separated_list_is_refused_with_what_to_do_instead() -> None:
+    listed = f"{CATALOGS / 'local.yaml'},{CATALOGS / 'slurm-loopback.yaml'}"
+    with pytest.raises(AgoraError, match=r"a catalog is one file .*\[agora\] catalog setting takes a comma"):
+        load_catalog(listed)
