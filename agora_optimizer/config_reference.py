@@ -24,7 +24,9 @@ HEADER = """\
 Generated from `agora_optimizer/settings.py` by `agora config reference > docs/configuration.md`;
 do not edit by hand. agora reads its settings from Airflow's configuration: the `[agora]`
 section of `airflow.cfg`, or `AIRFLOW__AGORA__<KEY>` in the environment, which wins, as for
-any Airflow option. `agora config show` prints the values in force.
+any Airflow option. agora registers the section with Airflow (as a provider), so
+`airflow config get-value agora KEY` and `airflow config list` know every key and its
+default; `agora config show` prints the values in force.
 """
 
 

@@ -19,6 +19,20 @@ class Setting:
     key: str
     default: str
     description: str
+    sensitive: bool = False  # may hold a secret: Airflow also reads it from ..._CMD and ..._SECRET, and masks it
+
+    @property
+    def value_type(self) -> str:
+        """Airflow's name of the value's type, read off the default: boolean, integer, float or string."""
+        if self.default in ("True", "False"):
+            return "boolean"
+        for kind, parse in (("integer", int), ("float", float)):
+            try:
+                parse(self.default)
+            except ValueError:
+                continue
+            return "float" if self.key.endswith("_s") else kind  # seconds may have fractions
+        return "string"
 
 
 SETTINGS: tuple[Setting, ...] = (
@@ -26,7 +40,9 @@ SETTINGS: tuple[Setting, ...] = (
         "trace_store_url",
         "",
         "SQLAlchemy URL of the trace store; empty: sqlite:///$AIRFLOW_HOME/agora/traces.db. "
-        "Use postgresql+psycopg://... in production.",
+        "Use postgresql+psycopg://... in production (it may hold a password: AIRFLOW__AGORA__TRACE_STORE_URL_CMD "
+        "and _SECRET work too).",
+        sensitive=True,
     ),
     Setting(
         "catalog",

@@ -52,3 +52,27 @@ def test_the_cfg_section_parses_and_airflow_reads_it(tmp_path: Path) -> None:
     assert values["plan_time_limit_s"] == "7"  # the environment wins
     assert values["reoptimize_tag"] == "agora" and set(values) == {s.key for s in SETTINGS}
     assert "objective               = cost   (default: balanced)" in shown
+
+
+def test_airflow_knows_the_agora_section_through_the_provider_entry_point(tmp_path: Path) -> None:
+    import json
+
+    import airflow
+    import jsonschema
+
+    from agora_optimizer.provider_info import get_provider_info
+
+    schema = json.loads((Path(airflow.__file__).parent / "provider_info.schema.json").read_text())
+    info = get_provider_info()
+    jsonschema.validate(info, schema)  # what Airflow checks before it loads the provider
+    options = info["config"]["agora"]["options"]
+    assert {key: option["default"] for key, option in options.items()} == {s.key: s.default for s in SETTINGS}
+    assert options["trace_store_url"]["sensitive"] is True and options["airflow_pools"]["type"] == "boolean"
+    assert options["parallelism"]["type"] == "integer" and options["token_refresh_s"]["type"] == "float"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")} | {"AIRFLOW_HOME": str(tmp_path)}
+    airflow_cli = Path(sys.executable).parent / "airflow"
+    answer = subprocess.run(
+        [str(airflow_cli), "config", "get-value", "agora", "reoptimize_tag"],
+        env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert answer.returncode == 0 and answer.stdout.strip() == "agora", answer.stderr[-2000:]
