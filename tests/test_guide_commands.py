@@ -186,17 +186,26 @@ def write_catalog(shell: Shell, block: Block) -> None:
     assert backends == {"local", "slurm", "aws"}, backends
 
 
-def append_airflow_cfg(shell: Shell, block: Block) -> None:
+def set_in_airflow_cfg(shell: Shell, block: Block) -> None:
+    """Set the block's keys in the [agora] section that Airflow wrote (agora declares it as a provider)."""
     cfg = shell.airflow_home / "airflow.cfg"
     assert cfg.is_file(), "Airflow writes airflow.cfg on its first command"
-    with cfg.open("a") as out:
-        out.write("\n" + "\n".join(block.lines[1:]) + "\n")
+    lines = cfg.read_text().splitlines()
+    start = lines.index("[agora]")
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("[")), len(lines))
+    for line in block.lines[1:]:
+        if not line.strip() or line.strip() == "[agora]":
+            continue
+        key = line.split("=", 1)[0].strip()
+        at = next(i for i in range(start + 1, end) if re.match(rf"#?\s*{re.escape(key)}\s*=", lines[i]))
+        lines[at] = line  # the default Airflow wrote for it, replaced
+    cfg.write_text("\n".join(lines) + "\n")
 
 
 FILE_BLOCKS: dict[str, Callable[[Shell, Block], None]] = {
     "# $AIRFLOW_HOME/dags/my_pipeline.py": write_dag,
     "# my-resources.yaml": write_catalog,
-    "# in $AIRFLOW_HOME/airflow.cfg": append_airflow_cfg,
+    "# in $AIRFLOW_HOME/airflow.cfg": set_in_airflow_cfg,
 }
 
 
