@@ -168,3 +168,15 @@ def test_pareto_writes_a_front_that_dominates_nothing_twice(tmp_path: Path, caps
     assert makespans[0] >= front["lower_bounds"]["makespan_s"] - 1e-6
     assert min(costs) >= front["lower_bounds"]["cost_usd"] - 1e-12
     assert chart.read_bytes().startswith(b"\x89PNG")
+
+
+def test_the_fronts_fastest_point_is_the_cheapest_plan_at_that_makespan() -> None:
+    from agora_optimizer.io.catalog_file import load_catalog
+    from agora_optimizer.io.wfformat import load_workflow
+    from agora_optimizer.pareto import pareto_front
+
+    front = pareto_front(load_workflow(BLAST), load_catalog(AWS_CATALOG), "aws", deadlines=2, time_limit_s=4.0)
+    fastest = min(p.makespan_s for p in front.candidates if p.objective.deadline_s is None)
+    asked = [p for p in front.candidates if p.objective.deadline_s == fastest]
+    assert asked and all(p.objective.kind == "cost" for p in asked)  # a cost run with the fastest makespan as deadline
+    assert front.points[0].cost_usd <= min(p.cost_usd for p in asked) + 1e-12
