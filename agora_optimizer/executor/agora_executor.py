@@ -29,6 +29,7 @@ task's ``external_executor_id``; a restarted scheduler adopts running jobs from 
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import os
 import sys
 import time
@@ -59,6 +60,15 @@ if TYPE_CHECKING:
     from agora_optimizer.traces.store import TraceStore
 
 ID_PREFIX = "agora"
+# The scheduler's secrets that no task needs (Airflow 3 tasks reach no database and sign no token).
+WORKER_ENVIRONMENT_EXCLUDE: tuple[str, ...] = (
+    "AIRFLOW__DATABASE__*",
+    "AIRFLOW__API_AUTH__JWT_SECRET*",
+    "AIRFLOW__API_AUTH__JWT_PRIVATE_KEY*",
+    "AIRFLOW__API__SECRET_KEY*",
+    "AIRFLOW__CORE__FERNET_KEY*",
+    "AIRFLOW__CELERY__*",
+)
 
 
 @dataclass
@@ -294,8 +304,19 @@ class AgoraExecutor(BaseExecutor):
         return Placement(resource.name, 1, min(resource.memory_bytes, 2**30), source="default")
 
     def _worker_environment(self) -> dict[str, str]:
-        """What a worker needs to reach Airflow: its config and the Execution API's URL."""
-        passed = {k: v for k, v in os.environ.items() if k.startswith(("AIRFLOW", "PYTHON")) or k in {"PATH", "HOME"}}
+        """What a worker needs to reach Airflow: its config and the Execution API's URL.
+
+        Not the scheduler's keys (:data:`WORKER_ENVIRONMENT_EXCLUDE`): a task talks to Airflow
+        through the Execution API with its own token, and a SLURM job's environment is kept by
+        the cluster, so the metadata database's URL or the key that signs every task's token
+        must not travel with it.
+        """
+        passed = {
+            k: v
+            for k, v in os.environ.items()
+            if (k.startswith(("AIRFLOW", "PYTHON")) or k in {"PATH", "HOME"})
+            and not any(fnmatch.fnmatchcase(k, pattern) for pattern in WORKER_ENVIRONMENT_EXCLUDE)
+        }
         passed["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"] = get_execution_api_server_url(self.conf)
         return passed
 

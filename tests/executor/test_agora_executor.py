@@ -317,3 +317,22 @@ def test_a_job_that_waits_in_its_queue_past_the_limit_is_cancelled_and_fails_wit
     with TraceStore(f"sqlite:///{tmp_path / 'traces.db'}") as store:
         (attempt,) = store.attempts(dag_id="unit")
     assert attempt.state == "cancelled" and "waiting for pool capacity" in attempt.error_text
+
+
+def test_a_job_gets_airflows_settings_but_not_the_schedulers_secrets(
+    executor: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secrets = {
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": "postgresql://airflow:pw@db/airflow",
+        "AIRFLOW__API_AUTH__JWT_SECRET": "signs-every-token",
+        "AIRFLOW__CORE__FERNET_KEY_CMD": "cat /secret/fernet",
+        "AIRFLOW__API__SECRET_KEY": "ui-sessions",
+    }
+    for name, value in secrets.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("AIRFLOW__AGORA__TRACE_STORE_URL", "postgresql+psycopg://agora:pw@db/traces")
+    monkeypatch.setenv("AIRFLOW_CONN_WAREHOUSE", "postgresql://task:pw@warehouse/db")  # the tasks' own
+    passed = executor._worker_environment()
+    assert not set(secrets) & set(passed)
+    assert passed["AIRFLOW__AGORA__TRACE_STORE_URL"].endswith("/traces")  # the listener writes the task's row
+    assert "AIRFLOW_CONN_WAREHOUSE" in passed and passed["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"]
