@@ -8,8 +8,7 @@
 # failed, 3 chromium is absent and cannot be installed here (no apt-get, or not root and no sudo).
 # Timings on this 2-core VM: cold (apt_get update + install) about a minute; already installed 0.01 s.
 set -euo pipefail
-# Every installer of the tests goes through one lock (two pytest workers may install at once).
-apt_get() { flock /tmp/agora-apt.lock apt-get -o DPkg::Lock::Timeout=600 "$@"; }
+source "$(dirname "${BASH_SOURCE[0]}")/lib/apt.sh"  # apt_get, require_installer
 
 BROWSER="${AGORA_CHROMIUM:-/usr/bin/chromium}"
 LOG="${TMPDIR:-/tmp}/agora-install-browser.log"
@@ -20,17 +19,7 @@ if [ -x "$BROWSER" ]; then
   echo "$BROWSER"
   exit 0
 fi
-if ! command -v apt-get >/dev/null 2>&1; then
-  say "chromium is not at $BROWSER and there is no apt-get to install it"
-  exit 3
-fi
-if [ "$(id -u)" != 0 ]; then
-  if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
-    exec sudo -n -E bash "$0" "$@"
-  fi
-  say "chromium is not at $BROWSER; installing it needs root (or passwordless sudo)"
-  exit 3
-fi
+require_installer "install_browser: chromium is not at $BROWSER" "$0" "$@"
 
 install() { DEBIAN_FRONTEND=noninteractive apt_get install -y -qq --no-install-recommends chromium fonts-dejavu-core >>"$LOG" 2>&1; }
 

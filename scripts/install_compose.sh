@@ -12,8 +12,7 @@
 # root and no sudo).
 # Timings on this 2-core VM: cold (apt-get install) about 25 s; already there 1 s.
 set -euo pipefail
-# Every installer of the tests goes through one lock (two pytest workers may install at once).
-apt_get() { flock /tmp/agora-apt.lock apt-get -o DPkg::Lock::Timeout=600 "$@"; }
+source "$(dirname "${BASH_SOURCE[0]}")/lib/apt.sh"  # apt_get, require_installer
 
 LOG="${TMPDIR:-/tmp}/agora-install-compose.log"
 
@@ -34,17 +33,7 @@ found() {  # print the working client's command and succeed, or fail
 if found; then
   exit 0
 fi
-if ! command -v apt-get >/dev/null 2>&1; then
-  say "neither 'docker compose' nor 'docker-compose' answers, and there is no apt-get to install docker-compose"
-  exit 3
-fi
-if [ "$(id -u)" != 0 ]; then
-  if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
-    exec sudo -n -E bash "$0" "$@"
-  fi
-  say "neither 'docker compose' nor 'docker-compose' answers; installing docker-compose needs root (or passwordless sudo)"
-  exit 3
-fi
+require_installer "install_compose: neither 'docker compose' nor 'docker-compose' answers" "$0" "$@"
 
 install() {
   DEBIAN_FRONTEND=noninteractive apt_get install -y -qq --no-install-recommends docker-compose \

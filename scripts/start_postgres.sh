@@ -13,8 +13,7 @@
 # Idempotent: a second start prints the same URL. Exit codes: 0 ok, 1 failure, 3 PostgreSQL is
 # absent and cannot be installed here (no apt-get, or not root).
 set -euo pipefail
-# Every installer of the tests goes through one lock (two pytest workers may install at once).
-apt_get() { flock /tmp/agora-apt.lock apt-get -o DPkg::Lock::Timeout=600 "$@"; }
+source "$(dirname "${BASH_SOURCE[0]}")/lib/apt.sh"  # apt_get, require_installer
 
 log() { echo "start_postgres: $*" >&2; }
 

@@ -29,8 +29,7 @@
 # Timings on this 2-core VM: cold (apt_get install + first start) 36 s; from stopped 2 s;
 # already running 0.3 s.
 set -euo pipefail
-# Every installer of the tests goes through one lock (two pytest workers may install at once).
-apt_get() { flock /tmp/agora-apt.lock apt-get -o DPkg::Lock::Timeout=600 "$@"; }
+source "$(dirname "${BASH_SOURCE[0]}")/lib/apt.sh"  # apt_get, require_installer
 
 ACTION="start"
 case "${1:-}" in
