@@ -78,4 +78,5 @@ def show() -> None:
     for setting in SETTINGS:
         value = settings.get(setting.key)
         mark = "" if value == setting.default else "   (default: " + (setting.default or "empty") + ")"
-        typer.echo(f"{setting.key:<{width}} = {value}{mark}")
+        shown = "***" if setting.sensitive and value else value  # e.g. a database URL with its password
+        typer.echo(f"{setting.key:<{width}} = {shown}{mark}")

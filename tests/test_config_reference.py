@@ -43,6 +43,7 @@ def test_the_cfg_section_parses_and_airflow_reads_it(tmp_path: Path) -> None:
     (home / "airflow.cfg").write_text(section)
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
     env |= {"AIRFLOW_HOME": str(home), "AIRFLOW__AGORA__PLAN_TIME_LIMIT_S": "7"}
+    env["AIRFLOW__AGORA__TRACE_STORE_URL"] = "postgresql+psycopg://agora:s3cret@db/traces"
     shown = subprocess.run(
         [sys.executable, "-m", "agora_optimizer", "config", "show"],
         env=env, capture_output=True, text=True, timeout=120, check=True,
@@ -52,6 +53,7 @@ def test_the_cfg_section_parses_and_airflow_reads_it(tmp_path: Path) -> None:
     assert values["plan_time_limit_s"] == "7"  # the environment wins
     assert values["reoptimize_tag"] == "agora" and set(values) == {s.key for s in SETTINGS}
     assert "objective               = cost   (default: balanced)" in shown
+    assert values["trace_store_url"] == "***" and "s3cret" not in shown  # a sensitive value is not printed
 
 
 def test_airflow_knows_the_agora_section_through_the_provider_entry_point(tmp_path: Path) -> None:
