@@ -215,11 +215,13 @@ class AgoraExecutor(BaseExecutor):
             with contextlib.suppress(Exception):
                 self._backend(job.record.backend).cancel(job.external_id)
             self.log.warning(
-                "Revoked %s (%s job %s). If Airflow revoked it for waiting in the queue longer than "
-                "[scheduler] task_queued_timeout, raise that timeout above your %s queue waits.",
+                "Revoked %s (%s job %s, last seen %s): Airflow found its task QUEUED longer than "
+                "[scheduler] task_queued_timeout, and the job was neither waiting in %s's queue (within "
+                "[agora] backend_queue_timeout_s) nor just started",
                 job.record.label,
                 job.record.backend,
                 job.external_id,
+                job.phase or "not yet polled",
                 job.record.resource,
             )
 
