@@ -162,7 +162,7 @@ def get(key: str) -> str:
         raise UnknownSettingError(f"[agora] {key} is not a setting; known: {', '.join(sorted(_BY_KEY))}")
     from airflow.configuration import conf
 
-    return str(conf.get("agora", key, fallback=setting.default))
+    return str(conf.get("agora", key, fallback=setting.default)).strip()  # a _CMD's output ends in a newline
 
 
 def get_bool(key: str) -> bool:

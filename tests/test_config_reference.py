@@ -78,3 +78,14 @@ def test_airflow_knows_the_agora_section_through_the_provider_entry_point(tmp_pa
         env=env, capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert answer.returncode == 0 and answer.stdout.strip() == "agora", answer.stderr[-2000:]
+
+
+def test_a_sensitive_setting_may_come_from_a_command(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")} | {"AIRFLOW_HOME": str(tmp_path)}
+    env["AIRFLOW__AGORA__TRACE_STORE_URL_CMD"] = "echo postgresql+psycopg://agora:from-a-vault@db/traces"
+    env["AIRFLOW__AGORA__OBJECTIVE_CMD"] = "echo cost"  # not sensitive: Airflow ignores _CMD for it
+    script = "from agora_optimizer import settings\nfor k in ('trace_store_url', 'objective'): print(settings.get(k))"
+    shown = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120, check=True
+    ).stdout.splitlines()[-2:]
+    assert shown == ["postgresql+psycopg://agora:from-a-vault@db/traces", "balanced"]
