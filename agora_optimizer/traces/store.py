@@ -25,6 +25,9 @@ special, and rows are written in key order so that two writers cannot deadlock.
 
 from __future__ import annotations
 
+import random
+import sqlite3
+import time
 from collections.abc import Callable, Collection, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
@@ -375,8 +378,7 @@ def _configure_sqlite(engine: Engine) -> None:
         dbapi_connection.isolation_level = None  # SQLAlchemy emits BEGIN itself, below
         cursor = dbapi_connection.cursor()
         cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
-        if cursor.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
-            cursor.execute("PRAGMA journal_mode = WAL")
+        _switch_to_wal(cursor)
         cursor.execute("PRAGMA synchronous = NORMAL")
         cursor.close()
 
@@ -384,6 +386,22 @@ def _configure_sqlite(engine: Engine) -> None:
     def _on_begin(connection: Connection) -> None:
         read_only = connection.get_execution_options().get("agora_read_only", False)
         connection.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
+
+
+def _switch_to_wal(cursor: Any) -> None:
+    """WAL mode, retried: SQLite answers "locked" at once, without its busy handler, when another
+    process holds the new database while this one changes its journal mode (seen with four
+    writers opening a new store together)."""
+    deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            if cursor.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                cursor.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(random.uniform(0.01, 0.1))
 
 
 def _password(url: str) -> str:
