@@ -190,5 +190,7 @@ def test_time_limit_bounds_the_wall_time_beyond_the_first_schedule() -> None:
     started = time.perf_counter()
     plan = optimize(workflow, AWS, Objective(kind="balanced"), "aws", time_limit_s=1.0)
     elapsed = time.perf_counter() - started
-    assert elapsed <= 1.0 + 2 * one_schedule_s + 0.5
+    # The limit, the first engine's one schedule past its share, and the bounds and the default plan
+    # around the search; the margin is for a CI machine running the other worker's tests beside it.
+    assert elapsed <= 1.0 + 3 * one_schedule_s + 1.0
     assert validate_plan(plan, workflow, AWS) == []
