@@ -152,6 +152,7 @@ def test_a_throttled_submit_is_retried_and_the_job_then_runs(
     assert record["external_id"] == "unit__t__r1__try1" and record["resource"] == "local-small"
     assert json.loads((tmp_path / "jobs" / "unit__t__r1__try1" / "workload.json").read_text())["ti"]["task_id"] == "t"
     monkeypatch.setenv("AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT", "0")  # stuck, by Airflow's measure: revoked
+    monkeypatch.setenv("AIRFLOW__AGORA__BACKEND_QUEUE_TIMEOUT_S", "0")  # (were it still pending in its pool)
     executor.revoke_task(ti=item.ti)
     assert backend.cancelled == ["unit__t__r1__try1"]
 
@@ -245,8 +246,9 @@ def test_a_job_waiting_in_a_queue_gets_a_fresh_token(
     executor.sync()
     token = json.loads(path.read_text())["token"]
     assert token != "first" and token.count(".") == 2  # a signed JWT from Airflow's generator
-    inner.cancel("blocker")
-    monkeypatch.setenv("AIRFLOW__AGORA__BACKEND_QUEUE_TIMEOUT_S", "0")  # no longer kept in its queue
+    inner.cancel("blocker")  # the job may start now: neither its wait nor its start keeps it any more
+    monkeypatch.setenv("AIRFLOW__AGORA__BACKEND_QUEUE_TIMEOUT_S", "0")
+    monkeypatch.setenv("AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT", "0")
     executor.revoke_task(ti=item.ti)
 
 
