@@ -28,7 +28,7 @@ from agora_optimizer.engines.one_type_default import OneTypeDefaultEngine
 from agora_optimizer.engines.partition import PartitionEngine
 from agora_optimizer.engines.peft import PeftEngine
 from agora_optimizer.engines.pool_search import PoolSearchEngine
-from agora_optimizer.problem import Problem, meets_limits
+from agora_optimizer.problem import Problem
 
 log = logging.getLogger(__name__)
 # CP-SAT's size limit, measured on the first n tasks of the bundled workflows (the catalog of
@@ -88,11 +88,11 @@ def run_portfolio(
     outcome_results: dict[str, EngineResult] = {}
     evaluated: dict[str, tuple[float, float]] = {}
     one_schedule_s = 0.0  # how long the first engine's one schedule took, when it outran its share
-    within_limits = False  # whether the best plan so far meets the deadline and the budget
     for done, stage in enumerate(stages):
         if progress:
             progress(stage.engine.name, done, len(stages))
         remaining = deadline - time.perf_counter()
+        within_limits = best_key is not None and best_key[0] == 0  # rank() leads with the excess over the limits
         # A plan over the deadline or budget is no answer: until one meets them, the fast list
         # schedulers (the first stages) run even past the time limit, for a plan beats an error.
         if best is not None and remaining <= 0 and (within_limits or done >= FAST_STAGES):
@@ -123,7 +123,6 @@ def run_portfolio(
         key = problem.rank(makespan, cost)
         if best_key is None or key < best_key:
             best, best_key = result, key
-            within_limits = meets_limits(problem.objective, makespan, cost)
         if result.status == "optimal" and key <= best_key:
             break  # a proven optimum (within the limits): no later engine can do better
     if progress:
