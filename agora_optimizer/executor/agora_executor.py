@@ -407,9 +407,8 @@ class AgoraExecutor(BaseExecutor):
             if status is not None:
                 self._note(job, status)
         if job.phase == "pending":
-            limit_s = settings.get_float("backend_queue_timeout_s")
-            waited_s = job.queue_wait_s()
-            if waited_s < limit_s:
+            waited_s, limit_s = job.queue_wait_s(), settings.get_float("backend_queue_timeout_s")
+            if waited_s <= limit_s:  # the wait _cancel_if_waited_too_long allows
                 return (
                     f"waits in {job.record.resource}'s queue ({job.last_reason or 'pending'}) for {waited_s:.0f} s; "
                     f"[agora] backend_queue_timeout_s ({limit_s:.0f} s) bounds that wait, not task_queued_timeout"
