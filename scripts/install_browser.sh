@@ -6,9 +6,9 @@
 #
 # Needs root (or sudo) to install. Exit codes: 0 chromium is there (its path on stdout), 1 the install
 # failed, 3 chromium is absent and cannot be installed here (no apt-get, or not root and no sudo).
-# Timings on this 2-core VM: cold (apt_get update + install) about a minute; already installed 0.01 s.
+# Timings on this 2-core VM: cold (apt-get update + install) about a minute; already installed 0.01 s.
 set -euo pipefail
-source "$(dirname "${BASH_SOURCE[0]}")/lib/apt.sh"  # apt_get, require_installer
+source "$(dirname "${BASH_SOURCE[0]}")/lib/apt.sh"  # apt_get, apt_install, require_installer
 
 BROWSER="${AGORA_CHROMIUM:-/usr/bin/chromium}"
 LOG="${TMPDIR:-/tmp}/agora-install-browser.log"
@@ -21,13 +21,8 @@ if [ -x "$BROWSER" ]; then
 fi
 require_installer "install_browser: chromium is not at $BROWSER" "$0" "$@"
 
-install() { DEBIAN_FRONTEND=noninteractive apt_get install -y -qq --no-install-recommends chromium fonts-dejavu-core >>"$LOG" 2>&1; }
-
 say "installing Debian's chromium (apt-get; log: $LOG)"
-if ! install; then
-  apt_get update -qq >>"$LOG" 2>&1 || true
-  install || { tail -20 "$LOG" >&2; say "apt-get install chromium failed (log: $LOG)"; exit 1; }
-fi
+apt_install "$LOG" chromium fonts-dejavu-core || { say "apt-get install chromium failed (log: $LOG)"; exit 1; }
 if [ ! -x "$BROWSER" ]; then
   say "apt-get installed chromium but $BROWSER is missing"
   exit 1

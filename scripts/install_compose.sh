@@ -12,7 +12,7 @@
 # root and no sudo).
 # Timings on this 2-core VM: cold (apt-get install) about 25 s; already there 1 s.
 set -euo pipefail
-source "$(dirname "${BASH_SOURCE[0]}")/lib/apt.sh"  # apt_get, require_installer
+source "$(dirname "${BASH_SOURCE[0]}")/lib/apt.sh"  # apt_get, apt_install, require_installer
 
 LOG="${TMPDIR:-/tmp}/agora-install-compose.log"
 
@@ -35,16 +35,8 @@ if found; then
 fi
 require_installer "install_compose: neither 'docker compose' nor 'docker-compose' answers" "$0" "$@"
 
-install() {
-  DEBIAN_FRONTEND=noninteractive apt_get install -y -qq --no-install-recommends docker-compose \
-    >>"$LOG" 2>&1
-}
-
 say "installing Debian's docker-compose (apt-get; log: $LOG)"
-if ! install; then
-  apt_get update -qq >>"$LOG" 2>&1 || true
-  install || { tail -20 "$LOG" >&2; say "apt-get install docker-compose failed (log: $LOG)"; exit 1; }
-fi
+apt_install "$LOG" docker-compose || { say "apt-get install docker-compose failed (log: $LOG)"; exit 1; }
 if ! found; then
   say "apt-get installed docker-compose but 'docker-compose version' fails"
   docker-compose version >&2 || true

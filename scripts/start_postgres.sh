@@ -13,7 +13,7 @@
 # Idempotent: a second start prints the same URL. Exit codes: 0 ok, 1 failure, 3 PostgreSQL is
 # absent and cannot be installed here (no apt-get, or not root).
 set -euo pipefail
-source "$(dirname "${BASH_SOURCE[0]}")/lib/apt.sh"  # apt_get, require_installer
+source "$(dirname "${BASH_SOURCE[0]}")/lib/apt.sh"  # apt_get, apt_install, require_installer
 
 log() { echo "start_postgres: $*" >&2; }
 
@@ -53,10 +53,9 @@ install_postgres() {
     log "PostgreSQL is not installed and cannot be installed here (needs root and apt-get)"
     exit 3
   fi
-  log "installing Debian's postgresql with apt-get (takes a minute)"
-  export DEBIAN_FRONTEND=noninteractive
-  apt_get update -qq >&2
-  apt_get install -y -qq --no-install-recommends postgresql >&2
+  local apt_log="${TMPDIR:-/tmp}/agora-install-postgres.log"
+  log "installing Debian's postgresql with apt-get (takes a minute; log: $apt_log)"
+  apt_install "$apt_log" postgresql || { log "apt-get install postgresql failed (log: $apt_log)"; exit 1; }
 }
 
 port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }

@@ -26,10 +26,10 @@
 # MariaDB in STATE_DIR/mysql on 127.0.0.1:3307; every finished job is also written by
 # jobcomp/filetxt to STATE_DIR/jobcomp.txt (a fallback that needs no database). munged runs on
 # its default socket with /etc/munge/munge.key (a munged already running there is reused).
-# Timings on this 2-core VM: cold (apt_get install + first start) 36 s; from stopped 2 s;
+# Timings on this 2-core VM: cold (apt-get install + first start) 36 s; from stopped 2 s;
 # already running 0.3 s.
 set -euo pipefail
-source "$(dirname "${BASH_SOURCE[0]}")/lib/apt.sh"  # apt_get, require_installer
+source "$(dirname "${BASH_SOURCE[0]}")/lib/apt.sh"  # apt_get, apt_install, require_installer
 
 ACTION="start"
 case "${1:-}" in
@@ -125,11 +125,9 @@ if [ "${#need[@]}" -gt 0 ]; then
   if [ ! -e /usr/sbin/policy-rc.d ]; then
     printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d && policy_added=1
   fi
-  install_pkgs() { apt_get install -y -qq --no-install-recommends "${need[@]}" >"$STATE.apt.log" 2>&1; }
-  mkdir -p "$(dirname "$STATE")"
-  if ! install_pkgs; then
-    apt_get update -qq >>"$STATE.apt.log" 2>&1 || true
-    install_pkgs || { [ "$policy_added" = 1 ] && rm -f /usr/sbin/policy-rc.d; tail -20 "$STATE.apt.log" >&2; die "apt-get install ${need[*]} failed (log: $STATE.apt.log)"; }
+  if ! apt_install "$STATE.apt.log" "${need[@]}"; then
+    [ "$policy_added" = 1 ] && rm -f /usr/sbin/policy-rc.d
+    die "apt-get install ${need[*]} failed (log: $STATE.apt.log)"
   fi
   [ "$policy_added" = 1 ] && rm -f /usr/sbin/policy-rc.d
 fi

@@ -20,3 +20,16 @@ require_installer() {
   echo "$what; installing it needs root (or passwordless sudo)" >&2
   exit 3
 }
+
+# apt_install LOG PACKAGE...: install the packages (quietly, into LOG); when that fails, refresh the
+# package lists and try once more; on a second failure show the end of LOG and return 1.
+apt_install() {
+  local log="$1"
+  shift
+  mkdir -p "$(dirname "$log")"
+  DEBIAN_FRONTEND=noninteractive apt_get install -y -qq --no-install-recommends "$@" >>"$log" 2>&1 && return 0
+  apt_get update -qq >>"$log" 2>&1 || true
+  DEBIAN_FRONTEND=noninteractive apt_get install -y -qq --no-install-recommends "$@" >>"$log" 2>&1 && return 0
+  tail -20 "$log" >&2
+  return 1
+}
