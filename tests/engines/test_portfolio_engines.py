@@ -20,6 +20,7 @@ from agora_optimizer.problem import Problem
 from agora_optimizer.schedule.retime import retime, start_order
 from agora_optimizer.validate import validate_plan
 from tests.conftest import AWS_CATALOG, BUNDLED, ENGINE_WORKFLOWS
+from tests.engines.plan_checks import problem_of, processor, task, violations
 
 AWS = load_catalog(AWS_CATALOG)
 WORKFLOWS = ENGINE_WORKFLOWS
@@ -65,6 +66,20 @@ def test_local_search_never_worsens_and_keeps_plans_valid(cost_problem: Problem)
     assert improved.method == "list-scheduling+local-search"
     before = cost_problem.rank(*cost_problem.evaluate(start.assignments))
     assert cost_problem.rank(*cost_problem.evaluate(improved.assignments)) < before
+
+
+def test_local_search_repacks_one_machine_by_reordering_its_tasks() -> None:
+    # One two-core machine and five independent tasks: 200, 200, 200, 300, 300 s. Taken in that
+    # order they end at 700 s; the two long ones one after the other, beside the short ones, end at 600 s.
+    tasks = [task(n, r) for n, r in (("a", 200), ("b", 200), ("c", 200), ("d", 300), ("e", 300))]
+    timed = problem_of(tasks, [], [processor("duo", 1.0, vcpus=2, count=1)])
+    problem = Problem.create(timed.workflow, timed.catalog, Objective(kind="cost"))
+    start = retime(problem.workflow, problem.catalog, {t.id: "duo#0" for t in tasks}, ["a", "b", "c", "d", "e"])
+    assert max(a.end_s for a in start) == 700
+    improved = LocalSearchEngine().solve(problem, 5.0, warm_start=EngineResult(tuple(start), "given"))
+    assert improved is not None and violations(problem, improved.assignments) == []
+    assert max(a.end_s for a in improved.assignments) == 600
+    assert {a.machine for a in improved.assignments} == {"duo#0"}
 
 
 def test_retime_of_a_schedule_on_its_own_machines_is_no_later() -> None:
