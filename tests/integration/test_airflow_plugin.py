@@ -33,8 +33,9 @@ def test_airflow_lists_the_agora_plugin_from_the_entry_point(tmp_path: Path) -> 
         {"app": "agora_optimizer.integration.plugin.LazyAgoraApp", "url_prefix": "/agora", "name": "agora"}
     ]
     views = {view["url_route"]: view for view in plugins["agora"]["external_views"]}
-    assert views["agora"]["destination"] == "nav" and views["agora"]["href"] == "/agora/"
-    assert views["agora-plan"]["destination"] == "dag" and views["agora-plan"]["href"] == "/agora/dags/{DAG_ID}"
+    # relative to Airflow's base URL, so that a sub-path deployment ([api] base_url) keeps them inside it
+    assert views["agora"]["destination"] == "nav" and views["agora"]["href"] == "agora/"
+    assert views["agora-plan"]["destination"] == "dag" and views["agora-plan"]["href"] == "agora/dags/{DAG_ID}"
 
 
 def test_loading_the_plugin_does_not_import_the_web_app() -> None:
