@@ -7,13 +7,16 @@ Usage:
 
 For every (catalog, workflow) it runs every planner and reports makespan, cost, their
 ratios to the lower bounds (:func:`agora_optimizer.problem.lower_bounds`), the planner's
-wall time and the peak memory of its process. Two objectives:
+wall time and the peak memory of its process. Objectives (``--objectives``, default
+``time,cost``):
 - time: minimise makespan;
-- cost: minimise cost under a deadline equal to the one-type default's makespan.
+- cost: minimise cost under a deadline equal to the one-type default's makespan;
+- cheapest: minimise cost with no deadline (how much a workflow that may take its time saves).
 Planners that ignore the objective (default, HEFT, PEFT, the partitioners) run once and
 are scored under both; the cost rows say whether they met the deadline. The static pool
 cost is the default's machines leased for the whole makespan (what a standing Airflow
-worker pool costs).
+worker pool costs); next to each planner's median cost over it stands the cost lower bound's
+(under the row's deadline): no plan can save more against the static pool than that allows.
 
 Each run is a subprocess of its own (``--worker``), so its peak memory is honest: the
 worker loads the workflow and catalog, builds the problem, reads ``ru_maxrss`` (setup),
@@ -296,6 +299,7 @@ def _score(record: dict[str, Any], bounds: dict[str, float]) -> None:
     if record.get("status") == "ok":
         record["t_ratio"] = record["makespan_s"] / max(bounds["makespan_s"], 1e-9)
         record["c_ratio"] = record["cost_usd"] / max(bounds["cost_usd"], 1e-12)
+    record["cost_bound_usd"] = bounds["cost_usd"]
 
 
 def run_case(
@@ -305,8 +309,9 @@ def run_case(
     registry: dict[str, Entry],
     time_limit_s: float,
     kill_after_s: float,
+    objectives: tuple[str, ...] = ("time", "cost"),
 ) -> list[dict[str, Any]]:
-    """Every planner on one workflow and catalog, under both objectives."""
+    """Every planner on one workflow and catalog, under each objective."""
     base = {"workflow": str(case.path), "catalog": str(catalog), "time_limit_s": time_limit_s}
     time_objective = {"kind": "time"}
     default = launch(
@@ -324,8 +329,10 @@ def run_case(
     for name in planners:
         blind = name == "default" or not registry[name].objective_aware
         runs: list[tuple[str, dict[str, Any], dict[str, float] | None]] = [("time", time_objective, time_bounds)]
-        if deadline is not None and not blind:
+        if deadline is not None and not blind and "cost" in objectives:
             runs.append(("cost", {"kind": "cost", "deadline_s": deadline}, cost_bounds))
+        if not blind and "cheapest" in objectives:
+            runs.append(("cheapest", {"kind": "cost"}, time_bounds))
         for objective_name, objective, bounds in runs:
             job = base | {"planner": name, "objective": objective, "bounds": bounds}
             result = default if name == "default" else launch(job, kill_after_s)
@@ -333,10 +340,12 @@ def run_case(
             _score(record, bounds or time_bounds)
             records.append(record)
             _print_run(record)
-            if blind and deadline is not None and cost_bounds is not None:
+            if blind and deadline is not None and cost_bounds is not None and "cost" in objectives:
                 twin = dict(record) | {"objective": "cost", "twin": True}
                 _score(twin, cost_bounds)
                 records.append(twin)
+            if blind and "cheapest" in objectives:
+                records.append(dict(record) | {"objective": "cheapest", "twin": True})
     for record in records:
         record["deadline_s"] = deadline if record["objective"] == "cost" else None
         record["default_makespan_s"] = deadline
@@ -366,7 +375,7 @@ def summary_rows(records: list[dict[str, Any]], planners: list[str]) -> list[str
     rows = []
     groups = sorted({(r["catalog"], r["group"]) for r in records})
     for catalog, group in groups:
-        for objective in ("time", "cost"):
+        for objective in ("time", "cost", "cheapest"):
             for planner in planners:
                 chosen = [
                     r
@@ -395,6 +404,9 @@ def _summary_row(
     met = [r for r in ok if r.get("deadline_s") is None or r["makespan_s"] <= r["deadline_s"] + 1e-6]
     vs_default = [r["cost_usd"] / r["default_cost_usd"] for r in ok if r.get("default_cost_usd")]
     vs_static = [r["cost_usd"] / r["static_pool_default_usd"] for r in ok if r.get("static_pool_default_usd")]
+    bound_vs_static = [
+        r["cost_bound_usd"] / r["static_pool_default_usd"] for r in ok if r.get("static_pool_default_usd")
+    ]
     cells = [
         catalog,
         group,
@@ -409,6 +421,7 @@ def _summary_row(
         _fmt((r["c_ratio"] for r in ok), statistics.median),
         _fmt(vs_default, statistics.median),
         _fmt(vs_static, statistics.median),
+        _fmt(bound_vs_static, statistics.median),
         f"{len(met)}/{len(ok)}" if objective == "cost" else "",
         _fmt((r["wall_s"] for r in ok), statistics.fmean, 2),
         _fmt((r["wall_s"] for r in ok), max, 2),
@@ -419,8 +432,8 @@ def _summary_row(
 
 SUMMARY_HEADER = (
     "| catalog | workflows | planner | objective | valid plans | invalid | mean T/T_lb | max T/T_lb "
-    "| mean T/T_heft | T <= HEFT | median C/C_lb | median C/default | median C/static pool | deadline met "
-    "| mean wall s | max wall s | max peak MiB |\n" + "|---" * 17 + "|"
+    "| mean T/T_heft | T <= HEFT | median C/C_lb | median C/default | median C/static pool "
+    "| median C_lb/static pool | deadline met | mean wall s | max wall s | max peak MiB |\n" + "|---" * 18 + "|"
 )
 DETAIL_HEADER = (
     "| catalog | workflow | tasks | planner | objective | status | makespan s | T/T_lb | cost USD | C/C_lb "
@@ -460,7 +473,9 @@ def write_results(out: Path, records: list[dict[str, Any]], planners: list[str],
         "T/T_lb and C/C_lb: makespan and cost over the lower bounds (the cost bound of the cost rows "
         "is the one under the deadline). T/T_heft: makespan over HEFT's on the same workflow. The cost rows "
         "use a deadline equal to the default's makespan; planners that ignore objectives are scored on their "
-        "one plan, and 'deadline met' counts how often it met it. Wall time: the planner call alone. Peak: the "
+        "one plan, and 'deadline met' counts how often it met it; the cheapest rows minimise cost with no "
+        "deadline. C/static pool: cost over the default's machines leased for its whole makespan; C_lb/static "
+        "pool: the same for the cost lower bound, the most any plan could save. Wall time: the planner call alone. Peak: the "
         "maximum resident memory of the run's process (Python, numpy, scipy and agora loaded in every worker, "
         "plus the workflow); planner +MiB: how much the peak grew while the planner ran.\n\n"
         + "".join(f"- {note}\n" for note in notes)
@@ -489,6 +504,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--planners", default=",".join(DEFAULT_PLANNERS))
     parser.add_argument("--time-limit-s", type=float, default=60.0)
     parser.add_argument("--kill-after-s", type=float, default=None, help="hard limit per run (default 10 x limit)")
+    parser.add_argument("--objectives", default="time,cost", help="of time,cost,cheapest (time always runs)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "engines")
     args = parser.parse_args(argv)
     if args.worker:
@@ -501,12 +517,15 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"unknown or unavailable planners: {', '.join(unknown)} (have: {', '.join(registry)})")
     if "default" not in planners:
         planners.insert(0, "default")  # the deadline and the static pool come from it
+    objectives = tuple(_split(args.objectives))
+    if not set(objectives) <= {"time", "cost", "cheapest"}:
+        raise SystemExit(f"--objectives: expected some of time, cost, cheapest, got {args.objectives!r}")
     kill_after = args.kill_after_s or max(10 * args.time_limit_s, 120.0)
     cases = find_cases(args.workflows or [DEFAULT_WORKFLOWS], _split(args.sizes))
     records: list[dict[str, Any]] = []
     for catalog in [catalog_path(c) for c in _split(args.catalogs)]:
         for case in cases:
-            records += run_case(case, catalog, planners, registry, args.time_limit_s, kill_after)
+            records += run_case(case, catalog, planners, registry, args.time_limit_s, kill_after, objectives)
     command = "python bench/run_engines.py " + " ".join(argv if argv is not None else sys.argv[1:])
     print(write_results(args.out, records, planners, command, notes))
     bad = sum(1 for r in records if r.get("violations") and not r.get("twin"))
