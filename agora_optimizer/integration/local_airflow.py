@@ -46,12 +46,13 @@ class AirflowDeployment:
     executor: str = f"LocalExecutor,{AGORA_EXECUTOR}"
     extra_env: Mapping[str, str] = field(default_factory=dict)
     port: int = field(default_factory=free_port)
+    base_path: str = ""  # e.g. "/airflow": serve Airflow under that sub-path ([api] base_url)
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     _token: str = ""
 
     @property
     def api_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://127.0.0.1:{self.port}{self.base_path.rstrip('/')}"
 
     @property
     def env(self) -> dict[str, str]:
@@ -76,6 +77,8 @@ class AirflowDeployment:
                 "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
             }
         )
+        if self.base_path:
+            env["AIRFLOW__API__BASE_URL"] = f"{self.api_url}/"
         env.update(self.extra_env)
         return env
 

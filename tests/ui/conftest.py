@@ -1,5 +1,8 @@
 """One real Airflow 3.3 for every test of the agora view: api-server and dag-processor, no scheduler.
 
+It is served under a sub-path (``[api] base_url`` = ``http://127.0.0.1:PORT/airflow/``), as behind
+a reverse proxy: the harder case for the view's links (at the root every path works by accident).
+
 Auth manager: FAB (``apache-airflow-providers-fab``, from PyPI), the auth manager of Airflow 3.3
 that grants rights per DAG (``can_read`` / ``can_edit`` on ``DAG:<dag_id>``, what a DAG's
 ``access_control`` grants). The simple auth manager has roles only, no per-DAG rights.
@@ -67,6 +70,9 @@ with DAG("{BIG}", schedule=None, start_date=datetime(2026, 1, 1), catchup=False,
     for i in range(1, {BIG_TASKS}):
         steps[i].set_upstream(steps[(i - 1) // 2])
 """
+
+
+SUB_PATH = "/airflow"
 
 
 @dataclass
@@ -242,6 +248,7 @@ def agora_ui(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AgoraUi]:
         home=root / "home",
         dags_folder=root / "dags",
         executor="LocalExecutor",
+        base_path=SUB_PATH,
         extra_env={
             **settings,
             "AIRFLOW__CORE__AUTH_MANAGER": FAB_AUTH_MANAGER,

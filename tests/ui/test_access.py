@@ -18,7 +18,7 @@ import pytest
 from fastapi.routing import APIRoute
 
 from agora_optimizer.ui.app import create_app
-from tests.ui.conftest import BIG, BIG_MACHINES, BIG_TASKS, ERROR_HTML, EXAMPLE, OTHER, SCRIPT_NAME, AgoraUi
+from tests.ui.conftest import BIG, BIG_MACHINES, BIG_TASKS, ERROR_HTML, EXAMPLE, OTHER, SCRIPT_NAME, SUB_PATH, AgoraUi
 
 pytestmark = pytest.mark.airflow
 
@@ -204,7 +204,7 @@ def test_a_5000_task_plan_is_shown_a_page_at_a_time(agora_ui: AgoraUi) -> None:
 
 def test_the_openapi_schema_describes_the_json_api(agora_ui: AgoraUi) -> None:
     schema = agora_ui.get("/openapi.json", "admin").json()
-    assert schema["servers"] == [{"url": "/agora"}]
+    assert schema["servers"] == [{"url": f"{SUB_PATH}/agora"}]  # under Airflow's sub-path
     assert {"/api/dags", "/api/dags/{dag_id}/tasks", "/api/traces", "/api/dags/{dag_id}/reoptimize"} <= set(
         schema["paths"]
     )

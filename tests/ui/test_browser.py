@@ -2,7 +2,8 @@
 
 Nothing is downloaded at run time: the browser is ``/usr/bin/chromium`` (``scripts/install_browser.sh``
 installs it with apt-get when it is missing) and Playwright only drives it (``playwright install``
-is never run). The test logs in on Airflow's login page, opens "agora" from Airflow's navigation,
+is never run). Airflow is served under a sub-path (``tests/ui/conftest.py``). The test logs in on
+Airflow's login page, opens "agora" from Airflow's navigation,
 finds the Gantt chart and the Pareto plot of the example DAG, clicks re-optimize, and checks
 through Airflow's REST API that a run of agora_reoptimize was queued for that DAG. It saves
 screenshots in ``$AGORA_ARTIFACTS`` (default ``out/artifacts/``, which git ignores) for CI.
@@ -77,6 +78,8 @@ def test_log_in_open_agora_from_the_navigation_and_reoptimize_the_example_dag(ag
         page.get_by_role("link", name="agora", exact=True).click()  # the plugin's entry in Airflow's navigation
         view = page.frame_locator("iframe")
         view.locator(f"table#dags tr[data-dag-id='{EXAMPLE}']").wait_for()
+        framed = next(f.url for f in page.frames if f != page.main_frame)
+        assert framed.startswith(f"{agora_ui.airflow.api_url}/agora/"), framed  # inside Airflow's sub-path
         assert view.locator(f"table#dags tr[data-dag-id='{OTHER}']").count() == 1
         view.get_by_role("link", name=EXAMPLE, exact=True).click()
 
