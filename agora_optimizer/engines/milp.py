@@ -1,4 +1,4 @@
-"""The exact engine: a mixed-integer linear program of section 3 of the spec, solved by CBC.
+"""The exact engine: a mixed-integer linear program of section 3 of the spec, solved by HiGHS (else CBC).
 
 The model is a disjunctive (big-M) scheduling formulation in the line of Manne (1960)
 and of the MILP models for heterogeneous DAG scheduling (e.g. Ku & Beck, Computers &
@@ -81,7 +81,9 @@ Reductions that cut off no optimal plan, so that "optimal" stays a true claim:
   (c[k,m',m] = 0 => E[k,m'] <= L[k,m]): exact, so no plan that re-leases machine ids
   after a gap is cut off.
 
-Solving: CBC via PuLP's ``COIN_CMD`` on the binary bundled with PuLP 3.3
+Solving: HiGHS where ``highspy`` is installed (:mod:`agora_optimizer.engines.milp_highs`:
+in this process, with the same warm start, the bound from HiGHS itself), else CBC via
+PuLP's ``COIN_CMD`` on the binary bundled with PuLP 3.3
 (``PULP_CBC_CMD`` itself is deprecated there), started from the best of the given warm
 start and a few list schedules (``setInitialValue`` and ``warmStart=True``), with
 ``timeLimit`` = what is left of ``time_limit_s`` after building, and killed (``timeout
@@ -124,6 +126,7 @@ from agora_optimizer.engines.base import Engine, EngineResult
 from agora_optimizer.engines.budget import Deadline, OutOfTime
 from agora_optimizer.engines.exact_repair import DifferenceEdge, lift_pruned, to_assignments
 from agora_optimizer.engines.exact_repair import least_starts as _least_starts
+from agora_optimizer.engines.milp_highs import highs_available, solve_with_highs
 from agora_optimizer.model.catalog import GIB, Resource
 from agora_optimizer.model.plan import Assignment, Plan, SolverInfo, SolverStatus
 from agora_optimizer.model.workflow import Task
@@ -905,7 +908,17 @@ def _cbc_path(folder: Path, hard_limit_s: float) -> str | None:
     return str(wrapper)
 
 
-def _solve(model: _Model, time_limit_s: float, warm: bool, threads: int | None) -> _Outcome:
+def _solve(model: _Model, time_limit_s: float, warm: bool, threads: int | None, solver: str = "cbc") -> _Outcome:
+    """Run the solver (HiGHS, or CBC) and read what it found."""
+    if solver == "highs":
+        found = solve_with_highs(model.lp, time_limit_s, warm, threads, OPTIMALITY_TOLERANCE)
+        if found.status in ("optimal", "feasible") and not model.solved():
+            return _Outcome("none", None, None, found.solve_s)
+        return _Outcome(found.status, found.objective, found.bound, found.solve_s)
+    return _solve_cbc(model, time_limit_s, warm, threads)
+
+
+def _solve_cbc(model: _Model, time_limit_s: float, warm: bool, threads: int | None) -> _Outcome:
     """Run CBC (``COIN_CMD``: ``PULP_CBC_CMD`` is deprecated in PuLP 3.3) and read what it found."""
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="agora-milp-") as folder:
@@ -1089,9 +1102,9 @@ class MilpEngine(Engine):
 
     ``max_tasks``: larger workflows return None at once. ``max_rows``: so do problems whose
     model would have more constraints than that (:func:`estimated_rows`; PuLP builds about
-    20,000 rows a second and CBC's root node grows with them). ``threads``: CBC's threads
-    (None: CBC's default of one, which keeps runs reproducible). ``margin_s``: time kept
-    back from ``time_limit_s`` for reading and repairing the solution.
+    20,000 rows a second and CBC's root node grows with them). ``threads``: the solver's threads
+    (None: its default). ``margin_s``: time kept back from ``time_limit_s`` for reading and
+    repairing the solution. ``solver``: "highs", "cbc", or "auto" (HiGHS where installed).
     """
 
     name = "milp"
@@ -1102,12 +1115,25 @@ class MilpEngine(Engine):
         max_rows: int = DEFAULT_MAX_ROWS,
         threads: int | None = None,
         margin_s: float = 0.2,
+        solver: str = "auto",
     ) -> None:
+        if solver not in ("auto", "highs", "cbc"):
+            raise ValueError(f"MilpEngine solver must be 'auto', 'highs' or 'cbc', got {solver!r}")
         self.max_tasks = max_tasks
         self.max_rows = max_rows
         self.threads = threads
         self.margin_s = margin_s
+        self.solver = solver
         self.last_outcome: _Outcome | None = None
+
+    @property
+    def solver_name(self) -> str:
+        """The solver that runs: HiGHS where ``highspy`` is installed (for "auto"), else CBC."""
+        if self.solver == "auto":
+            return "highs" if highs_available() else "cbc"
+        if self.solver == "highs" and not highs_available():
+            raise RuntimeError("MilpEngine(solver='highs'): highspy is not installed (pip install highspy)")
+        return self.solver
 
     def solve(
         self, problem: Problem, time_limit_s: float, warm_start: EngineResult | None = None
@@ -1131,7 +1157,7 @@ class MilpEngine(Engine):
             remaining = time_limit_s - (time.perf_counter() - started) - self.margin_s
             if remaining < _MIN_CBC_S:
                 break
-            outcome = _solve(model, remaining, use_warm, self.threads)
+            outcome = _solve(model, remaining, use_warm, self.threads, self.solver_name)
             if outcome.status != "error":
                 break
         self.last_outcome = outcome

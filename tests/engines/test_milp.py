@@ -15,6 +15,8 @@ from __future__ import annotations
 import functools
 import itertools
 import random
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,7 +43,7 @@ from agora_optimizer.model import (
 from agora_optimizer.problem import Problem, score
 from agora_optimizer.schedule.list_scheduler import list_schedule
 from agora_optimizer.validate import validate_plan
-from tests.conftest import BUNDLED, ENGINE_WORKFLOWS
+from tests.conftest import BUNDLED, ENGINE_WORKFLOWS, REPO
 
 BANDWIDTH = 1e9  # one second per GB
 
@@ -330,15 +332,19 @@ def close(a: float, b: float) -> bool:
 
 # --------------------------------------------------------------------------- tests
 
+# Both solvers the MILP can run on: HiGHS (the default where highspy is installed) and CBC (bundled with PuLP).
+SOLVERS = pytest.mark.parametrize("solver", ["highs", "cbc"])
 
+
+@SOLVERS
 @pytest.mark.parametrize("seed", [*range(24), 595])  # 595: a 5 s minimum billed in 3 s steps
-def test_optimum_equals_the_brute_force_optimum_on_tiny_instances(seed: int) -> None:
+def test_optimum_equals_the_brute_force_optimum_on_tiny_instances(seed: int, solver: str) -> None:
     problem = tiny_problem(seed)
     oracle = tiny_oracle(seed)
     assert oracle is not None
     assert violations(problem, oracle[1]) == []  # the oracle's own plan passes the checker
     assert close(value(problem, oracle[1]), oracle[0])
-    result = MilpEngine().solve(problem, time_limit_s=20)
+    result = MilpEngine(solver=solver).solve(problem, time_limit_s=20)
     assert result is not None
     assert result.method == "milp"
     assert result.status == "optimal"
@@ -348,8 +354,9 @@ def test_optimum_equals_the_brute_force_optimum_on_tiny_instances(seed: int) -> 
     assert result.gap is not None and result.gap <= 1e-6
 
 
+@SOLVERS
 @pytest.mark.parametrize("seed", range(24, 32))
-def test_deadline_and_budget_are_honoured_and_optimal_under_them(seed: int) -> None:
+def test_deadline_and_budget_are_honoured_and_optimal_under_them(seed: int, solver: str) -> None:
     free = tiny_problem(seed, Objective(kind="time"))
     fastest = tiny_oracle(seed, Objective(kind="time"))
     assert fastest is not None
@@ -364,7 +371,7 @@ def test_deadline_and_budget_are_honoured_and_optimal_under_them(seed: int) -> N
     ):
         problem = Problem.create(free.workflow, free.catalog, objective)
         oracle = tiny_oracle(seed, objective)
-        result = MilpEngine().solve(problem, time_limit_s=20)
+        result = MilpEngine(solver=solver).solve(problem, time_limit_s=20)
         if oracle is None:
             assert result is None
             continue
@@ -374,39 +381,42 @@ def test_deadline_and_budget_are_honoured_and_optimal_under_them(seed: int) -> N
         assert close(value(problem, result.assignments), oracle[0])
 
 
-def test_an_infeasible_deadline_returns_none() -> None:
+@SOLVERS
+def test_an_infeasible_deadline_returns_none(solver: str) -> None:
     """a fits only on tall machines, b only on wide ones: b waits 10 s for a's data, which no bound sees."""
     tasks = [Task("a", 2.0, 1, 3 * GIB, "a"), Task("b", 2.0, 2, GIB, "b")]
     edges = [Edge("a", "b", int(10 * BANDWIDTH))]
     tall = Resource("tall", "aws", 1, 4, 1.0, 0.36, None, Billing(1, 0), 0)
     wide = Resource("wide", "aws", 2, 2, 1.0, 0.36, None, Billing(1, 0), 0)
     workflow, catalog = Workflow.create("apart", tasks, edges), Catalog((tall, wide), BANDWIDTH)
-    fastest = MilpEngine().solve(Problem.create(workflow, catalog, Objective(kind="time")), 20)
+    fastest = MilpEngine(solver=solver).solve(Problem.create(workflow, catalog, Objective(kind="time")), 20)
     assert fastest is not None and fastest.status == "optimal"
     assert Problem.create(workflow, catalog, Objective(kind="time")).evaluate(fastest.assignments)[0] == 14.0
-    for deadline in (1.0, 13.0):  # below the lower bound of 4 s; above it, but CBC proves it infeasible
+    for deadline in (1.0, 13.0):  # below the lower bound of 4 s; above it, but the solver proves it infeasible
         problem = Problem.create(workflow, catalog, Objective(kind="cost", deadline_s=deadline))
         assert (problem.bounds.makespan_s > deadline) == (deadline == 1.0)
-        assert MilpEngine().solve(problem, 20) is None
+        assert MilpEngine(solver=solver).solve(problem, 20) is None
 
 
-def test_an_unaffordable_budget_returns_none() -> None:
+@SOLVERS
+def test_an_unaffordable_budget_returns_none(solver: str) -> None:
     problem = tiny_problem(5, Objective(kind="cost"))
-    result = MilpEngine().solve(problem, time_limit_s=20)
+    result = MilpEngine(solver=solver).solve(problem, time_limit_s=20)
     assert result is not None and result.status == "optimal"
     _, cheapest = problem.evaluate(result.assignments)
     objective = Objective(kind="time", budget_usd=cheapest * 0.99)
-    assert MilpEngine().solve(Problem.create(problem.workflow, problem.catalog, objective), 20) is None
+    assert MilpEngine(solver=solver).solve(Problem.create(problem.workflow, problem.catalog, objective), 20) is None
 
 
-def test_a_type_of_count_one_is_leased_again_after_a_gap_when_that_is_cheaper() -> None:
+@SOLVERS
+def test_a_type_of_count_one_is_leased_again_after_a_gap_when_that_is_cheaper(solver: str) -> None:
     """a and b on the cheap type (count 1) around c, which only fits the expensive one."""
     tasks = [Task("a", 2.0, 1, GIB, "a"), Task("c", 8.0, 1, 3 * GIB, "c"), Task("b", 2.0, 1, GIB, "b")]
     cheap = Resource("cheap", "aws", 1, 2, 1.0, 0.36, 1, Billing(1, 0), 0)
     big = Resource("big", "aws", 1, 4, 1.0, 3.6, None, Billing(1, 0), 0)
     workflow = Workflow.create("gap", tasks, [Edge("a", "c"), Edge("c", "b")])
     problem = Problem.create(workflow, Catalog((cheap, big), BANDWIDTH), Objective(kind="cost"))
-    result = MilpEngine().solve(problem, time_limit_s=20)
+    result = MilpEngine(solver=solver).solve(problem, time_limit_s=20)
     assert result is not None and result.status == "optimal"
     assert violations(problem, result.assignments) == []
     on = {a.task: a.machine for a in result.assignments}
@@ -419,11 +429,12 @@ def test_a_type_of_count_one_is_leased_again_after_a_gap_when_that_is_cheaper() 
 REAL = ENGINE_WORKFLOWS
 
 
+@SOLVERS
 @pytest.mark.parametrize("path", REAL, ids=lambda p: p.stem)
-def test_twelve_real_tasks_are_proven_optimal_for_time(path: Path) -> None:
+def test_twelve_real_tasks_are_proven_optimal_for_time(path: Path, solver: str) -> None:
     problem = Problem.create(first_tasks(path, 12), SMALL_CATALOG, Objective(kind="time"))
     started = time.perf_counter()
-    result = MilpEngine().solve(problem, time_limit_s=30)
+    result = MilpEngine(solver=solver).solve(problem, time_limit_s=30)
     elapsed = time.perf_counter() - started
     assert result is not None and result.status == "optimal", elapsed
     assert elapsed < 30
@@ -439,22 +450,26 @@ def test_twelve_real_tasks_are_proven_optimal_for_time(path: Path) -> None:
         ("bacass-dirt02-001", 12, "balanced"),
     ],
 )
-def test_real_tasks_are_proven_optimal_for_cost_and_balanced(name: str, n: int, kind: str) -> None:
+@SOLVERS
+def test_real_tasks_are_proven_optimal_for_cost_and_balanced(name: str, n: int, kind: str, solver: str) -> None:
     problem = Problem.create(first_tasks(BUNDLED / f"{name}.json", n), SMALL_CATALOG, Objective(kind=kind))
     started = time.perf_counter()
-    result = MilpEngine().solve(problem, time_limit_s=30)
+    result = MilpEngine(solver=solver).solve(problem, time_limit_s=30)
     assert result is not None and result.status == "optimal", time.perf_counter() - started
     assert violations(problem, result.assignments) == []
 
 
+@SOLVERS
 @pytest.mark.parametrize("kind", ["time", "cost", "balanced"])
-def test_never_worse_than_the_list_scheduling_warm_start(kind: str) -> None:
+def test_never_worse_than_the_list_scheduling_warm_start(kind: str, solver: str) -> None:
     path = BUNDLED / "blast-chameleon-small-001.json"
     problem = Problem.create(first_tasks(path, 12), SMALL_CATALOG, Objective(kind=kind))
     bounds = problem.bounds
     alpha = {"time": 1.0, "cost": 0.0, "balanced": 0.5}[kind]
     warm = list_schedule(problem.workflow, problem.catalog, alpha, bounds.makespan_s, bounds.cost_usd)
-    result = MilpEngine().solve(problem, time_limit_s=3, warm_start=EngineResult(tuple(warm), "list-scheduling"))
+    result = MilpEngine(solver=solver).solve(
+        problem, time_limit_s=3, warm_start=EngineResult(tuple(warm), "list-scheduling")
+    )
     assert result is not None
     assert violations(problem, result.assignments) == []
     assert value(problem, result.assignments) <= value(problem, warm) + 1e-9
@@ -500,10 +515,11 @@ def test_a_dominated_type_is_pruned_only_when_that_is_safe() -> None:
     assert replacement == {"slow": fast, "twin": fast}
 
 
-def test_a_run_cut_short_reports_a_feasible_plan_with_a_proven_bound() -> None:
+@SOLVERS
+def test_a_run_cut_short_reports_a_feasible_plan_with_a_proven_bound(solver: str) -> None:
     path = BUNDLED / "blast-chameleon-small-001.json"
     problem = Problem.create(first_tasks(path, 12), SMALL_CATALOG, Objective(kind="balanced"))
-    result = MilpEngine().solve(problem, time_limit_s=4)  # CBC proves this one in neither 2 s nor 10 s
+    result = MilpEngine(solver=solver).solve(problem, time_limit_s=4)  # neither solver proves it in 10 s
     assert result is not None and result.status == "feasible"
     assert violations(problem, result.assignments) == []
     assert result.bound is not None and 0 < result.bound <= value(problem, result.assignments)
@@ -520,3 +536,18 @@ def test_cbc_bounds_are_read_from_the_log() -> None:
     assert read_cbc_bound(log) == 1.7500001  # the main search's last word, to 8 digits
     assert read_cbc_bound(log.split("Cbc0005I")[0] + "Lower bound:   1.750\n") == 1.75
     assert read_cbc_bound("Result - Stopped on time limit\n") is None
+
+
+def test_the_solver_is_checked_and_highs_prints_nothing_on_stdout() -> None:
+    with pytest.raises(ValueError, match="'auto', 'highs' or 'cbc'"):
+        MilpEngine(solver="gurobi")
+    assert MilpEngine().solver_name == "highs"  # highspy is installed with agora
+    code = (
+        "from agora_optimizer.engines.milp import MilpEngine\n"
+        "from tests.engines.test_milp import tiny_problem\n"
+        "result = MilpEngine(solver='highs').solve(tiny_problem(3), 20)\n"
+        "import sys; print(result.status, file=sys.stderr)\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
+    assert run.stdout == ""  # HiGHS's banner would land here, before a plan printed as JSON
+    assert run.stderr.strip().endswith("optimal")
