@@ -475,9 +475,9 @@ def write_results(out: Path, records: list[dict[str, Any]], planners: list[str],
         "use a deadline equal to the default's makespan; planners that ignore objectives are scored on their "
         "one plan, and 'deadline met' counts how often it met it; the cheapest rows minimise cost with no "
         "deadline. C/static pool: cost over the default's machines leased for its whole makespan; C_lb/static "
-        "pool: the same for the cost lower bound, the most any plan could save. Wall time: the planner call alone. Peak: the "
-        "maximum resident memory of the run's process (Python, numpy, scipy and agora loaded in every worker, "
-        "plus the workflow); planner +MiB: how much the peak grew while the planner ran.\n\n"
+        "pool: the same for the cost lower bound, the most any plan could save. Wall time: the planner call "
+        "alone. Peak: the maximum resident memory of the run's process (Python, numpy, scipy and agora loaded "
+        "in every worker, plus the workflow); planner +MiB: how much the peak grew while the planner ran.\n\n"
         + "".join(f"- {note}\n" for note in notes)
         + f"\nPlans with violations: {violations}.\n\n{SUMMARY_HEADER}\n{summary}\n\n## Every run\n\n{DETAIL_HEADER}\n"
         + "\n".join(detail_row(r) for r in records)

@@ -67,14 +67,14 @@ class HighsOutcome:
     solve_s: float
 
 
-class _WarmHiGHS(pulp.HiGHS):  # type: ignore[misc, name-defined]
+class _WarmHiGHS(pulp.HiGHS):
     """PuLP's in-process HiGHS, plus a start solution from the variables' initial values."""
 
     def __init__(self, warm: bool, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.warm = warm
 
-    def actualSolve(self, lp: pulp.LpProblem) -> int:  # noqa: N802 - PuLP's name
+    def actualSolve(self, lp: pulp.LpProblem) -> int:
         import highspy
 
         self.createAndConfigureSolver(lp)

@@ -58,7 +58,13 @@ class AgoraPlugin(AirflowPlugin):
     # Relative hrefs: Airflow's UI frames them against its <base href>, the configured [api] base_url,
     # so the views work when Airflow is served under a sub-path; "/agora/" would leave it.
     external_views: list[dict[str, Any]] = [  # noqa: RUF012
-        {"name": "agora", "href": f"{URL_PREFIX[1:]}/", "url_route": "agora", "destination": "nav", "nav_top_level": True},
+        {
+            "name": "agora",
+            "href": f"{URL_PREFIX[1:]}/",
+            "url_route": "agora",
+            "destination": "nav",
+            "nav_top_level": True,
+        },
         {
             "name": "agora plan",
             "href": f"{URL_PREFIX[1:]}/dags/{{DAG_ID}}",
