@@ -43,8 +43,6 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from ortools.sat.python import cp_model
-
 from agora_optimizer.engines.base import Engine, EngineResult
 from agora_optimizer.engines.budget import Deadline, OutOfTime
 from agora_optimizer.engines.cpsat_data import Direction, TickData, Ticks, build_data, choose_ticks, to_ticks
@@ -69,12 +67,7 @@ DEFAULT_MAX_TASKS = 40
 UP_RESERVE_S = 1.0  # kept from the "down" run for an "up" one: at most this,
 UP_RESERVE_SHARE = 0.1  # and at most this share of the time limit
 _MIN_SOLVE_S = 0.05
-_STATUS = {
-    cp_model.OPTIMAL: "optimal",
-    cp_model.FEASIBLE: "feasible",
-    cp_model.INFEASIBLE: "infeasible",
-    cp_model.MODEL_INVALID: "invalid",
-}
+_STATUS = {"OPTIMAL": "optimal", "FEASIBLE": "feasible", "INFEASIBLE": "infeasible", "MODEL_INVALID": "invalid"}
 
 
 @dataclass(frozen=True)
@@ -218,13 +211,15 @@ def add_hints(model: TickModel, data: TickData, assignments: Sequence[Assignment
 
 def _solve(model: TickModel, time_limit_s: float, workers: int, seed: int) -> tuple[Any, str, float | None]:
     """Run CP-SAT: (solver, status, bound on the score for this model, or None)."""
+    from ortools.sat.python import cp_model  # here, not at import: OR-Tools (and pandas) take 0.5 s to load
+
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = max(time_limit_s, _MIN_SOLVE_S)
     solver.parameters.num_workers = workers
     solver.parameters.random_seed = seed
     solver.parameters.linearization_level = 2  # cuts from the intervals and enforced rows: closes more gaps
     solver.parameters.cp_model_probing_level = 0  # presolve probing took whole time limits at 40 tasks
-    status = _STATUS.get(solver.solve(model.cp), "unknown")
+    status = _STATUS.get(solver.status_name(solver.solve(model.cp)), "unknown")
     if status == "invalid":
         log.error("CP-SAT rejected the model: %s", model.cp.validate())
     if status in ("invalid", "infeasible") or model.scale <= 0:

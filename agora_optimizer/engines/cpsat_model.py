@@ -36,14 +36,15 @@ import math
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
-
-from ortools.sat.python import cp_model
+from typing import TYPE_CHECKING, Any
 
 from agora_optimizer.engines.budget import Deadline
 from agora_optimizer.engines.cpsat_data import INT_LIMIT, TickData
 from agora_optimizer.engines.exact_repair import Slot
 from agora_optimizer.model.workflow import Task
+
+if TYPE_CHECKING:
+    from ortools.sat.python import cp_model
 
 _PRECISION = 2**24  # the smallest objective coefficient after scaling
 
@@ -367,6 +368,8 @@ def _set_objective(model: TickModel, data: TickData) -> None:
 
 def build_model(data: TickData, deadline: Deadline | None = None) -> TickModel:
     """The whole model; raises :class:`~agora_optimizer.engines.budget.OutOfTime` past ``deadline``."""
+    from ortools.sat.python import cp_model  # here, not at import: OR-Tools (and pandas) take 0.5 s to load
+
     model = TickModel(cp_model.CpModel(), deadline=deadline or Deadline())
     steps = (
         _add_variables,
