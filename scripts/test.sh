@@ -9,4 +9,4 @@ echo "== ruff format --check"; ruff format --check .
 echo "== mypy"; mypy
 # Two workers: the tests that start Airflow, SLURM or PostgreSQL run in one of them, in order (see
 # tests/conftest.py); the rest share both. -n 0 runs everything in this process.
-echo "== pytest"; python -m pytest -n 2 --dist loadscope "$@"
+echo "== pytest"; python -m pytest -n 2 --dist loadscope --durations=15 "$@"  # the slowest tests, for keeping CI short

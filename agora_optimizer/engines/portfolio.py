@@ -8,7 +8,9 @@ engine that fails, times out or does not apply only loses its own chance. While 
 the deadline and budget, HEFT and PEFT (one fast schedule each, and the fastest makespans) run
 to completion even past the time limit: an error that calls a deadline unreachable must not
 come from a machine too busy to try. A plan proven
-optimal (by CP-SAT or the MILP) ends the run: nothing can beat it.
+optimal (by CP-SAT or the MILP) ends the run: nothing can beat it. The exact engines' bounds
+are pooled: when the best plan (from any engine) is within the tolerance of the best bound any
+of them proved, it is optimal too, though no one engine closed the gap alone.
 """
 
 from __future__ import annotations
@@ -16,14 +18,14 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from agora_optimizer.engines.base import Engine, EngineResult
 from agora_optimizer.engines.cpsat import CpSatEngine
 from agora_optimizer.engines.heft import HeftEngine
 from agora_optimizer.engines.list_scheduling import ListSchedulingEngine
 from agora_optimizer.engines.local_search import LocalSearchEngine
-from agora_optimizer.engines.milp import MilpEngine
+from agora_optimizer.engines.milp import OPTIMALITY_TOLERANCE, MilpEngine
 from agora_optimizer.engines.one_type_default import OneTypeDefaultEngine
 from agora_optimizer.engines.partition import PartitionEngine
 from agora_optimizer.engines.peft import PeftEngine
@@ -88,6 +90,7 @@ def run_portfolio(
     outcome_results: dict[str, EngineResult] = {}
     evaluated: dict[str, tuple[float, float]] = {}
     one_schedule_s = 0.0  # how long the first engine's one schedule took, when it outran its share
+    best_bound: float | None = None  # the best lower bound on the score that an exact engine proved
     for done, stage in enumerate(stages):
         if progress:
             progress(stage.engine.name, done, len(stages))
@@ -125,6 +128,15 @@ def run_portfolio(
             best, best_key = result, key
         if result.status == "optimal" and key <= best_key:
             break  # a proven optimum (within the limits): no later engine can do better
+        if result.bound is not None:
+            best_bound = result.bound if best_bound is None else max(best_bound, result.bound)
+        if best is not None and best_key is not None and best_bound is not None and best_key[0] == 0:
+            value = problem.score(best.assignments)[0]
+            if best.status != "optimal" and value <= best_bound + OPTIMALITY_TOLERANCE * max(1.0, abs(best_bound)):
+                gap = max(0.0, (value - best_bound) / value) if value > 0 else 0.0
+                best = replace(best, status="optimal", gap=gap, bound=best_bound)
+                log.info("the best plan (%s) meets the best proven bound: optimal", best.method)
+                break
     if progress:
         progress("done", len(stages), len(stages))
     assert best is not None  # list scheduling always returns a schedule

@@ -161,6 +161,36 @@ def test_a_stage_runs_only_for_its_objectives() -> None:
     assert first.calls == 3
 
 
+class _BoundOnly(ListSchedulingEngine):
+    """An exact engine that ran out of time: a worse plan, but a proven bound equal to the best plan's value."""
+
+    name = "bound-only"
+
+    def __init__(self, bound: float) -> None:
+        self.bound = bound
+
+    def solve(self, problem, time_limit_s, warm_start=None):  # type: ignore[no-untyped-def]
+        worse = ListSchedulingEngine().solve(Problem.create(problem.workflow, problem.catalog, Objective()), 1.0)
+        return EngineResult(worse.assignments, self.name, status="feasible", gap=0.5, bound=self.bound)
+
+
+def test_bounds_from_several_engines_prove_the_best_plan_optimal() -> None:
+    workflow = load_workflow(BUNDLED / "blast-chameleon-small-001.json")
+    problem = Problem.create(workflow, AWS, Objective(kind="cost"))
+    first = ListSchedulingEngine().solve(problem, 2.0)
+    assert first is not None
+    value = problem.score(first.assignments)[0]
+    later = _Recording("later")
+    for bound, proven in ((value, True), (value * 0.99, False)):
+        stages = [Stage(ListSchedulingEngine(), 0.3), Stage(_BoundOnly(bound), 0.3), Stage(later, 0.3)]
+        best = run_portfolio(problem, 2.0, stages).best  # type: ignore[arg-type]
+        assert best.method == "list-scheduling" and problem.score(best.assignments)[0] == pytest.approx(value)
+        assert (best.status == "optimal") == proven
+        if proven:
+            assert best.bound == bound and best.gap == pytest.approx(0.0, abs=1e-12)
+    assert later.calls == 1  # a proven optimum ends the run: the last engine ran only when the bound fell short
+
+
 class _Budgeted(ListSchedulingEngine):
     def __init__(self, name: str) -> None:
         self.name = name  # type: ignore[misc]
