@@ -24,6 +24,10 @@ the task fail, with the backend's message.
 The job's external id, ``agora|<backend>|<resource>|<id>``, is stored in Airflow as the
 task's ``external_executor_id``; a restarted scheduler adopts running jobs from it
 (:meth:`AgoraExecutor.try_adopt_task_instances`) instead of losing or duplicating them.
+A job that ended while no scheduler watched it, its task already closed by the task itself,
+is never adopted: every :data:`SWEEP_INTERVAL_S` the executor traces the finished jobs in its
+state directory (a ``result.json``, no ``traced`` mark, not its own) so that their rows still
+get the executor's part (backend, host, exit code, peak memory).
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ from airflow.executors.base_executor import BaseExecutor, get_execution_api_serv
 from agora_optimizer import settings
 from agora_optimizer.errors import AgoraError
 from agora_optimizer.executor.job_record import JobRecord, executor_attempt
-from agora_optimizer.executor.jobs import Backend, BackendError, JobSpec, JobStatus, job_key
+from agora_optimizer.executor.jobs import Backend, BackendError, JobSpec, JobStatus, job_key, read_result
 from agora_optimizer.executor.placement import Placement, placement_from_config
 from agora_optimizer.executor.remote_files import CONTAINER_JOB_ROOT, job_urls, split_s3_url
 from agora_optimizer.executor.resources import load_resources
@@ -69,6 +73,12 @@ WORKER_ENVIRONMENT_EXCLUDE: tuple[str, ...] = (
     "AIRFLOW__CORE__FERNET_KEY*",
     "AIRFLOW__CELERY__*",
 )
+
+
+SWEEP_INTERVAL_S = 20.0  # how often finished jobs nobody watched are traced (and not before the first adoption)
+SWEEP_MAX_AGE_S = 86400.0  # results older than this were traced by an earlier version or are not ours to redo
+SWEEP_BATCH = 200  # at most this many traced per sweep: the scheduler's loop must stay short
+TRACED_MARK = "traced"
 
 
 @dataclass
@@ -111,6 +121,7 @@ class AgoraExecutor(BaseExecutor):
         self._outage_since: dict[str, float] = {}
         self._state_dir = Path()
         self._trace_store: TraceStore | None = None
+        self._last_sweep = time.monotonic()  # the first sweep waits an interval: adoption comes first
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -186,8 +197,45 @@ class AgoraExecutor(BaseExecutor):
         """Submit what is due, poll every backend, report what ended. Never raises."""
         try:
             self._sync()
+            if time.monotonic() - self._last_sweep >= SWEEP_INTERVAL_S:
+                self._last_sweep = time.monotonic()
+                self.sweep_finished_jobs()
         except Exception:  # the scheduler's loop must survive anything a backend does
             self.log.exception("AgoraExecutor sync failed; will try again on the next heartbeat")
+
+    def sweep_finished_jobs(self, max_age_s: float = SWEEP_MAX_AGE_S) -> int:
+        """Trace the jobs that ended while no executor watched them; returns how many.
+
+        A task that finishes while the scheduler is down closes itself through the Execution
+        API, so no restarted scheduler hands it over for adoption and no poll ever sees its job
+        end. Its ``result.json`` is still in the job's directory: that is traced here, once.
+        """
+        if not self._state_dir.is_dir():
+            return 0
+        ours = {job.spec.job_dir.name for job in self._jobs.values()}
+        now = time.time()
+        traced = 0
+        for job_dir in sorted(self._state_dir.iterdir()):
+            if traced >= SWEEP_BATCH:
+                break
+            result_path = job_dir / "result.json"
+            if job_dir.name in ours or (job_dir / TRACED_MARK).exists() or not result_path.is_file():
+                continue
+            if now - result_path.stat().st_mtime > max_age_s:
+                continue
+            record = JobRecord.read(job_dir)
+            try:
+                result = read_result(result_path)
+            except BackendError as exc:
+                self.log.warning("Not tracing %s: %s", job_dir.name, exc)
+                (job_dir / TRACED_MARK).touch()
+                continue
+            if record is None or result is None:
+                continue
+            self._write_trace(record, result.status())
+            self.log.info("Traced %s, which ended while no scheduler watched it", record.label)
+            traced += 1
+        return traced
 
     def revoke_task(self, *, ti: TaskInstance) -> None:
         """Cancel the task's job, except one that waits in its backend's queue or has just started.
@@ -493,6 +541,11 @@ class AgoraExecutor(BaseExecutor):
                 if (a.try_number, a.map_index) == (record.try_number, record.map_index)
             ]
             store.add([executor_attempt(record, status, existing[0] if existing else None)])
+            job_dir = self._state_dir / job_key(
+                record.dag_id, record.task_id, record.run_id, record.try_number, record.map_index
+            )
+            if job_dir.is_dir():
+                (job_dir / TRACED_MARK).touch()  # the sweep leaves it alone
         except Exception:  # traces must never fail a task
             self.log.exception("Could not write the trace of %s", record.label)
 

@@ -338,3 +338,40 @@ def test_a_job_gets_airflows_settings_but_not_the_schedulers_secrets(
     assert not set(secrets) & set(passed)
     assert passed["AIRFLOW__AGORA__TRACE_STORE_URL"].endswith("/traces")  # the listener writes the task's row
     assert "AIRFLOW_CONN_WAREHOUSE" in passed and passed["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"]
+
+
+def _ended_job(state_dir: Path, task_id: str, exit_code: int, ended_ago_s: float = 5.0) -> Path:
+    """A job directory as a worker leaves it: the job's record and its result file."""
+    import os
+    from datetime import UTC, datetime, timedelta
+
+    from agora_optimizer.executor.job_record import JobRecord
+    from agora_optimizer.executor.jobs import JobResult, job_key
+
+    job_dir = state_dir / job_key("unit", task_id, "r1", 1, -1)
+    JobRecord("unit", task_id, "r1", 1, -1, "local-small", "local", 1, 256 * MIB, job_dir.name).write(job_dir)
+    ended = datetime.now(UTC) - timedelta(seconds=ended_ago_s)
+    started = ended - timedelta(seconds=20)
+    result = JobResult(exit_code, False, False, "", "worker-7", started, ended, 99 * MIB, 1.5, None)
+    result.write(job_dir / "result.json")
+    os.utime(job_dir / "result.json", (ended.timestamp(), ended.timestamp()))
+    return job_dir
+
+
+def test_jobs_that_ended_while_no_scheduler_watched_are_traced_once(executor: Any, tmp_path: Path) -> None:
+    """A task that ends while the scheduler is down closes itself: no adoption, so the sweep traces its job."""
+    from agora_optimizer.traces.store import TraceStore
+
+    state_dir = tmp_path / "jobs"
+    done = _ended_job(state_dir, "done", 0)
+    failed = _ended_job(state_dir, "failed", 3)
+    _ended_job(state_dir, "ancient", 0, ended_ago_s=3 * 86400)  # older than the sweep looks
+    assert executor.sweep_finished_jobs() == 2
+    assert (done / "traced").exists() and (failed / "traced").exists()
+    with TraceStore(f"sqlite:///{tmp_path / 'traces.db'}") as store:
+        rows = {a.task_id: a for a in store.attempts(dag_id="unit")}
+    assert set(rows) == {"done", "failed"}
+    assert rows["done"].backend == "local" and rows["done"].host == "worker-7"
+    assert rows["done"].state == "success" and rows["failed"].state == "failed"
+    assert rows["done"].peak_rss_bytes == 99 * MIB
+    assert executor.sweep_finished_jobs() == 0  # traced once
