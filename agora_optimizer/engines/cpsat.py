@@ -57,7 +57,7 @@ from agora_optimizer.engines.exact_repair import (
     structure_edges,
     to_assignments,
 )
-from agora_optimizer.engines.milp import OPTIMALITY_TOLERANCE, best_warm_start, is_valid, prune_types
+from agora_optimizer.engines.milp import best_warm_start, is_valid, meets_bound, prune_types
 from agora_optimizer.model.plan import Assignment, SolverStatus
 from agora_optimizer.problem import Problem
 
@@ -398,8 +398,7 @@ def _valid_bound(problem: Problem, down: Phase, warm: list[Assignment] | None) -
 def _proven(problem: Problem, plans: Sequence[Sequence[Assignment]], bound: float | None) -> bool:
     if not plans or bound is None:
         return False
-    value = min(problem.score(p)[0] for p in plans)
-    return value <= bound + OPTIMALITY_TOLERANCE * max(1.0, abs(bound))
+    return meets_bound(min(problem.score(p)[0] for p in plans), bound)
 
 
 def _result(problem: Problem, best: Sequence[Assignment], bound: float | None) -> EngineResult:

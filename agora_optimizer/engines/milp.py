@@ -126,6 +126,7 @@ from agora_optimizer.engines.base import Engine, EngineResult
 from agora_optimizer.engines.budget import Deadline, OutOfTime
 from agora_optimizer.engines.exact_repair import DifferenceEdge, lift_pruned, to_assignments
 from agora_optimizer.engines.exact_repair import least_starts as _least_starts
+from agora_optimizer.engines.milp_highs import SolverOutcome as _Outcome
 from agora_optimizer.engines.milp_highs import highs_available, solve_with_highs
 from agora_optimizer.model.catalog import GIB, Resource
 from agora_optimizer.model.plan import Assignment, Plan, SolverInfo, SolverStatus
@@ -863,14 +864,6 @@ def _set_lease_values(model: _Model, data: _Data, schedule: _Schedule) -> None:
 # -------------------------------------------------------------------------- solve
 
 
-@dataclass(frozen=True)
-class _Outcome:
-    status: str  # "optimal", "feasible", "infeasible", "none" (nothing found) or "error"
-    objective: float | None
-    bound: float | None
-    solve_s: float = 0.0
-
-
 _FINAL_BOUND = re.compile(r"^Cbc0005I Partial search .*\(best possible (\S+)\)", re.MULTILINE)
 _LOWER_BOUND = re.compile(r"^Lower bound:\s+(\S+)", re.MULTILINE)
 
@@ -914,7 +907,7 @@ def _solve(model: _Model, time_limit_s: float, warm: bool, threads: int | None, 
         found = solve_with_highs(model.lp, time_limit_s, warm, threads, OPTIMALITY_TOLERANCE)
         if found.status in ("optimal", "feasible") and not model.solved():
             return _Outcome("none", None, None, found.solve_s)
-        return _Outcome(found.status, found.objective, found.bound, found.solve_s)
+        return found
     return _solve_cbc(model, time_limit_s, warm, threads)
 
 
@@ -1169,6 +1162,11 @@ class MilpEngine(Engine):
         return _result(problem, outcome, candidate, warm)
 
 
+def meets_bound(value: float, bound: float) -> bool:
+    """Whether a plan's score ``value`` is within :data:`OPTIMALITY_TOLERANCE` of a proven lower ``bound``."""
+    return value <= bound + OPTIMALITY_TOLERANCE * max(1.0, abs(bound))
+
+
 def _result(
     problem: Problem, outcome: _Outcome, candidate: list[Assignment] | None, warm: list[Assignment] | None
 ) -> EngineResult | None:
@@ -1178,7 +1176,7 @@ def _result(
         return None
     best = min(options, key=problem.score)
     value, bound = problem.score(best)[0], outcome.bound
-    proven = bound is not None and value <= bound + OPTIMALITY_TOLERANCE * max(1.0, abs(bound))
+    proven = bound is not None and meets_bound(value, bound)
     status: SolverStatus = "optimal" if proven else "feasible"
     gap = None if bound is None or value <= 0 else max(0.0, (value - bound) / value)
     return EngineResult(

@@ -60,11 +60,13 @@ def _quiet_first_solver() -> None:
 
 
 @dataclass(frozen=True)
-class HighsOutcome:
+class SolverOutcome:
+    """What one solver run found, HiGHS's here or CBC's (:mod:`agora_optimizer.engines.milp`)."""
+
     status: str  # "optimal", "feasible", "infeasible", "none" (nothing found) or "error"
     objective: float | None
     bound: float | None
-    solve_s: float
+    solve_s: float = 0.0
 
 
 class _WarmHiGHS(pulp.HiGHS):
@@ -94,7 +96,7 @@ class _WarmHiGHS(pulp.HiGHS):
 
 def solve_with_highs(
     lp: pulp.LpProblem, time_limit_s: float, warm: bool, threads: int | None, gap: float
-) -> HighsOutcome:
+) -> SolverOutcome:
     """Solve ``lp`` with HiGHS within ``time_limit_s``; its values stay on the variables."""
     import highspy
 
@@ -105,14 +107,14 @@ def solve_with_highs(
     try:
         lp.solve(solver)
     except (pulp.PulpSolverError, RuntimeError):
-        return HighsOutcome("error", None, None, time.perf_counter() - started)
+        return SolverOutcome("error", None, None, time.perf_counter() - started)
     elapsed = time.perf_counter() - started
     if lp.status == pulp.LpStatusInfeasible:
-        return HighsOutcome("infeasible", None, None, elapsed)
+        return SolverOutcome("infeasible", None, None, elapsed)
     value = lp.objective.value() if lp.objective is not None else None
     if lp.status != pulp.LpStatusOptimal or value is None:
-        return HighsOutcome("none", None, None, elapsed)
+        return SolverOutcome("none", None, None, elapsed)
     bound = float(lp.solverModel.getInfo().mip_dual_bound)
     if lp.solverModel.getModelStatus() == highspy.HighsModelStatus.kOptimal:
-        return HighsOutcome("optimal", value, value if not math.isfinite(bound) else min(bound, value), elapsed)
-    return HighsOutcome("feasible", value, bound if math.isfinite(bound) else None, elapsed)
+        return SolverOutcome("optimal", value, value if not math.isfinite(bound) else min(bound, value), elapsed)
+    return SolverOutcome("feasible", value, bound if math.isfinite(bound) else None, elapsed)

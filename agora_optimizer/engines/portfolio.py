@@ -25,7 +25,7 @@ from agora_optimizer.engines.cpsat import CpSatEngine
 from agora_optimizer.engines.heft import HeftEngine
 from agora_optimizer.engines.list_scheduling import ListSchedulingEngine
 from agora_optimizer.engines.local_search import LocalSearchEngine
-from agora_optimizer.engines.milp import OPTIMALITY_TOLERANCE, MilpEngine
+from agora_optimizer.engines.milp import MilpEngine, meets_bound
 from agora_optimizer.engines.one_type_default import OneTypeDefaultEngine
 from agora_optimizer.engines.partition import PartitionEngine
 from agora_optimizer.engines.peft import PeftEngine
@@ -132,7 +132,7 @@ def run_portfolio(
             best_bound = result.bound if best_bound is None else max(best_bound, result.bound)
         if best is not None and best_key is not None and best_bound is not None and best_key[0] == 0:
             value = problem.score(best.assignments)[0]
-            if best.status != "optimal" and value <= best_bound + OPTIMALITY_TOLERANCE * max(1.0, abs(best_bound)):
+            if best.status != "optimal" and meets_bound(value, best_bound):
                 gap = max(0.0, (value - best_bound) / value) if value > 0 else 0.0
                 best = replace(best, status="optimal", gap=gap, bound=best_bound)
                 log.info("the best plan (%s) meets the best proven bound: optimal", best.method)
