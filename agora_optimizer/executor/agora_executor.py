@@ -122,6 +122,7 @@ class AgoraExecutor(BaseExecutor):
         self._state_dir = Path()
         self._trace_store: TraceStore | None = None
         self._last_sweep = time.monotonic()  # the first sweep waits an interval: adoption comes first
+        self._swept: set[str] = set()  # job directories the sweep is done with (traced, unreadable or too old)
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -218,21 +219,28 @@ class AgoraExecutor(BaseExecutor):
         for job_dir in sorted(self._state_dir.iterdir()):
             if traced >= SWEEP_BATCH:
                 break
+            if job_dir.name in self._swept or job_dir.name in ours:
+                continue
             result_path = job_dir / "result.json"
-            if job_dir.name in ours or (job_dir / TRACED_MARK).exists() or not result_path.is_file():
+            if (job_dir / TRACED_MARK).exists() or (
+                result_path.is_file() and now - result_path.stat().st_mtime > max_age_s
+            ):
+                self._swept.add(job_dir.name)
                 continue
-            if now - result_path.stat().st_mtime > max_age_s:
-                continue
+            if not result_path.is_file():
+                continue  # still running, or its result not yet back
             record = JobRecord.read(job_dir)
             try:
                 result = read_result(result_path)
             except BackendError as exc:
                 self.log.warning("Not tracing %s: %s", job_dir.name, exc)
                 (job_dir / TRACED_MARK).touch()
+                self._swept.add(job_dir.name)
                 continue
             if record is None or result is None:
                 continue
             self._write_trace(record, result.status())
+            self._swept.add(job_dir.name)
             self.log.info("Traced %s, which ended while no scheduler watched it", record.label)
             traced += 1
         return traced
