@@ -29,7 +29,7 @@ SPEC_KEYS = [
 @pytest.fixture(scope="module")
 def plan_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     workflow = load_workflow(BUNDLED / "srasearch-chameleon-10a-001.json")
-    plan = optimize(workflow, load_catalog(AWS_CATALOG), Objective(kind="cost", deadline_s=5000.0), "aws")
+    plan = optimize(workflow, load_catalog(AWS_CATALOG), Objective(kind="cost", deadline_s=5000.0), "aws", 2.0)
     path = tmp_path_factory.mktemp("plan") / "plan.json"
     write_plan(plan, path)
     return path
