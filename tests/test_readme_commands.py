@@ -20,7 +20,7 @@ def test_readme_names_the_two_commands() -> None:
 def test_demo_optimizes_checks_draws_and_runs_the_example_dag_on_local_pools(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")} | {
         "OUT": str(tmp_path),
-        "TIME_LIMIT_S": "10",
+        "TIME_LIMIT_S": "3",
     }
     result = subprocess.run(
         ["bash", "scripts/demo.sh"], cwd=REPO, env=env, capture_output=True, text=True, timeout=900, check=False
