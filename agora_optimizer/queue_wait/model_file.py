@@ -1,13 +1,16 @@
 """A trained :class:`QueueWaitRegressor` in a directory: ``queue_wait.json`` and ``pipeline.skops``.
 
 The JSON holds the parameters, what the model saw (samples and median wait per partition) and
-its :meth:`~QueueWaitRegressor.describe` text; the fitted scikit-learn pipeline (absent for a
-fallback) is written with skops, not pickle. On load, skops may build only scikit-learn's own
-types beyond those it trusts by default: a file that asks for anything else is refused.
+its :meth:`~QueueWaitRegressor.describe` text and the SHA-256 of the fitted scikit-learn pipeline
+(absent for a fallback), which is written with skops, not pickle. On load, the pipeline file must
+have that hash, and skops may build only the types it trusts by default and
+:data:`TRUSTED_TYPES`: a file that asks for anything else is refused unloaded (a prefix such as
+``sklearn.`` would not do: scikit-learn ships functions that run commands).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,7 +27,11 @@ from agora_optimizer.queue_wait.model import QueueWaitRegressor
 FORMAT = "agora-queue-wait/1"
 META_FILE = "queue_wait.json"
 PIPELINE_FILE = "pipeline.skops"
-_TRUSTED_PREFIX = "sklearn."
+TRUSTED_TYPES = ["sklearn.tree._tree.Tree"]  # what a fitted pipeline holds beyond skops' defaults
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def save_model(model: QueueWaitRegressor, directory: str | Path) -> Path:
@@ -48,6 +55,7 @@ def save_model(model: QueueWaitRegressor, directory: str | Path) -> Path:
             "partition_median_s": model.partition_median_s_,
             "median_s": model.median_s_,
             "has_pipeline": model.pipeline_ is not None,
+            "pipeline_sha256": _sha256(pipeline_path) if model.pipeline_ is not None else None,
             "sklearn_version": sklearn.__version__,
             "saved_at": datetime.now(UTC).isoformat(),
             "describe": model.describe(),
@@ -79,23 +87,34 @@ def load_model(directory: str | Path) -> QueueWaitRegressor:
         model.partition_median_s_ = {str(k): float(v) for k, v in meta["partition_median_s"].items()}
         model.median_s_ = None if meta["median_s"] is None else float(meta["median_s"])
         has_pipeline = bool(meta["has_pipeline"])
+        expected_sha256 = meta.get("pipeline_sha256") or ""
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise InputFileError(meta_path, f"malformed queue-wait model file: {exc!r}") from None
-    model.pipeline_ = _load_pipeline(folder / PIPELINE_FILE) if has_pipeline else None
+    model.pipeline_ = _load_pipeline(folder / PIPELINE_FILE, expected_sha256) if has_pipeline else None
     return model
 
 
-def _load_pipeline(path: Path) -> Any:
+def _load_pipeline(path: Path, expected_sha256: str) -> Any:
     try:
-        untrusted = sio.get_untrusted_types(file=path)
+        actual_sha256 = _sha256(path)
     except FileNotFoundError:
         raise InputFileError(path, "missing: the model's JSON says it has a fitted pipeline") from None
+    except OSError as exc:
+        raise InputFileError(path, f"cannot be read: {exc.strerror or exc}") from None
+    if not expected_sha256:
+        raise InputFileError(
+            path, f"refused: {META_FILE} records no SHA-256 for it (an older agora wrote it): train again"
+        )
+    if actual_sha256 != expected_sha256:
+        raise InputFileError(path, f"refused: its SHA-256 is not the one {META_FILE} recorded (file changed)")
+    try:
+        untrusted = sio.get_untrusted_types(file=path)
     except Exception as exc:  # skops raises assorted errors for a file that is not its format
         raise InputFileError(path, f"not a skops file: {exc}") from None
-    foreign = [name for name in untrusted if not name.startswith(_TRUSTED_PREFIX)]
+    foreign = sorted(set(untrusted) - set(TRUSTED_TYPES))
     if foreign:
-        raise InputFileError(path, f"refused: it would build types that are not scikit-learn's: {', '.join(foreign)}")
+        raise InputFileError(path, f"refused: it would build types agora does not trust: {', '.join(foreign)}")
     try:
-        return sio.load(path, trusted=untrusted)
+        return sio.load(path, trusted=TRUSTED_TYPES)
     except Exception as exc:
         raise InputFileError(path, f"cannot load the fitted pipeline: {exc}") from None

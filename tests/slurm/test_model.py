@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import warnings
 from pathlib import Path
@@ -12,6 +13,9 @@ import pytest
 import skops.io as sio
 from sklearn.base import clone
 from sklearn.exceptions import NotFittedError
+from sklearn.pipeline import Pipeline
+from sklearn.preprocessing import FunctionTransformer
+from sklearn.utils._testing import check_output  # subprocess.check_output, inside scikit-learn
 
 from agora_optimizer.errors import InputFileError
 from agora_optimizer.queue_wait.errors import QueueWaitModelError
@@ -151,13 +155,45 @@ def test_a_broken_or_missing_model_file_is_an_error_naming_it(tmp_path: Path) ->
         load_model(tmp_path)
     (tmp_path / META_FILE).write_text(json.dumps(meta))
     (tmp_path / PIPELINE_FILE).write_bytes(b"not a zip file")
-    with pytest.raises(InputFileError, match=r"pipeline\.skops"):
+    with pytest.raises(InputFileError, match=r"pipeline\.skops: refused: its SHA-256 is not the one"):
+        load_model(tmp_path)
+    _replace_pipeline(tmp_path, b"not a zip file")
+    with pytest.raises(InputFileError, match=r"pipeline\.skops: not a skops file"):
         load_model(tmp_path)
     sio.dump({"features": _queue(1)}, tmp_path / PIPELINE_FILE)  # a type that is not scikit-learn's
+    _replace_pipeline(tmp_path, (tmp_path / PIPELINE_FILE).read_bytes())
     with pytest.raises(InputFileError, match=r"refused.*QueueFeatures"):
         load_model(tmp_path)
     with pytest.raises(QueueWaitModelError, match="not fitted"):
         save_model(QueueWaitRegressor(), tmp_path / "x")
+
+
+def _replace_pipeline(folder: Path, content: bytes) -> None:
+    """Put ``content`` in place of the pipeline file, with its hash in the JSON (as a forger would)."""
+    (folder / PIPELINE_FILE).write_bytes(content)
+    meta = json.loads((folder / META_FILE).read_text())
+    meta["pipeline_sha256"] = hashlib.sha256(content).hexdigest()
+    (folder / META_FILE).write_text(json.dumps(meta))
+
+
+def test_a_pipeline_that_would_run_a_command_is_refused_unloaded(tmp_path: Path) -> None:
+    """scikit-learn's own namespace holds functions that run commands: no ``sklearn.`` type is trusted wholesale."""
+    model = QueueWaitRegressor(min_samples=2, n_estimators=5).fit(
+        features_frame([_queue(n) for n in range(6)]), range(6)
+    )
+    save_model(model, tmp_path)
+    marker = tmp_path / "ran"
+    forged = FunctionTransformer(func=check_output, kw_args={"args": ["touch", str(marker)]})
+    sio.dump(Pipeline([("run", forged)]), tmp_path / "forged.skops")
+    _replace_pipeline(tmp_path, (tmp_path / "forged.skops").read_bytes())
+    with pytest.raises(InputFileError, match=r"refused: it would build types agora does not trust: .*check_output"):
+        load_model(tmp_path)
+    assert not marker.exists()
+    meta = json.loads((tmp_path / META_FILE).read_text())
+    del meta["pipeline_sha256"]  # a file from before the hash was recorded
+    (tmp_path / META_FILE).write_text(json.dumps(meta))
+    with pytest.raises(InputFileError, match="records no SHA-256"):
+        load_model(tmp_path)
 
 
 def test_an_unseen_partition_gets_a_model_prediction_and_a_warning() -> None:
