@@ -14,6 +14,7 @@ from agora_optimizer.cli import main
 from tests.conftest import AWS_CATALOG, BUNDLED, wfformat_15, write_json
 
 BLAST = BUNDLED / "blast-chameleon-small-001.json"
+QUICK = ("--time-limit-s", "3")  # these tests are about the CLI, not about how good a plan is
 
 
 def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -25,7 +26,7 @@ def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]
 def test_optimize_writes_a_plan_and_compares_with_the_default(tmp_path: Path, capsys) -> None:
     out = tmp_path / "plan.json"
     code, stdout, _ = _run(
-        capsys, "optimize", BLAST, "--catalog", AWS_CATALOG, "--objective", "cost", "--out", out, "--json"
+        capsys, "optimize", BLAST, "--catalog", AWS_CATALOG, "--objective", "cost", "--out", out, "--json", *QUICK
     )
     assert code == 0
     summary = json.loads(stdout)
@@ -40,7 +41,7 @@ def test_optimize_writes_a_plan_and_compares_with_the_default(tmp_path: Path, ca
 
 
 def test_optimize_table_output(tmp_path: Path, capsys) -> None:
-    code, stdout, _ = _run(capsys, "optimize", BLAST, "-c", AWS_CATALOG, "-o", tmp_path / "p.json")
+    code, stdout, _ = _run(capsys, "optimize", BLAST, "-c", AWS_CATALOG, "-o", tmp_path / "p.json", *QUICK)
     assert code == 0
     assert "one-type default" in stdout and "against the one-type default (every task on" in stdout
     assert "lower bound" in stdout
@@ -48,7 +49,7 @@ def test_optimize_table_output(tmp_path: Path, capsys) -> None:
 
 def test_validate_exits_1_and_lists_each_violation(tmp_path: Path, capsys) -> None:
     out = tmp_path / "plan.json"
-    assert _run(capsys, "optimize", BLAST, "-c", AWS_CATALOG, "-o", out)[0] == 0
+    assert _run(capsys, "optimize", BLAST, "-c", AWS_CATALOG, "-o", out, *QUICK)[0] == 0
     plan = json.loads(out.read_text())
     plan["makespan_s"] *= 2
     plan["assignments"][0]["memory_bytes"] = 10**12
@@ -67,7 +68,10 @@ def test_validate_exits_1_and_lists_each_violation(tmp_path: Path, capsys) -> No
         (["optimize", "missing.json", "-c", AWS_CATALOG], "missing.json: no such file"),
         (["optimize", BLAST, "-c", BUNDLED / "README.md"], "README.md"),
         (["optimize", BLAST, "-c", AWS_CATALOG, "--deadline-s", "1"], "deadline 1.0 s is below"),
-        (["optimize", BLAST, "-c", AWS_CATALOG, "--objective", "time", "--budget-usd", "0.00001"], "best achievable"),
+        (
+            ["optimize", BLAST, "-c", AWS_CATALOG, "--objective", "time", "--budget-usd", "0.00001", *QUICK],
+            "best achievable",
+        ),
     ],
 )
 def test_bad_input_exits_2_with_one_clear_line_and_writes_nothing(argv, message, tmp_path: Path, capsys) -> None:
@@ -95,7 +99,7 @@ def test_usage_errors_exit_2(capsys, tmp_path: Path) -> None:
 
 def test_plan_for_another_workflow_exits_2(tmp_path: Path, capsys) -> None:
     out = tmp_path / "plan.json"
-    assert _run(capsys, "optimize", BLAST, "-c", AWS_CATALOG, "-o", out)[0] == 0
+    assert _run(capsys, "optimize", BLAST, "-c", AWS_CATALOG, "-o", out, *QUICK)[0] == 0
     other = BUNDLED / "srasearch-chameleon-10a-001.json"
     code, _, stderr = _run(capsys, "validate", out, "-w", other, "-c", AWS_CATALOG)
     assert code == 2
@@ -105,7 +109,7 @@ def test_plan_for_another_workflow_exits_2(tmp_path: Path, capsys) -> None:
 @pytest.mark.parametrize("suffix", [".png", ".svg"])
 def test_gantt_draws_one_row_per_machine(suffix: str, tmp_path: Path, capsys) -> None:
     plan_path = tmp_path / "plan.json"
-    assert _run(capsys, "optimize", BLAST, "-c", AWS_CATALOG, "-o", plan_path)[0] == 0
+    assert _run(capsys, "optimize", BLAST, "-c", AWS_CATALOG, "-o", plan_path, *QUICK)[0] == 0
     chart = tmp_path / f"chart{suffix}"
     code, _, _ = _run(capsys, "gantt", plan_path, "--out", chart, "--workflow", BLAST)
     assert code == 0
@@ -122,7 +126,7 @@ def test_gantt_draws_one_row_per_machine(suffix: str, tmp_path: Path, capsys) ->
 
 def test_gantt_refuses_an_unknown_format(tmp_path: Path, capsys) -> None:
     plan_path = tmp_path / "plan.json"
-    assert _run(capsys, "optimize", BLAST, "-c", AWS_CATALOG, "-o", plan_path)[0] == 0
+    assert _run(capsys, "optimize", BLAST, "-c", AWS_CATALOG, "-o", plan_path, *QUICK)[0] == 0
     code, _, stderr = _run(capsys, "gantt", plan_path, "--out", tmp_path / "chart.bmp")
     assert code == 2
     assert "unsupported chart format '.bmp'" in stderr
@@ -131,7 +135,7 @@ def test_gantt_refuses_an_unknown_format(tmp_path: Path, capsys) -> None:
 def test_installed_console_script(tmp_path: Path) -> None:
     agora = shutil.which("agora") or str(Path(__import__("sys").executable).with_name("agora"))
     result = subprocess.run(
-        [agora, "optimize", BLAST, "-c", AWS_CATALOG, "-o", tmp_path / "p.json", "--json"],
+        [agora, "optimize", BLAST, "-c", AWS_CATALOG, "-o", tmp_path / "p.json", "--json", *QUICK],
         capture_output=True,
         text=True,
         timeout=120,
