@@ -112,6 +112,19 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("slurm_pilot_window_s", "5", "SLURM pilot jobs: how long to gather short tasks before submitting."),
     Setting(
+        "slurm_record_queue_waits",
+        "True",
+        "The SLURM backend records the queue each of its jobs met (one squeue per recorded job, at most one "
+        "job a second) and, from accounting, how long it waited: the training data of 'agora queue train'.",
+    ),
+    Setting(
+        "queue_wait_store_url",
+        "",
+        "SQLAlchemy URL of the queue-wait store (recorded SLURM submissions and their waits); empty: "
+        "sqlite:///$AIRFLOW_HOME/agora/queue_waits.db.",
+        sensitive=True,
+    ),
+    Setting(
         "model_dir",
         "",
         "Where the rerun DAG writes the retrained predictor; empty: $AIRFLOW_HOME/agora/models/predictor.",

@@ -642,10 +642,13 @@ def make_backend(name: str, resources: Mapping[str, Resource]) -> Backend:
         return LocalBackend({resource.name: LocalPool.from_resource(resource) for resource in mine})
     if name == "slurm":
         from agora_optimizer.executor.backends.slurm import SlurmBackend
+        from agora_optimizer.queue_wait.submissions import SubmissionLog
 
+        record = settings.get_bool("slurm_record_queue_waits")
         return SlurmBackend(
             pilot_max_tasks=int(settings.get_float("slurm_pilot_max_tasks")),
             pilot_window_s=settings.get_float("slurm_pilot_window_s"),
+            submissions=SubmissionLog(settings.get("queue_wait_store_url") or None) if record else None,
         )
     if name == "aws":
         from agora_optimizer.executor.backends.aws_batch import AwsBatchBackend

@@ -2,7 +2,9 @@
 
 Call :func:`record_submission` right after ``sbatch`` (it reads the queue, leaving the job itself
 out) and :func:`update_waits` now and then: it asks accounting about the rows still without a
-wait. Rows live in the table ``queue_waits`` of any SQLAlchemy database; the default is SQLite at
+wait (the SLURM backend of the executor does both itself, see
+:mod:`agora_optimizer.queue_wait.submissions`). Rows live in the table ``queue_waits`` of any
+SQLAlchemy database: ``[agora] queue_wait_store_url``, by default SQLite at
 ``$AIRFLOW_HOME/agora/queue_waits.db`` (``AIRFLOW_HOME`` defaults to ``~/airflow``).
 """
 
@@ -102,6 +104,15 @@ class WaitUpdate:
 
 
 def default_store_url() -> str:
+    """``[agora] queue_wait_store_url`` (where the SLURM backend records), else SQLite under ``$AIRFLOW_HOME/agora``."""
+    try:
+        from agora_optimizer import settings
+
+        configured = settings.get("queue_wait_store_url")
+    except ImportError:  # no Airflow here: no [agora] section to read
+        configured = ""
+    if configured:
+        return configured
     home = Path(os.environ.get("AIRFLOW_HOME") or Path.home() / "airflow")
     return f"sqlite:///{home / 'agora' / 'queue_waits.db'}"
 

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from agora_optimizer.executor.backends.slurm import SlurmBackend
+from agora_optimizer.executor.jobs import JobSpec
 from agora_optimizer.queue_wait.recorder import QueueWaitStore, record_submission, update_waits
 from agora_optimizer.queue_wait.snapshot import read_snapshot
-from tests.slurm_cluster import NODES, SlurmCluster, sbatch, slurm_cluster_or_skip, wait_until
+from tests.slurm_cluster import NODES, SlurmCluster, sbatch, scancel, slurm_cluster_or_skip, wait_until
 
 
 @pytest.fixture(scope="session")
@@ -26,6 +29,25 @@ def controller_down(slurm_cluster: SlurmCluster, tmp_path: Path, monkeypatch: py
     conf = tmp_path / "slurm.conf"
     conf.write_text("\n".join(lines) + "\n")
     monkeypatch.setenv("SLURM_CONF", str(conf))
+
+
+class Tracked:
+    """Backends that remember every SLURM job they made, so that a test leaves none behind."""
+
+    def __init__(self) -> None:
+        self.ids: set[str] = set()
+
+    def submit(self, backend: SlurmBackend, spec: JobSpec) -> str:
+        external_id = backend.submit(spec)
+        self.ids.add(external_id.split("+")[0])
+        return external_id
+
+
+@pytest.fixture
+def tracked(slurm_cluster: SlurmCluster) -> Iterator[Tracked]:
+    jobs = Tracked()
+    yield jobs
+    scancel(*jobs.ids)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,8 @@ from agora_optimizer.executor.backends import slurm
 from agora_optimizer.executor.backends.slurm import SlurmBackend, SlurmJobRef, job_name, parse_sacct, parse_squeue
 from agora_optimizer.executor.jobs import BackendError, JobSpec, JobStatus, read_result
 from agora_optimizer.queue_wait.commands import run_slurm
-from tests.slurm_cluster import NODES, SlurmCluster, scancel, wait_until
+from tests.slurm.conftest import Tracked
+from tests.slurm_cluster import NODES, SlurmCluster, wait_until
 
 MIB = 2**20
 SLEEP = "import time; time.sleep({})"
@@ -50,25 +51,6 @@ def job(
         options={} if partition is None else {"partition": partition},
         environment=environment or {},
     )
-
-
-class Tracked:
-    """Backends that remember every SLURM job they made, so that a test leaves none behind."""
-
-    def __init__(self) -> None:
-        self.ids: set[str] = set()
-
-    def submit(self, backend: SlurmBackend, spec: JobSpec) -> str:
-        external_id = backend.submit(spec)
-        self.ids.add(external_id.split("+")[0])
-        return external_id
-
-
-@pytest.fixture
-def tracked(slurm_cluster: SlurmCluster) -> Iterator[Tracked]:
-    jobs = Tracked()
-    yield jobs
-    scancel(*jobs.ids)
 
 
 def wait_finished(backend: SlurmBackend, ids: Sequence[str], timeout_s: float = 60) -> Mapping[str, JobStatus]:

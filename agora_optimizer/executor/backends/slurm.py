@@ -79,6 +79,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from agora_optimizer.errors import FieldError
 from agora_optimizer.executor.jobs import (
@@ -93,6 +94,9 @@ from agora_optimizer.executor.jobs import (
 from agora_optimizer.queue_wait.errors import SlurmOutputError
 from agora_optimizer.queue_wait.slurm_values import memory_bytes as parse_memory
 from agora_optimizer.queue_wait.slurm_values import time_limit_s as parse_time_limit
+
+if TYPE_CHECKING:
+    from agora_optimizer.queue_wait.submissions import SubmissionLog
 
 log = logging.getLogger(__name__)
 
@@ -494,9 +498,11 @@ class SlurmBackend:
         time_grace_s: float = 30.0,
         command_timeout_s: float = 20.0,
         export: Sequence[str] = DEFAULT_EXPORT,
+        submissions: SubmissionLog | None = None,
     ) -> None:
         """``pilot_max_tasks`` of 0 or 1 turns pilots off; ``time_grace_s`` is added to a task's
-        limit for SLURM's, so the worker's own limit ends the task first and writes its result."""
+        limit for SLURM's, so the worker's own limit ends the task first and writes its result;
+        ``submissions`` records the queue each job met and its wait (for the queue-wait model)."""
         checks: dict[str, tuple[float, bool, str]] = {
             "pilot_max_tasks": (pilot_max_tasks, pilot_max_tasks >= 0, "must be >= 0"),
             "pilot_window_s": (pilot_window_s, 0 <= pilot_window_s < math.inf, "must be >= 0 seconds"),
@@ -521,6 +527,7 @@ class SlurmBackend:
         self.time_grace_s = time_grace_s
         self.command_timeout_s = command_timeout_s
         self.export = tuple(export)
+        self.submissions = submissions
         self._job_dirs: dict[str, Path] = {}  # external id -> job dir (submitted here, or adopted)
         self._pilot_dirs: dict[str, Path] = {}  # SLURM id of a pilot -> its directory
         self._open: dict[str, _Pilot] = {}  # partition -> the pilot gathering its tasks
@@ -554,7 +561,10 @@ class SlurmBackend:
         """Each id's status; first closes the pilots whose window has passed (see :meth:`flush`)."""
         with self._lock:
             self.flush()
-            return self._status(external_ids)
+            report = self._status(external_ids)
+        if self.submissions is not None:
+            self.submissions.poll()
+        return report
 
     def cancel(self, external_id: str) -> None:
         """scancel, or for a packed task its cancel file (and scancel once no task is left). Never raises."""
@@ -690,6 +700,10 @@ class SlurmBackend:
         ]
         job_id = self._sbatch(argv, job, partition, name, environment=job.environment)
         self._job_dirs[job_id] = job.job_dir
+        if self.submissions is not None:
+            self.submissions.submitted(
+                job_id, partition, job.cores, job.memory_bytes, None if minutes is None else minutes * 60.0
+            )
         return job_id
 
     def _sbatch(self, argv: list[str], job: JobSpec, partition: str, name: str, environment: Mapping[str, str]) -> str:
@@ -844,6 +858,9 @@ class SlurmBackend:
         if longest < pilot.minutes:
             self._run_quietly(["scontrol", "update", f"JobId={pilot.job_id}", f"TimeLimit={longest}"])
         self._run_quietly(["scontrol", "release", pilot.job_id])
+        if self.submissions is not None:  # released: it queues (is eligible) from now
+            limit_s = min(longest, pilot.minutes) * 60.0
+            self.submissions.submitted(pilot.job_id, pilot.partition, pilot.cores(), pilot.memory_mib() * MIB, limit_s)
 
     def _release_due(self, records: Mapping[str, SlurmRecord], manifests: Mapping[str, _Manifest | None]) -> None:
         """Release held pilots that no instance gathers into any more (closed, or their window long past)."""
