@@ -164,6 +164,7 @@ class AgoraExecutor(BaseExecutor):
                 with contextlib.suppress(Exception):
                     flush(force=True)
         self.sync()
+        self._poll_queue_waits(force=True, close=True)
         if self._trace_store is not None:
             self._trace_store.close()
             self._trace_store = None
@@ -201,8 +202,18 @@ class AgoraExecutor(BaseExecutor):
             if time.monotonic() - self._last_sweep >= SWEEP_INTERVAL_S:
                 self._last_sweep = time.monotonic()
                 self.sweep_finished_jobs()
+            self._poll_queue_waits()
         except Exception:  # the scheduler's loop must survive anything a backend does
             self.log.exception("AgoraExecutor sync failed; will try again on the next heartbeat")
+
+    def _poll_queue_waits(self, *, force: bool = False, close: bool = False) -> None:
+        """SLURM: store the recorded jobs' waits when due, also while no job is polled (it costs nothing when not)."""
+        for backend in self._backends.values():
+            submissions = getattr(backend, "submissions", None)
+            if submissions is not None:
+                submissions.poll(force=force)
+                if close:
+                    submissions.close()
 
     def sweep_finished_jobs(self, max_age_s: float = SWEEP_MAX_AGE_S) -> int:
         """Trace the jobs that ended while no executor watched them; returns how many.

@@ -7,8 +7,10 @@ This is how the queue-wait model learns from the project's own runs without anyo
 (``[agora] queue_wait_store_url``), where ``agora queue train`` finds them.
 
 It samples: one fresh ``squeue`` per recorded job, and at most one recorded job per
-``min_interval_s`` (a burst of submissions would otherwise cost a burst of ``squeue`` calls); it
-asks accounting about the waiting rows at most every ``update_interval_s``. It never raises:
+``min_interval_s`` (a burst of submissions would otherwise cost a burst of ``squeue`` calls). It
+asks accounting about the waiting rows when the backend has seen one of the jobs it recorded
+start (at most every ``min_update_gap_s``: slurmdbd may lag behind, so it asks again later), and
+at least every ``update_interval_s`` while rows wait (rows of an earlier process). It never raises:
 a store or SLURM command that fails is logged (once, then every ``LOG_EVERY`` failures) and
 counted in :attr:`failures`, and the job runs as it would without it.
 """
@@ -18,7 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from agora_optimizer.errors import AgoraError
@@ -40,16 +42,19 @@ class SubmissionLog:
         *,
         min_interval_s: float = 1.0,
         update_interval_s: float = 60.0,
+        min_update_gap_s: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.store_url = store_url
         self.min_interval_s = min_interval_s
         self.update_interval_s = update_interval_s
+        self.min_update_gap_s = min_update_gap_s
         self._clock = clock
         self._store: QueueWaitStore | None = None
         self._method: SnapshotMethod = "auto"
         self._last_recorded = -float("inf")
         self._last_update = -float("inf")
+        self._unresolved: set[str] = set()  # jobs recorded here whose wait is not stored yet
         self._lock = threading.Lock()
         self.recorded = 0  # jobs recorded
         self.skipped = 0  # jobs left out by the sampling
@@ -74,19 +79,24 @@ class SubmissionLog:
                 self._failed(f"recording SLURM job {job_id}'s queue", exc)
                 return False
             self.recorded += 1
+            self._unresolved.add(job_id)
             return True
 
-    def poll(self) -> None:
-        """Ask accounting about the recorded jobs still without a wait, if ``update_interval_s`` has passed."""
+    def poll(self, started: Iterable[str] = (), *, force: bool = False) -> None:
+        """Store the waits accounting knows, when due: ``started`` are SLURM ids the backend saw started."""
         from agora_optimizer.queue_wait.recorder import update_waits
 
         with self._lock:
             now = self._clock()
-            if self.recorded == 0 or now - self._last_update < self.update_interval_s:
+            since = now - self._last_update
+            news = bool(self._unresolved.intersection(started)) and since >= self.min_update_gap_s
+            if self.recorded == 0 or not (force or news or since >= self.update_interval_s):
                 return
             self._last_update = now
             try:
-                update_waits(self._open())
+                store = self._open()
+                update_waits(store)
+                self._unresolved.intersection_update(job_id for job_id, _ in store.waiting())
             except (AgoraError, OSError) as exc:
                 self._failed("reading the recorded jobs' waits from SLURM accounting", exc)
 

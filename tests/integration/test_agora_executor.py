@@ -28,6 +28,7 @@ from agora_optimizer.integration.local_airflow import AirflowDeployment, wait_un
 from agora_optimizer.io.catalog_file import load_catalog
 from agora_optimizer.model.plan import Assignment, Objective, Plan, SolverInfo
 from agora_optimizer.plans.store import PlanStore
+from agora_optimizer.queue_wait.recorder import QueueWaitStore
 from agora_optimizer.traces.records import TaskAttempt
 from agora_optimizer.traces.store import TraceStore
 from tests.conftest import CATALOGS, REPO
@@ -288,6 +289,15 @@ def test_a_slurm_queue_wait_longer_than_airflows_queued_timeout_runs_the_task_on
     ).stdout.split("|")  # fmt: skip
     submitted, started = (datetime.fromisoformat(value.strip()) for value in times)
     assert (started - submitted).total_seconds() > QUEUED_TIMEOUT_S  # it did wait longer than the timeout
+    # The executor recorded the queue the job met and, from accounting, its wait (the default store).
+    waits = QueueWaitStore(f"sqlite:///{cluster.airflow.home / 'agora' / 'queue_waits.db'}")
+    wait_until(
+        lambda: job["JobID"] in {o.job_id for o in waits.observations()}, 90, "the executor to record the job's wait"
+    )
+    (seen,) = [o for o in waits.observations() if o.job_id == job["JobID"]]
+    assert seen.features.partition == "debug" and seen.features.running_jobs >= 1  # the blocker was running
+    assert seen.wait_s > QUEUED_TIMEOUT_S
+    waits.close()
     log = airflow.log("scheduler")
     assert "Not revoking agora_patient.patient" in log and "waits in slurm-debug's queue" in log
     events = airflow.request("GET", "/eventLogs", params={"dag_id": "agora_patient", "limit": 100})

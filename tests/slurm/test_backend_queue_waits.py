@@ -23,10 +23,8 @@ def test_single_jobs_and_a_pilot_are_recorded_with_the_queue_they_met_and_their_
     tmp_path: Path, tracked: Tracked
 ) -> None:
     url = f"sqlite:///{tmp_path / 'waits.db'}"
-    singles = SlurmBackend(submissions=SubmissionLog(url, min_interval_s=0, update_interval_s=0))
-    pilots = SlurmBackend(
-        pilot_max_tasks=3, pilot_window_s=60, submissions=SubmissionLog(url, min_interval_s=0, update_interval_s=0)
-    )
+    singles = SlurmBackend(submissions=SubmissionLog(url, min_interval_s=0))
+    pilots = SlurmBackend(pilot_max_tasks=3, pilot_window_s=60, submissions=SubmissionLog(url, min_interval_s=0))
     node = NODES["debug"]
     blocker = sbatch("-p", "debug", "-c", str(node.cpus), "--mem=100M", "-t", "1", command=f"sleep {BLOCK_S}")
     try:
@@ -43,7 +41,7 @@ def test_single_jobs_and_a_pilot_are_recorded_with_the_queue_they_met_and_their_
     expected = {*ids, pilot_id}
 
     def all_waits_known() -> bool:
-        singles.status(ids)  # each status poll may ask accounting (update_interval_s=0: every time)
+        singles.status(ids)  # a poll that sees a recorded job started asks accounting (every 5 s at most)
         pilots.status(packed)
         return {o.job_id for o in QueueWaitStore(url).observations()} == expected
 

@@ -528,6 +528,7 @@ class SlurmBackend:
         self.command_timeout_s = command_timeout_s
         self.export = tuple(export)
         self.submissions = submissions
+        self._started: set[str] = set()  # SLURM ids the last status poll saw started
         self._job_dirs: dict[str, Path] = {}  # external id -> job dir (submitted here, or adopted)
         self._pilot_dirs: dict[str, Path] = {}  # SLURM id of a pilot -> its directory
         self._open: dict[str, _Pilot] = {}  # partition -> the pilot gathering its tasks
@@ -563,7 +564,7 @@ class SlurmBackend:
             self.flush()
             report = self._status(external_ids)
         if self.submissions is not None:
-            self.submissions.poll()
+            self.submissions.poll(self._started)
         return report
 
     def cancel(self, external_id: str) -> None:
@@ -616,6 +617,11 @@ class SlurmBackend:
                 ]
                 if blind:
                     raise
+        self._started = {  # (a pending job's StartTime in squeue is an estimate)
+            r.job_id
+            for r in (*records.values(), *accounting.values())
+            if r.started_at is not None and _ACTIVE_PHASES.get(r.state) != "pending"
+        }
         report: dict[str, JobStatus] = {}
         for external_id, ref in refs.items():
             if ref is None:
