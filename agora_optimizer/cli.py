@@ -20,7 +20,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from agora_optimizer.errors import AgoraError
+from agora_optimizer.cli_options import CatalogOpt, PlanCatalogOpt
+from agora_optimizer.errors import AgoraError, FieldError
 from agora_optimizer.io.catalog_file import load_catalog
 from agora_optimizer.io.plan_file import load_plan, write_plan
 from agora_optimizer.io.wfformat import load_workflow
@@ -84,7 +85,6 @@ PlanInputArg = Annotated[
         "(its tasks get predicted runtimes and memory)."
     ),
 ]
-CatalogOpt = Annotated[Path, typer.Option("--catalog", "-c", help="Catalog of resource types (YAML or JSON).")]
 
 
 @app.command()
@@ -235,19 +235,33 @@ def _print_summary(summary: dict[str, Any]) -> None:
     out_console.print(f"plan written to {summary['plan']}")
 
 
+def plan_catalog(plan_path: Path, plan: Plan, catalog: Path | None) -> Catalog:
+    """``catalog`` if given, else the file the plan names in its ``catalog`` field (from the working
+    directory, or else from the plan's directory)."""
+    if catalog is not None:
+        return load_catalog(catalog)
+    named = Path(plan.catalog)
+    for candidate in (named, plan_path.parent / named):
+        if candidate.is_file():
+            return load_catalog(candidate)
+    raise FieldError(
+        str(plan_path), "catalog", f"{plan.catalog!r} is not a file here or beside the plan: pass --catalog"
+    )
+
+
 @app.command()
 def validate(
     plan: Annotated[Path, typer.Argument(help="A plan file (JSON).")],
     workflow: Annotated[Path, typer.Option("--workflow", "-w", help="The workflow the plan is for.")],
-    catalog: CatalogOpt,
+    catalog: PlanCatalogOpt = None,
 ) -> None:
     """Check PLAN against every rule of the agora model; exit 1 on any violation."""
     from agora_optimizer.validate import ensure_plan_matches, validate_plan
 
     with _user_errors():
         wf = load_workflow(workflow)  # filled-in memory is the plan's to reserve: only recorded peaks bind
-        cat = load_catalog(catalog)
         loaded = load_plan(plan)
+        cat = plan_catalog(plan, loaded, catalog)
         ensure_plan_matches(loaded, wf)
         violations = validate_plan(loaded, wf, cat)
     for violation in violations:

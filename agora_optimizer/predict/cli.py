@@ -14,11 +14,10 @@ from typing import Annotated, Any
 
 import typer
 
+from agora_optimizer.cli_options import CatalogOpt, PlanCatalogOpt
 from agora_optimizer.errors import InputFileError
 
 log = logging.getLogger(__name__)
-
-CatalogOpt = Annotated[Path, typer.Option("--catalog", "-c", help="Catalog of resource types (YAML or JSON).")]
 
 
 def _wfinstance_files(paths: list[Path]) -> list[Path]:
@@ -156,18 +155,18 @@ def predict(
 def simulate(
     plan: Annotated[Path, typer.Argument(help="A plan file (JSON), e.g. made from predictions.")],
     actual: Annotated[Path, typer.Option("--actual", "-a", help="The workflow with its true runtimes and memory.")],
-    catalog: CatalogOpt,
+    catalog: PlanCatalogOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] = False,
 ) -> None:
     """Replay PLAN with the actual runtimes and memory: makespan, cost, and tasks that would run out of memory."""
-    from agora_optimizer.cli import _user_errors, out_console
-    from agora_optimizer.io.catalog_file import load_catalog
+    from agora_optimizer.cli import _user_errors, out_console, plan_catalog
     from agora_optimizer.io.plan_file import load_plan
     from agora_optimizer.io.wfformat import load_workflow
     from agora_optimizer.predict.simulate import replay
 
     with _user_errors():
-        result = replay(load_plan(plan), load_workflow(actual), load_catalog(catalog))
+        loaded = load_plan(plan)
+        result = replay(loaded, load_workflow(actual), plan_catalog(plan, loaded, catalog))
     summary = result.summary()
     if as_json:
         out_console.print_json(json.dumps(summary))

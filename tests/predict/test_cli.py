@@ -9,6 +9,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from agora_optimizer import cli
 from agora_optimizer.io.plan_file import load_plan
 from agora_optimizer.model.plan import Objective
 from agora_optimizer.optimize import optimize
@@ -113,6 +114,25 @@ def test_simulate_a_plan_made_from_predictions(model_dir: Path, tmp_path: Path) 
     assert code == 0 and "actual (replayed)" in out
     code, _, err = invoke("simulate", plan_path, "--actual", BLAST_1, "--catalog", AWS_CATALOG)
     assert code == 2 and "plan is for workflow" in err
+
+
+def test_simulate_and_validate_find_the_plans_own_catalog(tmp_path: Path) -> None:
+    """As the issue writes it: ``agora simulate PLAN --actual WORKFLOW``, the catalog read from the plan."""
+    from agora_optimizer.io.catalog_file import load_catalog
+    from agora_optimizer.io.plan_file import write_plan
+    from agora_optimizer.io.wfformat import load_workflow
+
+    workflow = load_workflow(SRA_2)
+    plan = optimize(workflow, load_catalog(AWS_CATALOG), Objective(kind="time"), "aws.yaml", time_limit_s=1.0)
+    plan_path = tmp_path / "plans" / "plan.json"
+    write_plan(plan, plan_path)
+    code, _, err = invoke("simulate", plan_path, "--actual", SRA_2)
+    assert code == 2 and "plan.json: field 'catalog': 'aws.yaml' is not a file here or beside the plan" in err
+    (tmp_path / "plans" / "aws.yaml").write_bytes(AWS_CATALOG.read_bytes())  # beside the plan
+    code, out, err = invoke("simulate", plan_path, "--actual", SRA_2, "--json")
+    assert code == 0, err
+    assert json.loads(out)["actual"]["makespan_s"] == pytest.approx(plan.makespan_s)  # the truth it was planned with
+    assert cli.main(["validate", str(plan_path), "--workflow", str(SRA_2)]) == 0  # agora validate likewise
 
 
 def test_predict_uses_the_packaged_model_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
