@@ -171,13 +171,14 @@ def predicted_dag_workflow(
     shape = workflow_shape(load_dag(dag_id, folder))
     url = store_url or default_store_url()
     with TraceStore(url) as store:
-        attempts = [a for a in store.attempts() if a.state == "success"]
+        attempts = store.attempts()  # all: an OOM kill's limit is a floor for the task's memory
     predictor: Predictor | None = None
     origin = "no attempts in the trace store"
     if attempts:
         try:
             predictor = Predictor().fit(attempts, catalog)
-            origin = f"learned from {len(attempts)} successful attempts in the trace store"
+            used = predictor.training_rows["runtime"]
+            origin = f"learned from {used} successful attempts in the trace store (of {len(attempts)})"
         except EmptyHistoryError as exc:  # e.g. every attempt ran on a type this catalog no longer has
             origin = f"the trace store has nothing to learn from for this catalog ({exc})"
     if predictor is None:

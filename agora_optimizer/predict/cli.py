@@ -71,7 +71,8 @@ def train(
         if store:
             from agora_optimizer.traces.store import TraceStore  # the trace store's own module
 
-            stored = TraceStore(store).attempts()
+            with TraceStore(store) as traces:
+                stored = traces.attempts()
             attempts.extend(stored)
             sources.append(f"store: {len(stored)} attempts")
         cat = load_catalog(catalog) if catalog else None

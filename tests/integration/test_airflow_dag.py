@@ -63,10 +63,16 @@ def test_a_dag_with_no_history_is_planned_from_its_declared_hints(tmp_path: Path
 
 def test_traces_of_past_runs_replace_the_hints(tmp_path: Path) -> None:
     store = f"sqlite:///{tmp_path / 'traces.db'}"
+    killed = TaskAttempt.create(
+        dag_id=DAG_ID, task_id="profile", run_id="manual__9", resource_type="local-small", backend="local",
+        state="oom_killed", requested_memory_bytes=3 * GIB, started_at=datetime(2026, 11, 2, tzinfo=UTC),
+        ended_at=datetime(2026, 11, 2, 0, 0, 1, tzinfo=UTC),
+    )  # fmt: skip
     with TraceStore(store) as traces:
-        assert traces.add(_attempts(4)).written == 20
+        assert traces.add([*_attempts(4), killed]).written == 21
     by_task, err = _plan(tmp_path, store, tmp_path / "plan.json")
-    assert "learned from 20 successful attempts" in err
+    assert "learned from 20 successful attempts in the trace store (of 21)" in err
+    assert by_task["profile"]["memory_bytes"] >= 3 * GIB  # killed at 3 GiB once: it needs more than that
     aggregate = by_task["aggregate"]
     assert 35.0 <= aggregate["end_s"] - aggregate["start_s"] <= 50.0  # local-small runs at speed 1.0
     assert aggregate["memory_bytes"] >= 700 * 2**20  # never below the task's own largest peak

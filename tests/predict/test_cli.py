@@ -93,6 +93,9 @@ def test_train_errors(tmp_path: Path) -> None:
     empty.mkdir()
     code, _, err = invoke("train", "--wfinstances", empty, "--out", tmp_path / "m")
     assert code == 2 and "no WfFormat instance" in err
+    code, _, err = invoke("train", "--store", f"sqlite:///{tmp_path / 'empty.db'}", "--out", tmp_path / "m")
+    assert code == 2 and "no usable task attempt to learn from: 0 given" in err  # an empty history
+    assert not (tmp_path / "m").exists()
 
 
 def test_simulate_a_plan_made_from_predictions(model_dir: Path, tmp_path: Path) -> None:
