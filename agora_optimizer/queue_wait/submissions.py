@@ -43,12 +43,14 @@ class SubmissionLog:
         min_interval_s: float = 1.0,
         update_interval_s: float = 60.0,
         min_update_gap_s: float = 5.0,
+        command_timeout_s: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.store_url = store_url
         self.min_interval_s = min_interval_s
         self.update_interval_s = update_interval_s
         self.min_update_gap_s = min_update_gap_s
+        self.command_timeout_s = command_timeout_s
         self._clock = clock
         self._store: QueueWaitStore | None = None
         self._method: SnapshotMethod = "auto"
@@ -72,7 +74,7 @@ class SubmissionLog:
                 return False
             self._last_recorded = now
             try:
-                snapshot = read_snapshot(self._method)
+                snapshot = read_snapshot(self._method, self.command_timeout_s)
                 self._method = "json" if snapshot.source == "squeue --json" else "format"
                 record_submission(self._open(), job_id, partition, cores, memory_bytes, time_limit_s, snapshot)
             except (AgoraError, OSError) as exc:

@@ -563,8 +563,9 @@ class SlurmBackend:
         with self._lock:
             self.flush()
             report = self._status(external_ids)
-        if self.submissions is not None:
-            self.submissions.poll(self._started)
+            started = self._started
+        if self.submissions is not None:  # outside the lock: it may ask sacct
+            self.submissions.poll(started)
         return report
 
     def cancel(self, external_id: str) -> None:
