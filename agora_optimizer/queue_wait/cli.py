@@ -7,6 +7,7 @@ that the two modules can import each other in either order.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import warnings
 from collections.abc import Iterator
@@ -54,6 +55,11 @@ MethodOpt = Annotated[Method, typer.Option("--method", help="How to read squeue:
 def _errors() -> Iterator[None]:
     """The main CLI's error handling, plus model warnings printed as one line each on stderr."""
     from agora_optimizer.cli import _user_errors
+
+    # Airflow, imported first while recording (for [agora] queue_wait_store_url), would route the
+    # warnings to its logging instead (it replaces warnings.showwarning): import it before.
+    with contextlib.suppress(ImportError):
+        import airflow.configuration  # noqa: F401
 
     with _user_errors(), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
