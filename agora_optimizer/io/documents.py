@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -108,6 +109,15 @@ def _parse_yaml(path: Path, text: str) -> Any:
         raise InputFileError(path, f"invalid YAML{where}: {problem}") from None
     except (ValueError, RecursionError) as exc:
         raise InputFileError(path, f"invalid YAML: {exc}") from None
+
+
+def file_sha256(path: Path) -> str:
+    """The SHA-256 of a file's bytes (hex), read in blocks: what model files record of their parts."""
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def write_text_atomically(path: str | Path, text: str) -> None:

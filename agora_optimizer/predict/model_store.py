@@ -15,7 +15,6 @@ editable install); ``AGORA_MODEL_DIR`` points elsewhere.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -28,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import agora_optimizer
-from agora_optimizer.io.documents import write_text_atomically
+from agora_optimizer.io.documents import file_sha256, write_text_atomically
 from agora_optimizer.predict.errors import ModelFileError
 from agora_optimizer.predict.fallback import History
 from agora_optimizer.predict.features import CATEGORICAL, RESOURCE_NUMERIC, TASK_NUMERIC
@@ -76,14 +75,6 @@ def library_versions() -> dict[str, str]:
     return versions
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def save_predictor(
     predictor: Predictor,
     directory: str | Path,
@@ -128,7 +119,7 @@ def save_predictor(
             "sources": sources or [],
         },
         "metrics": dict(metrics or {}),
-        "files": {name: _sha256(directory / name) for name in (MODEL_FILE, HISTORY_FILE)},
+        "files": {name: file_sha256(directory / name) for name in (MODEL_FILE, HISTORY_FILE)},
     }
     path = directory / METADATA_FILE
     write_text_atomically(path, json.dumps(document, indent=1, sort_keys=False) + "\n")
@@ -168,7 +159,7 @@ def load_predictor(directory: str | Path) -> Predictor:
             raise ModelFileError(path, "missing from the model directory")
         if path.stat().st_size > MAX_MODEL_BYTES:
             raise ModelFileError(path, f"is larger than {MAX_MODEL_BYTES} bytes")
-        if _sha256(path) != expected:
+        if file_sha256(path) != expected:
             raise ModelFileError(path, "changed since training (its SHA-256 differs from metadata.json); retrain")
     estimators = _load_estimators(directory / MODEL_FILE)
     history_path = directory / HISTORY_FILE

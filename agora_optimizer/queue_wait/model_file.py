@@ -10,7 +10,6 @@ have that hash, and skops may build only the types it trusts by default and
 
 from __future__ import annotations
 
-import hashlib
 import json
 from datetime import UTC, datetime
 from pathlib import Path
@@ -20,6 +19,7 @@ import sklearn
 import skops.io as sio
 
 from agora_optimizer.errors import InputFileError
+from agora_optimizer.io.documents import file_sha256
 from agora_optimizer.queue_wait.errors import QueueWaitModelError
 from agora_optimizer.queue_wait.features import FEATURE_COLUMNS
 from agora_optimizer.queue_wait.model import QueueWaitRegressor
@@ -28,10 +28,6 @@ FORMAT = "agora-queue-wait/1"
 META_FILE = "queue_wait.json"
 PIPELINE_FILE = "pipeline.skops"
 TRUSTED_TYPES = ["sklearn.tree._tree.Tree"]  # what a fitted pipeline holds beyond skops' defaults
-
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def save_model(model: QueueWaitRegressor, directory: str | Path) -> Path:
@@ -55,7 +51,7 @@ def save_model(model: QueueWaitRegressor, directory: str | Path) -> Path:
             "partition_median_s": model.partition_median_s_,
             "median_s": model.median_s_,
             "has_pipeline": model.pipeline_ is not None,
-            "pipeline_sha256": _sha256(pipeline_path) if model.pipeline_ is not None else None,
+            "pipeline_sha256": file_sha256(pipeline_path) if model.pipeline_ is not None else None,
             "sklearn_version": sklearn.__version__,
             "saved_at": datetime.now(UTC).isoformat(),
             "describe": model.describe(),
@@ -96,7 +92,7 @@ def load_model(directory: str | Path) -> QueueWaitRegressor:
 
 def _load_pipeline(path: Path, expected_sha256: str) -> Any:
     try:
-        actual_sha256 = _sha256(path)
+        actual_sha256 = file_sha256(path)
     except FileNotFoundError:
         raise InputFileError(path, "missing: the model's JSON says it has a fitted pipeline") from None
     except OSError as exc:
