@@ -10,7 +10,8 @@ It samples: one fresh ``squeue`` per recorded job, and at most one recorded job 
 ``min_interval_s`` (a burst of submissions would otherwise cost a burst of ``squeue`` calls). It
 asks accounting about the waiting rows when the backend has seen one of the jobs it recorded
 start (at most every ``min_update_gap_s``: slurmdbd may lag behind, so it asks again later), and
-at least every ``update_interval_s`` while rows wait (rows of an earlier process). It never raises:
+at least every ``update_interval_s`` once it has recorded a job (each update also fills in the
+rows an earlier process left waiting). It never raises:
 a store or SLURM command that fails is logged (once, then every ``LOG_EVERY`` failures) and
 counted in :attr:`failures`, and the job runs as it would without it.
 """

@@ -528,7 +528,6 @@ class SlurmBackend:
         self.command_timeout_s = command_timeout_s
         self.export = tuple(export)
         self.submissions = submissions
-        self._started: set[str] = set()  # SLURM ids the last status poll saw started
         self._job_dirs: dict[str, Path] = {}  # external id -> job dir (submitted here, or adopted)
         self._pilot_dirs: dict[str, Path] = {}  # SLURM id of a pilot -> its directory
         self._open: dict[str, _Pilot] = {}  # partition -> the pilot gathering its tasks
@@ -562,8 +561,7 @@ class SlurmBackend:
         """Each id's status; first closes the pilots whose window has passed (see :meth:`flush`)."""
         with self._lock:
             self.flush()
-            report = self._status(external_ids)
-            started = self._started
+            report, started = self._status(external_ids)
         if self.submissions is not None:  # outside the lock: it may ask sacct
             self.submissions.poll(started)
         return report
@@ -584,7 +582,8 @@ class SlurmBackend:
         except Exception:  # likewise; SLURM's own time limit stays the backstop
             log.warning("SLURM: cancelling %s failed", external_id, exc_info=True)
 
-    def _status(self, external_ids: Sequence[str]) -> dict[str, JobStatus]:
+    def _status(self, external_ids: Sequence[str]) -> tuple[dict[str, JobStatus], set[str]]:
+        """Each id's status, and the SLURM ids of these jobs that have started (for ``submissions``)."""
         refs = {external_id: SlurmJobRef.parse(external_id) for external_id in external_ids}
         slurm_ids = sorted({ref.job_id for ref in refs.values() if ref is not None}, key=int)
         records = self._squeue(slurm_ids)
@@ -618,7 +617,7 @@ class SlurmBackend:
                 ]
                 if blind:
                     raise
-        self._started = {  # (a pending job's StartTime in squeue is an estimate)
+        started = {  # (a pending job's StartTime in squeue is an estimate)
             r.job_id
             for r in (*records.values(), *accounting.values())
             if r.started_at is not None and _ACTIVE_PHASES.get(r.state) != "pending"
@@ -642,7 +641,7 @@ class SlurmBackend:
                     report[external_id] = self._task_status(ref, record, manifests.get(ref.job_id))
             except OSError as exc:
                 raise BackendError(self.name, f"job {external_id}: {exc}", transient=True) from None
-        return report
+        return report, started
 
     # -- pilots and adoption -------------------------------------------------------------------
 
