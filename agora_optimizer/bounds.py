@@ -33,7 +33,8 @@ def makespan_lower_bound_s(workflow: Workflow, catalog: Catalog) -> float:
     """The largest of three bounds on the makespan.
 
     - Critical path with no transfers, each task on the type that would finish it
-      first; a task on type k starts no earlier than ``boot_s`` of k (no lease before 0).
+      first; a task on type k starts no earlier than ``earliest_start_s`` of k (its release plus
+      ``boot_s``: no lease before 0 nor before the type's release).
     - Work over capacity, where every type a task fits has a ``count``: all machines
       sharing the work perfectly (see :func:`_balanced_work_s`).
     - Head-body-tail bounds over windows of the DAG (see :mod:`agora_optimizer.window_bound`).
@@ -43,7 +44,7 @@ def makespan_lower_bound_s(workflow: Workflow, catalog: Catalog) -> float:
     for task_id in workflow.topological_order:
         ready = max((finish[e.parent] for e in workflow.parents[task_id]), default=0.0)
         task = workflow.by_id[task_id]
-        finish[task_id] = min(max(ready, r.boot_s) + r.runtime_s(task) for r in options[task_id])
+        finish[task_id] = min(max(ready, r.earliest_start_s) + r.runtime_s(task) for r in options[task_id])
     critical_path = max(finish.values(), default=0.0)
     if any(r.count is None for rs in options.values() for r in rs):
         return critical_path  # some task may use unlimited machines: only the path binds
@@ -136,10 +137,11 @@ def cost_lower_bound_usd(workflow: Workflow, catalog: Catalog, deadline_s: float
     the busy time. Every plan also leases at least one machine, which pays its boot time
     and at least its billing minimum.
 
-    With a deadline D, a machine of type k is busy at most ``D - boot_k`` seconds (its
-    tasks run within [boot_k, D]) and is billed at least ``max(minimum_k, boot_k + busy)``,
-    so each busy second costs at least ``max(minimum_k, D) / (D - boot_k)`` times its
-    price; a task slower than ``D - boot_k`` on type k cannot use k at all.
+    With a deadline D, a machine of type k is busy at most ``D - release_k - boot_k`` seconds
+    (its tasks run within [release_k + boot_k, D]) and is billed at least
+    ``max(minimum_k, boot_k + busy)``, so each busy second costs at least
+    ``max(minimum_k, D_k) / (D_k - boot_k)`` times its price, with ``D_k = D - release_k``; a
+    task slower than ``D_k - boot_k`` on type k cannot use k at all.
     """
     options = feasible_types(workflow, catalog)
     used = {r.name: r for rs in options.values() for r in rs}.values()
@@ -149,10 +151,12 @@ def cost_lower_bound_usd(workflow: Workflow, catalog: Catalog, deadline_s: float
     if deadline_s is None:
         return max(plain, minimum)
     factor = {
-        r.name: max(r.billing.minimum_s, deadline_s) / (deadline_s - r.boot_s) for r in used if r.boot_s < deadline_s
+        r.name: max(r.billing.minimum_s, deadline_s - r.release_s) / (deadline_s - r.earliest_start_s)
+        for r in used
+        if r.earliest_start_s < deadline_s
     }
     within = {
-        t.id: [r for r in rs if r.name in factor and r.runtime_s(t) <= deadline_s - r.boot_s + 1e-9]
+        t.id: [r for r in rs if r.name in factor and r.runtime_s(t) <= deadline_s - r.earliest_start_s + 1e-9]
         for t in workflow.tasks
         for rs in [options[t.id]]
     }
@@ -226,11 +230,11 @@ def _lp_work_cost_usd(workflow: Workflow, options: dict[str, list[Resource]], fa
 def whole_machines_cost_usd(workflow: Workflow, options: dict[str, list[Resource]], deadline_s: float) -> float:
     """The packed-work bound with whole machines, under a deadline D (0 when not computed).
 
-    A machine of type k hosts at most ``(D - boot_k)`` seconds of its cores' and of its memory's
+    A machine of type k hosts at most ``(D - release_k - boot_k)`` seconds of its cores' and of its memory's
     capacity, and its lease costs at least ``max(minimum_k, boot_k + busy)``. So with n_k machines
     of type k (an integer, at most ``count_k``) and the tasks' core-seconds S_k over ``vcpus_k``
     and byte-seconds over memory placed fractionally:
-    ``n_k (D - boot_k) >= S_k``, ``cost_k >= price_k n_k minimum_k`` and
+    ``n_k (D - release_k - boot_k) >= S_k``, ``cost_k >= price_k n_k minimum_k`` and
     ``cost_k >= price_k (n_k boot_k + S_k)``. With n_k real this is :func:`cost_lower_bound_usd`'s
     deadline LP; whole machines matter when a few leases do all the work (a short deadline, long
     billing minimums). A small MILP (HiGHS, time-limited; its proven dual bound if it stops early).
@@ -274,9 +278,9 @@ def whole_machines_cost_usd(workflow: Workflow, options: dict[str, list[Resource
     for k, r in enumerate(types):
         machines, cost = n_x + k, n_x + n_types + k
         per_second = r.price_per_hour_usd / 3600.0
-        for dimension in (1, 2):  # cores, memory: S_k <= n_k (D - boot_k); cost_k >= price (n_k boot + S_k)
+        for dimension in (1, 2):  # cores, memory: S_k <= n_k (D - release - boot_k); cost_k >= price (n_k boot + S_k)
             work = [(c, entry[dimension]) for entry in per_type[k] for c in [entry[0]]]
-            row([*work, (machines, -(deadline_s - r.boot_s))], -np.inf, 0.0)
+            row([*work, (machines, -(deadline_s - r.earliest_start_s))], -np.inf, 0.0)
             row(
                 [*[(c, per_second * w) for c, w in work], (machines, per_second * r.boot_s), (cost, -1.0)], -np.inf, 0.0
             )

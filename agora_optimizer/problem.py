@@ -77,6 +77,17 @@ class Problem:
     def meets_limits(self, assignments: Iterable[Assignment]) -> bool:
         return meets_limits(self.objective, *self.evaluate(assignments))
 
+    def early_starts(self, assignments: Iterable[Assignment]) -> list[Assignment]:
+        """The assignments that start before their type's ``earliest_start_s`` (release plus boot).
+
+        The spec's checker cannot see a release (it is a planning input, not a catalog field), so
+        every engine's schedule is held to it here: no lease of a type begins before its release.
+        """
+        by_name = self.catalog.by_name
+        return [
+            a for a in assignments if a.resource in by_name and a.start_s < by_name[a.resource].earliest_start_s - 1e-6
+        ]
+
     def rank(self, makespan: float, cost: float) -> tuple[float, float, float]:
         """Order schedules: those within the limits first (by score), then by how far they miss them."""
         return (self.excess(makespan, cost), *score(self.objective, makespan, cost, self.bounds))

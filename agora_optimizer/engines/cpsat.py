@@ -119,6 +119,7 @@ def _tick_starts(data: TickData, place: list[Slot], assignments: Sequence[Assign
         return [to_ticks(s, data.ticks_per_s, "down") for s in start]
     end = [by_task[t.id].end_s for t in data.tasks]
     boot = {slot: float(data.types[slot[0]].boot) for slot in set(place)}
+    release = {slot: float(data.types[slot[0]].release) for slot in boot}
     lease = {slot: (math.inf, -math.inf) for slot in boot}
     for i, slot in enumerate(place):
         begin, finish = lease[slot]
@@ -127,10 +128,11 @@ def _tick_starts(data: TickData, place: list[Slot], assignments: Sequence[Assign
         duration_s=[float(data.duration[i, slot[0]]) for i, slot in enumerate(place)],
         edges=[(p, c, float(tr)) for p, c, tr in data.edges],
         boot_s=boot,
+        release_s=release,
         count_limited=frozenset(range(len(data.types))),
     )
     found = least_starts(
-        list(boot[s] for s in place), structure_edges(SolverSchedule(place, start, end, lease), ticks, None)
+        [release[s] + boot[s] for s in place], structure_edges(SolverSchedule(place, start, end, lease), ticks, None)
     )
     return None if found is None else [round(s) for s in found]
 
@@ -262,6 +264,7 @@ def to_plan(data: TickData, schedule: SolverSchedule) -> list[Assignment] | None
         duration_s=[resources[slot[0]].runtime_s(data.tasks[i]) for i, slot in enumerate(place)],
         edges=data.transfers_s,
         boot_s={slot: resources[slot[0]].boot_s for slot in set(place)},
+        release_s={slot: resources[slot[0]].release_s for slot in set(place)},
         count_limited=frozenset(k for k in counted if (data.types[k].resource.count or 0) < data.types[k].slots),
     )
     starts = retime(schedule, real, allowance_s(data, schedule))

@@ -75,10 +75,10 @@ class Ticks:
 
 
 def _data_seconds(problem: Problem, kinds: Sequence[Resource]) -> list[float]:
-    """Every duration, transfer, boot, billing step and minimum the model rounds to ticks."""
+    """Every duration, transfer, release, boot, billing step and minimum the model rounds to ticks."""
     values = [r.runtime_s(t) for t in problem.workflow.tasks for r in kinds if r.fits(t)]
     values += [problem.catalog.transfer_s(e.bytes) for e in problem.workflow.edges]
-    values += [v for r in kinds for v in (r.boot_s, r.billing.granularity_s, r.billing.minimum_s)]
+    values += [v for r in kinds for v in (r.release_s, r.boot_s, r.billing.granularity_s, r.billing.minimum_s)]
     return values
 
 
@@ -115,11 +115,12 @@ def _next_nice(value: int) -> int:
 
 @dataclass(frozen=True)
 class TickType:
-    """A kept resource type in ticks: its slots, boot, billing rows and memory capacity."""
+    """A kept resource type in ticks: its slots, release, boot, billing rows and memory capacity."""
 
     resource: Resource
     slots: int
     boot: int
+    release: int  # no lease of the type begins before it
     step: int  # ticks of one billing step in the steps row
     step_units: int  # billed units per step (a unit is ``unit_ticks``)
     minimum_units: int
@@ -172,8 +173,9 @@ class Caps:
 
 
 def real_horizon_s(problem: Problem, kinds: Sequence[Resource]) -> float:
-    """Some optimal plan ends by sum_i (max boot + max duration + max outgoing transfer): idle instants cut out."""
-    catalog, total = problem.catalog, 0.0
+    """Some optimal plan ends by the last release plus sum_i (max boot + max duration + max outgoing transfer):
+    idle instants after the last release cut out."""
+    catalog, total = problem.catalog, max((r.release_s for r in kinds), default=0.0)
     for task in problem.workflow.tasks:
         fits = [r for r in kinds if r.fits(task)]
         transfers = [catalog.transfer_s(e.bytes) for e in problem.workflow.children[task.id]]
@@ -229,6 +231,7 @@ def _tick_type(resource: Resource, slots: int, ticks: Ticks, direction: Directio
         resource=resource,
         slots=slots,
         boot=to_ticks(resource.boot_s, per_s, direction),
+        release=to_ticks(resource.release_s, per_s, direction),
         step=step,
         step_units=step_cost // unit,
         minimum_units=minimum // unit,
@@ -280,8 +283,8 @@ def build_data(problem: Problem, direction: Direction, ticks: Ticks, warm: Seque
     shortest = [min(duration[i, k] for k in options[i]) for i in range(len(tasks))]
     head = [0] * len(tasks)
     for i in range(len(tasks)):
-        boot = min(types[k].boot for k in options[i])
-        head[i] = max([boot] + [head[p] + shortest[p] for p in parents[i]])
+        earliest = min(types[k].release + types[k].boot for k in options[i])
+        head[i] = max([earliest] + [head[p] + shortest[p] for p in parents[i]])
     tail = list(shortest)
     for c in reversed(range(len(tasks))):
         for p in parents[c]:
@@ -292,7 +295,7 @@ def build_data(problem: Problem, direction: Direction, ticks: Ticks, warm: Seque
         out: dict[int, int] = defaultdict(int)
         for p, _, tr in edges:
             out[p] = max(out[p], tr)
-        horizon = sum(
+        horizon = max((kind.release for kind in types), default=0) + sum(
             max(types[k].boot for k in options[i]) + max(duration[i, k] for k in options[i]) + out[i]
             for i in range(len(tasks))
         )

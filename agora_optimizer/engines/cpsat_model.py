@@ -11,6 +11,7 @@ For slot (k, m), the m-th machine of kept type k:
   use fit); lanes ordered by lowest-ranked task too. Memory: a cumulative, where the
   largest tasks that could run at once overflow it;
 - lease: u[k,m] = OR x; [L, E) with L <= s_i - boot_k and E >= e_i for its tasks, L >= 0,
+  L >= release_k when used,
   E <= T, size E - L (0 when unused); billing steps n * step >= size; billed
   B >= n * step_units and B >= minimum_units * u, in units of gcd(step, minimum) ticks;
 - a count-limited type with count < S_k: cumulative of its lease intervals within count;
@@ -215,12 +216,12 @@ def _spread(tasks: Sequence[Task], shortest: Sequence[int], members: Sequence[in
 def makespan_with_cores(data: TickData, cores: int) -> int:
     """A lower bound on the makespan when the machines leased have ``cores`` cores in all.
 
-    Every task starts after the least boot; for each task j, its ancestors run before it and its
+    Every task starts after the least release plus boot; for each task j, its ancestors run before it and its
     descendants after it, each group spread over at most ``cores`` cores (:func:`_spread`).
     """
     n = len(data.tasks)
     shortest = [min(data.duration[i, k] for k in data.options[i]) for i in range(n)]
-    boot = min((kind.boot for kind in data.types), default=0)
+    boot = min((kind.release + kind.boot for kind in data.types), default=0)
     best = boot + _spread(data.tasks, shortest, range(n), cores)
     for j in range(n):
         before = sorted(data.ancestors[j])
@@ -265,6 +266,8 @@ def _add_leases(model: TickModel, data: TickData) -> None:
         leases[k].append(cp.new_optional_interval_var(begin, size, finish, used, f"lease_{k}_{m}"))
         cp.add(size == finish - begin).with_name(f"size_{k}_{m}")
         cp.add(size == 0).only_enforce_if(~used).with_name(f"unused_{k}_{m}")
+        if kind.release > 0:
+            cp.add(begin >= kind.release).only_enforce_if(used).with_name(f"release_{k}_{m}")
         cp.add(finish <= model.makespan).with_name(f"within_{k}_{m}")
         cp.add(kind.step * model.steps[k, m] >= size).with_name(f"steps_{k}_{m}")
         cp.add(model.billed[k, m] >= kind.step_units * model.steps[k, m]).with_name(f"billed_{k}_{m}")

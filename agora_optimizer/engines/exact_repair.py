@@ -7,7 +7,7 @@ ticks of rounded durations. The plan keeps the decisions and recomputes every st
 least solution of the difference constraints they imply (Bellman-Ford), with durations
 exactly ``runtime_s / speed``:
 
-- s_i >= boot of its type (a lease cannot begin before 0);
+- s_i >= release + boot of its type (a lease cannot begin before 0 nor before the release);
 - an edge p -> c: s_c >= s_p + d_p, plus the transfer when they run on different machines;
 - two tasks on one machine that the schedule runs one after the other (the first ends
   no later than the second starts) keep that order: s_j >= s_i + d_i. Tasks that the
@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from agora_optimizer.model.catalog import Resource
 from agora_optimizer.model.plan import Assignment
@@ -65,12 +65,13 @@ class SolverSchedule:
 
 @dataclass(frozen=True)
 class RealTimes:
-    """The real data the plan is timed with: durations per task (on its machine), transfers, boots."""
+    """The real data the plan is timed with: durations per task (on its machine), transfers, boots, releases."""
 
     duration_s: list[float]
     edges: Sequence[tuple[int, int, float]]  # (parent, child, transfer_s)
     boot_s: Mapping[Slot, float]
     count_limited: frozenset[int]  # type indices whose leases are counted
+    release_s: Mapping[Slot, float] = field(default_factory=dict)  # no lease of a slot begins before its release
 
 
 def structure_edges(
@@ -103,7 +104,7 @@ def structure_edges(
 
 def retime(schedule: SolverSchedule, real: RealTimes, allowance_s: Mapping[Slot, float] | None) -> list[float] | None:
     """Real starts that keep the schedule's decisions; without the lease allowances if they cannot hold."""
-    lower = [real.boot_s[slot] for slot in schedule.place]
+    lower = [real.release_s.get(slot, 0.0) + real.boot_s[slot] for slot in schedule.place]
     for allowance in (allowance_s, None) if allowance_s is not None else (None,):
         starts = least_starts(lower, structure_edges(schedule, real, allowance))
         if starts is not None:

@@ -16,7 +16,7 @@ Systems 13(3):260-274, 2002.
 Adapted to the agora model: processors are machine slots, ``N < count`` (a bounded
 number for a type without a count), several tasks share a slot when their cores and
 memory fit (:class:`~agora_optimizer.schedule.timeline.MachineTimeline`), a task only
-goes to a type it fits on, and no task starts before its type's ``boot_s``. HEFT
+goes to a type it fits on, and no task starts before its type's release plus ``boot_s``. HEFT
 ignores cost: the plan is billed as leased.
 """
 

@@ -29,7 +29,8 @@ Variables:
 
 Constraints:
 - sum_{k,m} x[i,k,m] = 1; x <= u; u <= sum_i x; u[k,m+1] <= u[k,m];
-- s_i >= sum boot_k x[i,k,m] (a lease cannot begin before 0); T >= e_i;
+- s_i >= sum (release_k + boot_k) x[i,k,m] (a lease cannot begin before 0 nor before its
+  type's release); T >= e_i;
 - edge i -> j: s_j >= e_i + tr_ij (1 - sm_ij), with sm_ij <= 1 - x[i,k,m] + x[j,k,m];
 - lanes: sum_l y[i,k,m,l] = cores_i x[i,k,m]; q_ij >= y[i,k,m,l] + y[j,k,m,l] - 1;
   s_j >= e_i - M (1 - o_ij) - M (1 - q_ij) and s_i >= e_j - M o_ij - M (1 - q_ij);
@@ -52,16 +53,16 @@ alpha T / T_lb + (1 - alpha) C / C_lb: the first element of
 
 Reductions that cut off no optimal plan, so that "optimal" stays a true claim:
 - pruning: type k' is dropped when another type k has >= vcpus, >= memory, >= speed,
-  <= boot_s, an unlimited count or one at least the number of tasks that fit on k, and
+  <= boot_s, <= release_s + boot_s, an unlimited count or one at least the number of tasks that fit on k, and
   (unless the objective is time without a budget) <= price, <= billing minimum and a
   granularity that divides k''s. Moving every machine of k' to a new machine of k
   with the same starts only shortens tasks: precedence, capacity, leases (they start
   later and end earlier, billing is monotone), counts, makespan and cost stay valid
   and no worse. Ties go by catalog order (a strict partial order, so every pruned type
   has a kept dominator).
-- horizon: if no task, boot or outgoing transfer covers some instant, everything after
-  it can move left without becoming worse, so T <= sum_i (max boot + max duration +
-  max outgoing transfer). With a deadline, T <= deadline_s; with a valid warm start of
+- horizon: if no task, boot or outgoing transfer covers some instant after the last
+  release, everything after it can move left without becoming worse, so T <= max release +
+  sum_i (max boot + max duration + max outgoing transfer). With a deadline, T <= deadline_s; with a valid warm start of
   value V, T <= T_warm (time) or T <= (V - (1 - alpha)) T_lb / alpha (balanced, as
   C >= C_lb), and C <= C_warm (cost) or (V - alpha) C_lb / (1 - alpha) (balanced).
 - capacity: per type and per dimension (cores, memory), a task whose need, with that
@@ -250,6 +251,7 @@ def dominates(better: Resource, worse: Resource, fitting: int, price_matters: bo
         and better.memory_bytes >= worse.memory_bytes
         and better.speed >= worse.speed
         and better.boot_s <= worse.boot_s
+        and better.earliest_start_s <= worse.earliest_start_s
         and _fits_count(better, fitting)
     )
     if not weakly or not price_matters:
@@ -292,7 +294,7 @@ def _binding(
 
 def _caps(problem: Problem, tasks: Sequence[Task], kinds: Sequence[Resource], warm: Sequence[Assignment]) -> _Caps:
     catalog, objective, bounds = problem.catalog, problem.objective, problem.bounds
-    total = 0.0
+    total = max((r.release_s for r in kinds), default=0.0)  # no instant after the last release idles
     for task in tasks:
         fits = [r for r in kinds if r.fits(task)]
         transfers = [catalog.transfer_s(e.bytes) for e in problem.workflow.children[task.id]]
@@ -367,7 +369,7 @@ def _head_tail(
     shortest = [min(duration[i, k] for k in options[i]) for i in range(n)]
     head = [0.0] * n
     for i in range(n):
-        boot = min(kinds[k].boot_s for k in options[i])
+        boot = min(kinds[k].earliest_start_s for k in options[i])
         head[i] = max([float(boot)] + [head[p] + shortest[p] for p in parents[i]])
     children: dict[int, list[int]] = defaultdict(list)
     for c in range(n):
@@ -540,8 +542,8 @@ def _add_assignment(model: _Model, data: _Data) -> None:
 
 def _add_timing(model: _Model, data: _Data) -> None:
     for i in range(len(data.tasks)):
-        boots = [(data.types[k].resource.boot_s, model.x[i, k, m]) for k, m in data.slots_of(i)]
-        if any(b > 0 for b, _ in boots):
+        boots = [(data.types[k].resource.earliest_start_s, model.x[i, k, m]) for k, m in data.slots_of(i)]
+        if any(b > 0 for b, _ in boots):  # released, then booted: no lease before 0 nor the release
             model.add(model.s[i] >= pulp.lpSum(b * x for b, x in boots), f"boot_{i}")
         model.add(model.makespan >= model.end(data, i), f"makespan_{i}")
     for p, c, tr in data.edges:
@@ -1027,7 +1029,7 @@ def _count_edges(
 
 
 def _repair(data: _Data, solution: _Solution) -> list[Assignment] | None:
-    lower = [float(data.types[k].resource.boot_s) for k, _ in solution.schedule.place]
+    lower = [float(data.types[k].resource.earliest_start_s) for k, _ in solution.schedule.place]
     for with_leases in (True, False):
         starts = _least_starts(lower, _repair_edges(data, solution, with_leases))
         if starts is not None:
@@ -1039,7 +1041,7 @@ def _repair(data: _Data, solution: _Solution) -> list[Assignment] | None:
 
 
 def is_valid(problem: Problem, assignments: Sequence[Assignment]) -> bool:
-    """Whether a schedule covers every task once, passes the checker and meets the limits."""
+    """Whether a schedule covers every task once, passes the checker, respects the releases and meets the limits."""
     tasks = [a.task for a in assignments]
     if len(tasks) != len(problem.workflow.tasks) or set(tasks) != set(problem.workflow.by_id):
         return False
@@ -1054,7 +1056,9 @@ def is_valid(problem: Problem, assignments: Sequence[Assignment]) -> bool:
         solver=SolverInfo(method=MilpEngine.name, status="feasible", gap=None, wall_s=0.0),
         created_at=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
     )
-    return not validate_plan(plan, problem.workflow, problem.catalog) and problem.meets_limits(assignments)
+    if validate_plan(plan, problem.workflow, problem.catalog) or problem.early_starts(assignments):
+        return False
+    return problem.meets_limits(assignments)
 
 
 def _warm_candidates(problem: Problem, given: EngineResult | None) -> Iterable[Sequence[Assignment]]:

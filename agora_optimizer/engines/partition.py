@@ -270,7 +270,7 @@ class HeftPlacement(PlacementPolicy):
         inputs = self._inputs.get(block)
         if inputs is None:
             inputs = self._inputs[block] = partition.in_edges(block)
-        ready = max(slot.resource.boot_s, self.available.get(slot.index, 0.0))
+        ready = max(slot.resource.earliest_start_s, self.available.get(slot.index, 0.0))
         for source, nbytes in inputs.items():
             if source in self.finish:
                 transfer = 0.0 if mapping[source] == slot.index else self.platform.transfer_s(nbytes)

@@ -776,7 +776,7 @@ def simulate(graph: TaskGraph, machine: list[int], slots: Sequence[Slot], bandwi
 
     An event-driven list schedule: a task is released when its last input arrives (its
     parents' ends, plus ``bytes / bandwidth`` from another machine, and not before the
-    machine's ``boot_s``); whenever a machine frees capacity or receives a task, it starts
+    machine's release and ``boot_s``); whenever a machine frees capacity or receives a task, it starts
     its released tasks in decreasing upward rank while their cores and memory fit beside
     the running ones (skipping at most :data:`BACKFILL_DEPTH` that do not fit yet). Each
     task records what it waited for last (a parent's data or its machine) for the critical
@@ -793,7 +793,7 @@ def simulate(graph: TaskGraph, machine: list[int], slots: Sequence[Slot], bandwi
     free_memory = [s.resource.memory_bytes for s in slots]
     ready: list[list[tuple[float, int, int]]] = [[] for _ in slots]
     last_finished = [-1] * len(slots)
-    release = [slots[machine[v]].resource.boot_s for v in range(n)]
+    release = [slots[machine[v]].resource.earliest_start_s for v in range(n)]
     released_by = [-1] * n
     missing = [len(p) for p in graph.parents]
     start, end, critical = [0.0] * n, [0.0] * n, [-1] * n

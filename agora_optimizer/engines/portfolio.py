@@ -120,6 +120,14 @@ def run_portfolio(
             one_schedule_s = time.perf_counter() - started
         if result is None:
             continue
+        early = problem.early_starts(result.assignments)
+        if early:  # an engine's bug: the checker cannot see releases, so it would pass unnoticed
+            log.error(
+                "engine %s started task '%s' before its type's release; result dropped",
+                stage.engine.name,
+                early[0].task,
+            )
+            continue
         outcome_results[stage.engine.name] = result
         makespan, cost = problem.evaluate(result.assignments)
         evaluated[stage.engine.name] = (makespan, cost)

@@ -109,9 +109,9 @@ def best_placement(
     """The slot that minimises the task's finish time (plus ``bias_s[type name]`` where given).
 
     Insertion-based: the task may start in any idle capacity of a slot's timeline from
-    its inputs' arrival on; it never starts before its type's ``boot_s``, so a lease
-    never begins before time 0. Ties go to the earlier type in the catalog, then the
-    lower slot number.
+    its inputs' arrival on; it never starts before its type's ``earliest_start_s`` (release
+    and ``boot_s``), so a lease never begins before time 0 nor before the type's release.
+    Ties go to the earlier type in the catalog, then the lower slot number.
     """
     keyed = []
     for resource in options:
@@ -122,7 +122,7 @@ def best_placement(
     for _, type_rank, resource, extra in keyed:
         duration = resource.runtime_s(task)
         for number, slot in enumerate(pool.candidates(resource)):
-            ready = max(arrivals.on(slot), resource.boot_s)
+            ready = max(arrivals.on(slot), resource.earliest_start_s)
             if best is not None and (ready + duration + extra, type_rank, number) >= best[0]:
                 continue  # cannot beat the best even without waiting for capacity
             start = slot.timeline.earliest_start(ready, duration, task.cores, task.memory_bytes)

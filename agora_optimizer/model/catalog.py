@@ -34,7 +34,13 @@ class Billing:
 
 @dataclass(frozen=True)
 class Resource:
-    """A machine type: every machine of it has these cores, memory, speed and price."""
+    """A machine type: every machine of it has these cores, memory, speed and price.
+
+    ``release_s`` is not a catalog field (the catalog file neither reads nor writes it): it is a
+    planning input, the time before which no lease of this type may begin (a SLURM partition's
+    predicted queue wait). A lease still runs from its first task's start minus ``boot_s`` and is
+    billed for that; the wait before it is not paid.
+    """
 
     name: str
     backend: Backend
@@ -45,7 +51,13 @@ class Resource:
     count: int | None = None
     billing: Billing = Billing()
     boot_s: float = 0.0
+    release_s: float = 0.0
     extra: Mapping[str, object] = field(default_factory=lambda: MappingProxyType({}), compare=False)
+
+    @property
+    def earliest_start_s(self) -> float:
+        """The earliest a task can start on a machine of this type: released, then booted."""
+        return self.release_s + self.boot_s
 
     @property
     def memory_bytes(self) -> int:
