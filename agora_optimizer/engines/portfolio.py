@@ -10,7 +10,9 @@ to completion even past the time limit: an error that calls a deadline unreachab
 come from a machine too busy to try. A plan proven
 optimal (by CP-SAT or the MILP) ends the run: nothing can beat it. The exact engines' bounds
 are pooled: when the best plan (from any engine) is within the tolerance of the best bound any
-of them proved, it is optimal too, though no one engine closed the gap alone.
+of them proved, it is optimal too, though no one engine closed the gap alone. So an optimum
+proven for a value an earlier engine already reached (the tie keeps the earlier plan) makes
+that plan optimal, with the bound and gap.
 """
 
 from __future__ import annotations
@@ -132,19 +134,23 @@ def run_portfolio(
         makespan, cost = problem.evaluate(result.assignments)
         evaluated[stage.engine.name] = (makespan, cost)
         key = problem.rank(makespan, cost)
-        if best_key is None or key < best_key:
+        if best is None or best_key is None or key < best_key:
             best, best_key = result, key
-        if result.status == "optimal" and key <= best_key:
-            break  # a proven optimum (within the limits): no later engine can do better
-        if result.bound is not None:
-            best_bound = result.bound if best_bound is None else max(best_bound, result.bound)
-        if best is not None and best_key is not None and best_bound is not None and best_key[0] == 0:
-            value = problem.score(best.assignments)[0]
-            if best.status != "optimal" and meets_bound(value, best_bound):
+        proven = result.bound
+        if proven is None and result.status == "optimal" and key[0] == 0:
+            proven = key[1]  # an optimum that states no bound: its own value is one (rank() = excess, score)
+        if proven is not None:
+            best_bound = proven if best_bound is None else max(best_bound, proven)
+        # The pooled bound before any stop: an optimum an engine proves for a value an earlier
+        # engine already reached (a tie keeps the earlier plan) makes that plan optimal too.
+        if best_key[0] == 0 and best_bound is not None and best.status != "optimal":
+            value = best_key[1]
+            if meets_bound(value, best_bound):
                 gap = max(0.0, (value - best_bound) / value) if value > 0 else 0.0
                 best = replace(best, status="optimal", gap=gap, bound=best_bound)
                 log.info("the best plan (%s) meets the best proven bound: optimal", best.method)
-                break
+        if best.status == "optimal":
+            break  # a proven optimum: no later engine can do better
     if progress:
         progress("done", len(stages), len(stages))
     assert best is not None  # list scheduling always returns a schedule

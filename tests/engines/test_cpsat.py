@@ -288,9 +288,12 @@ def test_the_portfolio_stops_at_a_proven_optimum() -> None:
     later = _Recorder()
     stages = [Stage(ListSchedulingEngine(), share=0.25), Stage(CpSatEngine(), share=0.6), Stage(later, share=1.0)]
     outcome = run_portfolio(problem, 20.0, stages)
-    proven = outcome.results["cpsat"]
-    assert proven.status == "optimal"
-    assert value(problem, outcome.best.assignments) <= value(problem, proven.assignments)  # ties keep the earlier
+    proven, best = outcome.results["cpsat"], outcome.best
+    assert proven.status == "optimal" and proven.bound is not None
+    assert value(problem, best.assignments) <= value(problem, proven.assignments)  # ties keep the earlier
+    # whichever plan is kept, the outcome is the proven optimum: status, bound and gap
+    assert best.status == "optimal" and best.bound is not None and best.bound >= proven.bound
+    assert best.gap is not None and best.gap <= 1e-6
     assert later.asked == 0
     names = [s.engine.name for s in default_stages()]
     assert names.index("cpsat") < names.index("milp")  # the faster prover first

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -235,3 +236,41 @@ def test_until_a_plan_meets_the_deadline_the_fast_engines_run_even_past_the_limi
     outcome = run_portfolio(problem, 0.4, stages)
     assert outcome.best.method == "heft" and problem.meets_limits(outcome.best.assignments)
     assert late.budgets == []  # once a plan meets the limits, the time limit holds again  # type: ignore[attr-defined]
+
+
+class _Proving(ListSchedulingEngine):
+    """An exact engine that proves the warm start optimal: the same value, with its bound (and a worse tie-break)."""
+
+    name = "proving"
+
+    def __init__(self, tie_break_s: float = 0.0) -> None:
+        self.tie_break_s = tie_break_s
+
+    def solve(self, problem, time_limit_s, warm_start=None):  # type: ignore[no-untyped-def]
+        assert warm_start is not None
+        value = problem.score(warm_start.assignments)[0]
+        moved = tuple(
+            replace(a, start_s=a.start_s + self.tie_break_s, end_s=a.end_s + self.tie_break_s)
+            for a in warm_start.assignments
+        )
+        assignments = moved if problem.score(moved)[0] == value else warm_start.assignments
+        return EngineResult(assignments, self.name, status="optimal", gap=0.0, bound=value)
+
+
+@pytest.mark.parametrize("tie_break_s", [0.0, 1.0])
+def test_an_optimum_proven_for_the_value_a_heuristic_reached_labels_the_kept_plan_optimal(tie_break_s: float) -> None:
+    """A heuristic reaches the optimum first; an exact engine then proves that value: the outcome is optimal."""
+    workflow = load_workflow(BUNDLED / "blast-chameleon-small-001.json")
+    problem = Problem.create(workflow, AWS, Objective(kind="cost"))
+    later = _Recording("later")
+    stages = [Stage(ListSchedulingEngine(), 0.3), Stage(_Proving(tie_break_s), 0.3), Stage(later, 0.3)]
+    outcome = run_portfolio(problem, 30.0, stages)
+    best, proven = outcome.best, outcome.results["proving"]
+    assert best.method == "list-scheduling"  # the tie keeps the earlier plan
+    assert (proven.assignments != best.assignments) == (tie_break_s > 0)  # a worse tie-break: a later makespan
+    assert problem.score(best.assignments)[0] == pytest.approx(problem.score(proven.assignments)[0])
+    assert best.status == "optimal" and best.bound == proven.bound
+    assert best.gap == pytest.approx(0.0, abs=1e-12)
+    assert later.calls == 0  # a proven optimum ends the run
+    plan = build_plan(workflow, AWS, problem.objective, "c", best.assignments, best.method, 0.0, best.status, best.gap)
+    assert plan.solver.status == "optimal" and validate_plan(plan, workflow, AWS) == []
