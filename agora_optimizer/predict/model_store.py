@@ -9,6 +9,9 @@
   training data's hash and size, metrics, ``trained_at``, and the SHA-256 of the two
   other files, checked on load (a file changed after training is refused).
 
+A save replaces the directory as a whole (a new sibling directory swapped in), so a crash
+while saving never leaves a mix of two models, nor a half-written one.
+
 The packaged model is ``models/predictor/`` at the root of the source tree (found from an
 editable install); ``AGORA_MODEL_DIR`` points elsewhere.
 """
@@ -19,7 +22,6 @@ import json
 import logging
 import os
 import platform
-import tempfile
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from importlib import metadata as importlib_metadata
@@ -27,6 +29,8 @@ from pathlib import Path
 from typing import Any
 
 import agora_optimizer
+from agora_optimizer.errors import InputFileError
+from agora_optimizer.io.atomic import replaced_directory
 from agora_optimizer.io.documents import file_sha256, write_text_atomically
 from agora_optimizer.predict.errors import ModelFileError
 from agora_optimizer.predict.fallback import History
@@ -41,6 +45,7 @@ MODEL_FORMAT = "agora-predictor/1"
 MODEL_FILE = "predictor.skops"
 HISTORY_FILE = "history.json"
 METADATA_FILE = "metadata.json"
+MODEL_FILES = (MODEL_FILE, HISTORY_FILE, METADATA_FILE)
 MODEL_DIR_ENV = "AGORA_MODEL_DIR"
 MAX_MODEL_BYTES = 64 * 2**20
 
@@ -81,21 +86,32 @@ def save_predictor(
     metrics: Mapping[str, Any] | None = None,
     sources: list[str] | None = None,
 ) -> Path:
-    """Write ``predictor`` to ``directory`` (created if needed); returns the metadata file's path."""
-    import skops.io as sio
+    """Write ``predictor`` to ``directory`` as a whole; returns the metadata file's path.
 
+    The three files are written into a new sibling directory that then takes ``directory``'s
+    place (:func:`~agora_optimizer.io.atomic.replaced_directory`): a crash or an error at any
+    point leaves the previous model, complete and loadable, or the new one.
+    """
     if not predictor.fitted:
         raise ModelFileError(directory, "refusing to save a predictor that was never trained")
     directory = Path(directory)
     try:
-        directory.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{MODEL_FILE}.", suffix=".tmp")
-        os.close(fd)
-        sio.dump({"runtime": predictor.runtime_model, "memory": predictor.memory_model}, tmp, compression=8)
-        os.replace(tmp, directory / MODEL_FILE)
-    except OSError as exc:
-        raise ModelFileError(directory, f"cannot be written: {exc.strerror or exc}") from None
-    write_text_atomically(directory / HISTORY_FILE, json.dumps(predictor.history.to_json(), indent=1) + "\n")
+        with replaced_directory(directory, MODEL_FILES) as staging:
+            _write_model_files(predictor, staging, metrics, sources)
+    except InputFileError as exc:
+        raise ModelFileError(exc.path, exc.reason) from None
+    return directory / METADATA_FILE
+
+
+def _write_model_files(
+    predictor: Predictor, directory: Path, metrics: Mapping[str, Any] | None, sources: list[str] | None
+) -> None:
+    import skops.io as sio
+
+    sio.dump(
+        {"runtime": predictor.runtime_model, "memory": predictor.memory_model}, directory / MODEL_FILE, compression=8
+    )
+    write_text_atomically(directory / HISTORY_FILE, json.dumps(predictor.history.to_json(), indent=1) + "\n", 0o644)
     document = {
         "format": MODEL_FORMAT,
         "trained_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -121,11 +137,8 @@ def save_predictor(
         "metrics": dict(metrics or {}),
         "files": {name: file_sha256(directory / name) for name in (MODEL_FILE, HISTORY_FILE)},
     }
-    path = directory / METADATA_FILE
-    write_text_atomically(path, json.dumps(document, indent=1, sort_keys=False) + "\n")
-    for name in (MODEL_FILE, HISTORY_FILE, METADATA_FILE):
-        (directory / name).chmod(0o644)  # temporary files are created private; a model is for all to read
-    return path
+    write_text_atomically(directory / METADATA_FILE, json.dumps(document, indent=1, sort_keys=False) + "\n", 0o644)
+    (directory / MODEL_FILE).chmod(0o644)  # a model is for all to read, whatever the umask
 
 
 def read_metadata(directory: str | Path) -> dict[str, Any]:

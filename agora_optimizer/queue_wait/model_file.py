@@ -19,7 +19,8 @@ import sklearn
 import skops.io as sio
 
 from agora_optimizer.errors import InputFileError
-from agora_optimizer.io.documents import file_sha256
+from agora_optimizer.io.atomic import replaced_directory
+from agora_optimizer.io.documents import file_sha256, write_text_atomically
 from agora_optimizer.queue_wait.errors import QueueWaitModelError
 from agora_optimizer.queue_wait.features import FEATURE_COLUMNS
 from agora_optimizer.queue_wait.model import QueueWaitRegressor
@@ -31,35 +32,39 @@ TRUSTED_TYPES = ["sklearn.tree._tree.Tree"]  # what a fitted pipeline holds beyo
 
 
 def save_model(model: QueueWaitRegressor, directory: str | Path) -> Path:
-    """Write ``model`` (fitted) into ``directory``; returns the JSON file's path."""
+    """Write ``model`` (fitted) into ``directory``, replacing it as a whole; returns the JSON file's path.
+
+    The files go into a new sibling directory that then takes ``directory``'s place, so a crash
+    at any point leaves the previous model or the new one, never a mix.
+    """
     if not hasattr(model, "n_samples_"):
         raise QueueWaitModelError("cannot save a queue-wait model that is not fitted")
     folder = Path(directory)
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        pipeline_path = folder / PIPELINE_FILE
-        if model.pipeline_ is not None:
-            sio.dump(model.pipeline_, pipeline_path)
-        elif pipeline_path.exists():
-            pipeline_path.unlink()
-        meta = {
-            "format": FORMAT,
-            "params": model.get_params(),
-            "feature_columns": list(FEATURE_COLUMNS),
-            "n_samples": model.n_samples_,
-            "samples_per_partition": model.samples_per_partition_,
-            "partition_median_s": model.partition_median_s_,
-            "median_s": model.median_s_,
-            "has_pipeline": model.pipeline_ is not None,
-            "pipeline_sha256": file_sha256(pipeline_path) if model.pipeline_ is not None else None,
-            "sklearn_version": sklearn.__version__,
-            "saved_at": datetime.now(UTC).isoformat(),
-            "describe": model.describe(),
-        }
-        (folder / META_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
-    except OSError as exc:
-        raise InputFileError(folder, f"cannot write the queue-wait model: {exc.strerror or exc}") from None
+    with replaced_directory(folder, (META_FILE, PIPELINE_FILE)) as staging:
+        _write_model_files(model, staging)
     return folder / META_FILE
+
+
+def _write_model_files(model: QueueWaitRegressor, folder: Path) -> None:
+    pipeline_path = folder / PIPELINE_FILE
+    if model.pipeline_ is not None:
+        sio.dump(model.pipeline_, pipeline_path)
+        pipeline_path.chmod(0o644)
+    meta = {
+        "format": FORMAT,
+        "params": model.get_params(),
+        "feature_columns": list(FEATURE_COLUMNS),
+        "n_samples": model.n_samples_,
+        "samples_per_partition": model.samples_per_partition_,
+        "partition_median_s": model.partition_median_s_,
+        "median_s": model.median_s_,
+        "has_pipeline": model.pipeline_ is not None,
+        "pipeline_sha256": file_sha256(pipeline_path) if model.pipeline_ is not None else None,
+        "sklearn_version": sklearn.__version__,
+        "saved_at": datetime.now(UTC).isoformat(),
+        "describe": model.describe(),
+    }
+    write_text_atomically(folder / META_FILE, json.dumps(meta, indent=2) + "\n", 0o644)
 
 
 def load_model(directory: str | Path) -> QueueWaitRegressor:
@@ -70,7 +75,11 @@ def load_model(directory: str | Path) -> QueueWaitRegressor:
         meta: Any = json.loads(meta_path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise InputFileError(meta_path, "no queue-wait model here (train one with 'agora queue train')") from None
-    except (OSError, json.JSONDecodeError) as exc:
+    except UnicodeDecodeError as exc:
+        raise InputFileError(
+            meta_path, f"not a queue-wait model file: not UTF-8 text ({exc.reason} at byte {exc.start})"
+        ) from None
+    except (OSError, ValueError, RecursionError) as exc:
         raise InputFileError(meta_path, f"not a queue-wait model file: {exc}") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise InputFileError(meta_path, f"not a queue-wait model file (format is not {FORMAT!r})")

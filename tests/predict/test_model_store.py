@@ -4,19 +4,24 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import pickle
+import stat
 from pathlib import Path
 
 import pytest
 import skops.io as sio
 
-from agora_optimizer.errors import AgoraError
+from agora_optimizer.errors import AgoraError, InputFileError
+from agora_optimizer.io import atomic
 from agora_optimizer.model.catalog import Catalog
+from agora_optimizer.predict import model_store
 from agora_optimizer.predict.errors import ModelFileError
 from agora_optimizer.predict.model_store import (
     HISTORY_FILE,
     METADATA_FILE,
     MODEL_FILE,
+    MODEL_FILES,
     default_model_dir,
     load_predictor,
     read_metadata,
@@ -145,3 +150,63 @@ def test_default_model_dir_is_the_repository_models_dir(monkeypatch: pytest.Monk
     assert default_model_dir() == Path(__file__).resolve().parents[2] / "models" / "predictor"
     monkeypatch.setenv("AGORA_MODEL_DIR", str(tmp_path))
     assert default_model_dir() == tmp_path
+
+
+def _generation(directory: Path) -> int:
+    return int(read_metadata(directory)["metrics"]["generation"])
+
+
+def test_a_save_that_fails_after_the_first_file_leaves_the_old_model_whole(
+    trained: Predictor, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    directory = tmp_path / "model"
+    save_predictor(trained, directory, metrics={"generation": 1})
+
+    def disk_full(path: Path, *args: object, **kwargs: object) -> None:
+        raise InputFileError(path, "cannot be written: No space left on device")
+
+    monkeypatch.setattr(model_store, "write_text_atomically", disk_full)  # the skops file is written, then this
+    with pytest.raises(ModelFileError, match="No space left on device"):
+        save_predictor(trained, directory, metrics={"generation": 2})
+    assert _generation(directory) == 1 and load_predictor(directory).history == trained.history
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]  # no new directory left behind
+    assert sorted(p.name for p in directory.iterdir()) == sorted(MODEL_FILES)
+    monkeypatch.undo()
+    save_predictor(trained, directory, metrics={"generation": 3})
+    assert _generation(directory) == 3 and sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+
+
+def test_without_an_atomic_exchange_a_save_interrupted_mid_swap_is_recovered(
+    trained: Predictor, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(atomic, "_exchange", lambda first, second: False)  # as on a system without renameat2
+    directory = tmp_path / "model"
+    save_predictor(trained, directory, metrics={"generation": 1})
+    save_predictor(trained, directory, metrics={"generation": 2})
+    assert _generation(directory) == 2 and sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+    directory.rename(tmp_path / ".model.old-crashed")  # a crash after the old model was moved aside
+    monkeypatch.setattr(model_store, "_write_model_files", _fail)
+    with pytest.raises(RuntimeError, match="crash"):
+        save_predictor(trained, directory, metrics={"generation": 3})
+    assert _generation(directory) == 2 and sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+
+
+def _fail(*args: object) -> None:
+    raise RuntimeError("crash while writing")
+
+
+def test_a_save_never_replaces_a_directory_holding_other_files(trained: Predictor, tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(ModelFileError, match=r"holds files that are not this model's \(notes\.txt\)"):
+        save_predictor(trained, tmp_path)
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
+def test_a_saved_model_is_readable_by_all_whatever_the_umask(trained: Predictor, tmp_path: Path) -> None:
+    old = os.umask(0o077)
+    try:
+        save_predictor(trained, tmp_path / "model")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "model").stat().st_mode) == 0o755
+    assert {stat.S_IMODE((tmp_path / "model" / name).stat().st_mode) for name in MODEL_FILES} == {0o644}

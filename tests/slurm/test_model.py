@@ -18,6 +18,7 @@ from sklearn.preprocessing import FunctionTransformer
 from sklearn.utils._testing import check_output  # subprocess.check_output, inside scikit-learn
 
 from agora_optimizer.errors import InputFileError
+from agora_optimizer.queue_wait import model_file
 from agora_optimizer.queue_wait.errors import QueueWaitModelError
 from agora_optimizer.queue_wait.features import FEATURE_COLUMNS, QueueFeatures
 from agora_optimizer.queue_wait.model import QueueWaitFallbackWarning, QueueWaitRegressor, features_frame, training_data
@@ -206,3 +207,39 @@ def test_an_unseen_partition_gets_a_model_prediction_and_a_warning() -> None:
     assert wait[0] >= 0
     assert any(issubclass(w.category, QueueWaitFallbackWarning) and "gpu" in str(w.message) for w in caught)
     assert list(features_frame([_queue(1)]).columns) == list(FEATURE_COLUMNS)
+
+
+def _small_model(min_samples: int = 2) -> QueueWaitRegressor:
+    return QueueWaitRegressor(min_samples=min_samples, n_estimators=5).fit(
+        features_frame([_queue(n) for n in range(6)]), range(6)
+    )
+
+
+def test_a_save_that_fails_after_the_first_file_leaves_the_old_model_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = tmp_path / "model"
+    save_model(_small_model(), folder)
+    before = {name: (folder / name).read_bytes() for name in (META_FILE, PIPELINE_FILE)}
+
+    def disk_full(path: Path, *args: object, **kwargs: object) -> None:
+        raise InputFileError(path, "cannot be written: No space left on device")
+
+    monkeypatch.setattr(model_file, "write_text_atomically", disk_full)  # after pipeline.skops is written
+    with pytest.raises(InputFileError, match="No space left on device"):
+        save_model(_small_model(min_samples=1000), folder)  # a fallback: would drop the pipeline file
+    assert {name: (folder / name).read_bytes() for name in before} == before
+    assert load_model(folder).pipeline_ is not None
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]  # no new directory left behind
+    monkeypatch.undo()
+    save_model(_small_model(min_samples=1000), folder)
+    assert sorted(p.name for p in folder.iterdir()) == [META_FILE] and load_model(folder).pipeline_ is None
+
+
+def test_a_binary_model_file_is_an_error_naming_it(tmp_path: Path) -> None:
+    (tmp_path / META_FILE).write_bytes(bytes(range(256)))
+    with pytest.raises(InputFileError, match=r"queue_wait\.json: not a queue-wait model file: not UTF-8"):
+        load_model(tmp_path)
+    (tmp_path / META_FILE).write_text("[" * 100_000)
+    with pytest.raises(InputFileError, match=r"queue_wait\.json: not a queue-wait model file"):
+        load_model(tmp_path)
