@@ -300,7 +300,7 @@ class AgoraExecutor(BaseExecutor):
                 not_adopted.append(ti)
                 continue
             backend_name, resource, external_id = parsed
-            job_dir = self._state_dir / job_key(ti.dag_id, ti.task_id, ti.run_id, ti.try_number, ti.map_index)
+            job_dir = self._job_dir(ti.dag_id, ti.task_id, ti.run_id, ti.try_number, ti.map_index)
             record = JobRecord.read(job_dir)
             if record is None or not self._adopt(backend_name, resource, external_id, job_dir):
                 not_adopted.append(ti)
@@ -332,8 +332,8 @@ class AgoraExecutor(BaseExecutor):
                 f"task {label}: resource {placement.resource!r} is not in [agora] catalog "
                 f"(known: {', '.join(sorted(self._resources)) or 'none'})"
             )
-        key = job_key(ti.dag_id, ti.task_id, ti.run_id, ti.try_number, ti.map_index)
-        job_dir = self._state_dir / key
+        job_dir = self._job_dir(ti.dag_id, ti.task_id, ti.run_id, ti.try_number, ti.map_index)
+        key = job_dir.name
         job_dir.mkdir(parents=True, exist_ok=True)
         record = JobRecord(
             dag_id=ti.dag_id,
@@ -361,6 +361,11 @@ class AgoraExecutor(BaseExecutor):
         write_text_atomically(spec.workload_path, workload.model_dump_json())
         record.write(job_dir)
         return _Job(workload.ti.key, spec, record, workload)
+
+    def _job_dir(self, dag_id: str, task_id: str, run_id: str, try_number: int, map_index: int) -> Path:
+        """The one place an attempt's job directory is named: ``STATE_DIR/<job_key>`` (the key is also
+        the job's name on every backend, and a pure function of the attempt, so a restart finds it)."""
+        return self._state_dir / job_key(dag_id, task_id, run_id, try_number, map_index)
 
     def _default_placement(self, label: str) -> Placement:
         name = settings.get("default_resource")
@@ -560,9 +565,7 @@ class AgoraExecutor(BaseExecutor):
                 if (a.try_number, a.map_index) == (record.try_number, record.map_index)
             ]
             store.add([executor_attempt(record, status, existing[0] if existing else None)])
-            job_dir = self._state_dir / job_key(
-                record.dag_id, record.task_id, record.run_id, record.try_number, record.map_index
-            )
+            job_dir = self._job_dir(record.dag_id, record.task_id, record.run_id, record.try_number, record.map_index)
             if job_dir.is_dir():
                 (job_dir / TRACED_MARK).touch()  # the sweep leaves it alone
         except Exception:  # traces must never fail a task

@@ -12,6 +12,7 @@ job record.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -117,14 +118,23 @@ class Backend(Protocol):
 
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+KEY_READABLE_MAX = 48  # characters of the readable prefix; with the digest a key fits a SLURM pilot's job name
+KEY_DIGEST_HEX = 32  # 128 bits of SHA-256
 
 
 def job_key(dag_id: str, task_id: str, run_id: str, try_number: int, map_index: int) -> str:
-    """A file- and job-name-safe key for one attempt, stable across scheduler restarts."""
-    parts = [dag_id, task_id, run_id, f"try{try_number}"]
-    if map_index >= 0:
-        parts.append(f"map{map_index}")
-    return "__".join(_UNSAFE.sub("_", part) for part in parts)[:200]
+    """A file- and job-name-safe key for one attempt, stable across scheduler restarts.
+
+    ``<readable>-<digest>``: the readable part (``dag.task.tryN[.mapM]``, unsafe characters as
+    ``_``, cut to :data:`KEY_READABLE_MAX`) is for people; the digest, SHA-256 of the raw tuple
+    (JSON, so no two tuples share an encoding), is the identity. Two attempts whose readable
+    parts are equal (try 1 and 2 of a long task id, run ids that differ in ``+`` and ``_``)
+    still get different keys. At most 81 characters, all of ``[A-Za-z0-9_.-]``.
+    """
+    identity = json.dumps([dag_id, task_id, run_id, int(try_number), int(map_index)], ensure_ascii=True)
+    digest = hashlib.sha256(identity.encode()).hexdigest()[:KEY_DIGEST_HEX]
+    readable = f"{dag_id}.{task_id}.try{try_number}" + (f".map{map_index}" if map_index >= 0 else "")
+    return f"{_UNSAFE.sub('_', readable)[:KEY_READABLE_MAX]}-{digest}"
 
 
 @dataclass(frozen=True)

@@ -182,12 +182,14 @@ def test_job_names_follow_batch_rules() -> None:
     short = job_key("etl.daily", "extract.users", "scheduled__2026-11-30T00:00:00+00:00", 1, 3)
     assert batch_job_name(short) == short.replace(".", "_")
     long_a = job_key("d" * 150, "task", "run", 1, -1)
-    long_b = job_key("d" * 150, "other", "run", 1, -1)
-    for key in (short, long_a, long_b, "_leading_underscore", "x" * 128):
+    long_b = job_key("d" * 150, "task", "run", 2, -1)
+    assert batch_job_name(long_a) == long_a.replace(".", "_") != batch_job_name(long_b)  # a key is never cut
+    cut_a, cut_b = "d" * 150 + "a", "d" * 150 + "b"  # names longer than Batch allows keep a hash of the whole
+    for key in (short, long_a, long_b, cut_a, "_leading_underscore", "x" * 128):
         name = batch_job_name(key)
         assert JOB_NAME.match(name), name
-    assert len(batch_job_name(long_a)) == 128
-    assert batch_job_name(long_a) != batch_job_name(long_b)
+    assert len(batch_job_name(cut_a)) == 128
+    assert batch_job_name(cut_a) != batch_job_name(cut_b)
 
 
 def test_memory_and_timeout_sizes() -> None:

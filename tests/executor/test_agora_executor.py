@@ -17,10 +17,11 @@ from typing import Any
 import pytest
 
 from agora_optimizer.executor.backends.local import LocalBackend, LocalPool
-from agora_optimizer.executor.jobs import BackendError, JobSpec, JobStatus
+from agora_optimizer.executor.jobs import BackendError, JobSpec, JobStatus, job_key
 from tests.conftest import CATALOGS
 
 MIB = 2**20
+KEY = job_key("unit", "t", "r1", 1, -1)  # the key of the attempt most tests submit
 
 
 class Flaky:
@@ -146,15 +147,15 @@ def test_a_throttled_submit_is_retried_and_the_job_then_runs(
         executor.sync()
         events = executor.get_event_buffer()
     # the external id reaches Airflow with the QUEUED event (it is what a restarted scheduler adopts by)
-    assert events[item.ti.key] == (TaskInstanceState.QUEUED, "agora|local|local-small|unit__t__r1__try1")
+    assert events[item.ti.key] == (TaskInstanceState.QUEUED, f"agora|local|local-small|{KEY}")
     assert backend.submits == 3 and item.ti.key in executor.running
-    record = json.loads((tmp_path / "jobs" / "unit__t__r1__try1" / "job.json").read_text())
-    assert record["external_id"] == "unit__t__r1__try1" and record["resource"] == "local-small"
-    assert json.loads((tmp_path / "jobs" / "unit__t__r1__try1" / "workload.json").read_text())["ti"]["task_id"] == "t"
+    record = json.loads((tmp_path / "jobs" / KEY / "job.json").read_text())
+    assert record["external_id"] == KEY and record["resource"] == "local-small"
+    assert json.loads((tmp_path / "jobs" / KEY / "workload.json").read_text())["ti"]["task_id"] == "t"
     monkeypatch.setenv("AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT", "0")  # stuck, by Airflow's measure: revoked
     monkeypatch.setenv("AIRFLOW__AGORA__BACKEND_QUEUE_TIMEOUT_S", "0")  # (were it still pending in its pool)
     executor.revoke_task(ti=item.ti)
-    assert backend.cancelled == ["unit__t__r1__try1"]
+    assert backend.cancelled == [KEY]
 
 
 def test_a_submit_that_keeps_failing_fails_the_task_with_the_reason(executor: Any, tmp_path: Path) -> None:
@@ -218,7 +219,7 @@ def test_sync_survives_a_backend_that_raises_anything(executor: Any, tmp_path: P
     executor._process_workloads([item])
     executor.sync()  # logs, does not raise
     executor.revoke_task(ti=item.ti)
-    assert backend.cancelled == ["unit__t__r1__try1"] and item.ti.key not in executor.running
+    assert backend.cancelled == [KEY] and item.ti.key not in executor.running
 
 
 def test_a_job_waiting_in_a_queue_gets_a_fresh_token(
@@ -241,7 +242,7 @@ def test_a_job_waiting_in_a_queue_gets_a_fresh_token(
     item = workload("t", placement(), tmp_path)
     executor.queued_tasks[item.ti.key] = item
     executor._process_workloads([item])
-    path = tmp_path / "jobs" / "unit__t__r1__try1" / "workload.json"
+    path = tmp_path / "jobs" / KEY / "workload.json"
     assert json.loads(path.read_text())["token"] == "first"
     executor.sync()
     token = json.loads(path.read_text())["token"]
@@ -276,7 +277,7 @@ def test_a_job_waiting_in_its_queue_is_not_revoked_for_airflows_queued_timeout(
         assert backend.cancelled == [] and item.ti.key in executor.running  # kept, with its place in the queue
         monkeypatch.setenv("AIRFLOW__AGORA__BACKEND_QUEUE_TIMEOUT_S", "0")
         executor.revoke_task(ti=item.ti)  # past agora's own limit the scheduler may revoke it as usual
-        assert backend.cancelled == ["unit__t__r1__try1"] and item.ti.key not in executor.running
+        assert backend.cancelled == [KEY] and item.ti.key not in executor.running
     finally:
         inner.cancel("blocker")
 
@@ -296,7 +297,7 @@ def test_a_job_that_has_just_started_is_not_revoked_until_its_task_had_time_to_r
     assert backend.cancelled == []
     monkeypatch.setenv("AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT", "0")  # a job running that long is stuck
     executor.revoke_task(ti=item.ti)
-    assert backend.cancelled == ["unit__t__r1__try1"]
+    assert backend.cancelled == [KEY]
 
 
 def test_a_job_that_waits_in_its_queue_past_the_limit_is_cancelled_and_fails_with_why(
@@ -314,7 +315,7 @@ def test_a_job_that_waits_in_its_queue_past_the_limit_is_cancelled_and_fails_wit
         state, info = executor.get_event_buffer()[item.ti.key]
     finally:
         inner.cancel("blocker")
-    assert state == TaskInstanceState.FAILED and backend.cancelled == ["unit__t__r1__try1"]
+    assert state == TaskInstanceState.FAILED and backend.cancelled == [KEY]
     assert "in local-small's queue (waiting for pool capacity)" in info and "backend_queue_timeout_s" in info
     with TraceStore(f"sqlite:///{tmp_path / 'traces.db'}") as store:
         (attempt,) = store.attempts(dag_id="unit")

@@ -14,16 +14,25 @@ from pathlib import Path
 import pytest
 
 from agora_optimizer.executor.backends.local import WARM_MODULES, LocalBackend, LocalPool, fork_context, warm_up
-from agora_optimizer.executor.jobs import BackendError, JobSpec, JobStatus, read_result
+from agora_optimizer.executor.jobs import BackendError, JobSpec, JobStatus, job_key, read_result
 
 MIB = 2**20
 
 
-def job(tmp_path: Path, name: str, code: str, *, pool: str = "small", cores: int = 1, memory_mib: int = 100) -> JobSpec:
-    job_dir = tmp_path / name
+def job(
+    tmp_path: Path,
+    name: str,
+    code: str,
+    *,
+    pool: str = "small",
+    cores: int = 1,
+    memory_mib: int = 100,
+    key: str | None = None,
+) -> JobSpec:
+    job_dir = tmp_path / (key or name)
     worker = [sys.executable, "-m", "agora_optimizer.executor.worker", "--job-dir", str(job_dir)]
     return JobSpec(
-        key=name,
+        key=key or name,
         label=f"dag.{name}",
         resource=pool,
         cores=cores,
@@ -116,6 +125,18 @@ def test_a_new_backend_adopts_a_running_job_and_reads_its_result(tmp_path: Path,
     result = read_result(spec.result_path)
     assert result is not None and result.exit_code == 0
     assert (spec.job_dir / "task.log").read_text().count("finished") == 1  # ran once
+
+
+def test_try_2_of_a_long_task_id_gets_its_own_exit_code_not_try_1s(tmp_path: Path, backend: LocalBackend) -> None:
+    task_id = "extract_" + "x" * 250
+    first = job(tmp_path, "try1", "raise SystemExit(3)", key=job_key("etl", task_id, "manual__1", 1, -1))
+    assert wait_all(backend, [backend.submit(first)])[first.key].exit_code == 3
+    second = job(tmp_path, "try2", "pass", key=job_key("etl", task_id, "manual__1", 2, -1))
+    second_id = backend.submit(second)
+    assert second_id != first.key
+    status = wait_all(backend, [second_id])[second_id]
+    assert status.succeeded, status
+    assert (second.job_dir / "result.json").is_file() and second.job_dir != first.job_dir
 
 
 def test_a_job_that_never_started_is_not_adopted(tmp_path: Path, backend: LocalBackend) -> None:
