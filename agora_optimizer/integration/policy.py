@@ -15,16 +15,40 @@ store (``[agora] plan_dir``), each task gets:
 
 Tasks the plan does not name (added since the last optimization) go to
 ``[agora] default_resource`` with their declared hints. DAGs without a plan are not
-touched. A plan that cannot be applied (unreadable, naming a resource the catalog does not
-know) leaves the task where it was and logs an error that names the DAG, the task and the
-plan file: a stale plan must not stop a DAG from running.
+touched, whatever their id.
+
+A plan must never break a DAG. Any exception raised inside the policy would make Airflow
+turn the whole DAG file into an import error (``AirflowClusterPolicyError``), so
+:func:`task_policy` catches every exception and the task stays exactly as its author wrote
+it: the new values are all computed first, then set, and if setting one fails the ones
+already set are restored. In particular:
+
+- a stale or corrupt plan (unreadable, or naming a resource ``[agora] catalog`` does not
+  declare) leaves the whole DAG on its declared executor;
+- mapped tasks (``.expand()`` on an operator or a ``@task``, and the tasks of a mapped task
+  group) are left as written: their attributes live in ``partial_kwargs``, ``executor`` has
+  no setter, and one plan row cannot place every mapped instance;
+- a plan file is read once per version (path and mtime), whether it reads or fails, not once
+  per task: a broken plan must not make a 5,000-task DAG miss ``dag_file_processor_timeout``.
+
+Whatever goes wrong, the policy logs at most one line per DAG and parse (later problems of
+the same parse go to DEBUG). A parse is recognised by the DAG object: every parse of a file
+builds new DAG objects, and the policy gets each task with its DAG, so "the first problem
+seen for this DAG object" is exactly "the first of this parse", in the DAG processor's
+per-file child processes and in a long-lived process re-parsing with ``DagBag`` alike. A key
+of (dag_id, plan mtime) would instead stay silent on every later parse of an unchanged broken
+plan, and a time window would guess. The DAG objects are held by weak reference only, so
+remembering them keeps no parsed DAG alive.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import weakref
 from collections.abc import Mapping
-from functools import cache
+from dataclasses import dataclass
+from functools import cache, lru_cache
 from typing import Any
 
 from airflow.policies import hookimpl
@@ -38,19 +62,32 @@ from agora_optimizer.model.plan import Assignment
 
 log = logging.getLogger(__name__)
 DEFAULT_MEMORY_BYTES = GIB // 2
+PLAN_VERSIONS_KEPT = 256  # plan files (path, mtime) whose reading the policy remembers
+# What the policy may set on a task, in the order it sets them (and restores them in reverse).
+TASK_ATTRIBUTES = ("executor", "queue", "pool", "pool_slots", "executor_config")
+
+
+class PlanNotApplicable(AgoraError):
+    """The DAG's current plan cannot be applied (unreadable, or stale against the catalog)."""
 
 
 @hookimpl
 def task_policy(task: Any) -> None:
-    """Airflow's hook: route one parsed task by its DAG's plan."""
+    """Airflow's hook: route one parsed task by its DAG's plan; never raises."""
     try:
         apply_plan(task)
-    except AgoraError as exc:
-        log.error("agora policy: task %s.%s left on its executor: %s", _dag_id(task), task.task_id, exc)
+    except PlanNotApplicable as exc:
+        _log_once_per_parse(task, "DAG %s left as written: %s", _dag_id(task), exc)
+    except Exception as exc:  # anything raised here makes Airflow drop the DAG file
+        reason = str(exc) if isinstance(exc, AgoraError) else f"{type(exc).__name__}: {exc}"
+        _log_once_per_parse(task, "task %s.%s left as written: %s", _dag_id(task), _task_id(task), reason)
 
 
 def apply_plan(task: Any) -> Placement | None:
-    """Set the task's executor, queue, pool and placement from its DAG's plan; the placement, or None."""
+    """Set the task's executor, queue, pool and placement from its DAG's plan; the placement, or None.
+
+    Raises when the plan cannot be applied to this task; the task is then as it was.
+    """
     if not settings.get_bool("apply_plans"):
         return None
     executor = settings.get("executor")
@@ -61,21 +98,50 @@ def apply_plan(task: Any) -> Placement | None:
     assignments = _plan_assignments(dag_id)
     if assignments is None:
         return None
-    resources = _resources(settings.get("catalog"))
-    placement = _placement(task, assignments.get(task.task_id), resources, dag_id)
+    if _is_mapped(task):
+        _log_once_per_parse(
+            task,
+            "mapped task %s.%s left as written: agora does not place mapped tasks yet",
+            dag_id,
+            _task_id(task),
+        )
+        return None
+    placement = _placement(task, assignments.get(task.task_id), _resources(settings.get("catalog")), dag_id)
     if placement is None:
         return None
-    task.executor = executor
-    task.queue = placement.resource
+    changes: dict[str, Any] = {"executor": executor, "queue": placement.resource}
     if settings.get_bool("airflow_pools"):  # the executor creates missing pools when it starts
-        task.pool = pool_name(placement.resource)
-        task.pool_slots = placement.cores
+        changes |= {"pool": pool_name(placement.resource), "pool_slots": placement.cores}
     config = dict(task.executor_config or {})
-    agora = dict(config.get("agora") or {})
-    agora[PLACEMENT_KEY] = placement.to_config()
-    config["agora"] = agora
-    task.executor_config = config
+    config["agora"] = dict(config.get("agora") or {}) | {PLACEMENT_KEY: placement.to_config()}
+    changes["executor_config"] = config
+    _set_all_or_none(task, changes)
     return placement
+
+
+def _set_all_or_none(task: Any, changes: Mapping[str, Any]) -> None:
+    """Set every attribute of ``changes`` on the task, or, if one cannot be set, none of them."""
+    originals = {name: getattr(task, name) for name in TASK_ATTRIBUTES if name in changes}
+    done: list[str] = []
+    try:
+        for name in TASK_ATTRIBUTES:
+            if name in changes:
+                setattr(task, name, changes[name])
+                done.append(name)
+    except Exception:
+        for name in reversed(done):
+            try:
+                setattr(task, name, originals[name])
+            except Exception:  # restore the others; the caller logs the first failure
+                log.debug("agora policy: could not restore %s of task %s", name, _task_id(task), exc_info=True)
+        raise
+
+
+def _is_mapped(task: Any) -> bool:
+    if getattr(task, "is_mapped", False):
+        return True
+    closest = getattr(task, "get_closest_mapped_task_group", None)
+    return callable(closest) and closest() is not None
 
 
 def _placement(
@@ -84,11 +150,6 @@ def _placement(
     timeout = getattr(task, "execution_timeout", None)
     limit = timeout.total_seconds() if timeout is not None else None
     if assignment is not None:
-        if assignment.resource not in resources:
-            raise AgoraError(
-                f"the plan of DAG {dag_id} puts task {task.task_id} on {assignment.resource!r}, "
-                f"which [agora] catalog does not declare"
-            )
         return Placement(
             resource=assignment.resource,
             cores=assignment.cores,
@@ -99,8 +160,9 @@ def _placement(
         )
     default = settings.get("default_resource")
     if not default:
-        log.warning(
-            "agora policy: task %s.%s is not in its DAG's plan and [agora] default_resource is empty",
+        _log_once_per_parse(
+            task,
+            "task %s.%s is not in its DAG's plan and [agora] default_resource is empty",
             dag_id,
             task.task_id,
         )
@@ -120,23 +182,48 @@ def _placement(
 
 
 def _plan_assignments(dag_id: str) -> dict[str, Assignment] | None:
-    from agora_optimizer.plans.store import default_plan_store
+    """The assignments of the DAG's current plan, None if it has none; PlanNotApplicable if it cannot be used."""
+    from agora_optimizer.plans.store import PlanStoreError, default_plan_store
 
-    store = default_plan_store()
-    path = store.current_path(dag_id)
+    try:
+        path = default_plan_store().current_path(dag_id)
+    except PlanStoreError:  # an id the store cannot name a directory after: it has no plan there
+        return None
     try:
         stamp = path.stat().st_mtime_ns
     except OSError:
         return None
-    return _read_assignments(str(path), stamp)
+    catalog = settings.get("catalog")
+    read = _read_assignments(str(path), stamp, catalog)
+    if read.error:
+        raise PlanNotApplicable(f"its current plan {path} is not applied: {read.error}")
+    return read.assignments
 
 
-@cache
-def _read_assignments(path: str, _mtime_ns: int) -> dict[str, Assignment]:
-    """The plan's assignments by task (cached per file version: the DAG processor parses often)."""
-    from agora_optimizer.io.plan_file import load_plan
+@dataclass(frozen=True)
+class _Read:
+    """What reading one version of a plan file gave: its assignments, or why it cannot be used."""
 
-    return {assignment.task: assignment for assignment in load_plan(path).assignments}
+    assignments: dict[str, Assignment]
+    error: str = ""
+
+
+@lru_cache(maxsize=PLAN_VERSIONS_KEPT)
+def _read_assignments(path: str, _mtime_ns: int, catalog: str) -> _Read:
+    """The plan's assignments by task, checked against the catalog; cached per file version, failures too."""
+    from agora_optimizer.io import plan_file
+
+    try:
+        assignments = {assignment.task: assignment for assignment in plan_file.load_plan(path).assignments}
+    except Exception as exc:  # cached and reported by the caller, once per DAG and parse
+        return _Read({}, str(exc) if isinstance(exc, AgoraError) else f"{type(exc).__name__}: {exc}")
+    resources = _resources(catalog)
+    unknown = sorted({a.resource for a in assignments.values()} - resources.keys())
+    if unknown:
+        tasks = sorted(a.task for a in assignments.values() if a.resource in unknown)
+        shown = ", ".join(tasks[:5]) + (f" and {len(tasks) - 5} more" if len(tasks) > 5 else "")
+        return _Read({}, f"it puts {shown} on {', '.join(map(repr, unknown))}, which [agora] catalog does not declare")
+    return _Read(assignments)
 
 
 @cache
@@ -166,6 +253,40 @@ def _warn_once(message: str) -> None:
     log.warning("agora policy: %s", message)
 
 
+# id(dag) -> a weak reference to that DAG object, for the DAGs whose parse has had its one log line.
+_LOGGED: dict[int, weakref.ref[Any]] = {}
+
+
+def _log_once_per_parse(task: Any, message: str, *args: Any) -> None:
+    """Log ``message`` as the policy's one line for this task's DAG in this parse; later ones at DEBUG."""
+    if _first_of_parse(getattr(task, "dag", None)):
+        log.error("agora policy: " + message + " (any further problem with this DAG in this parse: DEBUG)", *args)
+    else:
+        log.debug("agora policy: " + message, *args)
+
+
+def _first_of_parse(dag: Any) -> bool:
+    """Whether this DAG object has not had its log line yet (see the module's docstring)."""
+    if dag is None:
+        return True
+    key = id(dag)
+    seen = _LOGGED.get(key)
+    if seen is not None and seen() is dag:
+        return False
+
+    def forget(ref: weakref.ref[Any], key: int = key) -> None:
+        if _LOGGED.get(key) is ref:
+            del _LOGGED[key]
+
+    with contextlib.suppress(TypeError):  # not weakly referenceable: log every time rather than guess
+        _LOGGED[key] = weakref.ref(dag, forget)
+    return True
+
+
 def _dag_id(task: Any) -> str:
     dag = getattr(task, "dag", None)
     return str(getattr(dag, "dag_id", "") or getattr(task, "dag_id", ""))
+
+
+def _task_id(task: Any) -> str:
+    return str(getattr(task, "task_id", "?"))

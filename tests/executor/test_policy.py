@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -119,11 +121,16 @@ def test_a_dag_without_a_plan_is_left_alone(parsed: dict[str, Any]) -> None:
         assert entry["executor"] is None and "placement" not in (entry["config"].get("agora") or {})
 
 
-def test_a_plan_naming_an_unknown_resource_leaves_that_task_alone_and_says_why(parsed: dict[str, Any]) -> None:
+def test_a_plan_naming_an_unknown_resource_leaves_the_dag_alone_and_says_why_once(parsed: dict[str, Any]) -> None:
     assert parsed["errors"] == {}  # a stale plan never stops the DAG
-    assert parsed["tasks"]["stale.a"]["executor"] is None
-    assert parsed["tasks"]["stale.b"]["queue"] == "local-small"
-    assert "stale.a" in parsed["log"] and "'gpu-node'" in parsed["log"] and "does not declare" in parsed["log"]
+    for task in ("a", "b", "new"):  # the whole DAG stays on its declared executor
+        entry = parsed["tasks"][f"stale.{task}"]
+        assert entry["executor"] is None and entry["queue"] == "default"
+        assert "placement" not in (entry["config"].get("agora") or {})
+    lines = [line for line in parsed["log"].splitlines() if "agora policy" in line]
+    assert len(lines) == 1, lines  # one line per DAG and parse, not one per task
+    assert "DAG stale" in lines[0] and "'gpu-node'" in lines[0] and "does not declare" in lines[0]
+    assert "stale/current.json" in lines[0] and " a " in lines[0]  # the plan file and the task it misplaces
 
 
 def test_nothing_is_routed_when_the_agora_executor_is_not_configured(tmp_path: Path) -> None:
@@ -200,3 +207,148 @@ def test_a_resources_pool_has_a_slot_per_core_and_no_limit_without_a_count() -> 
     assert pool_slots(compute) == 16 and pool_slots(replace(compute, count=3)) == 48
     assert pool_slots(replace(compute, count=None)) == UNLIMITED  # an elastic cloud type
     assert pool_name(compute.name) == "agora_slurm-compute"
+
+
+# ---- The policy in this process, on real operators: a plan must never break a DAG (issue 15) ----
+
+POLICY_LOG = "agora_optimizer.integration.policy"
+
+
+@pytest.fixture
+def policy_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[PlanStore]:
+    """The settings of ``parse`` for an in-process policy; the store of its plans."""
+    from agora_optimizer.integration import policy
+
+    monkeypatch.setenv(
+        "AIRFLOW__CORE__EXECUTOR", "LocalExecutor,agora:agora_optimizer.executor.agora_executor.AgoraExecutor"
+    )
+    monkeypatch.setenv("AIRFLOW__AGORA__CATALOG", str(CATALOGS / "local.yaml"))
+    monkeypatch.setenv("AIRFLOW__AGORA__PLAN_DIR", str(tmp_path / "plans"))
+    monkeypatch.setenv("AIRFLOW__AGORA__DEFAULT_RESOURCE", "local-large")
+    monkeypatch.setenv("AIRFLOW__AGORA__AIRFLOW_POOLS", "True")
+    policy.configured_executor_names.cache_clear()
+    yield PlanStore(tmp_path / "plans")
+    policy.configured_executor_names.cache_clear()
+
+
+def run_policy(dag: Any) -> None:
+    """What Airflow's DagBag.bag_dag does with the policy: call it for every task of the DAG."""
+    from agora_optimizer.integration.policy import task_policy
+
+    for task in dag.tasks:
+        task_policy(task)
+
+
+def as_written(task: Any) -> dict[str, Any]:
+    """The attributes the policy may change, copied."""
+    import copy
+
+    return copy.deepcopy(
+        {name: getattr(task, name) for name in ("executor", "queue", "pool", "pool_slots", "executor_config")}
+    )
+
+
+def policy_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == POLICY_LOG and r.levelno >= logging.INFO]
+
+
+def test_a_setter_that_raises_leaves_the_task_exactly_as_written(
+    policy_env: PlanStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    from airflow.providers.standard.operators.empty import EmptyOperator
+    from airflow.sdk import DAG
+
+    class Locked(EmptyOperator):
+        """An operator whose executor_config cannot be set once built (as a mapped operator's executor)."""
+
+        locked = False
+
+        def __setattr__(self, key: str, value: Any) -> None:
+            if key == "executor_config" and self.locked:
+                raise AttributeError("executor_config is read-only here")
+            super().__setattr__(key, value)
+
+    with DAG("locked", schedule=None) as dag:
+        task = Locked(task_id="a", queue="mine", pool="p", pool_slots=2, executor_config={"agora": {"cores": 1}})
+    task.locked = True
+    before = as_written(task)
+    policy_env.save("locked", plan({"a": "local-small"}))
+    run_policy(dag)  # raises nothing
+    assert as_written(task) == before
+    lines = policy_lines(caplog)
+    assert len(lines) == 1 and "locked.a" in lines[0] and "read-only" in lines[0]
+
+
+def test_mapped_tasks_are_left_exactly_as_written_with_one_line_per_dag(
+    policy_env: PlanStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    from airflow.providers.standard.operators.bash import BashOperator
+    from airflow.providers.standard.operators.empty import EmptyOperator
+    from airflow.sdk import DAG, task
+
+    @task
+    def double(x: int) -> int:
+        return 2 * x
+
+    with DAG("mapped", schedule=None) as dag:
+        plain = EmptyOperator(task_id="plain")
+        doubled = double.expand(x=[1, 2])
+        bashed = BashOperator.partial(task_id="bashed", queue="q").expand(bash_command=["true", "false"])
+        plain >> [doubled, bashed]
+    mapped: list[Any] = [dag.get_task("double"), bashed]
+    before = [as_written(t) | {"partial_kwargs": dict(t.partial_kwargs)} for t in mapped]
+    policy_env.save("mapped", plan({"plain": "local-small", "double": "local-small", "bashed": "local-large"}))
+    run_policy(dag)
+    assert [as_written(t) | {"partial_kwargs": dict(t.partial_kwargs)} for t in mapped] == before
+    assert (plain.executor, plain.queue) == ("agora", "local-small")  # the DAG's other tasks are still placed
+    lines = policy_lines(caplog)
+    assert len(lines) == 1 and "mapped" in lines[0]
+
+
+def test_a_corrupt_plan_is_read_once_per_version_and_logged_once_per_dag_and_parse(
+    policy_env: PlanStore, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from airflow.providers.standard.operators.empty import EmptyOperator
+    from airflow.sdk import DAG
+
+    from agora_optimizer.io import plan_file
+
+    reads: list[str] = []
+    real_load_plan = plan_file.load_plan
+
+    def counting_load_plan(path: str | Path) -> Plan:
+        reads.append(str(path))
+        return real_load_plan(path)
+
+    monkeypatch.setattr(plan_file, "load_plan", counting_load_plan)
+    policy_env.save("corrupt", plan({"t0": "local-small"}))
+    policy_env.current_path("corrupt").write_text('{"format": "agora-plan/1", "assignments": [')
+
+    def one_parse() -> list[Any]:
+        with DAG("corrupt", schedule=None) as dag:
+            tasks = [EmptyOperator(task_id=f"t{i}") for i in range(50)]
+        before = [as_written(t) for t in tasks]
+        run_policy(dag)
+        assert [as_written(t) for t in tasks] == before  # the whole DAG stays as written
+        return tasks
+
+    one_parse()
+    lines = policy_lines(caplog)
+    assert len(reads) == 1 and len(lines) == 1
+    assert "corrupt" in lines[0] and str(policy_env.current_path("corrupt")) in lines[0]
+    one_parse()  # the DAG processor parses the file again: the same broken version is not read again
+    assert len(reads) == 1 and len(policy_lines(caplog)) == 2
+
+
+def test_a_dag_with_a_unicode_id_and_no_plan_is_left_alone_silently(
+    policy_env: PlanStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    from airflow.providers.standard.operators.empty import EmptyOperator
+    from airflow.sdk import DAG
+
+    with DAG("données_été", schedule=None) as dag:
+        tasks = [EmptyOperator(task_id=f"t{i}") for i in range(3)]
+    before = [as_written(t) for t in tasks]
+    run_policy(dag)
+    assert [as_written(t) for t in tasks] == before
+    assert policy_lines(caplog) == []
