@@ -87,7 +87,7 @@ def history(
     dag_id: Annotated[str, typer.Argument(help="The Airflow DAG.")],
     plan_dir: PlanDirOpt = None,
 ) -> None:
-    """List the plans DAG_ID has had, oldest first."""
+    """List the plans DAG_ID has had, in the order they were put in force (the last is current)."""
     from agora_optimizer.cli import _user_errors
 
     with _user_errors():

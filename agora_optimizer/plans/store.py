@@ -1,28 +1,48 @@
-"""A directory of plans: ``<root>/<dag_id>/current.json`` and ``history/<created>.json``.
+"""A directory of plans: ``<root>/<dag_id>/current.json`` and ``history/<seq>-applied-<time>.json``.
 
 The cluster policy reads the current plan of a DAG at parse time, the rerun DAG writes a
 new one after each re-optimization, and the UI lists the history. Plans are spec files
-(``agora-plan/1``) written atomically, so a reader never sees half a plan; history is
-append-only. A plan names resources of the catalogs in ``[agora] catalog``; the policy
-refuses to apply a plan whose resources the executor does not know (see
+(``agora-plan/1``) written atomically and flushed to disk, so a reader never sees half a
+plan and a crash loses none; history is append-only, one file per time a plan was put in
+force, numbered in that order (a rollback, which applies an older plan again, comes last).
+History files are created exclusively, so two saves at the same instant, from one process
+or several, each get their own entry. Files are 0644 and directories 0755 whatever the
+umask: the api-server that shows them may run as another user.
+
+History written before the numbering (``<created_at>-<index>.json``) is still read: those
+entries come first, in the order their files were written.
+
+A plan names resources of the catalogs in ``[agora] catalog``; the policy refuses to apply a
+plan whose resources the executor does not know (see
 :mod:`agora_optimizer.integration.policy`).
 """
 
 from __future__ import annotations
 
+import fcntl
+import os
 import re
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 from agora_optimizer.errors import AgoraError
-from agora_optimizer.io.plan_file import load_plan, write_plan
+from agora_optimizer.io.atomic import fsync_directory
+from agora_optimizer.io.documents import write_text_atomically
+from agora_optimizer.io.plan_file import load_plan, plan_json
 from agora_optimizer.model.plan import Plan
 
 _DAG_ID = re.compile(r"^[A-Za-z0-9_.-]{1,250}$")
+_ENTRY = re.compile(r"^(\d+)-applied-(\d{8}T\d{6}\d{6})Z\.json$")
+FILE_MODE = 0o644
+DIRECTORY_MODE = 0o755
 
 
 class PlanStoreError(AgoraError):
-    """A DAG id that cannot name a directory, or a plan file that cannot be read."""
+    """A DAG id that cannot name a directory, or a plan file that cannot be read or written."""
 
 
 @dataclass(frozen=True)
@@ -49,13 +69,20 @@ class PlanStore:
     def save(self, dag_id: str, plan: Plan) -> StoredPlan:
         """Make ``plan`` the DAG's current plan and append it to the history."""
         history = self._dag_dir(dag_id) / "history"
-        history.mkdir(parents=True, exist_ok=True)
-        stamp = re.sub(r"[^0-9A-Za-z]", "", plan.created_at)
-        index = 0
-        while (entry := history / f"{stamp}-{index:03d}.json").exists():
-            index += 1
-        write_plan(plan, entry)
-        write_plan(plan, self.current_path(dag_id))
+        text = plan_json(plan, str(self.current_path(dag_id)))  # refuses what load_plan would
+        try:
+            _make_directories(history)
+            with _locked(history):  # concurrent saves: numbered, and the last numbered is current
+                entry = _add_history_entry(history, text)
+                try:
+                    write_text_atomically(self.current_path(dag_id), text, FILE_MODE, durable=True)
+                except BaseException:
+                    entry.unlink(missing_ok=True)  # history lists only plans that were put in force
+                    raise
+        except OSError as exc:
+            raise PlanStoreError(f"plan of DAG {dag_id!r} not saved in {history.parent}: {exc}") from None
+        except AgoraError as exc:
+            raise PlanStoreError(f"plan of DAG {dag_id!r} not saved: {exc}") from None
         return StoredPlan(dag_id, entry, plan)
 
     def current(self, dag_id: str) -> StoredPlan | None:
@@ -69,15 +96,92 @@ class PlanStore:
             raise PlanStoreError(f"current plan of DAG {dag_id!r} unreadable: {exc}") from None
 
     def history(self, dag_id: str) -> list[Path]:
-        """The DAG's plans, oldest first."""
+        """The DAG's plans in the order they were put in force, oldest first (the last one is current)."""
         history = self._dag_dir(dag_id) / "history"
-        return sorted(history.glob("*.json")) if history.is_dir() else []
+        if not history.is_dir():
+            return []
+        legacy, numbered = _history_entries(history)
+        return [path for _, path in legacy] + [path for _, path in numbered]
 
     def dag_ids(self) -> list[str]:
         """Every DAG with a current plan."""
         if not self.root.is_dir():
             return []
         return sorted(path.parent.name for path in self.root.glob("*/current.json"))
+
+
+def applied_at(path: Path) -> datetime | None:
+    """When the history entry ``path`` was put in force (None for an entry of the old layout)."""
+    match = _ENTRY.match(path.name)
+    if match is None:
+        return None
+    return datetime.strptime(match[2], "%Y%m%dT%H%M%S%f").replace(tzinfo=UTC)
+
+
+def _history_entries(history: Path) -> tuple[list[tuple[tuple[int, str], Path]], list[tuple[int, Path]]]:
+    """Old-layout entries by (mtime, name), and numbered ones by number."""
+    legacy: list[tuple[tuple[int, str], Path]] = []
+    numbered: list[tuple[int, Path]] = []
+    for path in history.glob("*.json"):
+        if path.name.startswith("."):
+            continue
+        match = _ENTRY.match(path.name)
+        if match is not None:
+            numbered.append((int(match[1]), path))
+            continue
+        try:
+            legacy.append(((path.stat().st_mtime_ns, path.name), path))
+        except FileNotFoundError:
+            continue
+    return sorted(legacy), sorted(numbered)
+
+
+def _add_history_entry(history: Path, text: str) -> Path:
+    """Write ``text`` as the next numbered entry, flushed to disk before it appears under its name.
+
+    Called under the history directory's lock, so concurrent saves get consecutive numbers; the
+    hard link would fail rather than replace an entry.
+    """
+    fd, tmp = tempfile.mkstemp(dir=history, prefix=".entry.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            os.fchmod(handle.fileno(), FILE_MODE)
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        legacy, numbered = _history_entries(history)
+        number = max([len(legacy), *(n for n, _ in numbered)]) + 1
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%f")
+        entry = history / f"{number:06d}-applied-{stamp}Z.json"
+        os.link(tmp, entry)
+        fsync_directory(history)
+        return entry
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+
+@contextmanager
+def _locked(directory: Path) -> Iterator[None]:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def _make_directories(path: Path) -> None:
+    """``mkdir -p`` whose new directories are 0755 whatever the umask (existing ones are left as they are)."""
+    missing = []
+    while not path.is_dir():
+        missing.append(path)
+        path = path.parent
+    for directory in reversed(missing):
+        try:
+            directory.mkdir()
+        except FileExistsError:
+            continue
+        directory.chmod(DIRECTORY_MODE)
 
 
 def default_plan_store() -> PlanStore:

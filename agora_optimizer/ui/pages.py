@@ -153,15 +153,16 @@ attempts of each task in the {{ tasks.recent_runs | length }} most recent runs i
 
 <h2>Plan history</h2>
 <table id="history">
-<thead><tr><th>planned</th><th>objective</th><th>solver</th><th class="num">tasks</th>
+<thead><tr><th>put in force</th><th>planned</th><th>objective</th><th>solver</th><th class="num">tasks</th>
 <th class="num">makespan (s)</th><th class="num">cost (USD)</th><th></th></tr></thead>
 <tbody>
 {% for h in history.plans %}
-<tr><td>{{ h.created_at }}</td><td>{{ h.objective }}</td><td>{{ h.method }} ({{ h.solver_status }})</td>
+<tr><td>{{ h.applied_at or "-" }}</td><td>{{ h.created_at }}</td>
+<td>{{ h.objective }}</td><td>{{ h.method }} ({{ h.solver_status }})</td>
 <td class="num">{{ h.tasks }}</td><td class="num">{{ m.seconds(h.makespan_s) }}</td>
 <td class="num">{{ m.usd(h.cost_usd) }}</td>
 <td>{% if h.current %}in force{% endif %}</td></tr>
-{% else %}<tr><td colspan="7" class="muted">no plan yet</td></tr>
+{% else %}<tr><td colspan="8" class="muted">no plan yet</td></tr>
 {% endfor %}
 </tbody>
 </table>

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from pathlib import Path
 
 from fastapi import HTTPException, status
 
@@ -16,6 +17,7 @@ from agora_optimizer import settings
 from agora_optimizer.errors import AgoraError
 from agora_optimizer.model.plan import Assignment, Plan
 from agora_optimizer.pareto import Point
+from agora_optimizer.plans.store import applied_at
 from agora_optimizer.traces.store import TraceStoreError
 from agora_optimizer.ui import schemas
 from agora_optimizer.ui.auth import User, authorized_dag_ids
@@ -139,6 +141,7 @@ def history(dag_id: str, offset: int, limit: int) -> schemas.History:
     plans = [
         schemas.HistoryEntry(
             created_at=e.plan.created_at,
+            applied_at=_applied_at(e.path),
             objective=e.plan.objective.kind,
             method=e.plan.solver.method,
             solver_status=e.plan.solver.status,
@@ -150,6 +153,11 @@ def history(dag_id: str, offset: int, limit: int) -> schemas.History:
         for i, e in enumerate(entries)
     ]
     return schemas.History(dag_id=dag_id, offset=offset, limit=limit, total=total, plans=plans)
+
+
+def _applied_at(path: Path) -> str | None:
+    when = applied_at(path)
+    return None if when is None else when.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def pareto(entry: PlanFile) -> schemas.Pareto:

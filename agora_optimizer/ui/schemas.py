@@ -77,6 +77,7 @@ class TaskPage(BaseModel):
 
 class HistoryEntry(BaseModel):
     created_at: str
+    applied_at: str | None = Field(None, description="When the plan was put in force (UTC); null for old entries.")
     objective: str
     method: str
     solver_status: str

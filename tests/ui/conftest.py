@@ -23,7 +23,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -205,7 +204,6 @@ def write_data(root: Path) -> dict[str, str]:
     plans = PlanStore(root / "plans")
     for kind in ("cost", "balanced"):  # two plans: the history keeps the first
         plans.save(EXAMPLE, optimize(example_workflow(), catalog, Objective(kind=kind), str(AWS_CATALOG), 2.0))
-        time.sleep(1.1)  # created_at has a resolution of one second
     plans.save(OTHER, html_plan())
     plans.save(BIG, big_plan())
     store_url = f"sqlite:///{root / 'traces.db'}"

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from agora_optimizer.io.catalog_file import load_catalog
+from agora_optimizer.io.plan_file import load_plan
 from agora_optimizer.model.plan import Assignment, Objective, Plan, SolverInfo
 from agora_optimizer.optimize import default_plan, optimize
 from agora_optimizer.plans.store import PlanStore
@@ -40,6 +41,19 @@ def test_plan_reader_lists_history_newest_first_and_sees_a_new_current_plan(tmp_
     total, entries = reader.history("etl", 0, 1)
     assert total == 2 and [e.plan.created_at for e in entries] == ["2026-11-02T00:00:00Z"]
     assert reader.current("nothing") is None and reader.history("nothing", 0, 10) == (0, [])
+
+
+def test_after_a_rollback_the_history_shows_the_rolled_back_to_plan_first(tmp_path: Path) -> None:
+    store = PlanStore(tmp_path)
+    reader = PlanReader(store)
+    one = Assignment("a", "c5.large", "c5.large#0", 0, 5, 1, 2**30)
+    old = store.save("etl", plan("2026-11-01T00:00:00Z", one))
+    store.save("etl", plan("2026-11-02T00:00:00Z", one))
+    store.save("etl", load_plan(old.path))  # roll back to the first plan
+    total, entries = reader.history("etl", 0, 10)
+    assert total == 3
+    newest_first = ["2026-11-01T00:00:00Z", "2026-11-02T00:00:00Z", "2026-11-01T00:00:00Z"]
+    assert [e.plan.created_at for e in entries] == newest_first
 
 
 def test_the_plan_rebuilds_its_workflow_and_its_one_type_default() -> None:

@@ -1,0 +1,133 @@
+"""The plan store: readable by another user, history in the order plans were put in force, no lost entry."""
+
+from __future__ import annotations
+
+import os
+import stat
+import threading
+from pathlib import Path
+
+import pytest
+
+from agora_optimizer.errors import InputFileError
+from agora_optimizer.io.plan_file import load_plan, write_plan
+from agora_optimizer.model.plan import Assignment, Objective, Plan, SolverInfo
+from agora_optimizer.plans import store as store_module
+from agora_optimizer.plans.store import PlanStore, PlanStoreError, applied_at
+
+
+def plan(label: str, created_at: str = "2026-11-01T00:00:00Z") -> Plan:
+    """A one-task plan whose solver method is ``label`` (to tell plans apart)."""
+    one = Assignment("a", "c5.large", "c5.large#0", 0.0, 5.0, 1, 2**30)
+    return Plan("etl", "aws", Objective(), 5.0, 1.0, (one,), SolverInfo(label, "heuristic", None, 0.0), created_at)
+
+
+def methods(store: PlanStore, dag_id: str = "etl") -> list[str]:
+    return [load_plan(path).solver.method for path in store.history(dag_id)]
+
+
+def test_files_are_readable_by_other_users_whatever_the_umask(tmp_path: Path) -> None:
+    store = PlanStore(tmp_path / "plans")
+    old = os.umask(0o077)
+    try:
+        stored = store.save("etl", plan("first"))
+    finally:
+        os.umask(old)
+    for directory in (store.root, store.root / "etl", store.root / "etl" / "history"):
+        assert stat.S_IMODE(directory.stat().st_mode) == 0o755, directory
+    for path in (stored.path, store.current_path("etl")):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o644, path
+
+
+def test_history_is_in_the_order_plans_were_put_in_force_and_a_rollback_comes_last(tmp_path: Path) -> None:
+    store = PlanStore(tmp_path)
+    old = store.save("etl", plan("old", "2026-11-01T00:00:00Z"))
+    store.save("etl", plan("new", "2026-11-02T00:00:00Z"))
+    store.save("etl", load_plan(old.path))  # a rollback: the older plan again, its created_at unchanged
+    assert methods(store) == ["old", "new", "old"]
+    current = store.current("etl")
+    assert current is not None and current.plan.solver.method == "old"
+    stamps = [applied_at(path) for path in store.history("etl")]
+    assert None not in stamps and stamps == sorted(stamps)  # type: ignore[type-var]
+
+
+def test_saves_at_the_same_instant_each_keep_their_entry(tmp_path: Path) -> None:
+    store = PlanStore(tmp_path)
+    threads_n, saves_n = 8, 5
+    start = threading.Barrier(threads_n)
+    errors: list[BaseException] = []
+
+    def saver(worker: int) -> None:
+        try:
+            start.wait()
+            for i in range(saves_n):
+                store.save("etl", plan(f"w{worker}-{i}"))  # the same created_at for all
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=saver, args=(w,)) for w in range(threads_n)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors
+    saved = methods(store)
+    assert sorted(saved) == sorted(f"w{w}-{i}" for w in range(threads_n) for i in range(saves_n))
+    for w in range(threads_n):  # each thread's saves in its own order
+        mine = [m for m in saved if m.startswith(f"w{w}-")]
+        assert mine == [f"w{w}-{i}" for i in range(saves_n)]
+    current = store.current("etl")
+    assert current is not None and current.plan.solver.method == saved[-1]
+
+
+def test_a_failed_write_leaves_no_temporary_and_the_current_plan_as_it_was(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = PlanStore(tmp_path)
+    store.save("etl", plan("first"))
+    flushed: list[int] = []
+
+    def disk_full(fd: int) -> None:
+        flushed.append(fd)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", disk_full)
+    with pytest.raises(PlanStoreError, match=r"plan of DAG 'etl' not saved.*No space left on device"):
+        store.save("etl", plan("second"))
+    assert flushed  # the new plan was to be flushed to disk before it took effect
+    monkeypatch.undo()
+    leftovers = [p.name for p in tmp_path.rglob("*") if p.name.startswith(".") or p.suffix == ".tmp"]
+    assert leftovers == []
+    assert methods(store) == ["first"]
+    current = store.current("etl")
+    assert current is not None and current.plan.solver.method == "first"
+
+
+def test_a_failure_after_the_history_entry_takes_it_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = PlanStore(tmp_path)
+    store.save("etl", plan("first"))
+
+    def cannot_write(path: Path, *args: object, **kwargs: object) -> None:
+        raise InputFileError(path, "cannot be written: Read-only file system")
+
+    monkeypatch.setattr(store_module, "write_text_atomically", cannot_write)  # current.json, after the entry
+    with pytest.raises(PlanStoreError, match=r"current\.json: cannot be written: Read-only file system"):
+        store.save("etl", plan("second"))
+    assert methods(store) == ["first"]
+    assert [p.name for p in (store.root / "etl" / "history").iterdir() if p.name.startswith(".")] == []
+
+
+def test_history_of_the_old_layout_is_still_read_and_new_plans_come_after_it(tmp_path: Path) -> None:
+    store = PlanStore(tmp_path)
+    history = tmp_path / "etl" / "history"
+    history.mkdir(parents=True)
+    # the old layout named entries by created_at; the later-created plan was applied first
+    write_plan(plan("applied-first", "2026-11-02T00:00:00Z"), history / "20261102T000000Z-000.json")
+    write_plan(plan("applied-second", "2026-11-01T00:00:00Z"), history / "20261101T000000Z-000.json")
+    os.utime(history / "20261102T000000Z-000.json", ns=(1_000_000_000, 1_000_000_000))
+    os.utime(history / "20261101T000000Z-000.json", ns=(2_000_000_000, 2_000_000_000))
+    write_plan(plan("applied-second"), store.current_path("etl"))
+    assert methods(store) == ["applied-first", "applied-second"]
+    store.save("etl", plan("applied-third", "2026-10-01T00:00:00Z"))
+    assert methods(store) == ["applied-first", "applied-second", "applied-third"]
+    assert store.history("etl")[-1].name.startswith("000003-applied-")
