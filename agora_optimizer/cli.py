@@ -106,7 +106,8 @@ def optimize(
     queue_wait_model: Annotated[
         Path | None,
         typer.Option(
-            help="A queue-wait model dir (agora queue train): add each SLURM type's predicted wait to its start."
+            help="A queue-wait model dir (agora queue train): no lease of a SLURM type begins before its "
+            "predicted queue wait (a release time; the wait is not billed)."
         ),
     ] = None,
     queue_time_limit_s: Annotated[
@@ -161,6 +162,9 @@ def optimize(
                 f"agora: plan in force for {stored.dag_id} ({stored.path})", markup=False, highlight=False
             )
     summary = _summary(plan, baseline, bounds.makespan_s, bounds.cost_usd, out)
+    releases = {r.name: r.release_s for r in cat.resources if r.release_s > 0}
+    if releases:  # the predicted queue waits: when each type's first lease may begin
+        summary["release_s"] = releases
     if as_json:
         out_console.print_json(json.dumps(summary))
     else:
@@ -168,14 +172,23 @@ def optimize(
 
 
 def _with_predicted_queue_waits(catalog: Catalog, model_dir: Path, time_limit_s: float) -> Catalog:
-    """The catalog with each SLURM type's predicted queue wait (read from the live queue) added to its start delay."""
+    """The catalog with each SLURM type's predicted queue wait (read from the live queue) as its release time.
+
+    The plan still names, and is billed by, the catalog file: ``boot_s`` is unchanged, and the wait
+    only keeps the type's leases from beginning before it.
+    """
     from agora_optimizer.queue_wait.catalog_delay import predict_catalog_waits, with_queue_wait
     from agora_optimizer.queue_wait.model_file import load_model
     from agora_optimizer.queue_wait.snapshot import read_snapshot
 
     waits = predict_catalog_waits(load_model(model_dir), catalog, read_snapshot(), time_limit_s)
     for name, wait_s in sorted(waits.items()):
-        err_console.print(f"agora: predicted queue wait of {name}: {wait_s:.0f} s", markup=False, highlight=False)
+        err_console.print(
+            f"agora: predicted queue wait of {name}: {wait_s:.0f} s "
+            "(a release time: no lease of it begins sooner; the wait is not billed)",
+            markup=False,
+            highlight=False,
+        )
     return with_queue_wait(catalog, waits)
 
 
@@ -232,6 +245,8 @@ def _print_summary(summary: dict[str, Any]) -> None:
             f"against the one-type default (every task on {default['resource']}): "
             f"makespan {makespan:+.1%}, cost {cost:+.1%}"
         )
+    for name, release_s in sorted(summary.get("release_s", {}).items()):
+        out_console.print(f"{name}: released at {release_s:,.0f} s (predicted queue wait, not billed)")
     out_console.print(f"plan written to {summary['plan']}")
 
 

@@ -1,8 +1,11 @@
-"""The predicted queue wait as a start delay: a catalog whose SLURM types start later.
+"""The predicted queue wait as a release time: a catalog whose SLURM types become available later.
 
-The optimizer treats a resource type's ``boot_s`` as the delay before a machine's first task; for
-a SLURM partition, waiting in the queue is exactly that. :func:`with_queue_wait` returns a new
-catalog with the wait added to ``boot_s`` of the SLURM types, and leaves AWS and local types alone.
+A job waiting in a SLURM queue holds no node and is not charged: its allocation (the lease) begins
+when the wait ends. So the wait is not boot time (``boot_s`` is leased and billed) but a release:
+no lease of the type begins before it. :func:`with_queue_wait` returns a new catalog whose SLURM
+types carry the wait as ``release_s`` (``boot_s``, and so every lease's cost, unchanged), and
+leaves AWS and local types alone. A plan made with it names, and is checked against, the catalog
+file as it is.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ def slurm_partition(resource: Resource) -> str:
 
 
 def with_queue_wait(catalog: Catalog, predictions: Mapping[str, float]) -> Catalog:
-    """``catalog`` with ``predictions[key]`` seconds added to ``boot_s`` of its SLURM types.
+    """``catalog`` with ``predictions[key]`` seconds as the ``release_s`` of its SLURM types.
 
     A key names a SLURM resource type or, failing that, a partition (then every SLURM type of
     that partition gets the wait). A key that names neither, or a non-SLURM type, is an error:
@@ -51,7 +54,7 @@ def with_queue_wait(catalog: Catalog, predictions: Mapping[str, float]) -> Catal
         for resource in targets:
             delays[resource.name] = max(delays.get(resource.name, 0.0), float(wait_s))
     resources = tuple(
-        replace(r, boot_s=r.boot_s + delays[r.name]) if r.name in delays else r for r in catalog.resources
+        replace(r, release_s=max(r.release_s, delays[r.name])) if r.name in delays else r for r in catalog.resources
     )
     return Catalog(resources=resources, bandwidth_bytes_per_s=catalog.bandwidth_bytes_per_s, source=catalog.source)
 

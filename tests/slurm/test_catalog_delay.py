@@ -1,4 +1,4 @@
-"""The predicted wait becomes the start delay (boot_s) of SLURM types, and of nothing else."""
+"""The predicted wait becomes the release time of SLURM types (boot_s unchanged), and of nothing else."""
 
 from __future__ import annotations
 
@@ -32,16 +32,16 @@ def mixed() -> Catalog:
     return Catalog(resources=(*aws, *slurm), bandwidth_bytes_per_s=1e9, source="mixed")
 
 
-def test_the_wait_is_added_to_slurm_types_only(mixed: Catalog) -> None:
-    before = {r.name: r.boot_s for r in mixed.resources}
+def test_the_wait_is_a_release_of_slurm_types_only(mixed: Catalog) -> None:
     delayed = with_queue_wait(mixed, {"compute": 120.0, "bigmem": 30.5})
-    after = {r.name: r.boot_s for r in delayed.resources}
-    assert after["compute"] == before["compute"] + 120.0 == 125.0
-    assert after["bigmem"] == before["bigmem"] + 30.5
+    assert (delayed.by_name["compute"].release_s, delayed.by_name["bigmem"].release_s) == (120.0, 30.5)
+    # boot time is leased and billed; the wait is neither: boot_s stays the catalog's
+    assert {r.name: r.boot_s for r in delayed.resources} == {r.name: r.boot_s for r in mixed.resources}
+    assert delayed.by_name["compute"].earliest_start_s == 125.0  # released, then booted
     for resource in mixed.resources:
         if resource.backend != "slurm":
             assert delayed.by_name[resource.name] == resource
-    assert {r.name: r.boot_s for r in mixed.resources} == before  # the input is not changed
+    assert all(r.release_s == 0.0 for r in mixed.resources)  # the input is not changed
     assert delayed.by_name["compute"].extra["partition"] == "compute"
     assert delayed.bandwidth_bytes_per_s == mixed.bandwidth_bytes_per_s
 
@@ -53,11 +53,11 @@ def test_a_partition_key_delays_every_type_of_that_partition() -> None:
     catalog = Catalog(resources=(large, small, base.resources[1]), bandwidth_bytes_per_s=base.bandwidth_bytes_per_s)
     assert slurm_partition(small) == slurm_partition(large) == "compute"
     delayed = with_queue_wait(catalog, {"compute": 60.0})
-    assert delayed.by_name["compute-large"].boot_s == delayed.by_name["compute-small"].boot_s == 60.0
-    assert delayed.by_name["bigmem"].boot_s == 0.0
+    assert delayed.by_name["compute-large"].release_s == delayed.by_name["compute-small"].release_s == 60.0
+    assert delayed.by_name["bigmem"].release_s == 0.0
     assert with_queue_wait(catalog, {}) == catalog
     one = with_queue_wait(catalog, {"compute-small": 30.0})  # a type's own name: that type only
-    assert (one.by_name["compute-small"].boot_s, one.by_name["compute-large"].boot_s) == (30.0, 0.0)
+    assert (one.by_name["compute-small"].release_s, one.by_name["compute-large"].release_s) == (30.0, 0.0)
 
 
 @pytest.mark.parametrize(
@@ -92,6 +92,7 @@ def test_catalog_waits_from_a_model_and_a_queue(mixed: Catalog) -> None:
         waits = predict_catalog_waits(medians, mixed, queue, 3600.0)
     assert waits == {"compute": 100.0, "bigmem": 0.0}
     delayed = with_queue_wait(mixed, waits)
-    assert delayed.by_name["compute"].boot_s == 105.0
+    assert delayed.by_name["compute"].release_s == 100.0
+    assert delayed.by_name["compute"].boot_s == mixed.by_name["compute"].boot_s
     aws_only = mixed.restricted_to([r.name for r in mixed.resources if r.backend == "aws"])
     assert predict_catalog_waits(medians, aws_only, queue, None) == {}

@@ -1,4 +1,4 @@
-"""``agora optimize --queue-wait-model``: the predicted SLURM queue wait delays where plans start."""
+"""``agora optimize --queue-wait-model``: the predicted SLURM queue wait is a release time, not billed boot time."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from agora_optimizer.cli import main
+from tests import spec_checker
 from tests.conftest import BUNDLED
 from tests.slurm.conftest import RecordedRun
 
@@ -26,9 +27,9 @@ def test_the_predicted_wait_delays_every_slurm_start(
         "network: {bandwidth_bytes_per_s: 1.0e9}\n"
         "resources:\n"
         "  - {name: debug, backend: slurm, partition: debug, vcpus: 1, memory_gib: 4, speed: 1.0,"
-        " price_per_hour_usd: 0.1, count: 1}\n"
+        " price_per_hour_usd: 0.1, count: 1, billing: {granularity_s: 1, minimum_s: 0}, boot_s: 0}\n"
         "  - {name: compute, backend: slurm, partition: compute, vcpus: 2, memory_gib: 8, speed: 1.0,"
-        " price_per_hour_usd: 0.2, count: 1}\n"
+        " price_per_hour_usd: 0.2, count: 1, billing: {granularity_s: 1, minimum_s: 0}, boot_s: 5}\n"
     )
     workflow = BUNDLED / "blast-chameleon-small-001.json"
     capsys.readouterr()
@@ -38,13 +39,23 @@ def test_the_predicted_wait_delays_every_slurm_start(
     delayed = tmp_path / "delayed.json"
     args = ["optimize", str(workflow), "-c", str(catalog), "-o", str(delayed), "--objective", "time", "--json"]
     assert main([*args, "--queue-wait-model", str(model)]) == 0
-    err = capsys.readouterr().err
-    waits = {m[0]: float(m[1]) for m in re.findall(r"predicted queue wait of (\w+): (\d+) s", err)}
+    captured = capsys.readouterr()
+    waits = {m[0]: float(m[1]) for m in re.findall(r"predicted queue wait of (\w+): (\d+) s", captured.err)}
     assert set(waits) == {"debug", "compute"}
     assert max(waits.values()) > 0  # else the test below would prove nothing
+    summary = json.loads(captured.out)
+    released = summary["release_s"]  # the summary shows the waits as release times, to the second
+    assert {name: round(wait_s) for name, wait_s in released.items()} == {n: w for n, w in waits.items() if w > 0}
     plan = json.loads(delayed.read_text())
-    for assignment in plan["assignments"]:
-        assert assignment["start_s"] >= waits[assignment["resource"]] - 0.5  # the message rounds to 1 s
+    boot_s = {"debug": 0.0, "compute": 5.0}
+    for assignment in plan["assignments"]:  # released, then booted
+        resource = assignment["resource"]
+        assert assignment["start_s"] >= released.get(resource, 0.0) + boot_s[resource] - 1e-6
+    # the wait is not billed: the plan is checked against the catalog file it names, as it is
+    assert spec_checker.check_plan(plan, workflow, catalog) == []
+    _, cost = spec_checker.recompute(plan, workflow, catalog)
+    assert plan["cost_usd"] == pytest.approx(cost, rel=1e-9)
+    assert main(["validate", str(delayed), "-w", str(workflow), "-c", str(catalog)]) == 0
     first_plain = min(a["start_s"] for a in json.loads(plain.read_text())["assignments"])
     first_delayed = min(a["start_s"] for a in plan["assignments"])
     assert first_delayed >= first_plain + min(waits.values()) - 0.5
