@@ -20,7 +20,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from agora_optimizer.cli_options import CatalogOpt, PlanCatalogOpt
+from agora_optimizer.cli_options import CatalogOpt, PlanCatalogOpt, check_option, ranged
 from agora_optimizer.errors import AgoraError, FieldError
 from agora_optimizer.io.catalog_file import load_catalog
 from agora_optimizer.io.plan_file import load_plan, write_plan
@@ -77,6 +77,8 @@ def _progress_bar(label: str) -> Iterator[Callable[[str, int, int], None]]:
         yield update
 
 
+_TIME_LIMIT_HELP = "Wall-time limit for loading, bounding and planning."
+_MEMORY_HELP = "Memory reserved for tasks whose source records none."
 WorkflowArg = Annotated[Path, typer.Argument(help="A WfFormat 1.4/1.5 workflow instance (JSON).")]
 PlanInputArg = Annotated[
     Path,
@@ -93,15 +95,11 @@ def optimize(
     catalog: CatalogOpt,
     out: Annotated[Path, typer.Option("--out", "-o", help="Where to write the plan (JSON).")],
     objective: Annotated[ObjectiveKind, typer.Option(help="What to minimise.")] = ObjectiveKind.balanced,
-    alpha: Annotated[float, typer.Option(min=0.0, max=1.0, help="Weight of time in 'balanced'.")] = 0.5,
-    deadline_s: Annotated[float | None, typer.Option(min=0.0, help="Makespan limit in seconds.")] = None,
-    budget_usd: Annotated[float | None, typer.Option(min=0.0, help="Cost limit in USD.")] = None,
-    time_limit_s: Annotated[
-        float, typer.Option(min=0.01, max=86400.0, help="Wall-time limit for loading, bounding and planning.")
-    ] = 60.0,
-    default_memory_gib: Annotated[
-        float, typer.Option(min=0.001, max=65536.0, help="Memory reserved for tasks whose source records none.")
-    ] = 1.0,
+    alpha: Annotated[float, typer.Option(help=ranged("--alpha", "Weight of time in 'balanced'."))] = 0.5,
+    deadline_s: Annotated[float | None, typer.Option(help=ranged("--deadline-s", "Makespan limit in seconds."))] = None,
+    budget_usd: Annotated[float | None, typer.Option(help=ranged("--budget-usd", "Cost limit in USD."))] = None,
+    time_limit_s: Annotated[float, typer.Option(help=ranged("--time-limit-s", _TIME_LIMIT_HELP))] = 60.0,
+    default_memory_gib: Annotated[float, typer.Option(help=ranged("--default-memory-gib", _MEMORY_HELP))] = 1.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON summary instead of a table.")] = False,
     queue_wait_model: Annotated[
         Path | None,
@@ -111,7 +109,12 @@ def optimize(
         ),
     ] = None,
     queue_time_limit_s: Annotated[
-        float, typer.Option(min=1.0, help="Time limit a SLURM allocation would ask for, when predicting its wait.")
+        float,
+        typer.Option(
+            help=ranged(
+                "--queue-time-limit-s", "Time limit a SLURM allocation would ask for, when predicting its wait."
+            )
+        ),
     ] = 3600.0,
     dag_folder: Annotated[
         Path | None, typer.Option(help="For airflow:DAG_ID: the DAG folder (default: [core] dags_folder).")
@@ -135,6 +138,15 @@ def optimize(
 
     started = time.perf_counter()  # the time limit counts loading and bounding too
     with _user_errors():
+        for option, value in (
+            ("--alpha", alpha),
+            ("--deadline-s", deadline_s),
+            ("--budget-usd", budget_usd),
+            ("--time-limit-s", time_limit_s),
+            ("--default-memory-gib", default_memory_gib),
+            ("--queue-time-limit-s", queue_time_limit_s),
+        ):
+            check_option(option, value)
         cat = load_catalog(catalog)
         if queue_wait_model is not None:
             cat = _with_predicted_queue_waits(cat, queue_wait_model, queue_time_limit_s)
@@ -320,16 +332,16 @@ def pareto(
     plot: Annotated[Path | None, typer.Option(help="Also draw the front (.png, .svg or .pdf).")] = None,
     deadlines: Annotated[int, typer.Option(min=1, max=100, help="Deadlines tried between fastest and cheapest.")] = 8,
     time_limit_s: Annotated[
-        float, typer.Option(min=0.01, max=86400.0, help="Wall-time limit for the whole front.")
+        float, typer.Option(help=ranged("--time-limit-s", "Wall-time limit for the whole front."))
     ] = 60.0,
-    default_memory_gib: Annotated[
-        float, typer.Option(min=0.001, max=65536.0, help="Memory reserved for tasks whose source records none.")
-    ] = 1.0,
+    default_memory_gib: Annotated[float, typer.Option(help=ranged("--default-memory-gib", _MEMORY_HELP))] = 1.0,
 ) -> None:
     """Trace the cost/makespan Pareto front of WORKFLOW on CATALOG."""
     from agora_optimizer.pareto import pareto_front, plot_front, write_front
 
     with _user_errors():
+        check_option("--time-limit-s", time_limit_s)
+        check_option("--default-memory-gib", default_memory_gib)
         wf = load_workflow(workflow, default_memory_bytes=int(default_memory_gib * GIB))
         cat = load_catalog(catalog)
         front = pareto_front(wf, cat, str(catalog), deadlines=deadlines, time_limit_s=time_limit_s)

@@ -184,3 +184,43 @@ def test_the_fronts_fastest_point_is_the_cheapest_plan_at_that_makespan() -> Non
     asked = [p for p in front.candidates if p.objective.deadline_s == fastest]
     assert asked and all(p.objective.kind == "cost" for p in asked)  # a cost run with the fastest makespan as deadline
     assert front.points[0].cost_usd <= min(p.cost_usd for p in asked) + 1e-12
+
+
+NUMBER_OPTIONS = [
+    *(
+        ("optimize", option)
+        for option in (
+            "--alpha",
+            "--deadline-s",
+            "--budget-usd",
+            "--time-limit-s",
+            "--default-memory-gib",
+            "--queue-time-limit-s",
+        )
+    ),
+    ("pareto", "--time-limit-s"),
+    ("pareto", "--default-memory-gib"),
+]
+
+
+@pytest.mark.parametrize("value", ["inf", "-inf", "nan", "1e13", "-1"])
+@pytest.mark.parametrize(("command", "option"), NUMBER_OPTIONS)
+def test_a_number_option_out_of_its_range_is_one_line_naming_it(
+    command: str, option: str, value: str, tmp_path: Path, capsys
+) -> None:
+    """``--deadline-s inf`` once ended in a traceback, ``--budget-usd inf`` wrote ``Infinity`` into the plan."""
+    out = tmp_path / "out.json"
+    code, stdout, stderr = _run(capsys, command, BLAST, "-c", AWS_CATALOG, "-o", out, *QUICK, option, value)
+    assert code == 2
+    assert stderr.startswith(f"agora: error: option {option}: expected a number in ") and stderr.count("\n") == 1
+    assert stdout == "" and not out.exists()
+
+
+def test_the_largest_deadline_and_budget_give_a_plan_every_command_reads(tmp_path: Path, capsys) -> None:
+    """``--deadline-s 1e13`` was accepted by optimize and refused by the plan reader: one range for both."""
+    out = tmp_path / "plan.json"
+    limits = ("--deadline-s", "1e12", "--budget-usd", "1e12")
+    assert _run(capsys, "optimize", BLAST, "-c", AWS_CATALOG, "-o", out, *QUICK, *limits)[0] == 0
+    assert json.loads(out.read_text())["objective"]["deadline_s"] == 1e12
+    assert _run(capsys, "validate", out, "-w", BLAST, "-c", AWS_CATALOG)[0] == 0
+    assert _run(capsys, "gantt", out, "-o", tmp_path / "chart.svg")[0] == 0

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from agora_optimizer.io.documents import Node, read_document, write_text_atomically
+from agora_optimizer.model.limits import MAX_CORES, MAX_MEMORY_BYTES, MAX_TIME_S, MAX_USD
 from agora_optimizer.model.plan import (
     OBJECTIVE_KINDS,
     PLAN_FORMAT,
@@ -18,10 +19,8 @@ from agora_optimizer.model.plan import (
     SolverInfo,
     SolverStatus,
 )
-from agora_optimizer.model.workflow import MAX_CORES, MAX_MEMORY_BYTES
 
 _STATUSES: tuple[SolverStatus, ...] = ("optimal", "feasible", "heuristic")
-_MAX_TIME_S = 1e12  # runtimes up to 1e8 s on speeds down to 0.001 stay readable
 
 
 def plan_to_dict(plan: Plan) -> dict[str, Any]:
@@ -40,7 +39,15 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
 
 
 def write_plan(plan: Plan, path: str | Path) -> None:
-    write_text_atomically(path, json.dumps(plan_to_dict(plan), indent=1) + "\n")
+    write_text_atomically(path, plan_json(plan, str(path)))
+
+
+def plan_json(plan: Plan, target: str) -> str:
+    """The plan file's text; a plan the reader would refuse (a number out of range, never
+    ``Infinity`` or ``NaN``) is refused here instead, naming ``target`` and the field."""
+    document = plan_to_dict(plan)
+    plan_from_document(document, target)  # what is written must read back
+    return json.dumps(document, indent=1, allow_nan=False) + "\n"
 
 
 def load_plan(path: str | Path) -> Plan:
@@ -64,8 +71,8 @@ def plan_from_document(document: Any, source: str) -> Plan:
         workflow=root.get("workflow").string(),
         catalog=root.get("catalog").string(),
         objective=_objective(root.get("objective")),
-        makespan_s=root.get("makespan_s").number(maximum=_MAX_TIME_S),
-        cost_usd=root.get("cost_usd").number(maximum=1e12),
+        makespan_s=root.get("makespan_s").number(maximum=MAX_TIME_S),
+        cost_usd=root.get("cost_usd").number(maximum=MAX_USD),
         assignments=tuple(_assignment(item) for item in root.get("assignments").items()),
         solver=_solver(root.get("solver")),
         created_at=created_at,
@@ -81,14 +88,14 @@ def _objective(node: Node) -> Objective:
     return Objective(
         kind=kind,
         alpha=node.get("alpha").number(maximum=1.0),
-        deadline_s=None if deadline is None else deadline.number(strictly_positive=True, maximum=_MAX_TIME_S),
-        budget_usd=None if budget is None else budget.number(maximum=1e12),
+        deadline_s=None if deadline is None else deadline.number(strictly_positive=True, maximum=MAX_TIME_S),
+        budget_usd=None if budget is None else budget.number(maximum=MAX_USD),
     )
 
 
 def _assignment(node: Node) -> Assignment:
-    start = node.get("start_s").number(maximum=_MAX_TIME_S)
-    end = node.get("end_s").number(maximum=_MAX_TIME_S)
+    start = node.get("start_s").number(maximum=MAX_TIME_S)
+    end = node.get("end_s").number(maximum=MAX_TIME_S)
     if end < start:
         raise node.get("end_s").fail(f"ends before it starts ({end} < start_s {start})")
     return Assignment(
@@ -111,5 +118,5 @@ def _solver(node: Node) -> SolverInfo:
         method=node.get("method").string(),
         status=status,
         gap=None if gap is None else gap.number(maximum=1e12),
-        wall_s=node.get("wall_s").number(maximum=_MAX_TIME_S),
+        wall_s=node.get("wall_s").number(maximum=MAX_TIME_S),
     )

@@ -14,12 +14,9 @@ from functools import cached_property
 from typing import Literal
 
 from agora_optimizer.errors import CyclicWorkflowError, FieldError
+from agora_optimizer.model.limits import MAX_CORES, MAX_MEMORY_BYTES, MAX_RUNTIME_S
 
 MemorySource = Literal["recorded", "category-median", "default", "predicted", "declared"]
-
-MAX_RUNTIME_S = 1e8  # about three years: anything longer is a unit error
-MAX_MEMORY_BYTES = 2**50  # 1 PiB
-MAX_CORES = 4096
 
 _ID_SUFFIX = re.compile(r"(_ID\d+|_\d+)$")
 

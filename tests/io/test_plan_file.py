@@ -1,13 +1,15 @@
 from __future__ import annotations
 
 import json
+import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from agora_optimizer.errors import FieldError
 from agora_optimizer.io.catalog_file import load_catalog
-from agora_optimizer.io.plan_file import load_plan, write_plan
+from agora_optimizer.io.plan_file import load_plan, plan_json, write_plan
 from agora_optimizer.io.wfformat import load_workflow
 from agora_optimizer.model import Objective
 from agora_optimizer.optimize import optimize
@@ -74,3 +76,25 @@ def test_malformed_plan_names_the_field(mangle, field: str, plan_path: Path, tmp
     bad.write_text(json.dumps(document))
     with pytest.raises(FieldError, match=field):
         load_plan(bad)
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        (lambda p: replace(p, objective=replace(p.objective, budget_usd=math.inf)), "objective.budget_usd"),
+        (lambda p: replace(p, objective=replace(p.objective, deadline_s=1e13)), "objective.deadline_s"),
+        (lambda p: replace(p, cost_usd=math.nan), "cost_usd"),
+        (lambda p: replace(p, makespan_s=math.inf), "makespan_s"),
+        (lambda p: replace(p, assignments=(replace(p.assignments[0], end_s=2e12), *p.assignments[1:])), "end_s"),
+    ],
+)
+def test_a_plan_the_reader_would_refuse_is_never_written(change, field: str, plan_path: Path, tmp_path: Path) -> None:
+    """``--budget-usd inf`` once wrote ``Infinity`` into a plan that validate, gantt and plans apply could not read."""
+    bad = change(load_plan(plan_path))
+    out = tmp_path / "bad.json"
+    with pytest.raises(FieldError) as caught:
+        write_plan(bad, out)
+    assert str(caught.value).startswith(f"{out}: field '") and field in str(caught.value)
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+    with pytest.raises(FieldError):
+        plan_json(bad, "plans/x/current.json")  # the plan store writes through the same check

@@ -39,6 +39,7 @@ from pathlib import Path
 
 import psutil
 
+from agora_optimizer.executor.environment import is_scheduler_secret, job_environment
 from agora_optimizer.executor.jobs import BackendError, JobSpec, JobStatus, read_result
 from agora_optimizer.io.documents import write_text_atomically
 from agora_optimizer.model.catalog import Resource
@@ -269,7 +270,7 @@ class LocalBackend:
                         stderr=subprocess.STDOUT,
                         stdin=subprocess.DEVNULL,
                         start_new_session=True,
-                        env={**os.environ, **job.environment},
+                        env=job_environment({**os.environ, **job.environment}),  # no scheduler secret
                         cwd=job.job_dir,
                     )
         except OSError as exc:
@@ -309,10 +310,18 @@ class LocalBackend:
                 )
                 continue
             if result is None:
+                # The worker died (kill -9, a crash) with its task possibly still running: stop what is left
+                # of its session, so that Airflow's retry never runs beside an orphaned copy.
+                left = _kill_orphans(run.pid)
+                how = f"killed by {signal.Signals(-exit_code).name}" if exit_code < 0 else f"exited {exit_code}"
+                orphans = f"; agora killed the {left} processes it left running" if left else ""
                 self._done[key] = JobStatus(
                     "finished",
-                    exit_code=exit_code or 1,
-                    reason=f"worker ended (exit {exit_code}) without a result file; see {run.job_dir / 'worker.log'}",
+                    exit_code=128 - exit_code if exit_code < 0 else exit_code or 1,
+                    reason=(
+                        f"the agora worker was {how} before it wrote a result{orphans}; "
+                        f"see {run.job_dir / 'worker.log'}"
+                    ),
                     queued_at=run.queued_at,
                 )
                 continue
@@ -381,7 +390,9 @@ def _run_worker(argv: list[str], log_path: str, cwd: str, environment: dict[str,
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.chdir(cwd)
-        os.environ.update(environment)
+        for name in [name for name in os.environ if is_scheduler_secret(name)]:  # the fork server's, inherited
+            del os.environ[name]
+        os.environ.update(job_environment(environment))
         from agora_optimizer.executor import worker
 
         code = worker.main(argv)
@@ -408,6 +419,34 @@ def _exit_code(run: _Running) -> int | None:
         return None
     except psutil.Error:
         return 0
+
+
+def _kill_orphans(session: int) -> int:
+    """SIGKILL the processes left in the dead worker's session (``session`` is its pid); returns how many.
+
+    The whole session, not the worker's process group: Airflow's supervisor puts the task process
+    in a group of its own. Linux does not reuse a pid while it names a live session or group, so
+    the session is still the worker's while any member lives; a process that got the pid since
+    would lead a session of its own, and is then left alone.
+    """
+    if _is_live(session):
+        return 0
+    members = []
+    for process in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, OSError):
+            if process.pid != session and os.getsid(process.pid) == session:
+                members.append(process)
+    for process in members:
+        with contextlib.suppress(psutil.Error):
+            process.kill()
+    return len(members)
+
+
+def _is_live(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def _signal_group(pid: int, create_time: float, sig: int) -> None:

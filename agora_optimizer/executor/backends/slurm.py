@@ -64,6 +64,7 @@ carries the tasks' environment), and ``pid.I``, ``exit.I``, ``cancel.I``, ``skip
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -72,6 +73,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import threading
 import time
@@ -1111,7 +1113,8 @@ def _final_status(what: str, record: SlurmRecord, result: JobResult | None, miss
     else:
         exit_code = record.exit_code or default_code
         oom_killed = slurm_oom
-        reason = f"{what} {happened} (SLURM state {record.state}, exit code {exit_code}), and {missing}"
+        code = f"exit code {exit_code}{_signal_name(exit_code)}"
+        reason = f"{what} {happened} (SLURM state {record.state}, {code}), and {missing}"
         peak, cpu = record.max_rss_bytes, None
     if oom_killed and exit_code == 0:
         exit_code = OOM_EXIT_CODE
@@ -1127,6 +1130,14 @@ def _final_status(what: str, record: SlurmRecord, result: JobResult | None, miss
         peak_rss_bytes=peak,
         cpu_time_s=cpu,
     )
+
+
+def _signal_name(exit_code: int) -> str:
+    """`` = SIGKILL`` for a shell's 137 (128 + the signal), '' for an ordinary exit code."""
+    with contextlib.suppress(ValueError):
+        if exit_code > 128:
+            return f" = {signal.Signals(exit_code - 128).name}"
+    return ""
 
 
 def _update_argv(job_id: str, *, cores: int, memory_mib: int) -> list[str]:

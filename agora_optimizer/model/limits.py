@@ -1,0 +1,17 @@
+"""The range of every number agora reads or writes, in one place.
+
+Each is enforced where a number enters (the command line's options, the workflow, catalog and
+plan readers) and where a plan leaves (the plan writer refuses what the reader would refuse), so
+that a plan one command writes is one the next command can read. Beyond these a value is a unit
+error, not a workload; ``inf`` and ``nan`` are never numbers here.
+"""
+
+from __future__ import annotations
+
+MAX_RUNTIME_S = 1e8  # a task's runtime on a reference core: about three years
+MAX_CORES = 4096
+MAX_MEMORY_BYTES = 2**50  # 1 PiB
+MAX_MACHINE_MEMORY_GIB = 65536.0  # one machine's memory (and the memory reserved for a task without a record)
+MAX_TIME_S = 1e12  # any instant or duration of a plan (deadline, start, end, makespan); 1e8 s at speed 0.001 is 1e11
+MAX_USD = 1e12  # any amount of money (budget, cost)
+MAX_PLANNING_S = 86400.0  # a planning run's wall-time limit
