@@ -5,8 +5,8 @@ tasks are whole and wait for their parents. This bound looks at both at once, th
 the classical head-body-tail bounds of machine scheduling do:
 
 - every task ``j`` has a *head* (it cannot start before its ancestors could finish on
-  their fastest types) and a *tail* (after it ends, its longest chain of descendants
-  still has to run);
+  their fastest types, nor before the least release plus boot of the types it fits) and a
+  *tail* (after it ends, its longest chain of descendants still has to run);
 - for a set ``S`` of tasks, no plan ends before ``min head + body(S) + min tail``, where
   ``body(S)`` is any lower bound on the time to run ``S`` alone on the machines it may use.
 
@@ -52,7 +52,7 @@ def window_bound_s(workflow: Workflow, options: dict[str, list[Resource]]) -> fl
     finish = np.zeros(len(tasks))
     for i, task in enumerate(tasks):
         ready = max((finish[index[e.parent]] for e in workflow.parents[task.id]), default=0.0)
-        head[i] = ready
+        head[i] = max(ready, min(r.earliest_start_s for r in options[task.id]))
         finish[i] = min(max(ready, r.earliest_start_s) + r.runtime_s(task) for r in options[task.id])
     tail = np.zeros(len(tasks))
     for i in range(len(tasks) - 1, -1, -1):
