@@ -33,7 +33,6 @@ get the executor's part (backend, host, exit code, peak memory).
 from __future__ import annotations
 
 import contextlib
-import fnmatch
 import os
 import sys
 import time
@@ -47,6 +46,7 @@ from airflow.executors.base_executor import BaseExecutor, get_execution_api_serv
 
 from agora_optimizer import settings
 from agora_optimizer.errors import AgoraError
+from agora_optimizer.executor.environment import job_environment
 from agora_optimizer.executor.job_record import JobRecord, executor_attempt
 from agora_optimizer.executor.jobs import Backend, BackendError, JobSpec, JobStatus, job_key, read_result
 from agora_optimizer.executor.placement import Placement, placement_from_config
@@ -64,15 +64,6 @@ if TYPE_CHECKING:
     from agora_optimizer.traces.store import TraceStore
 
 ID_PREFIX = "agora"
-# The scheduler's secrets that no task needs (Airflow 3 tasks reach no database and sign no token).
-WORKER_ENVIRONMENT_EXCLUDE: tuple[str, ...] = (
-    "AIRFLOW__DATABASE__*",
-    "AIRFLOW__API_AUTH__JWT_SECRET*",
-    "AIRFLOW__API_AUTH__JWT_PRIVATE_KEY*",
-    "AIRFLOW__API__SECRET_KEY*",
-    "AIRFLOW__CORE__FERNET_KEY*",
-    "AIRFLOW__CELERY__*",
-)
 
 
 SWEEP_INTERVAL_S = 20.0  # how often finished jobs nobody watched are traced (and not before the first adoption)
@@ -380,17 +371,15 @@ class AgoraExecutor(BaseExecutor):
     def _worker_environment(self) -> dict[str, str]:
         """What a worker needs to reach Airflow: its config and the Execution API's URL.
 
-        Not the scheduler's keys (:data:`WORKER_ENVIRONMENT_EXCLUDE`): a task talks to Airflow
+        Not the scheduler's secrets under any name Airflow reads them by
+        (:func:`~agora_optimizer.executor.environment.job_environment`): a task talks to Airflow
         through the Execution API with its own token, and a SLURM job's environment is kept by
         the cluster, so the metadata database's URL or the key that signs every task's token
         must not travel with it.
         """
-        passed = {
-            k: v
-            for k, v in os.environ.items()
-            if (k.startswith(("AIRFLOW", "PYTHON")) or k in {"PATH", "HOME"})
-            and not any(fnmatch.fnmatchcase(k, pattern) for pattern in WORKER_ENVIRONMENT_EXCLUDE)
-        }
+        passed = job_environment(
+            {k: v for k, v in os.environ.items() if k.startswith(("AIRFLOW", "PYTHON")) or k in {"PATH", "HOME"}}
+        )
         passed["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"] = get_execution_api_server_url(self.conf)
         return passed
 

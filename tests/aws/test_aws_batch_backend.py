@@ -213,6 +213,9 @@ def test_submit_sends_queue_resources_command_environment_timeout_and_tags(
         "PATH": "/home/scheduler/.venv/bin:/usr/bin",
         "AIRFLOW_CONN_WAREHOUSE": "postgres://user:pw@db/warehouse",
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": "postgresql://airflow:pw@db/airflow",
+        "AIRFLOW__CORE__SQL_ALCHEMY_CONN": "postgresql://airflow:pw@db/airflow",  # deprecated, still read
+        "AIRFLOW__CORE__SQL_ALCHEMY_CONN_CMD": "cat /secret/db",
+        "AIRFLOW__CELERY__BROKER_URL": "redis://:pw@redis:6379/0",
     }
     job = spec(key, "m6i.xlarge", cores=3, memory_bytes=5 * GIB + 1, time_limit_s=600.5, environment=environment)
     moto.reset_recording()
@@ -227,7 +230,10 @@ def test_submit_sends_queue_resources_command_environment_timeout_and_tags(
     sent = {pair["name"]: pair["value"] for pair in described["container"]["environment"]}
     assert sent["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"] == "http://airflow:8080/execution/"
     assert sent["AGORA_RUN"] == "42"
-    assert not {"PATH", "AIRFLOW_CONN_WAREHOUSE", "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"} & set(sent)
+    assert set(sent) - {"AWS_BATCH_JOB_ID"} == {
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL",
+        "AGORA_RUN",
+    }  # Batch adds its id
     assert described["timeout"] == {"attemptDurationSeconds": 631}
     assert described["tags"] == {"agora-key": key, "agora-resource": "m6i.xlarge"}
 

@@ -330,6 +330,9 @@ def test_a_job_gets_airflows_settings_but_not_the_schedulers_secrets(
         "AIRFLOW__API_AUTH__JWT_SECRET": "signs-every-token",
         "AIRFLOW__CORE__FERNET_KEY_CMD": "cat /secret/fernet",
         "AIRFLOW__API__SECRET_KEY": "ui-sessions",
+        "AIRFLOW__CORE__SQL_ALCHEMY_CONN": "postgresql://airflow:pw@db/airflow",  # deprecated names Airflow reads
+        "AIRFLOW__WEBSERVER__SECRET_KEY": "ui-sessions",
+        "AIRFLOW__WEBSERVER__SECRET_KEY_SECRET": "path/in/the/secrets/backend",
     }
     for name, value in secrets.items():
         monkeypatch.setenv(name, value)

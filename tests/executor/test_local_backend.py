@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import gc
 import itertools
+import json
 import multiprocessing
+import os
 import subprocess
 import sys
 import time
@@ -28,6 +30,7 @@ def job(
     cores: int = 1,
     memory_mib: int = 100,
     key: str | None = None,
+    environment: Mapping[str, str] | None = None,
 ) -> JobSpec:
     job_dir = tmp_path / (key or name)
     worker = [sys.executable, "-m", "agora_optimizer.executor.worker", "--job-dir", str(job_dir)]
@@ -40,6 +43,7 @@ def job(
         time_limit_s=None,
         command=(*worker, "--memory-bytes", str(memory_mib * MIB), "--", sys.executable, "-c", code),
         job_dir=job_dir,
+        environment=environment or {},
     )
 
 
@@ -175,3 +179,49 @@ def test_the_fork_server_module_drops_the_working_directory_then_warms_up(tmp_pa
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert done.stdout.split() == ["False", "True", "True"], done.stderr[-2000:]  # python -c put '' first
+
+
+DUMP_ENVIRONMENT = "import json, os; json.dump(sorted(os.environ), open('environment.json', 'w'))"
+SCHEDULER_SECRETS = {  # values Airflow can start with: the warm server imports it with them
+    "AIRFLOW__CORE__SQL_ALCHEMY_CONN": "sqlite:////tmp/agora-test-scheduler-only.db",  # deprecated name, still read
+    "AIRFLOW__WEBSERVER__SECRET_KEY": "signs-sessions",
+    "AIRFLOW__CORE__FERNET_KEY_CMD": "echo lsVQzxRUR_mIBRCMN9zNXqLw0uWNV5S0q1tfFhoVkzo=",
+}
+
+
+def test_a_job_started_afresh_gets_no_scheduler_secret(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in SCHEDULER_SECRETS.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("AGORA_KEPT", "1")
+    backend = LocalBackend({"small": LocalPool("small", 1, 400 * MIB)}, warm=False)
+    spec = job(tmp_path, "env", DUMP_ENVIRONMENT, environment={"AIRFLOW__WEBSERVER__SECRET_KEY_SECRET": "path"})
+    assert wait_all(backend, [backend.submit(spec)])[spec.key].succeeded
+    seen = set(json.loads((spec.job_dir / "environment.json").read_text()))
+    assert "AGORA_KEPT" in seen and not {*SCHEDULER_SECRETS, "AIRFLOW__WEBSERVER__SECRET_KEY_SECRET"} & seen
+
+
+WARM_JOB = """
+import json, sys, time
+from pathlib import Path
+from agora_optimizer.executor.backends.local import LocalBackend, LocalPool
+from tests.executor.test_local_backend import DUMP_ENVIRONMENT, job, wait_all
+backend = LocalBackend({"small": LocalPool("small", 1, 400 * 2**20)}, warm=True)
+backend.start_fork_server()  # started with the scheduler's whole environment, secrets included
+spec = job(Path(sys.argv[1]), "warm", DUMP_ENVIRONMENT)
+print(json.dumps(wait_all(backend, [backend.submit(spec)])[spec.key].succeeded))
+"""
+
+
+def test_a_job_forked_from_the_warm_server_gets_no_scheduler_secret(tmp_path: Path) -> None:
+    environment = {**os.environ, **SCHEDULER_SECRETS, "AGORA_KEPT": "1"}
+    done = subprocess.run(
+        [sys.executable, "-c", WARM_JOB, str(tmp_path)],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).parents[2],
+    )
+    assert done.returncode == 0 and done.stdout.strip().splitlines()[-1] == "true", done.stderr[-2000:]
+    seen = set(json.loads((tmp_path / "warm" / "environment.json").read_text()))
+    assert "AGORA_KEPT" in seen and not set(SCHEDULER_SECRETS) & seen

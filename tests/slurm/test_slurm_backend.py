@@ -3,6 +3,7 @@ adoption by a new instance, pilots, and a controller that is down or silent."""
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
@@ -181,6 +182,27 @@ def test_the_environment_reaches_the_job_whole(tmp_path: Path, tracked: Tracked)
     spec = job(tmp_path, "env", code, environment={"AGORA_T": "a,b=c d"})
     job_id = tracked.submit(backend, spec)
     assert wait_finished(backend, [job_id])[job_id].exit_code == 0
+
+
+SCHEDULER_SECRETS = {
+    "AIRFLOW__CORE__SQL_ALCHEMY_CONN": "postgresql://airflow:pw@db/airflow",  # deprecated, still read by Airflow
+    "AIRFLOW__WEBSERVER__SECRET_KEY_CMD": "cat /secret/key",
+}
+
+
+def test_no_scheduler_secret_reaches_a_job_or_a_pilot_task(tmp_path: Path, tracked: Tracked) -> None:
+    code = "import json, os; json.dump(sorted(os.environ), open('environment.json', 'w'))"
+    environment = {**SCHEDULER_SECRETS, "AGORA_KEPT": "1"}
+    single = tracked.submit(SlurmBackend(), job(tmp_path, "alone", code, environment=environment))
+    pilots = SlurmBackend(pilot_max_tasks=2, pilot_window_s=60)
+    packed = [tracked.submit(pilots, job(tmp_path, f"packed{i}", code, environment=environment)) for i in range(2)]
+    assert all(s.succeeded for s in wait_finished(pilots, packed).values())
+    assert wait_finished(SlurmBackend(), [single])[single].succeeded
+    for name in ("alone", "packed0", "packed1"):
+        seen = set(json.loads((tmp_path / name / "environment.json").read_text()))
+        assert "AGORA_KEPT" in seen and not set(SCHEDULER_SECRETS) & seen, name
+    pilot_dir = next(tmp_path.glob("pilot-*"))
+    assert "SQL_ALCHEMY_CONN" not in (pilot_dir / "tasks.sh").read_text()
 
 
 def test_an_exit_code_and_an_oom_kill_come_back_from_the_worker(tmp_path: Path, tracked: Tracked) -> None:

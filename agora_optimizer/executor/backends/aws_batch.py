@@ -47,6 +47,7 @@ from botocore.exceptions import (
 )
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
+from agora_optimizer.executor.environment import job_environment
 from agora_optimizer.executor.jobs import BackendError, JobPhase, JobResult, JobSpec, JobStatus, read_result
 from agora_optimizer.executor.remote_files import RemoteFileNotFound, RemoteFiles, job_urls
 from agora_optimizer.model.catalog import Resource
@@ -184,10 +185,12 @@ def attempt_duration_s(time_limit_s: float | None, grace_s: float = TIMEOUT_GRAC
 
 
 def container_environment(environment: Mapping[str, str], exclude: Sequence[str]) -> list[dict[str, str]]:
-    """``environment`` as Batch key-value pairs, without the names ``exclude`` matches."""
+    """``environment`` as Batch key-value pairs, without the scheduler's secrets under any name Airflow
+    reads them by (:func:`~agora_optimizer.executor.environment.job_environment`) and the names ``exclude``
+    matches."""
     return [
         {"name": name, "value": value}
-        for name, value in sorted(environment.items())
+        for name, value in sorted(job_environment(environment).items())
         if not any(fnmatch.fnmatchcase(name, pattern) for pattern in exclude)
     ]
 

@@ -84,6 +84,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from agora_optimizer.errors import FieldError
+from agora_optimizer.executor.environment import is_scheduler_secret, job_environment
 from agora_optimizer.executor.jobs import (
     OOM_EXIT_CODE,
     BackendError,
@@ -553,6 +554,7 @@ class SlurmBackend:
             raise BackendError(
                 self.name, f"{job.label}: environment names {bad} are not variable names", transient=False
             )
+        job = replace(job, environment=job_environment(job.environment))  # never a scheduler secret
         with self._lock:
             limit = job.time_limit_s
             if self.pilot_max_tasks >= 2 and limit is not None and limit <= self.pilot_max_time_limit_s:
@@ -677,7 +679,7 @@ class SlurmBackend:
         return max(1, math.ceil((time_limit_s + self.time_grace_s) / 60))
 
     def _export(self, extra: Iterable[str] = ()) -> str:
-        names = [name for name in self.export if name in os.environ]
+        names = [name for name in self.export if name in os.environ and not is_scheduler_secret(name)]
         names += [name for name in extra if name not in names]
         return "--export=" + (",".join(names) if names else "NONE")
 
