@@ -35,7 +35,11 @@ from agora_optimizer.io.documents import write_text_atomically
 from agora_optimizer.io.plan_file import load_plan, plan_json
 from agora_optimizer.model.plan import Plan
 
-_DAG_ID = re.compile(r"^[A-Za-z0-9_.-]{1,250}$")
+# Airflow's own rule for DAG ids (``KEY_REGEX`` of airflow.sdk, at most 250 characters): Unicode
+# letters and digits, ``_``, ``.`` and ``-``. None of them is a path separator; ``.`` and ``..``
+# alone are refused, so a DAG id always names one directory under the store's root.
+_DAG_ID = re.compile(r"[\w.-]{1,250}")
+MAX_NAME_BYTES = 255  # a file name on Linux file systems
 _ENTRY = re.compile(r"^(\d+)-applied-(\d{8}T\d{6}\d{6})Z\.json$")
 FILE_MODE = 0o644
 DIRECTORY_MODE = 0o755
@@ -43,6 +47,23 @@ DIRECTORY_MODE = 0o755
 
 class PlanStoreError(AgoraError):
     """A DAG id that cannot name a directory, or a plan file that cannot be read or written."""
+
+
+class InvalidDagIdError(PlanStoreError):
+    """Not a DAG id Airflow accepts (or one that cannot name a directory)."""
+
+
+def check_dag_id(dag_id: str) -> str:
+    """``dag_id`` if Airflow would accept it and it names one directory; else InvalidDagIdError."""
+    if not isinstance(dag_id, str) or not _DAG_ID.fullmatch(dag_id) or dag_id in {".", ".."}:
+        raise InvalidDagIdError(
+            f"DAG id {dag_id!r} is not a valid Airflow DAG id (letters, digits, '_', '.' and '-', at most 250)"
+        )
+    if len(dag_id.encode("utf-8")) > MAX_NAME_BYTES:
+        raise InvalidDagIdError(
+            f"DAG id {dag_id!r} is longer than a file name may be ({MAX_NAME_BYTES} bytes of UTF-8)"
+        )
+    return dag_id
 
 
 @dataclass(frozen=True)
@@ -59,9 +80,7 @@ class PlanStore:
         self.root = Path(root)
 
     def _dag_dir(self, dag_id: str) -> Path:
-        if not _DAG_ID.match(dag_id) or dag_id in {".", ".."}:
-            raise PlanStoreError(f"DAG id {dag_id!r} is not a valid Airflow DAG id")
-        return self.root / dag_id
+        return self.root / check_dag_id(dag_id)
 
     def current_path(self, dag_id: str) -> Path:
         return self._dag_dir(dag_id) / "current.json"

@@ -36,7 +36,6 @@ Method = Literal["GET", "PUT"]
 User = Any  # airflow.api_fastapi.auth.managers.models.base_user.BaseUser (Airflow ships no type stubs)
 
 CSRF_HEADER = "X-Agora-CSRF"
-DAG_ID_PATTERN = r"^[A-Za-z0-9_.-]{1,250}$"
 
 bearer = HTTPBearer(
     auto_error=False,
@@ -67,7 +66,20 @@ async def current_user(
 
 
 UserDep = Annotated[User, Depends(current_user)]
-DagIdPath = Annotated[str, Path(pattern=DAG_ID_PATTERN, description="An Airflow DAG id.")]
+DagIdPath = Annotated[
+    str,
+    Path(description="An Airflow DAG id: Unicode letters and digits, '_', '.' and '-' (at most 250)."),
+]
+
+
+def valid_dag_id(dag_id: str) -> str:
+    """The path's DAG id if Airflow would accept it (the plan store's rule); else 404 saying why."""
+    from agora_optimizer.plans.store import InvalidDagIdError, check_dag_id
+
+    try:
+        return check_dag_id(dag_id)
+    except InvalidDagIdError as exc:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from None
 
 
 def _auth_manager() -> Any:
@@ -98,13 +110,13 @@ def authorized_dag_ids(user: User, method: Method) -> set[str]:
 
 def readable_dag(dag_id: DagIdPath, user: UserDep) -> str:
     """The path's DAG id, once the user may read that DAG."""
-    authorize_dag(user, dag_id, "GET")
+    authorize_dag(user, valid_dag_id(dag_id), "GET")
     return dag_id
 
 
 def editable_dag(dag_id: DagIdPath, user: UserDep) -> str:
     """The path's DAG id, once the user may edit that DAG."""
-    authorize_dag(user, dag_id, "PUT")
+    authorize_dag(user, valid_dag_id(dag_id), "PUT")
     return dag_id
 
 

@@ -13,7 +13,9 @@ from agora_optimizer.errors import InputFileError
 from agora_optimizer.io.plan_file import load_plan, write_plan
 from agora_optimizer.model.plan import Assignment, Objective, Plan, SolverInfo
 from agora_optimizer.plans import store as store_module
-from agora_optimizer.plans.store import PlanStore, PlanStoreError, applied_at
+from agora_optimizer.plans.store import InvalidDagIdError, PlanStore, PlanStoreError, applied_at
+from tests.executor.test_policy import parse
+from tests.executor.test_policy import plan as policy_plan
 
 
 def plan(label: str, created_at: str = "2026-11-01T00:00:00Z") -> Plan:
@@ -131,3 +133,48 @@ def test_history_of_the_old_layout_is_still_read_and_new_plans_come_after_it(tmp
     store.save("etl", plan("applied-third", "2026-10-01T00:00:00Z"))
     assert methods(store) == ["applied-first", "applied-second", "applied-third"]
     assert store.history("etl")[-1].name.startswith("000003-applied-")
+
+
+UNICODE_DAGS = """
+from datetime import datetime
+from airflow.providers.standard.operators.empty import EmptyOperator
+from airflow.sdk import DAG
+
+for dag_id in ("données_été", "日本語_パイプライン"):
+    with DAG(dag_id=dag_id, schedule=None, start_date=datetime(2026, 1, 1)):
+        EmptyOperator(task_id="a") >> EmptyOperator(task_id="b")
+"""
+
+
+@pytest.mark.parametrize("dag_id", ["données_été", "日本語_パイプライン", "a..b", "x" * 250])
+def test_every_dag_id_airflow_accepts_gets_its_own_directory(tmp_path: Path, dag_id: str) -> None:
+    store = PlanStore(tmp_path)
+    store.save(dag_id, plan("first"))
+    assert store.dag_ids() == [dag_id] and store.current_path(dag_id).parent == tmp_path / dag_id
+    assert methods(store, dag_id) == ["first"]
+
+
+@pytest.mark.parametrize(
+    "dag_id", ["..", ".", "a/b", "../etc", "a\\b", "%2e%2e", "", "a b", "a\n", "x" * 251, "é" * 200]
+)
+def test_a_dag_id_that_airflow_refuses_or_that_is_a_path_is_refused(tmp_path: Path, dag_id: str) -> None:
+    store = PlanStore(tmp_path / "plans")
+    with pytest.raises(InvalidDagIdError, match="DAG id"):
+        store.save(dag_id, plan("first"))
+    with pytest.raises(InvalidDagIdError, match="DAG id"):
+        store.current(dag_id)
+    assert list(tmp_path.iterdir()) == []  # nothing written anywhere
+
+
+def test_the_policy_routes_a_unicode_dag_by_its_plan_and_logs_no_error_for_one_without(tmp_path: Path) -> None:
+    (tmp_path / "dags").mkdir()
+    (tmp_path / "dags" / "unicode.py").write_text(UNICODE_DAGS, encoding="utf-8")
+    PlanStore(tmp_path / "plans").save("données_été", policy_plan({"a": "local-small", "b": "local-large"}))
+    report = parse(tmp_path)
+    assert report["errors"] == {}
+    assert (report["tasks"]["données_été.a"]["executor"], report["tasks"]["données_été.a"]["queue"]) == (
+        "agora",
+        "local-small",
+    )
+    assert report["tasks"]["日本語_パイプライン.a"]["executor"] is None
+    assert "not a valid Airflow DAG id" not in report["log"] and "ERROR" not in report["log"]

@@ -24,7 +24,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -44,6 +44,8 @@ from tests.conftest import AWS_CATALOG, REPO
 
 FAB_AUTH_MANAGER = "airflow.providers.fab.auth_manager.fab_auth_manager.FabAuthManager"
 EXAMPLE, OTHER, BIG = "agora_example_etl", "agora_other", "agora_big"
+UNICODE = "données_été"  # a DAG id Airflow accepts (Unicode letters): a plan, no DAG file
+CORRUPT = "agora_corrupt"  # a current.json that is not a plan
 BIG_TASKS = 5000
 BIG_MACHINES = 60
 SCRIPT_NAME = '<script>alert("agora")</script>'
@@ -206,6 +208,9 @@ def write_data(root: Path) -> dict[str, str]:
         plans.save(EXAMPLE, optimize(example_workflow(), catalog, Objective(kind=kind), str(AWS_CATALOG), 2.0))
     plans.save(OTHER, html_plan())
     plans.save(BIG, big_plan())
+    plans.save(UNICODE, replace(html_plan(), workflow=UNICODE))
+    plans.current_path(CORRUPT).parent.mkdir()
+    plans.current_path(CORRUPT).write_text('{"format": "agora-plan/1", "assignments": [', encoding="utf-8")
     store_url = f"sqlite:///{root / 'traces.db'}"
     with TraceStore(store_url) as store:
         store.add(attempts())

@@ -18,7 +18,19 @@ import pytest
 from fastapi.routing import APIRoute
 
 from agora_optimizer.ui.app import create_app
-from tests.ui.conftest import BIG, BIG_MACHINES, BIG_TASKS, ERROR_HTML, EXAMPLE, OTHER, SCRIPT_NAME, SUB_PATH, AgoraUi
+from tests.ui.conftest import (
+    BIG,
+    BIG_MACHINES,
+    BIG_TASKS,
+    CORRUPT,
+    ERROR_HTML,
+    EXAMPLE,
+    OTHER,
+    SCRIPT_NAME,
+    SUB_PATH,
+    UNICODE,
+    AgoraUi,
+)
 
 pytestmark = pytest.mark.airflow
 
@@ -211,3 +223,30 @@ def test_the_openapi_schema_describes_the_json_api(agora_ui: AgoraUi) -> None:
     post = schema["paths"]["/api/dags/{dag_id}/reoptimize"]["post"]
     assert "application/json" in post["requestBody"]["content"] and post["security"] == [{"HTTPBearer": []}]
     assert not any(path.startswith("/dags") or path == "/" for path in schema["paths"])  # pages are not API
+
+
+def test_a_corrupt_plan_is_a_clear_error_on_the_page_and_in_the_api(agora_ui: AgoraUi) -> None:
+    for path in (f"/api/dags/{CORRUPT}", f"/api/dags/{CORRUPT}/tasks", f"/api/dags/{CORRUPT}/pareto"):
+        answer = agora_ui.get(path, "admin")
+        assert answer.status_code == 422, (path, answer.text[:300])
+        detail = answer.json()["detail"]
+        assert f"the plan {CORRUPT}/current.json of DAG {CORRUPT} cannot be read: invalid JSON" in detail
+        assert str(agora_ui.airflow.home.parent) not in detail  # the server's directories are not shown
+    page = agora_ui.get(f"/dags/{CORRUPT}", "admin", headers={"Accept": "text/html"})
+    assert page.status_code == 422 and "cannot be read: invalid JSON" in page.text and "Traceback" not in page.text
+    assert agora_ui.get("/api/dags", "admin").status_code == 200  # the list still answers
+
+
+def test_dag_ids_airflow_refuses_are_a_404_and_a_unicode_dag_id_is_served(agora_ui: AgoraUi) -> None:
+    for raw in ("%2e%2e", "%2E%2e", "a%20b"):
+        answer = agora_ui.get(f"/api/dags/{raw}", "admin")
+        assert answer.status_code == 404 and "is not a valid Airflow DAG id" in answer.json()["detail"], raw
+    for raw in ("a%2Fb", "..%2F..%2Fetc"):
+        assert agora_ui.get(f"/api/dags/{raw}", "admin").status_code == 404, raw
+    summary = agora_ui.get(f"/api/dags/{UNICODE}", "admin")
+    assert summary.status_code == 200 and summary.json()["dag_id"] == UNICODE
+    history = agora_ui.get(f"/api/dags/{UNICODE}/history", "admin").json()
+    assert history["total"] == 1 and history["plans"][0]["current"] and history["plans"][0]["applied_at"]
+    page = agora_ui.get(f"/dags/{UNICODE}", "admin")
+    assert page.status_code == 200 and f'<span id="dag-id">{UNICODE}</span>' in page.text
+    assert agora_ui.get(f"/dags/{UNICODE}/gantt.svg", "admin").headers["content-type"] == "image/svg+xml"
