@@ -33,6 +33,7 @@ get the executor's part (backend, host, exit code, peak memory).
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import sys
 import time
@@ -182,6 +183,9 @@ class AgoraExecutor(BaseExecutor):
                 job = self._job_for(workload)
             except AgoraError as exc:
                 self._finish_unsubmitted(key, workload, str(exc))
+                continue
+            except OSError as exc:  # e.g. ENOSPC: raised here it would stop the scheduler's loop
+                self._finish_unsubmitted(key, workload, _unwritable(workload, self._state_dir, exc))
                 continue
             self._jobs[key] = job
             self._submit(job)
@@ -580,6 +584,16 @@ class AgoraExecutor(BaseExecutor):
         except Exception:
             self.log.exception("Adopting %s job %s failed", backend_name, external_id)
             return False
+
+
+def _unwritable(workload: workloads.ExecuteTask, state_dir: Path, exc: OSError) -> str:
+    """Why a task could not get its job directory, naming the task, the directory and the errno (ENOSPC...)."""
+    ti = workload.ti
+    code = errno.errorcode.get(exc.errno or 0, "OSError")
+    return (
+        f"task {ti.dag_id}.{ti.task_id} run {ti.run_id} try {ti.try_number}: agora cannot write its job "
+        f"directory under [agora] state_dir {state_dir}: {code}: {exc.strerror or exc}"
+    )
 
 
 def _queued_state() -> Any:
