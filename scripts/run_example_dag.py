@@ -55,13 +55,11 @@ def main() -> int:
     command += ["--dag-folder", str(REPO / "dags"), "-o", str(out / "plan.json"), "--apply"]
     subprocess.run(command, check=True, env=airflow.env)
     print(f"agora: starting Airflow at {airflow.api_url} (logs in {airflow.home})", flush=True)
-    airflow.start()
-    try:
+    with airflow:  # stops every process it started, also on an error or Ctrl-C
+        airflow.start()
         airflow.wait_for_dag("agora_example_etl")
         run_id = airflow.trigger("agora_example_etl", {"report_dir": str(out / "report")})
         state = airflow.wait_for_run("agora_example_etl", run_id, timeout_s=600)
-    finally:
-        airflow.stop_all()
     applied = load_plan(out / "plan.json")  # the plan put in force above
     planned = {a.task: a.resource for a in applied.assignments}
     with TraceStore(store_url) as store:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+
+from tests import leftovers
 
 REPO = Path(__file__).resolve().parents[1]
 BUNDLED = REPO / "workflows"
@@ -24,7 +27,8 @@ ENGINE_WORKFLOWS = sorted(BUNDLED.glob("*-001.json"))
 # a unit of its own (its module-scoped Airflow, say, starts once); the units spread over the workers.
 # (xdist's own ``loadgroup`` marks do not group under pytest 9, which no longer reads ``item._nodeid``.)
 XDIST_GROUPS = {
-    "slurm": ("slurm", "integration/test_agora_executor.py"),  # one cluster; some tests fill a partition
+    # one cluster; some tests fill a partition, and the fault suite restarts its slurmctld
+    "slurm": ("slurm", "integration/test_agora_executor.py", "faults"),
     "ui": ("ui",),  # one Airflow api-server with the FAB auth manager for the whole package
     "aws": ("aws",),  # one moto server for the package
     "traces": ("traces",),  # one PostgreSQL server for the session
@@ -52,6 +56,22 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
             return xdist_unit(nodeid)
 
     return ServiceGroupScheduling(config, log)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_leftover_processes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """After the session's last test: no process the tests started still runs (see tests/leftovers.py).
+
+    One that does (an Airflow component, a LocalExecutor worker, a moto server, a job) is named,
+    killed, and fails the teardown of the last test. Under xdist each worker checks its own.
+    """
+    root = tmp_path_factory.getbasetemp()
+    yield
+    left = leftovers.leftovers(root)
+    if left:
+        names = "\n".join(leftovers.describe(process) for process in left)
+        leftovers.kill(left)
+        pytest.fail(f"{len(left)} processes started by the tests outlived them (killed now):\n{names}", pytrace=False)
 
 
 def shared_instances() -> list[Path]:

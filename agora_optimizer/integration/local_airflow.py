@@ -1,15 +1,23 @@
 """A real Airflow 3.3 on SQLite on this machine: api-server, dag-processor, scheduler.
 
 The demo (``scripts/run_example_dag.py``), the tests and the benchmarks start Airflow with
-it. Each component is a separate ``airflow`` process in its own process group, logging to
-``$AIRFLOW_HOME/<component>.log``; the scheduler can be killed and restarted on its own
-(adoption tests). Runs are triggered and read through the REST API with a JWT from the
+it. Each component is a separate ``airflow`` process in its own session and process group,
+logging to ``$AIRFLOW_HOME/<component>.log``; the scheduler can be killed and restarted on its
+own (adoption tests). Runs are triggered and read through the REST API with a JWT from the
 simple auth manager (user ``admin``, password :data:`PASSWORD`). For production, deploy
 Airflow as its documentation says; this is for one machine.
+
+Nothing is left behind: stopping a component stops every process it started (the
+LocalExecutor's forked workers ignore SIGTERM, as they inherit the scheduler's handler, and
+get SIGKILL), and :meth:`AirflowDeployment.stop_all` also stops what a scheduler killed on its
+own left running. Use the deployment as a context manager, or call ``stop_all`` in a
+``finally``, so that a failing test cleans up too. Each deployment serves task logs on a port
+of its own (``[logging] worker_log_server_port``), not on Airflow's 8793 for all.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -20,17 +28,19 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 
 PASSWORD = "agora-test"
 AIRFLOW = str(Path(sys.executable).with_name("airflow"))
 AGORA_EXECUTOR = "agora:agora_optimizer.executor.agora_executor.AgoraExecutor"
+ORPHANS_GRACE_S = 5.0  # SIGTERM to SIGKILL for what a killed scheduler left running
 
 
 def free_port() -> int:
@@ -46,9 +56,21 @@ class AirflowDeployment:
     executor: str = f"LocalExecutor,{AGORA_EXECUTOR}"
     extra_env: Mapping[str, str] = field(default_factory=dict)
     port: int = field(default_factory=free_port)
+    log_server_port: int = field(default_factory=free_port)  # the scheduler's serve-logs; not 8793 for all
     base_path: str = ""  # e.g. "/airflow": serve Airflow under that sub-path ([api] base_url)
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     _token: str = ""
+    # What a scheduler killed on its own left running (its LocalExecutor workers, serve-logs, jobs):
+    # the processes and the process group, stopped by stop_all.
+    _orphans: list[psutil.Process] = field(default_factory=list)
+    _orphan_groups: set[int] = field(default_factory=set)
+    _sessions: set[int] = field(default_factory=set)  # one per component started, for leftover_processes
+
+    def __enter__(self) -> AirflowDeployment:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop_all()
 
     @property
     def api_url(self) -> str:
@@ -75,6 +97,7 @@ class AirflowDeployment:
                 "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "5",
                 "AIRFLOW__API__WORKERS": "1",
                 "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+                "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(self.log_server_port),
             }
         )
         if self.base_path:
@@ -88,43 +111,75 @@ class AirflowDeployment:
         migrate_database(self.env)
 
     def start(self, *components: str) -> None:
-        for component in components or ("api-server", "dag-processor", "scheduler"):
-            args = {
-                "api-server": ["api-server", "-H", "127.0.0.1", "-p", str(self.port)],
-                "dag-processor": ["dag-processor"],
-                "scheduler": ["scheduler"],
-            }[component]
-            log = open(self.home / f"{component}.log", "ab")  # noqa: SIM115 - the child owns it
-            self.processes[component] = subprocess.Popen(
-                [AIRFLOW, *args], env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-            )
-            log.close()
-        if "api-server" in self.processes and (not components or "api-server" in components):
-            self._wait_healthy(180)
+        """Start the components (all three by default); on a failure, stop those this call started."""
+        started: list[str] = []
+        try:
+            for component in components or ("api-server", "dag-processor", "scheduler"):
+                args = {
+                    "api-server": ["api-server", "-H", "127.0.0.1", "-p", str(self.port)],
+                    "dag-processor": ["dag-processor"],
+                    "scheduler": ["scheduler"],
+                }[component]
+                log = open(self.home / f"{component}.log", "ab")  # noqa: SIM115 - the child owns it
+                self.processes[component] = subprocess.Popen(
+                    [AIRFLOW, *args], env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                )
+                log.close()
+                self._sessions.add(self.processes[component].pid)
+                started.append(component)
+            if "api-server" in self.processes and (not components or "api-server" in components):
+                self._wait_healthy(180)
+        except BaseException:
+            for component in started:
+                self.stop(component, timeout_s=10)
+            raise
 
     def stop(self, component: str, sig: int = signal.SIGTERM, timeout_s: float = 30) -> None:
+        """Stop a component and the processes it started: ``sig``, then SIGKILL after ``timeout_s``.
+
+        Stopped now: its process group and every descendant in its session. A descendant that
+        left the session (a job of the agora local backend, started in a session of its own so
+        that it outlives the scheduler) runs on, as it would in production, until :meth:`stop_all`.
+        """
         process = self.processes.pop(component, None)
         if process is None:
             return
-        try:
-            os.killpg(process.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            process.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout_s)
+        # Collected before any signal: a dead parent's children are no longer its children. Its
+        # session too (the id is ours while the process is not reaped): what lost its parent earlier.
+        members = _tree(process.pid)
+        detached = [member for member in members if _sid(member) not in (process.pid, None)]
+        self._orphans += detached
+        inside = {member for member in members if member not in detached} | set(_session(process.pid))
+        stop_processes(sorted(inside, key=lambda m: m.pid), {process.pid}, sig, timeout_s)
+        process.wait(timeout_s)
 
     def kill_scheduler_only(self) -> None:
-        """SIGKILL the scheduler process alone (not its process group): jobs it started keep running."""
+        """SIGKILL the scheduler process alone (not its process group): jobs it started keep running.
+
+        What it leaves (its LocalExecutor workers, its serve-logs, jobs it started) is stopped by
+        :meth:`stop_all`, as a crashed scheduler's processes are stopped with the machine.
+        """
         process = self.processes.pop("scheduler")
+        members = _tree(process.pid)
         process.kill()
         process.wait(30)
+        self._orphans += [member for member in members if member.pid != process.pid]
+        self._orphan_groups.add(process.pid)  # the group outlives its leader while one member lives
 
     def stop_all(self) -> None:
+        """Stop every component and what a killed scheduler left behind; never leaves a process of ours."""
         for component in list(self.processes):
             self.stop(component)
+        if self._orphans:
+            members = {member for orphan in self._orphans for member in _tree_of(orphan)}
+            # Short: a dead scheduler's idle workers ignore SIGTERM, and nobody waits for what they would finish.
+            stop_processes(sorted(members, key=lambda m: m.pid), self._orphan_groups, signal.SIGTERM, ORPHANS_GRACE_S)
+        self._orphans.clear()
+        self._orphan_groups.clear()
+
+    def leftover_processes(self) -> list[psutil.Process]:
+        """Live processes of this deployment (none after :meth:`stop_all`): see :func:`processes_under`."""
+        return processes_under(self.home, self._sessions)
 
     def log(self, component: str) -> str:
         path = self.home / f"{component}.log"
@@ -193,6 +248,132 @@ class AirflowDeployment:
     def tries(self, dag_id: str, run_id: str, task_id: str) -> list[dict[str, Any]]:
         answer = self.request("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/tries")
         return list(answer["task_instances"])
+
+
+def _tree_of(process: psutil.Process) -> list[psutil.Process]:
+    try:
+        return [process, *process.children(recursive=True)]
+    except psutil.Error:
+        return [process]
+
+
+def _tree(pid: int) -> list[psutil.Process]:
+    """The process and all its descendants, as they are now (empty when it is gone)."""
+    try:
+        return _tree_of(psutil.Process(pid))
+    except psutil.Error:
+        return []
+
+
+def _alive(processes: list[psutil.Process]) -> list[psutil.Process]:
+    """The processes still running (a zombie is not: it holds no memory and no port)."""
+    alive = []
+    for process in processes:
+        try:
+            if process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
+                alive.append(process)
+        except psutil.Error:
+            pass
+    return alive
+
+
+def _signal(processes: list[psutil.Process], groups: set[int], sig: int) -> None:
+    alive = _alive(processes)
+    for group in groups:
+        # Only a group one of ours is still in: a group id whose members are all gone may be reused.
+        if any(_pgid(process) == group for process in alive):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(group, sig)
+    for process in alive:
+        with contextlib.suppress(psutil.Error):
+            process.send_signal(sig)
+
+
+def _session(sid: int) -> list[psutil.Process]:
+    """The live processes of session ``sid``."""
+    members = []
+    for process in psutil.process_iter():
+        with contextlib.suppress(ProcessLookupError):
+            if os.getsid(process.pid) == sid:
+                members.append(process)
+    return members
+
+
+def _sid(process: psutil.Process) -> int | None:
+    try:
+        return os.getsid(process.pid)
+    except ProcessLookupError:
+        return None
+
+
+def _pgid(process: psutil.Process) -> int | None:
+    try:
+        return os.getpgid(process.pid)
+    except ProcessLookupError:
+        return None
+
+
+def stop_processes(processes: list[psutil.Process], groups: set[int], sig: int, timeout_s: float) -> None:
+    """Send ``sig`` to the processes and process groups, SIGKILL what still runs after ``timeout_s``.
+
+    ``processes`` are collected before any signal (``psutil.Process`` objects: a pid reused by
+    another process in the meantime is left alone); the groups catch what they forked since.
+    Raises AssertionError naming what survived SIGKILL.
+    """
+    _signal(processes, groups, sig)
+    if _wait_gone(processes, timeout_s):
+        return
+    _signal(processes, groups, signal.SIGKILL)
+    if not _wait_gone(processes, 10):
+        survivors = ", ".join(f"{p.pid} {' '.join(_cmdline(p))}" for p in _alive(processes))
+        raise AssertionError(f"processes survived SIGKILL: {survivors}")
+
+
+def _wait_gone(processes: list[psutil.Process], timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while _alive(processes):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def _cmdline(process: psutil.Process) -> list[str]:
+    try:
+        return process.cmdline()
+    except psutil.Error:
+        return []
+
+
+def processes_under(root: Path, sessions: Collection[int] = ()) -> list[psutil.Process]:
+    """Live processes (not zombies, not this one nor its ancestors) that belong to ``root``.
+
+    One belongs when it is in one of ``sessions``, or when its environment, working directory,
+    command line or open files name ``root`` or a path under it. (Not the environment alone:
+    a process that set its title, as Airflow's workers and serve-logs do, no longer shows it.)
+    """
+    top = str(root).rstrip("/")
+    skip = {os.getpid()}
+    with contextlib.suppress(psutil.Error):
+        skip |= {parent.pid for parent in psutil.Process().parents()}
+    found = []
+    for process in psutil.process_iter():
+        if process.pid in skip:
+            continue
+        try:
+            with process.oneshot():
+                if process.status() == psutil.STATUS_ZOMBIE:
+                    continue
+                if os.getsid(process.pid) in sessions:
+                    found.append(process)
+                    continue
+                texts = [*process.environ().values(), process.cwd(), *process.cmdline()]
+                texts += [file.path for file in process.open_files()]
+        except (psutil.Error, ProcessLookupError):  # gone meanwhile, or not ours to read
+            continue
+        if any(f"{top}/" in f"{text}/" for text in texts):
+            found.append(process)
+    return found
 
 
 def migrate_database(env: Mapping[str, str]) -> None:

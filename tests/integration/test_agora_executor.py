@@ -168,8 +168,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     plans.save("agora_faults", _plan({"hog": ("local-small", 512 * MIB), "boom": ("local-large", 512 * MIB)}))
     plans.save("agora_slow", _plan({"slow_a": ("slurm-debug", 512 * MIB), "slow_b": ("local-large", 512 * MIB)}))
     plans.save("agora_patient", _plan({"patient": ("slurm-debug", 256 * MIB)}))
-    airflow.start("api-server")
-    try:  # a pool the operator made before agora: left as it is
+    try:
+        airflow.start("api-server")
+        # A pool the operator made before agora: left as it is.
         airflow.request("POST", "/pools", json={"name": "agora_local-large", "slots": 7, "description": "mine"})
         airflow.start("dag-processor", "scheduler")
         for dag_id in ("agora_example_etl", "agora_faults", "agora_slow", "agora_patient"):

@@ -1,0 +1,57 @@
+"""The end-of-session check (tests/leftovers.py) finds a process by what it names, and only below its root."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.leftovers import kill, processes_under
+
+HOLD_FILE = "import sys, time; f = open(sys.argv[1], 'w'); print('ready', flush=True); time.sleep(60)"
+
+
+@pytest.fixture
+def started() -> Iterator[list[subprocess.Popen[str]]]:
+    processes: list[subprocess.Popen[str]] = []
+    yield processes
+    for process in processes:
+        process.kill()
+        process.wait(10)
+
+
+def _start(started: list[subprocess.Popen[str]], argv: list[str], **kwargs: object) -> int:
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, **kwargs)  # type: ignore[call-overload]
+    started.append(process)
+    assert process.stdout is not None and process.stdout.readline().strip() == "ready"
+    return int(process.pid)
+
+
+@pytest.mark.parametrize("how", ["environment", "cwd", "open file"])
+def test_a_process_naming_the_root_is_found_and_killed(
+    tmp_path: Path, started: list[subprocess.Popen[str]], how: str
+) -> None:
+    root, elsewhere = tmp_path / "session", tmp_path / "session-2"  # a sibling whose name starts alike
+    root.mkdir()
+    elsewhere.mkdir()
+    held = elsewhere / "held.txt"
+    if how == "environment":
+        pid = _start(started, [sys.executable, "-c", HOLD_FILE, str(held)], env={"AIRFLOW_HOME": str(root / "h")})
+    elif how == "cwd":
+        pid = _start(started, [sys.executable, "-c", HOLD_FILE, str(held)], cwd=root)
+    else:
+        script = HOLD_FILE.replace("sys.argv[1]", "bytes.fromhex(sys.argv[1]).decode()")  # argv names no path
+        pid = _start(started, [sys.executable, "-c", script, str(root / "log.txt").encode().hex()])
+    assert [p.pid for p in processes_under(root)] == [pid]
+    assert processes_under(tmp_path / "sess") == []  # a prefix of the name is not the root
+    kill(processes_under(root))
+    assert not psutil.pid_exists(pid) and processes_under(root) == []  # killed and reaped
+
+
+def test_a_process_naming_another_root_is_not_ours(tmp_path: Path, started: list[subprocess.Popen[str]]) -> None:
+    _start(started, [sys.executable, "-c", HOLD_FILE, str(tmp_path / "held.txt")])
+    assert processes_under(tmp_path / "other") == []
