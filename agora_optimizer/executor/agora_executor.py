@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import stat
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -53,9 +54,12 @@ from agora_optimizer.executor.jobs import Backend, BackendError, JobSpec, JobSta
 from agora_optimizer.executor.placement import Placement, placement_from_config
 from agora_optimizer.executor.remote_files import CONTAINER_JOB_ROOT, job_urls, split_s3_url
 from agora_optimizer.executor.resources import load_resources
+from agora_optimizer.executor.state_files import check_state_dir, write_private
 from agora_optimizer.integration.airflow_pools import ensure_pools
-from agora_optimizer.io.documents import write_text_atomically
 from agora_optimizer.model.catalog import Resource
+from agora_optimizer.traces.spool import pending as spool_pending
+from agora_optimizer.traces.spool import replay as replay_spool
+from agora_optimizer.traces.spool import spool
 
 if TYPE_CHECKING:
     from airflow.executors import workloads
@@ -71,6 +75,7 @@ SWEEP_INTERVAL_S = 20.0  # how often finished jobs nobody watched are traced (an
 SWEEP_MAX_AGE_S = 86400.0  # results older than this were traced by an earlier version or are not ours to redo
 SWEEP_BATCH = 200  # at most this many traced per sweep: the scheduler's loop must stay short
 TRACED_MARK = "traced"
+REPLAY_INTERVAL_S = 5.0  # how often rows spooled while the trace store was down are written again
 
 
 @dataclass
@@ -115,6 +120,7 @@ class AgoraExecutor(BaseExecutor):
         self._trace_store: TraceStore | None = None
         self._last_sweep = time.monotonic()  # the first sweep waits an interval: adoption comes first
         self._swept: set[str] = set()  # job directories the sweep is done with (traced, unreadable or too old)
+        self._last_replay = 0.0
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -124,6 +130,7 @@ class AgoraExecutor(BaseExecutor):
         self.parallelism = max(1, int(settings.get_float("parallelism")))
         self._resources = load_resources(settings.get("catalog"))
         self._state_dir = settings.directory("state_dir", "jobs")
+        check_state_dir(self._state_dir)  # others able to write there could plant symlinks where jobs' files go
         self._start_local_pools()
         if settings.get_bool("airflow_pools"):
             try:
@@ -198,6 +205,7 @@ class AgoraExecutor(BaseExecutor):
                 self._last_sweep = time.monotonic()
                 self.sweep_finished_jobs()
             self._poll_queue_waits()
+            self._replay_traces()
         except Exception:  # the scheduler's loop must survive anything a backend does
             self.log.exception("AgoraExecutor sync failed; will try again on the next heartbeat")
 
@@ -227,6 +235,9 @@ class AgoraExecutor(BaseExecutor):
                 break
             if job_dir.name in self._swept or job_dir.name in ours:
                 continue
+            if not _own_directory(job_dir):  # a symlink, a file, another user's: nothing the executor made
+                self._swept.add(job_dir.name)
+                continue
             result_path = job_dir / "result.json"
             if (job_dir / TRACED_MARK).exists() or (
                 result_path.is_file() and now - result_path.stat().st_mtime > max_age_s
@@ -240,10 +251,16 @@ class AgoraExecutor(BaseExecutor):
                 result = read_result(result_path)
             except BackendError as exc:
                 self.log.warning("Not tracing %s: %s", job_dir.name, exc)
-                (job_dir / TRACED_MARK).touch()
+                _mark_traced(job_dir)
                 self._swept.add(job_dir.name)
                 continue
             if record is None or result is None:
+                continue
+            if job_dir.name != job_key(
+                record.dag_id, record.task_id, record.run_id, record.try_number, record.map_index
+            ):  # not a directory the executor made for the attempt its job.json names
+                self.log.warning("Not tracing %s: its job.json names another attempt (%s)", job_dir, record.label)
+                self._swept.add(job_dir.name)
                 continue
             self._write_trace(record, result.status())
             self._swept.add(job_dir.name)
@@ -353,7 +370,7 @@ class AgoraExecutor(BaseExecutor):
             options=dict(resource.extra),
             environment=self._worker_environment(),
         )
-        write_text_atomically(spec.workload_path, workload.model_dump_json())
+        write_private(spec.workload_path, workload.model_dump_json())
         record.write(job_dir)
         return _Job(workload.ti.key, spec, record, workload)
 
@@ -515,7 +532,7 @@ class AgoraExecutor(BaseExecutor):
             return
         token = job.workload.generate_token(str(job.workload.ti.id), self.jwt_generator)
         job.workload = job.workload.model_copy(update={"token": token})
-        write_text_atomically(job.spec.workload_path, job.workload.model_dump_json())
+        write_private(job.spec.workload_path, job.workload.model_dump_json())
         publish = getattr(self._backend(job.record.backend), "publish_workload", None)
         if publish is not None:  # a backend whose jobs cannot read the job dir (AWS) passes it on
             try:
@@ -558,11 +575,36 @@ class AgoraExecutor(BaseExecutor):
                 if (a.try_number, a.map_index) == (record.try_number, record.map_index)
             ]
             store.add([executor_attempt(record, status, existing[0] if existing else None)])
-            job_dir = self._job_dir(record.dag_id, record.task_id, record.run_id, record.try_number, record.map_index)
+        except Exception as exc:  # traces must never fail a task: the row waits in the spool for the store
+            try:
+                kept = spool(executor_attempt(record, status, None), "executor")
+            except Exception:
+                self.log.exception("Could not write the trace of %s, nor keep it for later (%s)", record.label, exc)
+                return
+            self.log.warning("Trace store unreachable (%s); the row of %s waits in %s", exc, record.label, kept)
+        job_dir = self._job_dir(record.dag_id, record.task_id, record.run_id, record.try_number, record.map_index)
+        with contextlib.suppress(OSError):
             if job_dir.is_dir():
-                (job_dir / TRACED_MARK).touch()  # the sweep leaves it alone
-        except Exception:  # traces must never fail a task
-            self.log.exception("Could not write the trace of %s", record.label)
+                _mark_traced(job_dir)  # the sweep leaves it alone
+
+    def _replay_traces(self) -> None:
+        """Write the rows that waited in the trace spool while the store was down (at most every few seconds)."""
+        if time.monotonic() - self._last_replay < REPLAY_INTERVAL_S:
+            return
+        self._last_replay = time.monotonic()
+        try:
+            if not spool_pending():
+                return
+            from agora_optimizer.traces.store import TraceStore, default_store_url
+
+            if self._trace_store is None:
+                self._trace_store = TraceStore(default_store_url())
+            written = replay_spool(self._trace_store)
+        except Exception as exc:  # still down: the rows keep waiting
+            self.log.warning("Trace store still unreachable (%s); %d rows wait in the spool", exc, spool_pending())
+            return
+        if written:
+            self.log.info("Wrote %d trace rows that waited in the spool while the trace store was down", written)
 
     # -- inside: backends ----------------------------------------------------------------------
 
@@ -594,6 +636,19 @@ def _unwritable(workload: workloads.ExecuteTask, state_dir: Path, exc: OSError) 
         f"task {ti.dag_id}.{ti.task_id} run {ti.run_id} try {ti.try_number}: agora cannot write its job "
         f"directory under [agora] state_dir {state_dir}: {code}: {exc.strerror or exc}"
     )
+
+
+def _own_directory(path: Path) -> bool:
+    """A real directory (not a symlink to one) of this scheduler's user."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid()
+
+
+def _mark_traced(job_dir: Path) -> None:
+    write_private(job_dir / TRACED_MARK, "")
 
 
 def _queued_state() -> Any:

@@ -102,8 +102,15 @@ class TraceListener:
         from agora_optimizer.traces.store import TraceStore, default_store_url
 
         url = self.store_url or default_store_url()
-        with TraceStore(url) as store:
-            report = store.add([attempt])
+        try:
+            with TraceStore(url) as store:
+                report = store.add([attempt])
+        except Exception as exc:  # the store is down: the row waits in the spool, the executor writes it later
+            from agora_optimizer.traces.spool import spool
+
+            kept = spool(attempt, "listener")
+            log.warning("agora: trace store unreachable (%s); row %s waits in %s", exc, attempt.key, kept)
+            return
         for problem in report.skipped:
             log.warning("agora: trace row skipped: %s", problem)
         if report.written:

@@ -1,0 +1,121 @@
+"""Trace rows that could not be written wait on disk until the trace store answers again.
+
+The listener (in the task process) and the executor (in the scheduler) both write one
+attempt's row; when the store is down (a PostgreSQL restart, a network cut) each writes
+the row it could not store as one JSON file in the spool directory, ``STATE_DIR/.trace-spool``
+(the executor's state directory, which SLURM nodes share). The executor replays the spool
+on its heartbeat (:func:`replay`), merging each row with what the store holds by then, so
+that the order the two writers come back in does not matter: the listener's row brings what
+the task knew (operator, times, its state and error), the executor's what only it knows
+(resource, backend, host, requests, queue time, the worker's measure) and the failures the
+task could not report (an OOM kill, a lost job, a cancel). No row is lost while the spool's
+file system has room; a row that cannot even be spooled is logged with its key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from dataclasses import asdict, fields, replace
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from agora_optimizer.io.documents import write_text_atomically
+from agora_optimizer.traces.records import TaskAttempt
+
+log = logging.getLogger(__name__)
+
+Source = Literal["listener", "executor"]
+SPOOL_NAME = ".trace-spool"
+BACKEND_FAILURES = ("oom_killed", "lost", "cancelled")  # what only the executor can tell of an attempt
+_EXECUTOR_FIELDS = ("resource_type", "backend", "host", "requested_cores", "requested_memory_bytes", "queued_at")
+_TIMES = {f.name for f in fields(TaskAttempt) if f.name in ("queued_at", "started_at", "ended_at")}
+
+
+def spool_dir() -> Path:
+    """``STATE_DIR/.trace-spool`` of ``[agora] state_dir`` (created)."""
+    from agora_optimizer import settings
+
+    path = settings.directory("state_dir", "jobs") / SPOOL_NAME
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def spool(attempt: TaskAttempt, source: Source, directory: Path | None = None) -> Path:
+    """Keep ``attempt`` for a later :func:`replay`; returns its file. Raises OSError when even that fails."""
+    target = directory if directory is not None else spool_dir()
+    target.mkdir(parents=True, exist_ok=True)
+    raw = {name: value.isoformat() if isinstance(value, datetime) else value for name, value in asdict(attempt).items()}
+    path = target / f"{_file_key(attempt)}.{source}.json"
+    write_text_atomically(path, json.dumps({"source": source, "attempt": raw}))
+    return path
+
+
+def merge(listener: TaskAttempt, executor: TaskAttempt) -> TaskAttempt:
+    """One attempt's row from the listener's and the executor's (as ``executor_attempt`` merges them)."""
+    backend_failure = executor.state in BACKEND_FAILURES
+    return replace(
+        listener,
+        **{name: getattr(executor, name) or getattr(listener, name) for name in _EXECUTOR_FIELDS},
+        peak_rss_bytes=listener.peak_rss_bytes or executor.peak_rss_bytes,
+        cpu_time_s=listener.cpu_time_s if listener.cpu_time_s is not None else executor.cpu_time_s,
+        state=executor.state if backend_failure else listener.state,
+        error_text=executor.error_text if backend_failure else listener.error_text,
+    )
+
+
+def pending(directory: Path | None = None) -> int:
+    """How many rows wait in the spool."""
+    target = directory if directory is not None else spool_dir()
+    return sum(1 for _ in target.glob("*.json")) if target.is_dir() else 0
+
+
+def replay(store: Any, directory: Path | None = None, limit: int = 200) -> int:
+    """Write up to ``limit`` spooled rows to ``store`` (a TraceStore), merged with its rows; returns how many.
+
+    A file is removed only once its row is written; a store error stops the replay (the rest
+    waits for the next one), a file that cannot be read is renamed ``*.bad`` and logged.
+    """
+    target = directory if directory is not None else spool_dir()
+    if not target.is_dir():
+        return 0
+    written = 0
+    for path in sorted(target.glob("*.json"), key=lambda p: p.stat().st_mtime)[:limit]:
+        try:
+            document = json.loads(path.read_text())
+            source: Source = document["source"]
+            attempt = _attempt(document["attempt"])
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            log.error("agora: spooled trace row %s unreadable (%s); kept as %s.bad", path, exc, path.name)
+            os.replace(path, path.with_suffix(".bad"))
+            continue
+        existing = [
+            a
+            for a in store.attempts(dag_id=attempt.dag_id, task_id=attempt.task_id, run_id=attempt.run_id)
+            if (a.try_number, a.map_index) == (attempt.try_number, attempt.map_index)
+        ]
+        row = attempt
+        if existing:
+            row = merge(attempt, existing[0]) if source == "listener" else merge(existing[0], attempt)
+        store.add([row])
+        path.unlink()
+        written += 1
+    return written
+
+
+def _attempt(raw: dict[str, Any]) -> TaskAttempt:
+    values: dict[str, Any] = {
+        name: datetime.fromisoformat(value) if name in _TIMES and isinstance(value, str) else value
+        for name, value in raw.items()
+    }
+    return TaskAttempt(**values)
+
+
+def _file_key(attempt: TaskAttempt) -> str:
+    digest = hashlib.sha256(
+        json.dumps([attempt.dag_id, attempt.task_id, attempt.run_id, attempt.map_index, attempt.try_number]).encode()
+    ).hexdigest()[:32]
+    return f"{attempt.dag_id}.{attempt.task_id}.try{attempt.try_number}-{digest}"[-120:]

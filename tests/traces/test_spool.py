@@ -1,0 +1,59 @@
+"""The trace spool: rows kept while the store is down are written later, merged, none lost."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+from agora_optimizer.traces.records import TaskAttempt
+from agora_optimizer.traces.spool import merge, pending, replay, spool
+from agora_optimizer.traces.store import TraceStore
+
+T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+T1 = datetime(2026, 12, 1, 12, 1, tzinfo=UTC)
+LISTENER = TaskAttempt(
+    "d", "t", "r1", operator="PythonOperator", started_at=T0, ended_at=T1, runtime_s=60.0, state="failed",
+    error_text="ValueError: boom",
+)  # fmt: skip
+EXECUTOR = TaskAttempt(
+    "d", "t", "r1", resource_type="local-small", backend="local", host="h", requested_cores=1,
+    requested_memory_bytes=2**28, started_at=T0, ended_at=T1, peak_rss_bytes=5, cpu_time_s=1.5, state="failed",
+    error_text="exited with code 1",
+)  # fmt: skip
+
+
+def test_either_order_of_the_two_writers_gives_the_same_row(tmp_path: Path) -> None:
+    rows = []
+    for first, second in (
+        ((LISTENER, "listener"), (EXECUTOR, "executor")),
+        ((EXECUTOR, "executor"), (LISTENER, "listener")),
+    ):
+        spool_dir = tmp_path / f"spool-{first[1]}"
+        with TraceStore(f"sqlite:///{tmp_path / first[1]}.db") as store:
+            store.add([first[0]])  # one writer reached the store, the other found it down
+            spool(second[0], second[1], spool_dir)  # type: ignore[arg-type]
+            assert pending(spool_dir) == 1
+            assert replay(store, spool_dir) == 1 and pending(spool_dir) == 0
+            (row,) = store.attempts()
+        rows.append(row)
+    assert rows[0] == rows[1]
+    row = rows[0]
+    assert (row.operator, row.backend, row.resource_type, row.requested_memory_bytes) == (
+        "PythonOperator", "local", "local-small", 2**28,
+    )  # fmt: skip
+    assert (row.state, row.error_text, row.peak_rss_bytes) == ("failed", "ValueError: boom", 5)  # the task's words
+
+
+def test_a_backend_failure_of_the_executor_wins_over_the_listener() -> None:
+    killed = TaskAttempt("d", "t", "r1", backend="local", state="oom_killed", error_text="out of memory")
+    assert (merge(LISTENER, killed).state, merge(LISTENER, killed).error_text) == ("oom_killed", "out of memory")
+
+
+def test_a_row_alone_in_the_spool_is_written_as_it_is_and_a_bad_file_is_kept_aside(tmp_path: Path) -> None:
+    spool_dir = tmp_path / "spool"
+    spool(LISTENER, "listener", spool_dir)
+    (spool_dir / "broken.listener.json").write_text("{not json")
+    with TraceStore(f"sqlite:///{tmp_path / 't.db'}") as store:
+        assert replay(store, spool_dir) == 1
+        assert store.attempts() == [LISTENER]
+    assert pending(spool_dir) == 0 and (spool_dir / "broken.listener.bad").exists()
