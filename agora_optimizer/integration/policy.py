@@ -31,14 +31,14 @@ already set are restored. In particular:
 - a plan file is read once per version (path and mtime), whether it reads or fails, not once
   per task: a broken plan must not make a 5,000-task DAG miss ``dag_file_processor_timeout``.
 
-Whatever goes wrong, the policy logs at most one line per DAG and parse (later problems of
-the same parse go to DEBUG). A parse is recognised by the DAG object: every parse of a file
-builds new DAG objects, and the policy gets each task with its DAG, so "the first problem
-seen for this DAG object" is exactly "the first of this parse", in the DAG processor's
-per-file child processes and in a long-lived process re-parsing with ``DagBag`` alike. A key
-of (dag_id, plan mtime) would instead stay silent on every later parse of an unchanged broken
-plan, and a time window would guess. The DAG objects are held by weak reference only, so
-remembering them keeps no parsed DAG alive.
+Per DAG and parse, the policy works out the DAG's plan and settings once, at its first task,
+and logs at most one line (later problems of the same parse go to DEBUG). A parse is
+recognised by the DAG object: every parse of a file builds new DAG objects, and the policy
+gets each task with its DAG, so "the first task seen of this DAG object" is exactly "the first
+of this parse", in the DAG processor's per-file child processes and in a long-lived process
+re-parsing with ``DagBag`` alike. A key of (dag_id, plan mtime) would instead stay silent on
+every later parse of an unchanged broken plan, and a time window would guess. The DAG objects
+are held by weak reference only, so remembering them keeps no parsed DAG alive.
 """
 
 from __future__ import annotations
@@ -88,35 +88,72 @@ def apply_plan(task: Any) -> Placement | None:
 
     Raises when the plan cannot be applied to this task; the task is then as it was.
     """
-    if not settings.get_bool("apply_plans"):
-        return None
-    executor = settings.get("executor")
-    if executor not in configured_executor_names():
-        _warn_once(f"[agora] executor {executor!r} is not in [core] executor; plans are not applied")
-        return None
-    dag_id = _dag_id(task)
-    assignments = _plan_assignments(dag_id)
-    if assignments is None:
+    state = _parse_of(getattr(task, "dag", None))
+    if state.plan is None and not state.error:
+        try:
+            state.plan = _dag_plan(_dag_id(task)) or NO_PLAN
+        except Exception as exc:
+            state.error = str(exc) if isinstance(exc, AgoraError) else f"{type(exc).__name__}: {exc}"
+    if state.error:  # a fresh exception each time: re-raising one would grow its traceback per task
+        raise PlanNotApplicable(state.error)
+    plan = state.plan
+    if plan is None or plan is NO_PLAN:
         return None
     if _is_mapped(task):
         _log_once_per_parse(
             task,
             "mapped task %s.%s left as written: agora does not place mapped tasks yet",
-            dag_id,
+            plan.dag_id,
             _task_id(task),
         )
         return None
-    placement = _placement(task, assignments.get(task.task_id), _resources(settings.get("catalog")), dag_id)
+    placement = _placement(task, plan)
     if placement is None:
         return None
-    changes: dict[str, Any] = {"executor": executor, "queue": placement.resource}
-    if settings.get_bool("airflow_pools"):  # the executor creates missing pools when it starts
+    changes: dict[str, Any] = {"executor": plan.executor, "queue": placement.resource}
+    if plan.airflow_pools:  # the executor creates missing pools when it starts
         changes |= {"pool": pool_name(placement.resource), "pool_slots": placement.cores}
     config = dict(task.executor_config or {})
     config["agora"] = dict(config.get("agora") or {}) | {PLACEMENT_KEY: placement.to_config()}
     changes["executor_config"] = config
     _set_all_or_none(task, changes)
     return placement
+
+
+@dataclass(frozen=True)
+class _DagPlan:
+    """What the policy needs for every task of one DAG, worked out once per DAG and parse."""
+
+    dag_id: str
+    executor: str
+    assignments: Mapping[str, Assignment]
+    resources: Mapping[str, Resource]
+    default_resource: str
+    airflow_pools: bool
+
+
+NO_PLAN = _DagPlan("", "", {}, {}, "", False)  # the DAG has no plan to apply: its tasks are left alone
+
+
+def _dag_plan(dag_id: str) -> _DagPlan | None:
+    """The DAG's plan and settings; None when nothing is to be applied; PlanNotApplicable for a bad plan."""
+    if not settings.get_bool("apply_plans"):
+        return None
+    executor = settings.get("executor")
+    if executor not in configured_executor_names():
+        _warn_once(f"[agora] executor {executor!r} is not in [core] executor; plans are not applied")
+        return None
+    assignments = _plan_assignments(dag_id)
+    if assignments is None:
+        return None
+    return _DagPlan(
+        dag_id=dag_id,
+        executor=executor,
+        assignments=assignments,
+        resources=_resources(settings.get("catalog")),
+        default_resource=settings.get("default_resource"),
+        airflow_pools=settings.get_bool("airflow_pools"),
+    )
 
 
 def _set_all_or_none(task: Any, changes: Mapping[str, Any]) -> None:
@@ -144,11 +181,10 @@ def _is_mapped(task: Any) -> bool:
     return callable(closest) and closest() is not None
 
 
-def _placement(
-    task: Any, assignment: Assignment | None, resources: Mapping[str, Resource], dag_id: str
-) -> Placement | None:
+def _placement(task: Any, plan: _DagPlan) -> Placement | None:
     timeout = getattr(task, "execution_timeout", None)
     limit = timeout.total_seconds() if timeout is not None else None
+    assignment = plan.assignments.get(task.task_id)
     if assignment is not None:
         return Placement(
             resource=assignment.resource,
@@ -158,16 +194,16 @@ def _placement(
             machine=assignment.machine,
             planned_start_s=assignment.start_s,
         )
-    default = settings.get("default_resource")
+    default = plan.default_resource
     if not default:
         _log_once_per_parse(
             task,
             "task %s.%s is not in its DAG's plan and [agora] default_resource is empty",
-            dag_id,
+            plan.dag_id,
             task.task_id,
         )
         return None
-    resource = resources.get(default)
+    resource = plan.resources.get(default)
     if resource is None:
         raise AgoraError(f"[agora] default_resource {default!r} is not a resource of [agora] catalog")
     hints = (task.executor_config or {}).get("agora") or {}
@@ -196,7 +232,7 @@ def _plan_assignments(dag_id: str) -> dict[str, Assignment] | None:
     catalog = settings.get("catalog")
     read = _read_assignments(str(path), stamp, catalog)
     if read.error:
-        raise PlanNotApplicable(f"its current plan {path} is not applied: {read.error}")
+        raise PlanNotApplicable(f"its current plan is not applied: {read.error}")
     return read.assignments
 
 
@@ -222,7 +258,8 @@ def _read_assignments(path: str, _mtime_ns: int, catalog: str) -> _Read:
     if unknown:
         tasks = sorted(a.task for a in assignments.values() if a.resource in unknown)
         shown = ", ".join(tasks[:5]) + (f" and {len(tasks) - 5} more" if len(tasks) > 5 else "")
-        return _Read({}, f"it puts {shown} on {', '.join(map(repr, unknown))}, which [agora] catalog does not declare")
+        listed = ", ".join(map(repr, unknown))
+        return _Read({}, f"{path}: it puts {shown} on {listed}, which [agora] catalog does not declare")
     return _Read(assignments)
 
 
@@ -253,34 +290,47 @@ def _warn_once(message: str) -> None:
     log.warning("agora policy: %s", message)
 
 
-# id(dag) -> a weak reference to that DAG object, for the DAGs whose parse has had its one log line.
-_LOGGED: dict[int, weakref.ref[Any]] = {}
+@dataclass
+class _Parse:
+    """The policy's state for one DAG object, that is one parse of the DAG (see the module's docstring)."""
+
+    plan: _DagPlan | None = None  # worked out at the DAG's first task; NO_PLAN when there is none
+    error: str = ""  # why the plan cannot be applied, if it cannot
+    logged: bool = False  # whether this parse has had its one log line
+
+
+# id(dag) -> (a weak reference to that DAG object, its parse's state); an entry goes with its DAG.
+_PARSES: dict[int, tuple[weakref.ref[Any], _Parse]] = {}
+
+
+def _parse_of(dag: Any) -> _Parse:
+    """The state of this DAG object's parse: new for a DAG object not seen before."""
+    if dag is None:
+        return _Parse()
+    key = id(dag)
+    seen = _PARSES.get(key)
+    if seen is not None and seen[0]() is dag:
+        return seen[1]
+    state = _Parse()
+
+    def forget(ref: weakref.ref[Any], key: int = key) -> None:
+        entry = _PARSES.get(key)
+        if entry is not None and entry[0] is ref:
+            del _PARSES[key]
+
+    with contextlib.suppress(TypeError):  # not weakly referenceable: a state per task, never a guess
+        _PARSES[key] = (weakref.ref(dag, forget), state)
+    return state
 
 
 def _log_once_per_parse(task: Any, message: str, *args: Any) -> None:
     """Log ``message`` as the policy's one line for this task's DAG in this parse; later ones at DEBUG."""
-    if _first_of_parse(getattr(task, "dag", None)):
-        log.error("agora policy: " + message + " (any further problem with this DAG in this parse: DEBUG)", *args)
-    else:
+    state = _parse_of(getattr(task, "dag", None))
+    if state.logged:
         log.debug("agora policy: " + message, *args)
-
-
-def _first_of_parse(dag: Any) -> bool:
-    """Whether this DAG object has not had its log line yet (see the module's docstring)."""
-    if dag is None:
-        return True
-    key = id(dag)
-    seen = _LOGGED.get(key)
-    if seen is not None and seen() is dag:
-        return False
-
-    def forget(ref: weakref.ref[Any], key: int = key) -> None:
-        if _LOGGED.get(key) is ref:
-            del _LOGGED[key]
-
-    with contextlib.suppress(TypeError):  # not weakly referenceable: log every time rather than guess
-        _LOGGED[key] = weakref.ref(dag, forget)
-    return True
+        return
+    state.logged = True
+    log.error("agora policy: " + message + " (any further problem with this DAG in this parse: DEBUG)", *args)
 
 
 def _dag_id(task: Any) -> str:

@@ -352,3 +352,19 @@ def test_a_dag_with_a_unicode_id_and_no_plan_is_left_alone_silently(
     run_policy(dag)
     assert [as_written(t) for t in tasks] == before
     assert policy_lines(caplog) == []
+
+
+def test_a_dag_with_a_unicode_id_and_a_plan_is_placed(policy_env: PlanStore, caplog: pytest.LogCaptureFixture) -> None:
+    from airflow.providers.standard.operators.empty import EmptyOperator
+    from airflow.sdk import DAG
+
+    with DAG("données_été", schedule=None) as dag:
+        task = EmptyOperator(task_id="t")
+    policy_env.save("données_été", plan({"t": "local-small"}))
+    run_policy(dag)
+    assert (task.executor, task.queue, task.executor_config["agora"]["placement"]["resource"]) == (
+        "agora",
+        "local-small",
+        "local-small",
+    )
+    assert policy_lines(caplog) == []
