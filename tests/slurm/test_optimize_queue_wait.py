@@ -56,6 +56,12 @@ def test_the_predicted_wait_delays_every_slurm_start(
     _, cost = spec_checker.recompute(plan, workflow, catalog)
     assert plan["cost_usd"] == pytest.approx(cost, rel=1e-9)
     assert main(["validate", str(delayed), "-w", str(workflow), "-c", str(catalog)]) == 0
+    capsys.readouterr()
+    table = [*args[:-1], "--queue-wait-model", str(model), "--time-limit-s", "5"]  # the table, not --json
+    assert main(table) == 0
+    shown = capsys.readouterr().out
+    for name in released:  # the table names each wait as a release, not as boot time
+        assert re.search(rf"{name}: released at [\d,]+ s \(predicted queue wait, not billed\)", shown)
     first_plain = min(a["start_s"] for a in json.loads(plain.read_text())["assignments"])
     first_delayed = min(a["start_s"] for a in plan["assignments"])
     assert first_delayed >= first_plain + min(waits.values()) - 0.5

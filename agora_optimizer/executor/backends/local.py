@@ -41,7 +41,7 @@ import psutil
 
 from agora_optimizer.executor.environment import is_scheduler_secret, job_environment
 from agora_optimizer.executor.jobs import BackendError, JobSpec, JobStatus, read_result
-from agora_optimizer.io.documents import write_text_atomically
+from agora_optimizer.executor.state_files import open_log, write_private
 from agora_optimizer.model.catalog import Resource
 
 KILL_GRACE_S = 15.0
@@ -263,7 +263,7 @@ class LocalBackend:
             if self.warm and tuple(job.command[1:3]) == ("-m", WORKER_MODULE):
                 process = _warm_start(job)
             else:
-                with open(job.log_path, "ab") as log:
+                with os.fdopen(open_log(job.log_path), "ab") as log:  # never through a planted symlink
                     process = subprocess.Popen(
                         list(job.command),
                         stdout=log,
@@ -289,7 +289,7 @@ class LocalBackend:
             "memory_bytes": job.memory_bytes,
             "queued_at": queued_at.isoformat(),
         }
-        write_text_atomically(job.job_dir / "local.json", json.dumps(state))
+        write_private(job.job_dir / "local.json", json.dumps(state))
         self._running[job.key] = _Running(
             job.resource, job.job_dir, job.cores, job.memory_bytes, pid, create_time, queued_at, process
         )
@@ -384,7 +384,7 @@ def _run_worker(argv: list[str], log_path: str, cwd: str, environment: dict[str,
     code = 1
     try:
         os.setsid()
-        log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        log = open_log(Path(log_path))
         os.dup2(log, 1)
         os.dup2(log, 2)
         null = os.open(os.devnull, os.O_RDONLY)

@@ -94,6 +94,7 @@ from agora_optimizer.executor.jobs import (
     JobStatus,
     read_result,
 )
+from agora_optimizer.executor.state_files import PRIVATE_MODE, write_private
 from agora_optimizer.queue_wait.errors import SlurmOutputError
 from agora_optimizer.queue_wait.slurm_values import memory_bytes as parse_memory
 from agora_optimizer.queue_wait.slurm_values import time_limit_s as parse_time_limit
@@ -1174,8 +1175,5 @@ def _chunks(items: Sequence[str]) -> Iterable[Sequence[str]]:
         yield items[start : start + IDS_PER_CALL]
 
 
-def _write_atomically(path: Path, text: str, mode: int = 0o644) -> None:
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(text)
-    partial.chmod(mode)
-    os.replace(partial, path)
+def _write_atomically(path: Path, text: str, mode: int = PRIVATE_MODE) -> None:
+    write_private(path, text, mode)
