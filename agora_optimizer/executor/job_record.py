@@ -18,7 +18,7 @@ from datetime import datetime
 from pathlib import Path
 
 from agora_optimizer.executor.jobs import JobStatus
-from agora_optimizer.io.documents import write_text_atomically
+from agora_optimizer.executor.state_files import write_private
 from agora_optimizer.traces.records import AttemptState, TaskAttempt
 
 
@@ -42,7 +42,7 @@ class JobRecord:
 
     def write(self, job_dir: Path) -> None:
         job_dir.mkdir(parents=True, exist_ok=True)
-        write_text_atomically(job_dir / "job.json", json.dumps(asdict(self), indent=1))
+        write_private(job_dir / "job.json", json.dumps(asdict(self), indent=1))
 
     @classmethod
     def read(cls, job_dir: Path) -> JobRecord | None:

@@ -23,7 +23,7 @@ from types import MappingProxyType
 from typing import Literal, Protocol
 
 from agora_optimizer.errors import AgoraError
-from agora_optimizer.io.documents import write_text_atomically
+from agora_optimizer.executor.state_files import write_private
 
 JobPhase = Literal["pending", "running", "finished", "lost"]
 RESULT_FORMAT = "agora-job-result/1"
@@ -171,8 +171,8 @@ class JobResult:
         )
 
     def write(self, path: Path) -> None:
-        """Write atomically: a reader sees the whole file or none."""
-        write_text_atomically(path, self.to_json())
+        """Write atomically: a reader sees the whole file or none (mode 0600, never through a symlink)."""
+        write_private(path, self.to_json())
 
     def status(self) -> JobStatus:
         return JobStatus(

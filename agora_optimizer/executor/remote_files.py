@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agora_optimizer.executor.jobs import BackendError
+from agora_optimizer.executor.state_files import write_private
 
 if TYPE_CHECKING:
     import boto3
@@ -160,10 +161,7 @@ class RemoteFiles:
 
     def download(self, url: str, path: Path) -> None:
         """The object into ``path``, written atomically (a reader sees all of it or nothing)."""
-        data = self.read(url)
-        partial = path.with_name(path.name + ".partial")
-        partial.write_bytes(data)
-        os.replace(partial, path)
+        write_private(path, self.read(url))  # mode 0600 (it holds a token), never through a symlink
 
     def upload(self, path: Path, url: str) -> None:
         self.write(url, path.read_bytes())

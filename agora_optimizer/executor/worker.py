@@ -50,6 +50,7 @@ from pathlib import Path
 import psutil
 
 from agora_optimizer.executor.jobs import OOM_EXIT_CODE, BackendError, JobResult
+from agora_optimizer.executor.state_files import open_log
 from agora_optimizer.traces.sampler import (
     SAMPLED_BY_WORKER_ENV,
     ProcessTreeSampler,
@@ -183,8 +184,12 @@ def run(
     def _on_signal(signum: int, _frame: object) -> None:
         stopping.append(signum)
 
+    log_path = job_dir / "task.log"
+    try:
+        log_fd = open_log(log_path)  # never through a symlink someone planted in a shared job directory
+    except OSError as exc:
+        return _not_started(f"agora worker cannot open its log {log_path}: {exc.strerror or exc}", memory_bytes)
     previous = {sig: signal.signal(sig, _on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
-    log_fd = os.open(job_dir / "task.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     oom_killed = timed_out = False
     reason = ""
     deadline = None if time_limit_s is None else time.monotonic() + time_limit_s

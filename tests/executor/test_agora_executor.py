@@ -379,3 +379,36 @@ def test_jobs_that_ended_while_no_scheduler_watched_are_traced_once(executor: An
     assert rows["done"].state == "success" and rows["failed"].state == "failed"
     assert rows["done"].peak_rss_bytes == 99 * MIB
     assert executor.sweep_finished_jobs() == 0  # traced once
+
+
+def test_the_executor_refuses_to_start_on_a_state_dir_others_may_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agora_optimizer.errors import InputFileError
+    from agora_optimizer.executor.agora_executor import AgoraExecutor
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)  # like /tmp
+    monkeypatch.setenv("AIRFLOW__AGORA__CATALOG", str(CATALOGS / "slurm-loopback.yaml"))
+    monkeypatch.setenv("AIRFLOW__AGORA__STATE_DIR", str(shared))
+    with pytest.raises(InputFileError, match="state_dir may be written by its group or by others") as refused:
+        AgoraExecutor().start()
+    assert str(shared) in str(refused.value)
+
+
+def test_the_sweep_traces_only_job_directories_the_executor_made(executor: Any, tmp_path: Path) -> None:
+    from agora_optimizer.executor.job_record import JobRecord
+    from agora_optimizer.traces.store import TraceStore
+
+    state_dir = tmp_path / "jobs"
+    elsewhere = _ended_job(tmp_path / "elsewhere", "planted", 0)  # a finished job outside the state dir
+    (state_dir / elsewhere.name).symlink_to(elsewhere)  # planted under the name the attempt would have
+    forged = _ended_job(state_dir, "forged", 0)
+    JobRecord("unit", "other", "r1", 1, -1, "local-small", "local", 1, MIB, "").write(forged)  # names another attempt
+    real = _ended_job(state_dir, "real", 0)
+    assert executor.sweep_finished_jobs() == 1
+    assert (real / "traced").exists()
+    assert not (elsewhere / "traced").exists() and not (forged / "traced").exists()
+    with TraceStore(f"sqlite:///{tmp_path / 'traces.db'}") as store:
+        assert {a.task_id for a in store.attempts(dag_id="unit")} == {"real"}
