@@ -4,6 +4,7 @@ adoption by a new instance, pilots, and a controller that is down or silent."""
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -434,3 +435,57 @@ def test_a_submit_that_timed_out_is_found_by_name_not_submitted_twice(
     job_id = backend.submit(spec)
     assert {job_id} == tracked.ids
     assert wait_finished(backend, [job_id])[job_id].succeeded
+
+
+def submit_as_nobody(name: str) -> str:
+    """A held job of user nobody named ``name`` (as root, sbatch submits for another user)."""
+    argv = ["sbatch", "--parsable", "--uid=nobody", "--hold", f"--job-name={name}", "--partition=debug"]
+    return run_slurm([*argv, "--output=/dev/null", "--chdir=/tmp", "--wrap", "sleep 1"]).strip()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="submitting a job as another user needs root (sbatch --uid)")
+def test_a_timed_out_submit_never_adopts_another_users_job_of_the_same_name(
+    tmp_path: Path, tracked: Tracked, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    backend = SlurmBackend()
+    spec = job(tmp_path, "namesake", "pass")
+    name = job_name(spec.key)
+    theirs = submit_as_nobody(name)
+    tracked.ids.add(theirs)
+    real_run = subprocess.run
+
+    def lost_sbatch(argv: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+        if argv[0] == "sbatch":  # no answer, and (unlike a slow controller) no job either
+            raise subprocess.TimeoutExpired(argv, 1.0)
+        return real_run(argv, **kwargs)  # type: ignore[call-overload,no-any-return]
+
+    monkeypatch.setattr(slurm.subprocess, "run", lost_sbatch)
+    with pytest.raises(BackendError, match="may exist"):
+        backend.submit(spec)
+    monkeypatch.setattr(slurm.subprocess, "run", real_run)
+    job_id = tracked.submit(backend, spec)
+    assert job_id != theirs  # looked up by name among this user's jobs only: submitted anew
+    assert wait_finished(backend, [job_id])[job_id].succeeded
+    assert show_job(theirs)["JobState"] == "PENDING"  # theirs untouched
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="submitting a job as another user needs root (sbatch --uid)")
+def test_a_pilot_whose_submit_timed_out_cancels_no_other_users_job_of_its_name(
+    tmp_path: Path, tracked: Tracked, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    backend = SlurmBackend(pilot_max_tasks=2, pilot_window_s=30)
+    spec = job(tmp_path, "pilotsake", "pass")
+    theirs = submit_as_nobody(job_name(f"pilot-{spec.key}"))
+    tracked.ids.add(theirs)
+    real_run = subprocess.run
+
+    def lost_sbatch(argv: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+        if argv[0] == "sbatch":
+            raise subprocess.TimeoutExpired(argv, 1.0)
+        return real_run(argv, **kwargs)  # type: ignore[call-overload,no-any-return]
+
+    monkeypatch.setattr(slurm.subprocess, "run", lost_sbatch)
+    with pytest.raises(BackendError, match="may exist"):
+        backend.submit(spec)  # agora cancels the held pilot its sbatch may have made, by name: only its own
+    monkeypatch.setattr(slurm.subprocess, "run", real_run)
+    assert show_job(theirs)["JobState"] == "PENDING"

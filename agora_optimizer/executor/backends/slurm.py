@@ -70,6 +70,7 @@ import json
 import logging
 import math
 import os
+import pwd
 import re
 import shlex
 import shutil
@@ -743,7 +744,7 @@ class SlurmBackend:
         """The job an earlier, timed-out sbatch of ``name`` created, if it did."""
         if name not in self._unanswered:
             return None
-        out = self._run(["squeue", "--noheader", "--states=all", f"--name={name}", "--Format=JobID"])
+        out = self._run(["squeue", "--noheader", "--states=all", f"--name={name}", _mine(), "--Format=JobID"])
         self._unanswered.discard(name)
         ids = sorted(out.split(), key=int)
         return ids[-1] if ids else None
@@ -816,7 +817,7 @@ class SlurmBackend:
             pilot.job_id = self._sbatch(argv, job, partition, name, environment={})
         except BackendError:
             if name in self._unanswered:  # a held job may exist that nobody would ever release
-                self._run_quietly(["scancel", f"--name={name}"])
+                self._run_quietly(["scancel", f"--name={name}", _mine()])
                 self._unanswered.discard(name)
             shutil.rmtree(directory, ignore_errors=True)
             raise
@@ -1153,6 +1154,11 @@ def _update_argv(job_id: str, *, cores: int, memory_mib: int) -> list[str]:
         f"CPUsPerTask={cores}",
         f"MinMemoryNode={memory_mib}",
     ]
+
+
+def _mine() -> str:
+    """``--user=<this process's user>``: a look-up or cancel by job name must never reach another user's job."""
+    return f"--user={pwd.getpwuid(os.geteuid()).pw_name}"
 
 
 def _has_result(job_dir: Path | None) -> bool:
