@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from agora_optimizer.executor.backends.aws_batch import AwsBatchBackend, Infrastructure
-from agora_optimizer.executor.jobs import OOM_EXIT_CODE, BackendError, JobResult, JobSpec, read_result
+from agora_optimizer.executor.jobs import OOM_EXIT_CODE, BackendError, JobResult, JobSpec, job_key, read_result
 from agora_optimizer.executor.remote_files import RemoteFileNotFound, RemoteFiles, job_urls
 from agora_optimizer.model.catalog import GIB
 from tests.aws.conftest import REGION, MotoServer, client, fake_session, free_port
@@ -367,15 +367,10 @@ def test_the_executor_passes_an_aws_task_its_workload_and_result_through_s3(
     aws_executor.queued_tasks[item.ti.key] = item
     aws_executor._process_workloads([item])
     job = aws_executor._jobs[item.ti.key]
-    urls = job_urls(prefix, "unit__t__r1__try1")
+    key = job_key("unit", "t", "r1", 1, -1)
+    urls = job_urls(prefix, key)
     command = list(job.spec.command)
-    assert command[:5] == [
-        "python",
-        "-m",
-        "agora_optimizer.executor.worker",
-        "--job-dir",
-        "/tmp/agora/unit__t__r1__try1",
-    ]
+    assert command[:5] == ["python", "-m", "agora_optimizer.executor.worker", "--job-dir", f"/tmp/agora/{key}"]
     assert (option(command, "--workload-url"), option(command, "--result-url")) == (urls.workload, urls.result)
     assert TOKEN not in json.dumps([command, dict(job.spec.environment)])
     [described] = batch.describe_jobs(jobs=[job.external_id])["jobs"]
