@@ -936,6 +936,7 @@ class SlurmBackend:
                 if "invalid job id" in exc.reason.lower():
                     continue  # squeue knows none of them
                 raise
+            _refuse_garbage("squeue", out, len(_SQUEUE_FIELDS), strip="|")
             records.update(parse_squeue(out))
         return records
 
@@ -944,6 +945,7 @@ class SlurmBackend:
         fmt = "--format=" + ",".join(_SACCT_FIELDS)
         for chunk in _chunks(slurm_ids):
             out = self._run(["sacct", "--noheader", "--parsable2", f"--jobs={','.join(chunk)}", fmt])
+            _refuse_garbage("sacct", out, len(_SACCT_FIELDS))
             records.update(parse_sacct(out))
         return records
 
@@ -1082,6 +1084,21 @@ class SlurmBackend:
             log.warning("SLURM: %s failed: %s", shlex.join(argv), exc.reason)
             return False
         return True
+
+
+def _refuse_garbage(command: str, text: str, field_count: int, strip: str = "") -> None:
+    """A transient BackendError when a line of ``command``'s answer does not have its fields.
+
+    Read as "no such job", such an answer would report running jobs lost and run their tasks
+    a second time; as an outage, the executor waits (up to ``[agora] backend_outage_s``).
+    """
+    for line in text.splitlines():
+        if line.strip() and len(line.removesuffix(strip).split("|", field_count - 1)) != field_count:
+            raise BackendError(
+                BACKEND,
+                f"{command} answered a line agora cannot read (not {field_count} fields): {line[:200]!r}",
+                transient=True,
+            )
 
 
 def _active_status(record: SlurmRecord) -> JobStatus:
