@@ -64,6 +64,12 @@ SETTINGS: tuple[Setting, ...] = (
         "empty: $AIRFLOW_HOME/agora/jobs. SLURM nodes must see the same path (a shared file system).",
     ),
     Setting(
+        "job_retention_days",
+        "7",
+        "The executor deletes a job directory in state_dir this many days after its job ended and was traced "
+        "(and a SLURM pilot's directory once its tasks are gone); 0 keeps them all.",
+    ),
+    Setting(
         "apply_plans",
         "True",
         "The cluster policy routes each task of a DAG with a current plan to the AgoraExecutor and "

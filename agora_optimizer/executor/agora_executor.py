@@ -27,14 +27,17 @@ task's ``external_executor_id``; a restarted scheduler adopts running jobs from 
 A job that ended while no scheduler watched it, its task already closed by the task itself,
 is never adopted: every :data:`SWEEP_INTERVAL_S` the executor traces the finished jobs in its
 state directory (a ``result.json``, no ``traced`` mark, not its own) so that their rows still
-get the executor's part (backend, host, exit code, peak memory).
+get the executor's part (backend, host, exit code, peak memory). Every :data:`EXPIRE_INTERVAL_S`
+it deletes the job directories done longer than ``[agora] job_retention_days`` ago.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
+import shutil
 import stat
 import sys
 import time
@@ -74,6 +77,7 @@ ID_PREFIX = "agora"
 SWEEP_INTERVAL_S = 20.0  # how often finished jobs nobody watched are traced (and not before the first adoption)
 SWEEP_MAX_AGE_S = 86400.0  # results older than this were traced by an earlier version or are not ours to redo
 SWEEP_BATCH = 200  # at most this many traced per sweep: the scheduler's loop must stay short
+EXPIRE_INTERVAL_S = 3600.0  # how often job directories older than [agora] job_retention_days are deleted
 TRACED_MARK = "traced"
 REPLAY_INTERVAL_S = 5.0  # how often rows spooled while the trace store was down are written again
 
@@ -119,6 +123,7 @@ class AgoraExecutor(BaseExecutor):
         self._state_dir = Path()
         self._trace_store: TraceStore | None = None
         self._last_sweep = time.monotonic()  # the first sweep waits an interval: adoption comes first
+        self._last_expiry = self._last_sweep - EXPIRE_INTERVAL_S  # the first expiry comes with the first sweep
         self._swept: set[str] = set()  # job directories the sweep is done with (traced, unreadable or too old)
         self._last_replay = 0.0
 
@@ -204,6 +209,9 @@ class AgoraExecutor(BaseExecutor):
             if time.monotonic() - self._last_sweep >= SWEEP_INTERVAL_S:
                 self._last_sweep = time.monotonic()
                 self.sweep_finished_jobs()
+                if time.monotonic() - self._last_expiry >= EXPIRE_INTERVAL_S:
+                    self._last_expiry = time.monotonic()
+                    self.expire_job_dirs()
             self._poll_queue_waits()
             self._replay_traces()
         except Exception:  # the scheduler's loop must survive anything a backend does
@@ -230,7 +238,9 @@ class AgoraExecutor(BaseExecutor):
         ours = {job.spec.job_dir.name for job in self._jobs.values()}
         now = time.time()
         traced = 0
-        for job_dir in sorted(self._state_dir.iterdir()):
+        job_dirs = sorted(self._state_dir.iterdir())
+        self._swept &= {job_dir.name for job_dir in job_dirs}  # no bigger than the state dir (which expiry bounds)
+        for job_dir in job_dirs:
             if traced >= SWEEP_BATCH:
                 break
             if job_dir.name in self._swept or job_dir.name in ours:
@@ -267,6 +277,39 @@ class AgoraExecutor(BaseExecutor):
             self.log.info("Traced %s, which ended while no scheduler watched it", record.label)
             traced += 1
         return traced
+
+    def expire_job_dirs(self, retention_days: float | None = None) -> int:
+        """Delete the job directories done more than ``[agora] job_retention_days`` ago; returns how many.
+
+        Only directories the executor made and no job of it uses: a job's whose ``job.json``
+        names the attempt its name is the key of, that was traced (or whose result is older than
+        the sweep looks), and a SLURM pilot's whose tasks are all done or gone; nothing in either
+        changed within the retention. 0 days keeps everything.
+        """
+        days = settings.get_float("job_retention_days") if retention_days is None else retention_days
+        if days <= 0 or not self._state_dir.is_dir():
+            return 0
+        cutoff = time.time() - days * 86400.0
+        ours = {job.spec.job_dir.name for job in self._jobs.values()}
+        deleted = 0
+        for job_dir in sorted(self._state_dir.iterdir()):
+            if job_dir.name in ours or not _own_directory(job_dir) or not _done_before(job_dir, cutoff):
+                continue
+            try:
+                shutil.rmtree(job_dir)  # never follows a symlink inside it
+            except OSError as exc:
+                self.log.warning("Cannot delete the expired job directory %s: %s", job_dir, exc)
+                continue
+            self._swept.discard(job_dir.name)
+            deleted += 1
+        if deleted:
+            self.log.info(
+                "Deleted %d job directories in %s done more than %g days ago ([agora] job_retention_days)",
+                deleted,
+                self._state_dir,
+                days,
+            )
+        return deleted
 
     def revoke_task(self, *, ti: TaskInstance) -> None:
         """Cancel the task's job, except one that waits in its backend's queue or has just started.
@@ -645,6 +688,50 @@ def _own_directory(path: Path) -> bool:
     except OSError:
         return False
     return stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid()
+
+
+def _done_before(job_dir: Path, cutoff: float) -> bool:
+    """A job's or a SLURM pilot's directory that the executor made, done, and unchanged since ``cutoff``."""
+    try:
+        if _latest_change(job_dir) >= cutoff:
+            return False
+    except OSError:  # gone meanwhile, or unreadable: not for deleting
+        return False
+    record = JobRecord.read(job_dir)
+    if record is not None:
+        if job_dir.name != job_key(record.dag_id, record.task_id, record.run_id, record.try_number, record.map_index):
+            return False
+        result = job_dir / "result.json"
+        return (job_dir / TRACED_MARK).exists() or (result.is_file() and result.stat().st_mtime < cutoff)
+    return job_dir.name.startswith("pilot-") and _pilot_done(job_dir)
+
+
+def _pilot_done(directory: Path) -> bool:
+    """A SLURM pilot whose every task exited, was skipped, or whose job directory is gone or traced."""
+    try:
+        manifest = json.loads((directory / "pilot.json").read_text())
+        if not str(manifest.get("format", "")).startswith("agora-slurm-pilot/"):
+            return False
+        tasks = [(int(task["index"]), Path(task["job_dir"])) for task in manifest["tasks"]]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return False
+    return all(
+        (directory / f"exit.{index}").exists()
+        or (directory / f"skipped.{index}").exists()
+        or not job_dir.exists()
+        or (job_dir / TRACED_MARK).exists()
+        for index, job_dir in tasks
+    )
+
+
+def _latest_change(directory: Path) -> float:
+    """The newest modification time of the directory and of what it holds (not following symlinks)."""
+    latest = os.lstat(directory).st_mtime
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            with contextlib.suppress(OSError):
+                latest = max(latest, entry.stat(follow_symlinks=False).st_mtime)
+    return latest
 
 
 def _mark_traced(job_dir: Path) -> None:

@@ -412,3 +412,65 @@ def test_the_sweep_traces_only_job_directories_the_executor_made(executor: Any, 
     assert not (elsewhere / "traced").exists() and not (forged / "traced").exists()
     with TraceStore(f"sqlite:///{tmp_path / 'traces.db'}") as store:
         assert {a.task_id for a in store.attempts(dag_id="unit")} == {"real"}
+
+
+def _age(path: Path, days: float) -> None:
+    """Set the modification time of ``path`` and of everything in it ``days`` back."""
+    import os
+
+    moment = time.time() - days * 86400
+    for entry in [*path.rglob("*"), path]:
+        os.utime(entry, (moment, moment), follow_symlinks=False)
+
+
+def test_job_directories_done_longer_than_the_retention_are_deleted_and_nothing_else(
+    executor: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agora_optimizer.executor.job_record import JobRecord
+
+    monkeypatch.setenv("AIRFLOW__AGORA__JOB_RETENTION_DAYS", "7")
+    state_dir = tmp_path / "jobs"
+    traced_long_ago = _ended_job(state_dir, "traced_long_ago", 0)
+    (traced_long_ago / "traced").touch()
+    untraced_long_ago = _ended_job(state_dir, "untraced_long_ago", 0)  # older than the sweep looks: done too
+    traced_lately = _ended_job(state_dir, "traced_lately", 0)
+    (traced_lately / "traced").touch()
+    running = state_dir / job_key("unit", "running", "r1", 1, -1)  # submitted long ago, no result yet
+    JobRecord("unit", "running", "r1", 1, -1, "local-small", "local", 1, MIB, "").write(running)
+    forged = _ended_job(state_dir, "forged", 0)
+    JobRecord("unit", "other", "r1", 1, -1, "local-small", "local", 1, MIB, "").write(forged)
+    (forged / "traced").touch()
+    elsewhere = _ended_job(tmp_path / "elsewhere", "elsewhere", 0)
+    (elsewhere / "traced").touch()
+    (state_dir / "pilot-linked").symlink_to(elsewhere)
+    pilot_done, pilot_running = state_dir / "pilot-done", state_dir / "pilot-running"
+    for pilot, job_dir in ((pilot_done, traced_long_ago), (pilot_running, running)):
+        pilot.mkdir()
+        tasks = [{"index": 0, "job_dir": str(job_dir)}]
+        (pilot / "pilot.json").write_text(json.dumps({"format": "agora-slurm-pilot/1", "tasks": tasks}))
+    (pilot_done / "exit.0").write_text("0\n")
+    spool = state_dir / ".trace-spool"
+    spool.mkdir()
+    for path in (traced_long_ago, untraced_long_ago, running, forged, elsewhere, pilot_done, pilot_running, spool):
+        _age(path, 8)
+    _age(traced_lately, 6)
+
+    assert executor.expire_job_dirs() == 3
+    kept = {path.name for path in state_dir.iterdir()}
+    assert kept == {traced_lately.name, running.name, forged.name, "pilot-linked", pilot_running.name, spool.name}
+    assert (elsewhere / "result.json").is_file()  # a symlink is not followed
+    monkeypatch.setenv("AIRFLOW__AGORA__JOB_RETENTION_DAYS", "0")  # keeps everything
+    _age(traced_lately, 30)
+    assert executor.expire_job_dirs() == 0 and traced_lately.is_dir()
+
+
+def test_the_sweep_forgets_the_directories_that_are_gone(executor: Any, tmp_path: Path) -> None:
+    import shutil
+
+    state_dir = tmp_path / "jobs"
+    done = [_ended_job(state_dir, f"done{i}", 0) for i in range(3)]
+    assert executor.sweep_finished_jobs() == 3
+    for job_dir in done[:2]:
+        shutil.rmtree(job_dir)
+    executor.sweep_finished_jobs()
+    assert executor._swept == {done[2].name}

@@ -225,3 +225,14 @@ def test_a_job_forked_from_the_warm_server_gets_no_scheduler_secret(tmp_path: Pa
     assert done.returncode == 0 and done.stdout.strip().splitlines()[-1] == "true", done.stderr[-2000:]
     seen = set(json.loads((tmp_path / "warm" / "environment.json").read_text()))
     assert "AGORA_KEPT" in seen and not set(SCHEDULER_SECRETS) & seen
+
+
+def test_a_long_lived_backend_keeps_only_the_newest_finished_statuses(tmp_path: Path) -> None:
+    backend = LocalBackend({"small": LocalPool("small", 1, 400 * MIB)}, warm=False, done_max=2)
+    ids = []
+    for name in ("first", "second", "third"):
+        ids.append(backend.submit(job(tmp_path, name, "pass")))
+        assert wait_all(backend, ids[-1:])[ids[-1]].succeeded
+    statuses = backend.status(ids)
+    assert statuses[ids[0]].phase == "lost" and "unknown" in statuses[ids[0]].reason  # forgotten, as by a restart
+    assert statuses[ids[1]].succeeded and statuses[ids[2]].succeeded

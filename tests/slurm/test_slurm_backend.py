@@ -489,3 +489,13 @@ def test_a_pilot_whose_submit_timed_out_cancels_no_other_users_job_of_its_name(
         backend.submit(spec)  # agora cancels the held pilot its sbatch may have made, by name: only its own
     monkeypatch.setattr(slurm.subprocess, "run", real_run)
     assert show_job(theirs)["JobState"] == "PENDING"
+
+
+def test_a_backend_that_forgot_a_job_directory_finds_it_again_from_slurm(tmp_path: Path, tracked: Tracked) -> None:
+    backend = SlurmBackend(remember_max=1)
+    first = tracked.submit(backend, job(tmp_path, "first", "raise SystemExit(3)"))
+    second = tracked.submit(backend, job(tmp_path, "second", "pass"))
+    assert len(backend._job_dirs) == 1  # bounded: the first job's directory is forgotten
+    statuses = wait_finished(backend, [first, second])
+    assert statuses[first].exit_code == 3 and statuses[second].succeeded
+    assert statuses[first].reason == "exited with code 3"  # the worker's own result, its directory found via WorkDir

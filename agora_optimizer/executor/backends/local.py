@@ -39,6 +39,7 @@ from pathlib import Path
 
 import psutil
 
+from agora_optimizer.executor.bounded import BoundedDict
 from agora_optimizer.executor.environment import is_scheduler_secret, job_environment
 from agora_optimizer.executor.jobs import BackendError, JobSpec, JobStatus, read_result
 from agora_optimizer.executor.state_files import open_log, write_private
@@ -46,6 +47,7 @@ from agora_optimizer.model.catalog import Resource
 
 KILL_GRACE_S = 15.0
 WORKER_MODULE = "agora_optimizer.executor.worker"
+DONE_MAX = 10_000  # finished jobs whose status a backend keeps for polls; the executor asks once
 # What the pool's fork server imports once: the main script (which multiprocessing would otherwise
 # run again in every worker it starts), then the fork_server module, which calls warm_up().
 FORK_PRELOAD = ["__main__", "agora_optimizer.executor.backends.fork_server"]
@@ -105,16 +107,18 @@ class LocalBackend:
 
     name = "local"
 
-    def __init__(self, pools: Mapping[str, LocalPool], *, warm: bool = True) -> None:
+    def __init__(self, pools: Mapping[str, LocalPool], *, warm: bool = True, done_max: int = DONE_MAX) -> None:
         """``warm``: start agora workers from a fork server that has Airflow imported (as the
-        LocalExecutor forks its workers), instead of a new interpreter per task."""
+        LocalExecutor forks its workers), instead of a new interpreter per task. ``done_max``:
+        how many finished jobs' statuses are kept for polls (the oldest are forgotten, and then
+        reported unknown, as to a restarted scheduler)."""
         self.pools = dict(pools)
         self.warm = warm
         self._lock = threading.RLock()
         self._pump: threading.Thread | None = None
         self._queue: list[tuple[JobSpec, datetime]] = []
         self._running: dict[str, _Running] = {}
-        self._done: dict[str, JobStatus] = {}
+        self._done: BoundedDict[str, JobStatus] = BoundedDict(done_max)
 
     def start_fork_server(self) -> None:
         """Start the fork server now, not at the first job: it loads Airflow for seconds, which the first

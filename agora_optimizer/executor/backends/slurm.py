@@ -85,6 +85,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from agora_optimizer.errors import FieldError
+from agora_optimizer.executor.bounded import BoundedDict
 from agora_optimizer.executor.environment import is_scheduler_secret, job_environment
 from agora_optimizer.executor.jobs import (
     OOM_EXIT_CODE,
@@ -126,6 +127,7 @@ APPEND_MARGIN_S = 1.0  # the gathering instance stops appending this long before
 ADOPTED_RELEASE_GRACE_S = 5.0  # another instance releases a held pilot this long after its window
 IDS_PER_CALL = 400  # squeue / sacct --jobs per command line
 CANCEL_EXIT = 143  # 128 + SIGTERM
+REMEMBER_MAX = 10_000  # job and pilot directories a backend remembers; the oldest are found again from SLURM
 
 # SLURM job states that are not final, as the executor sees them.
 _ACTIVE_PHASES: Mapping[str, JobPhase] = {
@@ -504,10 +506,13 @@ class SlurmBackend:
         command_timeout_s: float = 20.0,
         export: Sequence[str] = DEFAULT_EXPORT,
         submissions: SubmissionLog | None = None,
+        remember_max: int = REMEMBER_MAX,
     ) -> None:
         """``pilot_max_tasks`` of 0 or 1 turns pilots off; ``time_grace_s`` is added to a task's
         limit for SLURM's, so the worker's own limit ends the task first and writes its result;
-        ``submissions`` records the queue each job met and its wait (for the queue-wait model)."""
+        ``submissions`` records the queue each job met and its wait (for the queue-wait model);
+        ``remember_max`` bounds the job and pilot directories remembered (the oldest are forgotten
+        and found again from SLURM's WorkDir)."""
         checks: dict[str, tuple[float, bool, str]] = {
             "pilot_max_tasks": (pilot_max_tasks, pilot_max_tasks >= 0, "must be >= 0"),
             "pilot_window_s": (pilot_window_s, 0 <= pilot_window_s < math.inf, "must be >= 0 seconds"),
@@ -518,6 +523,7 @@ class SlurmBackend:
             ),
             "time_grace_s": (time_grace_s, 0 <= time_grace_s < math.inf, "must be >= 0 seconds"),
             "command_timeout_s": (command_timeout_s, 0 < command_timeout_s < math.inf, "must be > 0 seconds"),
+            "remember_max": (remember_max, remember_max >= 1, "must be >= 1"),
         }
         for name, (value, ok, rule) in checks.items():
             if not ok:
@@ -533,8 +539,8 @@ class SlurmBackend:
         self.command_timeout_s = command_timeout_s
         self.export = tuple(export)
         self.submissions = submissions
-        self._job_dirs: dict[str, Path] = {}  # external id -> job dir (submitted here, or adopted)
-        self._pilot_dirs: dict[str, Path] = {}  # SLURM id of a pilot -> its directory
+        self._job_dirs: BoundedDict[str, Path] = BoundedDict(remember_max)  # external id -> job dir
+        self._pilot_dirs: BoundedDict[str, Path] = BoundedDict(remember_max)  # SLURM id of a pilot -> its dir
         self._open: dict[str, _Pilot] = {}  # partition -> the pilot gathering its tasks
         self._capacity: dict[str, _Capacity] = {}
         self._unanswered: set[str] = set()  # job names whose sbatch timed out (the job may exist)
