@@ -134,8 +134,8 @@ def cost_lower_bound_usd(workflow: Workflow, catalog: Catalog, deadline_s: float
     tasks over ``vcpus`` and at least their byte-seconds over its memory. The cheapest
     fractional split of the tasks over the types under both (a linear programme, or the
     larger of the two per-dimension sums for very large workflows) bounds the cost of
-    the busy time. Every plan also leases at least one machine, which pays its boot time
-    and at least its billing minimum.
+    the busy time. Every plan of a workflow with tasks also leases at least one machine,
+    which pays its boot time and at least its billing minimum (with no tasks: no lease, 0).
 
     With a deadline D, a machine of type k is busy at most ``D - release_k - boot_k`` seconds
     (its tasks run within [release_k + boot_k, D]) and is billed at least
@@ -144,6 +144,8 @@ def cost_lower_bound_usd(workflow: Workflow, catalog: Catalog, deadline_s: float
     task slower than ``D_k - boot_k`` on type k cannot use k at all.
     """
     options = feasible_types(workflow, catalog)
+    if not workflow.tasks:
+        return 0.0  # no task, no lease: an empty workflow's plan (Airflow runs an empty DAG) costs nothing
     used = {r.name: r for rs in options.values() for r in rs}.values()
     one_lease = min(r.price_per_hour_usd / 3600.0 * r.boot_s for r in used)
     minimum = min(r.price_per_hour_usd / 3600.0 * max(r.billing.minimum_s, r.boot_s) for r in used)

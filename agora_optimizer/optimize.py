@@ -3,7 +3,8 @@
 It builds the :class:`~agora_optimizer.problem.Problem`, runs the engine portfolio
 within the time limit, and returns the best plan, or raises
 :class:`InfeasibleObjectiveError` with the best values reached when no plan meets the
-deadline or budget.
+deadline or budget. A workflow with no tasks (an Airflow DAG may have none, and runs to
+success) gets the empty plan from the portfolio: no assignments, makespan 0, cost 0, optimal.
 """
 
 from __future__ import annotations
@@ -101,7 +102,7 @@ def build_plan(
         catalog=catalog_label,
         objective=objective,
         makespan_s=makespan_s(items),
-        cost_usd=cost_usd(items, catalog),
+        cost_usd=float(cost_usd(items, catalog)),  # 0.0, not 0, when there is no lease
         assignments=tuple(items),
         solver=SolverInfo(
             method=method,
@@ -114,8 +115,10 @@ def build_plan(
 
 
 def default_plan(workflow: Workflow, catalog: Catalog, catalog_label: str) -> Plan | None:
-    """The one-type default as a plan (what most Airflow deployments run), or ``None``."""
+    """The one-type default as a plan (what most Airflow deployments run), or ``None`` (also for no tasks)."""
     started = time.perf_counter()
+    if not workflow.tasks:
+        return None
     assignments = one_type_default_assignments(workflow, catalog)
     if assignments is None:
         return None

@@ -130,3 +130,11 @@ def test_cost_bound_under_a_deadline_never_exceeds_the_exact_optimum(seed: int) 
         assert oracle is not None
         optimum_usd = oracle[0] * problem.bounds.cost_usd  # the score is cost over the bound
         assert problem.bounds.cost_usd <= optimum_usd * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("deadline_s", [None, 1.0])
+def test_a_workflow_with_no_tasks_has_bounds_of_zero(deadline_s: float | None) -> None:
+    """No task, no lease: the cost bound was min() of no resource types, a ValueError."""
+    catalog = _catalog(Resource("A", "local", vcpus=2, memory_gib=1, speed=1.0, price_per_hour_usd=1.0, boot_s=5))
+    assert makespan_lower_bound_s(_independent(0), catalog) == 0.0
+    assert cost_lower_bound_usd(_independent(0), catalog, deadline_s) == 0.0

@@ -224,3 +224,21 @@ def test_the_largest_deadline_and_budget_give_a_plan_every_command_reads(tmp_pat
     assert json.loads(out.read_text())["objective"]["deadline_s"] == 1e12
     assert _run(capsys, "validate", out, "-w", BLAST, "-c", AWS_CATALOG)[0] == 0
     assert _run(capsys, "gantt", out, "-o", tmp_path / "chart.svg")[0] == 0
+
+
+def test_a_workflow_with_no_tasks_gets_an_empty_plan_every_command_reads(tmp_path: Path, capsys) -> None:
+    """An empty workflow (Airflow runs an empty DAG to success) once ended in a traceback in the cost bound."""
+    workflow = write_json(tmp_path / "empty.json", wfformat_15([], name="empty"))
+    out = tmp_path / "plan.json"
+    code, stdout, stderr = _run(capsys, "optimize", workflow, "-c", AWS_CATALOG, "-o", out, "--json", *QUICK)
+    assert code == 0, stderr
+    summary = json.loads(stdout)
+    assert summary["tasks"] == 0 and summary["default"] is None and summary["solver"]["status"] == "optimal"
+    plan = json.loads(out.read_text())
+    assert plan["assignments"] == [] and plan["makespan_s"] == 0 and plan["cost_usd"] == 0
+    code, stdout, _ = _run(capsys, "validate", out, "-w", workflow, "-c", AWS_CATALOG)
+    assert code == 0 and "valid (0 tasks" in stdout
+    assert _run(capsys, "gantt", out, "-o", tmp_path / "chart.svg", "-w", workflow)[0] == 0
+    assert _run(capsys, "optimize", workflow, "-c", AWS_CATALOG, "-o", out, "--objective", "time", *QUICK)[0] == 0
+    assert _run(capsys, "pareto", workflow, "-c", AWS_CATALOG, "-o", tmp_path / "front.json", *QUICK)[0] == 0
+    assert [p["makespan_s"] for p in json.loads((tmp_path / "front.json").read_text())["points"]] == [0.0]

@@ -15,6 +15,7 @@ from agora_optimizer.io.wfformat import load_workflow
 from agora_optimizer.model import Objective, Plan, Workflow
 from agora_optimizer.model.plan import ObjectiveKind
 from agora_optimizer.optimize import default_plan, lower_bounds, optimize, score
+from agora_optimizer.problem import Bounds
 from agora_optimizer.validate import validate_plan
 from tests import spec_checker
 from tests.conftest import AWS_CATALOG, BUNDLED, resource, shared_instances, wfformat_15, write_json, write_yaml
@@ -194,3 +195,21 @@ def test_time_limit_bounds_the_wall_time_beyond_the_first_schedule() -> None:
     # around the search; the margin is for a CI machine running the other worker's tests beside it.
     assert elapsed <= 1.0 + 3 * one_schedule_s + 1.0
     assert validate_plan(plan, workflow, AWS) == []
+
+
+@pytest.mark.parametrize(
+    "objective", [Objective(), Objective(kind="cost", deadline_s=1.0, budget_usd=0.0)], ids=["plain", "limits"]
+)
+def test_a_workflow_with_no_tasks_gets_the_empty_plan(objective: Objective, tmp_path: Path) -> None:
+    """Airflow runs a DAG with no tasks to success; planning one ended in min() of nothing (a traceback)."""
+    path = write_json(tmp_path / "empty.json", wfformat_15([], name="empty"))
+    workflow = load_workflow(path)
+    assert workflow.tasks == ()
+    assert lower_bounds(workflow, AWS, objective.deadline_s) == lower_bounds(workflow, AWS) == Bounds(0.0, 0.0)
+    plan = optimize(workflow, AWS, objective, catalog_label=str(AWS_CATALOG), time_limit_s=5.0)
+    assert plan.assignments == () and plan.makespan_s == 0.0 and plan.cost_usd == 0.0
+    assert plan.solver.status == "optimal" and plan.solver.gap == 0.0  # nothing is faster or cheaper
+    assert validate_plan(plan, workflow, AWS) == []
+    plan_file = write_json(tmp_path / "plan.json", plan_to_dict(plan))
+    assert spec_checker.check_plan(json.loads(plan_file.read_text()), path, AWS_CATALOG) == []
+    assert default_plan(workflow, AWS, "aws") is None  # no default type for no tasks

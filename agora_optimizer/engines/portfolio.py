@@ -86,6 +86,9 @@ def run_portfolio(
         if (s.max_tasks is None or len(problem.workflow.tasks) <= s.max_tasks)
         and problem.objective.kind in s.objectives
     ]
+    if not problem.workflow.tasks:  # nothing to place: no plan is faster or cheaper, and every limit is met
+        empty = EngineResult((), "empty-workflow", status="optimal", gap=0.0, bound=0.0)
+        return Outcome(best=empty, results={empty.method: empty}, evaluated={empty.method: (0.0, 0.0)})
     deadline = time.perf_counter() + time_limit_s
     best: EngineResult | None = None
     best_key: tuple[float, float, float] | None = None

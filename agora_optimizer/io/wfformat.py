@@ -59,8 +59,7 @@ def load_workflow(path: str | Path, default_memory_bytes: int = DEFAULT_MEMORY_B
         raise workflow_node.fail("WfFormat before 1.4 ('jobs') is not supported; convert it with wfcommons first")
     else:
         raise workflow_node.fail("has neither 'specification' (WfFormat 1.5) nor 'tasks' (WfFormat 1.4)")
-    if not raw:
-        raise workflow_node.fail("has no tasks")
+    # No tasks is a workflow too (Airflow runs a DAG with none to success): its plan is the empty plan.
     tasks = _apply_memory_rule(raw, default_memory_bytes)
     edges = _edges(raw, sizes, source)
     return Workflow.create(Path(path).stem, tasks, edges, source=source)

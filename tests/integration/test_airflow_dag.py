@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from agora_optimizer.io.plan_file import load_plan
+from agora_optimizer.plans.store import PlanStore
 from agora_optimizer.traces.records import TaskAttempt
 from agora_optimizer.traces.store import TraceStore
 from tests.conftest import REPO
@@ -144,3 +146,27 @@ def test_a_declared_category_groups_tasks_and_a_bad_one_is_named(tmp_path: Path)
     categories = json.loads(line.removeprefix("CATEGORIES"))
     assert categories == {"fit_small": "train", "fit_large": "train", "report_3": "report"}
     assert result.returncode != 0 and "t.executor_config.agora.category" in result.stderr
+
+
+def test_a_dag_with_no_tasks_gets_the_empty_plan_and_it_can_be_put_in_force(tmp_path: Path) -> None:
+    """Airflow runs a DAG with no tasks to success; ``agora optimize airflow:ID`` on one ended in a traceback."""
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    (dags / "empty_dag.py").write_text(
+        "from airflow.sdk import DAG\n\nwith DAG(dag_id='agora_empty', schedule=None):\n    pass\n", encoding="utf-8"
+    )
+    out, plans = tmp_path / "plan.json", tmp_path / "plans"
+    result = _agora(
+        tmp_path, "optimize", "airflow:agora_empty", "--catalog", str(REPO / "catalogs" / "local.yaml"),
+        "--dag-folder", str(dags), "--store", f"sqlite:///{tmp_path / 'traces.db'}", "-o", str(out),
+        "--time-limit-s", "5", "--json", "--apply", "--plan-dir", str(plans),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    summary = json.loads(result.stdout[result.stdout.index("{\n") :])  # after the DagBag's log line, if any
+    assert summary["tasks"] == 0 and summary["solver"]["status"] == "optimal"
+    plan = load_plan(out)
+    assert plan.workflow == "agora_empty" and plan.assignments == ()
+    assert plan.makespan_s == 0.0 and plan.cost_usd == 0.0
+    stored = PlanStore(plans).current("agora_empty")
+    assert stored is not None and stored.plan == plan
