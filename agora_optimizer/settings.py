@@ -210,9 +210,10 @@ def agora_home() -> Path:
     return home
 
 
-def directory(key: str, default_name: str) -> Path:
-    """A directory setting: its value, or ``$AIRFLOW_HOME/agora/<default_name>``; created."""
+def directory(key: str, default_name: str, mode: int = 0o777) -> Path:
+    """A directory setting: its value, or ``$AIRFLOW_HOME/agora/<default_name>``; created (with ``mode``
+    less the umask, when it did not exist)."""
     value = get(key)
     path = Path(value).expanduser() if value else agora_home() / default_name
-    path.mkdir(parents=True, exist_ok=True)
+    path.mkdir(mode=mode, parents=True, exist_ok=True)
     return path

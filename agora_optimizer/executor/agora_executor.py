@@ -134,7 +134,7 @@ class AgoraExecutor(BaseExecutor):
         # Batch queue too); Airflow hands over up to this many so that no slot waits for a round trip.
         self.parallelism = max(1, int(settings.get_float("parallelism")))
         self._resources = load_resources(settings.get("catalog"))
-        self._state_dir = settings.directory("state_dir", "jobs")
+        self._state_dir = settings.directory("state_dir", "jobs", mode=0o700)  # private whatever the umask
         check_state_dir(self._state_dir)  # others able to write there could plant symlinks where jobs' files go
         self._start_local_pools()
         if settings.get_bool("airflow_pools"):

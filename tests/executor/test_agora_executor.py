@@ -397,6 +397,24 @@ def test_the_executor_refuses_to_start_on_a_state_dir_others_may_write(
     assert str(shared) in str(refused.value)
 
 
+def test_a_state_dir_the_executor_creates_is_private_whatever_the_umask(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+    import stat
+
+    from agora_optimizer.executor.agora_executor import AgoraExecutor
+
+    monkeypatch.setenv("AIRFLOW__AGORA__CATALOG", str(CATALOGS / "slurm-loopback.yaml"))
+    monkeypatch.setenv("AIRFLOW__AGORA__STATE_DIR", str(tmp_path / "new" / "jobs"))
+    old = os.umask(0o002)  # a group-writable default, as on many shared systems
+    try:
+        AgoraExecutor().start()  # would refuse the directory it had just made group-writable
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(tmp_path / "new" / "jobs").st_mode) == 0o700
+
+
 def test_the_sweep_traces_only_job_directories_the_executor_made(executor: Any, tmp_path: Path) -> None:
     from agora_optimizer.executor.job_record import JobRecord
     from agora_optimizer.traces.store import TraceStore
