@@ -39,8 +39,10 @@ def spool_dir() -> Path:
     """``STATE_DIR/.trace-spool`` of ``[agora] state_dir`` (created)."""
     from agora_optimizer import settings
 
-    path = settings.directory("state_dir", "jobs") / SPOOL_NAME
-    path.mkdir(parents=True, exist_ok=True)
+    # Private, as the executor makes it: a task process (any executor's) may create the state
+    # directory first, and the executor refuses one that others can write to.
+    path = settings.directory("state_dir", "jobs", mode=0o700) / SPOOL_NAME
+    path.mkdir(mode=0o700, exist_ok=True)
     return path
 
 

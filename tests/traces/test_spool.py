@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import stat
 from datetime import UTC, datetime
 from pathlib import Path
+
+import pytest
 
 from agora_optimizer.traces.records import TaskAttempt
 from agora_optimizer.traces.spool import merge, pending, replay, spool
@@ -57,3 +61,20 @@ def test_a_row_alone_in_the_spool_is_written_as_it_is_and_a_bad_file_is_kept_asi
         assert replay(store, spool_dir) == 1
         assert store.attempts() == [LISTENER]
     assert pending(spool_dir) == 0 and (spool_dir / "broken.listener.bad").exists()
+
+
+def test_a_task_process_that_creates_the_state_directory_leaves_it_private(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agora_optimizer.executor.state_files import check_state_dir
+    from agora_optimizer.traces.spool import spool_dir
+
+    state = tmp_path / "jobs"
+    monkeypatch.setenv("AIRFLOW__AGORA__STATE_DIR", str(state))
+    old = os.umask(0o002)  # a group-writable umask, as some sites run
+    try:
+        spool_dir()
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(state.stat().st_mode) == 0o700
+    check_state_dir(state)  # the executor, started later, accepts it
