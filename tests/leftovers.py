@@ -6,12 +6,14 @@ Airflow the tests start has its ``AIRFLOW_HOME`` there, moto runs there, the ago
 job directories are there. Under pytest-xdist each worker has a directory of its own
 (``.../popen-gw0``), so a worker sees its own processes only, not its neighbour's, nor another
 session's. The shared services (PostgreSQL, the SLURM and munge daemons, MariaDB), started once
-per machine by scripts, are never counted, whatever their environment.
+per machine by scripts, are never counted, whatever their environment; nor this process's own
+multiprocessing helpers (a forkserver the local backend's tests start), which end with it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from pathlib import Path
 
@@ -22,12 +24,20 @@ from agora_optimizer.integration import local_airflow
 SERVICES = frozenset({"postgres", "slurmctld", "slurmd", "slurmdbd", "slurmstepd", "munged", "mariadbd", "mysqld"})
 
 
+def _helper_of_ours(process: psutil.Process) -> bool:
+    """A multiprocessing forkserver or resource tracker of this process: it ends when this process does."""
+    command = process.cmdline()
+    if process.ppid() != os.getpid() or len(command) < 3 or command[1] != "-c":
+        return False
+    return command[2].startswith("from multiprocessing.")
+
+
 def processes_under(root: Path) -> list[psutil.Process]:
     """The live processes that name ``root`` (see ``local_airflow.processes_under``), services aside."""
     found = []
     for process in local_airflow.processes_under(root):
         with contextlib.suppress(psutil.Error):
-            if process.name() not in SERVICES:
+            if process.name() not in SERVICES and not _helper_of_ours(process):
                 found.append(process)
     return found
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -20,6 +22,8 @@ def started() -> Iterator[list[subprocess.Popen[str]]]:
     processes: list[subprocess.Popen[str]] = []
     yield processes
     for process in processes:
+        with contextlib.suppress(psutil.Error):
+            kill(psutil.Process(process.pid).children(recursive=True))
         process.kill()
         process.wait(10)
 
@@ -55,3 +59,15 @@ def test_a_process_naming_the_root_is_found_and_killed(
 def test_a_process_naming_another_root_is_not_ours(tmp_path: Path, started: list[subprocess.Popen[str]]) -> None:
     _start(started, [sys.executable, "-c", HOLD_FILE, str(tmp_path / "held.txt")])
     assert processes_under(tmp_path / "other") == []
+
+
+def test_a_multiprocessing_helper_of_this_process_is_not_a_leftover_but_one_of_a_child_is(
+    tmp_path: Path, started: list[subprocess.Popen[str]]
+) -> None:
+    """The forkserver and resource tracker that tests start in this process end with it."""
+    helper = "from multiprocessing.util import debug; import time; print('ready', flush=True); time.sleep(60)"
+    _start(started, [sys.executable, "-c", helper], cwd=tmp_path)
+    assert processes_under(tmp_path) == []
+    shell = f'{sys.executable} -c "{helper}" & wait'  # the same helper, of a process the tests started
+    child = _start(started, ["bash", "-c", shell], cwd=tmp_path)
+    assert sorted(p.ppid() for p in processes_under(tmp_path)) == sorted([os.getpid(), child])
