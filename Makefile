@@ -1,7 +1,11 @@
 # The few commands a developer types every day.
-.PHONY: demo test lint fmt types bench
+.PHONY: demo test test-fast lint fmt types bench
+# The tests that need nothing but Python: no Airflow, SLURM, PostgreSQL, moto, browser or Compose
+# (markers: pyproject.toml and tests/conftest.py, which sets most from the fixtures a test uses).
+FAST := not airflow and not slurm and not postgres and not moto and not browser and not docker
 demo:   ; bash scripts/demo.sh
 test:   ; bash scripts/test.sh
+test-fast: ; bash -c 'source scripts/bootstrap.sh && python -m pytest -q -n 2 --dist loadscope -m "$(FAST)"'
 lint:   ; .venv/bin/ruff check . && .venv/bin/ruff format --check .
 fmt:    ; .venv/bin/ruff format . && .venv/bin/ruff check --fix .
 types:  ; .venv/bin/mypy

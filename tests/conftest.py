@@ -58,6 +58,42 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return ServiceGroupScheduling(config, log)
 
 
+# What a test needs besides Python (``make test-fast`` runs the tests that need none of these),
+# beside pyproject.toml's ``airflow``. A test that uses a fixture of SERVICE_FIXTURES, directly or
+# through another fixture, gets its marker; tests that start a service without one carry the
+# marker in their module.
+SERVICE_MARKERS = {
+    "slurm": "needs the loopback SLURM cluster (scripts/start_slurm.sh)",
+    "postgres": "needs a PostgreSQL server (scripts/start_postgres.sh)",
+    "moto": "needs a moto server (the AWS stand-in)",
+    "browser": "drives a real browser (scripts/install_browser.sh)",
+    "docker": "needs a Compose client (scripts/install_compose.sh)",
+}
+SERVICE_FIXTURES = {
+    "slurm_cluster": "slurm",
+    "postgres_server": "postgres",
+    "moto": "moto",
+    "agora_ui": "airflow",
+    "compose": "docker",
+}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for marker, meaning in SERVICE_MARKERS.items():
+        config.addinivalue_line("markers", f"{marker}: {meaning}")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        used = set(getattr(item, "fixturenames", ()))
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and callspec.params.get("store_url") == "postgresql":
+            used.add("postgres_server")  # tests/traces/conftest.py: store_url asks for it by name
+        for fixture, marker in SERVICE_FIXTURES.items():
+            if fixture in used:
+                item.add_marker(marker)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def no_leftover_processes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """After the session's last test: no process the tests started still runs (see tests/leftovers.py).

@@ -27,9 +27,9 @@ SERVICES = frozenset({"postgres", "slurmctld", "slurmd", "slurmdbd", "slurmstepd
 def _helper_of_ours(process: psutil.Process) -> bool:
     """A multiprocessing forkserver or resource tracker of this process: it ends when this process does."""
     command = process.cmdline()
-    if process.ppid() != os.getpid() or len(command) < 3 or command[1] != "-c":
+    if process.ppid() != os.getpid() or "-c" not in command[:-1]:
         return False
-    return command[2].startswith("from multiprocessing.")
+    return command[command.index("-c") + 1].startswith("from multiprocessing.")  # after flags such as -B
 
 
 def processes_under(root: Path) -> list[psutil.Process]:

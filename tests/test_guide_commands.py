@@ -26,6 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
+
 from agora_optimizer.io.catalog_file import load_catalog
 from agora_optimizer.io.plan_file import load_plan
 from agora_optimizer.io.wfformat import load_workflow
@@ -441,6 +443,7 @@ def test_the_guide_points_to_what_exists() -> None:
     assert not missing, missing
 
 
+@pytest.mark.airflow  # runs the guide's airflow commands (and agora's, which load Airflow), about 100 s
 def test_a_reader_runs_every_command_of_the_guide_in_order(tmp_path: Path) -> None:
     shell = fresh_checkout(tmp_path)
     ran = []

@@ -66,7 +66,7 @@ def test_a_multiprocessing_helper_of_this_process_is_not_a_leftover_but_one_of_a
 ) -> None:
     """The forkserver and resource tracker that tests start in this process end with it."""
     helper = "from multiprocessing.util import debug; import time; print('ready', flush=True); time.sleep(60)"
-    _start(started, [sys.executable, "-c", helper], cwd=tmp_path)
+    _start(started, [sys.executable, "-B", "-c", helper], cwd=tmp_path)  # -B: as PYTHONDONTWRITEBYTECODE passes on
     assert processes_under(tmp_path) == []
     shell = f'{sys.executable} -c "{helper}" & wait'  # the same helper, of a process the tests started
     child = _start(started, ["bash", "-c", shell], cwd=tmp_path)

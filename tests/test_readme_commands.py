@@ -7,6 +7,8 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import REPO
 
 
@@ -17,6 +19,7 @@ def test_readme_names_the_two_commands() -> None:
     assert "exec bash scripts/test.sh" in (REPO / ".ci" / "run").read_text()
 
 
+@pytest.mark.airflow  # the demo runs the example DAG in a real Airflow
 def test_demo_optimizes_checks_draws_and_runs_the_example_dag_on_local_pools(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")} | {
         "OUT": str(tmp_path),

@@ -24,7 +24,7 @@ from agora_optimizer.integration.local_airflow import PASSWORD
 from tests.conftest import REPO
 from tests.ui.conftest import EXAMPLE, OTHER, AgoraUi
 
-pytestmark = pytest.mark.airflow
+pytestmark = [pytest.mark.airflow, pytest.mark.browser]
 
 CHROMIUM = Path("/usr/bin/chromium")
 
