@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -153,7 +154,9 @@ def optimize(
         if str(workflow).startswith("airflow:"):
             from agora_optimizer.integration.airflow_dag import predicted_dag_workflow
 
-            wf, origin = predicted_dag_workflow(str(workflow).removeprefix("airflow:"), cat, dag_folder, store, model)
+            dag_id = str(workflow).removeprefix("airflow:")
+            with _stdout_to_stderr():  # Airflow logs to stdout while it parses: stdout is the command's output
+                wf, origin = predicted_dag_workflow(dag_id, cat, dag_folder, store, model)
             err_console.print(f"agora: predictions: {origin}", markup=False, highlight=False)
         else:
             wf = load_workflow(workflow, default_memory_bytes=int(default_memory_gib * GIB))
@@ -181,6 +184,21 @@ def optimize(
         out_console.print_json(json.dumps(summary))
     else:
         _print_summary(summary)
+
+
+@contextmanager
+def _stdout_to_stderr() -> Iterator[None]:
+    """Send everything written to standard output (file descriptor 1, so loggers that hold the stream
+    too) to standard error meanwhile: ``--json`` output must be JSON alone."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def _with_predicted_queue_waits(catalog: Catalog, model_dir: Path, time_limit_s: float) -> Catalog:
