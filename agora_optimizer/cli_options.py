@@ -49,15 +49,17 @@ def ranged(option: str, text: str) -> str:
     return f"{text} {OPTION_RANGES[option]}"
 
 
-def check_option(option: str, value: float | None) -> None:
+def check_option(option: str, value: float | None, bounds: Range | None = None) -> None:
     """Refuse ``inf``, ``nan`` and values out of the option's range: an ``AgoraError`` naming it (exit code 2).
 
-    Checked here rather than by typer's ``min``/``max`` so that every number option fails the same
-    way, in one line, before anything is read or written.
+    Checked here rather than by typer's ``min``/``max`` (which lets ``nan`` through) so that every
+    number option fails the same way, in one line, before anything is read or written. ``bounds``
+    for an option whose name means something else in another command (``agora queue``'s
+    ``--time-limit-s`` is a SLURM job's, not the planner's).
     """
     if value is None:
         return
-    bounds = OPTION_RANGES[option]
+    bounds = bounds or OPTION_RANGES[option]
     above = value > bounds.minimum if bounds.open else value >= bounds.minimum
     if not (math.isfinite(value) and above and value <= bounds.maximum):
         raise AgoraError(f"option {option}: expected a number in {bounds}, got {value:g}")

@@ -8,12 +8,19 @@ from types import MappingProxyType
 from agora_optimizer.errors import AgoraError
 from agora_optimizer.io.documents import Node, read_document
 from agora_optimizer.model.catalog import BACKENDS, Billing, Catalog, Resource
-
-# Lower limits of the numbers that divide: beyond them a task's duration, a transfer or a
-# lease's billing steps overflow to infinity (e.g. speed 5e-324), and no real platform is there.
-MIN_SPEED = 1e-3  # a thousandth of the reference core
-MIN_BANDWIDTH_BYTES_PER_S = 1.0
-MIN_GRANULARITY_S = 1e-3
+from agora_optimizer.model.limits import (  # lower limits too: below them durations overflow to infinity
+    MAX_BANDWIDTH_BYTES_PER_S,
+    MAX_BILLING_S,
+    MAX_BOOT_S,
+    MAX_CORES,
+    MAX_COUNT,
+    MAX_MACHINE_MEMORY_GIB,
+    MAX_PRICE_PER_HOUR_USD,
+    MAX_SPEED,
+    MIN_BANDWIDTH_BYTES_PER_S,
+    MIN_GRANULARITY_S,
+    MIN_SPEED,
+)
 
 _KNOWN_KEYS = {
     "name",
@@ -38,7 +45,11 @@ def load_catalog(path: str | Path) -> Catalog:
         )
     root = Node(read_document(path), source)
     root.mapping()
-    bandwidth = root.get("network").get("bandwidth_bytes_per_s").number(minimum=MIN_BANDWIDTH_BYTES_PER_S, maximum=1e13)
+    bandwidth = (
+        root.get("network")
+        .get("bandwidth_bytes_per_s")
+        .number(minimum=MIN_BANDWIDTH_BYTES_PER_S, maximum=MAX_BANDWIDTH_BYTES_PER_S)
+    )
     resources: list[Resource] = []
     for item in root.get("resources").items():
         resource = _resource(item)
@@ -63,15 +74,15 @@ def _resource(item: Node) -> Resource:
     return Resource(
         name=name,
         backend=backend,
-        vcpus=item.get("vcpus").integer(minimum=1, maximum=4096),
-        memory_gib=item.get("memory_gib").number(strictly_positive=True, maximum=65536),
-        speed=item.get("speed").number(minimum=MIN_SPEED, maximum=1000),
-        price_per_hour_usd=item.get("price_per_hour_usd").number(maximum=10000),
-        count=None if count is None else count.integer(minimum=1, maximum=1_000_000),
+        vcpus=item.get("vcpus").integer(minimum=1, maximum=MAX_CORES),
+        memory_gib=item.get("memory_gib").number(strictly_positive=True, maximum=MAX_MACHINE_MEMORY_GIB),
+        speed=item.get("speed").number(minimum=MIN_SPEED, maximum=MAX_SPEED),
+        price_per_hour_usd=item.get("price_per_hour_usd").number(maximum=MAX_PRICE_PER_HOUR_USD),
+        count=None if count is None else count.integer(minimum=1, maximum=MAX_COUNT),
         billing=Billing(
-            granularity_s=billing.get("granularity_s", 1).number(minimum=MIN_GRANULARITY_S, maximum=31 * 86400),
-            minimum_s=billing.get("minimum_s", 0).number(maximum=31 * 86400),
+            granularity_s=billing.get("granularity_s", 1).number(minimum=MIN_GRANULARITY_S, maximum=MAX_BILLING_S),
+            minimum_s=billing.get("minimum_s", 0).number(maximum=MAX_BILLING_S),
         ),
-        boot_s=item.get("boot_s", 0).number(maximum=86400),
+        boot_s=item.get("boot_s", 0).number(maximum=MAX_BOOT_S),
         extra=MappingProxyType({k: v for k, v in item.mapping().items() if k not in _KNOWN_KEYS}),
     )

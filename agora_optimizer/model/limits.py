@@ -15,3 +15,14 @@ MAX_MACHINE_MEMORY_GIB = 65536.0  # one machine's memory (and the memory reserve
 MAX_TIME_S = 1e12  # any instant or duration of a plan (deadline, start, end, makespan); 1e8 s at speed 0.001 is 1e11
 MAX_USD = 1e12  # any amount of money (budget, cost)
 MAX_PLANNING_S = 86400.0  # a planning run's wall-time limit
+
+# A catalog's resource types (section 2 of the spec).
+MAX_SPEED = 1000.0  # per-core speed relative to the reference core
+MIN_SPEED = 1e-3  # a thousandth of the reference core: below it durations overflow to infinity
+MAX_PRICE_PER_HOUR_USD = 10_000.0
+MAX_COUNT = 1_000_000  # machines of one type at once
+MAX_BILLING_S = 31 * 86400.0  # a billing granularity or minimum: a month
+MIN_GRANULARITY_S = 1e-3
+MAX_BOOT_S = 86400.0
+MIN_BANDWIDTH_BYTES_PER_S = 1.0
+MAX_BANDWIDTH_BYTES_PER_S = 1e13

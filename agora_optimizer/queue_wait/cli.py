@@ -20,7 +20,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from agora_optimizer.cli_options import Range, check_option
 from agora_optimizer.model.catalog import GIB
+from agora_optimizer.model.limits import MAX_MACHINE_MEMORY_GIB, MAX_RUNTIME_S
 
 queue_app = typer.Typer(
     help="HPC queue wait: read a SLURM queue, record jobs' waits, train and ask the wait model.",
@@ -44,11 +46,19 @@ StoreOpt = Annotated[
 ]
 PartitionOpt = Annotated[str, typer.Option("--partition", "-p", help="The SLURM partition.")]
 CoresOpt = Annotated[int, typer.Option("--cores", min=1, max=100_000, help="Cores the job asks for.")]
-MemOpt = Annotated[float, typer.Option("--mem-gib", min=0.0, max=1e6, help="Memory the job asks for (GiB).")]
+# A SLURM job's request: the ranges of agora_optimizer.model.limits, checked by check_option (one line, nan refused).
+JOB_RANGES = {"--mem-gib": Range(0.0, MAX_MACHINE_MEMORY_GIB), "--time-limit-s": Range(1.0, MAX_RUNTIME_S)}
+MemOpt = Annotated[float, typer.Option("--mem-gib", help=f"Memory the job asks for (GiB) {JOB_RANGES['--mem-gib']}.")]
 TimeOpt = Annotated[
-    float | None, typer.Option("--time-limit-s", min=1.0, max=1e8, help="The job's time limit [default: unlimited].")
+    float | None,
+    typer.Option("--time-limit-s", help=f"The job's time limit {JOB_RANGES['--time-limit-s']} [default: unlimited]."),
 ]
 MethodOpt = Annotated[Method, typer.Option("--method", help="How to read squeue: --json, --Format, or auto.")]
+
+
+def _check_job(mem_gib: float, time_limit_s: float | None) -> None:
+    check_option("--mem-gib", mem_gib, JOB_RANGES["--mem-gib"])
+    check_option("--time-limit-s", time_limit_s, JOB_RANGES["--time-limit-s"])
 
 
 @contextmanager
@@ -128,6 +138,7 @@ def record(
     from agora_optimizer.queue_wait.recorder import QueueWaitStore, masked_url, record_submission
 
     with _errors():
+        _check_job(mem_gib, time_limit_s)
         db = QueueWaitStore(store)
         features = record_submission(
             db, job_id, partition, cores, int(mem_gib * GIB), time_limit_s, method=method.value
@@ -201,6 +212,7 @@ def predict(
     from agora_optimizer.queue_wait.snapshot import read_snapshot
 
     with _errors():
+        _check_job(mem_gib, time_limit_s)
         directory = model or default_model_dir()
         if model is None and not directory.exists():
             warnings.warn(f"no queue-wait model in {directory}: no data, so the wait is taken as 0 s", stacklevel=1)

@@ -15,11 +15,11 @@ from datetime import UTC, datetime
 from typing import Literal, get_args
 
 from agora_optimizer.errors import AgoraError
+from agora_optimizer.model.limits import MAX_CORES, MAX_RUNTIME_S, MAX_SPEED
 
 AttemptState = Literal["success", "failed", "oom_killed", "cancelled", "lost"]
 ATTEMPT_STATES: tuple[AttemptState, ...] = get_args(AttemptState)
 
-MAX_RUNTIME_S = 1e8
 MAX_BYTES = 2**60
 
 
@@ -105,8 +105,8 @@ class TaskAttempt:
             ("input_bytes", MAX_BYTES),
             ("output_bytes", MAX_BYTES),
             ("requested_memory_bytes", MAX_BYTES),
-            ("requested_cores", 4096),
-            ("speed", 1e6),
+            ("requested_cores", MAX_CORES),
+            ("speed", MAX_SPEED),
         ):
             value = getattr(self, name)
             if value is None:

@@ -85,3 +85,17 @@ def test_errors_are_one_line_and_exit_code_2(tmp_path: Path) -> None:
                                         "(train one with 'agora queue train')"]  # fmt: skip
     code, _, err = invoke("train", "--store", f"sqlite:///{tmp_path}/x/../../no/such/dir/\0.db", "--out", str(tmp_path))
     assert code == 2 and err.startswith("agora: error: queue-wait store")
+
+
+@pytest.mark.parametrize("option", ["--mem-gib", "--time-limit-s"])
+@pytest.mark.parametrize("value", ["nan", "inf", "-1", "1e13"])
+def test_a_number_out_of_range_is_one_line_naming_the_option(option: str, value: str, tmp_path: Path) -> None:
+    """``nan`` passed typer's own min/max, and then failed as a traceback (int(nan))."""
+    values = {"--mem-gib": "1", "--time-limit-s": "60"} | {option: value}
+    args = [arg for name, number in values.items() for arg in (name, number)]
+    for command in (["predict", "--model", str(tmp_path)], ["record", "--job-id", "1", "--store", "sqlite://"]):
+        code, _, err = invoke(*command, "-p", "debug", "--cores", "1", *args)
+        assert code == 2, err
+        (line,) = err.strip().splitlines()
+        assert line.startswith(f"agora: error: option {option}: expected a number in "), line
+        assert line.endswith(f"got {float(value):g}"), line
