@@ -21,6 +21,11 @@ raises: a backend error is retried with capped exponential backoff, and only aft
 ``[agora] submit_retries`` attempts (or ``backend_outage_s`` of failed status polls) does
 the task fail, with the backend's message.
 
+Each job's life is the pure state machine of :mod:`~agora_optimizer.executor.lifecycle`: the
+executor feeds it events (a submit came back, a poll answered, Airflow revoked the task) and
+carries out the actions it returns in one place (:meth:`AgoraExecutor._carry_out`). Its
+settings are read once, when it starts (:class:`ExecutorConfig`).
+
 The job's external id, ``agora|<backend>|<resource>|<id>``, is stored in Airflow as the
 task's ``external_executor_id``; a restarted scheduler adopts running jobs from it
 (:meth:`AgoraExecutor.try_adopt_task_instances`) instead of losing or duplicating them.
@@ -36,13 +41,14 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import logging
 import os
 import shutil
 import stat
 import sys
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -51,9 +57,40 @@ from airflow.executors.base_executor import BaseExecutor, get_execution_api_serv
 
 from agora_optimizer import settings
 from agora_optimizer.errors import AgoraError
+from agora_optimizer.executor.backends.base import Backend
+from agora_optimizer.executor.backends.registry import make_backend
 from agora_optimizer.executor.environment import job_environment
 from agora_optimizer.executor.job_record import JobRecord, executor_attempt
-from agora_optimizer.executor.jobs import Backend, BackendError, JobSpec, JobStatus, job_key, read_result
+from agora_optimizer.executor.jobs import BackendError, JobSpec, JobStatus, job_key, read_result
+from agora_optimizer.executor.lifecycle import (
+    ID_PREFIX,
+    Accepted,
+    Action,
+    Adopted,
+    Cancel,
+    Event,
+    Forget,
+    Heartbeat,
+    Job,
+    LifecycleConfig,
+    Log,
+    Now,
+    PollFailed,
+    RefuseRevoke,
+    RenewToken,
+    Report,
+    ReportQueued,
+    Revoked,
+    StatusPolled,
+    Submit,
+    SubmitFailed,
+    Submitted,
+    TokenRenewed,
+    WriteRecord,
+    format_external_id,
+    parse_external_id,
+    transition,
+)
 from agora_optimizer.executor.placement import Placement, placement_from_config
 from agora_optimizer.executor.remote_files import CONTAINER_JOB_ROOT, job_urls, split_s3_url
 from agora_optimizer.executor.resources import load_resources
@@ -71,7 +108,7 @@ if TYPE_CHECKING:
 
     from agora_optimizer.traces.store import TraceStore
 
-ID_PREFIX = "agora"
+__all__ = ["ID_PREFIX", "AgoraExecutor", "ExecutorConfig", "format_external_id", "make_backend", "parse_external_id"]
 
 
 SWEEP_INTERVAL_S = 20.0  # how often finished jobs nobody watched are traced (and not before the first adoption)
@@ -80,32 +117,43 @@ SWEEP_BATCH = 200  # at most this many traced per sweep: the scheduler's loop mu
 EXPIRE_INTERVAL_S = 3600.0  # how often job directories older than [agora] job_retention_days are deleted
 TRACED_MARK = "traced"
 REPLAY_INTERVAL_S = 5.0  # how often rows spooled while the trace store was down are written again
+_LOG_LEVELS = {"info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 
 
-@dataclass
-class _Job:
-    """A workload the executor is responsible for: waiting to be submitted, or submitted."""
+@dataclass(frozen=True)
+class ExecutorConfig:
+    """The executor's ``[agora]`` settings (and Airflow's ``task_queued_timeout``), read once when it starts."""
 
-    key: TaskInstanceKey
-    spec: JobSpec
-    record: JobRecord
-    workload: workloads.ExecuteTask | None  # None once adopted (the token is no longer ours to renew)
-    external_id: str = ""
-    attempts: int = 0
-    next_try_at: float = 0.0
-    token_at: float = field(default_factory=time.monotonic)
-    last_reason: str = ""
-    phase: str = ""  # the backend's last answer: pending (in its queue), running, or "" (not polled yet)
-    submitted_at: float = field(default_factory=time.monotonic)
-    queued_at: datetime | None = None  # when the backend says the job entered its queue
-    running_since: float | None = None  # monotonic time of the first poll that saw it running
+    parallelism: int = 256
+    catalog: str = ""
+    default_resource: str = ""
+    aws_s3_prefix: str = ""
+    airflow_pools: bool = True
+    job_retention_days: float = 7.0
+    lifecycle: LifecycleConfig = field(default_factory=LifecycleConfig)
 
-    def queue_wait_s(self) -> float:
-        """How long the job has waited in its backend's queue (by the backend's clock where it says)."""
-        if self.queued_at is not None:
-            queued_at = self.queued_at if self.queued_at.tzinfo else self.queued_at.replace(tzinfo=UTC)
-            return max(0.0, (datetime.now(UTC) - queued_at).total_seconds())
-        return time.monotonic() - self.submitted_at
+    @classmethod
+    def from_settings(cls, task_queued_timeout_s: float) -> ExecutorConfig:
+        return cls(
+            parallelism=max(1, int(settings.get_float("parallelism"))),
+            catalog=settings.get("catalog"),
+            default_resource=settings.get("default_resource"),
+            aws_s3_prefix=settings.get("aws_s3_prefix"),
+            airflow_pools=settings.get_bool("airflow_pools"),
+            job_retention_days=settings.get_float("job_retention_days"),
+            lifecycle=LifecycleConfig(
+                submit_retries=int(settings.get_float("submit_retries")),
+                backoff_max_s=settings.get_float("backoff_max_s"),
+                backend_outage_s=settings.get_float("backend_outage_s"),
+                backend_queue_timeout_s=settings.get_float("backend_queue_timeout_s"),
+                token_refresh_s=settings.get_float("token_refresh_s"),
+                task_queued_timeout_s=task_queued_timeout_s,
+            ),
+        )
+
+
+def _now() -> Now:
+    return Now(time.monotonic(), datetime.now(UTC))
 
 
 class AgoraExecutor(BaseExecutor):
@@ -116,7 +164,8 @@ class AgoraExecutor(BaseExecutor):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._jobs: dict[TaskInstanceKey, _Job] = {}
+        self.config = ExecutorConfig()  # read from [agora] by start()
+        self._jobs: dict[Hashable, Job] = {}  # by TaskInstanceKey; a job leaves it only by a Forget action
         self._backends: dict[str, Backend] = {}
         self._resources: dict[str, Resource] = {}
         self._outage_since: dict[str, float] = {}
@@ -130,14 +179,15 @@ class AgoraExecutor(BaseExecutor):
     # -- lifecycle -----------------------------------------------------------------------------
 
     def start(self) -> None:
+        self.config = ExecutorConfig.from_settings(self._task_queued_timeout_s())
         # Capacity is the backends' to enforce (a local pool queues what does not fit, SLURM and
         # Batch queue too); Airflow hands over up to this many so that no slot waits for a round trip.
-        self.parallelism = max(1, int(settings.get_float("parallelism")))
-        self._resources = load_resources(settings.get("catalog"))
+        self.parallelism = self.config.parallelism
+        self._resources = load_resources(self.config.catalog)
         self._state_dir = settings.directory("state_dir", "jobs", mode=0o700)  # private whatever the umask
         check_state_dir(self._state_dir)  # others able to write there could plant symlinks where jobs' files go
         self._start_local_pools()
-        if settings.get_bool("airflow_pools"):
+        if self.config.airflow_pools:
             try:
                 ensure_pools(self._resources.values())
             except Exception:  # tasks then wait in Airflow for a pool that is missing, which its UI shows
@@ -154,19 +204,15 @@ class AgoraExecutor(BaseExecutor):
         if not any(resource.backend == "local" for resource in self._resources.values()):
             return
         try:
-            start = getattr(self._backend("local"), "start_fork_server", None)
-            if start is not None:
-                start()
+            self._backend("local").start()
         except Exception:  # the first local task starts it (or reports what is wrong) instead
             self.log.exception("Could not start the local pools' fork server ahead of the first task")
 
     def end(self) -> None:
         """Stop tracking. Submitted jobs keep running; the next scheduler adopts them."""
         for backend in self._backends.values():
-            flush = getattr(backend, "flush", None)  # a SLURM pilot still gathering tasks is submitted now
-            if flush is not None:
-                with contextlib.suppress(Exception):
-                    flush(force=True)
+            with contextlib.suppress(Exception):
+                backend.flush(force=True)  # a SLURM pilot still gathering tasks is submitted now
         self.sync()
         self._poll_queue_waits(force=True, close=True)
         if self._trace_store is not None:
@@ -199,8 +245,7 @@ class AgoraExecutor(BaseExecutor):
             except OSError as exc:  # e.g. ENOSPC: raised here it would stop the scheduler's loop
                 self._finish_unsubmitted(key, workload, _unwritable(workload, self._state_dir, exc))
                 continue
-            self._jobs[key] = job
-            self._submit(job)
+            self._feed(job, Accepted())
 
     def sync(self) -> None:
         """Submit what is due, poll every backend, report what ended. Never raises."""
@@ -220,11 +265,9 @@ class AgoraExecutor(BaseExecutor):
     def _poll_queue_waits(self, *, force: bool = False, close: bool = False) -> None:
         """SLURM: store the recorded jobs' waits when due, also while no job is polled (it costs nothing when not)."""
         for backend in self._backends.values():
-            submissions = getattr(backend, "submissions", None)
-            if submissions is not None:
-                submissions.poll(force=force)
-                if close:
-                    submissions.close()
+            backend.poll_queue_waits(force=force)
+            if close:
+                backend.close()
 
     def sweep_finished_jobs(self, max_age_s: float = SWEEP_MAX_AGE_S) -> int:
         """Trace the jobs that ended while no executor watched them; returns how many.
@@ -286,7 +329,7 @@ class AgoraExecutor(BaseExecutor):
         the sweep looks), and a SLURM pilot's whose tasks are all done or gone; nothing in either
         changed within the retention. 0 days keeps everything.
         """
-        days = settings.get_float("job_retention_days") if retention_days is None else retention_days
+        days = self.config.job_retention_days if retention_days is None else retention_days
         if days <= 0 or not self._state_dir.is_dir():
             return 0
         cutoff = time.time() - days * 86400.0
@@ -323,29 +366,17 @@ class AgoraExecutor(BaseExecutor):
         is how an executor tells the scheduler that it does not revoke (the scheduler skips its
         stuck tasks for this round); a waiting job's token is renewed (``[agora] token_refresh_s``).
         """
-        kept = self._jobs.get(ti.key)
-        why = self._why_not_stuck(kept) if kept is not None and kept.external_id else ""
-        if kept is not None and why:
-            self.log.info(
-                "Not revoking %s: %s job %s %s", kept.record.label, kept.record.backend, kept.external_id, why
-            )
-            raise NotImplementedError(f"{kept.record.label} {why}")
-        job = self._jobs.pop(ti.key, None)
+        job = self._jobs.get(ti.key)
+        if job is not None:
+            status = None
+            if job.external_id:
+                with contextlib.suppress(Exception):  # no answer: judge by the last poll
+                    status = self._backend(job.record.backend).status([job.external_id]).get(job.external_id)
+            refused = [action for action in self._feed(job, Revoked(status)) if isinstance(action, RefuseRevoke)]
+            if refused:
+                raise NotImplementedError(refused[0].reason)
         self.queued_tasks.pop(ti.key, None)
         self.running.discard(ti.key)
-        if job is not None and job.external_id:
-            with contextlib.suppress(Exception):
-                self._backend(job.record.backend).cancel(job.external_id)
-            self.log.warning(
-                "Revoked %s (%s job %s, last seen %s): Airflow found its task QUEUED longer than "
-                "[scheduler] task_queued_timeout, and the job was neither waiting in %s's queue (within "
-                "[agora] backend_queue_timeout_s) nor just started",
-                job.record.label,
-                job.record.backend,
-                job.external_id,
-                job.phase or "not yet polled",
-                job.record.resource,
-            )
 
     def try_adopt_task_instances(self, tis: Sequence[TaskInstance]) -> Sequence[TaskInstance]:
         not_adopted: list[TaskInstance] = []
@@ -370,14 +401,13 @@ class AgoraExecutor(BaseExecutor):
                 command=(),
                 job_dir=job_dir,
             )
-            self._jobs[ti.key] = _Job(ti.key, spec, record, None, external_id=external_id, attempts=1)
             self.running.add(ti.key)
-            self.log.info("Adopted %s: %s job %s", record.label, backend_name, external_id)
+            self._feed(Job(ti.key, spec, record), Adopted(external_id))
         return not_adopted
 
     # -- inside: building and submitting jobs --------------------------------------------------
 
-    def _job_for(self, workload: workloads.ExecuteTask) -> _Job:
+    def _job_for(self, workload: workloads.ExecuteTask) -> Job:
         ti = workload.ti
         label = f"{ti.dag_id}.{ti.task_id}"
         placement = placement_from_config(ti.executor_config, label) or self._default_placement(label)
@@ -401,6 +431,7 @@ class AgoraExecutor(BaseExecutor):
             cores=placement.cores,
             memory_bytes=placement.memory_bytes,
         )
+        s3_prefix = _s3_prefix(resource, label, self.config.aws_s3_prefix)
         spec = JobSpec(
             key=key,
             label=record.label,
@@ -408,14 +439,14 @@ class AgoraExecutor(BaseExecutor):
             cores=placement.cores,
             memory_bytes=placement.memory_bytes,
             time_limit_s=placement.time_limit_s,
-            command=tuple(worker_command(resource, placement, job_dir, s3_prefix=_s3_prefix(resource, label))),
+            command=tuple(worker_command(resource, placement, job_dir, s3_prefix=s3_prefix)),
             job_dir=job_dir,
             options=dict(resource.extra),
             environment=self._worker_environment(),
         )
         write_private(spec.workload_path, workload.model_dump_json())
         record.write(job_dir)
-        return _Job(workload.ti.key, spec, record, workload)
+        return Job(workload.ti.key, spec, record, workload)
 
     def _job_dir(self, dag_id: str, task_id: str, run_id: str, try_number: int, map_index: int) -> Path:
         """The one place an attempt's job directory is named: ``STATE_DIR/<job_key>`` (the key is also
@@ -423,7 +454,7 @@ class AgoraExecutor(BaseExecutor):
         return self._state_dir / job_key(dag_id, task_id, run_id, try_number, map_index)
 
     def _default_placement(self, label: str) -> Placement:
-        name = settings.get("default_resource")
+        name = self.config.default_resource
         resource = self._resources.get(name)
         if resource is None:
             raise AgoraError(
@@ -447,38 +478,6 @@ class AgoraExecutor(BaseExecutor):
         passed["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"] = get_execution_api_server_url(self.conf)
         return passed
 
-    def _submit(self, job: _Job) -> None:
-        job.attempts += 1
-        try:
-            external_id = self._backend(job.record.backend).submit(job.spec)
-        except BackendError as exc:
-            self._submit_failed(job, exc)
-            return
-        except AgoraError as exc:
-            self._submit_failed(job, BackendError(job.record.backend, str(exc), transient=False))
-            return
-        job.external_id = external_id
-        job.submitted_at = time.monotonic()
-        job.record = replace(job.record, external_id=external_id)
-        job.record.write(job.spec.job_dir)
-        full_id = format_external_id(job.record.backend, job.record.resource, external_id)
-        self.change_state(job.key, _queued_state(), full_id, remove_running=False)
-        self.log.info("Submitted %s to %s as %s", job.record.label, job.record.resource, full_id)
-
-    def _submit_failed(self, job: _Job, exc: BackendError) -> None:
-        retries = int(settings.get_float("submit_retries"))
-        job.last_reason = exc.reason
-        if exc.transient and job.attempts < retries:
-            delay = min(settings.get_float("backoff_max_s"), 2.0 ** (job.attempts - 1))
-            job.next_try_at = time.monotonic() + delay
-            self.log.warning(
-                "Submitting %s failed (%s); retry %d/%d in %.0f s", job.record.label, exc, job.attempts, retries, delay
-            )
-            return
-        why = f"{exc} (after {job.attempts} attempts)" if exc.transient else str(exc)
-        self._jobs.pop(job.key, None)
-        self._report(job, JobStatus("finished", exit_code=1, reason=f"agora could not submit: {why}"))
-
     def _finish_unsubmitted(self, key: TaskInstanceKey, workload: workloads.ExecuteTask, reason: str) -> None:
         self.log.error("%s", reason)
         ti = workload.ti
@@ -486,31 +485,77 @@ class AgoraExecutor(BaseExecutor):
         self._write_trace(record, JobStatus("finished", exit_code=1, reason=reason))
         self.fail(key, reason)
 
+    # -- inside: the state machine -------------------------------------------------------------
+
+    def _feed(self, job: Job, event: Event) -> list[Action]:
+        """Move ``job`` by ``event`` (:func:`~agora_optimizer.executor.lifecycle.transition`), keep its
+        next version in the table, and carry out what the transition says; returns those actions."""
+        job, actions = transition(job, event, _now(), self.config.lifecycle)
+        if job.state != "done":
+            self._jobs[job.key] = job
+        self._carry_out(actions)
+        return actions
+
+    def _carry_out(self, actions: Sequence[Action]) -> None:
+        """The one place the executor acts on what the state machine decided."""
+        for action in actions:
+            if isinstance(action, Submit):
+                self._submit(self._jobs[action.key])
+            elif isinstance(action, WriteRecord):
+                action.record.write(action.spec.job_dir)
+            elif isinstance(action, ReportQueued):
+                self.change_state(action.key, _queued_state(), action.full_external_id, remove_running=False)  # type: ignore[arg-type]
+            elif isinstance(action, Cancel):
+                with contextlib.suppress(Exception):
+                    self._backend(action.backend).cancel(action.external_id)
+            elif isinstance(action, RenewToken):
+                self._renew_token(self._jobs[action.key])
+            elif isinstance(action, Report):
+                self._report(action.job, action.status)
+            elif isinstance(action, Log):
+                self.log.log(_LOG_LEVELS[action.level], "%s", action.message)
+            elif isinstance(action, Forget):
+                self._jobs.pop(action.key, None)
+            elif isinstance(action, RefuseRevoke):
+                pass  # revoke_task raises it to the scheduler
+            else:  # pragma: no cover - every action of the lifecycle is handled above
+                raise AgoraError(f"AgoraExecutor cannot carry out {action!r}")
+
+    def _submit(self, job: Job) -> None:
+        try:
+            external_id = self._backend(job.record.backend).submit(job.spec)
+        except BackendError as exc:
+            self._feed(job, SubmitFailed(str(exc), exc.reason, exc.transient))
+            return
+        except AgoraError as exc:
+            refused = BackendError(job.record.backend, str(exc), transient=False)
+            self._feed(job, SubmitFailed(str(refused), refused.reason, transient=False))
+            return
+        self._feed(job, Submitted(external_id))
+
     # -- inside: polling -----------------------------------------------------------------------
 
     def _sync(self) -> None:
-        now = time.monotonic()
         for job in list(self._jobs.values()):
-            if not job.external_id and now >= job.next_try_at:
-                self._submit(job)
-        by_backend: dict[str, list[_Job]] = {}
+            if job.state == "pending_submit":
+                self._feed(job, Heartbeat())
+        by_backend: dict[str, list[Job]] = {}
         for job in self._jobs.values():
             if job.external_id:
                 by_backend.setdefault(job.record.backend, []).append(job)
         for backend_name, jobs in by_backend.items():
             self._poll(backend_name, jobs)
 
-    def _poll(self, backend_name: str, jobs: list[_Job]) -> None:
+    def _poll(self, backend_name: str, jobs: list[Job]) -> None:
         try:
             statuses = self._backend(backend_name).status([job.external_id for job in jobs])
         except (BackendError, AgoraError) as exc:
             since = self._outage_since.setdefault(backend_name, time.monotonic())
             down_s = time.monotonic() - since
             self.log.warning("Cannot poll %s for %d jobs (%s); down for %.0f s", backend_name, len(jobs), exc, down_s)
-            if down_s > settings.get_float("backend_outage_s"):
-                for job in jobs:
-                    self._jobs.pop(job.key, None)
-                    self._report(job, JobStatus("lost", reason=f"{backend_name} unreachable for {down_s:.0f} s: {exc}"))
+            for job in jobs:
+                self._feed(job, PollFailed(str(exc), down_s))
+            if down_s > self.config.lifecycle.backend_outage_s:  # its jobs are lost: the next outage starts anew
                 self._outage_since.pop(backend_name, None)
             return
         self._outage_since.pop(backend_name, None)
@@ -518,92 +563,38 @@ class AgoraExecutor(BaseExecutor):
             status = statuses.get(job.external_id) or JobStatus(
                 "lost", reason=f"{backend_name} did not report job {job.external_id}"
             )
-            self._note(job, status)
-            if status.phase in ("finished", "lost"):
-                self._jobs.pop(job.key, None)
-                self._report(job, status)
-            elif status.phase == "pending" and not self._cancel_if_waited_too_long(job, status):
-                self._renew_token(job)
+            self._feed(job, StatusPolled(status))
 
-    def _why_not_stuck(self, job: _Job) -> str:
-        """Why a job whose task Airflow sees QUEUED too long is not stuck, from the backend's answer now."""
-        with contextlib.suppress(Exception):  # no answer: judge by the last poll
-            status = self._backend(job.record.backend).status([job.external_id]).get(job.external_id)
-            if status is not None:
-                self._note(job, status)
-        if job.phase == "pending":
-            waited_s, limit_s = job.queue_wait_s(), settings.get_float("backend_queue_timeout_s")
-            if waited_s <= limit_s:  # the wait _cancel_if_waited_too_long allows
-                return (
-                    f"waits in {job.record.resource}'s queue ({job.last_reason or 'pending'}) for {waited_s:.0f} s; "
-                    f"[agora] backend_queue_timeout_s ({limit_s:.0f} s) bounds that wait, not task_queued_timeout"
-                )
-        if job.phase == "running" and job.running_since is not None:
-            grace_s = self._task_queued_timeout_s()
-            running_s = time.monotonic() - job.running_since
-            if running_s < grace_s:
-                return f"started on {job.record.resource} {running_s:.0f} s ago; its task has yet to report to Airflow"
-        return ""
-
-    def _note(self, job: _Job, status: JobStatus) -> None:
-        """Keep what a poll said about a job that is still on its backend."""
-        job.phase = status.phase
-        job.last_reason = status.reason or job.last_reason
-        job.queued_at = status.queued_at or job.queued_at
-        if status.phase == "running" and job.running_since is None:
-            job.running_since = time.monotonic()
-
-    def _cancel_if_waited_too_long(self, job: _Job, status: JobStatus) -> bool:
-        """Cancel a job pending longer than ``[agora] backend_queue_timeout_s`` and fail its task with why."""
-        limit_s = settings.get_float("backend_queue_timeout_s")
-        waited_s = job.queue_wait_s()
-        if waited_s <= limit_s:
-            return False
-        with contextlib.suppress(Exception):
-            self._backend(job.record.backend).cancel(job.external_id)
-        self._jobs.pop(job.key, None)
-        reason = (
-            f"cancelled by agora after waiting {waited_s:.0f} s in {job.record.resource}'s queue "
-            f"({status.reason or 'pending'}), over [agora] backend_queue_timeout_s = {limit_s:.0f} s"
-        )
-        self._report(job, replace(status, phase="finished", exit_code=143, reason=reason))
-        return True
-
-    def _renew_token(self, job: _Job) -> None:
+    def _renew_token(self, job: Job) -> None:
         """Give a job that still waits in a queue a fresh token, so that it outlives the wait."""
-        if job.workload is None or time.monotonic() - job.token_at < self._token_refresh_s():
+        if job.workload is None:
             return
         token = job.workload.generate_token(str(job.workload.ti.id), self.jwt_generator)
-        job.workload = job.workload.model_copy(update={"token": token})
-        write_private(job.spec.workload_path, job.workload.model_dump_json())
-        publish = getattr(self._backend(job.record.backend), "publish_workload", None)
-        if publish is not None:  # a backend whose jobs cannot read the job dir (AWS) passes it on
-            try:
-                publish(job.spec)
-            except AgoraError as exc:
-                self.log.warning(
-                    "Cannot pass %s its renewed token (%s); trying again at the next poll", job.record.label, exc
-                )
-                return
-        job.token_at = time.monotonic()
-
-    def _token_refresh_s(self) -> float:
-        """``[agora] token_refresh_s``, but well within a token's life (``[scheduler] task_queued_timeout``)."""
-        return min(settings.get_float("token_refresh_s"), self._task_queued_timeout_s() / 3)
+        workload = job.workload.model_copy(update={"token": token})
+        write_private(job.spec.workload_path, workload.model_dump_json())
+        try:  # a backend whose jobs cannot read the job dir (AWS) passes it on
+            self._backend(job.record.backend).publish_workload(job.spec)
+        except AgoraError as exc:
+            self.log.warning(
+                "Cannot pass %s its renewed token (%s); trying again at the next poll", job.record.label, exc
+            )
+            self._feed(job, TokenRenewed(workload, published=False))
+            return
+        self._feed(job, TokenRenewed(workload, published=True))
 
     def _task_queued_timeout_s(self) -> float:
         return float(self.conf.get("scheduler", "task_queued_timeout", fallback="600") or 600)
 
-    def _report(self, job: _Job, status: JobStatus) -> None:
+    def _report(self, job: Job, status: JobStatus) -> None:
         self._write_trace(job.record, status)
         if status.succeeded:
-            self.success(job.key, format_external_id(job.record.backend, job.record.resource, job.external_id))
+            self.success(job.key, job.full_external_id)  # type: ignore[arg-type]
             return
         reason = status.reason or f"exit code {status.exit_code}"
         what = "out of memory" if status.oom_killed else ("lost" if status.phase == "lost" else "failed")
         message = f"agora: {job.record.label} on {job.record.resource or '?'} {what}: {reason}"
         self.log.error("%s", message)
-        self.fail(job.key, message)
+        self.fail(job.key, message)  # type: ignore[arg-type]
 
     def _write_trace(self, record: JobRecord, status: JobStatus) -> None:
         try:
@@ -651,6 +642,8 @@ class AgoraExecutor(BaseExecutor):
 
     # -- inside: backends ----------------------------------------------------------------------
 
+    # -- inside: backends ----------------------------------------------------------------------
+
     def _backend(self, name: str) -> Backend:
         if name not in self._backends:
             self._backends[name] = make_backend(name, self._resources)
@@ -661,11 +654,8 @@ class AgoraExecutor(BaseExecutor):
             backend = self._backend(backend_name)
         except AgoraError:
             return False
-        adopt = getattr(backend, "adopt", None)
-        if adopt is None:
-            return True
         try:
-            return bool(adopt(external_id, job_dir, resource))
+            return bool(backend.adopt(external_id, job_dir, resource))
         except Exception:
             self.log.exception("Adopting %s job %s failed", backend_name, external_id)
             return False
@@ -744,18 +734,6 @@ def _queued_state() -> Any:
     return TaskInstanceState.QUEUED
 
 
-def format_external_id(backend: str, resource: str, external_id: str) -> str:
-    return f"{ID_PREFIX}|{backend}|{resource}|{external_id}"
-
-
-def parse_external_id(value: str) -> tuple[str, str, str] | None:
-    """``(backend, resource, id)`` of an id this executor wrote, None for anything else."""
-    parts = value.split("|", 3)
-    if len(parts) != 4 or parts[0] != ID_PREFIX or not all(parts[1:]):
-        return None
-    return parts[1], parts[2], parts[3]
-
-
 def worker_command(resource: Resource, placement: Placement, job_dir: Path, *, s3_prefix: str = "") -> list[str]:
     """The agora worker with the placement's limits.
 
@@ -778,11 +756,10 @@ def worker_command(resource: Resource, placement: Placement, job_dir: Path, *, s
     return command
 
 
-def _s3_prefix(resource: Resource, label: str) -> str:
+def _s3_prefix(resource: Resource, label: str, prefix: str) -> str:
     """``[agora] aws_s3_prefix`` for a task on an AWS resource (required there); '' elsewhere."""
     if resource.backend != "aws":
         return ""
-    prefix = settings.get("aws_s3_prefix")
     if not prefix:
         raise AgoraError(
             f"task {label}: resource {resource.name} runs on AWS Batch, whose jobs get their workload and return "
@@ -790,29 +767,3 @@ def _s3_prefix(resource: Resource, label: str) -> str:
         )
     split_s3_url(prefix, what=f"task {label}: [agora] aws_s3_prefix")
     return prefix
-
-
-def make_backend(name: str, resources: Mapping[str, Resource]) -> Backend:
-    """The backend for one kind, configured from the catalog and ``[agora]``."""
-    mine = [resource for resource in resources.values() if resource.backend == name]
-    if name == "local":
-        from agora_optimizer.executor.backends.local import LocalBackend, LocalPool
-
-        return LocalBackend({resource.name: LocalPool.from_resource(resource) for resource in mine})
-    if name == "slurm":
-        from agora_optimizer.executor.backends.slurm import SlurmBackend
-        from agora_optimizer.queue_wait.submissions import SubmissionLog
-
-        record = settings.get_bool("slurm_record_queue_waits")
-        return SlurmBackend(
-            pilot_max_tasks=int(settings.get_float("slurm_pilot_max_tasks")),
-            pilot_window_s=settings.get_float("slurm_pilot_window_s"),
-            submissions=SubmissionLog(settings.get("queue_wait_store_url") or None) if record else None,
-        )
-    if name == "aws":
-        from agora_optimizer.executor.backends.aws_batch import AwsBatchBackend
-
-        return AwsBatchBackend.from_airflow(
-            settings.get("aws_conn_id"), settings.get("aws_job_definition"), s3_prefix=settings.get("aws_s3_prefix")
-        )
-    raise AgoraError(f"unknown backend {name!r}")

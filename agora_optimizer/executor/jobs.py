@@ -3,11 +3,11 @@
 A backend (local pools, SLURM, AWS Batch) knows nothing of Airflow: it runs a
 :class:`JobSpec` (a command with cores, memory and a time limit on one catalog
 resource) and reports :class:`JobStatus` by the external id it returned from
-``submit``. The command is always the agora worker (:mod:`agora_optimizer.executor.worker`),
-which runs the Airflow task, enforces the memory limit and writes a result file; the
-backends that share a file system with the scheduler (local, SLURM) read that file, and
-on AWS Batch the worker uploads it to S3, where the backend reads it beside Batch's own
-job record.
+``submit`` (:class:`~agora_optimizer.executor.backends.base.Backend`). The command is
+always the agora worker (:mod:`agora_optimizer.executor.worker`), which runs the Airflow
+task, enforces the memory limit and writes a result file; the backends that share a file
+system with the scheduler (local, SLURM) read that file, and on AWS Batch the worker
+uploads it to S3, where the backend reads it beside Batch's own job record.
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from types import MappingProxyType
-from typing import Literal, Protocol
+from typing import Literal
 
 from agora_optimizer.errors import AgoraError
 from agora_optimizer.executor.state_files import write_private
@@ -97,24 +97,6 @@ class JobStatus:
     def succeeded(self) -> bool:
         """The job ran to its end and exited 0 (the Airflow task may still have failed)."""
         return self.phase == "finished" and self.exit_code == 0 and not self.oom_killed
-
-
-class Backend(Protocol):
-    """The three calls the executor makes. Only ``submit`` and ``status`` may raise BackendError."""
-
-    name: str
-
-    def submit(self, job: JobSpec) -> str:
-        """Start (or queue) the job; return its external id, unique within this backend."""
-        ...
-
-    def status(self, external_ids: Sequence[str]) -> Mapping[str, JobStatus]:
-        """The status of each id; an id the backend no longer knows maps to phase ``lost``."""
-        ...
-
-    def cancel(self, external_id: str) -> None:
-        """Stop the job if it still runs; never raises."""
-        ...
 
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")

@@ -394,13 +394,15 @@ def test_the_executor_passes_an_aws_task_its_workload_and_result_through_s3(
 def test_an_aws_task_without_an_s3_prefix_fails_naming_the_setting_and_the_task(
     aws_executor: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from dataclasses import replace
+
     from airflow.utils.state import TaskInstanceState
 
     from agora_optimizer.executor.agora_executor import worker_command
     from agora_optimizer.executor.placement import Placement
     from agora_optimizer.model.catalog import Resource
 
-    monkeypatch.setenv("AIRFLOW__AGORA__AWS_S3_PREFIX", "")
+    aws_executor.config = replace(aws_executor.config, aws_s3_prefix="")  # read at start
     item = workload("t")
     aws_executor.queued_tasks[item.ti.key] = item
     aws_executor._process_workloads([item])
@@ -408,7 +410,7 @@ def test_an_aws_task_without_an_s3_prefix_fails_naming_the_setting_and_the_task(
     assert state == TaskInstanceState.FAILED
     assert info.startswith("task unit.t: resource c5.large runs on AWS Batch") and "set [agora] aws_s3_prefix" in info
 
-    monkeypatch.setenv("AIRFLOW__AGORA__AWS_S3_PREFIX", "agora-jobs/agora/")
+    aws_executor.config = replace(aws_executor.config, aws_s3_prefix="agora-jobs/agora/")
     item = workload("u")
     aws_executor._process_workloads([item])
     state, info = aws_executor.get_event_buffer()[item.ti.key]

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from agora_optimizer.executor.backends.base import Backend
 from agora_optimizer.executor.backends.local import LocalBackend, LocalPool
 from agora_optimizer.executor.jobs import BackendError, JobSpec, JobStatus, job_key
 from tests.conftest import CATALOGS
@@ -24,7 +25,7 @@ MIB = 2**20
 KEY = job_key("unit", "t", "r1", 1, -1)  # the key of the attempt most tests submit
 
 
-class Flaky:
+class Flaky(Backend):
     """LocalBackend, but the first ``submit_failures`` submits and ``status_failures`` polls fail."""
 
     name = "local"
@@ -57,6 +58,13 @@ class Flaky:
     def cancel(self, external_id: str) -> None:
         self.cancelled.append(external_id)
         self.inner.cancel(external_id)
+
+
+def reconfigure(executor: Any, **lifecycle: float) -> None:
+    """Change the executor's lifecycle settings, which it reads once, at start (as a restart would)."""
+    from dataclasses import replace
+
+    executor.config = replace(executor.config, lifecycle=replace(executor.config.lifecycle, **lifecycle))
 
 
 def workload(task_id: str, placement: dict[str, Any] | None, tmp_path: Path) -> Any:
@@ -152,8 +160,8 @@ def test_a_throttled_submit_is_retried_and_the_job_then_runs(
     record = json.loads((tmp_path / "jobs" / KEY / "job.json").read_text())
     assert record["external_id"] == KEY and record["resource"] == "local-small"
     assert json.loads((tmp_path / "jobs" / KEY / "workload.json").read_text())["ti"]["task_id"] == "t"
-    monkeypatch.setenv("AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT", "0")  # stuck, by Airflow's measure: revoked
-    monkeypatch.setenv("AIRFLOW__AGORA__BACKEND_QUEUE_TIMEOUT_S", "0")  # (were it still pending in its pool)
+    reconfigure(executor, task_queued_timeout_s=0)  # stuck, by Airflow's measure: revoked
+    reconfigure(executor, backend_queue_timeout_s=0)  # (were it still pending in its pool)
     executor.revoke_task(ti=item.ti)
     assert backend.cancelled == [KEY]
 
@@ -200,7 +208,7 @@ def test_a_backend_down_longer_than_the_outage_limit_fails_its_jobs(
 ) -> None:
     from airflow.utils.state import TaskInstanceState
 
-    monkeypatch.setenv("AIRFLOW__AGORA__BACKEND_OUTAGE_S", "1")
+    reconfigure(executor, backend_outage_s=1)
     backend = Flaky(LocalBackend({"local-small": LocalPool("local-small", 1, 4 * 2**30)}), status_failures=10**6)
     item = workload("t", placement(), tmp_path)
     state, info = run_with(executor, backend, [item], timeout_s=30)[item.ti.key]
@@ -225,7 +233,7 @@ def test_sync_survives_a_backend_that_raises_anything(executor: Any, tmp_path: P
 def test_a_job_waiting_in_a_queue_gets_a_fresh_token(
     executor: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("AIRFLOW__AGORA__TOKEN_REFRESH_S", "0")
+    reconfigure(executor, token_refresh_s=0)
     inner = LocalBackend({"local-small": LocalPool("local-small", 1, 4 * 2**30)})
     blocker = JobSpec(
         "blocker",
@@ -248,8 +256,7 @@ def test_a_job_waiting_in_a_queue_gets_a_fresh_token(
     token = json.loads(path.read_text())["token"]
     assert token != "first" and token.count(".") == 2  # a signed JWT from Airflow's generator
     inner.cancel("blocker")  # the job may start now: neither its wait nor its start keeps it any more
-    monkeypatch.setenv("AIRFLOW__AGORA__BACKEND_QUEUE_TIMEOUT_S", "0")
-    monkeypatch.setenv("AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT", "0")
+    reconfigure(executor, backend_queue_timeout_s=0, task_queued_timeout_s=0)
     executor.revoke_task(ti=item.ti)
 
 
@@ -275,7 +282,7 @@ def test_a_job_waiting_in_its_queue_is_not_revoked_for_airflows_queued_timeout(
         with pytest.raises(NotImplementedError, match=r"unit\.t run r1 try 1 waits in local-small's queue"):
             executor.revoke_task(ti=item.ti)
         assert backend.cancelled == [] and item.ti.key in executor.running  # kept, with its place in the queue
-        monkeypatch.setenv("AIRFLOW__AGORA__BACKEND_QUEUE_TIMEOUT_S", "0")
+        reconfigure(executor, backend_queue_timeout_s=0)
         executor.revoke_task(ti=item.ti)  # past agora's own limit the scheduler may revoke it as usual
         assert backend.cancelled == [KEY] and item.ti.key not in executor.running
     finally:
@@ -288,14 +295,14 @@ def test_a_job_that_has_just_started_is_not_revoked_until_its_task_had_time_to_r
     backend, inner, item = _pending_behind_a_blocker(executor, tmp_path)
     inner.cancel("blocker")  # the pool frees up: the job starts at the next poll
     deadline = time.monotonic() + 20
-    while executor._jobs[item.ti.key].phase != "running" and time.monotonic() < deadline:
+    while executor._jobs[item.ti.key].state != "running" and time.monotonic() < deadline:
         executor.sync()
         time.sleep(0.1)
     # The scheduler's stuck check may come between the job's start and its task's first report.
     with pytest.raises(NotImplementedError, match=r"started on local-small \d+ s ago"):
         executor.revoke_task(ti=item.ti)
     assert backend.cancelled == []
-    monkeypatch.setenv("AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT", "0")  # a job running that long is stuck
+    reconfigure(executor, task_queued_timeout_s=0)  # a job running that long is stuck
     executor.revoke_task(ti=item.ti)
     assert backend.cancelled == [KEY]
 
@@ -309,7 +316,7 @@ def test_a_job_that_waits_in_its_queue_past_the_limit_is_cancelled_and_fails_wit
 
     backend, inner, item = _pending_behind_a_blocker(executor, tmp_path)
     try:
-        monkeypatch.setenv("AIRFLOW__AGORA__BACKEND_QUEUE_TIMEOUT_S", "0.5")
+        reconfigure(executor, backend_queue_timeout_s=0.5)
         time.sleep(0.6)
         executor.sync()
         state, info = executor.get_event_buffer()[item.ti.key]
@@ -444,9 +451,11 @@ def _age(path: Path, days: float) -> None:
 def test_job_directories_done_longer_than_the_retention_are_deleted_and_nothing_else(
     executor: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from dataclasses import replace
+
     from agora_optimizer.executor.job_record import JobRecord
 
-    monkeypatch.setenv("AIRFLOW__AGORA__JOB_RETENTION_DAYS", "7")
+    executor.config = replace(executor.config, job_retention_days=7)
     state_dir = tmp_path / "jobs"
     traced_long_ago = _ended_job(state_dir, "traced_long_ago", 0)
     (traced_long_ago / "traced").touch()
@@ -477,7 +486,7 @@ def test_job_directories_done_longer_than_the_retention_are_deleted_and_nothing_
     kept = {path.name for path in state_dir.iterdir()}
     assert kept == {traced_lately.name, running.name, forged.name, "pilot-linked", pilot_running.name, spool.name}
     assert (elsewhere / "result.json").is_file()  # a symlink is not followed
-    monkeypatch.setenv("AIRFLOW__AGORA__JOB_RETENTION_DAYS", "0")  # keeps everything
+    executor.config = replace(executor.config, job_retention_days=0)  # keeps everything
     _age(traced_lately, 30)
     assert executor.expire_job_dirs() == 0 and traced_lately.is_dir()
 

@@ -47,6 +47,7 @@ from botocore.exceptions import (
 )
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
+from agora_optimizer.executor.backends.base import Backend
 from agora_optimizer.executor.environment import job_environment
 from agora_optimizer.executor.jobs import BackendError, JobPhase, JobResult, JobSpec, JobStatus, read_result
 from agora_optimizer.executor.remote_files import RemoteFileNotFound, RemoteFiles, job_urls
@@ -381,7 +382,7 @@ class Infrastructure:
 
 
 @dataclass(eq=False)
-class AwsBatchBackend:
+class AwsBatchBackend(Backend):
     """Runs jobs on AWS Batch. Only ``submit`` and ``status`` raise (:class:`BackendError`).
 
     ``session`` is a boto3 session (default: boto3's default chain); ``region_name`` and

@@ -39,6 +39,7 @@ from pathlib import Path
 
 import psutil
 
+from agora_optimizer.executor.backends.base import Backend
 from agora_optimizer.executor.bounded import BoundedDict
 from agora_optimizer.executor.environment import is_scheduler_secret, job_environment
 from agora_optimizer.executor.jobs import BackendError, JobSpec, JobStatus, read_result
@@ -102,7 +103,7 @@ class _Running:
     cancel_at: float | None = None
 
 
-class LocalBackend:
+class LocalBackend(Backend):
     """Runs jobs as local subprocesses within the capacity of their pool."""
 
     name = "local"
@@ -127,7 +128,10 @@ class LocalBackend:
             fork_context()
             multiprocessing.forkserver.ensure_running()
 
-    # -- the Backend protocol ------------------------------------------------------------------
+    def start(self) -> None:
+        self.start_fork_server()
+
+    # -- the Backend calls ---------------------------------------------------------------------
 
     def submit(self, job: JobSpec) -> str:
         with self._lock:

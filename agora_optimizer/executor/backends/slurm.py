@@ -85,6 +85,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from agora_optimizer.errors import FieldError
+from agora_optimizer.executor.backends.base import Backend
 from agora_optimizer.executor.bounded import BoundedDict
 from agora_optimizer.executor.environment import is_scheduler_secret, job_environment
 from agora_optimizer.executor.jobs import (
@@ -490,7 +491,7 @@ class _NoAnswer(BackendError):
 # -- the backend -----------------------------------------------------------------------------
 
 
-class SlurmBackend:
+class SlurmBackend(Backend):
     """Runs jobs as SLURM batch jobs, one each or packed into pilots; see the module's docstring."""
 
     name = BACKEND
@@ -546,7 +547,7 @@ class SlurmBackend:
         self._unanswered: set[str] = set()  # job names whose sbatch timed out (the job may exist)
         self._lock = threading.RLock()
 
-    # -- the Backend protocol ------------------------------------------------------------------
+    # -- the Backend calls ---------------------------------------------------------------------
 
     def submit(self, job: JobSpec) -> str:
         partition = job.options.get("partition")
@@ -669,6 +670,15 @@ class SlurmBackend:
             for pilot in list(self._open.values()):
                 if force or now >= pilot.release_at:
                     self._close(pilot)
+
+    def poll_queue_waits(self, *, force: bool = False) -> None:
+        """Store the recorded jobs' waits when due, also while no job is polled (it costs nothing when not)."""
+        if self.submissions is not None:
+            self.submissions.poll(force=force)
+
+    def close(self) -> None:
+        if self.submissions is not None:
+            self.submissions.close()
 
     def adopt(self, external_id: str, job_dir: Path, resource: str | None = None) -> bool:
         """Remember ``job_dir`` for an id another instance submitted (optional: status also finds

@@ -1,0 +1,53 @@
+"""The base class every backend derives from: three calls it must make, and optional hooks.
+
+A backend (local pools, SLURM, AWS Batch) runs a :class:`~agora_optimizer.executor.jobs.JobSpec`
+and reports :class:`~agora_optimizer.executor.jobs.JobStatus` by the external id ``submit``
+returned. The executor calls every hook below on every backend: a backend that has nothing to
+do for one keeps the no-op default, so the executor never asks whether a backend "has" a call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from agora_optimizer.executor.jobs import JobSpec, JobStatus
+
+
+class Backend:
+    """The calls the executor makes. Only ``submit`` and ``status`` may raise BackendError."""
+
+    name: str = ""
+
+    def submit(self, job: JobSpec) -> str:
+        """Start (or queue) the job; return its external id, unique within this backend."""
+        raise NotImplementedError(f"backend {self.name!r} does not implement submit")
+
+    def status(self, external_ids: Sequence[str]) -> Mapping[str, JobStatus]:
+        """The status of each id; an id the backend no longer knows maps to phase ``lost``."""
+        raise NotImplementedError(f"backend {self.name!r} does not implement status")
+
+    def cancel(self, external_id: str) -> None:
+        """Stop the job if it still runs; never raises."""
+        raise NotImplementedError(f"backend {self.name!r} does not implement cancel")
+
+    # -- optional hooks: no-ops unless a backend has something to do -----------------------------
+
+    def start(self) -> None:
+        """Get ready ahead of the first job (the local pools start their fork server)."""
+
+    def flush(self, *, force: bool = False) -> None:
+        """Submit what is still being gathered (a SLURM pilot); ``force``: now, not when its window ends."""
+
+    def poll_queue_waits(self, *, force: bool = False) -> None:
+        """Record the queue waits of the jobs that started (SLURM's submission log), when due or ``force``."""
+
+    def close(self) -> None:
+        """Release what the backend holds open (a database connection); its jobs keep running."""
+
+    def publish_workload(self, job: JobSpec) -> None:
+        """Pass a rewritten ``workload.json`` (a renewed token) to a job that cannot read the job directory."""
+
+    def adopt(self, external_id: str, job_dir: Path, resource: str) -> bool:
+        """Take over a job an earlier scheduler submitted; False if it cannot be watched from here."""
+        return True

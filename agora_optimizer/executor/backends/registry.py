@@ -1,0 +1,77 @@
+"""Which backend runs the resources of each kind: a registry of factories, by backend name.
+
+The catalog names a backend per resource (``local``, ``slurm``, ``aws``); the executor asks
+:func:`make_backend` for it the first time one of its jobs needs it. The three built-in
+factories read their ``[agora]`` settings when they make their backend; a test (or a site)
+registers its own factory under a name with :func:`register_backend`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from agora_optimizer import settings
+from agora_optimizer.errors import AgoraError
+from agora_optimizer.executor.backends.base import Backend
+from agora_optimizer.model.catalog import Resource
+
+BackendFactory = Callable[[Mapping[str, Resource]], Backend]
+"""Makes a backend for the catalog's resources of its kind (by name)."""
+
+
+def _local(resources: Mapping[str, Resource]) -> Backend:
+    from agora_optimizer.executor.backends.local import LocalBackend, LocalPool
+
+    return LocalBackend({resource.name: LocalPool.from_resource(resource) for resource in resources.values()})
+
+
+def _slurm(resources: Mapping[str, Resource]) -> Backend:
+    from agora_optimizer.executor.backends.slurm import SlurmBackend
+    from agora_optimizer.queue_wait.submissions import SubmissionLog
+
+    record = settings.get_bool("slurm_record_queue_waits")
+    return SlurmBackend(
+        pilot_max_tasks=int(settings.get_float("slurm_pilot_max_tasks")),
+        pilot_window_s=settings.get_float("slurm_pilot_window_s"),
+        submissions=SubmissionLog(settings.get("queue_wait_store_url") or None) if record else None,
+    )
+
+
+def _aws(resources: Mapping[str, Resource]) -> Backend:
+    from agora_optimizer.executor.backends.aws_batch import AwsBatchBackend
+
+    return AwsBatchBackend.from_airflow(
+        settings.get("aws_conn_id"), settings.get("aws_job_definition"), s3_prefix=settings.get("aws_s3_prefix")
+    )
+
+
+_FACTORIES: dict[str, BackendFactory] = {"local": _local, "slurm": _slurm, "aws": _aws}
+
+
+def register_backend(name: str, factory: BackendFactory) -> BackendFactory | None:
+    """Make the backend ``name`` with ``factory`` from now on; returns the factory it replaces (to restore)."""
+    if not name:
+        raise AgoraError("register_backend: a backend needs a name")
+    previous = _FACTORIES.get(name)
+    _FACTORIES[name] = factory
+    return previous
+
+
+def unregister_backend(name: str, previous: BackendFactory | None = None) -> None:
+    """Undo :func:`register_backend`: restore ``previous``, or forget the name."""
+    if previous is None:
+        _FACTORIES.pop(name, None)
+    else:
+        _FACTORIES[name] = previous
+
+
+def registered_backends() -> tuple[str, ...]:
+    return tuple(sorted(_FACTORIES))
+
+
+def make_backend(name: str, resources: Mapping[str, Resource]) -> Backend:
+    """The backend ``name`` for the catalog's resources of that kind (the others are not passed)."""
+    factory = _FACTORIES.get(name)
+    if factory is None:
+        raise AgoraError(f"unknown backend {name!r} (registered: {', '.join(registered_backends())})")
+    return factory({key: resource for key, resource in resources.items() if resource.backend == name})
