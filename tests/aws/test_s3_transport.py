@@ -391,9 +391,7 @@ def test_the_executor_passes_an_aws_task_its_workload_and_result_through_s3(
     )
 
 
-def test_an_aws_task_without_an_s3_prefix_fails_naming_the_setting_and_the_task(
-    aws_executor: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_an_aws_task_without_an_s3_prefix_fails_naming_the_setting_and_the_task(aws_executor: Any) -> None:
     from dataclasses import replace
 
     from airflow.utils.state import TaskInstanceState

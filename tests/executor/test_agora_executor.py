@@ -138,9 +138,7 @@ def placement(resource: str = "local-small", memory_mib: int = 256) -> dict[str,
     return {"resource": resource, "cores": 1, "memory_bytes": memory_mib * MIB}
 
 
-def test_a_throttled_submit_is_retried_and_the_job_then_runs(
-    executor: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_throttled_submit_is_retried_and_the_job_then_runs(executor: Any, tmp_path: Path) -> None:
     from airflow.utils.state import TaskInstanceState
 
     backend = Flaky(LocalBackend({"local-small": LocalPool("local-small", 1, 4 * 2**30)}), submit_failures=2)
@@ -203,9 +201,7 @@ def test_an_unknown_resource_or_no_placement_fails_naming_the_task(executor: Any
     assert "unit.bare has no agora placement" in events[bare.ti.key][1] and backend.submits == 0
 
 
-def test_a_backend_down_longer_than_the_outage_limit_fails_its_jobs(
-    executor: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_backend_down_longer_than_the_outage_limit_fails_its_jobs(executor: Any, tmp_path: Path) -> None:
     from airflow.utils.state import TaskInstanceState
 
     reconfigure(executor, backend_outage_s=1)
@@ -230,9 +226,7 @@ def test_sync_survives_a_backend_that_raises_anything(executor: Any, tmp_path: P
     assert backend.cancelled == [KEY] and item.ti.key not in executor.running
 
 
-def test_a_job_waiting_in_a_queue_gets_a_fresh_token(
-    executor: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_job_waiting_in_a_queue_gets_a_fresh_token(executor: Any, tmp_path: Path) -> None:
     reconfigure(executor, token_refresh_s=0)
     inner = LocalBackend({"local-small": LocalPool("local-small", 1, 4 * 2**30)})
     blocker = JobSpec(
@@ -273,9 +267,7 @@ def _pending_behind_a_blocker(executor: Any, tmp_path: Path) -> tuple[Flaky, Loc
     return backend, inner, item
 
 
-def test_a_job_waiting_in_its_queue_is_not_revoked_for_airflows_queued_timeout(
-    executor: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_job_waiting_in_its_queue_is_not_revoked_for_airflows_queued_timeout(executor: Any, tmp_path: Path) -> None:
     backend, inner, item = _pending_behind_a_blocker(executor, tmp_path)
     try:
         # The scheduler skips its stuck-in-queued handling for an executor whose revoke raises this.
@@ -290,7 +282,7 @@ def test_a_job_waiting_in_its_queue_is_not_revoked_for_airflows_queued_timeout(
 
 
 def test_a_job_that_has_just_started_is_not_revoked_until_its_task_had_time_to_report(
-    executor: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    executor: Any, tmp_path: Path
 ) -> None:
     backend, inner, item = _pending_behind_a_blocker(executor, tmp_path)
     inner.cancel("blocker")  # the pool frees up: the job starts at the next poll
@@ -308,7 +300,7 @@ def test_a_job_that_has_just_started_is_not_revoked_until_its_task_had_time_to_r
 
 
 def test_a_job_that_waits_in_its_queue_past_the_limit_is_cancelled_and_fails_with_why(
-    executor: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    executor: Any, tmp_path: Path
 ) -> None:
     from airflow.utils.state import TaskInstanceState
 
@@ -449,7 +441,7 @@ def _age(path: Path, days: float) -> None:
 
 
 def test_job_directories_done_longer_than_the_retention_are_deleted_and_nothing_else(
-    executor: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    executor: Any, tmp_path: Path
 ) -> None:
     from dataclasses import replace
 
@@ -501,3 +493,82 @@ def test_the_sweep_forgets_the_directories_that_are_gone(executor: Any, tmp_path
         shutil.rmtree(job_dir)
     executor.sweep_finished_jobs()
     assert executor._swept == {done[2].name}
+
+
+class InMemory(Backend):
+    """Runs nothing: a job is pending at its first poll, running at its second, and then ends (exit 3 if its
+    task is called ``bad``). Records the hooks the executor calls."""
+
+    name = "local"
+
+    def __init__(self, resources: Mapping[str, Any]) -> None:
+        self.resources = dict(resources)
+        self.polls: dict[str, int] = {}
+        self.keys: dict[str, str] = {}
+        self.hooks: list[str] = []
+        self.cancelled: list[str] = []
+
+    def start(self) -> None:
+        self.hooks.append("start")
+
+    def flush(self, *, force: bool = False) -> None:
+        self.hooks.append(f"flush(force={force})")
+
+    def close(self) -> None:
+        self.hooks.append("close")
+
+    def submit(self, job: JobSpec) -> str:
+        external_id = f"mem-{len(self.polls)}"
+        self.polls[external_id], self.keys[external_id] = 0, job.key
+        return external_id
+
+    def status(self, external_ids: Sequence[str]) -> Mapping[str, JobStatus]:
+        statuses = {}
+        for external_id in external_ids:
+            self.polls[external_id] += 1
+            polls = self.polls[external_id]
+            exit_code = 3 if ".bad." in self.keys[external_id] else 0
+            statuses[external_id] = (
+                JobStatus("pending") if polls == 1 else JobStatus("running") if polls == 2 else
+                JobStatus("finished", exit_code=exit_code, reason=f"exit {exit_code}" if exit_code else "")
+            )  # fmt: skip
+        return statuses
+
+    def cancel(self, external_id: str) -> None:
+        self.cancelled.append(external_id)
+
+
+def test_a_backend_registered_by_name_runs_the_executors_jobs_and_gets_its_hooks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from airflow.utils.state import TaskInstanceState
+
+    from agora_optimizer.executor.agora_executor import AgoraExecutor
+    from agora_optimizer.executor.backends.registry import register_backend, unregister_backend
+
+    made: list[InMemory] = []
+    previous = register_backend("local", lambda resources: made.append(InMemory(resources)) or made[-1])
+    try:
+        monkeypatch.setenv("AIRFLOW__AGORA__CATALOG", str(CATALOGS / "local.yaml"))
+        monkeypatch.setenv("AIRFLOW__AGORA__STATE_DIR", str(tmp_path / "jobs"))
+        monkeypatch.setenv("AIRFLOW__AGORA__TRACE_STORE_URL", f"sqlite:///{tmp_path / 'traces.db'}")
+        executor = AgoraExecutor()
+        executor.start()
+        (backend,) = made  # made once, at start, for the catalog's local pools only
+        assert sorted(backend.resources) == ["local-large", "local-small"] and backend.hooks == ["start"]
+        good, bad = workload("good", placement(), tmp_path), workload("bad", placement(), tmp_path)
+        events: dict[Any, Any] = {}
+        executor._process_workloads([good, bad])
+        for _ in range(3):
+            executor.sync()
+            events.update(executor.get_event_buffer())
+        executor.end()
+    finally:
+        unregister_backend("local", previous)
+    assert events[good.ti.key][0] == TaskInstanceState.SUCCESS
+    assert events[bad.ti.key][0] == TaskInstanceState.FAILED and "unit.bad run r1 try 1 on local-small" in str(
+        events[bad.ti.key][1]
+    )
+    assert backend.hooks == ["start", "flush(force=True)", "close"] and backend.cancelled == []
+    assert [backend.polls[external_id] for external_id in sorted(backend.polls)] == [3, 3]
+    assert not (good.ti.key in executor.running or bad.ti.key in executor.running)
