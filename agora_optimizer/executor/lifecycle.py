@@ -33,6 +33,7 @@ JobState = Literal["new", "pending_submit", "submitted", "queued", "running", "d
 on it, not polled yet (also a job just adopted); ``queued``/``running``: what the last poll said."""
 
 ON_BACKEND: tuple[JobState, ...] = ("submitted", "queued", "running")
+_POLLED_STATE: dict[str, JobState] = {"pending": "queued", "running": "running"}  # a poll's phase -> state
 ID_PREFIX = "agora"
 
 
@@ -312,7 +313,7 @@ def _end(job: Job, status: JobStatus, *before: Action) -> Outcome:
 
 def _note(job: Job, status: JobStatus, now: Now) -> Job:
     """Keep what a poll said about a job that is still on its backend."""
-    state: JobState = {"pending": "queued", "running": "running"}.get(status.phase, job.state)  # type: ignore[assignment]
+    state = _POLLED_STATE.get(status.phase, job.state)
     running_since_s = job.running_since_s
     if status.phase == "running" and running_since_s is None:
         running_since_s = now.monotonic_s
