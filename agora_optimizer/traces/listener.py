@@ -43,6 +43,7 @@ RESOURCE_TYPE_ENV = "AGORA_RESOURCE_TYPE"
 BACKEND_ENV = "AGORA_BACKEND"
 EXECUTOR_CONFIG_KEY = "agora"
 MAX_ERROR_CHARS = 4000
+LISTENER_REPLAY_ROWS = 20  # spooled rows a task process writes after its own, once the store answers
 
 _Key = tuple[str, str, str, int, int]
 
@@ -105,17 +106,42 @@ class TraceListener:
         try:
             with TraceStore(url) as store:
                 report = store.add([attempt])
-        except Exception as exc:  # the store is down: the row waits in the spool, the executor writes it later
+        except Exception as exc:  # the store is down: the row waits in the spool, written later
             from agora_optimizer.traces.spool import spool
 
             kept = spool(attempt, "listener")
-            log.warning("agora: trace store unreachable (%s); row %s waits in %s", exc, attempt.key, kept)
+            log.warning(
+                "agora: cannot record the trace of task instance %s: trace store unreachable (%s: %s); "
+                "the row waits in %s",
+                attempt.key,
+                type(exc).__name__,
+                _first_line(exc),
+                kept,
+            )
             return
         for problem in report.skipped:
             log.warning("agora: trace row skipped: %s", problem)
         if report.written:
             measure = _measure(attempt)
             log.info("agora: recorded %s (%s, %s) in %s", attempt.key, attempt.state, measure, store.masked_url)
+        self._replay_spool(url)
+
+    @staticmethod
+    def _replay_spool(url: str) -> None:
+        """The store answers again: write rows that wait in the spool (a few, so the task is not held up).
+
+        The AgoraExecutor replays the spool too; this covers deployments that run tasks on other executors.
+        """
+        from agora_optimizer.traces.spool import replay, spool_path
+        from agora_optimizer.traces.store import TraceStore
+
+        try:
+            if not spool_path().is_dir():
+                return
+            with TraceStore(url) as store:
+                replay(store, limit=LISTENER_REPLAY_ROWS)
+        except Exception:
+            log.exception("agora: cannot write the trace rows waiting in the spool")
 
 
 def attempt_from_task_instance(
@@ -220,6 +246,12 @@ def _error_text(error: Any) -> str:
         return ""
     text = f"{type(error).__name__}: {error}" if isinstance(error, BaseException) else str(error)
     return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 3] + "..."
+
+
+def _first_line(exc: BaseException) -> str:
+    """An error's first line (a driver's message can run to pages; the URL it holds is masked by SQLAlchemy)."""
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else ""
 
 
 def _describe(task_instance: Any) -> str:

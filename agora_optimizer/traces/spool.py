@@ -14,6 +14,7 @@ file system has room; a row that cannot even be spooled is logged with its key.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -23,7 +24,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from agora_optimizer.io.documents import write_text_atomically
+from agora_optimizer.executor.state_files import write_private
 from agora_optimizer.traces.records import TaskAttempt
 
 log = logging.getLogger(__name__)
@@ -33,6 +34,14 @@ SPOOL_NAME = ".trace-spool"
 BACKEND_FAILURES = ("oom_killed", "lost", "cancelled")  # what only the executor can tell of an attempt
 _EXECUTOR_FIELDS = ("resource_type", "backend", "host", "requested_cores", "requested_memory_bytes", "queued_at")
 _TIMES = {f.name for f in fields(TaskAttempt) if f.name in ("queued_at", "started_at", "ended_at")}
+
+
+def spool_path() -> Path:
+    """``STATE_DIR/.trace-spool`` of ``[agora] state_dir`` (not created)."""
+    from agora_optimizer import settings
+
+    value = settings.get("state_dir")
+    return (Path(value).expanduser() if value else settings.agora_home() / "jobs") / SPOOL_NAME
 
 
 def spool_dir() -> Path:
@@ -52,7 +61,7 @@ def spool(attempt: TaskAttempt, source: Source, directory: Path | None = None) -
     target.mkdir(parents=True, exist_ok=True)
     raw = {name: value.isoformat() if isinstance(value, datetime) else value for name, value in asdict(attempt).items()}
     path = target / f"{_file_key(attempt)}.{source}.json"
-    write_text_atomically(path, json.dumps({"source": source, "attempt": raw}))
+    write_private(path, json.dumps({"source": source, "attempt": raw}))  # 0600: a row holds the task's error
     return path
 
 
@@ -71,7 +80,7 @@ def merge(listener: TaskAttempt, executor: TaskAttempt) -> TaskAttempt:
 
 def pending(directory: Path | None = None) -> int:
     """How many rows wait in the spool."""
-    target = directory if directory is not None else spool_dir()
+    target = directory if directory is not None else spool_path()
     return sum(1 for _ in target.glob("*.json")) if target.is_dir() else 0
 
 
@@ -81,18 +90,21 @@ def replay(store: Any, directory: Path | None = None, limit: int = 200) -> int:
     A file is removed only once its row is written; a store error stops the replay (the rest
     waits for the next one), a file that cannot be read is renamed ``*.bad`` and logged.
     """
-    target = directory if directory is not None else spool_dir()
+    target = directory if directory is not None else spool_path()
     if not target.is_dir():
         return 0
     written = 0
-    for path in sorted(target.glob("*.json"), key=lambda p: p.stat().st_mtime)[:limit]:
-        try:
+    for path in sorted(target.glob("*.json"), key=_mtime)[:limit]:
+        try:  # another process (the executor, a task's listener) may replay the same spool meanwhile
             document = json.loads(path.read_text())
             source: Source = document["source"]
             attempt = _attempt(document["attempt"])
+        except FileNotFoundError:
+            continue  # written by the other one
         except (OSError, ValueError, KeyError, TypeError) as exc:
             log.error("agora: spooled trace row %s unreadable (%s); kept as %s.bad", path, exc, path.name)
-            os.replace(path, path.with_suffix(".bad"))
+            with contextlib.suppress(FileNotFoundError):
+                os.replace(path, path.with_suffix(".bad"))
             continue
         existing = [
             a
@@ -103,9 +115,16 @@ def replay(store: Any, directory: Path | None = None, limit: int = 200) -> int:
         if existing:
             row = merge(attempt, existing[0]) if source == "listener" else merge(existing[0], attempt)
         store.add([row])
-        path.unlink()
+        path.unlink(missing_ok=True)
         written += 1
     return written
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except FileNotFoundError:
+        return 0.0
 
 
 def _attempt(raw: dict[str, Any]) -> TaskAttempt:

@@ -190,11 +190,11 @@ def test_the_example_pipeline_runs_each_task_where_its_plan_put_it(cluster: Clus
     slurm_ids = {report["slurm_job_id"] for report in reports.values() if report["slurm_job_id"]}
 
     def slurm_jobs_done() -> bool:  # the task reports success before its job's worker has exited
-        states = {row["JobID"]: row["State"] for row in sacct_jobs("agora-agora_example_etl__")}
+        states = {row["JobID"]: row["State"] for row in sacct_jobs("agora-agora_example_etl.")}
         return all(states.get(job_id) == "COMPLETED" for job_id in slurm_ids)
 
     wait_until(slurm_jobs_done, 60, "SLURM to record the jobs as completed")
-    jobs = {row["JobID"]: row for row in sacct_jobs("agora-agora_example_etl__")}
+    jobs = {row["JobID"]: row for row in sacct_jobs("agora-agora_example_etl.")}
     for task_id, (resource_name, _) in ETL_PLAN.items():
         resource = resources[resource_name]
         seen = reports[task_id]  # written by the task itself
@@ -207,7 +207,8 @@ def test_the_example_pipeline_runs_each_task_where_its_plan_put_it(cluster: Clus
             partition = str(resource.extra["partition"])
             assert seen["slurm_partition"] == partition, task_id
             job = jobs[seen["slurm_job_id"]]  # SLURM's record of the job the task ran in
-            assert job["JobName"].startswith(f"agora-agora_example_etl__{task_id}__") and job["Partition"] == partition
+            assert job["JobName"] == job_name(job_key("agora_example_etl", task_id, run_id, 1, -1))
+            assert job["Partition"] == partition
             assert job["NodeList"] == SLURM_NODES[partition]
     attempts = cluster.attempts("agora_example_etl", 5)
     for task_id, attempt in attempts.items():

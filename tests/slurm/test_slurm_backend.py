@@ -320,6 +320,41 @@ def test_a_pilot_packs_five_short_jobs_into_one_slurm_job(tmp_path: Path, tracke
     assert row["JobName"] == job_name(f"pilot-{specs[0].key}")
 
 
+# The task under a worker that is killed: like Airflow's supervisor, it starts the task's process in a
+# process group of its own; then the worker dies by SIGKILL, and both would run on, orphaned.
+ORPHANING = """
+import os, signal, subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], process_group=0)
+open("orphans", "w").write(f"{{os.getpid()}} {{child.pid}}")
+time.sleep(1)
+os.kill({worker}, signal.SIGKILL)
+time.sleep(120)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has ended
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("pilot", [False, True], ids=["one-job", "pilot"])
+def test_a_killed_workers_task_is_gone_when_its_job_is_reported_ended(
+    tmp_path: Path, tracked: Tracked, pilot: bool
+) -> None:
+    """Airflow retries the task once the job is reported failed: the killed try must not run beside the retry."""
+    backend = SlurmBackend(pilot_max_tasks=2, pilot_window_s=1) if pilot else SlurmBackend()
+    spec = job(tmp_path, "victim", ORPHANING.format(worker="os.getppid()"), time_limit_s=300)
+    job_id = tracked.submit(backend, spec)
+    orphans = spec.job_dir / "orphans"
+    wait_until(lambda: bool(backend.status([job_id])) and orphans.exists(), 60, "the task to start its child")
+    status = wait_finished(backend, [job_id], timeout_s=90)[job_id]
+    assert status.exit_code != 0 and "SIGKILL" in status.reason, status
+    left = [pid for pid in map(int, orphans.read_text().split()) if _alive(pid)]
+    assert left == [], f"processes of the killed worker's task still ran when the job was reported ended: {left}"
+
+
 def test_a_pilot_gathers_for_its_window_and_cancels_one_task_alone(tmp_path: Path, tracked: Tracked) -> None:
     backend = SlurmBackend(pilot_max_tasks=10, pilot_window_s=2)
     long = tracked.submit(backend, job(tmp_path, "long", SLEEP.format(60)))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -78,3 +79,41 @@ def test_a_task_process_that_creates_the_state_directory_leaves_it_private(
         os.umask(old)
     assert stat.S_IMODE(state.stat().st_mode) == 0o700
     check_state_dir(state)  # the executor, started later, accepts it
+
+
+def test_a_spooled_row_is_private_and_a_replay_skips_files_another_replay_took(tmp_path: Path) -> None:
+    spool_dir = tmp_path / "spool"
+    first = spool(LISTENER, "listener", spool_dir)
+    assert stat.S_IMODE(first.stat().st_mode) == 0o600  # a row holds the task's error text
+    other = replace(LISTENER, task_id="u")
+    second = spool(other, "listener", spool_dir)
+    with TraceStore(f"sqlite:///{tmp_path / 't.db'}") as store:
+        real_read = Path.read_text
+
+        def taken_by_the_other_replay(self: Path, *args: object, **kwargs: object) -> str:
+            if self == first:
+                self.unlink()  # the executor (or another task's listener) wrote it a moment ago
+            return real_read(self, *args, **kwargs)  # type: ignore[arg-type]
+
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(Path, "read_text", taken_by_the_other_replay)
+            assert replay(store, spool_dir) == 1
+        assert [a.task_id for a in store.attempts()] == ["u"]
+    assert not second.exists() and not list(spool_dir.glob("*.bad"))
+
+
+def test_the_listener_writes_the_waiting_rows_once_the_store_answers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Deployments that run tasks on other executors have no AgoraExecutor to replay the spool."""
+    from agora_optimizer.traces.listener import TraceListener
+
+    monkeypatch.setenv("AIRFLOW__AGORA__STATE_DIR", str(tmp_path / "state"))
+    down = TraceListener(store_url="postgresql+psycopg://agora:pw@127.0.0.1:9/none")  # nothing listens on port 9
+    down._write(LISTENER)  # the store is unreachable: the row is spooled
+    assert pending() == 1
+    up = TraceListener(store_url=f"sqlite:///{tmp_path / 't.db'}")
+    up._write(replace(LISTENER, task_id="next"))  # the next task's row is written, and the waiting one after it
+    assert pending() == 0
+    with TraceStore(f"sqlite:///{tmp_path / 't.db'}") as store:
+        assert sorted(a.task_id for a in store.attempts()) == ["next", "t"]

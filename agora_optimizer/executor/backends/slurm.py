@@ -340,12 +340,25 @@ def _comment(text: str) -> str:
     return " ".join(text.split())
 
 
+# The job's end waits for its worker's whole session: a worker killed by a signal (kill -9, a node's
+# OOM killer) leaves Airflow's supervisor and the task (in a process group of its own) running, and
+# SLURM's linuxproc tracking loses processes whose parent died. The job ends only once they are gone,
+# so the retry Airflow starts when the job is reported failed never runs beside them.
+REAP_SESSION = 'pkill -KILL -s "$1" 2>/dev/null; while pgrep -s "$1" >/dev/null 2>&1; do sleep 0.2; done'
+
+
 def single_script(job: JobSpec) -> str:
     return (
         "#!/bin/bash\n"
         f"# agora job {_comment(job.key)}: {_comment(job.label)}\n"
         f"# resource {_comment(job.resource)}; written by agora_optimizer.executor.backends.slurm\n"
-        f"exec {shlex.join(job.command)}\n"
+        f"reap_session() {{ {REAP_SESSION}; }}\n"
+        f"setsid {shlex.join(job.command)} &\n"  # the worker leads a session of its own: its pid is the session id
+        "worker=$!\n"
+        "trap 'kill -TERM \"$worker\" 2>/dev/null' TERM INT  # a cancel or time limit reaches the worker\n"
+        'while :; do wait "$worker"; status=$?; kill -0 "$worker" 2>/dev/null || break; done\n'
+        'reap_session "$worker"\n'
+        'exit "$status"\n'
     )
 
 
@@ -356,12 +369,13 @@ PILOT_DRIVER = """#!/bin/bash
 # while it runs; its exit status goes to exit.INDEX. Runs in the pilot directory (--chdir).
 set -u
 declare -A running=()
+reap_session() { @REAP_SESSION@; }
 run_task() {  # run_task INDEX JOB_DIR COMMAND...
   local index="$1" dir="$2"
   shift 2
   if [ -e "cancel.$index" ]; then : >"skipped.$index"; return; fi
   mkdir -p "$dir"
-  (cd "$dir" && exec "$@") >>"$dir/slurm-${SLURM_JOB_ID:-pilot}.log" 2>&1 </dev/null &
+  (cd "$dir" && exec setsid "$@") >>"$dir/slurm-${SLURM_JOB_ID:-pilot}.log" 2>&1 </dev/null &
   running[$index]=$!
   echo "$!" >"pid.$index"
 }
@@ -378,6 +392,7 @@ while [ "${#running[@]}" -gt 0 ]; do
     if ! kill -0 "$pid" 2>/dev/null; then
       wait "$pid"
       status=$?
+      reap_session "$pid"  # what a killed worker left (its task) dies before its exit is told
       echo "$status" >"exit.$index"
       [ "$status" = 0 ] || failed=1
       unset "running[$index]"
@@ -389,7 +404,7 @@ while [ "${#running[@]}" -gt 0 ]; do
   sleep 0.5
 done
 exit "$failed"
-"""
+""".replace("@REAP_SESSION@", REAP_SESSION)
 
 
 @dataclass(frozen=True)
@@ -1038,7 +1053,7 @@ class SlurmBackend(Backend):
         exit_file = directory / f"exit.{ref.index}" if directory is not None else None
         code = _read_int(exit_file) if exit_file is not None else None
         if exit_file is not None and code is not None:
-            why = "was cancelled" if cancelled else f"exited with code {code}"
+            why = "was cancelled" if cancelled else f"exited with code {code}{_signal_name(code)}"
             return JobStatus(
                 "finished",
                 exit_code=code or 1,
