@@ -23,6 +23,7 @@ def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]
     return code, captured.out, captured.err
 
 
+@pytest.mark.slow  # plans for seconds
 def test_optimize_writes_a_plan_and_compares_with_the_default(tmp_path: Path, capsys) -> None:
     out = tmp_path / "plan.json"
     code, stdout, _ = _run(
@@ -40,6 +41,7 @@ def test_optimize_writes_a_plan_and_compares_with_the_default(tmp_path: Path, ca
     assert "valid" in stdout
 
 
+@pytest.mark.slow  # plans for seconds
 def test_optimize_table_output(tmp_path: Path, capsys) -> None:
     code, stdout, _ = _run(capsys, "optimize", BLAST, "-c", AWS_CATALOG, "-o", tmp_path / "p.json", *QUICK)
     assert code == 0
@@ -47,6 +49,7 @@ def test_optimize_table_output(tmp_path: Path, capsys) -> None:
     assert "lower bound" in stdout
 
 
+@pytest.mark.slow  # plans for seconds
 def test_validate_exits_1_and_lists_each_violation(tmp_path: Path, capsys) -> None:
     out = tmp_path / "plan.json"
     assert _run(capsys, "optimize", BLAST, "-c", AWS_CATALOG, "-o", out, *QUICK)[0] == 0
@@ -97,6 +100,7 @@ def test_usage_errors_exit_2(capsys, tmp_path: Path) -> None:
     assert "alpha" in stderr
 
 
+@pytest.mark.slow  # plans for seconds
 def test_plan_for_another_workflow_exits_2(tmp_path: Path, capsys) -> None:
     out = tmp_path / "plan.json"
     assert _run(capsys, "optimize", BLAST, "-c", AWS_CATALOG, "-o", out, *QUICK)[0] == 0
@@ -106,6 +110,7 @@ def test_plan_for_another_workflow_exits_2(tmp_path: Path, capsys) -> None:
     assert "blast-chameleon-small-001" in stderr and "srasearch-chameleon-10a-001" in stderr
 
 
+@pytest.mark.slow  # plans for seconds
 @pytest.mark.parametrize("suffix", [".png", ".svg"])
 def test_gantt_draws_one_row_per_machine(suffix: str, tmp_path: Path, capsys) -> None:
     plan_path = tmp_path / "plan.json"
@@ -124,6 +129,7 @@ def test_gantt_draws_one_row_per_machine(suffix: str, tmp_path: Path, capsys) ->
         assert "blastall" in text  # the legend names categories
 
 
+@pytest.mark.slow  # plans for seconds
 def test_gantt_refuses_an_unknown_format(tmp_path: Path, capsys) -> None:
     plan_path = tmp_path / "plan.json"
     assert _run(capsys, "optimize", BLAST, "-c", AWS_CATALOG, "-o", plan_path, *QUICK)[0] == 0
@@ -132,6 +138,7 @@ def test_gantt_refuses_an_unknown_format(tmp_path: Path, capsys) -> None:
     assert "unsupported chart format '.bmp'" in stderr
 
 
+@pytest.mark.slow  # plans for seconds
 def test_installed_console_script(tmp_path: Path) -> None:
     agora = shutil.which("agora") or str(Path(__import__("sys").executable).with_name("agora"))
     result = subprocess.run(
@@ -144,6 +151,7 @@ def test_installed_console_script(tmp_path: Path) -> None:
     assert json.loads(result.stdout)["tasks"] == 43
 
 
+@pytest.mark.slow  # plans for seconds
 def test_pareto_writes_a_front_that_dominates_nothing_twice(tmp_path: Path, capsys) -> None:
     out, chart = tmp_path / "front.json", tmp_path / "front.png"
     code, stdout, _ = _run(
@@ -174,6 +182,7 @@ def test_pareto_writes_a_front_that_dominates_nothing_twice(tmp_path: Path, caps
     assert chart.read_bytes().startswith(b"\x89PNG")
 
 
+@pytest.mark.slow  # plans for seconds
 def test_the_fronts_fastest_point_is_the_cheapest_plan_at_that_makespan() -> None:
     from agora_optimizer.io.catalog_file import load_catalog
     from agora_optimizer.io.wfformat import load_workflow
@@ -216,6 +225,7 @@ def test_a_number_option_out_of_its_range_is_one_line_naming_it(
     assert stdout == "" and not out.exists()
 
 
+@pytest.mark.slow  # plans for seconds
 def test_the_largest_deadline_and_budget_give_a_plan_every_command_reads(tmp_path: Path, capsys) -> None:
     """``--deadline-s 1e13`` was accepted by optimize and refused by the plan reader: one range for both."""
     out = tmp_path / "plan.json"

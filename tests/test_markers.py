@@ -36,3 +36,19 @@ def test_the_fast_selection_has_no_test_that_uses_a_service_fixture_and_every_ot
     assert [test for test in selected if "[sqlite" in test]  # its SQLite half stays
     assert any("test_a_round_trip" in test for test in everything - selected)  # the moto fixture
     assert any("test_adding_the_same_job_twice_keeps_one_row" in test for test in selected)
+
+
+def test_the_fast_selection_leaves_the_solver_heavy_modules_to_make_test() -> None:
+    fast = re.search(r"^FAST := (.+)$", (REPO / "Makefile").read_text(), re.MULTILINE)
+    assert fast is not None, "Makefile: no FAST selection"
+
+    def collected(*options: str) -> list[str]:
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "-p", "no:randomly", "-n", "0", "--collect-only", "-q", *options],
+            cwd=REPO, capture_output=True, text=True, timeout=300, check=False,
+        )  # fmt: skip
+        return [line for line in done.stdout.splitlines() if "::" in line]
+
+    heavy = "tests/engines/test_milp.py"
+    assert collected(heavy)  # make test has them
+    assert not collected("-m", fast.group(1), heavy)

@@ -20,6 +20,8 @@ from agora_optimizer.validate import validate_plan
 from tests import spec_checker
 from tests.conftest import AWS_CATALOG, BUNDLED, resource, shared_instances, wfformat_15, write_json, write_yaml
 
+pytestmark = pytest.mark.slow  # seconds of planning per test: make test runs it, make test-fast does not
+
 AWS = load_catalog(AWS_CATALOG)
 # One instance per family and size: the -002/-003 copies (kept for the predictor's hold-out tests)
 # are other runs of their -001, with the same tasks and edges and only other measured runtimes

@@ -45,6 +45,8 @@ from agora_optimizer.schedule.list_scheduler import list_schedule
 from agora_optimizer.validate import validate_plan
 from tests.conftest import BUNDLED, ENGINE_WORKFLOWS, REPO
 
+pytestmark = pytest.mark.slow  # seconds of planning per test: make test runs it, make test-fast does not
+
 BANDWIDTH = 1e9  # one second per GB
 
 

@@ -27,6 +27,8 @@ from agora_optimizer.problem import Problem
 from agora_optimizer.validate import validate_plan
 from tests.conftest import AWS_CATALOG, BUNDLED, ENGINE_WORKFLOWS
 
+pytestmark = pytest.mark.slow  # seconds of planning per test: make test runs it, make test-fast does not
+
 WORKFLOWS = ENGINE_WORKFLOWS
 AWS = load_catalog(AWS_CATALOG)
 ENGINES = {engine.name: engine for engine in (PartitionEngine(), HomogeneousPartitionEngine())}

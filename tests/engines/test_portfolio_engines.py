@@ -23,6 +23,8 @@ from agora_optimizer.validate import validate_plan
 from tests.conftest import AWS_CATALOG, BUNDLED, ENGINE_WORKFLOWS
 from tests.engines.plan_checks import problem_of, processor, task, violations
 
+pytestmark = pytest.mark.slow  # seconds of planning per test: make test runs it, make test-fast does not
+
 AWS = load_catalog(AWS_CATALOG)
 WORKFLOWS = ENGINE_WORKFLOWS
 

@@ -42,6 +42,8 @@ from agora_optimizer.io.plan_file import load_plan
 from agora_optimizer.io.wfformat import load_workflow
 from agora_optimizer.model.workflow import Workflow
 
+pytestmark = pytest.mark.slow  # seconds of planning per test: make test runs it, make test-fast does not
+
 ROOT = Path(__file__).resolve().parents[2]
 BLAST = ROOT / "workflows" / "blast-chameleon-small-001.json"
 CATALOG = ROOT / "catalogs" / "aws-us-east-1.yaml"
