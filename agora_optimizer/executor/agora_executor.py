@@ -42,13 +42,14 @@ import contextlib
 import errno
 import json
 import logging
+import math
 import os
 import shutil
 import stat
 import sys
 import time
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -116,6 +117,7 @@ SWEEP_MAX_AGE_S = 86400.0  # results older than this were traced by an earlier v
 SWEEP_BATCH = 200  # at most this many traced per sweep: the scheduler's loop must stay short
 EXPIRE_INTERVAL_S = 3600.0  # how often job directories older than [agora] job_retention_days are deleted
 TRACED_MARK = "traced"
+OOM_RETRY_GROWTH = 1.5  # a retry after an OOM kill reserves this much more than the attempt that died
 REPLAY_INTERVAL_S = 5.0  # how often rows spooled while the trace store was down are written again
 _LOG_LEVELS = {"info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 
@@ -417,6 +419,7 @@ class AgoraExecutor(BaseExecutor):
                 f"task {label}: resource {placement.resource!r} is not in [agora] catalog "
                 f"(known: {', '.join(sorted(self._resources)) or 'none'})"
             )
+        placement = self._grown_after_oom_kill(placement, resource, ti)
         job_dir = self._job_dir(ti.dag_id, ti.task_id, ti.run_id, ti.try_number, ti.map_index)
         key = job_dir.name
         job_dir.mkdir(parents=True, exist_ok=True)
@@ -447,6 +450,28 @@ class AgoraExecutor(BaseExecutor):
         write_private(spec.workload_path, workload.model_dump_json())
         record.write(job_dir)
         return Job(workload.ti.key, spec, record, workload)
+
+    def _grown_after_oom_kill(self, placement: Placement, resource: Resource, ti: Any) -> Placement:
+        """A retry after an OOM kill asks for more memory than the attempt that died.
+
+        The same reservation would be killed again: :data:`OOM_RETRY_GROWTH` times what the killed try
+        reserved (its ``job.json``), at most the resource's memory. Any other retry keeps its placement.
+        """
+        if ti.try_number <= 1:
+            return placement
+        before = self._job_dir(ti.dag_id, ti.task_id, ti.run_id, ti.try_number - 1, ti.map_index)
+        result, killed = read_result(before / "result.json"), JobRecord.read(before)
+        if result is None or not result.oom_killed or killed is None:
+            return placement
+        grown = min(resource.memory_bytes, math.ceil(killed.memory_bytes * OOM_RETRY_GROWTH))
+        if grown <= placement.memory_bytes:
+            return placement
+        self.log.warning(
+            "agora: %s try %d reserves %d bytes of memory, not %d: try %d was killed for memory at %d",
+            f"{ti.dag_id}.{ti.task_id}", ti.try_number, grown, placement.memory_bytes, ti.try_number - 1,
+            killed.memory_bytes,
+        )  # fmt: skip
+        return replace(placement, memory_bytes=grown)
 
     def _job_dir(self, dag_id: str, task_id: str, run_id: str, try_number: int, map_index: int) -> Path:
         """The one place an attempt's job directory is named: ``STATE_DIR/<job_key>`` (the key is also

@@ -572,3 +572,32 @@ def test_a_backend_registered_by_name_runs_the_executors_jobs_and_gets_its_hooks
     assert backend.hooks == ["start", "flush(force=True)", "close"] and backend.cancelled == []
     assert [backend.polls[external_id] for external_id in sorted(backend.polls)] == [3, 3]
     assert not (good.ti.key in executor.running or bad.ti.key in executor.running)
+
+
+@pytest.mark.parametrize(("killed_for_memory", "reserved_mib"), [(True, 384), (False, 256)])
+def test_a_retry_after_an_oom_kill_reserves_more_memory_than_the_try_that_died(
+    executor: Any, tmp_path: Path, killed_for_memory: bool, reserved_mib: int
+) -> None:
+    from datetime import UTC, datetime
+
+    from agora_optimizer.executor.job_record import JobRecord
+    from agora_optimizer.executor.jobs import JobResult
+
+    first = tmp_path / "jobs" / KEY  # try 1, as the executor left it: its record and the worker's result
+    JobRecord(
+        dag_id="unit", task_id="t", run_id="r1", try_number=1, map_index=-1, resource="local-small", backend="local",
+        cores=1, memory_bytes=256 * MIB,
+    ).write(first)  # fmt: skip
+    now = datetime.now(UTC)
+    JobResult(
+        exit_code=137 if killed_for_memory else 1, oom_killed=killed_for_memory, timed_out=False,
+        reason="killed: over its memory" if killed_for_memory else "exited with code 1", host="h", started_at=now,
+        ended_at=now, peak_rss_bytes=300 * MIB, cpu_time_s=1.0, memory_limit_bytes=256 * MIB,
+    ).write(first / "result.json")  # fmt: skip
+    item = workload("t", placement(memory_mib=256), tmp_path)
+    item = item.model_copy(update={"ti": item.ti.model_copy(update={"try_number": 2})})
+    job = executor._job_for(item)  # what try 2 is submitted with (not submitted here: nothing to clean up)
+    assert job.spec.memory_bytes == reserved_mib * MIB
+    assert f"--memory-bytes {reserved_mib * MIB} " in " ".join(job.spec.command)  # the worker's limit too
+    second = tmp_path / "jobs" / job_key("unit", "t", "r1", 2, -1)
+    assert json.loads((second / "job.json").read_text())["memory_bytes"] == reserved_mib * MIB
