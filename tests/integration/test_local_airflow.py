@@ -67,9 +67,12 @@ def test_stop_processes_kills_a_tree_that_ignores_sigterm_also_what_left_its_gro
     members = [root]
     try:
         assert shell.stdout is not None and shell.stdout.readline().strip() == "ready"
-        wait_until(lambda: len(root.children()) == 2, 10, "both sleeps")
-        members = [root, *root.children(recursive=True)]
-        assert sorted(os.getpgid(p.pid) == shell.pid for p in members) == [False, True, True]  # one left
+
+        def one_left_the_group() -> bool:  # setsid runs in the forked child a moment after the fork
+            members[:] = [root, *root.children(recursive=True)]
+            return sorted(os.getpgid(p.pid) == shell.pid for p in members) == [False, True, True]
+
+        wait_until(one_left_the_group, 10, "both sleeps, one of them in a session of its own")
         stop_processes(members, {shell.pid}, signal.SIGTERM, timeout_s=1)  # SIGTERM is ignored: SIGKILL after 1 s
         assert shell.wait(5) == -signal.SIGKILL
         assert not [p.pid for p in members if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
