@@ -5,22 +5,20 @@ with the tasks' environment) and what it says back (its result, its log). So:
 
 - :func:`check_state_dir` refuses a state directory that is not the user's own, or that its
   group or others may write: there anyone could plant a symlink where agora will write.
-- :func:`write_private` is the one way to write a file there: a temporary file of a name
-  nobody can guess, created with ``O_CREAT | O_EXCL | O_NOFOLLOW`` and its final mode (0600
-  unless told) from the start, written, fsynced and renamed over the target (a rename
-  replaces a symlink, never writes through it); the temporary file is removed on failure.
+- :func:`write_private` is the one way to write a file there: :func:`~agora_optimizer.io.atomic.replace_file`
+  (a temporary of a name nobody can guess, created ``O_EXCL | O_NOFOLLOW`` with its final mode,
+  0600 unless told, fsynced and renamed over the target; removed on failure).
 - :func:`open_log` opens a log for appending without following a symlink.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import secrets
 import stat
 from pathlib import Path
 
 from agora_optimizer.errors import InputFileError
+from agora_optimizer.io.atomic import replace_file
 
 PRIVATE_MODE = 0o600
 
@@ -52,27 +50,9 @@ def check_state_dir(path: Path) -> None:
 
 
 def write_private(path: Path, data: str | bytes, mode: int = PRIVATE_MODE) -> None:
-    """Replace ``path`` with ``data`` at once; the file has ``mode`` (0600 unless told) from its creation.
-
-    Raises OSError as the file system does; nothing of the attempt is left behind.
-    """
-    payload = data.encode() if isinstance(data, str) else data
-    temporary = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
-    try:
-        try:
-            os.fchmod(fd, mode)  # the umask may have taken bits the caller asked for (a script's x)
-            view = memoryview(payload)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        raise
+    """Replace ``path`` with ``data`` at once, fsynced; the file has ``mode`` (0600 unless told) from its
+    creation (:func:`~agora_optimizer.io.atomic.replace_file`). Raises OSError; nothing is left behind."""
+    replace_file(path, data, mode)
 
 
 def open_log(path: Path) -> int:

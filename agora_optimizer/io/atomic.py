@@ -1,5 +1,9 @@
 """Durable writes: a file or a whole directory replaced in one step, or not at all.
 
+:func:`replace_file` writes a file through a temporary of a name nobody can guess, created with
+``O_CREAT | O_EXCL | O_NOFOLLOW`` and its final mode from the start, then renamed over the target
+(a rename replaces a symlink, never writes through it); the temporary is removed on failure.
+
 :func:`replaced_directory` gives a fresh sibling directory to fill; once it is complete and
 flushed to disk it takes the target's place. On Linux the two are exchanged with
 ``renameat2(RENAME_EXCHANGE)``, so at every instant the target path holds either the old
@@ -10,9 +14,11 @@ leaves the old one as it was.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import os
+import secrets
 import shutil
 import sys
 import tempfile
@@ -35,6 +41,32 @@ def fsync_directory(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def replace_file(path: Path, data: str | bytes, mode: int = 0o600, *, durable: bool = True) -> None:
+    """Replace ``path`` with ``data`` at once; the file has ``mode`` whatever the umask, from its creation.
+
+    ``durable``: the file is on disk before it takes the name (its directory is the caller's to
+    flush). Raises OSError as the file system does; nothing of the attempt is left behind.
+    """
+    payload = data.encode() if isinstance(data, str) else data
+    temporary = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    try:
+        try:
+            os.fchmod(fd, mode)  # the umask may have taken bits the caller asked for (a script's x)
+            view = memoryview(payload)
+            while view:
+                view = view[os.write(fd, view) :]
+            if durable:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
 
 
 def fsync_file(path: Path) -> None:

@@ -5,8 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,7 +12,7 @@ from typing import Any
 import yaml
 
 from agora_optimizer.errors import FieldError, InputFileError
-from agora_optimizer.io.atomic import fsync_directory
+from agora_optimizer.io.atomic import fsync_directory, replace_file
 from agora_optimizer.model.workflow import check_number, shown
 
 MAX_DOCUMENT_BYTES = 512 * 2**20
@@ -124,30 +122,17 @@ def file_sha256(path: Path) -> str:
 def write_text_atomically(path: str | Path, text: str, mode: int | None = None, durable: bool = False) -> None:
     """Write ``text`` to ``path`` so that a reader never sees half a file, and no temporary is left behind.
 
-    ``mode`` sets the file's permissions whatever the umask (else the temporary's 0600 stays);
-    ``durable`` flushes the file and its directory to disk before returning.
+    ``mode`` sets the file's permissions whatever the umask (else 0600); ``durable`` flushes the
+    file and its directory to disk before returning. Errors name the file (InputFileError).
     """
     path = Path(path)
-    tmp = ""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            if mode is not None:
-                os.fchmod(handle.fileno(), mode)
-            handle.write(text)
-            if durable:
-                handle.flush()
-                os.fsync(handle.fileno())
-        os.replace(tmp, path)
-        tmp = ""
+        replace_file(path, text, 0o600 if mode is None else mode, durable=durable)
         if durable:
             fsync_directory(path.parent)
     except OSError as exc:
         raise InputFileError(path, f"cannot be written: {exc.strerror or exc}") from None
-    finally:
-        if tmp:
-            Path(tmp).unlink(missing_ok=True)
 
 
 _MISSING = object()

@@ -97,7 +97,7 @@ from agora_optimizer.executor.jobs import (
     JobStatus,
     read_result,
 )
-from agora_optimizer.executor.state_files import PRIVATE_MODE, write_private
+from agora_optimizer.executor.state_files import write_private
 from agora_optimizer.queue_wait.errors import SlurmOutputError
 from agora_optimizer.queue_wait.slurm_values import memory_bytes as parse_memory
 from agora_optimizer.queue_wait.slurm_values import time_limit_s as parse_time_limit
@@ -465,8 +465,8 @@ class _Pilot:
 
     def write(self, tasks: Sequence[_PilotTask]) -> None:
         """The task list and manifest, each replaced at once."""
-        _write_atomically(self.directory / "tasks.sh", "".join(task.line for task in tasks), mode=0o600)
-        _write_atomically(self.directory / "pilot.json", self.manifest(tasks))
+        write_private(self.directory / "tasks.sh", "".join(task.line for task in tasks))
+        write_private(self.directory / "pilot.json", self.manifest(tasks))
 
 
 @dataclass(frozen=True)
@@ -724,7 +724,7 @@ class SlurmBackend(Backend):
             return earlier
         job.job_dir.mkdir(parents=True, exist_ok=True)
         script = job.job_dir / "job.sbatch"
-        _write_atomically(script, single_script(job), mode=0o700)
+        write_private(script, single_script(job), mode=0o700)
         minutes = self._minutes(job.time_limit_s)
         argv = [
             "sbatch",
@@ -825,7 +825,7 @@ class SlurmBackend(Backend):
         task = self._task(job, 0, task_minutes)
         directory.mkdir(parents=True, exist_ok=True)
         job.job_dir.mkdir(parents=True, exist_ok=True)
-        _write_atomically(directory / "pilot.sbatch", PILOT_DRIVER, mode=0o700)
+        write_private(directory / "pilot.sbatch", PILOT_DRIVER, mode=0o700)
         pilot.write([task])
         name = job_name(f"pilot-{job.key}")
         argv = [
@@ -1227,7 +1227,3 @@ def _mib(memory_bytes: int) -> int:
 def _chunks(items: Sequence[str]) -> Iterable[Sequence[str]]:
     for start in range(0, len(items), IDS_PER_CALL):
         yield items[start : start + IDS_PER_CALL]
-
-
-def _write_atomically(path: Path, text: str, mode: int = PRIVATE_MODE) -> None:
-    write_private(path, text, mode)
