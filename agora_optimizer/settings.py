@@ -210,10 +210,11 @@ def agora_home() -> Path:
     return home
 
 
-def directory(key: str, default_name: str, mode: int = 0o777) -> Path:
-    """A directory setting: its value, or ``$AIRFLOW_HOME/agora/<default_name>``; created (with ``mode``
-    less the umask, when it did not exist)."""
+def directory(key: str, default_name: str, mode: int = 0o777, *, create: bool = True) -> Path:
+    """A directory setting: its value, or ``$AIRFLOW_HOME/agora/<default_name>``; created unless not
+    ``create`` (with ``mode`` less the umask, when it did not exist)."""
     value = get(key)
     path = Path(value).expanduser() if value else agora_home() / default_name
-    path.mkdir(mode=mode, parents=True, exist_ok=True)
+    if create:
+        path.mkdir(mode=mode, parents=True, exist_ok=True)
     return path

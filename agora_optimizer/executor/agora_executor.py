@@ -98,9 +98,9 @@ from agora_optimizer.executor.resources import load_resources
 from agora_optimizer.executor.state_files import check_state_dir, write_private
 from agora_optimizer.integration.airflow_pools import ensure_pools
 from agora_optimizer.model.catalog import Resource
+from agora_optimizer.traces.spool import SPOOL_NAME, spool
 from agora_optimizer.traces.spool import pending as spool_pending
 from agora_optimizer.traces.spool import replay as replay_spool
-from agora_optimizer.traces.spool import spool
 
 if TYPE_CHECKING:
     from airflow.executors import workloads
@@ -311,9 +311,7 @@ class AgoraExecutor(BaseExecutor):
                 continue
             if record is None or result is None:
                 continue
-            if job_dir.name != job_key(
-                record.dag_id, record.task_id, record.run_id, record.try_number, record.map_index
-            ):  # not a directory the executor made for the attempt its job.json names
+            if job_dir.name != record.key:  # not a directory the executor made for the attempt its job.json names
                 self.log.warning("Not tracing %s: its job.json names another attempt (%s)", job_dir, record.label)
                 self._swept.add(job_dir.name)
                 continue
@@ -623,49 +621,45 @@ class AgoraExecutor(BaseExecutor):
 
     def _write_trace(self, record: JobRecord, status: JobStatus) -> None:
         try:
-            from agora_optimizer.traces.store import TraceStore, default_store_url
-
-            if self._trace_store is None:  # opened once: a finished job must not pay for an engine
-                self._trace_store = TraceStore(default_store_url())
-            store = self._trace_store
-            existing = [
-                a
-                for a in store.attempts(dag_id=record.dag_id, task_id=record.task_id, run_id=record.run_id)
-                if (a.try_number, a.map_index) == (record.try_number, record.map_index)
-            ]
-            store.add([executor_attempt(record, status, existing[0] if existing else None)])
+            store = self._store()
+            existing = store.attempt(record.dag_id, record.task_id, record.run_id, record.try_number, record.map_index)
+            store.add([executor_attempt(record, status, existing)])
         except Exception as exc:  # traces must never fail a task: the row waits in the spool for the store
             try:
-                kept = spool(executor_attempt(record, status, None), "executor")
+                kept = spool(executor_attempt(record, status, None), "executor", self._state_dir / SPOOL_NAME)
             except Exception:
                 self.log.exception("Could not write the trace of %s, nor keep it for later (%s)", record.label, exc)
                 return
             self.log.warning("Trace store unreachable (%s); the row of %s waits in %s", exc, record.label, kept)
-        job_dir = self._job_dir(record.dag_id, record.task_id, record.run_id, record.try_number, record.map_index)
+        job_dir = self._state_dir / record.key
         with contextlib.suppress(OSError):
             if job_dir.is_dir():
                 _mark_traced(job_dir)  # the sweep leaves it alone
+
+    def _store(self) -> TraceStore:
+        """The trace store, opened once: a finished job must not pay for an engine."""
+        if self._trace_store is None:
+            from agora_optimizer.traces.store import TraceStore, default_store_url
+
+            self._trace_store = TraceStore(default_store_url())
+        return self._trace_store
 
     def _replay_traces(self) -> None:
         """Write the rows that waited in the trace spool while the store was down (at most every few seconds)."""
         if time.monotonic() - self._last_replay < REPLAY_INTERVAL_S:
             return
         self._last_replay = time.monotonic()
+        spool_dir = self._state_dir / SPOOL_NAME
         try:
-            if not spool_pending():
+            if not spool_pending(spool_dir):
                 return
-            from agora_optimizer.traces.store import TraceStore, default_store_url
-
-            if self._trace_store is None:
-                self._trace_store = TraceStore(default_store_url())
-            written = replay_spool(self._trace_store)
+            written = replay_spool(self._store(), spool_dir)
         except Exception as exc:  # still down: the rows keep waiting
-            self.log.warning("Trace store still unreachable (%s); %d rows wait in the spool", exc, spool_pending())
+            waiting = spool_pending(spool_dir)
+            self.log.warning("Trace store still unreachable (%s); %d rows wait in the spool", exc, waiting)
             return
         if written:
             self.log.info("Wrote %d trace rows that waited in the spool while the trace store was down", written)
-
-    # -- inside: backends ----------------------------------------------------------------------
 
     # -- inside: backends ----------------------------------------------------------------------
 
@@ -714,7 +708,7 @@ def _done_before(job_dir: Path, cutoff: float) -> bool:
         return False
     record = JobRecord.read(job_dir)
     if record is not None:
-        if job_dir.name != job_key(record.dag_id, record.task_id, record.run_id, record.try_number, record.map_index):
+        if job_dir.name != record.key:
             return False
         result = job_dir / "result.json"
         return (job_dir / TRACED_MARK).exists() or (result.is_file() and result.stat().st_mtime < cutoff)

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 from pathlib import Path
 
-from agora_optimizer.executor.jobs import JobStatus
+from agora_optimizer.executor.jobs import JobStatus, job_key
 from agora_optimizer.executor.state_files import write_private
 from agora_optimizer.traces.records import AttemptState, TaskAttempt
 
@@ -34,6 +34,11 @@ class JobRecord:
     cores: int
     memory_bytes: int
     external_id: str = ""
+
+    @property
+    def key(self) -> str:
+        """The attempt's job key: the name of its job directory (and of its job on every backend)."""
+        return job_key(self.dag_id, self.task_id, self.run_id, self.try_number, self.map_index)
 
     @property
     def label(self) -> str:

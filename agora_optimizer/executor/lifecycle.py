@@ -34,6 +34,7 @@ on it, not polled yet (also a job just adopted); ``queued``/``running``: what th
 
 ON_BACKEND: tuple[JobState, ...] = ("submitted", "queued", "running")
 _POLLED_STATE: dict[str, JobState] = {"pending": "queued", "running": "running"}  # a poll's phase -> state
+_LAST_PHASE: dict[JobState, str] = {state: phase for phase, state in _POLLED_STATE.items()}  # and back
 ID_PREFIX = "agora"
 
 
@@ -376,9 +377,7 @@ def _revoke(job: Job, event: Revoked, now: Now, config: LifecycleConfig) -> Outc
             RefuseRevoke(f"{label} {why}"),
         ]
     last_seen = (
-        event.status.phase
-        if ended and event.status is not None
-        else {"queued": "pending", "running": "running"}.get(job.state, "not yet polled")
+        event.status.phase if ended and event.status is not None else _LAST_PHASE.get(job.state, "not yet polled")
     )
     message = (
         f"Revoked {job.record.label} ({job.record.backend} job {job.external_id}, last seen {last_seen}): Airflow "

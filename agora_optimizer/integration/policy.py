@@ -79,8 +79,7 @@ def task_policy(task: Any) -> None:
     except PlanNotApplicable as exc:
         _log_once_per_parse(task, "DAG %s left as written: %s", _dag_id(task), exc)
     except Exception as exc:  # anything raised here makes Airflow drop the DAG file
-        reason = str(exc) if isinstance(exc, AgoraError) else f"{type(exc).__name__}: {exc}"
-        _log_once_per_parse(task, "task %s.%s left as written: %s", _dag_id(task), _task_id(task), reason)
+        _log_once_per_parse(task, "task %s.%s left as written: %s", _dag_id(task), _task_id(task), _reason(exc))
 
 
 def apply_plan(task: Any) -> Placement | None:
@@ -93,7 +92,7 @@ def apply_plan(task: Any) -> Placement | None:
         try:
             state.plan = _dag_plan(_dag_id(task)) or NO_PLAN
         except Exception as exc:
-            state.error = str(exc) if isinstance(exc, AgoraError) else f"{type(exc).__name__}: {exc}"
+            state.error = _reason(exc)
     if state.error:  # a fresh exception each time: re-raising one would grow its traceback per task
         raise PlanNotApplicable(state.error)
     plan = state.plan
@@ -252,7 +251,7 @@ def _read_assignments(path: str, _mtime_ns: int, catalog: str) -> _Read:
     try:
         assignments = {assignment.task: assignment for assignment in plan_file.load_plan(path).assignments}
     except Exception as exc:  # cached and reported by the caller, once per DAG and parse
-        return _Read({}, str(exc) if isinstance(exc, AgoraError) else f"{type(exc).__name__}: {exc}")
+        return _Read({}, _reason(exc))
     resources = _resources(catalog)
     unknown = sorted({a.resource for a in assignments.values()} - resources.keys())
     if unknown:
@@ -331,6 +330,11 @@ def _log_once_per_parse(task: Any, message: str, *args: Any) -> None:
         return
     state.logged = True
     log.error("agora policy: " + message + " (any further problem with this DAG in this parse: DEBUG)", *args)
+
+
+def _reason(exc: Exception) -> str:
+    """An error as one line: agora's own message, else the exception's type and text (a bug's, not the input's)."""
+    return str(exc) if isinstance(exc, AgoraError) else f"{type(exc).__name__}: {exc}"
 
 
 def _dag_id(task: Any) -> str:

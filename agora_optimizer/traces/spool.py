@@ -40,8 +40,7 @@ def spool_path() -> Path:
     """``STATE_DIR/.trace-spool`` of ``[agora] state_dir`` (not created)."""
     from agora_optimizer import settings
 
-    value = settings.get("state_dir")
-    return (Path(value).expanduser() if value else settings.agora_home() / "jobs") / SPOOL_NAME
+    return settings.directory("state_dir", "jobs", create=False) / SPOOL_NAME
 
 
 def spool_dir() -> Path:
@@ -58,7 +57,7 @@ def spool_dir() -> Path:
 def spool(attempt: TaskAttempt, source: Source, directory: Path | None = None) -> Path:
     """Keep ``attempt`` for a later :func:`replay`; returns its file. Raises OSError when even that fails."""
     target = directory if directory is not None else spool_dir()
-    target.mkdir(parents=True, exist_ok=True)
+    target.mkdir(mode=0o700, parents=True, exist_ok=True)
     raw = {name: value.isoformat() if isinstance(value, datetime) else value for name, value in asdict(attempt).items()}
     path = target / f"{_file_key(attempt)}.{source}.json"
     write_private(path, json.dumps({"source": source, "attempt": raw}))  # 0600: a row holds the task's error
@@ -106,14 +105,10 @@ def replay(store: Any, directory: Path | None = None, limit: int = 200) -> int:
             with contextlib.suppress(FileNotFoundError):
                 os.replace(path, path.with_suffix(".bad"))
             continue
-        existing = [
-            a
-            for a in store.attempts(dag_id=attempt.dag_id, task_id=attempt.task_id, run_id=attempt.run_id)
-            if (a.try_number, a.map_index) == (attempt.try_number, attempt.map_index)
-        ]
+        existing = store.attempt(attempt.dag_id, attempt.task_id, attempt.run_id, attempt.try_number, attempt.map_index)
         row = attempt
-        if existing:
-            row = merge(attempt, existing[0]) if source == "listener" else merge(existing[0], attempt)
+        if existing is not None:
+            row = merge(attempt, existing) if source == "listener" else merge(existing, attempt)
         store.add([row])
         path.unlink(missing_ok=True)
         written += 1

@@ -296,6 +296,17 @@ class TraceStore:
             result = connection.execute(query).mappings().all()
         return [_from_row(row) for row in result]
 
+    def attempt(self, dag_id: str, task_id: str, run_id: str, try_number: int, map_index: int) -> TaskAttempt | None:
+        """The stored row of one attempt, or None."""
+        return next(
+            (
+                a
+                for a in self.attempts(dag_id=dag_id, task_id=task_id, run_id=run_id)
+                if (a.try_number, a.map_index) == (try_number, map_index)
+            ),
+            None,
+        )
+
     def count(self) -> int:
         """How many attempts are stored."""
         with self._read() as connection:
