@@ -95,7 +95,10 @@ def test_a_job_the_pool_can_never_hold_is_refused_naming_it(tmp_path: Path, back
 
 
 def test_oom_and_exit_codes_come_back_from_the_result_file(tmp_path: Path, backend: LocalBackend) -> None:
-    hog = backend.submit(job(tmp_path, "hog", "b = bytearray(300 * 2**20); b[::4096] = b'x' * len(b[::4096])"))
+    # It holds its memory for a moment: a spike shorter than the worker's sampling interval, ended by the
+    # task itself, is not killed (a loaded CI run saw the task exit before a sample passed the limit).
+    hog_code = "import time; b = bytearray(300 * 2**20); b[::4096] = b'x' * len(b[::4096]); time.sleep(2)"
+    hog = backend.submit(job(tmp_path, "hog", hog_code))
     bad = backend.submit(job(tmp_path, "bad", "raise SystemExit(5)"))
     statuses = wait_all(backend, [hog, bad])
     assert statuses[hog].oom_killed and statuses[hog].exit_code == 137 and "out of memory" in statuses[hog].reason
