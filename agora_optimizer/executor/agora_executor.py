@@ -431,6 +431,8 @@ class AgoraExecutor(BaseExecutor):
             backend=resource.backend,
             cores=placement.cores,
             memory_bytes=placement.memory_bytes,
+            machine=placement.machine,
+            plan_version=placement.plan_version,
         )
         s3_prefix = _s3_prefix(resource, label, self.config.aws_s3_prefix)
         spec = JobSpec(

@@ -13,7 +13,7 @@ lost job), the state and the reason.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, replace
+from dataclasses import MISSING, asdict, dataclass, replace
 from datetime import datetime
 from pathlib import Path
 
@@ -34,6 +34,8 @@ class JobRecord:
     cores: int
     memory_bytes: int
     external_id: str = ""
+    machine: str = ""  # the planned machine (TYPE#N) it runs on, "" when no plan placed it
+    plan_version: str = ""  # the version of the plan that placed it
 
     @property
     def key(self) -> str:
@@ -53,7 +55,8 @@ class JobRecord:
     def read(cls, job_dir: Path) -> JobRecord | None:
         try:
             raw = json.loads((job_dir / "job.json").read_text())
-            return cls(**{name: raw[name] for name in cls.__dataclass_fields__})
+            optional = {name for name, spec in cls.__dataclass_fields__.items() if spec.default is not MISSING}
+            return cls(**{name: raw[name] for name in cls.__dataclass_fields__ if name in raw or name not in optional})
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
@@ -99,6 +102,8 @@ def executor_attempt(record: JobRecord, status: JobStatus, existing: TaskAttempt
         cpu_time_s=base.cpu_time_s if base.cpu_time_s is not None else status.cpu_time_s,
         state=state if backend_failure else base.state,
         error_text=status.reason if backend_failure else base.error_text,
+        machine=record.machine or base.machine,
+        plan_version=record.plan_version or base.plan_version,
     )
 
 

@@ -29,6 +29,7 @@ class Placement:
     machine: str = ""
     planned_start_s: float | None = None
     source: str = "plan"  # "plan" or "default"
+    plan_version: str = ""  # which plan placed it (:func:`agora_optimizer.plans.store.plan_version`)
 
     def to_config(self) -> dict[str, Any]:
         return {
@@ -39,6 +40,7 @@ class Placement:
             "machine": self.machine,
             "planned_start_s": self.planned_start_s,
             "source": self.source,
+            "plan_version": self.plan_version,
         }
 
 
@@ -71,6 +73,7 @@ def placement_from_config(executor_config: Mapping[str, Any] | None, label: str)
         machine=str(node.get("machine") or ""),
         planned_start_s=None if start is None else float(start),
         source=str(node.get("source") or "plan"),
+        plan_version=str(node.get("plan_version") or ""),
     )
 
 

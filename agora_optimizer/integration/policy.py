@@ -49,6 +49,7 @@ import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache, lru_cache
+from pathlib import Path
 from typing import Any
 
 from airflow.policies import hookimpl
@@ -126,12 +127,13 @@ class _DagPlan:
     dag_id: str
     executor: str
     assignments: Mapping[str, Assignment]
+    version: str
     resources: Mapping[str, Resource]
     default_resource: str
     airflow_pools: bool
 
 
-NO_PLAN = _DagPlan("", "", {}, {}, "", False)  # the DAG has no plan to apply: its tasks are left alone
+NO_PLAN = _DagPlan("", "", {}, "", {}, "", False)  # the DAG has no plan to apply: its tasks are left alone
 
 
 def _dag_plan(dag_id: str) -> _DagPlan | None:
@@ -142,13 +144,14 @@ def _dag_plan(dag_id: str) -> _DagPlan | None:
     if executor not in configured_executor_names():
         _warn_once(f"[agora] executor {executor!r} is not in [core] executor; plans are not applied")
         return None
-    assignments = _plan_assignments(dag_id)
-    if assignments is None:
+    read = _plan_assignments(dag_id)
+    if read is None:
         return None
     return _DagPlan(
         dag_id=dag_id,
         executor=executor,
-        assignments=assignments,
+        assignments=read.assignments,
+        version=read.version,
         resources=_resources(settings.get("catalog")),
         default_resource=settings.get("default_resource"),
         airflow_pools=settings.get_bool("airflow_pools"),
@@ -192,6 +195,7 @@ def _placement(task: Any, plan: _DagPlan) -> Placement | None:
             time_limit_s=limit,
             machine=assignment.machine,
             planned_start_s=assignment.start_s,
+            plan_version=plan.version,
         )
     default = plan.default_resource
     if not default:
@@ -216,8 +220,8 @@ def _placement(task: Any, plan: _DagPlan) -> Placement | None:
     return Placement(resource=default, cores=cores, memory_bytes=memory, time_limit_s=limit, source="default")
 
 
-def _plan_assignments(dag_id: str) -> dict[str, Assignment] | None:
-    """The assignments of the DAG's current plan, None if it has none; PlanNotApplicable if it cannot be used."""
+def _plan_assignments(dag_id: str) -> _Read | None:
+    """The DAG's current plan (assignments and version), None if it has none; PlanNotApplicable if it cannot be used."""
     from agora_optimizer.plans.store import PlanStoreError, default_plan_store
 
     try:
@@ -232,23 +236,26 @@ def _plan_assignments(dag_id: str) -> dict[str, Assignment] | None:
     read = _read_assignments(str(path), stamp, catalog)
     if read.error:
         raise PlanNotApplicable(f"its current plan is not applied: {read.error}")
-    return read.assignments
+    return read
 
 
 @dataclass(frozen=True)
 class _Read:
-    """What reading one version of a plan file gave: its assignments, or why it cannot be used."""
+    """What reading one version of a plan file gave: its assignments and version, or why it cannot be used."""
 
     assignments: dict[str, Assignment]
     error: str = ""
+    version: str = ""
 
 
 @lru_cache(maxsize=PLAN_VERSIONS_KEPT)
 def _read_assignments(path: str, _mtime_ns: int, catalog: str) -> _Read:
     """The plan's assignments by task, checked against the catalog; cached per file version, failures too."""
     from agora_optimizer.io import plan_file
+    from agora_optimizer.plans.store import plan_version
 
     try:
+        version = plan_version(Path(path).read_bytes())
         assignments = {assignment.task: assignment for assignment in plan_file.load_plan(path).assignments}
     except Exception as exc:  # cached and reported by the caller, once per DAG and parse
         return _Read({}, _reason(exc))
@@ -259,7 +266,7 @@ def _read_assignments(path: str, _mtime_ns: int, catalog: str) -> _Read:
         shown = ", ".join(tasks[:5]) + (f" and {len(tasks) - 5} more" if len(tasks) > 5 else "")
         listed = ", ".join(map(repr, unknown))
         return _Read({}, f"{path}: it puts {shown} on {listed}, which [agora] catalog does not declare")
-    return _Read(assignments)
+    return _Read(assignments, version=version)
 
 
 @cache

@@ -20,6 +20,7 @@ plan whose resources the executor does not know (see
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 import re
 import tempfile
@@ -122,11 +123,34 @@ class PlanStore:
         legacy, numbered = _history_entries(history)
         return [path for _, path in legacy] + [path for _, path in numbered]
 
+    def find(self, dag_id: str, version: str) -> StoredPlan | None:
+        """The plan of the DAG whose :func:`plan_version` is ``version`` (current first, then history, newest
+        first), or None; an unreadable match raises PlanStoreError."""
+        if not version:
+            return None
+        for path in [self.current_path(dag_id), *reversed(self.history(dag_id))]:
+            try:
+                data = path.read_bytes()
+            except OSError:
+                continue
+            if plan_version(data) == version:
+                try:
+                    return StoredPlan(dag_id, path, load_plan(path))
+                except AgoraError as exc:
+                    raise PlanStoreError(f"plan {version} of DAG {dag_id!r} unreadable: {exc}") from None
+        return None
+
     def dag_ids(self) -> list[str]:
         """Every DAG with a current plan."""
         if not self.root.is_dir():
             return []
         return sorted(path.parent.name for path in self.root.glob("*/current.json"))
+
+
+def plan_version(data: bytes) -> str:
+    """A plan file's version: the first 12 hex digits of the SHA-256 of its bytes (the current plan and
+    its history entry are the same bytes, so they have the same version)."""
+    return hashlib.sha256(data).hexdigest()[:12]
 
 
 def applied_at(path: Path) -> datetime | None:

@@ -175,7 +175,16 @@ def attempt_from_task_instance(
         cpu_time_s=sample.cpu_time_s if sample is not None else None,
         state=state,
         error_text=_error_text(error),
+        **_planned(task_instance),
     )
+
+
+def _planned(task_instance: Any) -> dict[str, str]:
+    """The planned ``machine`` and ``plan_version`` of the attempt, from the placement the policy wrote."""
+    placement = _agora_config(task_instance).get("placement")
+    if not isinstance(placement, dict):
+        return {}
+    return {name: str(placement.get(name) or "") for name in ("machine", "plan_version")}
 
 
 def _agora_config(task_instance: Any) -> dict[str, Any]:

@@ -39,7 +39,8 @@ class TaskAttempt:
 
     Times are timezone-aware UTC datetimes. ``resource_type`` names a catalog type
     (``m7i.large``, ``slurm:compute``, ``local:default``); ``speed`` is that type's
-    per-core speed when the collector knows it (WfFormat machines do not say).
+    per-core speed when the collector knows it (WfFormat machines do not say). ``machine``
+    and ``plan_version`` say where the plan in force placed the attempt ("" when none did).
     """
 
     dag_id: str
@@ -65,6 +66,8 @@ class TaskAttempt:
     input_bytes: int | None = None
     output_bytes: int | None = None
     error_text: str = ""
+    machine: str = ""  # the machine id (``TYPE#N``) the attempt ran on, when a plan placed it
+    plan_version: str = ""  # the version of the plan in force (:func:`~agora_optimizer.plans.store.plan_version`)
 
     @property
     def key(self) -> str:

@@ -8,8 +8,8 @@ write lock, a PostgreSQL advisory lock), so several processes opening the same n
 database at once create it once. A database whose version is newer than this code
 knows is refused with a :class:`TraceStoreError` rather than misread. Each migration
 describes the schema of its own version, not :data:`attempts_table` (always the
-newest), so that an old database upgrades step by step; version 1 is still the newest,
-so its step creates the table as it stands.
+newest), so that an old database upgrades step by step: version 1 creates the table as
+first shipped, version 2 adds the planned ``machine`` and ``plan_version`` of each attempt.
 
 Rows are keyed by the natural key of an attempt, (dag_id, task_id, run_id,
 map_index, try_number): writing the same attempt twice updates the row (an upsert,
@@ -43,7 +43,7 @@ from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
 from agora_optimizer.errors import AgoraError
 from agora_optimizer.traces.records import TaskAttempt, TraceRecordError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 SQLITE_BUSY_TIMEOUT_MS = 60_000
 KEY_COLUMNS = ("dag_id", "task_id", "run_id", "map_index", "try_number")
 _PG_LOCK_KEY = 0x61676F7261  # "agora": one advisory lock for schema changes
@@ -68,33 +68,43 @@ schema_version_table = sa.Table(
     sa.Column("version", sa.Integer, nullable=False),
 )
 
+
+def _columns_of_1() -> list[sa.Column[Any]]:
+    """The attempts table's columns in schema version 1 (new objects at each call)."""
+    return [
+        sa.Column("dag_id", sa.String, primary_key=True),
+        sa.Column("task_id", sa.String, primary_key=True),
+        sa.Column("run_id", sa.String, primary_key=True),
+        sa.Column("map_index", sa.Integer, primary_key=True),
+        sa.Column("try_number", sa.Integer, primary_key=True),
+        sa.Column("category", sa.String, nullable=False, default=""),
+        sa.Column("operator", sa.String, nullable=False, default=""),
+        sa.Column("resource_type", sa.String, nullable=False, default=""),
+        sa.Column("backend", sa.String, nullable=False, default=""),
+        sa.Column("host", sa.String, nullable=False, default=""),
+        sa.Column("requested_cores", sa.Integer),
+        sa.Column("requested_memory_bytes", sa.BigInteger),
+        sa.Column("speed", sa.Float),
+        sa.Column("queued_at", sa.DateTime(timezone=True)),
+        sa.Column("started_at", sa.DateTime(timezone=True)),
+        sa.Column("ended_at", sa.DateTime(timezone=True)),
+        sa.Column("runtime_s", sa.Float),
+        sa.Column("peak_rss_bytes", sa.BigInteger),
+        sa.Column("cpu_time_s", sa.Float),
+        sa.Column("state", sa.String(16), nullable=False),
+        sa.Column("input_bytes", sa.BigInteger),
+        sa.Column("output_bytes", sa.BigInteger),
+        sa.Column("error_text", sa.Text, nullable=False, default=""),
+        sa.Column("recorded_at", sa.DateTime(timezone=True), nullable=False),
+    ]
+
+
 attempts_table = sa.Table(
     "agora_task_attempts",
     metadata,
-    sa.Column("dag_id", sa.String, primary_key=True),
-    sa.Column("task_id", sa.String, primary_key=True),
-    sa.Column("run_id", sa.String, primary_key=True),
-    sa.Column("map_index", sa.Integer, primary_key=True),
-    sa.Column("try_number", sa.Integer, primary_key=True),
-    sa.Column("category", sa.String, nullable=False, default=""),
-    sa.Column("operator", sa.String, nullable=False, default=""),
-    sa.Column("resource_type", sa.String, nullable=False, default=""),
-    sa.Column("backend", sa.String, nullable=False, default=""),
-    sa.Column("host", sa.String, nullable=False, default=""),
-    sa.Column("requested_cores", sa.Integer),
-    sa.Column("requested_memory_bytes", sa.BigInteger),
-    sa.Column("speed", sa.Float),
-    sa.Column("queued_at", sa.DateTime(timezone=True)),
-    sa.Column("started_at", sa.DateTime(timezone=True)),
-    sa.Column("ended_at", sa.DateTime(timezone=True)),
-    sa.Column("runtime_s", sa.Float),
-    sa.Column("peak_rss_bytes", sa.BigInteger),
-    sa.Column("cpu_time_s", sa.Float),
-    sa.Column("state", sa.String(16), nullable=False),
-    sa.Column("input_bytes", sa.BigInteger),
-    sa.Column("output_bytes", sa.BigInteger),
-    sa.Column("error_text", sa.Text, nullable=False, default=""),
-    sa.Column("recorded_at", sa.DateTime(timezone=True), nullable=False),
+    *_columns_of_1(),
+    sa.Column("machine", sa.String, nullable=False, default="", server_default=""),
+    sa.Column("plan_version", sa.String, nullable=False, default="", server_default=""),
 )  # the primary key (dag_id, task_id, ...) also serves the look-ups by DAG and by task
 
 _ATTEMPT_FIELDS = tuple(f.name for f in fields(TaskAttempt))
@@ -102,15 +112,24 @@ _TIME_FIELDS = ("queued_at", "started_at", "ended_at")
 
 
 def _migrate_to_1(connection: Connection) -> None:
-    """Version 1: the attempts table as first shipped.
-
-    While 1 is the newest version, :data:`attempts_table` is its schema; the version
-    that changes the table must freeze a copy of this one here.
-    """
-    attempts_table.create(connection, checkfirst=True)
+    """Version 1: the attempts table as first shipped (a frozen copy of its columns then)."""
+    sa.Table(attempts_table.name, sa.MetaData(), *_columns_of_1()).create(connection, checkfirst=True)
 
 
-MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _migrate_to_1}
+_ADDED_IN_2 = ("machine", "plan_version")
+
+
+def _migrate_to_2(connection: Connection) -> None:
+    """Version 2: each attempt's planned ``machine`` and ``plan_version`` ('' for the rows before)."""
+    present = {column["name"] for column in sa.inspect(connection).get_columns(attempts_table.name)}
+    for name in _ADDED_IN_2:
+        if name not in present:
+            connection.exec_driver_sql(
+                f"ALTER TABLE {attempts_table.name} ADD COLUMN {name} VARCHAR NOT NULL DEFAULT ''"
+            )
+
+
+MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _migrate_to_1, 2: _migrate_to_2}
 
 
 @dataclass(frozen=True)
@@ -431,7 +450,7 @@ def _checked(attempt: TaskAttempt) -> TaskAttempt:
         if isinstance(value, bool) or not isinstance(value, int):
             key = f"{attempt.dag_id}/{attempt.task_id}/{attempt.run_id}"
             raise TraceRecordError(key, name, f"must be an integer, got {value!r}")
-    for name in ("category", "operator", "resource_type", "backend", "host", "error_text"):
+    for name in ("category", "operator", "resource_type", "backend", "host", "error_text", "machine", "plan_version"):
         if not isinstance(getattr(attempt, name), str):
             raise TraceRecordError(attempt.key, name, f"must be a string, got {getattr(attempt, name)!r}")
     try:

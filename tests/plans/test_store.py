@@ -178,3 +178,16 @@ def test_the_policy_routes_a_unicode_dag_by_its_plan_and_logs_no_error_for_one_w
     )
     assert report["tasks"]["日本語_パイプライン.a"]["executor"] is None
     assert "not a valid Airflow DAG id" not in report["log"] and "ERROR" not in report["log"]
+
+
+def test_a_plan_is_found_by_its_version_after_a_newer_one_is_in_force(tmp_path: Path) -> None:
+    store = PlanStore(tmp_path)
+    first = store.save("etl", plan("first", "2026-11-01T00:00:00Z"))
+    version = store_module.plan_version(store.current_path("etl").read_bytes())
+    assert version == store_module.plan_version(first.path.read_bytes())  # current and entry: one version
+    store.save("etl", plan("second", "2026-11-02T00:00:00Z"))
+    found = store.find("etl", version)
+    assert found is not None and found.plan.solver.method == "first"
+    newest = store.find("etl", store_module.plan_version(store.current_path("etl").read_bytes()))
+    assert newest is not None and newest.plan.solver.method == "second"
+    assert store.find("etl", "0" * 12) is None and store.find("etl", "") is None

@@ -266,3 +266,27 @@ def test_start_postgres_is_idempotent(postgres_server: PostgresServer) -> None:
     assert again.stdout.strip() == postgres_server.url  # the same server, found running, same URL
     with TraceStore(postgres_server.url) as store:
         assert store.schema_version == SCHEMA_VERSION
+
+
+def test_a_version_1_store_upgrades_and_keeps_its_rows_with_no_machine(tmp_path: Path) -> None:
+    from agora_optimizer.traces import store as store_module
+
+    url = f"sqlite:///{tmp_path / 'v1.db'}"
+    engine = sa.create_engine(url)
+    with engine.begin() as connection:  # a store as version 1 left it, with one row
+        store_module.schema_version_table.create(connection)
+        connection.execute(sa.insert(store_module.schema_version_table).values(id=1, version=1))
+        store_module._migrate_to_1(connection)
+        connection.exec_driver_sql(
+            "INSERT INTO agora_task_attempts (dag_id, task_id, run_id, map_index, try_number, category, operator,"
+            " resource_type, backend, host, state, error_text, recorded_at)"
+            " VALUES ('dag', 'old', 'r1', -1, 1, '', '', '', '', '', 'success', '', '2026-03-01 12:00:00')"
+        )
+    engine.dispose()
+    with TraceStore(url) as store:
+        assert store.schema_version == SCHEMA_VERSION >= 2
+        (old,) = store.attempts()
+        assert (old.task_id, old.machine, old.plan_version) == ("old", "", "")
+        store.add([attempt("new", machine="local-large#0", plan_version="abc123def456")])
+        new = store.attempt("dag", "new", "r1", 1, -1)
+        assert new is not None and (new.machine, new.plan_version) == ("local-large#0", "abc123def456")
