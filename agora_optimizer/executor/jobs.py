@@ -41,6 +41,34 @@ class BackendError(AgoraError):
 
 
 @dataclass(frozen=True)
+class MachineLease:
+    """One planned machine of one DAG run: the allocation its tasks run in, in the planned order.
+
+    ``key`` is unique per (dag_id, run_id, machine) and safe as a file or job name
+    (:func:`lease_key`); ``cores`` and ``memory_bytes`` are the machine type's, ``tasks`` how many
+    tasks the plan puts on it, ``planned_start_s``/``planned_end_s`` its lease in plan time.
+    """
+
+    key: str
+    dag_id: str
+    run_id: str
+    machine: str
+    resource: str
+    cores: int
+    memory_bytes: int
+    tasks: int
+    planned_start_s: float = 0.0
+    planned_end_s: float = 0.0
+
+
+def lease_key(dag_id: str, run_id: str, machine: str) -> str:
+    """``lease-<readable>-<digest>``: a planned machine of a run, as safe as :func:`job_key`."""
+    identity = json.dumps([dag_id, run_id, machine], ensure_ascii=True)
+    digest = hashlib.sha256(identity.encode()).hexdigest()[:KEY_DIGEST_HEX]
+    return f"lease-{_UNSAFE.sub('_', f'{dag_id}.{machine}')[:KEY_READABLE_MAX]}-{digest}"
+
+
+@dataclass(frozen=True)
 class JobSpec:
     """One task attempt to run on one catalog resource.
 
@@ -59,6 +87,7 @@ class JobSpec:
     job_dir: Path
     options: Mapping[str, object] = field(default_factory=lambda: MappingProxyType({}))
     environment: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    lease: MachineLease | None = None  # the planned machine it runs on, when its plan placed it on one
 
     @property
     def result_path(self) -> Path:

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from agora_optimizer.executor.jobs import JobSpec, JobStatus
+from agora_optimizer.executor.jobs import JobSpec, JobStatus, MachineLease
+from agora_optimizer.runs.lease_record import LeaseRecord
 
 
 class Backend:
@@ -51,3 +52,19 @@ class Backend:
     def adopt(self, external_id: str, job_dir: Path, resource: str) -> bool:
         """Take over a job an earlier scheduler submitted; False if it cannot be watched from here."""
         return True
+
+    # -- planned machines: a backend that runs each planned machine as one allocation --------------
+
+    def open_lease(self, lease: MachineLease) -> None:
+        """Get the planned machine ahead of its first task (a SLURM allocation sized as its type).
+
+        Raises BackendError when the machine cannot be had (node down, queue disabled, count
+        exhausted): the executor then re-places its tasks. Jobs whose ``JobSpec.lease`` is this
+        lease run inside it; the default runs them as any other job."""
+
+    def close_lease(self, lease: MachineLease) -> None:
+        """Release the planned machine: its last task has ended (or will never come). Never raises."""
+
+    def finished_leases(self) -> list[LeaseRecord]:
+        """The allocations released since the last call, with their real start and end (each once)."""
+        return []

@@ -1,0 +1,1 @@
+"""Runs: what each DAG run did against its plan (run records, the leases it really held)."""
