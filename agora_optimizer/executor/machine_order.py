@@ -1,0 +1,205 @@
+"""The order a plan gives each planned machine, and when a held task may start on it (pure: no I/O, no clock).
+
+A plan places every task on a machine (``TYPE#N``) with a planned start and end. The executor
+runs a machine's tasks in that order, which is what the plan's makespan and lease cost assume;
+Airflow alone would start a task as soon as its upstream tasks are done, on whichever slot came
+first, and two tasks the plan put one after the other could then share a machine the plan sized
+for one of them.
+
+**The rule.** A machine runs its tasks in the planned order: by planned start, then planned end
+(then task id, so the order is total). A task whose turn it is (every task before it on its machine
+has started, or will never come) starts as soon as it fits on the machine (the type's cores and
+memory, counting what runs there now). A task whose turn it is not may start *earlier than
+planned* when it fits on its machine now and does not delay the machine's next planned task that
+has not started, N: either N would still fit beside it (what runs there, plus this task, plus N),
+or this task is planned to end before N's planned start (plan clock now + its planned duration
+<= N's planned start). Otherwise it is held.
+
+Two guards keep a plan from ever stopping a DAG:
+
+- A task that will never come (Airflow marked it skipped, upstream_failed, failed or removed, or
+  it already succeeded) does not hold the tasks behind it (:meth:`RunBook.settle`).
+- A task held for ``hold_max_s`` (``[agora] machine_hold_s``) starts all the same, whatever the
+  order says (a plan that no longer matches its DAG, a tie the order could not break).
+
+A valid plan cannot deadlock under the rule: a task planned earlier on a machine never depends on
+one planned later (a child starts after its parent ends), so the order is consistent with the
+DAG's. The plan clock of a run starts when the executor sees the run's first planned task.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from agora_optimizer.model.catalog import Resource
+from agora_optimizer.model.plan import Plan, machine_type
+
+NEVER_COMES = frozenset({"skipped", "upstream_failed", "failed", "removed", "success"})
+"""Airflow task states after which a task does not come to the executor again (for this try)."""
+
+
+@dataclass(frozen=True)
+class PlannedTask:
+    """One task of a planned machine: when the plan starts and ends it, and what it reserves."""
+
+    task_id: str
+    machine: str
+    start_s: float
+    end_s: float
+    cores: int
+    memory_bytes: int
+
+    @property
+    def duration_s(self) -> float:
+        return max(0.0, self.end_s - self.start_s)
+
+
+@dataclass(frozen=True)
+class MachinePlan:
+    """One planned machine: its type's capacity and its tasks in the planned order."""
+
+    machine: str
+    resource: str
+    cores: int
+    memory_bytes: int
+    tasks: tuple[PlannedTask, ...]
+
+    @property
+    def planned_start_s(self) -> float:
+        return min((task.start_s for task in self.tasks), default=0.0)
+
+    @property
+    def planned_end_s(self) -> float:
+        return max((task.end_s for task in self.tasks), default=0.0)
+
+    def position(self, task_id: str) -> int:
+        return next(index for index, task in enumerate(self.tasks) if task.task_id == task_id)
+
+
+@dataclass(frozen=True)
+class MachineOrder:
+    """Every planned machine of one plan, and which machine each task is on."""
+
+    machines: Mapping[str, MachinePlan]
+    by_task: Mapping[str, PlannedTask]
+
+    @classmethod
+    def from_plan(cls, plan: Plan, resources: Mapping[str, Resource]) -> MachineOrder:
+        """The order of ``plan``; a machine whose type is not in ``resources`` is left out (its tasks run unplanned)."""
+        grouped: dict[str, list[PlannedTask]] = {}
+        for a in plan.assignments:
+            if not a.machine or machine_type(a.machine) not in resources:
+                continue
+            task = PlannedTask(a.task, a.machine, a.start_s, a.end_s, a.cores, a.memory_bytes)
+            grouped.setdefault(a.machine, []).append(task)
+        machines: dict[str, MachinePlan] = {}
+        for machine, tasks in grouped.items():
+            kind = resources[machine_type(machine)]
+            ordered = tuple(sorted(tasks, key=lambda t: (t.start_s, t.end_s, t.task_id)))
+            machines[machine] = MachinePlan(machine, kind.name, kind.vcpus, kind.memory_bytes, ordered)
+        by_task = {task.task_id: task for plan_ in machines.values() for task in plan_.tasks}
+        return cls(machines, by_task)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Whether a held task may start now, and why (for the log)."""
+
+    start: bool
+    reason: str
+
+
+@dataclass
+class RunBook:
+    """Which tasks of one DAG run have started and ended on their planned machines.
+
+    ``origin_s`` is the executor's monotonic clock when it saw the run's first planned task: the
+    run's plan clock is ``now_s - origin_s``. A task that started and ended is *done*; one that
+    never started and will not come (:meth:`settle`) is *gone*; either no longer holds the tasks
+    behind it, and a machine whose every task is done or gone has ended.
+    """
+
+    order: MachineOrder
+    origin_s: float
+    started: set[str] = field(default_factory=set)
+    ended: set[str] = field(default_factory=set)
+    gone: set[str] = field(default_factory=set)
+
+    def start(self, task_id: str) -> None:
+        """The task was let go to its machine (a retry starts again: it is running once more)."""
+        self.started.add(task_id)
+        self.ended.discard(task_id)
+        self.gone.discard(task_id)
+
+    def end(self, task_id: str) -> None:
+        """The task's process ended: its machine's cores and memory are free again."""
+        if task_id in self.started:
+            self.ended.add(task_id)
+
+    def settle(self, states: Mapping[str, str]) -> None:
+        """Airflow's task states (by task id): a task in a :data:`NEVER_COMES` state is done (if it started)
+        or gone (if it never did). A task the book counts as running stays running until :meth:`end`."""
+        for task_id, state in states.items():
+            if task_id not in self.order.by_task or state not in NEVER_COMES:
+                continue
+            if task_id not in self.started:
+                self.gone.add(task_id)
+
+    def running(self, machine: str) -> list[PlannedTask]:
+        plan = self.order.machines.get(machine)
+        if plan is None:
+            return []
+        return [t for t in plan.tasks if t.task_id in self.started and t.task_id not in self.ended]
+
+    def waiting(self, machine: str) -> list[PlannedTask]:
+        """The machine's tasks that have neither started nor gone, in the planned order."""
+        plan = self.order.machines.get(machine)
+        if plan is None:
+            return []
+        return [t for t in plan.tasks if t.task_id not in self.started and t.task_id not in self.gone]
+
+    def machine_ended(self, machine: str) -> bool:
+        """Every task of the machine is done or gone: its lease may be released."""
+        plan = self.order.machines.get(machine)
+        return plan is not None and all(t.task_id in self.gone or t.task_id in self.ended for t in plan.tasks)
+
+    def ended_machines(self) -> list[str]:
+        return [machine for machine in self.order.machines if self.machine_ended(machine)]
+
+
+def _fits(plan: MachinePlan, tasks: Iterable[PlannedTask]) -> bool:
+    tasks = list(tasks)
+    return sum(t.cores for t in tasks) <= plan.cores and sum(t.memory_bytes for t in tasks) <= plan.memory_bytes
+
+
+def may_start(book: RunBook, task_id: str, now_s: float, held_s: float, hold_max_s: float) -> Decision:
+    """Whether the held task ``task_id`` may start now under the module's rule.
+
+    ``now_s`` is the executor's monotonic clock, ``held_s`` how long the task has been held,
+    ``hold_max_s`` the bound past which it starts whatever the order says.
+    """
+    task = book.order.by_task.get(task_id)
+    if task is None:
+        return Decision(True, "not on a planned machine")
+    if held_s >= hold_max_s:
+        return Decision(True, f"held {held_s:.0f} s, the most [agora] machine_hold_s ({hold_max_s:g} s) allows")
+    plan = book.order.machines[task.machine]
+    running = book.running(task.machine)
+    if not _fits(plan, [*running, task]):
+        names = ", ".join(t.task_id for t in running)
+        return Decision(False, f"{task.machine} is full ({names} run there)")
+    ahead = [t for t in book.waiting(task.machine) if plan.position(t.task_id) < plan.position(task_id)]
+    if not ahead:
+        return Decision(True, f"its turn on {task.machine}")
+    following = ahead[0]
+    if _fits(plan, [*running, task, following]):
+        return Decision(True, f"early on {task.machine}: {following.task_id}, planned before it, still fits beside it")
+    clock_s = now_s - book.origin_s
+    if clock_s + task.duration_s <= following.start_s:
+        return Decision(
+            True,
+            f"early on {task.machine}: planned to end at {clock_s + task.duration_s:.1f} s, before "
+            f"{following.task_id} is planned to start ({following.start_s:.1f} s)",
+        )
+    return Decision(False, f"waits for {following.task_id}, planned before it on {task.machine}")
