@@ -13,7 +13,13 @@ beside this folder (or from ``$AGORA_WORKFLOWS_DIR``) with agora's WfFormat read
   its wall time; on a busy machine it takes longer, as the real task would. Scaled runtimes
   are clamped to [REPLAY_MIN_RUNTIME_S, REPLAY_MAX_RUNTIME_S] and scaled memory is capped at
   REPLAY_MAX_MEMORY_BYTES, so no task is too short to measure or too big for a laptop. The
-  scales come from ``$AGORA_WFINSTANCE_TIME_SCALE`` and ``$AGORA_WFINSTANCE_MEMORY_SCALE``.
+  scales come from ``$AGORA_WFINSTANCE_TIME_SCALE`` and ``$AGORA_WFINSTANCE_MEMORY_SCALE``, the
+  clamps from ``$AGORA_WFINSTANCE_MIN_RUNTIME_S``, ``$AGORA_WFINSTANCE_MAX_RUNTIME_S`` and
+  ``$AGORA_WFINSTANCE_MAX_MEMORY_BYTES`` (``bench/run_plans_come_true.py`` scales runtimes into
+  5-60 s with them).
+- A DAG run's conf ``{"agora_slow": {"<task id>": 2.0}}`` makes those tasks burn that many times
+  their CPU time in that run only (the plan, made from the hints, does not know): how the
+  benchmark slows a task on purpose to see a run drift from its plan.
 - ``executor_config["agora"]`` carries the scaled ``runtime_s`` and ``memory_bytes`` and the
   recorded ``cores`` (the hints agora's planner reads); ``executor_config["agora_wfinstance"]``
   carries the task's ``category``, its WfFormat ``wf_task_id`` and ``wf_task_name``. They sit
@@ -41,6 +47,10 @@ from agora_optimizer.io.wfformat import load_workflow
 WORKFLOW_ENV = "AGORA_WFINSTANCE"
 TIME_SCALE_ENV = "AGORA_WFINSTANCE_TIME_SCALE"
 MEMORY_SCALE_ENV = "AGORA_WFINSTANCE_MEMORY_SCALE"
+MIN_RUNTIME_ENV = "AGORA_WFINSTANCE_MIN_RUNTIME_S"
+MAX_RUNTIME_ENV = "AGORA_WFINSTANCE_MAX_RUNTIME_S"
+MAX_MEMORY_ENV = "AGORA_WFINSTANCE_MAX_MEMORY_BYTES"
+SLOW_CONF_KEY = "agora_slow"
 WORKFLOWS_DIR_ENV = "AGORA_WORKFLOWS_DIR"
 
 DEFAULT_WORKFLOW = "blast-chameleon-small-001"
@@ -56,14 +66,29 @@ MAX_KEY_CHARS = 250  # Airflow's limit on dag and task ids
 _REFUSED = re.compile(r"[^A-Za-z0-9_.-]")
 
 
-def _replay(runtime_s: float, memory_bytes: int) -> None:
-    """Hold ``memory_bytes`` resident and keep one core busy until this thread has used ``runtime_s`` of CPU."""
+def _replay(runtime_s: float, memory_bytes: int, **context: Any) -> None:
+    """Hold ``memory_bytes`` resident and keep one core busy until this thread has used ``runtime_s`` of CPU
+    (times the run's ``agora_slow`` factor for this task, if its conf sets one)."""
+    runtime_s *= _slow_factor(context)
     deadline = time.thread_time() + runtime_s  # the thread's own CPU time: fixed work, whatever else runs
     block = bytearray(memory_bytes)
     block[::PAGE_BYTES] = b"\x01" * len(range(0, memory_bytes, PAGE_BYTES))  # resident whatever the allocator does
     while time.thread_time() < deadline:
         pass
     del block
+
+
+def _slow_factor(context: dict[str, Any]) -> float:
+    """The factor ``{"agora_slow": {task_id: factor}}`` of the DAG run's conf sets for this task (else 1)."""
+    dag_run, ti = context.get("dag_run"), context.get("ti")
+    conf = getattr(dag_run, "conf", None) or {}
+    slow = conf.get(SLOW_CONF_KEY) if isinstance(conf, dict) else None
+    if not isinstance(slow, dict) or ti is None:
+        return 1.0
+    factor = slow.get(ti.task_id, 1.0)
+    if isinstance(factor, bool) or not isinstance(factor, int | float) or not 0 < factor <= 100:
+        raise ValueError(f"dag run conf {SLOW_CONF_KEY}.{ti.task_id} must be a number in (0, 100], got {factor!r}")
+    return float(factor)
 
 
 def _scale(env: str, default: float) -> float:
@@ -121,8 +146,18 @@ def _wf_task_names(path: Path) -> dict[str, str]:
     return {str(item["id"]): str(item.get("name", item["id"])) for item in spec_tasks}
 
 
-def build_dag(name: str, directory: Path, time_scale: float, memory_scale: float) -> DAG:
-    """The DAG replaying ``directory/<name>.json``."""
+def build_dag(
+    name: str,
+    directory: Path,
+    time_scale: float,
+    memory_scale: float,
+    runtime_range_s: tuple[float, float] = (REPLAY_MIN_RUNTIME_S, REPLAY_MAX_RUNTIME_S),
+    max_memory_bytes: int = REPLAY_MAX_MEMORY_BYTES,
+) -> DAG:
+    """The DAG replaying ``directory/<name>.json``, runtimes clamped to ``runtime_range_s``."""
+    low_s, high_s = runtime_range_s
+    if not 0 < low_s <= high_s:
+        raise ValueError(f"${MIN_RUNTIME_ENV} ({low_s:g}) must be > 0 and <= ${MAX_RUNTIME_ENV} ({high_s:g})")
     path = directory / f"{name}.json"
     if not path.is_file():
         bundled = ", ".join(sorted(p.stem for p in directory.glob("*.json"))) or "none"
@@ -140,12 +175,12 @@ def build_dag(name: str, directory: Path, time_scale: float, memory_scale: float
         catchup=False,
         tags=["agora", "wfinstance"],
         doc_md=f"Replay of `{path.name}` (WfCommons WfInstances, LGPL-3.0): "
-        f"time scale {time_scale:g}, memory scale {memory_scale:g}.",
+        f"time scale {time_scale:g} (runtimes in [{low_s:g}, {high_s:g}] s), memory scale {memory_scale:g}.",
     ) as dag:
         operators: dict[str, Any] = {}
         for wf_task in workflow.tasks:
-            runtime_s = min(max(wf_task.runtime_s * time_scale, REPLAY_MIN_RUNTIME_S), REPLAY_MAX_RUNTIME_S)
-            memory_bytes = min(round(wf_task.memory_bytes * memory_scale), REPLAY_MAX_MEMORY_BYTES)
+            runtime_s = min(max(wf_task.runtime_s * time_scale, low_s), high_s)
+            memory_bytes = min(round(wf_task.memory_bytes * memory_scale), max_memory_bytes)
             config = {
                 "agora": {"cores": wf_task.cores, "runtime_s": runtime_s, "memory_bytes": memory_bytes},
                 "agora_wfinstance": {
@@ -165,8 +200,13 @@ def _build_all() -> dict[str, DAG]:
     names = [n.strip() for n in os.environ.get(WORKFLOW_ENV, DEFAULT_WORKFLOW).split(",") if n.strip()]
     time_scale = _scale(TIME_SCALE_ENV, TIME_SCALE)
     memory_scale = _scale(MEMORY_SCALE_ENV, MEMORY_SCALE)
+    runtime_range_s = (_scale(MIN_RUNTIME_ENV, REPLAY_MIN_RUNTIME_S), _scale(MAX_RUNTIME_ENV, REPLAY_MAX_RUNTIME_S))
+    max_memory = int(_scale(MAX_MEMORY_ENV, REPLAY_MAX_MEMORY_BYTES))
     directory = workflows_dir()
-    dags = [build_dag(name, directory, time_scale, memory_scale) for name in names or [DEFAULT_WORKFLOW]]
+    dags = [
+        build_dag(name, directory, time_scale, memory_scale, runtime_range_s, max_memory)
+        for name in names or [DEFAULT_WORKFLOW]
+    ]
     return {dag.dag_id: dag for dag in dags}
 
 

@@ -126,7 +126,7 @@ E2E = textwrap.dedent(
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     dag = getattr(module, sys.argv[2])
-    run = dag.test()
+    run = dag.test(run_conf=json.loads(sys.argv[3]))
     with create_session() as session:
         rows = session.scalars(select(TaskInstance).where(TaskInstance.dag_id == dag.dag_id)).all()
         tis = {ti.task_id: [str(ti.state), ti.duration] for ti in rows}
@@ -209,7 +209,10 @@ def probe(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "missing": {"AGORA_WFINSTANCE": "no-such-workflow"},
         "own_dir": {"AGORA_WFINSTANCE": "my run+1", "AGORA_WORKFLOWS_DIR": str(own_dir)},
         "bad_scale": {"AGORA_WFINSTANCE_TIME_SCALE": "fast"},
-    }
+        "clamped": {"AGORA_WFINSTANCE_TIME_SCALE": "1", "AGORA_WFINSTANCE_MIN_RUNTIME_S": "1.5", "AGORA_WFINSTANCE_MAX_RUNTIME_S": "2",
+                    "AGORA_WFINSTANCE_MAX_MEMORY_BYTES": str(64 * MIB)},
+        "bad_clamps": {"AGORA_WFINSTANCE_MIN_RUNTIME_S": "5", "AGORA_WFINSTANCE_MAX_RUNTIME_S": "2"},
+    }  # fmt: skip
     expected = _expected(DEFAULT).tasks
     biggest = max(expected, key=lambda t: expected[t]["memory_bytes"])
     longest = max(expected, key=lambda t: expected[t]["runtime_s"])
@@ -277,6 +280,15 @@ def test_a_missing_workflow_is_an_import_error_naming_the_file_and_the_variable(
     assert "$AGORA_WFINSTANCE_TIME_SCALE must be a number, got 'fast'" in bad
 
 
+def test_the_clamps_are_options_and_refused_when_they_make_no_range(probe: dict[str, Any]) -> None:
+    hints = [t["executor_config"]["agora"] for t in probe["clamped"]["dags"][f"agora_wfinstance_{DEFAULT}"].values()]
+    runtimes = [h["runtime_s"] for h in hints]
+    assert min(runtimes) == pytest.approx(1.5) and max(runtimes) == pytest.approx(2.0)
+    assert max(h["memory_bytes"] for h in hints) == 64 * MIB
+    bad = probe["bad_clamps"]["errors"]["agora_wfinstance.py"]
+    assert "$AGORA_WFINSTANCE_MIN_RUNTIME_S (5) must be > 0 and <= $AGORA_WFINSTANCE_MAX_RUNTIME_S (2)" in bad
+
+
 def test_task_ids_are_made_valid_without_collisions(probe: dict[str, Any]) -> None:
     ids = probe["ids"]
     assert ids["a_b"] == "a_b" and ids["ok.id-1"] == "ok.id-1"  # valid ids are kept
@@ -311,10 +323,13 @@ def test_a_replayed_task_holds_its_scaled_memory_and_burns_its_scaled_cpu_time(p
 def test_the_smallest_workflow_runs_end_to_end_in_airflow(tmp_path: Path) -> None:
     env = _airflow_env(tmp_path, AGORA_WFINSTANCE=SECOND, AGORA_WFINSTANCE_TIME_SCALE=str(E2E_TIME_SCALE))
     migrate_database(env)
-    found = _run(E2E, [str(REPO / "dags"), f"agora_wfinstance_{SECOND}"], env, "E2E")
     expected = _expected(SECOND).tasks
+    slowed = max(expected, key=lambda t: expected[t]["runtime_s"])
+    conf = {"agora_slow": {slowed: 3.0}}  # this run only: the task burns three times its CPU time
+    found = _run(E2E, [str(REPO / "dags"), f"agora_wfinstance_{SECOND}", json.dumps(conf)], env, "E2E")
     assert found["state"] == "success"
     assert set(found["tis"]) == set(expected)
     for task_id, (state, duration_s) in found["tis"].items():
         runtime_s, _ = _scaled(expected[task_id], E2E_TIME_SCALE, DEFAULT_MEMORY_SCALE)
-        assert state == "success" and duration_s >= runtime_s - 0.01, (task_id, state, duration_s)
+        factor = 3.0 if task_id == slowed else 1.0
+        assert state == "success" and duration_s >= factor * runtime_s - 0.01, (task_id, state, duration_s)
