@@ -7,10 +7,16 @@ cancel, renew a token, report to Airflow, log, forget. The executor does every b
 this module only decides. The states::
 
     new ─Accepted─▶ pending_submit ─Submitted─▶ submitted ─StatusPolled─▶ queued ◀─▶ running
+    new ─Accepted (a planned machine's task)─▶ held ─Released─▶ pending_submit
     new ─Adopted──────────────────────────────▶ submitted
     pending_submit ─SubmitFailed (transient, retries left)─▶ pending_submit (backoff), else done
     submitted/queued/running ─StatusPolled finished|lost, queue timeout, PollFailed past outage─▶ done
     any ─Revoked─▶ done (or kept, with RefuseRevoke, while it waits in its queue or has just started)
+    held ─Revoked─▶ kept (RefuseRevoke) within [agora] machine_hold_s, else done
+
+A job is ``held`` when its ``JobSpec.lease`` names a planned machine: it waits for its machine's
+turn (:mod:`~agora_optimizer.executor.machine_order` decides, the executor feeds ``Released``).
+A job without a lease goes straight to ``pending_submit``, as before planned machines existed.
 
 ``done`` jobs leave the executor's table through the one :class:`Forget` action. Times are
 the executor's monotonic clock (``*_s``) except the backend's ``queued_at``, a wall-clock
@@ -28,9 +34,10 @@ from agora_optimizer.errors import AgoraError
 from agora_optimizer.executor.job_record import JobRecord
 from agora_optimizer.executor.jobs import JobSpec, JobStatus
 
-JobState = Literal["new", "pending_submit", "submitted", "queued", "running", "done"]
-"""``pending_submit``: not on its backend yet (first try, or waiting out a backoff); ``submitted``:
-on it, not polled yet (also a job just adopted); ``queued``/``running``: what the last poll said."""
+JobState = Literal["new", "held", "pending_submit", "submitted", "queued", "running", "done"]
+"""``held``: waiting for its planned machine's turn; ``pending_submit``: not on its backend yet (first
+try, or waiting out a backoff); ``submitted``: on it, not polled yet (also a job just adopted);
+``queued``/``running``: what the last poll said."""
 
 ON_BACKEND: tuple[JobState, ...] = ("submitted", "queued", "running")
 _POLLED_STATE: dict[str, JobState] = {"pending": "queued", "running": "running"}  # a poll's phase -> state
@@ -55,6 +62,7 @@ class LifecycleConfig:
     backend_queue_timeout_s: float = 86400.0
     token_refresh_s: float = 120.0
     task_queued_timeout_s: float = 600.0
+    machine_hold_s: float = 600.0
 
     @property
     def token_renew_interval_s(self) -> float:
@@ -95,6 +103,7 @@ class Job:
     last_reason: str = ""
     queued_at: datetime | None = None  # when the backend says the job entered its queue
     running_since_s: float | None = None  # the first poll that saw it running
+    held_since_s: float | None = None  # when it began to wait for its planned machine's turn
 
     @property
     def full_external_id(self) -> str:
@@ -133,6 +142,13 @@ class Adopted:
     """A restarted scheduler took over a job an earlier one submitted."""
 
     external_id: str
+
+
+@dataclass(frozen=True)
+class Released:
+    """A held job's planned machine has room for it (``reason`` says why, for the log)."""
+
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -183,7 +199,16 @@ class Revoked:
 
 
 Event: TypeAlias = (
-    Accepted | Adopted | Heartbeat | Submitted | SubmitFailed | StatusPolled | PollFailed | TokenRenewed | Revoked
+    Accepted
+    | Adopted
+    | Released
+    | Heartbeat
+    | Submitted
+    | SubmitFailed
+    | StatusPolled
+    | PollFailed
+    | TokenRenewed
+    | Revoked
 )
 
 
@@ -259,8 +284,41 @@ Handler: TypeAlias = Callable[[Job, Any, Now, LifecycleConfig], Outcome]
 
 
 def _accept(job: Job, event: Accepted, now: Now, config: LifecycleConfig) -> Outcome:
+    if job.spec.lease is not None:
+        held = replace(job, state="held", token_at_s=now.monotonic_s, held_since_s=now.monotonic_s)
+        return held, [Log("info", f"Holding {job.record.label} for its turn on {job.spec.lease.machine}")]
     job = replace(job, state="pending_submit", token_at_s=now.monotonic_s, submitted_at_s=now.monotonic_s)
     return _submit(job, now)
+
+
+def _release(job: Job, event: Released, now: Now, config: LifecycleConfig) -> Outcome:
+    job = replace(job, state="pending_submit", submitted_at_s=now.monotonic_s)
+    held_s = now.monotonic_s - (job.held_since_s if job.held_since_s is not None else now.monotonic_s)
+    job, actions = _submit(job, now)
+    return job, [Log("info", f"Releasing {job.record.label} after {held_s:.1f} s held: {event.reason}"), *actions]
+
+
+def _held_heartbeat(job: Job, event: Heartbeat, now: Now, config: LifecycleConfig) -> Outcome:
+    """A held job's Execution API token is renewed as a queued one's is: the hold may outlast it."""
+    if job.workload is not None and now.monotonic_s - job.token_at_s >= config.token_renew_interval_s:
+        return job, [RenewToken(job.key)]
+    return job, []
+
+
+def _revoke_held(job: Job, event: Revoked, now: Now, config: LifecycleConfig) -> Outcome:
+    """A held job waits for its machine's turn, which ``machine_hold_s`` bounds: Airflow's revoke waits too."""
+    held_s = now.monotonic_s - (job.held_since_s if job.held_since_s is not None else now.monotonic_s)
+    if held_s < config.machine_hold_s:
+        machine = job.spec.lease.machine if job.spec.lease is not None else "?"
+        why = (
+            f"waits {held_s:.0f} s for its turn on its planned machine {machine}; "
+            f"[agora] machine_hold_s ({config.machine_hold_s:.0f} s) bounds that wait"
+        )
+        return job, [
+            Log("info", f"Not revoking {job.record.label}: it {why}"),
+            RefuseRevoke(f"{job.record.label} {why}"),
+        ]
+    return replace(job, state="done"), [Forget(job.key)]
 
 
 def _adopt(job: Job, event: Adopted, now: Now, config: LifecycleConfig) -> Outcome:
@@ -414,6 +472,10 @@ def _unchanged(job: Job, event: Any, now: Now, config: LifecycleConfig) -> Outco
 TRANSITIONS: dict[tuple[JobState, type[Any]], Handler] = {
     ("new", Accepted): _accept,
     ("new", Adopted): _adopt,
+    ("held", Released): _release,
+    ("held", Heartbeat): _held_heartbeat,
+    ("held", TokenRenewed): _token_renewed,
+    ("held", Revoked): _revoke_held,
     ("pending_submit", Heartbeat): _submit_if_due,
     ("pending_submit", Submitted): _submitted,
     ("pending_submit", SubmitFailed): _submit_failed,

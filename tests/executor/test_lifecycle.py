@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from agora_optimizer.executor.job_record import JobRecord, attempt_state
-from agora_optimizer.executor.jobs import JobSpec, JobStatus
+from agora_optimizer.executor.jobs import JobSpec, JobStatus, MachineLease
 from agora_optimizer.executor.lifecycle import (
     ON_BACKEND,
     TRANSITIONS,
@@ -28,6 +28,7 @@ from agora_optimizer.executor.lifecycle import (
     Now,
     PollFailed,
     RefuseRevoke,
+    Released,
     RenewToken,
     Report,
     ReportQueued,
@@ -281,7 +282,7 @@ def test_an_event_the_state_has_no_transition_for_is_a_clear_error(state: str, e
 
 def test_a_done_job_has_no_transitions_and_every_live_state_has_some() -> None:
     states = {state for state, _ in TRANSITIONS}
-    assert states == {"new", "pending_submit", "submitted", "queued", "running"}
+    assert states == {"new", "held", "pending_submit", "submitted", "queued", "running"}
     with pytest.raises(LifecycleError, match="from 'done'"):
         step(replace(new_job(), state="done"), Heartbeat(), 0.0)
 
@@ -292,3 +293,54 @@ def test_the_machine_imports_no_airflow() -> None:
         "assert not [m for m in sys.modules if m.split('.')[0] == 'airflow'], 'airflow imported'"
     )
     subprocess.run([sys.executable, "-c", check], check=True, timeout=60)
+
+
+# -- held for a planned machine's turn -------------------------------------------------------
+
+LEASE = MachineLease("lease-unit.small_0-k", "unit", "r1", "small#0", "small", 2, 4 * 2**30, tasks=2)
+
+
+def planned_job(workload: object = "workload") -> Job:
+    job = new_job(workload)
+    return replace(job, spec=replace(job.spec, lease=LEASE))
+
+
+def test_a_task_of_a_planned_machine_is_held_until_released_then_submitted() -> None:
+    job, actions = step(planned_job(), Accepted(), 10.0)
+    assert (job.state, job.held_since_s, job.attempts) == ("held", 10.0, 0)
+    assert kinds(actions) == ["Log"] and "small#0" in the(Log, actions).message  # type: ignore[attr-defined]
+    assert step(job, Heartbeat(), 11.0) == (job, [])  # nothing to submit while held
+    job, actions = step(job, Released("its turn on small#0"), 14.0)
+    assert (job.state, job.attempts) == ("pending_submit", 1)
+    assert kinds(actions) == ["Log", "Submit"]
+    assert "4.0 s held: its turn on small#0" in the(Log, actions).message  # type: ignore[attr-defined]
+    job, _ = step(job, Submitted("42"), 14.5)
+    assert job.state == "submitted"
+
+
+def test_a_task_without_a_lease_is_never_held() -> None:
+    job, actions = step(new_job(), Accepted(), 0.0)
+    assert job.state == "pending_submit" and actions == [Submit(KEY)]
+    with pytest.raises(LifecycleError, match="no transition from 'pending_submit' on Released"):
+        step(job, Released("x"), 1.0)
+
+
+def test_a_held_tasks_token_is_renewed_like_a_queued_ones() -> None:
+    job, _ = step(planned_job(), Accepted(), 0.0)
+    assert step(job, Heartbeat(), CONFIG.token_renew_interval_s - 1)[1] == []
+    _, actions = step(job, Heartbeat(), CONFIG.token_renew_interval_s)
+    assert actions == [RenewToken(KEY)]
+    renewed, _ = step(job, TokenRenewed("fresh", published=True), CONFIG.token_renew_interval_s)
+    assert (renewed.state, renewed.workload, renewed.token_at_s) == ("held", "fresh", CONFIG.token_renew_interval_s)
+    adopted_like, _ = step(planned_job(workload=None), Accepted(), 0.0)
+    assert step(adopted_like, Heartbeat(), 10_000.0)[1] == []  # no workload, no token of its own
+
+
+def test_airflow_may_not_revoke_a_held_task_within_the_hold_bound() -> None:
+    config = replace(CONFIG, machine_hold_s=100.0)
+    job, _ = step(planned_job(), Accepted(), 0.0, config)
+    kept, actions = step(job, Revoked(None), 99.0, config)
+    assert kept.state == "held" and kinds(actions) == ["Log", "RefuseRevoke"]
+    assert "small#0" in the(RefuseRevoke, actions).reason  # type: ignore[attr-defined]
+    gone, actions = step(job, Revoked(None), 100.0, config)
+    assert gone.state == "done" and actions == [Forget(KEY)]
