@@ -9,7 +9,9 @@ database at once create it once. A database whose version is newer than this cod
 knows is refused with a :class:`TraceStoreError` rather than misread. Each migration
 describes the schema of its own version, not :data:`attempts_table` (always the
 newest), so that an old database upgrades step by step: version 1 creates the table as
-first shipped, version 2 adds the planned ``machine`` and ``plan_version`` of each attempt.
+first shipped, version 2 adds the planned ``machine`` and ``plan_version`` of each attempt,
+version 3 the run records' tables (:mod:`agora_optimizer.runs.tables`, read and written by
+:class:`agora_optimizer.runs.store.RunStore`).
 
 Rows are keyed by the natural key of an attempt, (dag_id, task_id, run_id,
 map_index, try_number): writing the same attempt twice updates the row (an upsert,
@@ -41,9 +43,10 @@ from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
 
 from agora_optimizer.errors import AgoraError
+from agora_optimizer.runs.tables import create_tables_of_3
 from agora_optimizer.traces.records import TaskAttempt, TraceRecordError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 SQLITE_BUSY_TIMEOUT_MS = 60_000
 KEY_COLUMNS = ("dag_id", "task_id", "run_id", "map_index", "try_number")
 _PG_LOCK_KEY = 0x61676F7261  # "agora": one advisory lock for schema changes
@@ -129,7 +132,7 @@ def _migrate_to_2(connection: Connection) -> None:
             )
 
 
-MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _migrate_to_1, 2: _migrate_to_2}
+MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _migrate_to_1, 2: _migrate_to_2, 3: create_tables_of_3}
 
 
 @dataclass(frozen=True)
