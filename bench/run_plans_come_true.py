@@ -1,0 +1,339 @@
+"""Benchmark: do plans come true? Real WfInstances workflows, planned by agora, run in a real Airflow.
+
+Usage:
+  python bench/run_plans_come_true.py --workflows-dir ../shared/data/wfinstances \\
+      --workflows bacass-dirt02-001,scrnaseq-dirt02-001 --backend local --runs 3 \\
+      --out bench/results/plans-come-true-local.json
+
+One real Airflow 3.3 (api-server, dag-processor, scheduler on SQLite) with ``[core] executor =
+LocalExecutor,agora`` and the AgoraExecutor on the local pools (``catalogs/local-priced.yaml``,
+the two local pools with nominal prices) or the loopback SLURM cluster
+(``catalogs/slurm-loopback.yaml``; start it first with ``bash scripts/start_slurm.sh``). Each
+workflow is replayed as a DAG by ``dags/agora_wfinstance.py`` with its runtimes scaled by
+``--time-scale`` and clamped into [``--min-runtime-s``, ``--max-runtime-s``] (default 5-60 s).
+
+For each workflow and each of ``--runs`` rounds:
+
+1. ``agora optimize airflow:<dag> --apply`` plans it (learning from the rounds before: the trace
+   store keeps every attempt) and puts the plan in force; the benchmark waits until the
+   dag-processor has parsed the DAG again, so the run uses that plan, and triggers a run;
+2. then the same with the one-type default plan (every task on the cheapest type that fits them
+   all, :func:`agora_optimizer.optimize.default_plan`), so that the saving is measured on real
+   runs beside the predicted one.
+
+After each run ``agora runs record`` (re)builds its run record and ``agora runs show --json``
+gives the numbers. With ``--slow-factor F`` one more run per workflow slows its longest task
+F times (DAG run conf ``agora_slow``), to see a run drift from its plan.
+
+Output: ``--out`` holds one JSON object per run (``workflow, backend, plan, run, tasks,
+planned_makespan_s, actual_makespan_s, planned_cost_usd, actual_cost_usd, repairs, ...``) and a
+summary; ``--out`` with ``.md`` instead of ``.json`` gets the results table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from agora_optimizer.integration.local_airflow import AirflowDeployment, wait_until  # noqa: E402
+
+CATALOGS = {"local": REPO / "catalogs" / "local-priced.yaml", "slurm": REPO / "catalogs" / "slurm-loopback.yaml"}
+DAG_ID_PREFIX = "agora_wfinstance_"
+DEFAULT_PLAN = """
+import sys
+from agora_optimizer.integration.airflow_dag import predicted_dag_workflow
+from agora_optimizer.io.catalog_file import load_catalog
+from agora_optimizer.io.plan_file import write_plan
+from agora_optimizer.optimize import default_plan
+
+dag_id, catalog_path, folder, out = sys.argv[1:5]
+catalog = load_catalog(catalog_path)
+workflow, _ = predicted_dag_workflow(dag_id, catalog, folder=folder)
+plan = default_plan(workflow, catalog, catalog_path)
+if plan is None:
+    raise SystemExit(f"{dag_id}: no single type of {catalog_path} fits every task")
+write_plan(plan, out)
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    workflows = [name.strip() for name in args.workflows.split(",") if name.strip()]
+    if not workflows:
+        raise SystemExit("--workflows: name at least one workflow")
+    missing = [name for name in workflows if not (args.workflows_dir / f"{name}.json").is_file()]
+    if missing:
+        raise SystemExit(f"--workflows: no {', '.join(missing)} in {args.workflows_dir}")
+    catalog = (args.catalog or CATALOGS[args.backend]).resolve()
+    root = Path(tempfile.mkdtemp(prefix="agora-bench-plans-"))
+    (root / "dags").mkdir()
+    (root / "dags" / "agora_wfinstance.py").symlink_to(REPO / "dags" / "agora_wfinstance.py")
+    airflow = AirflowDeployment(
+        home=root / "home",
+        dags_folder=root / "dags",
+        extra_env={
+            "AGORA_WFINSTANCE": ",".join(workflows),
+            "AGORA_WORKFLOWS_DIR": str(args.workflows_dir.resolve()),
+            "AGORA_WFINSTANCE_TIME_SCALE": f"{args.time_scale:g}",
+            "AGORA_WFINSTANCE_MIN_RUNTIME_S": f"{args.min_runtime_s:g}",
+            "AGORA_WFINSTANCE_MAX_RUNTIME_S": f"{args.max_runtime_s:g}",
+            "AGORA_WFINSTANCE_MEMORY_SCALE": f"{args.memory_scale:g}",
+            "AIRFLOW__AGORA__CATALOG": str(catalog),
+            "AIRFLOW__AGORA__PLAN_DIR": str(root / "plans"),
+            "AIRFLOW__AGORA__STATE_DIR": str(root / "jobs"),
+            "AIRFLOW__AGORA__TRACE_STORE_URL": f"sqlite:///{root / 'traces.db'}",
+            "AIRFLOW__AGORA__REOPTIMIZE_SCHEDULE": "",  # the rerun DAG would re-plan behind the benchmark's back
+        },
+    )
+    bench = _Bench(args, airflow, catalog, root)
+    started = time.perf_counter()
+    airflow.migrate()
+    with airflow:
+        airflow.start()
+        for name in workflows:
+            airflow.wait_for_dag(DAG_ID_PREFIX + name, timeout_s=300)
+        for name in workflows:
+            for round_number in range(1, args.runs + 1):
+                bench.run(name, "agora", round_number)
+                if not args.no_default:
+                    bench.run(name, "default", round_number)
+            if args.slow_factor:
+                bench.run(name, "agora", args.runs + 1, slow_factor=args.slow_factor)
+    summary = _summary(bench.results)
+    document = {
+        "command": " ".join(["python", "bench/run_plans_come_true.py", *(argv if argv is not None else sys.argv[1:])]),
+        "date": datetime.now(UTC).strftime("%Y-%m-%d"),
+        "backend": args.backend,
+        "catalog": str(catalog.relative_to(REPO) if catalog.is_relative_to(REPO) else catalog),
+        "runtime_range_s": [args.min_runtime_s, args.max_runtime_s],
+        "time_scale": args.time_scale,
+        "bench_wall_s": round(time.perf_counter() - started, 1),
+        "runs": bench.results,
+        "summary": summary,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(document, indent=1) + "\n")
+    table = _table(document)
+    args.out.with_suffix(".md").write_text(table)
+    print(table)
+    return 0
+
+
+class _Bench:
+    """One Airflow, one trace store: plans, runs and records, one run at a time."""
+
+    def __init__(self, args: argparse.Namespace, airflow: AirflowDeployment, catalog: Path, root: Path) -> None:
+        self.args = args
+        self.airflow = airflow
+        self.catalog = catalog
+        self.root = root
+        self.agora = str(Path(sys.executable).with_name("agora"))
+        self.results: list[dict[str, Any]] = []
+
+    def run(self, name: str, kind: str, round_number: int, slow_factor: float = 0.0) -> None:
+        dag_id = DAG_ID_PREFIX + name
+        plan_path = self.root / "plans-made" / f"{name}-{kind}-{round_number}.json"
+        plan_path.parent.mkdir(parents=True, exist_ok=True)
+        if kind == "agora":
+            self._agora(["optimize", f"airflow:{dag_id}", "--catalog", str(self.catalog), "--objective",
+                         self.args.objective, "--time-limit-s", f"{self.args.optimize_time_limit_s:g}",
+                         "--dag-folder", str(self.airflow.dags_folder), "-o", str(plan_path), "--json"])  # fmt: skip
+        else:
+            self._python(DEFAULT_PLAN, dag_id, str(self.catalog), str(self.airflow.dags_folder), str(plan_path))
+        applied_at = datetime.now(UTC)
+        self._agora(["plans", "apply", dag_id, str(plan_path)])
+        self._wait_parsed_after(dag_id, applied_at)
+        conf: dict[str, Any] = {}
+        slowed = ""
+        if slow_factor:
+            slowed = _longest_task(plan_path)
+            conf = {"agora_slow": {slowed: slow_factor}}
+        run_id = self.airflow.trigger(dag_id, conf)
+        state = self.airflow.wait_for_run(dag_id, run_id, timeout_s=self.args.run_timeout_s)
+        record = self._record(dag_id, run_id)
+        plan = json.loads(plan_path.read_text())
+        result = {
+            "workflow": name,
+            "backend": self.args.backend,
+            "plan": kind,
+            "run": round_number,
+            "run_id": run_id,
+            "state": state,
+            "tasks": len(plan["assignments"]),
+            "planned_makespan_s": record.get("planned_makespan_s"),
+            "actual_makespan_s": record.get("actual_makespan_s"),
+            "planned_cost_usd": record.get("planned_cost_usd"),
+            "actual_cost_usd": record.get("actual_cost_usd"),
+            "repairs": len(record.get("repairs") or []),
+            "plan_version": record.get("plan_version"),
+            "slowed": {slowed: slow_factor} if slowed else {},
+        }
+        self.results.append(result)
+        print(json.dumps(result), flush=True)
+
+    def _record(self, dag_id: str, run_id: str) -> dict[str, Any]:
+        """The run's record, rebuilt once the executor's trace rows are in (they land after the run ends)."""
+        time.sleep(self.args.settle_s)
+        self._agora(["runs", "record", "--dag", dag_id])
+        shown = self._agora(["runs", "show", dag_id, run_id, "--json"])
+        record: dict[str, Any] = json.loads(shown)
+        return record
+
+    def _wait_parsed_after(self, dag_id: str, moment: datetime) -> None:
+        """Until the dag-processor has parsed the DAG since ``moment`` (the policy applied the new plan)."""
+
+        def parsed() -> bool:
+            details = self.airflow.request("GET", f"/dags/{dag_id}/details")
+            stamp = details.get("last_parsed_time")
+            return bool(stamp) and datetime.fromisoformat(stamp) > moment
+
+        wait_until(parsed, 120, f"the dag-processor to parse {dag_id} with its new plan", self.airflow)
+
+    def _agora(self, arguments: list[str]) -> str:
+        answer = subprocess.run([self.agora, *arguments], env=self.airflow.env, capture_output=True, text=True)
+        if answer.returncode != 0:
+            raise SystemExit(f"agora {' '.join(arguments)} failed ({answer.returncode}): {answer.stderr[-2000:]}")
+        return answer.stdout
+
+    def _python(self, script: str, *arguments: str) -> None:
+        answer = subprocess.run([sys.executable, "-c", script, *arguments], env=self.airflow.env,
+                                capture_output=True, text=True)  # fmt: skip
+        if answer.returncode != 0:
+            raise SystemExit(f"the default plan of {arguments[0]} failed: {answer.stderr[-2000:]}")
+
+
+def _longest_task(plan_path: Path) -> str:
+    plan = json.loads(plan_path.read_text())
+    return str(max(plan["assignments"], key=lambda a: (a["end_s"] - a["start_s"], a["task"]))["task"])
+
+
+def _ratio(actual: float | None, planned: float | None) -> float | None:
+    if actual is None or planned is None or planned <= 0:
+        return None
+    return actual / planned
+
+
+def _summary(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per plan kind: median and worst |actual/planned - 1| for makespan and cost; the realised saving."""
+    summary: dict[str, Any] = {}
+    for kind in ("agora", "default"):
+        runs = [r for r in results if r["plan"] == kind and not r["slowed"]]
+        entry: dict[str, Any] = {"runs": len(runs)}
+        for what in ("makespan_s", "cost_usd"):
+            errors = [
+                abs(ratio - 1) for r in runs if (ratio := _ratio(r[f"actual_{what}"], r[f"planned_{what}"])) is not None
+            ]
+            entry[f"{what}_median_error"] = statistics.median(errors) if errors else None
+            entry[f"{what}_worst_error"] = max(errors) if errors else None
+        summary[kind] = entry
+    saving: dict[str, Any] = {}
+    for workflow in sorted({r["workflow"] for r in results}):
+        ours = [r for r in results if r["workflow"] == workflow and r["plan"] == "agora" and not r["slowed"]]
+        theirs = [r for r in results if r["workflow"] == workflow and r["plan"] == "default"]
+        if not ours or not theirs:
+            continue
+        saving[workflow] = {
+            what: {
+                "actual": _saving([r[f"actual_{what}"] for r in ours], [r[f"actual_{what}"] for r in theirs]),
+                "planned": _saving([r[f"planned_{what}"] for r in ours], [r[f"planned_{what}"] for r in theirs]),
+            }
+            for what in ("makespan_s", "cost_usd")
+        }
+    summary["saving_against_default"] = saving
+    return summary
+
+
+def _saving(ours: list[float | None], theirs: list[float | None]) -> float | None:
+    """1 - median(ours) / median(theirs): 0.25 means a quarter less than the default."""
+    a, b = [x for x in ours if x is not None], [x for x in theirs if x is not None]
+    if not a or not b or statistics.median(b) <= 0:
+        return None
+    return 1 - statistics.median(a) / statistics.median(b)
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f} %"
+
+
+def _num(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _table(document: dict[str, Any]) -> str:
+    lines = [
+        f"# Plans that come true: {document['backend']} ({document['date']})",
+        "",
+        f"`{document['command']}`",
+        "",
+        f"Catalog `{document['catalog']}`; task runtimes scaled by {document['time_scale']:g} into "
+        f"[{document['runtime_range_s'][0]:g}, {document['runtime_range_s'][1]:g}] s; "
+        f"{document['bench_wall_s'] / 60:.0f} min in all.",
+        "",
+        "| workflow | plan | run | tasks | state | planned makespan (s) | actual (s) | ratio | planned cost (USD) "
+        "| actual (USD) | ratio | repairs |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in document["runs"]:
+        kind = r["plan"] + (
+            f" (slowed {', '.join(f'{k} x{v:g}' for k, v in r['slowed'].items())})" if r["slowed"] else ""
+        )
+        lines.append(
+            f"| {r['workflow']} | {kind} | {r['run']} | {r['tasks']} | {r['state']} | {_num(r['planned_makespan_s'])} "
+            f"| {_num(r['actual_makespan_s'])} | {_num(_ratio(r['actual_makespan_s'], r['planned_makespan_s']), 2)} "
+            f"| {_num(r['planned_cost_usd'], 5)} | {_num(r['actual_cost_usd'], 5)} "
+            f"| {_num(_ratio(r['actual_cost_usd'], r['planned_cost_usd']), 2)} | {r['repairs']} |"
+        )
+    lines += ["", "| plan | runs | makespan: median |actual/planned - 1| | worst | cost: median | worst |",
+              "|---|---|---|---|---|---|"]  # fmt: skip
+    for kind in ("agora", "default"):
+        s = document["summary"][kind]
+        lines.append(
+            f"| {kind} | {s['runs']} | {_pct(s['makespan_s_median_error'])} | {_pct(s['makespan_s_worst_error'])} "
+            f"| {_pct(s['cost_usd_median_error'])} | {_pct(s['cost_usd_worst_error'])} |"
+        )
+    savings = document["summary"]["saving_against_default"]
+    if savings:
+        lines += ["", "| workflow | makespan saving: realised | predicted | cost saving: realised | predicted |",
+                  "|---|---|---|---|---|"]  # fmt: skip
+        for workflow, s in savings.items():
+            lines.append(
+                f"| {workflow} | {_pct(s['makespan_s']['actual'])} | {_pct(s['makespan_s']['planned'])} "
+                f"| {_pct(s['cost_usd']['actual'])} | {_pct(s['cost_usd']['planned'])} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workflows-dir", type=Path, default=REPO / "workflows")
+    parser.add_argument("--workflows", default="bacass-dirt02-001")
+    parser.add_argument("--backend", choices=sorted(CATALOGS), default="local")
+    parser.add_argument("--catalog", type=Path, help="default: catalogs/local-priced.yaml or slurm-loopback.yaml")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "plans-come-true.json")
+    parser.add_argument("--time-scale", type=float, default=0.02)
+    parser.add_argument("--min-runtime-s", type=float, default=5.0)
+    parser.add_argument("--max-runtime-s", type=float, default=60.0)
+    parser.add_argument("--memory-scale", type=float, default=0.25)
+    parser.add_argument("--objective", choices=("time", "cost", "balanced"), default="balanced")
+    parser.add_argument("--optimize-time-limit-s", type=float, default=20.0)
+    parser.add_argument("--no-default", action="store_true", help="skip the one-type default runs")
+    parser.add_argument("--slow-factor", type=float, default=0.0, help="one more run with the longest task slowed")
+    parser.add_argument("--run-timeout-s", type=float, default=1800.0)
+    parser.add_argument("--settle-s", type=float, default=3.0, help="wait for the executor's trace rows")
+    return parser
+
+
+if __name__ == "__main__":
+    sys.exit(main())
