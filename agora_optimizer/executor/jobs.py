@@ -28,6 +28,7 @@ from agora_optimizer.executor.state_files import write_private
 JobPhase = Literal["pending", "running", "finished", "lost"]
 RESULT_FORMAT = "agora-job-result/1"
 OOM_EXIT_CODE = 137  # 128 + SIGKILL, what a kernel OOM kill looks like to a shell
+TASK_ENDED_MARK = "task-ended"  # the worker writes it in the job dir when the task process has exited
 
 
 class BackendError(AgoraError):
@@ -101,6 +102,11 @@ class JobSpec:
     def workload_path(self) -> Path:
         return self.job_dir / "workload.json"
 
+    @property
+    def task_ended_path(self) -> Path:
+        """Written by the worker the moment the task process exits (Airflow's supervisor reports for seconds after)."""
+        return self.job_dir / TASK_ENDED_MARK
+
 
 @dataclass(frozen=True)
 class JobStatus:
@@ -108,7 +114,8 @@ class JobStatus:
 
     ``oom_killed`` means the job was killed for exceeding its memory (by the worker's
     watchdog, the kernel, SLURM or Batch); ``reason`` says why a job failed or was lost
-    in words a user can act on.
+    in words a user can act on. ``task_ended_at``: a running job whose task process has already
+    exited (its supervisor still reports to Airflow); its cores and memory are free from then.
     """
 
     phase: JobPhase
@@ -121,6 +128,7 @@ class JobStatus:
     ended_at: datetime | None = None
     peak_rss_bytes: int | None = None
     cpu_time_s: float | None = None
+    task_ended_at: datetime | None = None
 
     @property
     def succeeded(self) -> bool:

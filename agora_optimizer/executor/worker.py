@@ -20,6 +20,11 @@ measure). With an explicit command (tests, benchmarks) it follows the command's 
 - Time: past ``--time-limit-s`` the tree gets SIGTERM, then SIGKILL after a grace period.
 - SIGTERM or SIGINT to the worker (a cancel, ``scancel``) is passed on to the tree.
 
+The moment the followed task process has exited, the worker writes ``DIR/task-ended``
+(:data:`~agora_optimizer.executor.jobs.TASK_ENDED_MARK`, the time in it): Airflow's supervisor
+goes on reporting to the API server for up to seconds, and a local pool frees the task's cores
+and memory from the mark, not from the worker's exit.
+
 When the command has ended, the worker writes ``DIR/result.json`` (see
 :class:`~agora_optimizer.executor.jobs.JobResult`) and exits with the command's exit code,
 or 137 after an OOM kill. ``execute_workload`` exits 0 even when the task failed: the
@@ -49,8 +54,8 @@ from pathlib import Path
 
 import psutil
 
-from agora_optimizer.executor.jobs import OOM_EXIT_CODE, BackendError, JobResult
-from agora_optimizer.executor.state_files import open_log
+from agora_optimizer.executor.jobs import OOM_EXIT_CODE, TASK_ENDED_MARK, BackendError, JobResult
+from agora_optimizer.executor.state_files import open_log, write_private
 from agora_optimizer.traces.sampler import (
     SAMPLED_BY_WORKER_ENV,
     ProcessTreeSampler,
@@ -119,6 +124,7 @@ class _Watch:
             )
         self.sampler: ProcessTreeSampler | None = None
         self.task_pid: int | None = None
+        self._task: psutil.Process | None = None
 
     def attach(self) -> None:
         """Start following the task tree once it exists (Airflow's supervisor forks it late)."""
@@ -135,6 +141,17 @@ class _Watch:
             self.task_pid = pid
         except SamplerError:
             return
+        with contextlib.suppress(psutil.Error):
+            self._task = psutil.Process(pid)
+
+    def task_exited(self) -> bool:
+        """The followed task process has exited (a zombie its supervisor has yet to reap counts as exited)."""
+        if self._task is None:
+            return False
+        try:
+            return not self._task.is_running() or self._task.status() == psutil.STATUS_ZOMBIE
+        except psutil.Error:
+            return True
 
     def peak_rss_bytes(self) -> int:
         return 0 if self.sampler is None else self.sampler.peak_rss_bytes
@@ -194,10 +211,13 @@ def run(
     reason = ""
     deadline = None if time_limit_s is None else time.monotonic() + time_limit_s
     kill_at: float | None = None
+    ended_marked = False
     try:
         watch = _Watch(job_dir / "workload.json" if command is None else command, log_handle=log_fd)
         while watch.process.poll() is None:
             watch.attach()
+            if not ended_marked and watch.task_exited():
+                ended_marked = _mark_task_ended(job_dir)
             peak = watch.peak_rss_bytes()
             now = time.monotonic()
             if memory_bytes is not None and peak > memory_bytes and not oom_killed:
@@ -217,6 +237,8 @@ def run(
             if kill_at is not None and now > kill_at:
                 watch.kill_all(signal.SIGKILL)
             time.sleep(POLL_S)
+        if not ended_marked:
+            _mark_task_ended(job_dir)
         sample = watch.finish()
         returncode = watch.process.returncode if watch.process.returncode is not None else 1
     finally:
@@ -244,6 +266,15 @@ def run(
         cpu_time_s=0.0 if sample is None else round(sample.cpu_time_s, 3),
         memory_limit_bytes=memory_bytes,
     )
+
+
+def _mark_task_ended(job_dir: Path) -> bool:
+    """Write ``DIR/task-ended`` with the moment; a directory that refuses it leaves the exit as the end."""
+    try:
+        write_private(job_dir / TASK_ENDED_MARK, datetime.now(UTC).isoformat())
+    except OSError:
+        return False
+    return True
 
 
 def _parse(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:

@@ -11,6 +11,15 @@ them after importing Airflow's task path and freezing the garbage collector
 (:func:`warm_up`), as the LocalExecutor forks its workers from a scheduler that has
 Airflow loaded; a task then pays neither for imports nor for scanning what it inherited.
 
+Planned machines (:class:`~agora_optimizer.executor.jobs.MachineLease`): machine ``TYPE#k`` of a
+pool gets its own CPU slice, the k-th run of ``vcpus`` CPUs of the pool's ``cpu_set`` (or of the
+CPUs this process may use when it has none), wrapping around when the pool has fewer CPUs than
+its machines need (:func:`machine_cpus`), and the type's memory. A job of the machine runs pinned
+to that slice and starts when it fits both its machine (the type's cores and memory, counting the
+machine's running jobs) and its pool. A job stops counting against either the moment its task
+process has exited (the worker's ``task-ended`` mark), not when Airflow's supervisor exits after
+reporting, up to seconds later.
+
 Each job runs in its own session, so it survives a scheduler restart: the pid and start
 time are written to ``JOB_DIR/local.json``, and a new backend :meth:`LocalBackend.adopt`\\ s
 the job from there and reads its result file when it ends.
@@ -31,7 +40,7 @@ import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from multiprocessing.connection import wait as wait_for_sentinels
 from multiprocessing.process import BaseProcess
@@ -42,13 +51,15 @@ import psutil
 from agora_optimizer.executor.backends.base import Backend
 from agora_optimizer.executor.bounded import BoundedDict
 from agora_optimizer.executor.environment import is_scheduler_secret, job_environment
-from agora_optimizer.executor.jobs import BackendError, JobSpec, JobStatus, read_result
+from agora_optimizer.executor.jobs import TASK_ENDED_MARK, BackendError, JobSpec, JobStatus, MachineLease, read_result
 from agora_optimizer.executor.state_files import open_log, write_private
 from agora_optimizer.model.catalog import Resource
+from agora_optimizer.runs.lease_record import LeaseRecord
 
 KILL_GRACE_S = 15.0
 WORKER_MODULE = "agora_optimizer.executor.worker"
 DONE_MAX = 10_000  # finished jobs whose status a backend keeps for polls; the executor asks once
+PUMP_WAIT_S = 0.25  # how often the pump looks for a task-ended mark between workers' exits
 # What the pool's fork server imports once: the main script (which multiprocessing would otherwise
 # run again in every worker it starts), then the fork_server module, which calls warm_up().
 FORK_PRELOAD = ["__main__", "agora_optimizer.executor.backends.fork_server"]
@@ -90,6 +101,36 @@ class LocalPool:
         return cls(resource.name, resource.vcpus * machines, resource.memory_bytes * machines, tuple(raw))
 
 
+def machine_cpus(pool_cpus: Sequence[int], machine: str, vcpus: int) -> tuple[int, ...]:
+    """The CPUs of planned machine ``TYPE#k``: the k-th run of ``vcpus`` of ``pool_cpus``, wrapping around.
+
+    Machines of a pool then get disjoint slices while the pool has CPUs enough, and share them
+    round-robin when it has not (a pool of 2 CPUs whose type has 2 vcpus: every machine gets both).
+    """
+    if not pool_cpus or vcpus < 1:
+        raise BackendError(
+            "local", f"machine {machine}: no CPUs to give it ({list(pool_cpus)}, {vcpus} vcpus)", transient=False
+        )
+    try:
+        index = int(machine.rsplit("#", 1)[1])
+    except (IndexError, ValueError):
+        index = 0
+    cpus = list(pool_cpus)
+    picked = [cpus[(index * vcpus + offset) % len(cpus)] for offset in range(vcpus)]
+    return tuple(sorted(set(picked)))
+
+
+@dataclass
+class _Lease:
+    """A planned machine the pool holds: its CPU slice, and when its jobs really ran."""
+
+    lease: MachineLease
+    cpus: tuple[int, ...]
+    opened_at: datetime
+    first_start_at: datetime | None = None
+    last_end_at: datetime | None = None
+
+
 @dataclass
 class _Running:
     resource: str
@@ -101,6 +142,12 @@ class _Running:
     queued_at: datetime
     process: subprocess.Popen[bytes] | BaseProcess | None = None  # None when adopted from an earlier scheduler
     cancel_at: float | None = None
+    lease_key: str = ""
+    task_ended_at: datetime | None = None  # the worker's task-ended mark: its cores and memory are free
+
+    @property
+    def holds_capacity(self) -> bool:
+        return self.task_ended_at is None
 
 
 class LocalBackend(Backend):
@@ -120,6 +167,8 @@ class LocalBackend(Backend):
         self._queue: list[tuple[JobSpec, datetime]] = []
         self._running: dict[str, _Running] = {}
         self._done: BoundedDict[str, JobStatus] = BoundedDict(done_max)
+        self._leases: dict[str, _Lease] = {}
+        self._released: list[LeaseRecord] = []
 
     def start_fork_server(self) -> None:
         """Start the fork server now, not at the first job: it loads Airflow for seconds, which the first
@@ -152,6 +201,15 @@ class LocalBackend(Backend):
                 f"{pool.cores} cores and {pool.memory_bytes} bytes",
                 transient=False,
             )
+        if job.lease is not None:
+            lease = self._open_lease(job.lease)  # a lease the executor did not open (a restart) is opened here
+            if job.cores > lease.lease.cores or job.memory_bytes > lease.lease.memory_bytes:
+                raise BackendError(
+                    self.name,
+                    f"{job.label} needs {job.cores} cores and {job.memory_bytes} bytes; its machine "
+                    f"{lease.lease.machine} has {lease.lease.cores} cores and {lease.lease.memory_bytes} bytes",
+                    transient=False,
+                )
         if job.key in self._running or any(queued.key == job.key for queued, _ in self._queue):
             return job.key
         job.job_dir.mkdir(parents=True, exist_ok=True)
@@ -177,7 +235,9 @@ class LocalBackend(Backend):
                 )
             elif external_id in self._running:
                 run = self._running[external_id]
-                report[external_id] = JobStatus("running", queued_at=run.queued_at, host=os.uname().nodename)
+                report[external_id] = JobStatus(
+                    "running", queued_at=run.queued_at, host=os.uname().nodename, task_ended_at=run.task_ended_at
+                )
             else:
                 report[external_id] = JobStatus("lost", reason=f"local job {external_id} unknown to this scheduler")
         return report
@@ -198,6 +258,65 @@ class LocalBackend(Backend):
         _signal_group(run.pid, run.create_time, signal.SIGTERM)  # the worker passes it on to the task
         run.cancel_at = time.monotonic() + KILL_GRACE_S
 
+    # -- planned machines ----------------------------------------------------------------------
+
+    def open_lease(self, lease: MachineLease) -> None:
+        """Give the planned machine its CPU slice; BackendError if its pool cannot hold its type."""
+        with self._lock:
+            self._open_lease(lease)
+
+    def _open_lease(self, lease: MachineLease) -> _Lease:
+        held = self._leases.get(lease.key)
+        if held is not None:
+            return held
+        pool = self.pools.get(lease.resource)
+        if pool is None:
+            raise BackendError(
+                self.name, f"machine {lease.machine}: no local pool named {lease.resource!r}", transient=False
+            )
+        if lease.cores > pool.cores or lease.memory_bytes > pool.memory_bytes:
+            raise BackendError(
+                self.name,
+                f"machine {lease.machine} needs {lease.cores} cores and {lease.memory_bytes} bytes; pool "
+                f"{pool.name} has {pool.cores} cores and {pool.memory_bytes} bytes",
+                transient=False,
+            )
+        cpus = machine_cpus(pool.cpu_set or sorted(os.sched_getaffinity(0)), lease.machine, lease.cores)
+        held = _Lease(lease, cpus, datetime.now(UTC))
+        self._leases[lease.key] = held
+        return held
+
+    def lease_cpus(self, lease_key: str) -> tuple[int, ...]:
+        """The CPU slice of an open lease (empty when it is not open)."""
+        with self._lock:
+            held = self._leases.get(lease_key)
+            return held.cpus if held is not None else ()
+
+    def close_lease(self, lease: MachineLease) -> None:
+        with self._lock:
+            held = self._leases.pop(lease.key, None)
+            if held is None:
+                return
+            now = datetime.now(UTC)
+            self._released.append(
+                LeaseRecord(
+                    dag_id=lease.dag_id,
+                    run_id=lease.run_id,
+                    machine=lease.machine,
+                    resource=lease.resource,
+                    backend=self.name,
+                    external_id=lease.key,
+                    started_at=held.first_start_at or held.opened_at,
+                    ended_at=held.last_end_at or now,
+                    source="task times",
+                )
+            )
+
+    def finished_leases(self) -> list[LeaseRecord]:
+        with self._lock:
+            released, self._released = self._released, []
+            return released
+
     # -- adoption ------------------------------------------------------------------------------
 
     def adopt(self, external_id: str, job_dir: Path, resource: str) -> bool:
@@ -215,11 +334,14 @@ class LocalBackend(Backend):
             pid, create_time = int(state["pid"]), float(state["create_time"])
             cores, memory = int(state["cores"]), int(state["memory_bytes"])
             queued_at = datetime.fromisoformat(state["queued_at"])
+            lease_key = str(state.get("lease_key") or "")
         except (OSError, ValueError, KeyError, TypeError):
             return False
         if resource not in self.pools:
             return False
-        self._running[external_id] = _Running(resource, job_dir, cores, memory, pid, create_time, queued_at)
+        self._running[external_id] = _Running(
+            resource, job_dir, cores, memory, pid, create_time, queued_at, lease_key=lease_key
+        )
         return True
 
     # -- inside --------------------------------------------------------------------------------
@@ -240,19 +362,28 @@ class LocalBackend(Backend):
                     run.process.sentinel for run in self._running.values() if isinstance(run.process, BaseProcess)
                 ]
             if sentinels:
-                wait_for_sentinels(sentinels, timeout=0.5)
+                wait_for_sentinels(sentinels, timeout=PUMP_WAIT_S)
             else:
                 time.sleep(0.1)
             with self._lock:
                 self._reap()
                 self._start_what_fits()
 
-    def _used(self, pool: str) -> tuple[int, int]:
-        runs = [run for run in self._running.values() if run.resource == pool]
+    def _used(self, pool: str, lease_key: str = "") -> tuple[int, int]:
+        """Cores and memory held in the pool (or, with ``lease_key``, on that machine) by tasks still running."""
+        runs = [
+            run
+            for run in self._running.values()
+            if run.resource == pool and run.holds_capacity and (not lease_key or run.lease_key == lease_key)
+        ]
         return sum(run.cores for run in runs), sum(run.memory_bytes for run in runs)
 
     def _start_what_fits(self) -> None:
-        """Start queued jobs in order while the first one of each pool fits (no overtaking within a pool)."""
+        """Start queued jobs in order while the first one of each pool, and of each machine, fits.
+
+        No overtaking within a pool, nor within a machine; a job that waits for its machine's
+        room holds back only its machine's later jobs, not the pool's other machines.
+        """
         blocked: set[str] = set()
         waiting: list[tuple[JobSpec, datetime]] = []
         for job, queued_at in self._queue:
@@ -262,11 +393,28 @@ class LocalBackend(Backend):
                 blocked.add(pool.name)
                 waiting.append((job, queued_at))
                 continue
+            if job.lease is not None:
+                lease = job.lease
+                cores, memory = self._used(pool.name, lease.key)
+                if (
+                    lease.key in blocked
+                    or cores + job.cores > lease.cores
+                    or memory + job.memory_bytes > lease.memory_bytes
+                ):
+                    blocked.add(lease.key)
+                    waiting.append((job, queued_at))
+                    continue
             self._start(job, queued_at)
         self._queue = waiting
 
     def _start(self, job: JobSpec, queued_at: datetime) -> None:
         process: subprocess.Popen[bytes] | BaseProcess
+        lease_key = ""
+        if job.lease is not None:
+            held = self._open_lease(job.lease)
+            lease_key = job.lease.key
+            job = replace(job, command=pinned(job.command, held.cpus))
+            held.first_start_at = held.first_start_at or datetime.now(UTC)
         try:
             if self.warm and tuple(job.command[1:3]) == ("-m", WORKER_MODULE):
                 process = _warm_start(job)
@@ -296,20 +444,49 @@ class LocalBackend(Backend):
             "cores": job.cores,
             "memory_bytes": job.memory_bytes,
             "queued_at": queued_at.isoformat(),
+            "lease_key": lease_key,
         }
         write_private(job.job_dir / "local.json", json.dumps(state))
         self._running[job.key] = _Running(
-            job.resource, job.job_dir, job.cores, job.memory_bytes, pid, create_time, queued_at, process
+            job.resource,
+            job.job_dir,
+            job.cores,
+            job.memory_bytes,
+            pid,
+            create_time,
+            queued_at,
+            process,
+            lease_key=lease_key,
         )
+
+    def _task_ended(self, run: _Running) -> None:
+        """Note the worker's task-ended mark: the run's cores and memory are free from that moment."""
+        if run.task_ended_at is not None:
+            return
+        try:
+            text = (run.job_dir / TASK_ENDED_MARK).read_text().strip()
+        except OSError:
+            return
+        try:
+            run.task_ended_at = datetime.fromisoformat(text)
+        except ValueError:
+            run.task_ended_at = datetime.now(UTC)
+        held = self._leases.get(run.lease_key)
+        if held is not None:
+            held.last_end_at = max(held.last_end_at or run.task_ended_at, run.task_ended_at)
 
     def _reap(self) -> None:
         for key, run in list(self._running.items()):
+            self._task_ended(run)
             exit_code = _exit_code(run)
             if exit_code is None:
                 if run.cancel_at is not None and time.monotonic() > run.cancel_at:
                     _signal_group(run.pid, run.create_time, signal.SIGKILL)
                 continue
             del self._running[key]
+            held = self._leases.get(run.lease_key)
+            if held is not None and run.task_ended_at is None:  # no mark (killed, an old worker): its exit ends it
+                held.last_end_at = datetime.now(UTC)
             try:
                 result = read_result(run.job_dir / "result.json")
             except BackendError as exc:
@@ -346,6 +523,17 @@ class LocalBackend(Backend):
                 peak_rss_bytes=status.peak_rss_bytes,
                 cpu_time_s=status.cpu_time_s,
             )
+
+
+def pinned(command: Sequence[str], cpus: Sequence[int]) -> tuple[str, ...]:
+    """The worker command with ``--cpu-set`` set to ``cpus`` (replacing the pool's, before any ``--``)."""
+    words = list(command)
+    end = words.index("--") if "--" in words else len(words)
+    head, tail = words[:end], words[end:]
+    if "--cpu-set" in head:
+        at = head.index("--cpu-set")
+        del head[at : at + 2]
+    return (*head, "--cpu-set", ",".join(str(cpu) for cpu in cpus), *tail)
 
 
 def warm_up(modules: Sequence[str] = WARM_MODULES) -> list[str]:
