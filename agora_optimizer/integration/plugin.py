@@ -3,6 +3,7 @@
 Airflow discovers it at start-up (``airflow plugins`` lists it). It registers:
 
 - the trace listener, which writes one row per task attempt from the task process;
+- the run listener, which records each DAG run when it ends (:mod:`agora_optimizer.runs.recorder`);
 - the agora view: a FastAPI app mounted at ``/agora`` in Airflow's api-server
   (:mod:`agora_optimizer.ui`), shown in Airflow's UI as an "agora" entry of the navigation
   and as an "agora plan" tab of every DAG. Every route of it requires Airflow's own login
@@ -21,6 +22,7 @@ from typing import Any
 from airflow.plugins_manager import AirflowPlugin
 
 import agora_optimizer
+from agora_optimizer.runs.recorder import run_listener
 from agora_optimizer.traces.listener import trace_listener
 
 URL_PREFIX = "/agora"
@@ -50,8 +52,8 @@ class AgoraPlugin(AirflowPlugin):
     name = "agora"
     version = agora_optimizer.__version__
     # AirflowPlugin declares plain lists, hence the class-level mutables.
-    # One trace row per task attempt, written from the task process.
-    listeners: list[object] = [trace_listener]  # noqa: RUF012
+    # One trace row per task attempt, written from the task process; one run record per ended DAG run.
+    listeners: list[object] = [trace_listener, run_listener]  # noqa: RUF012
     fastapi_apps: list[dict[str, Any]] = [  # noqa: RUF012
         {"app": LazyAgoraApp(), "url_prefix": URL_PREFIX, "name": "agora"},
     ]
