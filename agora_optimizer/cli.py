@@ -381,12 +381,14 @@ def _add_subcommands() -> None:
     from agora_optimizer.plans.cli import plans_app
     from agora_optimizer.predict.cli import register as register_predictor
     from agora_optimizer.queue_wait.cli import queue_app
+    from agora_optimizer.runs.cli import runs_app
     from agora_optimizer.traces.cli import traces_app
 
     register_predictor(app)
     app.add_typer(traces_app, name="traces")
     app.add_typer(queue_app, name="queue")
     app.add_typer(plans_app, name="plans")
+    app.add_typer(runs_app, name="runs")
     app.add_typer(config_app, name="config")
 
 

@@ -1,0 +1,192 @@
+"""``agora runs``: record finished DAG runs, list the records, show one (with a planned-against-actual chart).
+
+The store is ``--store URL`` or else ``[agora] trace_store_url`` (the trace store's database).
+``--json`` prints JSON only on stdout. Errors are one line on stderr and exit code 2, as
+everywhere in ``agora``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from agora_optimizer.errors import AgoraError
+from agora_optimizer.runs.record import RunRecord
+from agora_optimizer.runs.store import DEFAULT_LIST_LIMIT, RunStore
+from agora_optimizer.traces.cli import StoreOpt, _store_url
+
+runs_app = typer.Typer(
+    help="Run records: each DAG run's planned against actual makespan and cost.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+DagOpt = Annotated[str | None, typer.Option("--dag", help="Only this DAG.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+
+
+class RunNotFoundError(AgoraError):
+    """No record of that DAG or run."""
+
+
+@runs_app.command("record")
+def record(
+    dag: DagOpt = None,
+    store: StoreOpt = None,
+    plan_dir: Annotated[
+        Path | None, typer.Option("--plan-dir", help="The plan store [default: [agora] plan_dir].")
+    ] = None,
+) -> None:
+    """(Re)record every finished DAG run of Airflow's metadata database (idempotent: a record is replaced)."""
+    from agora_optimizer.cli import _user_errors, out_console
+    from agora_optimizer.plans.store import PlanStore, default_plan_store
+    from agora_optimizer.runs.recorder import configured_resources, record_finished_runs
+
+    with _user_errors(), RunStore(_store_url(store)) as run_store:
+        plans = PlanStore(plan_dir) if plan_dir is not None else default_plan_store()
+        records = record_finished_runs(run_store, plans, configured_resources(), dag_id=dag)
+        where = run_store.masked_url
+    planned = sum(1 for r in records if r.planned)
+    out_console.print(
+        f"recorded {len(records)} finished run(s) ({planned} planned) in {where}", markup=False, highlight=False
+    )
+
+
+@runs_app.command("list")
+def list_runs(
+    dag: DagOpt = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many runs.")] = DEFAULT_LIST_LIMIT,
+    store: StoreOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """The recorded runs, newest first: planned against actual makespan and cost, repairs."""
+    from agora_optimizer.cli import _user_errors, out_console
+
+    with _user_errors(), RunStore(_store_url(store)) as run_store:
+        records = run_store.list(dag_id=dag, limit=limit)
+        if dag is not None and not records:
+            raise RunNotFoundError(f"no recorded run of DAG {dag!r} in {run_store.masked_url}")
+    if as_json:
+        typer.echo(json.dumps([_summary(r) for r in records]))
+        return
+    table = Table(title=f"{len(records)} run(s)")
+    columns = ("dag", "run", "state", "planned", "plan", "makespan plan (s)", "makespan (s)", "ratio",
+               "cost plan (USD)", "cost (USD)", "ratio", "repairs")  # fmt: skip
+    for column in columns:
+        table.add_column(column, justify="right" if "(" in column or column in ("ratio", "repairs") else "left")
+    for r in records:
+        table.add_row(
+            r.dag_id,
+            r.run_id,
+            r.state,
+            "yes" if r.planned else "no",
+            r.plan_version or "-",
+            _number(r.planned_makespan_s, "{:,.1f}"),
+            _number(r.actual_makespan_s, "{:,.1f}"),
+            _number(r.makespan_ratio, "{:.2f}"),
+            _number(r.planned_cost_usd, "{:.4f}"),
+            _number(r.actual_cost_usd, "{:.4f}"),
+            _number(r.cost_ratio, "{:.2f}"),
+            str(len(r.repairs)),
+        )
+    out_console.print(table)
+
+
+@runs_app.command("show")
+def show(
+    dag_id: Annotated[str, typer.Argument(help="The DAG.")],
+    run_id: Annotated[str, typer.Argument(help="The DAG run's id.")],
+    store: StoreOpt = None,
+    as_json: JsonOpt = False,
+    chart: Annotated[
+        Path | None, typer.Option("--chart", help="Also draw planned against actual (.png, .svg or .pdf).")
+    ] = None,
+) -> None:
+    """One run's record, task by task; ``--chart FILE`` draws the planned bars over the actual ones."""
+    from agora_optimizer.cli import _user_errors, err_console, out_console
+
+    with _user_errors():
+        if chart is not None:
+            from agora_optimizer.gantt import check_chart_path
+
+            check_chart_path(chart)  # a bad suffix fails before the store is opened
+        with RunStore(_store_url(store)) as run_store:
+            found = run_store.get(dag_id, run_id)
+            if found is None:
+                known = run_store.list(dag_id=dag_id, limit=1)
+                what = f"run {run_id!r} of DAG {dag_id!r}" if known else f"DAG {dag_id!r}"
+                raise RunNotFoundError(f"no record of {what} in {run_store.masked_url}")
+        if chart is not None:
+            from agora_optimizer.runs.chart import draw_run_gantt
+
+            draw_run_gantt(found, chart)
+    if as_json:
+        typer.echo(json.dumps(found.to_json()))
+    else:
+        _print_record(found, out_console)
+    if chart is not None:
+        err_console.print(f"chart written to {chart}", markup=False, highlight=False)
+
+
+def _print_record(r: RunRecord, console: Any) -> None:
+    planned = f"plan {r.plan_version}" if r.planned else "unplanned"
+    console.print(
+        f"{r.dag_id} {r.run_id}: {r.state}, {planned}; makespan {_number(r.actual_makespan_s, '{:,.1f}')} s "
+        f"(planned {_number(r.planned_makespan_s, '{:,.1f}')}, ratio {_number(r.makespan_ratio, '{:.2f}')}); "
+        f"cost {r.actual_cost_usd:.4f} USD (planned {_number(r.planned_cost_usd, '{:.4f}')}, "
+        f"ratio {_number(r.cost_ratio, '{:.2f}')})",
+        markup=False,
+        highlight=False,
+    )
+    table = Table(title=f"{len(r.tasks)} task(s)")
+    columns = ("task", "try", "state", "planned machine", "planned (s)", "actual machine", "actual (s)", "late (s)")
+    for column in columns:
+        table.add_column(column, justify="right" if "(" in column or column == "try" else "left")
+    for t in r.tasks:
+        late = None if t.actual_start_s is None or t.planned_start_s is None else t.actual_start_s - t.planned_start_s
+        table.add_row(
+            t.key,
+            str(t.try_number or "-"),
+            t.state,
+            t.planned_machine or t.planned_resource or "-",
+            _span(t.planned_start_s, t.planned_end_s),
+            t.actual_machine or t.actual_resource or "-",
+            _span(t.actual_start_s, t.actual_end_s),
+            _number(late, "{:+,.1f}"),
+        )
+    console.print(table)
+    for lease in r.leases:
+        console.print(
+            f"lease {lease.machine or '(attempt)'} on {lease.resource or '?'}: "
+            f"{_span(lease.start_s, lease.end_s)} s, {lease.cost_usd:.4f} USD ({lease.source})",
+            markup=False,
+            highlight=False,
+        )
+    for repair in r.repairs:
+        tasks = ", ".join(repair.tasks) or "-"
+        console.print(
+            f"repair at {repair.at_s:,.1f} s: {repair.reason} ({tasks}) {repair.detail}", markup=False, highlight=False
+        )
+    for note in r.notes:
+        console.print(f"note: {note}", markup=False, highlight=False)
+
+
+def _summary(r: RunRecord) -> dict[str, Any]:
+    """A record without its task table and leases (``list --json``)."""
+    data = r.to_json()
+    for name in ("tasks", "leases"):
+        data.pop(name)
+    return data
+
+
+def _span(start: float | None, end: float | None) -> str:
+    return "-" if start is None or end is None else f"{start:,.1f}-{end:,.1f}"
+
+
+def _number(value: float | None, style: str) -> str:
+    return "-" if value is None else style.format(value)
