@@ -203,7 +203,8 @@ def test_no_scheduler_secret_reaches_a_job_or_a_pilot_task(tmp_path: Path, track
         seen = set(json.loads((tmp_path / name / "environment.json").read_text()))
         assert "AGORA_KEPT" in seen and not set(SCHEDULER_SECRETS) & seen, name
     pilot_dir = next(tmp_path.glob("pilot-*"))
-    assert "SQL_ALCHEMY_CONN" not in (pilot_dir / "tasks.sh").read_text()
+    task_files = sorted(pilot_dir.glob("task.*.sh"))
+    assert len(task_files) == 2 and all("SQL_ALCHEMY_CONN" not in f.read_text() for f in task_files)
 
 
 def test_an_exit_code_and_an_oom_kill_come_back_from_the_worker(tmp_path: Path, tracked: Tracked) -> None:

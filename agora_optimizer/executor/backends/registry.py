@@ -34,6 +34,7 @@ def _slurm(resources: Mapping[str, Resource]) -> Backend:
         pilot_max_tasks=int(settings.get_float("slurm_pilot_max_tasks")),
         pilot_window_s=settings.get_float("slurm_pilot_window_s"),
         submissions=SubmissionLog(settings.get("queue_wait_store_url") or None) if record else None,
+        resources=resources,
     )
 
 

@@ -57,9 +57,24 @@ each in its own job directory, each writing its own ``result.json``.
   reported with the exit status the pilot recorded (``exit.<index>``); one whose allocation
   ended first (time limit, node failure, scancel) with the allocation's final state.
 
-Files: ``JOB_DIR/job.sbatch``; in a pilot directory ``pilot.json`` (tasks, window),
-``pilot.sbatch`` (the driver), ``tasks.sh`` (one ``run_task`` line per task, mode 0600 as it
-carries the tasks' environment), and ``pid.I``, ``exit.I``, ``cancel.I``, ``skipped.I`` per task.
+Planned machines (:meth:`SlurmBackend.open_lease`): a plan's machine ``TYPE#N`` is one
+allocation sized as its type (its vcpus and memory, in its catalog resource's partition), run
+by the same driver as a pilot, in a directory named by the lease key (under ``lease_root``).
+It starts empty; each task ``submit`` hands it (a ``JobSpec`` whose ``lease`` is it) becomes
+its next ``task.I.sh``, and the driver runs them in that order, several at once while their
+cores and memory fit the machine. :meth:`SlurmBackend.close_lease` writes ``closed``: the driver
+ends once its running tasks have, and SLURM releases the allocation, whose Start and End in
+accounting :meth:`SlurmBackend.finished_leases` reports. A partition that is not up, or has
+no node that can run, or an sbatch SLURM refuses, is a BackendError from ``open_lease``. A
+restarted scheduler takes an open allocation over by its job name (``agora-<lease key>``).
+A driver that saw no task for ``lease_idle_s`` ends by itself (its scheduler may be gone); a
+task handed over after that goes to a new allocation of the machine.
+
+Files: ``JOB_DIR/job.sbatch``; in a pilot or lease directory ``pilot.json`` (tasks, window,
+the lease), ``pilot.sbatch`` (the driver), ``task.I.sh`` (one ``run_task`` line per task, mode
+0600 as it carries the task's environment), ``slot.I`` (index I claimed, by agora before it
+writes ``task.I.sh`` or by the driver to end), and ``pid.I``, ``exit.I``, ``cancel.I``,
+``skipped.I`` per task.
 """
 
 from __future__ import annotations
@@ -95,12 +110,15 @@ from agora_optimizer.executor.jobs import (
     JobResult,
     JobSpec,
     JobStatus,
+    MachineLease,
     read_result,
 )
 from agora_optimizer.executor.state_files import write_private
+from agora_optimizer.model.catalog import Resource
 from agora_optimizer.queue_wait.errors import SlurmOutputError
 from agora_optimizer.queue_wait.slurm_values import memory_bytes as parse_memory
 from agora_optimizer.queue_wait.slurm_values import time_limit_s as parse_time_limit
+from agora_optimizer.runs.lease_record import LeaseRecord
 
 if TYPE_CHECKING:
     from agora_optimizer.queue_wait.submissions import SubmissionLog
@@ -128,6 +146,7 @@ APPEND_MARGIN_S = 1.0  # the gathering instance stops appending this long before
 ADOPTED_RELEASE_GRACE_S = 5.0  # another instance releases a held pilot this long after its window
 IDS_PER_CALL = 400  # squeue / sacct --jobs per command line
 CANCEL_EXIT = 143  # 128 + SIGTERM
+LEASE_IDLE_S = 1800.0  # a lease's allocation with no task for this long ends (its scheduler may be gone)
 REMEMBER_MAX = 10_000  # job and pilot directories a backend remembers; the oldest are found again from SLURM
 
 # SLURM job states that are not final, as the executor sees them.
@@ -184,6 +203,8 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 _SQUEUE_FIELDS = ("JobID", "State", "Reason", "NodeList", "SubmitTime", "StartTime", "EndTime", "exit_code", "WorkDir")
 _SACCT_FIELDS = ("JobID", "State", "ExitCode", "MaxRSS", "Submit", "Start", "End", "NodeList", "Reason", "WorkDir")
 _NO_TIME = {"", "N/A", "NONE", "UNKNOWN", "0"}
+# sinfo's node states (%t, flags stripped) in which a node runs no new job.
+_UNUSABLE_NODE_STATES = frozenset({"down", "drain", "drng", "fail", "failg", "maint", "inval", "npc", "futr"})
 
 
 # -- SLURM's answers, parsed once ------------------------------------------------------------
@@ -363,30 +384,50 @@ def single_script(job: JobSpec) -> str:
 
 
 PILOT_DRIVER = """#!/bin/bash
-# agora pilot, written by agora_optimizer.executor.backends.slurm. Runs every task listed in
-# tasks.sh (read when the allocation starts) at once, each in its own job directory. A task is
-# skipped when cancel.INDEX exists before it starts, and gets SIGTERM when cancel.INDEX appears
-# while it runs; its exit status goes to exit.INDEX. Runs in the pilot directory (--chdir).
+# agora allocation driver, written by agora_optimizer.executor.backends.slurm, for a pilot and for a
+# planned machine's lease alike. Usage: pilot.sbatch MODE CORES MEMORY_MIB IDLE_S, in the allocation's
+# directory (--chdir). It runs task.0.sh, task.1.sh ... (each one run_task line) in that order, each in
+# its own job directory, several at once while their cores and memory fit CORES and MEMORY_MIB (0: no
+# limit); a task that does not fit yet waits, and so do the ones after it. MODE pilot: every task was
+# written before the allocation started, so it is closed from the start. MODE lease: tasks keep coming
+# until the file "closed" appears, or none came for IDLE_S seconds. To end, the driver claims the next
+# index with mkdir slot.NEXT: agora claims an index the same way before writing its task file, so a task
+# is either run here or known by agora never to be. A task is skipped when cancel.INDEX exists before it
+# starts, and gets SIGTERM when cancel.INDEX appears while it runs; its exit status goes to exit.INDEX.
 set -u
-declare -A running=()
+mode="${1:-pilot}" free_cores="${2:-0}" free_memory="${3:-0}" idle_s="${4:-0}"
+[ "$free_cores" -gt 0 ] || free_cores=1000000000
+[ "$free_memory" -gt 0 ] || free_memory=1000000000000
+[ "$mode" = pilot ] && : >closed
+declare -A running=() cores_of=() memory_of=()
 reap_session() { @REAP_SESSION@; }
-run_task() {  # run_task INDEX JOB_DIR COMMAND...
-  local index="$1" dir="$2"
-  shift 2
-  if [ -e "cancel.$index" ]; then : >"skipped.$index"; return; fi
+run_task() {  # run_task INDEX CORES MEMORY_MIB JOB_DIR COMMAND...; status 1: it does not fit yet
+  local index="$1" cores="$2" memory="$3" dir="$4"
+  shift 4
+  if [ -e "cancel.$index" ]; then : >"skipped.$index"; return 0; fi
+  if [ "${#running[@]}" -gt 0 ] && { [ "$cores" -gt "$free_cores" ] || [ "$memory" -gt "$free_memory" ]; }; then
+    return 1
+  fi
   mkdir -p "$dir"
   (cd "$dir" && exec setsid "$@") >>"$dir/slurm-${SLURM_JOB_ID:-pilot}.log" 2>&1 </dev/null &
   running[$index]=$!
+  cores_of[$index]=$cores
+  memory_of[$index]=$memory
+  free_cores=$((free_cores - cores))
+  free_memory=$((free_memory - memory))
   echo "$!" >"pid.$index"
 }
+stopping=0
 stop_all() {
   local pid
+  stopping=1
   for pid in "${running[@]}"; do kill -TERM "$pid" 2>/dev/null; done
 }
 trap stop_all TERM INT
-source ./tasks.sh
+next=0
 failed=0
-while [ "${#running[@]}" -gt 0 ]; do
+idle_since=$SECONDS
+while :; do
   for index in "${!running[@]}"; do
     pid="${running[$index]}"
     if ! kill -0 "$pid" 2>/dev/null; then
@@ -395,15 +436,29 @@ while [ "${#running[@]}" -gt 0 ]; do
       reap_session "$pid"  # what a killed worker left (its task) dies before its exit is told
       echo "$status" >"exit.$index"
       [ "$status" = 0 ] || failed=1
-      unset "running[$index]"
+      free_cores=$((free_cores + cores_of[$index]))
+      free_memory=$((free_memory + memory_of[$index]))
+      unset "running[$index]" "cores_of[$index]" "memory_of[$index]"
+      idle_since=$SECONDS
     elif [ -e "cancel.$index" ] && [ ! -e "stopped.$index" ]; then
       kill -TERM "$pid" 2>/dev/null
       : >"stopped.$index"
     fi
   done
+  while [ "$stopping" = 0 ] && [ -e "task.$next.sh" ] && source "./task.$next.sh"; do
+    next=$((next + 1))
+    idle_since=$SECONDS
+  done
+  if [ "${#running[@]}" -eq 0 ] && [ "$stopping" = 1 ]; then break; fi
+  if [ "${#running[@]}" -eq 0 ] && [ ! -e "task.$next.sh" ]; then
+    if [ -e closed ] || { [ "$idle_s" -gt 0 ] && [ $((SECONDS - idle_since)) -ge "$idle_s" ]; }; then
+      mkdir "slot.$next" 2>/dev/null && break  # else agora claimed it: its task file is on its way
+    fi
+  fi
   sleep 0.5
 done
-exit "$failed"
+[ "$mode" = pilot ] && exit "$failed"  # a lease's allocation completes: its tasks report their own ends
+exit 0
 """.replace("@REAP_SESSION@", REAP_SESSION)
 
 
@@ -417,12 +472,13 @@ class _PilotTask:
     cores: int
     memory_mib: int
     minutes: int
-    line: str  # its run_task line in tasks.sh
+    line: str  # its run_task line, the whole of its task.INDEX.sh
 
 
 @dataclass
 class _Pilot:
-    """A pilot this instance gathers tasks into (held in SLURM until closed)."""
+    """An allocation this instance hands tasks to: a pilot it gathers (held in SLURM until closed),
+    or a planned machine's lease (``lease`` set: running, its tasks handed over one by one)."""
 
     partition: str
     directory: Path
@@ -431,6 +487,7 @@ class _Pilot:
     tasks: list[_PilotTask] = field(default_factory=list)
     job_id: str = ""
     closed: bool = False
+    lease: MachineLease | None = None
 
     def cores(self, tasks: Sequence[_PilotTask] | None = None) -> int:
         return sum(task.cores for task in (self.tasks if tasks is None else tasks))
@@ -446,6 +503,7 @@ class _Pilot:
                 "partition": self.partition,
                 "release_at": self.release_at,
                 "closed": self.closed,
+                "lease": None if self.lease is None else _lease_fields(self.lease),
                 "tasks": [
                     {
                         "index": task.index,
@@ -464,9 +522,28 @@ class _Pilot:
         )
 
     def write(self, tasks: Sequence[_PilotTask]) -> None:
-        """The task list and manifest, each replaced at once."""
-        write_private(self.directory / "tasks.sh", "".join(task.line for task in tasks))
+        """The files of the tasks not written yet, and the manifest, each replaced at once.
+
+        ``tasks`` shorter than what was written (an append undone) removes the one task file beyond it."""
+        for task in tasks[len(self.tasks) :]:
+            write_private(self.directory / f"task.{task.index}.sh", task.line)
+        (self.directory / f"task.{len(tasks)}.sh").unlink(missing_ok=True)
         write_private(self.directory / "pilot.json", self.manifest(tasks))
+
+
+def _lease_fields(lease: MachineLease) -> dict[str, object]:
+    return {
+        "key": lease.key,
+        "dag_id": lease.dag_id,
+        "run_id": lease.run_id,
+        "machine": lease.machine,
+        "resource": lease.resource,
+        "cores": lease.cores,
+        "memory_bytes": lease.memory_bytes,
+        "tasks": lease.tasks,
+        "planned_start_s": lease.planned_start_s,
+        "planned_end_s": lease.planned_end_s,
+    }
 
 
 @dataclass(frozen=True)
@@ -477,6 +554,10 @@ class _Manifest:
     job_dirs: Mapping[int, Path]
     release_at: float
     closed: bool
+    partition: str = ""
+    job_id: str = ""
+    tasks: tuple[_PilotTask, ...] = ()
+    lease: MachineLease | None = None  # set for a planned machine's allocation
 
     @classmethod
     def read(cls, directory: Path) -> _Manifest | None:
@@ -484,10 +565,46 @@ class _Manifest:
             raw = json.loads((directory / "pilot.json").read_text())
             if raw.get("format") != PILOT_FORMAT:
                 return None
-            job_dirs = {int(task["index"]): Path(task["job_dir"]) for task in raw["tasks"]}
-            return cls(directory, job_dirs, float(raw["release_at"]), bool(raw["closed"]))
+            tasks = tuple(
+                _PilotTask(
+                    int(task["index"]),
+                    str(task["key"]),
+                    str(task["label"]),
+                    str(task["resource"]),
+                    Path(task["job_dir"]),
+                    int(task["cores"]),
+                    int(task["memory_mib"]),
+                    int(task["minutes"]),
+                    line="",  # written already
+                )
+                for task in raw["tasks"]
+            )
+            lease = raw.get("lease")
+            return cls(
+                directory,
+                {task.index: task.job_dir for task in tasks},
+                float(raw["release_at"]),
+                bool(raw["closed"]),
+                partition=str(raw["partition"]),
+                job_id=str(raw["slurm_job_id"]),
+                tasks=tasks,
+                lease=None if lease is None else MachineLease(**lease),
+            )
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return None
+
+    def pilot(self) -> _Pilot:
+        """The allocation as this instance's own again (adopted after a scheduler restart)."""
+        return _Pilot(
+            self.partition,
+            self.directory,
+            minutes=0,
+            release_at=self.release_at,
+            tasks=list(self.tasks),
+            job_id=self.job_id,
+            closed=self.closed,
+            lease=self.lease,
+        )
 
 
 @dataclass(frozen=True)
@@ -523,12 +640,18 @@ class SlurmBackend(Backend):
         export: Sequence[str] = DEFAULT_EXPORT,
         submissions: SubmissionLog | None = None,
         remember_max: int = REMEMBER_MAX,
+        resources: Mapping[str, Resource] | None = None,
+        lease_root: Path | None = None,
+        lease_idle_s: float = LEASE_IDLE_S,
     ) -> None:
         """``pilot_max_tasks`` of 0 or 1 turns pilots off; ``time_grace_s`` is added to a task's
         limit for SLURM's, so the worker's own limit ends the task first and writes its result;
         ``submissions`` records the queue each job met and its wait (for the queue-wait model);
         ``remember_max`` bounds the job and pilot directories remembered (the oldest are forgotten
-        and found again from SLURM's WorkDir)."""
+        and found again from SLURM's WorkDir). ``resources`` are the catalog's SLURM resources (a
+        planned machine's partition is its type's); a lease's allocation lives in a directory under
+        ``lease_root`` (default: the executor's job directory, ``[agora] state_dir``) and ends by
+        itself once no task came for ``lease_idle_s`` (a scheduler that died never closes it)."""
         checks: dict[str, tuple[float, bool, str]] = {
             "pilot_max_tasks": (pilot_max_tasks, pilot_max_tasks >= 0, "must be >= 0"),
             "pilot_window_s": (pilot_window_s, 0 <= pilot_window_s < math.inf, "must be >= 0 seconds"),
@@ -540,6 +663,7 @@ class SlurmBackend(Backend):
             "time_grace_s": (time_grace_s, 0 <= time_grace_s < math.inf, "must be >= 0 seconds"),
             "command_timeout_s": (command_timeout_s, 0 < command_timeout_s < math.inf, "must be > 0 seconds"),
             "remember_max": (remember_max, remember_max >= 1, "must be >= 1"),
+            "lease_idle_s": (lease_idle_s, 1 <= lease_idle_s < math.inf, "must be >= 1 second"),
         }
         for name, (value, ok, rule) in checks.items():
             if not ok:
@@ -560,6 +684,11 @@ class SlurmBackend(Backend):
         self._open: dict[str, _Pilot] = {}  # partition -> the pilot gathering its tasks
         self._capacity: dict[str, _Capacity] = {}
         self._unanswered: set[str] = set()  # job names whose sbatch timed out (the job may exist)
+        self.resources: Mapping[str, Resource] = dict(resources or {})
+        self.lease_root = lease_root
+        self.lease_idle_s = lease_idle_s
+        self._leases: dict[str, _Pilot] = {}  # lease key -> the allocation its tasks go to now
+        self._released: BoundedDict[str, _Pilot] = BoundedDict(remember_max)  # SLURM id -> released, unreported
         self._lock = threading.RLock()
 
     # -- the Backend calls ---------------------------------------------------------------------
@@ -580,6 +709,8 @@ class SlurmBackend(Backend):
             )
         job = replace(job, environment=job_environment(job.environment))  # never a scheduler secret
         with self._lock:
+            if job.lease is not None:
+                return self._submit_leased(job, job.lease)
             limit = job.time_limit_s
             if self.pilot_max_tasks >= 2 and limit is not None and limit <= self.pilot_max_time_limit_s:
                 return self._submit_packed(job, partition)
@@ -671,6 +802,240 @@ class SlurmBackend(Backend):
                 raise BackendError(self.name, f"job {external_id}: {exc}", transient=True) from None
         return report, started
 
+    # -- planned machines: one allocation each -------------------------------------------------
+
+    def open_lease(self, lease: MachineLease) -> None:
+        """Request the planned machine's allocation, sized as its type, in its type's partition.
+
+        An allocation of this lease that a scheduler before a restart opened and never closed is
+        taken over (found by its job name). BackendError, naming the machine and SLURM's words,
+        when the partition is unknown, not up, or has no node that can run, or sbatch refuses."""
+        with self._lock:
+            if lease.key in self._leases:
+                return
+            partition = self._lease_partition(lease)
+            found = self._find_lease(lease)
+            if found is not None:
+                log.info("SLURM: took over allocation %s of machine %s", found.job_id, lease.machine)
+                self._leases[lease.key] = found
+                return
+            self._check_partition(lease, partition)
+            self._leases[lease.key] = self._allocate(lease, partition)
+
+    def close_lease(self, lease: MachineLease) -> None:
+        """Tell the allocation no more tasks come: its driver ends once the running ones have. Never raises."""
+        try:
+            with self._lock:
+                pilot = self._leases.pop(lease.key, None) or self._find_lease(lease)
+                if pilot is not None:
+                    self._release_lease(pilot)
+        except Exception:  # the executor's loop must survive; the driver's idle limit is the backstop
+            log.warning("SLURM: closing the allocation of machine %s failed", lease.machine, exc_info=True)
+
+    def finished_leases(self) -> list[LeaseRecord]:
+        """The released allocations SLURM accounting has ended, with its Start and End (each once).
+
+        One whose record is not final yet (slurmdbd lags behind slurmctld) waits for a later call;
+        one that never started (closed while still queued) held nothing and is not reported."""
+        with self._lock:
+            waiting = dict(self._released.items())
+        if not waiting:
+            return []
+        try:
+            records = self._sacct(sorted(waiting, key=int))
+        except BackendError as exc:
+            log.warning("SLURM: cannot read the accounting of %d released allocations: %s", len(waiting), exc.reason)
+            return []
+        finished: list[LeaseRecord] = []
+        for job_id, pilot in waiting.items():
+            record = records.get(job_id)
+            if record is None or not record.final or record.ended_at is None or pilot.lease is None:
+                continue
+            with self._lock:
+                self._released.pop(job_id, None)
+            if record.started_at is None:
+                log.info("SLURM: allocation %s of machine %s never started", job_id, pilot.lease.machine)
+                continue
+            lease = pilot.lease
+            finished.append(
+                LeaseRecord(
+                    dag_id=lease.dag_id,
+                    run_id=lease.run_id,
+                    machine=lease.machine,
+                    resource=lease.resource,
+                    backend=self.name,
+                    external_id=job_id,
+                    started_at=record.started_at,
+                    ended_at=record.ended_at,
+                    source="slurm accounting",
+                )
+            )
+        return finished
+
+    def _lease_partition(self, lease: MachineLease) -> str:
+        resource = self.resources.get(lease.resource)
+        partition = None if resource is None else resource.extra.get("partition")
+        if not isinstance(partition, str) or not partition:
+            known = "unknown to this backend" if resource is None else "without a 'partition' in the catalog"
+            raise BackendError(
+                self.name, f"machine {lease.machine}: resource {lease.resource!r} is {known}", transient=False
+            )
+        return partition
+
+    def _check_partition(self, lease: MachineLease, partition: str) -> None:
+        """BackendError unless the partition is up and one of its nodes can run (sbatch queues a job in a
+        partition that is down, where it would wait until someone brings it up)."""
+        what = f"machine {lease.machine} (resource {lease.resource!r}, partition {partition})"
+        try:
+            out = self._run(["sinfo", "--Node", "--noheader", f"--partition={partition}", "--format=%a|%t|%N"])
+        except BackendError as exc:
+            raise BackendError(self.name, f"{what}: {exc.reason}", transient=exc.transient) from None
+        rows = [line.strip().split("|") for line in out.splitlines() if line.count("|") == 2]
+        if not rows:
+            raise BackendError(self.name, f"{what}: SLURM knows no such partition (sinfo)", transient=False)
+        if rows[0][0] != "up":
+            raise BackendError(self.name, f"{what}: the partition is {rows[0][0]} (sinfo)", transient=False)
+        states = {node: state.rstrip("*~#!%$@^-+") for _, state, node in rows}
+        if all(state in _UNUSABLE_NODE_STATES for state in states.values()):
+            said = ", ".join(f"{node} {state}" for node, state in sorted(states.items()))
+            raise BackendError(self.name, f"{what}: no node can run ({said}, sinfo)", transient=False)
+
+    def _allocate(self, lease: MachineLease, partition: str) -> _Pilot:
+        """sbatch the lease's driver, sized as the machine; its directory is the first free of
+        ``KEY``, ``KEY.1``, ``KEY.2`` ... (an allocation that ended early is followed by another)."""
+        root = self.lease_root or _default_lease_root()
+        directory = root / lease.key
+        generation = 0
+        while directory.exists():
+            generation += 1
+            directory = root / f"{lease.key}.{generation}"
+        memory_mib = _mib(lease.memory_bytes)
+        what = f"machine {lease.machine} (resource {lease.resource!r}, partition {partition})"
+        pilot = _Pilot(partition, directory, minutes=0, release_at=time.time(), lease=lease)
+        try:
+            directory.mkdir(parents=True)
+            write_private(directory / "pilot.sbatch", PILOT_DRIVER, mode=0o700)
+            pilot.write([])
+        except OSError as exc:
+            raise BackendError(self.name, f"{what}: allocation directory {directory}: {exc}", transient=True) from None
+        name = job_name(lease.key)
+        argv = [
+            "sbatch",
+            "--parsable",
+            f"--partition={partition}",
+            f"--job-name={name}",
+            "--nodes=1",
+            "--ntasks=1",
+            f"--cpus-per-task={lease.cores}",
+            f"--mem={memory_mib}M",
+            f"--output={directory}/slurm-%j.log",
+            f"--chdir={directory}",
+            f"--comment={_comment(f'agora machine {lease.machine} of {lease.dag_id} {lease.run_id}')[:200]}",
+            self._export(),
+            str(directory / "pilot.sbatch"),
+            *("lease", str(lease.cores), str(memory_mib), str(math.ceil(self.lease_idle_s))),
+        ]
+        try:
+            pilot.job_id = self._sbatch(argv, what, name, environment={})
+            pilot.write([])
+        except BackendError:
+            if name in self._unanswered:  # an allocation may exist that nobody would hand tasks to
+                self._run_quietly(["scancel", f"--name={name}", _mine()])
+                self._unanswered.discard(name)
+            shutil.rmtree(directory, ignore_errors=True)
+            raise
+        except OSError as exc:
+            self._run_quietly(["scancel", pilot.job_id])
+            shutil.rmtree(directory, ignore_errors=True)
+            raise BackendError(self.name, f"{what}: allocation directory {directory}: {exc}", transient=True) from None
+        self._pilot_dirs[pilot.job_id] = directory
+        if self.submissions is not None:
+            self.submissions.submitted(pilot.job_id, partition, lease.cores, memory_mib * MIB, None)
+        log.info("SLURM: allocation %s for machine %s (%d cores, %d MiB)", pilot.job_id, lease.machine,
+                 lease.cores, memory_mib)  # fmt: skip
+        return pilot
+
+    def _find_lease(self, lease: MachineLease) -> _Pilot | None:
+        """The newest allocation of this lease that SLURM still runs and nobody closed, if any."""
+        fmt = "--Format=" + ",".join(f"{name}:|" for name in _SQUEUE_FIELDS)
+        out = self._run(["squeue", "--noheader", f"--name={job_name(lease.key)}", _mine(), fmt])
+        for record in sorted(parse_squeue(out).values(), key=lambda r: int(r.job_id), reverse=True):
+            if record.final or record.work_dir is None:
+                continue
+            manifest = _Manifest.read(record.work_dir)
+            if manifest is None or manifest.lease is None or manifest.lease.key != lease.key or manifest.closed:
+                continue
+            pilot = manifest.pilot()
+            pilot.job_id = record.job_id
+            self._pilot_dirs[record.job_id] = record.work_dir
+            for task in pilot.tasks:
+                self._job_dirs[str(SlurmJobRef(record.job_id, task.index))] = task.job_dir
+            return pilot
+        return None
+
+    def _release_lease(self, pilot: _Pilot) -> None:
+        pilot.closed = True
+        try:
+            pilot.write(pilot.tasks)
+            (pilot.directory / "closed").touch()
+        except OSError:
+            log.warning("SLURM: cannot mark allocation %s closed in %s", pilot.job_id, pilot.directory, exc_info=True)
+        if not pilot.tasks:  # it never ran anything: do not wait for it to start only to end
+            self._run_quietly(["scancel", pilot.job_id])
+        self._released[pilot.job_id] = pilot
+
+    def _submit_leased(self, job: JobSpec, lease: MachineLease) -> str:
+        """Hand the task to its machine's allocation: the next index, claimed with ``mkdir slot.INDEX``."""
+        if job.cores > lease.cores or _mib(job.memory_bytes) > _mib(lease.memory_bytes):
+            raise BackendError(
+                self.name,
+                f"{job.label}: needs {job.cores} cores and {_mib(job.memory_bytes)} MiB, more than machine "
+                f"{lease.machine} has ({lease.cores} cores, {_mib(lease.memory_bytes)} MiB)",
+                transient=False,
+            )
+        if lease.key not in self._leases:
+            self.open_lease(lease)  # a scheduler that restarted hands over a task of a lease it did not open
+        pilot = self._leases[lease.key]
+        if not self._claim(pilot, len(pilot.tasks)):
+            # The driver ended (its idle limit, or SLURM stopped the allocation): another allocation
+            # for the machine, reported as one more lease record.
+            log.warning("SLURM: allocation %s of machine %s has ended; requesting another", pilot.job_id,
+                        lease.machine)  # fmt: skip
+            self._released[pilot.job_id] = pilot
+            del self._leases[lease.key]
+            self._check_partition(lease, pilot.partition)
+            pilot = self._leases[lease.key] = self._allocate(lease, pilot.partition)
+            self._claim(pilot, 0)
+        task = self._task(job, len(pilot.tasks), self._minutes(job.time_limit_s) or 0)
+        try:
+            job.job_dir.mkdir(parents=True, exist_ok=True)
+            pilot.write([*pilot.tasks, task])
+        except OSError as exc:
+            raise BackendError(self.name, f"{job.label}: allocation {pilot.directory}: {exc}", transient=True) from None
+        pilot.tasks.append(task)
+        external_id = str(SlurmJobRef(pilot.job_id, task.index))
+        self._job_dirs[external_id] = job.job_dir
+        return external_id
+
+    def _claim(self, pilot: _Pilot, index: int) -> bool:
+        """Claim task index ``index`` of the allocation; False if its driver has ended (or claimed it to end)."""
+        try:
+            (pilot.directory / f"slot.{index}").mkdir()
+        except FileExistsError:
+            return False
+        except OSError as exc:
+            raise BackendError(self.name, f"allocation {pilot.directory}: {exc}", transient=True) from None
+        try:
+            record = self._squeue([pilot.job_id]).get(pilot.job_id)
+        except BackendError:
+            (pilot.directory / f"slot.{index}").rmdir()  # unclaimed again, for the retry
+            raise
+        if record is not None and not record.final:
+            return True
+        with contextlib.suppress(OSError):
+            (pilot.directory / f"slot.{index}").rmdir()
+        return False
+
     # -- pilots and adoption -------------------------------------------------------------------
 
     def flush(self, *, force: bool = False) -> None:
@@ -741,7 +1106,7 @@ class SlurmBackend(Backend):
             self._export(job.environment),
             str(script),
         ]
-        job_id = self._sbatch(argv, job, partition, name, environment=job.environment)
+        job_id = self._sbatch(argv, _what(job, partition), name, environment=job.environment)
         self._job_dirs[job_id] = job.job_dir
         if self.submissions is not None:
             self.submissions.submitted(
@@ -749,26 +1114,22 @@ class SlurmBackend(Backend):
             )
         return job_id
 
-    def _sbatch(self, argv: list[str], job: JobSpec, partition: str, name: str, environment: Mapping[str, str]) -> str:
+    def _sbatch(self, argv: list[str], what: str, name: str, environment: Mapping[str, str]) -> str:
+        """sbatch's job id; ``what`` names the resource, partition and task (or machine) in errors."""
         try:
             out = self._run(argv, environment=environment)
         except _NoAnswer as exc:
             self._unanswered.add(name)
             raise BackendError(
                 self.name,
-                f"resource {job.resource!r} (partition {partition}): {job.label}: {exc.reason}; the job may "
-                "exist: the next submit of this attempt looks for it by name",
+                f"{what}: {exc.reason}; the job may exist: the next submit of this attempt looks for it by name",
                 transient=True,
             ) from None
         except BackendError as exc:
-            raise BackendError(
-                self.name,
-                f"resource {job.resource!r} (partition {partition}): {job.label}: {exc.reason}",
-                transient=exc.transient,
-            ) from None
+            raise BackendError(self.name, f"{what}: {exc.reason}", transient=exc.transient) from None
         job_id = out.strip().split(";")[0]
         if not job_id.isdigit():
-            raise BackendError(self.name, f"{job.label}: sbatch printed no job id: {out.strip()!r}", transient=True)
+            raise BackendError(self.name, f"{what}: sbatch printed no job id: {out.strip()!r}", transient=True)
         return job_id
 
     def _find_unanswered(self, name: str) -> str | None:
@@ -810,10 +1171,9 @@ class SlurmBackend(Backend):
         command = list(job.command)
         if job.environment:
             command = ["env", "--", *(f"{k}={v}" for k, v in job.environment.items()), *command]
-        line = f"run_task {index} {shlex.quote(str(job.job_dir))} {shlex.join(command)}\n"
-        return _PilotTask(
-            index, job.key, job.label, job.resource, job.job_dir, job.cores, _mib(job.memory_bytes), minutes, line
-        )
+        memory = _mib(job.memory_bytes)
+        line = f"run_task {index} {job.cores} {memory} {shlex.quote(str(job.job_dir))} {shlex.join(command)}\n"
+        return _PilotTask(index, job.key, job.label, job.resource, job.job_dir, job.cores, memory, minutes, line)
 
     def _open_pilot(self, job: JobSpec, partition: str, task_minutes: int, capacity: _Capacity) -> _Pilot:
         root = self.pilot_root or job.job_dir.parent
@@ -843,9 +1203,10 @@ class SlurmBackend(Backend):
             f"--chdir={directory}",
             self._export(),
             str(directory / "pilot.sbatch"),
+            *("pilot", "0", "0", "0"),  # every task at once, closed from the start
         ]
         try:
-            pilot.job_id = self._sbatch(argv, job, partition, name, environment={})
+            pilot.job_id = self._sbatch(argv, _what(job, partition), name, environment={})
         except BackendError:
             if name in self._unanswered:  # a held job may exist that nobody would ever release
                 self._run_quietly(["scancel", f"--name={name}", _mine()])
@@ -928,6 +1289,8 @@ class SlurmBackend(Backend):
         manifest = _Manifest.read(directory)
         if manifest is None:
             return
+        if manifest.lease is not None and not manifest.closed:
+            return  # more tasks may come: the allocation is released by close_lease
         if all((directory / f"cancel.{index}").exists() for index in manifest.job_dirs):
             self._run(["scancel", ref.job_id])
             for partition, pilot in list(self._open.items()):
@@ -1030,6 +1393,12 @@ class SlurmBackend(Backend):
         queued_at = record.submitted_at if record is not None else None
         started_at = record.started_at if record is not None else None
         host = record.node if record is not None else ""
+        lease = manifest.lease if manifest is not None else None
+        if lease is not None and directory is not None:
+            # A planned machine's task starts when the driver reaches it, not with the allocation:
+            # handed over when its task file was written, started when its pid file was.
+            what = f"task {ref.index} of machine {lease.machine} (SLURM job {ref.job_id})"
+            queued_at, started_at = _mtime(directory / f"task.{ref.index}.sh"), _mtime(directory / f"pid.{ref.index}")
         if result is not None:
             status = result.status()
             return JobStatus(
@@ -1072,7 +1441,10 @@ class SlurmBackend(Backend):
             why = "gathering tasks into the pilot" if gathering else "held until the pilot's window closes"
             return JobStatus("pending", reason=f"{what}: {why}", queued_at=queued_at)
         if allocated and directory is not None and not started:
-            return JobStatus("pending", reason=f"{what}: the allocation is starting", queued_at=queued_at)
+            why = "the allocation is starting" if lease is None else "waiting for its turn and its cores"
+            return JobStatus("pending", reason=f"{what}: {why}", queued_at=queued_at)
+        if lease is not None and started:
+            return JobStatus("running", host=host, queued_at=queued_at, started_at=started_at)
         return _active_status(record)
 
     # -- inside: running SLURM's clients --------------------------------------------------------
@@ -1184,6 +1556,17 @@ def _final_status(what: str, record: SlurmRecord, result: JobResult | None, miss
     )
 
 
+def _default_lease_root() -> Path:
+    """The executor's job directory (``[agora] state_dir``), where pilots go too."""
+    from agora_optimizer import settings
+
+    return settings.directory("state_dir", "jobs", mode=0o700)
+
+
+def _what(job: JobSpec, partition: str) -> str:
+    return f"resource {job.resource!r} (partition {partition}): {job.label}"
+
+
 def _signal_name(exit_code: int) -> str:
     """`` = SIGKILL`` for a shell's 137 (128 + the signal), '' for an ordinary exit code."""
     with contextlib.suppress(ValueError):
@@ -1211,6 +1594,13 @@ def _mine() -> str:
 
 def _has_result(job_dir: Path | None) -> bool:
     return job_dir is not None and (job_dir / "result.json").exists()
+
+
+def _mtime(path: Path) -> datetime | None:
+    try:
+        return datetime.fromtimestamp(path.stat().st_mtime, UTC)
+    except OSError:
+        return None
 
 
 def _read_int(path: Path) -> int | None:
