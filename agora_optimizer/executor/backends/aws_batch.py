@@ -9,6 +9,14 @@ estimates hold on whichever size Batch packs a job onto, and 9 families fit Batc
 quotas of 50 queues and 50 compute environments per region better than 21 types would.
 ``agora-{type}`` pins every job to the exact type the plan chose.
 
+A planned machine (:meth:`AwsBatchBackend.open_lease`) always runs on the queue of exactly its
+type, ``agora-<type>`` (:func:`type_queue_name`), so the type the plan priced is the type that
+runs: its compute environment, named as the queue, has ``instanceTypes: [<type>]`` and
+``maxvCpus`` = the catalog's count x vcpus, and is created the first time a lease of the type
+needs it (with a :class:`ComputeNetwork`; idempotent, by name). A catalog ``job_queue`` is
+the user's choice and is used as it is. :meth:`AwsBatchBackend.finished_leases` reports each
+closed lease from its first job's start to its last job's stop (Batch's job records).
+
 A job runs the agora worker as its container command with the task's cores and memory as
 resource requirements; Batch's own records give its state, exit code, reason and times.
 With an ``s3_prefix`` the job's workload and result go through S3
@@ -49,9 +57,18 @@ from botocore.exceptions import ConnectionError as BotoConnectionError
 
 from agora_optimizer.executor.backends.base import Backend
 from agora_optimizer.executor.environment import job_environment
-from agora_optimizer.executor.jobs import BackendError, JobPhase, JobResult, JobSpec, JobStatus, read_result
+from agora_optimizer.executor.jobs import (
+    BackendError,
+    JobPhase,
+    JobResult,
+    JobSpec,
+    JobStatus,
+    MachineLease,
+    read_result,
+)
 from agora_optimizer.executor.remote_files import RemoteFileNotFound, RemoteFiles, job_urls
 from agora_optimizer.model.catalog import Resource
+from agora_optimizer.runs.lease_record import LeaseRecord
 
 if TYPE_CHECKING:
     from mypy_boto3_batch import BatchClient
@@ -152,6 +169,13 @@ def queue_name(resource: str, options: Mapping[str, object], pattern: str = DEFA
             transient=False,
         )
     return name
+
+
+def type_queue_name(resource: str) -> str:
+    """The job queue (and compute environment) of exactly one instance type: ``agora-c5-large``.
+
+    A planned machine's jobs go there, so the type the plan priced is the type that runs."""
+    return "agora-" + resource.replace(".", "-")
 
 
 def batch_job_name(key: str) -> str:
@@ -381,6 +405,26 @@ class Infrastructure:
     job_definition_arn: str = ""
 
 
+@dataclass(frozen=True)
+class ComputeNetwork:
+    """Where compute environments that the backend creates on demand put their instances."""
+
+    subnets: Sequence[str]
+    security_group_ids: Sequence[str]
+    instance_role: str  # the ECS instance profile
+    service_role: str | None = None  # None: Batch's service-linked role
+    default_max_vcpus: int = 256  # a type without a catalog count
+
+
+@dataclass
+class _BatchLease:
+    """A planned machine on Batch: its type's queue, and the jobs handed to it."""
+
+    lease: MachineLease
+    queue: str
+    job_ids: list[str] = field(default_factory=list)
+
+
 @dataclass(eq=False)
 class AwsBatchBackend(Backend):
     """Runs jobs on AWS Batch. Only ``submit`` and ``status`` raise (:class:`BackendError`).
@@ -405,9 +449,14 @@ class AwsBatchBackend(Backend):
     cancel_reason: str = CANCEL_REASON
     s3_prefix: str = ""
     s3_endpoint_url: str | None = None
+    resources: Mapping[str, Resource] = field(default_factory=dict)  # the catalog's aws resources, by name
+    compute_network: ComputeNetwork | None = None  # lets open_lease create a type's queue that is missing
+    create_timeout_s: float = 600.0  # how long open_lease waits for a new queue to be VALID
     name: str = field(default=BACKEND, init=False)
     client: BatchClient = field(init=False, repr=False)
     files: RemoteFiles | None = field(default=None, init=False, repr=False)
+    _leases: dict[str, _BatchLease] = field(default_factory=dict, init=False, repr=False)
+    _closed: dict[str, _BatchLease] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         queue_name("c5.large", {}, self.queue_pattern)  # a bad pattern fails here, not at the first task
@@ -476,7 +525,7 @@ class AwsBatchBackend(Backend):
             )
         request: dict[str, Any] = {
             "jobName": batch_job_name(job.key),
-            "jobQueue": self.queue_for(job.resource, job.options),
+            "jobQueue": self._queue_of(job),
             "jobDefinition": self.job_definition,
             "containerOverrides": {
                 "command": list(job.command),
@@ -506,7 +555,143 @@ class AwsBatchBackend(Backend):
                 f"cannot submit {job.label} (resource {job.resource}) to job queue {request['jobQueue']!r} "
                 f"with job definition {self.job_definition!r}",
             ) from None
-        return response["jobId"]
+        job_id = str(response["jobId"])
+        if job.lease is not None:
+            self._leases.setdefault(job.lease.key, _BatchLease(job.lease, request["jobQueue"])).job_ids.append(job_id)
+        return job_id
+
+    def _queue_of(self, job: JobSpec) -> str:
+        """A planned machine's job goes to its lease's queue (its type's, or the catalog's ``job_queue``)."""
+        if job.lease is None:
+            return self.queue_for(job.resource, job.options)
+        opened = self._leases.get(job.lease.key)
+        return opened.queue if opened is not None else self.lease_queue(job.lease.resource, job.options)
+
+    def lease_queue(self, resource: str, options: Mapping[str, object]) -> str:
+        """The queue of a planned machine of ``resource``: the catalog's ``job_queue`` if the user set
+        one, else the queue of exactly that type (:func:`type_queue_name`)."""
+        return queue_name(resource, options if "job_queue" in options else {"job_queue": type_queue_name(resource)})
+
+    # -- planned machines --------------------------------------------------------------------------
+
+    def open_lease(self, lease: MachineLease) -> None:
+        """Make sure the machine's queue takes jobs, creating its type's queue if it is missing.
+
+        The queue of a type and its compute environment (named as the queue, exactly that instance
+        type, ``maxvCpus`` the catalog's count x vcpus) are created once, by whichever lease needs
+        them first; both are named by the type, so creating is idempotent. BackendError, naming the
+        machine and Batch's words, when the queue is disabled or invalid, or missing and cannot be
+        created (a catalog ``job_queue``, or no :class:`ComputeNetwork`)."""
+        if lease.key in self._leases:
+            return
+        resource = self.resources.get(lease.resource)
+        options = resource.extra if resource is not None else {}
+        queue = self.lease_queue(lease.resource, options)
+        what = f"machine {lease.machine} (resource {lease.resource}, job queue {queue})"
+        found = self._call(self.client.describe_job_queues, f"{what}: cannot look up its queue", jobQueues=[queue])
+        queues = found.get("jobQueues", [])
+        if not queues:
+            if "job_queue" in options:
+                raise BackendError(BACKEND, f"{what}: the catalog's job queue does not exist", transient=False)
+            if resource is None or self.compute_network is None:
+                why = "unknown to this backend" if resource is None else "no compute network is configured"
+                raise BackendError(
+                    BACKEND, f"{what}: the queue does not exist and cannot be created ({why})", transient=False
+                )
+            try:
+                self._create_type_queue(resource, queue, self.compute_network)
+            except BackendError as exc:
+                raise BackendError(BACKEND, f"{what}: {exc.reason}", transient=exc.transient) from None
+            queues = self._call(self.client.describe_job_queues, f"{what}: cannot look up its queue", jobQueues=[queue])
+            queues = queues["jobQueues"]
+        for described in queues:
+            state, status = described.get("state"), described.get("status")
+            if state != "ENABLED" or status == "INVALID":
+                reason = described.get("statusReason") or "no reason given"
+                raise BackendError(BACKEND, f"{what}: the queue is {state} and {status} ({reason})", transient=False)
+        self._leases[lease.key] = _BatchLease(lease, queue)
+
+    def close_lease(self, lease: MachineLease) -> None:
+        """No more jobs come; the lease is reported once its jobs have ended. Never raises."""
+        opened = self._leases.pop(lease.key, None)
+        if opened is not None:
+            self._closed[lease.key] = opened
+
+    def finished_leases(self) -> list[LeaseRecord]:
+        """Per closed lease whose jobs all ended: its first job's start to its last job's stop, from
+        Batch's job records. A lease none of whose jobs started held nothing and is not reported."""
+        finished: list[LeaseRecord] = []
+        for key, closed in list(self._closed.items()):
+            try:
+                statuses = self.status(closed.job_ids) if closed.job_ids else {}
+            except BackendError as exc:
+                log.warning("AWS Batch: machine %s: cannot read its jobs: %s", closed.lease.machine, exc.reason)
+                continue
+            if any(status.phase in ("pending", "running") for status in statuses.values()):
+                continue
+            del self._closed[key]
+            starts = [status.started_at for status in statuses.values() if status.started_at is not None]
+            ends = [status.ended_at for status in statuses.values() if status.ended_at is not None]
+            if not starts or not ends:
+                continue
+            lease = closed.lease
+            finished.append(
+                LeaseRecord(
+                    dag_id=lease.dag_id,
+                    run_id=lease.run_id,
+                    machine=lease.machine,
+                    resource=lease.resource,
+                    backend=BACKEND,
+                    external_id=closed.queue,
+                    started_at=min(starts),
+                    ended_at=max(ends),
+                    source="batch job times",
+                )
+            )
+        return finished
+
+    def _create_type_queue(self, resource: Resource, queue: str, network: ComputeNetwork) -> None:
+        """The compute environment (exactly ``resource``'s type) and queue named ``queue``, each unless it exists."""
+        compute = {
+            "type": "EC2",  # on demand, as the catalog's prices
+            "allocationStrategy": "BEST_FIT_PROGRESSIVE",
+            "minvCpus": 0,
+            "maxvCpus": _max_vcpus([resource], network.default_max_vcpus),
+            "instanceTypes": [resource.name],
+            "subnets": list(network.subnets),
+            "securityGroupIds": list(network.security_group_ids),
+            "instanceRole": network.instance_role,
+            "tags": dict(MANAGED_TAG),
+        }
+        self._create_compute_environment(queue, compute, network.service_role, [])
+        [environment] = self._wait_valid(
+            lambda: self.client.describe_compute_environments(computeEnvironments=[queue])["computeEnvironments"],
+            "computeEnvironmentName",
+            "compute environment",
+            self.create_timeout_s,
+            1.0,
+        )
+        try:
+            self.client.create_job_queue(
+                jobQueueName=queue,
+                state="ENABLED",
+                priority=1,
+                computeEnvironmentOrder=[{"order": 1, "computeEnvironment": environment["computeEnvironmentArn"]}],
+                tags=dict(MANAGED_TAG),
+            )
+        except ClientError as exc:  # another scheduler made it a moment ago: as good
+            if "exist" not in str(exc).lower():
+                raise classify_error(exc, f"cannot create job queue {queue}") from None
+        except BotoCoreError as exc:
+            raise classify_error(exc, f"cannot create job queue {queue}") from None
+        self._wait_valid(
+            lambda: self.client.describe_job_queues(jobQueues=[queue])["jobQueues"],
+            "jobQueueName",
+            "job queue",
+            self.create_timeout_s,
+            1.0,
+        )
+        log.info("AWS Batch: created job queue and compute environment %s for %s", queue, resource.name)
 
     def status(self, external_ids: Sequence[str]) -> Mapping[str, JobStatus]:
         """Batch's view of each job; an id Batch does not return is ``lost``."""

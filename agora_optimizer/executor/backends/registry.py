@@ -42,7 +42,10 @@ def _aws(resources: Mapping[str, Resource]) -> Backend:
     from agora_optimizer.executor.backends.aws_batch import AwsBatchBackend
 
     return AwsBatchBackend.from_airflow(
-        settings.get("aws_conn_id"), settings.get("aws_job_definition"), s3_prefix=settings.get("aws_s3_prefix")
+        settings.get("aws_conn_id"),
+        settings.get("aws_job_definition"),
+        s3_prefix=settings.get("aws_s3_prefix"),
+        resources=resources,
     )
 
 
