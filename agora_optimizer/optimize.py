@@ -20,7 +20,7 @@ from agora_optimizer.leases import cost_usd, makespan_s
 from agora_optimizer.model.catalog import Catalog
 from agora_optimizer.model.plan import Assignment, Objective, Plan, SolverInfo, SolverStatus
 from agora_optimizer.model.workflow import Workflow
-from agora_optimizer.problem import Problem, lower_bounds, score
+from agora_optimizer.problem import Problem, lower_bounds, score, written_assignments
 
 __all__ = ["default_plan", "lower_bounds", "one_type_default_assignments", "optimize", "optimize_problem", "score"]
 
@@ -76,7 +76,7 @@ def optimize_problem(
         catalog,
         objective,
         catalog_label,
-        best.assignments,
+        problem.written(best.assignments),  # the platform's latency planned in, the spec's durations written
         best.method,
         started,
         status=best.status,
@@ -123,4 +123,5 @@ def default_plan(workflow: Workflow, catalog: Catalog, catalog_label: str) -> Pl
     if assignments is None:
         return None
     objective = Objective(kind="time", alpha=1.0)
-    return build_plan(workflow, catalog, objective, catalog_label, assignments, "one-type-default", started)
+    written = written_assignments(assignments, workflow, catalog)  # a catalog with latency: as optimize writes
+    return build_plan(workflow, catalog, objective, catalog_label, written, "one-type-default", started)

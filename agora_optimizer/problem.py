@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 from agora_optimizer.bounds import cost_lower_bound_usd, feasible_types, makespan_lower_bound_s
@@ -47,6 +47,27 @@ def meets_limits(objective: Objective, makespan: float, cost: float) -> bool:
     return objective.budget_usd is None or cost <= objective.budget_usd * (1 + 1e-9)
 
 
+def written_assignments(assignments: Iterable[Assignment], workflow: Workflow, catalog: Catalog) -> list[Assignment]:
+    """The assignments as the plan file states them: each task's own ``runtime_s / speed``.
+
+    The engines plan with each type's ``added_latency_s`` in the duration
+    (:meth:`~agora_optimizer.model.catalog.Resource.runtime_s`): a task holds its machine from
+    being dispatched to its slot being free. The spec's duration is the task's run alone, so the
+    run is written at the end of that hold, ``[end - runtime_s / speed, end)``. It stays a valid
+    plan: each run lies within its hold (capacities hold), a child's hold begins after its parents'
+    holds end (so do the runs), the makespan is unchanged, and each lease only shortens.
+    """
+    by_name = catalog.by_name
+    written = []
+    for a in assignments:
+        resource, task = by_name.get(a.resource), workflow.by_id.get(a.task)
+        if resource is None or task is None or resource.added_latency_s <= 0:
+            written.append(a)
+            continue
+        written.append(replace(a, start_s=max(a.start_s, a.end_s - task.runtime_s / resource.speed)))
+    return written
+
+
 @dataclass(frozen=True)
 class Problem:
     """One planning question. Build it with :meth:`create` (checks every task fits somewhere)."""
@@ -70,6 +91,10 @@ class Problem:
         """(makespan_s, cost_usd) of a schedule, recomputed from its assignments."""
         items = list(assignments)
         return makespan_s(items), cost_usd(items, self.catalog)
+
+    def written(self, assignments: Iterable[Assignment]) -> list[Assignment]:
+        """The assignments with the spec's durations (:func:`written_assignments`)."""
+        return written_assignments(assignments, self.workflow, self.catalog)
 
     def score(self, assignments: Iterable[Assignment]) -> tuple[float, float]:
         return score(self.objective, *self.evaluate(assignments), self.bounds)

@@ -787,7 +787,8 @@ def simulate(graph: TaskGraph, machine: list[int], slots: Sequence[Slot], bandwi
     children, position = graph.children, graph.position
     inverse_bw = 1.0 / bandwidth_bytes_per_s
     speed = [s.resource.speed for s in slots]
-    duration = [runtime[v] / speed[machine[v]] for v in range(n)]
+    latency = [s.resource.added_latency_s for s in slots]  # the platform's, when the planner adds it
+    duration = [runtime[v] / speed[machine[v]] + latency[machine[v]] for v in range(n)]
     rank = _upward_ranks(graph, machine, duration, inverse_bw)
     free_cores = [s.resource.vcpus for s in slots]
     free_memory = [s.resource.memory_bytes for s in slots]

@@ -40,6 +40,13 @@ class Resource:
     planning input, the time before which no lease of this type may begin (a SLURM partition's
     predicted queue wait). A lease still runs from its first task's start minus ``boot_s`` and is
     billed for that; the wait before it is not paid.
+
+    ``added_latency_s`` is a planning input too (never in a catalog file): the time the platform
+    adds to each task on this type (Airflow's scheduling and task start, the worker's exit), learned
+    by :mod:`agora_optimizer.predict.latency`. The optimizer plans each task to hold its machine
+    for ``runtime_s(task)``, which includes it, and writes the plan with the task's own
+    ``runtime_s / speed`` at the end of that hold (:func:`agora_optimizer.problem.written_assignments`),
+    so that the plan file keeps the spec's durations.
     """
 
     name: str
@@ -52,6 +59,7 @@ class Resource:
     billing: Billing = Billing()
     boot_s: float = 0.0
     release_s: float = 0.0
+    added_latency_s: float = 0.0
     extra: Mapping[str, object] = field(default_factory=lambda: MappingProxyType({}), compare=False)
 
     @property
@@ -67,7 +75,9 @@ class Resource:
         return task.cores <= self.vcpus and task.memory_bytes <= self.memory_bytes
 
     def runtime_s(self, task: Task) -> float:
-        return task.runtime_s / self.speed
+        """How long ``task`` holds a machine of this type: ``runtime_s / speed`` (the spec's duration),
+        plus ``added_latency_s`` (0 unless the planner added the platform's latency)."""
+        return task.runtime_s / self.speed + self.added_latency_s
 
     def lease_cost_usd(self, lease_s: float) -> float:
         return self.price_per_hour_usd / 3600.0 * self.billing.billed_s(lease_s)
