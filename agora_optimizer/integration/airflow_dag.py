@@ -13,6 +13,7 @@ falls back to them (see :mod:`agora_optimizer.predict.fallback`).
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from agora_optimizer.model.catalog import Catalog
     from agora_optimizer.model.workflow import Workflow
     from agora_optimizer.predict.features import WorkflowShape
+    from agora_optimizer.predict.latency import PlatformLatency
 
 AIRFLOW_PREFIX = "airflow:"
 
@@ -188,3 +190,14 @@ def predicted_dag_workflow(
     workflow = predictor.predicted_workflow(shape, catalog)
     sources = predictor.predict(shape, catalog).sources()
     return workflow, f"{origin}; answered by {sources}"
+
+
+def learned_platform_latency(store_url: str | None, edges: Mapping[str, Sequence[tuple[str, str]]]) -> PlatformLatency:
+    """The platform latency learned from the trace store's attempts (every DAG's), with the DAGs' ``edges``
+    where known (``{dag_id: [(parent, child), ...]}``; the other DAGs' tasks count from their queued time)."""
+    from agora_optimizer.predict.latency import learn_latency
+    from agora_optimizer.traces.store import TraceStore, default_store_url
+
+    with TraceStore(store_url or default_store_url()) as store:
+        attempts = store.attempts()
+    return learn_latency(attempts, edges)
