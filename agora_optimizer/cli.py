@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -28,6 +28,10 @@ from agora_optimizer.io.plan_file import load_plan, write_plan
 from agora_optimizer.io.wfformat import load_workflow
 from agora_optimizer.model.catalog import GIB, Catalog
 from agora_optimizer.model.plan import Objective, Plan
+
+if TYPE_CHECKING:
+    from agora_optimizer.model.workflow import Workflow
+    from agora_optimizer.predict.latency import PlatformLatency
 
 app = typer.Typer(
     help="agora: place every task of a workflow on the right resource, fast and cheap, within memory.",
@@ -43,6 +47,12 @@ class ObjectiveKind(StrEnum):
     time = "time"
     cost = "cost"
     balanced = "balanced"
+
+
+class PlatformLatencyKind(StrEnum):
+    median = "median"
+    p90 = "p90"
+    none = "none"
 
 
 @contextmanager
@@ -121,8 +131,20 @@ def optimize(
         Path | None, typer.Option(help="For airflow:DAG_ID: the DAG folder (default: [core] dags_folder).")
     ] = None,
     store: Annotated[
-        str | None, typer.Option(help="For airflow:DAG_ID: the trace store URL (default: [agora] trace_store_url).")
+        str | None,
+        typer.Option(
+            help="For airflow:DAG_ID: the trace store URL (default: [agora] trace_store_url). Also where the "
+            "platform latency is learned (for a WfFormat WORKFLOW only when given)."
+        ),
     ] = None,
+    platform_latency: Annotated[
+        PlatformLatencyKind,
+        typer.Option(
+            help="Add each resource's platform latency (task ready to running, plus done to slot free) to "
+            "every task's duration: its median, p90, or none. Learned from the trace store, else the "
+            "measured defaults."
+        ),
+    ] = PlatformLatencyKind.median,
     model: Annotated[
         Path | None, typer.Option(help="For airflow:DAG_ID with an empty trace store: a trained predictor dir.")
     ] = None,
@@ -135,7 +157,8 @@ def optimize(
 ) -> None:
     """Plan WORKFLOW on CATALOG and write the plan to --out."""
     from agora_optimizer.optimize import default_plan, optimize_problem
-    from agora_optimizer.problem import Problem
+    from agora_optimizer.predict.latency import statistic_of, with_platform_latency
+    from agora_optimizer.problem import Problem, lower_bounds
 
     started = time.perf_counter()  # the time limit counts loading and bounding too
     with _user_errors():
@@ -161,11 +184,16 @@ def optimize(
         else:
             wf = load_workflow(workflow, default_memory_bytes=int(default_memory_gib * GIB))
         goal = Objective(kind=objective.value, alpha=alpha, deadline_s=deadline_s, budget_usd=budget_usd)
-        problem = Problem.create(wf, cat, goal)
+        statistic = statistic_of(platform_latency.value)
+        latency = _platform_latency(statistic, str(workflow), wf, store)
+        planned = with_platform_latency(cat, latency, statistic)  # the file's catalog, each task's hold longer
+        problem = Problem.create(wf, planned, goal)
         with _progress_bar(f"planning {len(wf.tasks)} tasks") as progress:
             plan = optimize_problem(problem, str(catalog), time_limit_s, progress=progress, started=started)
-        baseline = default_plan(wf, cat, str(catalog))
-        bounds = problem.bounds
+        baseline = default_plan(wf, planned, str(catalog))
+        # The bounds of any plan the catalog file holds: a written plan (each task's own duration, its latency
+        # only in the gaps) may lease a little less than the planned holds, whose bounds the engines used.
+        bounds = problem.bounds if planned is cat else lower_bounds(wf, cat, deadline_s)
         write_plan(plan, out)
         if apply:
             if not str(workflow).startswith("airflow:"):
@@ -180,8 +208,13 @@ def optimize(
     releases = {r.name: r.release_s for r in cat.resources if r.release_s > 0}
     if releases:  # the predicted queue waits: when each type's first lease may begin
         summary["release_s"] = releases
-    if as_json:
-        out_console.print_json(json.dumps(summary))
+    summary["platform_latency"] = {
+        "statistic": statistic,
+        "resources": {r.name: latency.for_resource(r).as_dict(statistic) for r in cat.resources},
+    }
+    summary["platform_latency_lines"] = [latency.for_resource(r).describe(statistic) for r in cat.resources]
+    if as_json:  # the lines are for people: the JSON has the numbers under "platform_latency"
+        out_console.print_json(json.dumps({k: v for k, v in summary.items() if k != "platform_latency_lines"}))
     else:
         _print_summary(summary)
 
@@ -199,6 +232,19 @@ def _stdout_to_stderr() -> Iterator[None]:
         sys.stdout.flush()
         os.dup2(saved, 1)
         os.close(saved)
+
+
+def _platform_latency(statistic: str, workflow: str, wf: Workflow, store: str | None) -> PlatformLatency:
+    """The latency each resource adds, learned from the trace store (an Airflow DAG's, or ``--store``), with the
+    DAG's own edges; the measured defaults answer for types with too few samples, and for a WfFormat file."""
+    from agora_optimizer.predict.latency import PlatformLatency
+
+    if statistic == "none" or (store is None and not workflow.startswith("airflow:")):
+        return PlatformLatency({})
+    from agora_optimizer.integration.airflow_dag import learned_platform_latency
+
+    edges = {wf.name: [(e.parent, e.child) for e in wf.edges]} if workflow.startswith("airflow:") else {}
+    return learned_platform_latency(store, edges)
 
 
 def _with_predicted_queue_waits(catalog: Catalog, model_dir: Path, time_limit_s: float) -> Catalog:
@@ -277,6 +323,8 @@ def _print_summary(summary: dict[str, Any]) -> None:
         )
     for name, release_s in sorted(summary.get("release_s", {}).items()):
         out_console.print(f"{name}: released at {release_s:,.0f} s (predicted queue wait, not billed)")
+    for line in summary.get("platform_latency_lines", []):
+        out_console.print(f"platform latency: {line}", markup=False, highlight=False)
     out_console.print(f"plan written to {summary['plan']}")
 
 

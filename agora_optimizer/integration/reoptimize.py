@@ -103,15 +103,25 @@ def replan(
     folder: str | Path | None = None,
     objective: str = "balanced",
     time_limit_s: float = 60.0,
+    platform_latency: str = "median",
 ) -> StoredPlan:
-    """Predict, optimize and put in force a new plan for ``dag_id``; the old one stays in the history."""
-    from agora_optimizer.integration.airflow_dag import predicted_dag_workflow
+    """Predict, optimize and put in force a new plan for ``dag_id``; the old one stays in the history.
+
+    ``platform_latency`` (median, p90 or none): what each task's duration gains for the platform's
+    latency, learned from the same trace store with the DAG's edges (as ``agora optimize`` does).
+    """
+    from agora_optimizer.integration.airflow_dag import learned_platform_latency, predicted_dag_workflow
     from agora_optimizer.optimize import optimize
+    from agora_optimizer.predict.latency import PlatformLatency, statistic_of, with_platform_latency
 
     kind = next((k for k in OBJECTIVE_KINDS if k == objective), None)
     if kind is None:
         raise AgoraError(f"[agora] objective must be one of {', '.join(OBJECTIVE_KINDS)}, got {objective!r}")
     model = models if (models / "metadata.json").exists() else None
+    statistic = statistic_of(platform_latency)
     workflow, _origin = predicted_dag_workflow(dag_id, catalog, folder, store_url, model)
-    plan = optimize(workflow, catalog, Objective(kind=kind), catalog.source, time_limit_s)
+    edges = {dag_id: [(e.parent, e.child) for e in workflow.edges]}
+    latency = learned_platform_latency(store_url, edges) if statistic != "none" else PlatformLatency({})
+    planned = with_platform_latency(catalog, latency, statistic)
+    plan = optimize(workflow, planned, Objective(kind=kind), catalog.source, time_limit_s)
     return plans.save(dag_id, plan)
