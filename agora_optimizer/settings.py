@@ -108,6 +108,12 @@ SETTINGS: tuple[Setting, ...] = (
         "Airflow's [scheduler] task_queued_timeout does not revoke it (it would lose its place).",
     ),
     Setting(
+        "machine_hold_s",
+        "600",
+        "A task the plan put on a machine waits for its turn there (the planned order) at most this long, "
+        "then starts all the same: a plan never stops a DAG from running.",
+    ),
+    Setting(
         "token_refresh_s",
         "120",
         "While a job waits in a backend's queue, its Execution API token is renewed this often, so a "

@@ -26,6 +26,15 @@ executor feeds it events (a submit came back, a poll answered, Airflow revoked t
 carries out the actions it returns in one place (:meth:`AgoraExecutor._carry_out`). Its
 settings are read once, when it starts (:class:`ExecutorConfig`).
 
+A task the plan put on a machine (``placement.machine``, ``TYPE#N``) runs as planned: its job
+carries a :class:`~agora_optimizer.executor.jobs.MachineLease` sized as the machine's type, the
+lease is opened with the backend when the machine's first task arrives and closed when its last
+planned task has ended (or will never come), and the job is ``held`` until the machine's order
+lets it start (:mod:`~agora_optimizer.executor.machine_order`; docs/running-plans.md). A machine
+the backend cannot give (``open_lease`` raises) has its tasks run without it, on their
+resource's pool, with one log line and a :class:`~agora_optimizer.executor.machine_order.ReplacedMachine`
+in :attr:`AgoraExecutor.replaced_machines`.
+
 The job's external id, ``agora|<backend>|<resource>|<id>``, is stored in Airflow as the
 task's ``external_executor_id``; a restarted scheduler adopts running jobs from it
 (:meth:`AgoraExecutor.try_adopt_task_instances`) instead of losing or duplicating them.
@@ -60,9 +69,18 @@ from agora_optimizer import settings
 from agora_optimizer.errors import AgoraError
 from agora_optimizer.executor.backends.base import Backend
 from agora_optimizer.executor.backends.registry import make_backend
+from agora_optimizer.executor.bounded import BoundedDict
 from agora_optimizer.executor.environment import job_environment
 from agora_optimizer.executor.job_record import JobRecord, executor_attempt
-from agora_optimizer.executor.jobs import BackendError, JobSpec, JobStatus, job_key, read_result
+from agora_optimizer.executor.jobs import (
+    BackendError,
+    JobSpec,
+    JobStatus,
+    MachineLease,
+    job_key,
+    lease_key,
+    read_result,
+)
 from agora_optimizer.executor.lifecycle import (
     ID_PREFIX,
     Accepted,
@@ -78,6 +96,7 @@ from agora_optimizer.executor.lifecycle import (
     Now,
     PollFailed,
     RefuseRevoke,
+    Released,
     RenewToken,
     Report,
     ReportQueued,
@@ -92,12 +111,14 @@ from agora_optimizer.executor.lifecycle import (
     parse_external_id,
     transition,
 )
+from agora_optimizer.executor.machine_order import MachineOrder, ReplacedMachine, RunBook, may_start
 from agora_optimizer.executor.placement import Placement, placement_from_config
 from agora_optimizer.executor.remote_files import CONTAINER_JOB_ROOT, job_urls, split_s3_url
 from agora_optimizer.executor.resources import load_resources
 from agora_optimizer.executor.state_files import check_state_dir, write_private
 from agora_optimizer.integration.airflow_pools import ensure_pools
 from agora_optimizer.model.catalog import Resource
+from agora_optimizer.runs.lease_record import LeaseRecord
 from agora_optimizer.traces.spool import SPOOL_NAME, spool
 from agora_optimizer.traces.spool import pending as spool_pending
 from agora_optimizer.traces.spool import replay as replay_spool
@@ -119,6 +140,10 @@ EXPIRE_INTERVAL_S = 3600.0  # how often job directories older than [agora] job_r
 TRACED_MARK = "traced"
 OOM_RETRY_GROWTH = 1.5  # a retry after an OOM kill reserves this much more than the attempt that died
 REPLAY_INTERVAL_S = 5.0  # how often rows spooled while the trace store was down are written again
+STATES_INTERVAL_S = 5.0  # how often, per DAG run with held tasks or open leases, Airflow's task states are read
+PLANS_MAX = 256  # (dag_id, plan_version) orders kept; a plan is read once per pair
+RUNS_MAX = 1024  # DAG runs whose machine book is kept
+LEASE_RECORDS_MAX = 10_000  # released leases kept for the run record
 _LOG_LEVELS = {"info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 
 
@@ -150,6 +175,7 @@ class ExecutorConfig:
                 backend_queue_timeout_s=settings.get_float("backend_queue_timeout_s"),
                 token_refresh_s=settings.get_float("token_refresh_s"),
                 task_queued_timeout_s=task_queued_timeout_s,
+                machine_hold_s=settings.get_float("machine_hold_s"),
             ),
         )
 
@@ -177,6 +203,18 @@ class AgoraExecutor(BaseExecutor):
         self._last_expiry = self._last_sweep - EXPIRE_INTERVAL_S  # the first expiry comes with the first sweep
         self._swept: set[str] = set()  # job directories the sweep is done with (traced, unreadable or too old)
         self._last_replay = 0.0
+        # planned machines: the order of each plan, the book of each run, the leases open now
+        self._orders: BoundedDict[tuple[str, str], MachineOrder | None] = BoundedDict(PLANS_MAX)
+        self._books: BoundedDict[tuple[str, str], RunBook] = BoundedDict(RUNS_MAX)
+        self._leases: dict[str, tuple[MachineLease, str]] = {}  # lease key -> (lease, backend name)
+        self._states_at: dict[tuple[str, str], float] = {}  # when each run's Airflow task states were last read
+        self._replaced: BoundedDict[str, ReplacedMachine] = BoundedDict(RUNS_MAX)
+        self.lease_records: list[LeaseRecord] = []  # the backends' released leases, for the run record
+
+    @property
+    def replaced_machines(self) -> list[ReplacedMachine]:
+        """The planned machines whose backend refused them, whose tasks ran on their pool instead."""
+        return list(self._replaced.values())
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -435,6 +473,7 @@ class AgoraExecutor(BaseExecutor):
             plan_version=placement.plan_version,
         )
         s3_prefix = _s3_prefix(resource, label, self.config.aws_s3_prefix)
+        lease = self._lease_for(ti, placement, resource)
         spec = JobSpec(
             key=key,
             label=record.label,
@@ -446,10 +485,151 @@ class AgoraExecutor(BaseExecutor):
             job_dir=job_dir,
             options=dict(resource.extra),
             environment=self._worker_environment(),
+            lease=lease,
         )
         write_private(spec.workload_path, workload.model_dump_json())
         record.write(job_dir)
         return Job(workload.ti.key, spec, record, workload)
+
+    # -- inside: planned machines --------------------------------------------------------------
+
+    def _order(self, dag_id: str, version: str) -> MachineOrder | None:
+        """The machine order of the DAG's plan of ``version``, read once per (dag_id, version)."""
+        if (dag_id, version) not in self._orders:
+            order: MachineOrder | None = None
+            try:
+                from agora_optimizer.plans.store import default_plan_store
+
+                stored = default_plan_store().find(dag_id, version)
+                if stored is None:
+                    self.log.warning("agora: plan %s of DAG %s not found; its tasks run unordered", version, dag_id)
+                else:
+                    order = MachineOrder.from_plan(stored.plan, self._resources)
+            except AgoraError as exc:
+                self.log.warning(
+                    "agora: plan %s of DAG %s unreadable (%s); its tasks run unordered", version, dag_id, exc
+                )
+            self._orders[(dag_id, version)] = order
+        return self._orders[(dag_id, version)]
+
+    def _lease_for(self, ti: Any, placement: Placement, resource: Resource) -> MachineLease | None:
+        """The planned machine a task runs on (its lease open with the backend), or None: it runs as any task."""
+        if not placement.machine or placement.source != "plan" or ti.map_index >= 0:
+            return None
+        order = self._order(ti.dag_id, placement.plan_version)
+        machine = None if order is None else order.machines.get(placement.machine)
+        if order is None or machine is None or ti.task_id not in order.by_task:
+            return None
+        key = lease_key(ti.dag_id, ti.run_id, machine.machine)
+        if key in self._replaced:
+            return None
+        if placement.cores > machine.cores or placement.memory_bytes > machine.memory_bytes:
+            self.log.warning(
+                "agora: %s.%s reserves %d cores and %d bytes, more than its machine %s has; it runs beside it",
+                ti.dag_id, ti.task_id, placement.cores, placement.memory_bytes, machine.machine,
+            )  # fmt: skip
+            return None
+        lease = MachineLease(
+            key=key,
+            dag_id=ti.dag_id,
+            run_id=ti.run_id,
+            machine=machine.machine,
+            resource=machine.resource,
+            cores=machine.cores,
+            memory_bytes=machine.memory_bytes,
+            tasks=len(machine.tasks),
+            planned_start_s=machine.planned_start_s,
+            planned_end_s=machine.planned_end_s,
+        )
+        if key not in self._leases:
+            backend = (
+                self._resources[machine.resource].backend if machine.resource in self._resources else resource.backend
+            )
+            try:
+                self._backend(backend).open_lease(lease)
+            except AgoraError as exc:  # BackendError: the machine cannot be had; its tasks are re-placed
+                reason = exc.reason if isinstance(exc, BackendError) else str(exc)
+                self._replaced[key] = ReplacedMachine(ti.dag_id, ti.run_id, machine.machine, machine.resource, reason)
+                self.log.warning(
+                    "agora: machine %s of %s run %s cannot be had (%s); its tasks run on %s's pool without it",
+                    machine.machine, ti.dag_id, ti.run_id, reason, machine.resource,
+                )  # fmt: skip
+                return None
+            self._leases[key] = (lease, backend)
+        run = (ti.dag_id, ti.run_id)
+        if run not in self._books or self._books[run].order is not order:
+            self._books[run] = RunBook(order, origin_s=time.monotonic())
+        return lease
+
+    def _book(self, job: Job) -> RunBook | None:
+        return self._books.get((job.record.dag_id, job.record.run_id)) if job.spec.lease is not None else None
+
+    def _release_held(self) -> None:
+        """Let go each held job whose machine's order allows it (earliest planned first), heartbeat the rest."""
+        now = time.monotonic()
+        held = [job for job in self._jobs.values() if job.state == "held"]
+        self._settle_runs({(job.record.dag_id, job.record.run_id) for job in held}, now)
+
+        def planned_start(job: Job) -> float:
+            book = self._book(job)
+            task = None if book is None else book.order.by_task.get(job.record.task_id)
+            return (book.origin_s if book else 0.0) + (task.start_s if task else 0.0)
+
+        for job in sorted(held, key=planned_start):
+            book = self._book(job)
+            held_s = now - (job.held_since_s if job.held_since_s is not None else now)
+            if book is None:
+                decision_start, reason = True, "its run's plan is no longer known"
+            else:
+                decision = may_start(book, job.record.task_id, now, held_s, self.config.lifecycle.machine_hold_s)
+                decision_start, reason = decision.start, decision.reason
+            if decision_start:
+                if book is not None:
+                    book.start(job.record.task_id)
+                self._feed(job, Released(reason))
+            else:
+                self._feed(job, Heartbeat())
+
+    def _settle_runs(self, runs: set[tuple[str, str]], now: float) -> None:
+        """Read Airflow's task states of the runs with held jobs or open leases (each at most every
+        :data:`STATES_INTERVAL_S`): a task that will never come no longer holds its machine."""
+        runs |= {(lease.dag_id, lease.run_id) for lease, _ in self._leases.values()}
+        for run in runs:
+            book = self._books.get(run)
+            if book is None or now - self._states_at.get(run, -math.inf) < STATES_INTERVAL_S:
+                continue
+            self._states_at[run] = now
+            try:
+                states = _airflow_states(*run)
+            except Exception as exc:  # the metadata database is the scheduler's; a hiccup only delays the order
+                self.log.warning("agora: cannot read the task states of %s run %s: %s", run[0], run[1], exc)
+                continue
+            book.settle(states)
+
+    def _machine_ended(self, job: Job, status: JobStatus | None = None) -> None:
+        """The job's task process ended (its worker's mark, or the job's end): its machine has room again."""
+        book = self._book(job)
+        if book is not None and (
+            status is None or status.task_ended_at is not None or status.phase in ("finished", "lost")
+        ):
+            book.end(job.record.task_id)
+
+    def _close_ended_leases(self) -> None:
+        """Release each lease whose machine's planned tasks have all ended (or will never come), once none
+        of its jobs is left in the table (a supervisor still reporting runs inside its allocation)."""
+        in_use = {job.spec.lease.key for job in self._jobs.values() if job.spec.lease is not None}
+        for key, (lease, backend_name) in list(self._leases.items()):
+            book = self._books.get((lease.dag_id, lease.run_id))
+            if key in in_use or (book is not None and not book.machine_ended(lease.machine)):
+                continue
+            del self._leases[key]
+            with contextlib.suppress(Exception):  # close_lease never raises; a backend that does must not stop sync
+                self._backend(backend_name).close_lease(lease)
+            self.log.info("agora: released machine %s of %s run %s", lease.machine, lease.dag_id, lease.run_id)
+        for backend in self._backends.values():
+            with contextlib.suppress(Exception):
+                self.lease_records.extend(backend.finished_leases())
+        del self.lease_records[:-LEASE_RECORDS_MAX]
 
     def _grown_after_oom_kill(self, placement: Placement, resource: Resource, ti: Any) -> Placement:
         """A retry after an OOM kill asks for more memory than the attempt that died.
@@ -540,7 +720,9 @@ class AgoraExecutor(BaseExecutor):
             elif isinstance(action, Log):
                 self.log.log(_LOG_LEVELS[action.level], "%s", action.message)
             elif isinstance(action, Forget):
-                self._jobs.pop(action.key, None)
+                forgotten = self._jobs.pop(action.key, None)
+                if forgotten is not None and forgotten.state != "held":
+                    self._machine_ended(forgotten)
             elif isinstance(action, RefuseRevoke):
                 pass  # revoke_task raises it to the scheduler
             else:  # pragma: no cover - every action of the lifecycle is handled above
@@ -570,6 +752,8 @@ class AgoraExecutor(BaseExecutor):
                 by_backend.setdefault(job.record.backend, []).append(job)
         for backend_name, jobs in by_backend.items():
             self._poll(backend_name, jobs)
+        self._release_held()  # after the polls: a machine a task has just left has room now
+        self._close_ended_leases()
 
     def _poll(self, backend_name: str, jobs: list[Job]) -> None:
         try:
@@ -588,6 +772,7 @@ class AgoraExecutor(BaseExecutor):
             status = statuses.get(job.external_id) or JobStatus(
                 "lost", reason=f"{backend_name} did not report job {job.external_id}"
             )
+            self._machine_ended(job, status)
             self._feed(job, StatusPolled(status))
 
     def _renew_token(self, job: Job) -> None:
@@ -680,6 +865,21 @@ class AgoraExecutor(BaseExecutor):
         except Exception:
             self.log.exception("Adopting %s job %s failed", backend_name, external_id)
             return False
+
+
+def _airflow_states(dag_id: str, run_id: str) -> dict[str, str]:
+    """The state of each (unmapped) task of a DAG run, from Airflow's metadata database."""
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        rows = session.execute(
+            select(TaskInstance.task_id, TaskInstance.state).where(
+                TaskInstance.dag_id == dag_id, TaskInstance.run_id == run_id, TaskInstance.map_index < 0
+            )
+        ).all()
+    return {str(task_id): str(state) for task_id, state in rows if state is not None}
 
 
 def _unwritable(workload: workloads.ExecuteTask, state_dir: Path, exc: OSError) -> str:

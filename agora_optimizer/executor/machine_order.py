@@ -19,6 +19,9 @@ Two guards keep a plan from ever stopping a DAG:
 
 - A task that will never come (Airflow marked it skipped, upstream_failed, failed or removed, or
   it already succeeded) does not hold the tasks behind it (:meth:`RunBook.settle`).
+- A task that Airflow keeps back (seen ``scheduled``, not queued, at two reads of its states in a
+  row: an Airflow pool or ``max_active_tasks`` that a held task fills) does not hold the tasks
+  behind it either: the held task would otherwise keep the slot it waits for.
 - A task held for ``hold_max_s`` (``[agora] machine_hold_s``) starts all the same, whatever the
   order says (a plan that no longer matches its DAG, a tie the order could not break).
 
@@ -37,6 +40,7 @@ from agora_optimizer.model.plan import Plan, machine_type
 
 NEVER_COMES = frozenset({"skipped", "upstream_failed", "failed", "removed", "success"})
 """Airflow task states after which a task does not come to the executor again (for this try)."""
+KEPT_BACK = "scheduled"  # ready, but not handed to an executor: seen twice in a row, it is kept back
 
 
 @dataclass(frozen=True)
@@ -103,6 +107,18 @@ class MachineOrder:
 
 
 @dataclass(frozen=True)
+class ReplacedMachine:
+    """A planned machine its backend could not give (``open_lease`` refused, ``reason`` says why): its
+    tasks ran without it, on their resource's pool, as tasks without a machine do."""
+
+    dag_id: str
+    run_id: str
+    machine: str
+    resource: str
+    reason: str
+
+
+@dataclass(frozen=True)
 class Decision:
     """Whether a held task may start now, and why (for the log)."""
 
@@ -125,6 +141,8 @@ class RunBook:
     started: set[str] = field(default_factory=set)
     ended: set[str] = field(default_factory=set)
     gone: set[str] = field(default_factory=set)
+    scheduled: set[str] = field(default_factory=set)  # seen ``scheduled`` at the last read of the states
+    kept_back: set[str] = field(default_factory=set)  # seen ``scheduled`` at two reads in a row
 
     def start(self, task_id: str) -> None:
         """The task was let go to its machine (a retry starts again: it is running once more)."""
@@ -140,6 +158,9 @@ class RunBook:
     def settle(self, states: Mapping[str, str]) -> None:
         """Airflow's task states (by task id): a task in a :data:`NEVER_COMES` state is done (if it started)
         or gone (if it never did). A task the book counts as running stays running until :meth:`end`."""
+        scheduled = {t for t, state in states.items() if state == KEPT_BACK and t in self.order.by_task}
+        self.kept_back = (scheduled & self.scheduled) - self.started
+        self.scheduled = scheduled
         for task_id, state in states.items():
             if task_id not in self.order.by_task or state not in NEVER_COMES:
                 continue
@@ -189,7 +210,11 @@ def may_start(book: RunBook, task_id: str, now_s: float, held_s: float, hold_max
     if not _fits(plan, [*running, task]):
         names = ", ".join(t.task_id for t in running)
         return Decision(False, f"{task.machine} is full ({names} run there)")
-    ahead = [t for t in book.waiting(task.machine) if plan.position(t.task_id) < plan.position(task_id)]
+    ahead = [
+        t
+        for t in book.waiting(task.machine)
+        if plan.position(t.task_id) < plan.position(task_id) and t.task_id not in book.kept_back
+    ]
     if not ahead:
         return Decision(True, f"its turn on {task.machine}")
     following = ahead[0]

@@ -110,6 +110,18 @@ def test_running_and_retry_states_do_not_release_the_order() -> None:
     assert not may_start(run, "after", 100.0, 0.0, HOLD_S).start
 
 
+def test_a_predecessor_airflow_keeps_back_does_not_hold_the_task_that_fills_its_slot() -> None:
+    """An Airflow pool of one slot handed over the later task first: the earlier one stays scheduled."""
+    run = book(on("first", "small#0", 0, 10, cores=2), on("second", "small#0", 10, 20, cores=2))
+    run.settle({"first": "scheduled", "second": "queued"})
+    assert not may_start(run, "second", 100.0, 5.0, HOLD_S).start  # once may be the scheduler's next loop
+    run.settle({"first": "scheduled", "second": "queued"})
+    assert may_start(run, "second", 105.0, 10.0, HOLD_S).start
+    run.start("second")
+    run.settle({"first": "queued", "second": "running"})
+    assert run.kept_back == set() and not run.machine_ended("small#0")
+
+
 def test_the_hold_is_bounded() -> None:
     run = book(on("never", "small#0", 0, 10, cores=2), on("held", "small#0", 10, 20, cores=2))
     assert not may_start(run, "held", 100.0 + HOLD_S - 1, HOLD_S - 1, HOLD_S).start

@@ -1,0 +1,199 @@
+"""AgoraExecutor runs planned machines: leases opened and closed, tasks held for their turn, re-placed when refused.
+
+The executor runs in this process on the real local pools of ``catalogs/local.yaml``; the plan is a
+real plan file in a real plan store, as the cluster policy would have found it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agora_optimizer.executor.backends.local import LocalBackend, LocalPool
+from agora_optimizer.executor.jobs import TASK_ENDED_MARK, BackendError, MachineLease, lease_key, read_result
+from agora_optimizer.model.plan import Assignment, Objective, Plan, SolverInfo
+from agora_optimizer.plans.store import PlanStore, plan_version
+from tests.executor.test_agora_executor import MIB, executor, reconfigure, workload
+
+__all__ = ["executor"]  # the fixture, shared
+GIB = 2**30
+
+
+def save_plan(plan_dir: Path) -> str:
+    """Two machines: a then b on local-small#0 (one core: never together), c on local-large#0."""
+    assignments = (
+        Assignment("a", "local-small", "local-small#0", 0.0, 10.0, 1, GIB),
+        Assignment("b", "local-small", "local-small#0", 10.0, 20.0, 1, GIB),
+        Assignment("c", "local-large", "local-large#0", 0.0, 5.0, 1, GIB),
+    )
+    plan = Plan(
+        "unit",
+        "local",
+        Objective(),
+        20.0,
+        0.0,
+        assignments,
+        SolverInfo("t", "heuristic", None, 0),
+        "2026-12-01T00:00:00Z",
+    )
+    store = PlanStore(plan_dir)
+    store.save("unit", plan)
+    return plan_version(store.current_path("unit").read_bytes())
+
+
+def placed(task: str, machine: str, version: str) -> dict[str, Any]:
+    resource = machine.split("#")[0]
+    return {"resource": resource, "cores": 1, "memory_bytes": 256 * MIB, "machine": machine, "plan_version": version}
+
+
+@pytest.fixture
+def version(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv("AIRFLOW__AGORA__PLAN_DIR", str(tmp_path / "plans"))
+    return save_plan(tmp_path / "plans")
+
+
+class Recording(LocalBackend):
+    """The real local pools, recording the lease calls (and refusing the machines named in ``refuse``)."""
+
+    def __init__(self, refuse: tuple[str, ...] = ()) -> None:
+        super().__init__(
+            {
+                "local-small": LocalPool("local-small", 1, 4 * GIB, (0,)),
+                "local-large": LocalPool("local-large", 1, 16 * GIB, (1,)),
+            }
+        )
+        self.refuse = refuse
+        self.calls: list[tuple[str, str]] = []
+
+    def open_lease(self, lease: MachineLease) -> None:
+        self.calls.append(("open", lease.machine))
+        if lease.machine in self.refuse:
+            raise BackendError("local", "node down", transient=False)
+        super().open_lease(lease)
+
+    def close_lease(self, lease: MachineLease) -> None:
+        self.calls.append(("close", lease.machine))
+        super().close_lease(lease)
+
+
+def heartbeat_until(executor: Any, done: Any, timeout_s: float = 90) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        executor.sync()
+        if done():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out; jobs: {[(j.record.task_id, j.state) for j in executor._jobs.values()]}")
+
+
+def cancel(executor: Any, items: list[Any]) -> None:
+    """Revoke the tasks as Airflow would one stuck past every limit: their jobs stop."""
+    reconfigure(executor, task_queued_timeout_s=0, backend_queue_timeout_s=0, machine_hold_s=0)
+    for item in items:
+        executor.revoke_task(ti=item.ti)
+
+
+def states(executor: Any) -> dict[str, str]:
+    return {job.record.task_id: job.state for job in executor._jobs.values()}
+
+
+@pytest.mark.slow
+def test_a_machines_tasks_run_in_the_planned_order_on_their_lease_which_closes_after_the_last(
+    executor: Any, version: str, tmp_path: Path
+) -> None:
+    backend = Recording()
+    executor._backends["local"] = backend
+    items = [
+        workload("b", placed("b", "local-small#0", version), tmp_path),  # Airflow hands b over first
+        workload("a", placed("a", "local-small#0", version), tmp_path),
+        workload("c", placed("c", "local-large#0", version), tmp_path),
+    ]
+    for item in items:
+        executor.queued_tasks[item.ti.key] = item
+    executor._process_workloads(items)
+    assert states(executor) == {"a": "held", "b": "held", "c": "held"}
+    jobs = {job.record.task_id: job for job in executor._jobs.values()}
+    assert jobs["a"].spec.lease == jobs["b"].spec.lease
+    lease = jobs["a"].spec.lease
+    assert lease.key == lease_key("unit", "r1", "local-small#0")
+    assert (lease.resource, lease.cores, lease.memory_bytes, lease.tasks) == ("local-small", 1, 4 * GIB, 2)
+    assert sorted(backend.calls) == [("open", "local-large#0"), ("open", "local-small#0")]  # once per machine
+    executor.sync()
+    assert states(executor)["b"] == "held" and states(executor)["a"] != "held" and states(executor)["c"] != "held"
+    started: dict[str, float] = {}
+
+    def record_starts() -> bool:
+        for task, state in states(executor).items():
+            if state not in ("held", "pending_submit"):
+                started.setdefault(task, time.monotonic())
+        return not executor._jobs
+
+    heartbeat_until(executor, record_starts)
+    assert started["a"] < started["b"]
+    a_ended = datetime.fromisoformat((jobs["a"].spec.job_dir / TASK_ENDED_MARK).read_text())
+    b_result = read_result(jobs["b"].spec.result_path)
+    assert b_result is not None and a_ended <= b_result.started_at  # one core: b only once a's task had ended
+    assert sorted(backend.calls) == sorted(
+        [("open", "local-small#0"), ("open", "local-large#0"), ("close", "local-small#0"), ("close", "local-large#0")]
+    )
+    assert {(record.machine, record.backend) for record in executor.lease_records} == {
+        ("local-small#0", "local"),
+        ("local-large#0", "local"),
+    }
+
+
+def test_a_machine_the_backend_refuses_is_re_placed_and_its_tasks_run_on_their_pool(
+    executor: Any, version: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    backend = Recording(refuse=("local-small#0",))
+    executor._backends["local"] = backend
+    executor._log = logging.getLogger("agora.test.executor")  # a plain logger, which caplog sees
+    items = [workload(task, placed(task, "local-small#0", version), tmp_path) for task in ("a", "b")]
+    for item in items:
+        executor.queued_tasks[item.ti.key] = item
+    executor._process_workloads(items)
+    assert backend.calls == [("open", "local-small#0")]  # asked once, not per task
+    assert all(job.spec.lease is None and job.state != "held" for job in executor._jobs.values())
+    (replaced,) = executor.replaced_machines
+    assert (replaced.machine, replaced.resource, replaced.reason) == ("local-small#0", "local-small", "node down")
+    lines = [r.getMessage() for r in caplog.records if "cannot be had" in r.getMessage()]
+    assert len(lines) == 1 and "local-small#0" in lines[0] and "node down" in lines[0]
+    cancel(executor, items)
+
+
+def test_a_task_with_a_plan_that_is_gone_or_no_machine_runs_as_before(
+    executor: Any, version: str, tmp_path: Path
+) -> None:
+    backend = Recording()
+    executor._backends["local"] = backend
+    stale = workload("a", placed("a", "local-small#0", "0123456789ab"), tmp_path)
+    unplanned = workload("z", {"resource": "local-large", "cores": 1, "memory_bytes": 256 * MIB}, tmp_path)
+    for item in (stale, unplanned):
+        executor.queued_tasks[item.ti.key] = item
+    executor._process_workloads([stale, unplanned])
+    assert all(job.spec.lease is None and job.state != "held" for job in executor._jobs.values())
+    assert backend.calls == []
+    cancel(executor, [stale, unplanned])
+
+
+def test_the_plan_is_read_once_per_dag_and_version(
+    executor: Any, version: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reads: list[str] = []
+    original = PlanStore.find
+
+    def counting(store: PlanStore, dag_id: str, wanted: str) -> Any:
+        reads.append(wanted)
+        return original(store, dag_id, wanted)
+
+    monkeypatch.setattr(PlanStore, "find", counting)
+    executor._backends["local"] = Recording()
+    items = [workload(task, placed(task, "local-small#0", version), tmp_path) for task in ("a", "b")]
+    executor._process_workloads(items)
+    assert reads == [version]
+    cancel(executor, items)
