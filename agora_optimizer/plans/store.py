@@ -9,6 +9,12 @@ History files are created exclusively, so two saves at the same instant, from on
 or several, each get their own entry. Files are 0644 and directories 0755 whatever the
 umask: the api-server that shows them may run as another user.
 
+An entry may have the workflow its plan was made from beside it (``<entry>.workflow.json``,
+:mod:`agora_optimizer.io.workflow_file`): the executor re-plans a drifted run from it
+(:mod:`agora_optimizer.schedule.replan`) and has only the plan's version. It is written before its
+entry appears, so an entry saved with one is never seen without it; entries saved without one
+(and all of the old layout) have none.
+
 History written before the numbering (``<created_at>-<index>.json``) is still read: those
 entries come first, in the order their files were written.
 
@@ -34,7 +40,10 @@ from agora_optimizer.errors import AgoraError
 from agora_optimizer.io.atomic import fsync_directory
 from agora_optimizer.io.documents import write_text_atomically
 from agora_optimizer.io.plan_file import load_plan, plan_json
+from agora_optimizer.io.workflow_file import load_workflow_file, workflow_json
 from agora_optimizer.model.plan import Plan
+from agora_optimizer.model.workflow import Workflow
+from agora_optimizer.validate import ensure_plan_matches
 
 # Airflow's own rule for DAG ids (``KEY_REGEX`` of airflow.sdk, at most 250 characters): Unicode
 # letters and digits, ``_``, ``.`` and ``-``. None of them is a path separator; ``.`` and ``..``
@@ -44,6 +53,7 @@ MAX_NAME_BYTES = 255  # a file name on Linux file systems
 _ENTRY = re.compile(r"^(\d+)-applied-(\d{8}T\d{6}\d{6})Z\.json$")
 FILE_MODE = 0o644
 DIRECTORY_MODE = 0o755
+WORKFLOW_SUFFIX = ".workflow.json"  # beside a history entry: the workflow its plan was made from
 
 
 class PlanStoreError(AgoraError):
@@ -86,18 +96,27 @@ class PlanStore:
     def current_path(self, dag_id: str) -> Path:
         return self._dag_dir(dag_id) / "current.json"
 
-    def save(self, dag_id: str, plan: Plan) -> StoredPlan:
-        """Make ``plan`` the DAG's current plan and append it to the history."""
+    def save(self, dag_id: str, plan: Plan, workflow: Workflow | None = None) -> StoredPlan:
+        """Make ``plan`` the DAG's current plan and append it to the history, with ``workflow`` (the one
+        the plan was made from) beside the entry when given."""
         history = self._dag_dir(dag_id) / "history"
-        text = plan_json(plan, str(self.current_path(dag_id)))  # refuses what load_plan would
+        try:
+            text = plan_json(plan, str(self.current_path(dag_id)))  # refuses what load_plan would
+            sidecar = None
+            if workflow is not None:
+                ensure_plan_matches(plan, workflow)
+                sidecar = workflow_json(workflow, str(history / f"<entry>{WORKFLOW_SUFFIX}"))
+        except AgoraError as exc:
+            raise PlanStoreError(f"plan of DAG {dag_id!r} not saved: {exc}") from None
         try:
             _make_directories(history)
             with _locked(history):  # concurrent saves: numbered, and the last numbered is current
-                entry = _add_history_entry(history, text)
+                entry = _add_history_entry(history, text, sidecar)
                 try:
                     write_text_atomically(self.current_path(dag_id), text, FILE_MODE, durable=True)
                 except BaseException:
                     entry.unlink(missing_ok=True)  # history lists only plans that were put in force
+                    workflow_path(entry).unlink(missing_ok=True)
                     raise
         except OSError as exc:
             raise PlanStoreError(f"plan of DAG {dag_id!r} not saved in {history.parent}: {exc}") from None
@@ -140,6 +159,27 @@ class PlanStore:
                     raise PlanStoreError(f"plan {version} of DAG {dag_id!r} unreadable: {exc}") from None
         return None
 
+    def workflow(self, dag_id: str, version: str) -> Workflow | None:
+        """The workflow the DAG's plan ``version`` was made from, or None (no such plan, or saved without
+        one); an unreadable one raises PlanStoreError naming its file."""
+        if not version:
+            return None
+        for path in reversed(self.history(dag_id)):
+            try:
+                data = path.read_bytes()
+            except OSError:
+                continue
+            if plan_version(data) != version:
+                continue
+            sidecar = workflow_path(path)
+            if not sidecar.exists():
+                return None
+            try:
+                return load_workflow_file(sidecar)
+            except AgoraError as exc:
+                raise PlanStoreError(f"workflow of plan {version} of DAG {dag_id!r} unreadable: {exc}") from None
+        return None
+
     def dag_ids(self) -> list[str]:
         """Every DAG with a current plan."""
         if not self.root.is_dir():
@@ -151,6 +191,11 @@ def plan_version(data: bytes) -> str:
     """A plan file's version: the first 12 hex digits of the SHA-256 of its bytes (the current plan and
     its history entry are the same bytes, so they have the same version)."""
     return hashlib.sha256(data).hexdigest()[:12]
+
+
+def workflow_path(entry: Path) -> Path:
+    """Where the workflow of the history entry ``entry`` is kept (``<entry name>.workflow.json``)."""
+    return entry.with_name(entry.name.removesuffix(".json") + WORKFLOW_SUFFIX)
 
 
 def applied_at(path: Path) -> datetime | None:
@@ -166,7 +211,7 @@ def _history_entries(history: Path) -> tuple[list[tuple[tuple[int, str], Path]],
     legacy: list[tuple[tuple[int, str], Path]] = []
     numbered: list[tuple[int, Path]] = []
     for path in history.glob("*.json"):
-        if path.name.startswith("."):
+        if path.name.startswith(".") or path.name.endswith(WORKFLOW_SUFFIX):
             continue
         match = _ENTRY.match(path.name)
         if match is not None:
@@ -179,11 +224,12 @@ def _history_entries(history: Path) -> tuple[list[tuple[tuple[int, str], Path]],
     return sorted(legacy), sorted(numbered)
 
 
-def _add_history_entry(history: Path, text: str) -> Path:
+def _add_history_entry(history: Path, text: str, workflow_text: str | None = None) -> Path:
     """Write ``text`` as the next numbered entry, flushed to disk before it appears under its name.
 
     Called under the history directory's lock, so concurrent saves get consecutive numbers; the
-    hard link would fail rather than replace an entry.
+    hard link would fail rather than replace an entry. ``workflow_text`` is written beside it first
+    (atomically, flushed), so the entry never appears without it.
     """
     fd, tmp = tempfile.mkstemp(dir=history, prefix=".entry.", suffix=".tmp")
     try:
@@ -196,7 +242,13 @@ def _add_history_entry(history: Path, text: str) -> Path:
         number = max([len(legacy), *(n for n, _ in numbered)]) + 1
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%f")
         entry = history / f"{number:06d}-applied-{stamp}Z.json"
-        os.link(tmp, entry)
+        if workflow_text is not None:
+            write_text_atomically(workflow_path(entry), workflow_text, FILE_MODE, durable=True)
+        try:
+            os.link(tmp, entry)
+        except BaseException:
+            workflow_path(entry).unlink(missing_ok=True)
+            raise
         fsync_directory(history)
         return entry
     finally:

@@ -6,12 +6,14 @@ import os
 import stat
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from agora_optimizer.errors import InputFileError
 from agora_optimizer.io.plan_file import load_plan, write_plan
 from agora_optimizer.model.plan import Assignment, Objective, Plan, SolverInfo
+from agora_optimizer.model.workflow import Edge, Task, Workflow
 from agora_optimizer.plans import store as store_module
 from agora_optimizer.plans.store import InvalidDagIdError, PlanStore, PlanStoreError, applied_at
 from tests.executor.test_policy import parse
@@ -191,3 +193,81 @@ def test_a_plan_is_found_by_its_version_after_a_newer_one_is_in_force(tmp_path: 
     newest = store.find("etl", store_module.plan_version(store.current_path("etl").read_bytes()))
     assert newest is not None and newest.plan.solver.method == "second"
     assert store.find("etl", "0" * 12) is None and store.find("etl", "") is None
+
+
+# The workflow a plan was made from, kept beside its history entry for the executor's re-plan.
+
+ETL = Workflow.create(
+    "etl",
+    [Task("a", 5.0, 1, 2**30, "extract", "category-median"), Task("b", 2.5, 2, 3 * 2**30, "load", "predicted")],
+    [Edge("a", "b", 123_456)],
+)
+
+
+def version_of(path: Path) -> str:
+    return store_module.plan_version(path.read_bytes())
+
+
+def test_the_workflow_saved_with_a_plan_is_read_back_by_the_plan_version(tmp_path: Path) -> None:
+    store = PlanStore(tmp_path)
+    first = store.save("etl", plan("first"), workflow=ETL)
+    sidecar = store_module.workflow_path(first.path)
+    assert sidecar.name == first.path.name.removesuffix(".json") + ".workflow.json"
+    assert stat.S_IMODE(sidecar.stat().st_mode) == 0o644
+    second = store.save("etl", plan("second", "2026-11-02T00:00:00Z"))  # a newer plan, saved without one
+    assert methods(store) == ["first", "second"]  # the workflow file is no history entry
+    found = store.workflow("etl", version_of(first.path))
+    assert found == ETL  # tasks (runtime, cores, memory, category, memory source) and edges with bytes
+    assert found is not None and found.parents["b"] == [Edge("a", "b", 123_456)]
+    assert store.workflow("etl", version_of(second.path)) is None
+    assert store.workflow("etl", version_of(store.current_path("etl"))) is None  # the current plan is 'second'
+    assert store.workflow("etl", "0" * 12) is None and store.workflow("etl", "") is None
+    assert store.workflow("other", version_of(first.path)) is None
+
+
+def test_an_entry_of_the_old_layout_has_no_workflow(tmp_path: Path) -> None:
+    store = PlanStore(tmp_path)
+    history = tmp_path / "etl" / "history"
+    history.mkdir(parents=True)
+    write_plan(plan("old"), history / "20261101T000000Z-000.json")
+    assert store.workflow("etl", version_of(history / "20261101T000000Z-000.json")) is None
+
+
+def test_an_unreadable_workflow_names_its_file(tmp_path: Path) -> None:
+    store = PlanStore(tmp_path)
+    stored = store.save("etl", plan("first"), workflow=ETL)
+    sidecar = store_module.workflow_path(stored.path)
+    sidecar.write_text('{"format": "agora-workflow/1", "name": "etl", "tasks": [{"id": "a"}], "edges": []}')
+    with pytest.raises(PlanStoreError, match=rf"{sidecar}: field 'tasks\[0\]\.runtime_s': is required"):
+        store.workflow("etl", version_of(stored.path))
+    sidecar.write_text("{not json")
+    with pytest.raises(PlanStoreError, match=rf"{sidecar}: invalid JSON"):
+        store.workflow("etl", version_of(stored.path))
+
+
+def test_a_workflow_of_another_plan_is_refused_and_nothing_is_written(tmp_path: Path) -> None:
+    store = PlanStore(tmp_path)
+    other = Workflow.create("reports", list(ETL.tasks), list(ETL.edges))
+    with pytest.raises(PlanStoreError, match="plan is for workflow 'etl', not 'reports'"):
+        store.save("etl", plan("first"), workflow=other)
+    assert not (tmp_path / "etl").exists()
+
+
+def test_a_workflow_that_cannot_be_written_leaves_no_entry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = PlanStore(tmp_path)
+    store.save("etl", plan("first"), workflow=ETL)
+    real = store_module.write_text_atomically
+
+    def no_room_for_workflows(path: Path, *args: Any, **kwargs: Any) -> None:
+        if str(path).endswith(".workflow.json"):
+            raise InputFileError(path, "cannot be written: No space left on device")
+        real(path, *args, **kwargs)
+
+    monkeypatch.setattr(store_module, "write_text_atomically", no_room_for_workflows)
+    with pytest.raises(PlanStoreError, match=r"\.workflow\.json: cannot be written: No space left on device"):
+        store.save("etl", plan("second"), workflow=ETL)
+    assert methods(store) == ["first"]
+    current = store.current("etl")
+    assert current is not None and current.plan.solver.method == "first"
+    history = store.root / "etl" / "history"
+    assert sorted(p.name.endswith(".workflow.json") for p in history.iterdir()) == [False, True]  # first's two
