@@ -92,7 +92,8 @@ class Replan:
     ``fixed`` holds the done and running tasks as they ran or are expected to (a done task's real
     duration, not its planned one); ``moved_machine`` the pending tasks on another machine than
     planned, ``moved_resource`` those of them on another type. ``makespan_s`` and ``cost_usd``
-    cover the whole run (leases already paid included); ``method`` says which schedule won.
+    cover the whole run (leases already paid included); ``method`` says which schedule won, and
+    ``list_wall_s`` how long the list schedule took (None: abandoned at the time limit).
     """
 
     assignments: tuple[Assignment, ...]
@@ -103,6 +104,7 @@ class Replan:
     cost_usd: float
     method: Literal["kept", "list"]
     wall_s: float
+    list_wall_s: float | None = None
 
     @property
     def schedule(self) -> tuple[Assignment, ...]:
@@ -280,7 +282,9 @@ def replan(
     assert best is not None  # no deadline: always completes
     method: Literal["kept", "list"] = "kept"
     list_order = _parents_first(workflow, pending, lambda t: (-rank[t], position[t]))
+    list_started = time.perf_counter()
     listed = _schedule(run, list_order, rank, alpha, scale, keep=False, deadline=started + time_limit_s)
+    list_wall_s = None if listed is None else time.perf_counter() - list_started
     if listed is not None and problem.rank(listed[1], listed[2]) < problem.rank(best[1], best[2]):
         best, method = listed, "list"
 
@@ -297,6 +301,7 @@ def replan(
         cost_usd=cost,
         method=method,
         wall_s=time.perf_counter() - started,
+        list_wall_s=list_wall_s,
     )
 
 

@@ -349,3 +349,16 @@ def test_a_real_workflow_replanned_after_a_drift_is_valid(kind: str, tmp_path: P
     check(wf, cat, result, objective, tmp_path)
     assert all(a.start_s >= now - 1e-9 for a in result.assignments)
     assert result.wall_s < 5.0
+
+
+def test_past_the_time_limit_the_list_schedule_is_abandoned_and_the_plan_shifted_answers(tmp_path: Path) -> None:
+    wf = workflow({"p": 10.0, "q": 10.0}, [])
+    cat = catalog(resource("m", count=2))
+    objective = Objective(kind="time")
+    plan = plan_of(wf, cat, [("p", "m#0", 0.0), ("q", "m#0", 10.0)], objective)
+    searched = replan(wf, cat, plan, {}, now_s=0.0)
+    assert searched.method == "list" and searched.list_wall_s is not None
+    hurried = replan(wf, cat, plan, {}, now_s=0.0, time_limit_s=0.0)
+    check(wf, cat, hurried, objective, tmp_path)
+    assert hurried.method == "kept" and hurried.list_wall_s is None
+    assert hurried.moved_machine == () and hurried.makespan_s == pytest.approx(20.0)
