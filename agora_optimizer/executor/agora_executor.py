@@ -868,12 +868,19 @@ class AgoraExecutor(BaseExecutor):
 
 
 def _airflow_states(dag_id: str, run_id: str) -> dict[str, str]:
-    """The state of each (unmapped) task of a DAG run, from Airflow's metadata database."""
+    """The state of each (unmapped) task of a DAG run, from Airflow's metadata database.
+
+    A session of its own, read only and never committed: the scheduler's thread-local session
+    (``create_session``) commits on exit, which Airflow forbids inside the scheduler's loop (its
+    HA locks), and sharing it would mix this read into the scheduler's transaction.
+    """
+    from airflow import settings as airflow_settings
     from airflow.models.taskinstance import TaskInstance
-    from airflow.utils.session import create_session
     from sqlalchemy import select
 
-    with create_session() as session:
+    if airflow_settings.Session is None:
+        return {}
+    with airflow_settings.Session.session_factory() as session:
         rows = session.execute(
             select(TaskInstance.task_id, TaskInstance.state).where(
                 TaskInstance.dag_id == dag_id, TaskInstance.run_id == run_id, TaskInstance.map_index < 0
