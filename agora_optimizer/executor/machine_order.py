@@ -157,7 +157,11 @@ class RunBook:
 
     def settle(self, states: Mapping[str, str]) -> None:
         """Airflow's task states (by task id): a task in a :data:`NEVER_COMES` state is done (if it started)
-        or gone (if it never did). A task the book counts as running stays running until :meth:`end`."""
+        or gone (if it never did), and so is a planned task the run does not have (a plan older than its
+        DAG). A task the book counts as running stays running until :meth:`end`."""
+        if states:  # no answer at all says nothing about which tasks the run has
+            for task_id in self.order.by_task.keys() - states.keys() - self.started:
+                self.gone.add(task_id)
         scheduled = {t for t, state in states.items() if state == KEPT_BACK and t in self.order.by_task}
         self.kept_back = (scheduled & self.scheduled) - self.started
         self.scheduled = scheduled

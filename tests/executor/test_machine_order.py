@@ -96,6 +96,17 @@ def test_a_skipped_predecessor_never_holds_the_tasks_behind_it() -> None:
     assert run.gone == {"skipped"}
 
 
+def test_a_planned_task_the_run_does_not_have_never_holds_nor_keeps_the_machine() -> None:
+    run = book(on("dropped_from_dag", "small#0", 0, 10, cores=2), on("kept", "small#0", 10, 20, cores=2))
+    run.settle({})  # no answer: nothing learnt
+    assert not may_start(run, "kept", 100.0, 0.0, HOLD_S).start
+    run.settle({"kept": "queued"})
+    assert may_start(run, "kept", 100.0, 0.0, HOLD_S).start
+    run.start("kept")
+    run.end("kept")
+    assert run.machine_ended("small#0")
+
+
 @pytest.mark.parametrize("state", ["upstream_failed", "failed", "removed", "success"])
 def test_every_final_state_releases_the_order(state: str) -> None:
     run = book(on("before", "small#0", 0, 10, cores=2), on("after", "small#0", 10, 20, cores=2))
@@ -140,7 +151,7 @@ def test_a_machine_ends_when_each_task_is_done_or_gone_and_a_retry_runs_again() 
     run.start("a")
     run.end("a")
     assert not run.machine_ended("small#0")
-    run.settle({"b": "upstream_failed"})
+    run.settle({"a": "running", "b": "upstream_failed", "c": "queued"})
     assert run.ended_machines() == ["small#0"]
     run.start("a")  # its retry
     assert run.running("small#0")[0].task_id == "a" and not run.machine_ended("small#0")
