@@ -8,8 +8,9 @@ start and an expected end of ``max(now, start + planned duration)``. Every other
 reserves more memory, :class:`Pending`).
 
 The machines of the plan that are leased already (those of done and running tasks, and those
-whose planned lease has begun) stay available from when they are free and from ``now`` on; they
-were booted, so a task on them waits for no boot. Any other machine, a planned one not leased yet
+whose planned lease has begun) stay available from when they are free and from ``now`` on; a task
+on them waits for no boot but one under way, and one still held for planned tasks is paid up to now
+(a failed attempt ran on it). Any other machine, a planned one not leased yet
 or a new one the catalog allows, starts its lease no earlier than ``now`` (nor its type's release)
 and boots first. Section 3 of the spec holds for the whole schedule, what ran and what is planned:
 cores and memory per machine, parents' ends plus transfers, and at no instant more leases of a
@@ -413,6 +414,11 @@ def _base_fleet(run: _Run) -> tuple[_Fleet, dict[str, tuple[_Machine, float]]]:
             machine.floor_s = max(run.now_s, start)
         elif machine.lease_start_s is None:
             fleet.spare[machine.resource.name][machine_id] = None
+    for planned in run.plan.assignments:  # a leased machine still held for tasks to come is paid up to now
+        machine = fleet.by_id.get(planned.machine)
+        coming = not isinstance(run.state.get(planned.task, Pending()), Done)
+        if coming and machine is not None and machine.leased and machine.lease_start_s is not None:
+            machine.lease_end_s = max(machine.lease_end_s, run.now_s)
     return fleet, ends
 
 

@@ -288,8 +288,10 @@ def test_count_is_kept_at_every_instant_and_a_lease_that_ended_frees_its_place(t
     wf = workflow({"a": 10.0, "b": 10.0, "c": 10.0, "d": 10.0}, [("a", "b", 0)])
     cat = catalog(resource("m", boot_s=5.0, count=1), resource("slow", speed=0.5, count=1))
     objective = Objective(kind="cost")
-    plan = plan_of(wf, cat, [("a", "m#0", 5.0), ("b", "m#0", 15.0), ("c", "m#0", 25.0), ("d", "m#0", 35.0)], objective)
-    # a ended long ago on m#0; waiting for 100 s on m#0 costs more than a new m#1 booting for 5 s
+    rows = [("a", "m#0", 5.0), ("b", "slow#0", 15.0), ("c", "slow#0", 35.0), ("d", "slow#0", 55.0)]
+    plan = plan_of(wf, cat, rows, objective)
+    # a ended long ago on m#0, which was let go; the others wait. Reusing m#0 would pay 100 s idle, slow#0
+    # takes 60 s: a new m#1 booting for 5 s and running 30 s is the cheapest, and m#0's lease ended.
     result = replan(wf, cat, plan, {"a": Done("m#0", 15.0, 5.0)}, now_s=115.0)
     plan_after = check(wf, cat, result, objective, tmp_path)
     used = {a.machine for a in result.assignments}
@@ -362,3 +364,15 @@ def test_past_the_time_limit_the_list_schedule_is_abandoned_and_the_plan_shifted
     check(wf, cat, hurried, objective, tmp_path)
     assert hurried.method == "kept" and hurried.list_wall_s is None
     assert hurried.moved_machine == () and hurried.makespan_s == pytest.approx(20.0)
+
+
+def test_a_machine_held_for_its_planned_tasks_is_paid_up_to_now_so_a_retry_stays_on_it(tmp_path: Path) -> None:
+    wf = workflow({"a": 10.0, "b": 10.0}, [])
+    cat = catalog(resource("m", boot_s=5.0, count=2))
+    objective = Objective(kind="cost")
+    plan = plan_of(wf, cat, [("a", "m#0", 5.0), ("b", "m#0", 15.0)], objective)
+    # b ran on m#0 from 15 s and failed at 50 s: m#0 was held (and paid) all along
+    result = replan(wf, cat, plan, {"a": Done("m#0", 15.0, 5.0), "b": Pending()}, now_s=50.0)
+    check(wf, cat, result, objective, tmp_path)
+    assert [(a.task, a.machine, a.start_s) for a in result.assignments] == [("b", "m#0", 50.0)]
+    assert result.cost_usd == pytest.approx(3.6 / 3600 * 60.0)  # m#0 from 0 to 60 s
