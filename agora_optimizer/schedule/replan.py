@@ -415,10 +415,10 @@ def _base_fleet(run: _Run) -> tuple[_Fleet, dict[str, tuple[_Machine, float]]]:
         elif machine.lease_start_s is None:
             fleet.spare[machine.resource.name][machine_id] = None
     for planned in run.plan.assignments:  # a leased machine still held for tasks to come is paid up to now
-        machine = fleet.by_id.get(planned.machine)
+        held = fleet.by_id.get(planned.machine)
         coming = not isinstance(run.state.get(planned.task, Pending()), Done)
-        if coming and machine is not None and machine.leased and machine.lease_start_s is not None:
-            machine.lease_end_s = max(machine.lease_end_s, run.now_s)
+        if coming and held is not None and held.leased and held.lease_start_s is not None:
+            held.lease_end_s = max(held.lease_end_s, run.now_s)
     return fleet, ends
 
 
