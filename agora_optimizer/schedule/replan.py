@@ -50,7 +50,7 @@ from agora_optimizer.schedule.list_scheduler import upward_ranks
 from agora_optimizer.schedule.timeline import SkippingTimeline
 
 TIME_TOLERANCE_S = 1e-6
-MACHINES_PER_TYPE = 3  # beyond it, a task tries the first-idle machines of a type (and its parents', its planned)
+MACHINES_PER_TYPE = 2  # beyond it, a task tries the first-idle machines of a type (and its parents', its planned)
 TIME_CHECK_EVERY = 32  # tasks placed between two looks at the clock
 
 
