@@ -215,20 +215,15 @@ class RunListener:
 
     def _record(self, dag_run: Any) -> None:
         try:
-            from sqlalchemy.orm import object_session
+            from airflow.utils.session import create_session
 
             from agora_optimizer.plans.store import default_plan_store
             from agora_optimizer.traces.store import default_store_url
 
-            session = object_session(dag_run)
-            with RunStore(self.store_url or default_store_url()) as store:
-                if session is not None:
-                    record = record_dag_run(dag_run, session, store, default_plan_store(), configured_resources())
-                else:
-                    from airflow.utils.session import create_session
-
-                    with create_session() as own:
-                        record = record_dag_run(dag_run, own, store, default_plan_store(), configured_resources())
+            # A session of its own (not scoped: the scoped one is the scheduler's, which closing would detach),
+            # so that a failed read cannot abort the scheduler's transaction either.
+            with RunStore(self.store_url or default_store_url()) as store, create_session(scoped=False) as session:
+                record = record_dag_run(dag_run, session, store, default_plan_store(), configured_resources())
             log.info("agora: recorded run %s/%s (%s)", record.dag_id, record.run_id, _summary(record))
         except Exception as exc:
             log.warning(

@@ -175,3 +175,18 @@ def test_the_main_cli_has_the_runs_commands() -> None:
     from agora_optimizer.cli import main
 
     assert main(["runs", "--help"]) == 0
+
+
+def test_the_run_listener_never_raises_and_says_why_in_one_line(caplog: pytest.LogCaptureFixture) -> None:
+    from types import SimpleNamespace
+
+    from agora_optimizer.runs.recorder import RunListener
+
+    listener = RunListener(store_url="mysql://nobody@nowhere/agora")  # a database the store refuses
+    run = SimpleNamespace(dag_id="etl", run_id="r9", state="success", start_date=T0, end_date=at(5))
+    with caplog.at_level("WARNING", logger="agora_optimizer.runs.recorder"):
+        listener.on_dag_run_success(dag_run=run, msg="success")
+        listener.on_dag_run_failed(dag_run=run, msg="task_failure")
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2 and all("cannot record DAG run etl/r9" in line and "\n" not in line for line in lines)
+    assert "unsupported database 'mysql'" in lines[0]
