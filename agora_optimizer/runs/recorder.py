@@ -181,7 +181,7 @@ def record_finished_runs(
     from sqlalchemy import select
 
     records = []
-    with create_session() as session:
+    with create_session(scoped=False) as session:  # never a caller's scoped session (see RunListener._record)
         query = select(DagRun).where(DagRun.state.in_(FINISHED_RUN_STATES))
         if dag_id is not None:
             query = query.where(DagRun.dag_id == dag_id)
