@@ -350,7 +350,6 @@ def test_a_real_workflow_replanned_after_a_drift_is_valid(kind: str, tmp_path: P
     result = replan(wf, cat, plan, state, now_s=now)
     check(wf, cat, result, objective, tmp_path)
     assert all(a.start_s >= now - 1e-9 for a in result.assignments)
-    assert result.wall_s < 5.0
 
 
 def test_past_the_time_limit_the_list_schedule_is_abandoned_and_the_plan_shifted_answers(tmp_path: Path) -> None:
