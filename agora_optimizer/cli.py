@@ -142,7 +142,7 @@ def optimize(
         typer.Option(
             help="Add each resource's platform latency (task ready to running, plus done to slot free) to "
             "every task's duration: its median, p90, or none. Learned from the trace store, else the "
-            "measured defaults."
+            "measured defaults; for airflow:DAG_ID, or a WfFormat WORKFLOW with --store (else none)."
         ),
     ] = PlatformLatencyKind.median,
     model: Annotated[
@@ -185,6 +185,8 @@ def optimize(
             wf = load_workflow(workflow, default_memory_bytes=int(default_memory_gib * GIB))
         goal = Objective(kind=objective.value, alpha=alpha, deadline_s=deadline_s, budget_usd=budget_usd)
         statistic = statistic_of(platform_latency.value)
+        if store is None and not str(workflow).startswith("airflow:"):
+            statistic = "none"  # a WfFormat file planned offline: no Airflow run of it to learn from
         latency = _platform_latency(statistic, str(workflow), wf, store)
         planned = with_platform_latency(cat, latency, statistic)  # the file's catalog, each task's hold longer
         problem = Problem.create(wf, planned, goal)
@@ -200,7 +202,7 @@ def optimize(
                 raise AgoraError("--apply puts a plan in force for an Airflow DAG: give WORKFLOW as airflow:DAG_ID")
             from agora_optimizer.plans.cli import plan_store
 
-            stored = plan_store(plan_dir).save(str(workflow).removeprefix("airflow:"), plan)
+            stored = plan_store(plan_dir).save(str(workflow).removeprefix("airflow:"), plan, workflow=wf)
             err_console.print(
                 f"agora: plan in force for {stored.dag_id} ({stored.path})", markup=False, highlight=False
             )

@@ -31,6 +31,7 @@ import pytest
 from agora_optimizer.io.catalog_file import load_catalog
 from agora_optimizer.io.plan_file import load_plan
 from agora_optimizer.io.wfformat import load_workflow
+from agora_optimizer.plans.store import PlanStore
 from agora_optimizer.validate import validate_plan
 from tests.conftest import REPO
 
@@ -376,7 +377,7 @@ def _optimize_dag(shell: Shell, result: Result) -> None:
     assert plan["makespan_s"] <= 3600.0
     current = shell.airflow_home / "agora" / "plans" / "my_pipeline"
     assert f"agora: plan in force for my_pipeline ({current}/history/" in result.stderr
-    assert len(list((current / "history").glob("*.json"))) == 1
+    assert len(PlanStore(current.parent).history("my_pipeline")) == 1
 
 
 @check("agora plans show my_pipeline")

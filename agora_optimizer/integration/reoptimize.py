@@ -124,4 +124,4 @@ def replan(
     latency = learned_platform_latency(store_url, edges) if statistic != "none" else PlatformLatency({})
     planned = with_platform_latency(catalog, latency, statistic)
     plan = optimize(workflow, planned, Objective(kind=kind), catalog.source, time_limit_s)
-    return plans.save(dag_id, plan)
+    return plans.save(dag_id, plan, workflow=workflow)

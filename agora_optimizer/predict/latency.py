@@ -64,20 +64,20 @@ class DefaultLatency:
 
 
 # Measured 2026-12-01 on the development machine (2 cores, Airflow 3.3 on SQLite, the local pools
-# of catalogs/local.yaml, the executor as committed at 496b3e8), one run of the example DAG:
-#     .venv/bin/python scripts/run_example_dag.py --catalog catalogs/local.yaml --out /tmp/latency-measure/run1
+# of catalogs/local.yaml, the executor as committed at 3e2e74b: pools free a slot at the task's end),
+# one run of the example DAG:
+#     OUT=/tmp/demo-out TIME_LIMIT_S=3 bash scripts/demo.sh
 # then learn_latency's samples over its 5 trace rows, with the DAG's edges and each slot's release
-# (the worker's exit: ``ended_at`` of the job's result.json in the executor's state directory).
-# Start: 0.21 to 1.08 s once Airflow is warm; 6.74 s for the first task, counted from its queued
-# time (the worker and Airflow's supervisor start cold). End: the local worker stays 5.1 to 5.2 s
-# after its task is done, and its pool slot with it. Pools that free their capacity at task end
-# make the end latency small: measure again then (a run with such pools freed slots before the
-# worker's exit). The Airflow part (scheduler, supervisor) is the same on every backend, so SLURM
-# and AWS types get these numbers too; their own waits are the queue wait (release_s) and boot_s.
+# (the ``task-ended`` mark the worker writes in the job's directory when the task process exits).
+# Start: 0.19 to 0.90 s once Airflow is warm; 4.30 s for the first task, counted from its queued
+# time (the worker and Airflow's supervisor start cold). End: 0.07 to 0.13 s from the task's end to
+# its slot's release (before pools freed at the mark, the slot waited 5.1 to 5.2 s for the worker's
+# exit). The Airflow part (scheduler, supervisor) is the same on every backend, so SLURM and AWS
+# types get these numbers too; their own waits are the queue wait (release_s) and boot_s.
 MEASURED_DEFAULTS: dict[str, DefaultLatency] = {
     "local": DefaultLatency(
-        start=Measured(median_s=0.38, p90_s=4.48, samples=5),
-        end=Measured(median_s=5.16, p90_s=5.19, samples=5),
+        start=Measured(median_s=0.66, p90_s=2.94, samples=5),
+        end=Measured(median_s=0.11, p90_s=0.12, samples=5),
         measured="example DAG on catalogs/local.yaml, 2026-12-01",
     ),
 }
