@@ -11,7 +11,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, status
 from pydantic import ValidationError
 
-from agora_optimizer.ui import queries, schemas
+from agora_optimizer.ui import queries, run_records, schemas
 from agora_optimizer.ui.auth import EditableDag, ReadableDag, UserDep, check_csrf, is_authorized_dag
 from agora_optimizer.ui.rerun import RERUN_DAG_ID, RerunError, queue_reoptimization
 from agora_optimizer.ui.traces import TraceFilter
@@ -21,6 +21,11 @@ MAX_PAGE = 500
 Offset = Annotated[int, Query(ge=0, le=100_000_000, description="Rows to skip.")]
 Limit = Annotated[int, Query(ge=1, le=MAX_PAGE, description=f"Rows to return (at most {MAX_PAGE}).")]
 Text = Annotated[str | None, Query(max_length=250)]
+RunCount = Annotated[
+    int,
+    Query(ge=1, le=run_records.MAX_RUNS, description=f"Recorded runs to show (at most {run_records.MAX_RUNS})."),
+]
+RunId = Annotated[str | None, Query(max_length=250, description="The run shown in detail; default the newest.")]
 
 
 def trace_filter(
@@ -58,6 +63,11 @@ def get_history(dag_id: ReadableDag, offset: Offset = 0, limit: Limit = 50) -> s
 @router.get("/dags/{dag_id}/pareto", summary="The cost/makespan front of the plan (computed on first request)")
 def get_pareto(dag_id: ReadableDag) -> schemas.Pareto:
     return queries.pareto(queries.current_plan(dag_id))
+
+
+@router.get("/dags/{dag_id}/runs", summary="The DAG's last recorded runs, planned against actual; the realised saving")
+def get_runs(dag_id: ReadableDag, limit: RunCount = run_records.DEFAULT_RUNS, run_id: RunId = None) -> schemas.RunPage:
+    return run_records.page(run_records.load(dag_id, limit, run_id))
 
 
 @router.get("/traces", summary="A page of task attempts of the DAGs you may read, newest first")

@@ -90,4 +90,7 @@ td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
 button[data-reoptimize] { padding: 0.2rem 0.7rem; cursor: pointer; }
 form.filters input, form.filters select { margin-right: 0.6rem; }
 .error { color: #9b2c2c; }
+td.off { color: #9b2c2c; background: #fff5f5; font-weight: 600; }
+tr.selected td { background: #f7fafc; }
+a.runs-link { margin-left: 0.5rem; font-size: 0.8rem; }
 """

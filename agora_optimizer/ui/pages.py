@@ -39,6 +39,11 @@ MACROS = """
 {% if value is none %}<span class="muted">-</span>
 {% else %}<span class="{{ 'saving' if value >= 0 else 'loss' }}">{{ "{:+.1%}".format(value) }}</span>{% endif %}
 {%- endmacro %}
+{% macro ratio(value, off) -%}
+{% if value is none %}<td class="num ratio muted">-</td>
+{% else %}<td class="num ratio{{ ' off' if off }}" data-off="{{ 'true' if off else 'false' }}"
+ title="actual / planned">{{ "{:.2f}".format(value) }}</td>{% endif %}
+{%- endmacro %}
 {% macro reoptimize(base, dag) -%}
 <button type="button" data-reoptimize data-url="{{ base }}/api/dags/{{ dag | urlencode }}/reoptimize"
  data-status="status-{{ dag }}" id="reoptimize-{{ dag }}">Re-optimize</button>
@@ -67,7 +72,8 @@ INDEX = """{% extends "base.html" %}{% import "macros.html" as m %}
 <tbody>
 {% for dag in dags %}
 <tr data-dag-id="{{ dag.dag_id }}">
-<td><a href="{{ base }}/dags/{{ dag.dag_id | urlencode }}">{{ dag.dag_id }}</a></td>
+<td><a href="{{ base }}/dags/{{ dag.dag_id | urlencode }}">{{ dag.dag_id }}</a>
+<a class="runs-link muted" href="{{ base }}/dags/{{ dag.dag_id | urlencode }}/runs">plan vs actual</a></td>
 <td>{{ dag.objective }}</td><td class="num">{{ dag.tasks }}</td><td class="num">{{ dag.machines }}</td>
 <td class="num">{{ m.seconds(dag.makespan_s) }}</td><td class="num">{{ m.usd(dag.cost_usd) }}</td>
 {% if dag.savings.available %}
@@ -91,6 +97,7 @@ DAG = """{% extends "base.html" %}{% import "macros.html" as m %}
 {% block body %}
 <h1>Plan of <span id="dag-id">{{ dag_id }}</span></h1>
 {% if can_reoptimize %}<p>{{ m.reoptimize(base, dag_id) }}</p>{% endif %}
+<p><a id="runs-link" href="{{ base }}/dags/{{ dag_id | urlencode }}/runs">Plan vs actual: the recorded runs</a></p>
 {% if summary is none %}
 <p>This DAG has no plan yet.{% if can_reoptimize %} Re-optimize it to make one.{% endif %}</p>
 {% else %}
@@ -172,6 +179,100 @@ attempts of each task in the {{ tasks.recent_runs | length }} most recent runs i
 {% endblock %}
 """
 
+RUNS = """{% extends "base.html" %}{% import "macros.html" as m %}
+{% block title %}agora: {{ dag_id }}, plan vs actual{% endblock %}
+{% block body %}
+<h1>Plan vs actual: <span id="dag-id">{{ dag_id }}</span></h1>
+<p><a href="{{ base }}/dags/{{ dag_id | urlencode }}">Plan of {{ dag_id }}</a></p>
+{% if not page.runs %}
+<p id="no-runs">No recorded runs yet. Every run of this DAG that ends is recorded: agora's DAG-run listener
+(in Airflow's scheduler) writes its run record to the trace store. Runs that ended before the agora plugin
+was installed are recorded with <code>agora runs record --dag {{ dag_id }}</code>.</p>
+{% else %}
+{% set s = page.saving %}
+<h2>Realised saving</h2>
+<p class="muted">The median of the successful planned runs shown against the median of the successful unplanned
+runs (default placement) of this DAG, beside the saving the plan predicted against its one-type default.</p>
+<table id="saving">
+<thead><tr><th></th><th class="num">runs</th><th class="num">median makespan (s)</th>
+<th class="num">median cost (USD)</th></tr></thead>
+<tbody>
+<tr><th>planned</th><td class="num">{{ s.planned_runs }}</td>
+<td class="num">{{ m.seconds(s.planned_median_makespan_s) }}</td>
+<td class="num">{{ m.usd(s.planned_median_cost_usd) }}</td></tr>
+<tr><th>unplanned</th><td class="num">{{ s.unplanned_runs }}</td>
+<td class="num">{{ m.seconds(s.unplanned_median_makespan_s) }}</td>
+<td class="num">{{ m.usd(s.unplanned_median_cost_usd) }}</td></tr>
+<tr id="realised"><th>realised saving</th>
+{% if s.available %}<td></td><td class="num">{{ m.saving(s.makespan_saving) }}</td>
+<td class="num">{{ m.saving(s.cost_saving) }}</td>
+{% else %}<td colspan="3" class="muted">{{ s.reason }}</td>{% endif %}</tr>
+<tr id="predicted"><th>predicted saving
+{%- if s.predicted_plan_version %} (plan {{ s.predicted_plan_version }}){% endif %}</th>
+{% if s.predicted is not none and s.predicted.available %}<td></td>
+<td class="num">{{ m.saving(s.predicted.makespan_saving) }}</td>
+<td class="num">{{ m.saving(s.predicted.cost_saving) }}</td>
+{% elif s.predicted is not none %}<td colspan="3" class="muted">{{ s.predicted.reason }}</td>
+{% else %}<td colspan="3" class="muted">no plan of this DAG to predict with</td>{% endif %}</tr>
+</tbody>
+</table>
+
+<h2>The last {{ page.runs | length }} runs</h2>
+<form class="filters" method="get" action="{{ base }}/dags/{{ dag_id | urlencode }}/runs">
+<label>runs shown <input name="limit" type="number" min="1" max="200" value="{{ page.limit }}"></label>
+<button>show</button></form>
+<p class="muted">Ratios are actual / planned; those more than {{ "{:.0%}".format(page.off_threshold) }} off
+are marked.</p>
+<table id="runs">
+<thead><tr><th>run</th><th>state</th><th>planned</th><th>plan</th><th>started (UTC)</th>
+<th class="num">planned makespan (s)</th><th class="num">actual makespan (s)</th><th class="num">ratio</th>
+<th class="num">planned cost (USD)</th><th class="num">actual cost (USD)</th><th class="num">ratio</th>
+<th class="num">repairs</th></tr></thead>
+<tbody>
+{% for r in page.runs %}
+<tr data-run-id="{{ r.run_id }}"
+{%- if page.selected and r.run_id == page.selected.run.run_id %} class="selected"{% endif %}>
+<td><a href="{{ runs_url(run_id=r.run_id) }}">{{ r.run_id }}</a></td><td>{{ r.state }}</td>
+<td>{{ "yes" if r.planned else "no" }}</td><td>{{ r.plan_version or "-" }}</td>
+<td>{{ r.started_at.strftime("%Y-%m-%d %H:%M:%S") if r.started_at else "-" }}</td>
+<td class="num">{{ m.seconds(r.planned_makespan_s) }}</td><td class="num">{{ m.seconds(r.actual_makespan_s) }}</td>
+{{ m.ratio(r.makespan_ratio, r.makespan_off) }}
+<td class="num">{{ m.usd(r.planned_cost_usd) }}</td><td class="num">{{ m.usd(r.actual_cost_usd) }}</td>
+{{ m.ratio(r.cost_ratio, r.cost_off) }}
+<td class="num">{{ r.repairs }}</td></tr>
+{% endfor %}
+</tbody>
+</table>
+
+{% set d = page.selected %}
+<h2>Run <span id="run-id">{{ d.run.run_id }}</span></h2>
+<p class="muted">{{ d.tasks }} tasks on {{ d.machines }} machines. Per machine, each task's planned slot (hatched)
+above its actual run (green: success, red: failed), in seconds from the DAG run's start.</p>
+{{ gantt_svg }}
+{% if gantt.pages > 1 %}<div class="pager">
+<span>machines page {{ gantt.page + 1 }} of {{ gantt.pages }} ({{ gantt.machines }} machines)</span>
+{% if gantt.page > 0 %}<a href="{{ run_url(machine_page=gantt.page - 1) }}">previous machines</a>{% endif %}
+{% if gantt.page + 1 < gantt.pages %}<a href="{{ run_url(machine_page=gantt.page + 1) }}">next machines</a>{% endif %}
+</div>{% endif %}
+<h3>Notes</h3>
+<ul id="notes">
+{% for note in d.notes %}<li>{{ note }}</li>{% else %}<li class="muted">none</li>{% endfor %}
+</ul>
+<h3>Repairs</h3>
+<table id="repairs">
+<thead><tr><th class="num">at (s)</th><th>reason</th><th>tasks</th><th>detail</th></tr></thead>
+<tbody>
+{% for r in d.repairs %}
+<tr><td class="num">{{ m.seconds(r.at_s) }}</td><td>{{ r.reason }}</td><td>{{ r.tasks | join(", ") }}</td>
+<td>{{ r.detail }}</td></tr>
+{% else %}<tr><td colspan="4" class="muted">none</td></tr>
+{% endfor %}
+</tbody>
+</table>
+{% endif %}
+{% endblock %}
+"""
+
 TRACES = """{% extends "base.html" %}{% import "macros.html" as m %}
 {% block title %}agora: traces{% endblock %}
 {% block body %}
@@ -222,6 +323,7 @@ TEMPLATES = {
     "macros.html": MACROS,
     "index.html": INDEX,
     "dag.html": DAG,
+    "runs.html": RUNS,
     "traces.html": TRACES,
     "error.html": ERROR,
 }

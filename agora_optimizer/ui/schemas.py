@@ -153,3 +153,68 @@ class ReoptimizeResponse(BaseModel):
     run_id: str
     state: str
     already_queued: bool = Field(description="A re-optimization of this DAG was already waiting or running.")
+
+
+class RunRow(BaseModel):
+    """One recorded run of the DAG, planned against actual (see docs/runs.md)."""
+
+    run_id: str
+    state: str = Field(description="The DAG run's state in Airflow (success, failed).")
+    planned: bool = Field(description="A plan placed the run; false: default placement.")
+    plan_version: str = Field(description="The plan that placed the run ('' when unplanned).")
+    started_at: datetime | None
+    planned_makespan_s: float | None
+    actual_makespan_s: float | None
+    makespan_ratio: float | None = Field(description="Actual / planned makespan.")
+    makespan_off: bool = Field(description="The makespan ratio is more than the threshold off 1.")
+    planned_cost_usd: float | None
+    actual_cost_usd: float
+    cost_ratio: float | None = Field(description="Actual / planned cost.")
+    cost_off: bool = Field(description="The cost ratio is more than the threshold off 1.")
+    repairs: int
+
+
+class RealisedSaving(BaseModel):
+    """Planned runs against unplanned runs of the same DAG (medians of the shown successful runs),
+    beside the saving the plan predicted against its one-type default."""
+
+    available: bool
+    reason: str = Field(default="", description="Why there is no realised saving to show.")
+    planned_runs: int = Field(description="Successful planned runs among those shown.")
+    unplanned_runs: int = Field(description="Successful unplanned runs among those shown.")
+    planned_median_makespan_s: float | None = None
+    planned_median_cost_usd: float | None = None
+    unplanned_median_makespan_s: float | None = None
+    unplanned_median_cost_usd: float | None = None
+    makespan_saving: float | None = Field(default=None, description="1 - planned median / unplanned median.")
+    cost_saving: float | None = Field(default=None, description="1 - planned median / unplanned median.")
+    predicted_plan_version: str = Field(default="", description="The plan whose predicted saving is shown.")
+    predicted: Savings | None = Field(default=None, description="That plan against its one-type default.")
+
+
+class RunRepairRow(BaseModel):
+    at_s: float = Field(description="Seconds from the DAG run's start.")
+    reason: str
+    tasks: list[str]
+    detail: str
+
+
+class RunDetail(BaseModel):
+    """The selected run: its row, notes and repairs (its chart is ``run-gantt.svg?run_id=``)."""
+
+    run: RunRow
+    tasks: int
+    machines: int
+    notes: list[str]
+    repairs: list[RunRepairRow]
+
+
+class RunPage(BaseModel):
+    """The DAG's last recorded runs, newest first, with the realised saving and one run in detail."""
+
+    dag_id: str
+    limit: int
+    off_threshold: float = Field(description="A ratio further than this from 1 is highlighted (0.1 = 10 %).")
+    runs: list[RunRow]
+    saving: RealisedSaving
+    selected: RunDetail | None = Field(description="The run asked for (default the newest); null without runs.")

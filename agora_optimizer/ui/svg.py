@@ -5,7 +5,8 @@ Every name (task, machine, resource, DAG) goes through :func:`esc`, so a name su
 ``<script>`` is text, never markup. The Gantt chart shows one row per machine, a page of
 machines at a time, tasks coloured by resource type; tasks closer together than a pixel are
 drawn as one bar ("N tasks"), so a lane never holds more bars than it has pixels. Tasks that share a machine at the same
-time (a machine with several cores) get a lane each within the machine's row.
+time (a machine with several cores) get a lane each within the machine's row. A run record's chart
+(:func:`run_gantt_svg`) draws the same rows twice over: the planned slots (hatched) above the actual runs.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from html import escape
 
 from agora_optimizer.model.plan import Assignment
+from agora_optimizer.runs.record import RunRecord
 
 PALETTE = (
     "#4e79a7",
@@ -237,6 +239,125 @@ def _time_axis(left: float, plot_w: float, span_s: float, y: float) -> str:
         )
     parts.append(f'<text x="{left + plot_w / 2:.0f}" y="{y + 29}" text-anchor="middle">time (s)</text>')
     return "".join(parts)
+
+
+PLANNED_FILL = "url(#planned-hatch)"
+STATE_FILLS = {"success": "#59a14f", "not run": "#bab0ac"}
+FAILED_FILL = "#e15759"
+HATCH = (
+    '<defs><pattern id="planned-hatch" width="6" height="6" patternUnits="userSpaceOnUse" '
+    'patternTransform="rotate(45)"><rect width="6" height="6" fill="#d5dbe8"/>'
+    '<line x1="0" y1="0" x2="0" y2="6" stroke="#7f8aa3" stroke-width="2"/></pattern></defs>'
+)
+
+
+def run_gantt_svg(
+    record: RunRecord, page: int = 0, per_page: int = MACHINES_PER_PAGE, width_px: int = 960
+) -> GanttPage:
+    """One page of the run's machines: per machine, the planned slots (hatched) over the actual runs.
+
+    A task's planned bar is in its planned machine's row, its actual bar in the row of the machine it
+    really ran on (or its resource type, for an attempt on no planned machine), as in ``agora runs show
+    --chart``. Actual bars are green for success, red for any other end.
+    """
+    planned: dict[str, list[Assignment]] = {}
+    actual: dict[str, list[Assignment]] = {}
+    states: dict[str, str] = {}
+    for t in record.tasks:
+        states[t.key] = t.state
+        if t.planned_machine and t.planned_start_s is not None and t.planned_end_s is not None:
+            bar = Assignment(t.key, t.planned_resource, t.planned_machine, t.planned_start_s, t.planned_end_s, 1, 0)
+            planned.setdefault(t.planned_machine, []).append(bar)
+        if t.actual_start_s is not None and t.actual_end_s is not None:
+            where = t.actual_machine or t.actual_resource or "(no resource)"
+            end_s = max(t.actual_end_s, t.actual_start_s)
+            bar = Assignment(t.key, t.actual_resource or "?", where, t.actual_start_s, end_s, 1, 0)
+            actual.setdefault(where, []).append(bar)
+    machines = sorted(planned.keys() | actual.keys(), key=machine_key)
+    pages = max(1, math.ceil(len(machines) / per_page))
+    page = min(max(page, 0), pages - 1)
+    shown = machines[page * per_page : (page + 1) * per_page]
+    every = [a for bars in (*planned.values(), *actual.values()) for a in bars]
+    span_s = max((a.end_s for a in every), default=0.0) or 1.0
+    left, right = 230, 20
+    plot_w = width_px - left - right
+    legend = _run_legend(left)
+    y = 28.0
+    rows = []
+    for machine in shown:
+        lanes = [("planned", lane) for lane in _lanes(planned.get(machine, []))] or [("planned", [])]
+        lanes += [("actual", lane) for lane in _lanes(actual.get(machine, []))] or [("actual", [])]
+        rows.append(_run_row(machine, lanes, y, left, plot_w / span_s, states))
+        y += LANE_PX * len(lanes) + ROW_GAP_PX * 2
+    height = int(y) + 34
+    return GanttPage(
+        "".join(
+            [
+                f'<svg xmlns="http://www.w3.org/2000/svg" id="run-gantt" class="chart gantt" role="img" '
+                f'width="{width_px}" height="{height}" viewBox="0 0 {width_px} {height}" {FONT}>',
+                f"<title>Plan vs actual of run {esc(record.run_id)}: {len(record.tasks)} tasks on "
+                f"{len(machines)} machines (machines {page * per_page + 1}-{page * per_page + len(shown)})</title>",
+                HATCH,
+                legend,
+                *rows,
+                _time_axis(left, plot_w, span_s, y),
+                "</svg>",
+            ]
+        ),
+        page,
+        pages,
+        len(machines),
+    )
+
+
+def _run_row(
+    machine: str,
+    lanes: list[tuple[str, list[Assignment]]],
+    y: float,
+    left: float,
+    px_per_s: float,
+    states: dict[str, str],
+) -> str:
+    height = LANE_PX * len(lanes)
+    parts = [
+        f'<g class="machine-row" data-machine="{esc(machine)}">',
+        f'<line x1="8" y1="{y - ROW_GAP_PX:.0f}" x2="{left}" y2="{y - ROW_GAP_PX:.0f}" stroke="#e2e8f0"/>',
+        f'<text x="{left - 60}" y="{y + height / 2 + 4:.0f}" text-anchor="end" class="machine">'
+        f"{esc(short(machine))}<title>{esc(machine)}</title></text>",
+    ]
+    for i, (kind, lane) in enumerate(lanes):
+        lane_y = y + i * LANE_PX
+        if i == 0 or lanes[i - 1][0] != kind:
+            parts.append(f'<text x="{left - 6}" y="{lane_y + 10:.0f}" text-anchor="end" fill="#718096">{kind}</text>')
+        for bar in _bars(lane, left, px_per_s):
+            fill = PLANNED_FILL if kind == "planned" else STATE_FILLS.get(states[bar.first.task], FAILED_FILL)
+            parts.append(_run_bar_svg(bar, lane_y, kind, fill))
+    parts.append("</g>")
+    return "".join(parts)
+
+
+def _run_bar_svg(bar: _Bar, y: float, kind: str, fill: str) -> str:
+    a = bar.first
+    what = esc(a.task) if bar.tasks == 1 else f"{bar.tasks} tasks from {esc(a.task)}"
+    title = f"{kind}: {what} on {esc(a.machine)} ({esc(a.resource)}): {a.start_s:,.1f}-{bar.last_end_s:,.1f} s"
+    width = max(bar.end_px - bar.start_px, 0.8)
+    return (
+        f'<rect class="{kind}" data-task="{esc(a.task)}" data-tasks="{bar.tasks}" '
+        f'x="{bar.start_px:.1f}" y="{y + 1}" width="{width:.1f}" '
+        f'height="{LANE_PX - 2}" fill="{fill}" stroke="#333" stroke-width="0.3"><title>{title}</title></rect>'
+    )
+
+
+def _run_legend(left: float) -> str:
+    items = (("planned", PLANNED_FILL), ("actual: success", STATE_FILLS["success"]), ("actual: failed", FAILED_FILL))
+    parts, x = [], left
+    for name, fill in items:
+        parts.append(
+            f'<rect x="{x:.0f}" y="4" width="12" height="12" fill="{fill}" stroke="#333" stroke-width="0.3"/>'
+            f'<text x="{x + 16:.0f}" y="14">{name}</text>'
+        )
+        x += 22 + 6.5 * len(name) + 10
+    return f'<g class="legend">{"".join(parts)}</g>'
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """The HTML pages and charts of the agora view (not in the OpenAPI schema: the JSON API is).
 
 ``/`` lists the plans, ``/dags/{dag_id}`` shows one (Gantt chart, Pareto front, tasks
-predicted against actual, plan history, re-optimize button), ``/traces`` is the trace table.
+predicted against actual, plan history, re-optimize button), ``/dags/{dag_id}/runs`` its recorded
+runs planned against actual ("Plan vs actual"), ``/traces`` is the trace table.
 The pages are rendered on the server from the same data as the API (:mod:`.queries`);
 long tables and the Gantt chart's machines come a page at a time.
 """
@@ -12,17 +13,17 @@ from collections.abc import Callable
 from typing import Annotated, Any
 from urllib.parse import urlencode
 
-from fastapi import APIRouter, Query, Request, Response, status
+from fastapi import APIRouter, HTTPException, Query, Request, Response, status
 from fastapi.responses import HTMLResponse
 
 from agora_optimizer.traces.records import ATTEMPT_STATES
-from agora_optimizer.ui import queries
-from agora_optimizer.ui.api import Limit, Offset, Text, TraceFilterDep
+from agora_optimizer.ui import queries, run_records
+from agora_optimizer.ui.api import Limit, Offset, RunCount, RunId, Text, TraceFilterDep
 from agora_optimizer.ui.assets import SCRIPT, STYLE
 from agora_optimizer.ui.auth import ReadableDag, User, UserDep, authorized_dag_ids, csrf_token, is_authorized_dag
 from agora_optimizer.ui.pages import render, trusted_svg
 from agora_optimizer.ui.plans import PlanFile, plan_reader
-from agora_optimizer.ui.svg import PlotPoint, esc, gantt_svg, pareto_svg
+from agora_optimizer.ui.svg import PlotPoint, esc, gantt_svg, pareto_svg, run_gantt_svg
 
 MachinePage = Annotated[int, Query(ge=0, le=1_000_000, description="Page of the Gantt chart's machines.")]
 SVG = "image/svg+xml"
@@ -126,6 +127,40 @@ def pareto(dag_id: ReadableDag) -> Response:
         f'<text x="8" y="24">{esc(note)}</text></svg>'
     )
     return Response(svg, status_code=code, media_type=SVG)
+
+
+@router.get("/dags/{dag_id}/runs", response_class=HTMLResponse)
+def runs_page(
+    request: Request,
+    dag_id: ReadableDag,
+    user: UserDep,
+    limit: RunCount = run_records.DEFAULT_RUNS,
+    run_id: RunId = None,
+    machine_page: MachinePage = 0,
+) -> HTMLResponse:
+    view = run_records.load(dag_id, limit, run_id)
+    path = f"{base_path(request)}/dags/{dag_id}/runs"
+    context: dict[str, Any] = {
+        **common(request, user),
+        "dag_id": dag_id,
+        "page": run_records.page(view),
+        "runs_url": url_maker(path, limit=limit),
+        "run_url": url_maker(path, limit=limit, run_id=run_id),
+        "gantt": None,
+    }
+    if view.selected is not None:
+        gantt = run_gantt_svg(view.selected, machine_page)
+        context |= {"gantt": gantt, "gantt_svg": trusted_svg(gantt.svg)}
+    return HTMLResponse(render("runs.html", **context))
+
+
+@router.get("/dags/{dag_id}/run-gantt.svg")
+def run_gantt(dag_id: ReadableDag, run_id: RunId = None, machine_page: MachinePage = 0) -> Response:
+    """Planned over actual bars per machine of the run ``run_id`` (default the newest); 404 without runs."""
+    view = run_records.load(dag_id, 1, run_id)
+    if view.selected is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"DAG {dag_id} has no recorded runs yet")
+    return Response(run_gantt_svg(view.selected, machine_page).svg, media_type=SVG)
 
 
 @router.get("/traces", response_class=HTMLResponse)
