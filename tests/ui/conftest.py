@@ -10,7 +10,8 @@ Users (``tests/ui/fab_users.py``): ``admin`` (Admin); ``reader`` may read ``agor
 ``editor`` may read and edit it; ``outsider`` may read and edit ``agora_other`` only.
 
 Plans, traces and DAGs: ``agora_example_etl`` (the example pipeline, two plans made by the real
-optimizer on the AWS catalog, three runs of traces); ``agora_other`` (a plan and traces whose
+optimizer on the AWS catalog, three runs of traces, four run records: two unplanned, two placed by
+its current plan); ``agora_other`` (a plan and traces whose
 task names and error text are HTML); ``agora_big`` (5,000 tasks and a 5,000-task plan on 60
 machines); and the rerun DAG ``agora_reoptimize``, which the re-optimize action queues (no
 scheduler runs it: a queued run is what the tests check).
@@ -37,7 +38,9 @@ from agora_optimizer.io.catalog_file import load_catalog
 from agora_optimizer.model.plan import Assignment, Objective, Plan, SolverInfo
 from agora_optimizer.model.workflow import Edge, Task, Workflow
 from agora_optimizer.optimize import optimize
-from agora_optimizer.plans.store import PlanStore
+from agora_optimizer.plans.store import PlanStore, plan_version
+from agora_optimizer.runs.record import Repair, RunRecord, RunTask
+from agora_optimizer.runs.store import RunStore
 from agora_optimizer.traces.records import TaskAttempt
 from agora_optimizer.traces.store import TraceStore
 from tests.conftest import AWS_CATALOG, REPO
@@ -194,6 +197,76 @@ def attempts() -> list[TaskAttempt]:
     return rows
 
 
+def example_run_records(plan: Plan, version: str) -> list[RunRecord]:
+    """Runs of the example DAG, oldest first: two with default placement, then two placed by ``plan``
+    (5 % and 25 % slower than planned, 2 % and 15 % dearer)."""
+    start = datetime(2026, 11, 2, tzinfo=UTC)
+    records = []
+    for i, (makespan_s, cost_usd) in enumerate([(520.0, 0.050), (480.0, 0.046)]):
+        task = RunTask(
+            "extract",
+            try_number=1,
+            state="success",
+            actual_resource="c5.large",
+            actual_start_s=0.0,
+            actual_end_s=makespan_s,
+        )
+        when = start + timedelta(hours=i)
+        records.append(
+            RunRecord(
+                EXAMPLE,
+                f"manual__unplanned{i}",
+                "success",
+                False,
+                "",
+                when,
+                when + timedelta(seconds=makespan_s),
+                None,
+                makespan_s,
+                None,
+                cost_usd,
+                (task,),
+            )
+        )
+    for i, (slower, dearer) in enumerate([(1.05, 1.02), (1.25, 1.15)]):
+        tasks = tuple(
+            RunTask(
+                a.task,
+                -1,
+                1,
+                "success",
+                a.resource,
+                a.machine,
+                a.start_s,
+                a.end_s,
+                a.resource,
+                a.machine,
+                a.start_s * slower,
+                a.end_s * slower,
+            )
+            for a in plan.assignments
+        )
+        when = start + timedelta(hours=2 + i)
+        records.append(
+            RunRecord(
+                EXAMPLE,
+                f"scheduled__planned{i}",
+                "success",
+                True,
+                version,
+                when,
+                when + timedelta(seconds=plan.makespan_s * slower),
+                plan.makespan_s,
+                plan.makespan_s * slower,
+                plan.cost_usd,
+                plan.cost_usd * dearer,
+                tasks,
+                notes=(f"note of planned run {i}",),
+            )
+        )
+    return records
+
+
 def write_data(root: Path) -> dict[str, str]:
     """Plans, traces and DAG files under ``root``; the [agora] settings that point at them."""
     dags = root / "dags"
@@ -214,6 +287,12 @@ def write_data(root: Path) -> dict[str, str]:
     store_url = f"sqlite:///{root / 'traces.db'}"
     with TraceStore(store_url) as store:
         store.add(attempts())
+    current = plans.current(EXAMPLE)
+    assert current is not None
+    with RunStore(store_url) as runs:
+        for record in example_run_records(current.plan, plan_version(current.path.read_bytes())):
+            runs.put(record)
+        runs.add_repair(EXAMPLE, "scheduled__planned1", Repair(30.0, "machine lost", ("clean",), "re-placed"))
     return {
         "AIRFLOW__AGORA__PLAN_DIR": str(root / "plans"),
         "AIRFLOW__AGORA__TRACE_STORE_URL": store_url,

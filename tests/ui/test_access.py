@@ -188,7 +188,7 @@ def test_pages_hold_no_secret(agora_ui: AgoraUi) -> None:
     config.read(agora_ui.airflow.home / "airflow.cfg")
     secrets = [config.get("api", "secret_key", fallback=""), config.get("api_auth", "jwt_secret", fallback="")]
     secrets += [agora_ui.airflow.env["AIRFLOW__AGORA__TRACE_STORE_URL"], str(agora_ui.airflow.home)]
-    for path in ("/", f"/dags/{EXAMPLE}", "/traces", "/assets/agora.js", "/openapi.json"):
+    for path in ("/", f"/dags/{EXAMPLE}", f"/dags/{EXAMPLE}/runs", "/traces", "/assets/agora.js", "/openapi.json"):
         body = agora_ui.get(path, "admin").text
         assert not [s for s in secrets if s and s in body], path
 
@@ -250,3 +250,46 @@ def test_dag_ids_airflow_refuses_are_a_404_and_a_unicode_dag_id_is_served(agora_
     page = agora_ui.get(f"/dags/{UNICODE}", "admin")
     assert page.status_code == 200 and f'<span id="dag-id">{UNICODE}</span>' in page.text
     assert agora_ui.get(f"/dags/{UNICODE}/gantt.svg", "admin").headers["content-type"] == "image/svg+xml"
+
+
+def test_plan_vs_actual_shows_the_recorded_runs_to_whoever_may_read_the_dag(agora_ui: AgoraUi) -> None:
+    """The records conftest.py put with RunStore into the deployment's trace store, as the api-server reads them."""
+    body = agora_ui.get(f"/api/dags/{EXAMPLE}/runs", "reader").json()
+    assert [r["run_id"] for r in body["runs"]] == [
+        "scheduled__planned1",
+        "scheduled__planned0",
+        "manual__unplanned1",
+        "manual__unplanned0",
+    ]
+    summary = agora_ui.get(f"/api/dags/{EXAMPLE}", "reader").json()
+    newest = body["runs"][0]
+    assert newest["planned_makespan_s"] == pytest.approx(summary["makespan_s"])
+    assert newest["makespan_ratio"] == pytest.approx(1.25) and newest["makespan_off"]
+    assert newest["cost_ratio"] == pytest.approx(1.15) and newest["cost_off"] and newest["repairs"] == 1
+    assert not body["runs"][1]["makespan_off"] and not body["runs"][1]["cost_off"]
+    saving = body["saving"]
+    planned_makespan = summary["makespan_s"] * (1.05 + 1.25) / 2
+    assert saving["available"] and saving["makespan_saving"] == pytest.approx(1 - planned_makespan / 500.0)
+    assert saving["predicted"]["cost_saving"] == pytest.approx(summary["savings"]["cost_saving"])
+    assert body["selected"]["notes"] == ["note of planned run 1"]
+    assert body["selected"]["repairs"][0]["reason"] == "machine lost"
+    page = agora_ui.get(f"/dags/{EXAMPLE}/runs", "reader")
+    assert page.status_code == 200 and 'id="run-gantt"' in page.text and 'class="num ratio off"' in page.text
+    chart = agora_ui.get(f"/dags/{EXAMPLE}/run-gantt.svg", "reader", params={"run_id": "scheduled__planned0"})
+    assert chart.headers["content-type"] == "image/svg+xml"
+    kinds = {r.get("class") for r in ET.fromstring(chart.text).iter("{http://www.w3.org/2000/svg}rect")}
+    assert {"planned", "actual"} <= kinds
+    assert f"{EXAMPLE}/runs" in agora_ui.get(f"/dags/{EXAMPLE}", "reader").text  # linked from the DAG page
+    assert f"{EXAMPLE}/runs" in agora_ui.get("/", "reader").text  # and from the index
+    for path in (f"/api/dags/{EXAMPLE}/runs", f"/dags/{EXAMPLE}/runs", f"/dags/{EXAMPLE}/run-gantt.svg"):
+        answer = agora_ui.get(path, "outsider")
+        assert answer.status_code == 403 and "planned" not in answer.text, path
+
+
+def test_plan_vs_actual_of_a_dag_without_records_or_unknown(agora_ui: AgoraUi) -> None:
+    page = agora_ui.get(f"/dags/{UNICODE}/runs", "admin")
+    assert page.status_code == 200 and "No recorded runs yet" in page.text and "agora runs record" in page.text
+    assert agora_ui.get(f"/api/dags/{OTHER}/runs", "admin").json()["runs"] == []
+    for path in ("/api/dags/agora_nowhere/runs", "/dags/agora_nowhere/runs"):
+        answer = agora_ui.get(path, "admin")
+        assert answer.status_code == 404 and "no DAG agora_nowhere" in answer.json()["detail"], path

@@ -5,7 +5,8 @@ installs it with apt-get when it is missing) and Playwright only drives it (``pl
 is never run). Airflow is served under a sub-path (``tests/ui/conftest.py``). The test logs in on
 Airflow's login page, opens "agora" from Airflow's navigation,
 finds the Gantt chart and the Pareto plot of the example DAG, clicks re-optimize, and checks
-through Airflow's REST API that a run of agora_reoptimize was queued for that DAG. It saves
+through Airflow's REST API that a run of agora_reoptimize was queued for that DAG; then it opens
+the DAG's "Plan vs actual" page (run records put in the deployment's trace store) and a run of it. It saves
 screenshots in ``$AGORA_ARTIFACTS`` (default ``out/artifacts/``, which git ignores) for CI.
 
 Without chromium or Playwright it fails in CI (``CI=true``) and is skipped elsewhere.
@@ -100,6 +101,17 @@ def test_log_in_open_agora_from_the_navigation_and_reoptimize_the_example_dag(ag
         runs = agora_ui.airflow.request("GET", "/dags/agora_reoptimize/dagRuns", params={"limit": 100})["dag_runs"]
         run = next(r for r in runs if r["dag_run_id"] == run_id)
         assert run["conf"] == {"dag_id": EXAMPLE} and run["state"] == "queued"
+
+        view.locator("#runs-link").click()  # Plan vs actual: the records conftest.py put in the trace store
+        run_chart = view.locator("svg#run-gantt")
+        run_chart.wait_for()
+        assert run_chart.locator("rect.planned").count() >= 1 and run_chart.locator("rect.actual").count() >= 1
+        assert view.locator("table#runs tr[data-run-id]").count() == 4
+        assert view.locator("table#runs td.off").count() == 2  # the newest run: 25 % slower, 15 % dearer
+        view.get_by_role("link", name="scheduled__planned0", exact=True).click()
+        view.locator("#run-id", has_text="scheduled__planned0").wait_for()
+        assert "note of planned run 0" in view.locator("#notes").inner_text()
+        page.screenshot(path=str(folder / "agora-ui-runs.png"), full_page=True)
 
         view.get_by_role("link", name="Traces", exact=True).click()  # rows whose names are HTML
         view.locator("table#traces").wait_for()
