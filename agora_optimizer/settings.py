@@ -114,6 +114,14 @@ SETTINGS: tuple[Setting, ...] = (
         "then starts all the same: a plan never stops a DAG from running.",
     ),
     Setting(
+        "replan_slack",
+        "0.2",
+        "The AgoraExecutor repairs a run that drifts from its plan: when a planned task ends later than "
+        "planned by more than this fraction of its planned duration, fails, or is OOM-killed, the run's "
+        "tasks not yet queued are re-planned around what has run (docs/running-plans.md, Repair). 0 or "
+        "less turns repair off.",
+    ),
+    Setting(
         "token_refresh_s",
         "120",
         "While a job waits in a backend's queue, its Execution API token is renewed this often, so a "

@@ -93,6 +93,7 @@ from agora_optimizer.executor.lifecycle import (
     Job,
     LifecycleConfig,
     Log,
+    Moved,
     Now,
     PollFailed,
     RefuseRevoke,
@@ -114,11 +115,13 @@ from agora_optimizer.executor.lifecycle import (
 from agora_optimizer.executor.machine_order import MachineOrder, ReplacedMachine, RunBook, may_start
 from agora_optimizer.executor.placement import Placement, placement_from_config
 from agora_optimizer.executor.remote_files import CONTAINER_JOB_ROOT, job_urls, split_s3_url
+from agora_optimizer.executor.repair import Repaired, Repairer, RunRepair, RunReports, clock_at
 from agora_optimizer.executor.resources import load_resources
 from agora_optimizer.executor.state_files import check_state_dir, write_private
 from agora_optimizer.integration.airflow_pools import ensure_pools
 from agora_optimizer.model.catalog import Resource
 from agora_optimizer.runs.lease_record import LeaseRecord
+from agora_optimizer.runs.record import Repair
 from agora_optimizer.traces.spool import SPOOL_NAME, spool
 from agora_optimizer.traces.spool import pending as spool_pending
 from agora_optimizer.traces.spool import replay as replay_spool
@@ -128,7 +131,7 @@ if TYPE_CHECKING:
     from airflow.models.taskinstance import TaskInstance
     from airflow.models.taskinstancekey import TaskInstanceKey
 
-    from agora_optimizer.traces.store import TraceStore
+    from agora_optimizer.runs.store import RunStore
 
 __all__ = ["ID_PREFIX", "AgoraExecutor", "ExecutorConfig", "format_external_id", "make_backend", "parse_external_id"]
 
@@ -157,6 +160,7 @@ class ExecutorConfig:
     aws_s3_prefix: str = ""
     airflow_pools: bool = True
     job_retention_days: float = 7.0
+    replan_slack: float = 0.2
     lifecycle: LifecycleConfig = field(default_factory=LifecycleConfig)
 
     @classmethod
@@ -168,6 +172,7 @@ class ExecutorConfig:
             aws_s3_prefix=settings.get("aws_s3_prefix"),
             airflow_pools=settings.get_bool("airflow_pools"),
             job_retention_days=settings.get_float("job_retention_days"),
+            replan_slack=settings.get_float("replan_slack"),
             lifecycle=LifecycleConfig(
                 submit_retries=int(settings.get_float("submit_retries")),
                 backoff_max_s=settings.get_float("backoff_max_s"),
@@ -198,7 +203,7 @@ class AgoraExecutor(BaseExecutor):
         self._resources: dict[str, Resource] = {}
         self._outage_since: dict[str, float] = {}
         self._state_dir = Path()
-        self._trace_store: TraceStore | None = None
+        self._trace_store: RunStore | None = None
         self._last_sweep = time.monotonic()  # the first sweep waits an interval: adoption comes first
         self._last_expiry = self._last_sweep - EXPIRE_INTERVAL_S  # the first expiry comes with the first sweep
         self._swept: set[str] = set()  # job directories the sweep is done with (traced, unreadable or too old)
@@ -210,6 +215,8 @@ class AgoraExecutor(BaseExecutor):
         self._states_at: dict[tuple[str, str], float] = {}  # when each run's Airflow task states were last read
         self._replaced: BoundedDict[str, ReplacedMachine] = BoundedDict(RUNS_MAX)
         self.lease_records: list[LeaseRecord] = []  # the backends' released leases, for the run record
+        self._repairer = Repairer()  # off until start() reads [agora] replan_slack
+        self._reports = RunReports()  # released leases and repairs on their way to the run store
 
     @property
     def replaced_machines(self) -> list[ReplacedMachine]:
@@ -224,6 +231,7 @@ class AgoraExecutor(BaseExecutor):
         # Batch queue too); Airflow hands over up to this many so that no slot waits for a round trip.
         self.parallelism = self.config.parallelism
         self._resources = load_resources(self.config.catalog)
+        self._repairer = Repairer(self.config.replan_slack, self.config.catalog, self._resources)
         self._state_dir = settings.directory("state_dir", "jobs", mode=0o700)  # private whatever the umask
         check_state_dir(self._state_dir)  # others able to write there could plant symlinks where jobs' files go
         self._start_local_pools()
@@ -299,6 +307,7 @@ class AgoraExecutor(BaseExecutor):
                     self.expire_job_dirs()
             self._poll_queue_waits()
             self._replay_traces()
+            self._reports.flush(self._store, time.monotonic(), self.log)
         except Exception:  # the scheduler's loop must survive anything a backend does
             self.log.exception("AgoraExecutor sync failed; will try again on the next heartbeat")
 
@@ -445,10 +454,13 @@ class AgoraExecutor(BaseExecutor):
 
     # -- inside: building and submitting jobs --------------------------------------------------
 
-    def _job_for(self, workload: workloads.ExecuteTask) -> Job:
+    def _job_for(self, workload: workloads.ExecuteTask, *, write: bool = True) -> Job:
+        """The job of ``workload`` at its placement (a repair's for its run, else its ``executor_config``'s);
+        ``write``: its workload and ``job.json`` are written (a moved held job's are written by its ``Moved``)."""
         ti = workload.ti
         label = f"{ti.dag_id}.{ti.task_id}"
         placement = placement_from_config(ti.executor_config, label) or self._default_placement(label)
+        placement = self._repaired_placement(ti, placement)
         resource = self._resources.get(placement.resource)
         if resource is None:
             raise AgoraError(
@@ -487,8 +499,9 @@ class AgoraExecutor(BaseExecutor):
             environment=self._worker_environment(),
             lease=lease,
         )
-        write_private(spec.workload_path, workload.model_dump_json())
-        record.write(job_dir)
+        if write:
+            write_private(spec.workload_path, workload.model_dump_json())
+            record.write(job_dir)
         return Job(workload.ti.key, spec, record, workload)
 
     # -- inside: planned machines --------------------------------------------------------------
@@ -516,7 +529,12 @@ class AgoraExecutor(BaseExecutor):
         """The planned machine a task runs on (its lease open with the backend), or None: it runs as any task."""
         if not placement.machine or placement.source != "plan" or ti.map_index >= 0:
             return None
-        order = self._order(ti.dag_id, placement.plan_version)
+        run = (ti.dag_id, ti.run_id)
+        book = self._books.get(run)
+        if book is not None and book.plan_version == placement.plan_version:
+            order: MachineOrder | None = book.order  # the plan's, or the run's since its last repair
+        else:
+            book, order = None, self._order(ti.dag_id, placement.plan_version)
         machine = None if order is None else order.machines.get(placement.machine)
         if order is None or machine is None or ti.task_id not in order.by_task:
             return None
@@ -550,16 +568,34 @@ class AgoraExecutor(BaseExecutor):
             except AgoraError as exc:  # BackendError: the machine cannot be had; its tasks are re-placed
                 reason = exc.reason if isinstance(exc, BackendError) else str(exc)
                 self._replaced[key] = ReplacedMachine(ti.dag_id, ti.run_id, machine.machine, machine.resource, reason)
+                at_s = 0.0 if book is None else book.clock_s(time.monotonic())
+                self._reports.add_repair(ti.dag_id, ti.run_id, _replaced_repair(machine.machine, reason, machine, at_s))
                 self.log.warning(
                     "agora: machine %s of %s run %s cannot be had (%s); its tasks run on %s's pool without it",
                     machine.machine, ti.dag_id, ti.run_id, reason, machine.resource,
                 )  # fmt: skip
                 return None
             self._leases[key] = (lease, backend)
-        run = (ti.dag_id, ti.run_id)
-        if run not in self._books or self._books[run].order is not order:
-            self._books[run] = RunBook(order, origin_s=time.monotonic())
+        if book is None:
+            self._books[run] = RunBook(order, origin_s=time.monotonic(), plan_version=placement.plan_version)
         return lease
+
+    def _repaired_placement(self, ti: Any, placement: Placement) -> Placement:
+        """The placement a repair of the task's run gave it (same plan version), else ``placement``."""
+        if placement.source != "plan" or ti.map_index >= 0:
+            return placement
+        assignment = self._repairer.override(ti.dag_id, ti.run_id, ti.task_id)
+        book = self._books.get((ti.dag_id, ti.run_id))
+        if assignment is None or book is None or book.plan_version != placement.plan_version:
+            return placement
+        return replace(
+            placement,
+            resource=assignment.resource,
+            machine=assignment.machine,
+            cores=assignment.cores,
+            memory_bytes=assignment.memory_bytes,
+            planned_start_s=assignment.start_s,
+        )
 
     def _book(self, job: Job) -> RunBook | None:
         return self._books.get((job.record.dag_id, job.record.run_id)) if job.spec.lease is not None else None
@@ -585,7 +621,8 @@ class AgoraExecutor(BaseExecutor):
                 decision_start, reason = decision.start, decision.reason
             if decision_start:
                 if book is not None:
-                    book.start(job.record.task_id)
+                    book.start(job.record.task_id, book.clock_s(now))
+                    self._repairer.run(job.record.dag_id, job.record.run_id).started(job.record.task_id)
                 self._feed(job, Released(reason))
             else:
                 self._feed(job, Heartbeat())
@@ -605,14 +642,67 @@ class AgoraExecutor(BaseExecutor):
                 self.log.warning("agora: cannot read the task states of %s run %s: %s", run[0], run[1], exc)
                 continue
             book.settle(states)
+            self._repairer.settled(book, *run, states)
 
     def _machine_ended(self, job: Job, status: JobStatus | None = None) -> None:
-        """The job's task process ended (its worker's mark, or the job's end): its machine has room again."""
+        """The job's task process ended (its worker's mark, or the job's end): its machine has room again.
+        With the job's status, a late end or a failure is a drift its run's next repair answers."""
         book = self._book(job)
-        if book is not None and (
+        if book is None or not (
             status is None or status.task_ended_at is not None or status.phase in ("finished", "lost")
         ):
-            book.end(job.record.task_id)
+            return
+        now = _now()
+        task_id, dag_id, run_id = job.record.task_id, job.record.dag_id, job.record.run_id
+        ended_at = None if status is None else status.task_ended_at or status.ended_at
+        end_s = clock_at(book, now.monotonic_s, now.wall, ended_at)
+        if book.end(task_id, end_s) and status is not None:
+            self._repairer.ended(book, dag_id, run_id, task_id, end_s)
+        if status is not None and status.phase in ("finished", "lost") and not status.succeeded:
+            retry_bytes = math.ceil(job.record.memory_bytes * OOM_RETRY_GROWTH)
+            self._repairer.failed(book, dag_id, run_id, task_id, status, retry_bytes)
+
+    def _repair_runs(self) -> None:
+        """Re-plan each run with drifts waiting (at most once per run per few seconds) and apply the answer.
+        Any error leaves the run as planned, with one log line: a plan never stops a DAG."""
+        if not self._repairer.on:
+            return
+        now = time.monotonic()
+        for key, run in list(self._repairer.runs.items()):
+            if not run.due(now):
+                continue
+            drifts, run.drifts, run.last_s = run.drifts, [], now
+            book = self._books.get(key)
+            if book is None:
+                continue
+            try:
+                self._apply_repair(book, run, self._repairer.replan(book, run, now, drifts))
+            except Exception as exc:
+                reasons = "; ".join(drift.reason for drift in drifts)
+                self.log.warning(
+                    "agora: cannot repair %s run %s after %s (%s); it goes on as planned", *key, reasons, exc
+                )
+
+    def _apply_repair(self, book: RunBook, run: RunRepair, fixed: Repaired) -> None:
+        """The run's new order and overrides; each held job whose task moved goes to its new machine."""
+        book.order = fixed.order
+        run.overrides.update(fixed.overrides)
+        run.repairs += 1
+        for job in list(self._jobs.values()):
+            record = job.record
+            if job.state != "held" or (record.dag_id, record.run_id) != (run.dag_id, run.run_id):
+                continue
+            new = fixed.overrides.get(record.task_id)
+            lease = job.spec.lease
+            if new is None or job.workload is None or (lease is not None and lease.machine == new.machine):
+                continue
+            moved = self._job_for(job.workload, write=False)
+            self._feed(job, Moved(moved.spec, moved.record, f"repair at {fixed.repair.at_s:.1f} s"))
+        self._reports.add_repair(run.dag_id, run.run_id, fixed.repair)
+        self.log.warning(
+            "agora: repaired %s run %s at %.1f s: %s; %s",
+            run.dag_id, run.run_id, fixed.repair.at_s, fixed.repair.reason, fixed.repair.detail,
+        )  # fmt: skip
 
     def _close_ended_leases(self) -> None:
         """Release each lease whose machine's planned tasks have all ended (or will never come), once none
@@ -628,7 +718,9 @@ class AgoraExecutor(BaseExecutor):
             self.log.info("agora: released machine %s of %s run %s", lease.machine, lease.dag_id, lease.run_id)
         for backend in self._backends.values():
             with contextlib.suppress(Exception):
-                self.lease_records.extend(backend.finished_leases())
+                finished = backend.finished_leases()
+                self.lease_records.extend(finished)
+                self._reports.add_leases(finished)
         del self.lease_records[:-LEASE_RECORDS_MAX]
 
     def _grown_after_oom_kill(self, placement: Placement, resource: Resource, ti: Any) -> Placement:
@@ -752,6 +844,7 @@ class AgoraExecutor(BaseExecutor):
                 by_backend.setdefault(job.record.backend, []).append(job)
         for backend_name, jobs in by_backend.items():
             self._poll(backend_name, jobs)
+        self._repair_runs()  # after the polls (a late end, a failure), before the held jobs' turn
         self._release_held()  # after the polls: a machine a task has just left has room now
         self._close_ended_leases()
 
@@ -823,12 +916,13 @@ class AgoraExecutor(BaseExecutor):
             if job_dir.is_dir():
                 _mark_traced(job_dir)  # the sweep leaves it alone
 
-    def _store(self) -> TraceStore:
-        """The trace store, opened once: a finished job must not pay for an engine."""
+    def _store(self) -> RunStore:
+        """The trace store (with its run records), opened once: a finished job must not pay for an engine."""
         if self._trace_store is None:
-            from agora_optimizer.traces.store import TraceStore, default_store_url
+            from agora_optimizer.runs.store import RunStore
+            from agora_optimizer.traces.store import default_store_url
 
-            self._trace_store = TraceStore(default_store_url())
+            self._trace_store = RunStore(default_store_url())
         return self._trace_store
 
     def _replay_traces(self) -> None:
@@ -865,6 +959,17 @@ class AgoraExecutor(BaseExecutor):
         except Exception:
             self.log.exception("Adopting %s job %s failed", backend_name, external_id)
             return False
+
+
+def _replaced_repair(machine: str, reason: str, plan: Any, at_s: float) -> Repair:
+    """The run record's entry for a planned machine the backend could not give."""
+    tasks = tuple(task.task_id for task in plan.tasks)
+    return Repair(
+        round(at_s, 3),
+        f"machine {machine} could not be had: {reason}",
+        tasks,
+        f"its {len(tasks)} tasks run on {plan.resource}'s pool without a lease, unordered",
+    )
 
 
 def _airflow_states(dag_id: str, run_id: str) -> dict[str, str]:

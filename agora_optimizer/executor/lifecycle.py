@@ -8,6 +8,7 @@ this module only decides. The states::
 
     new ─Accepted─▶ pending_submit ─Submitted─▶ submitted ─StatusPolled─▶ queued ◀─▶ running
     new ─Accepted (a planned machine's task)─▶ held ─Released─▶ pending_submit
+    held ─Moved (a repair re-placed it)─▶ held on its new machine, or pending_submit when it has none
     new ─Adopted──────────────────────────────▶ submitted
     pending_submit ─SubmitFailed (transient, retries left)─▶ pending_submit (backoff), else done
     submitted/queued/running ─StatusPolled finished|lost, queue timeout, PollFailed past outage─▶ done
@@ -152,6 +153,16 @@ class Released:
 
 
 @dataclass(frozen=True)
+class Moved:
+    """A repair re-placed a held job's task (:mod:`~agora_optimizer.executor.repair`): ``spec`` and ``record``
+    are its new placement (resource, reservation, machine lease); ``reason`` says why, for the log."""
+
+    spec: JobSpec
+    record: JobRecord
+    reason: str
+
+
+@dataclass(frozen=True)
 class Heartbeat:
     """The executor's sync: a submit waiting out its backoff may be due."""
 
@@ -202,6 +213,7 @@ Event: TypeAlias = (
     Accepted
     | Adopted
     | Released
+    | Moved
     | Heartbeat
     | Submitted
     | SubmitFailed
@@ -296,6 +308,21 @@ def _release(job: Job, event: Released, now: Now, config: LifecycleConfig) -> Ou
     held_s = now.monotonic_s - (job.held_since_s if job.held_since_s is not None else now.monotonic_s)
     job, actions = _submit(job, now)
     return job, [Log("info", f"Releasing {job.record.label} after {held_s:.1f} s held: {event.reason}"), *actions]
+
+
+def _move_held(job: Job, event: Moved, now: Now, config: LifecycleConfig) -> Outcome:
+    """A held job takes its new placement and keeps its place in time (``held_since_s``: the hold's bound
+    counts from when it first waited); without a machine to wait for it goes on as any job."""
+    where = event.spec.lease.machine if event.spec.lease is not None else f"{event.spec.resource} (no machine)"
+    moved = replace(job, spec=event.spec, record=event.record)
+    actions: list[Action] = [
+        WriteRecord(event.spec, event.record),
+        Log("info", f"Moving {job.record.label} to {where}: {event.reason}"),
+    ]
+    if event.spec.lease is not None:
+        return moved, actions
+    released, more = _release(moved, Released("its repair left it no machine to wait for"), now, config)
+    return released, [*actions, *more]
 
 
 def _held_heartbeat(job: Job, event: Heartbeat, now: Now, config: LifecycleConfig) -> Outcome:
@@ -473,6 +500,7 @@ TRANSITIONS: dict[tuple[JobState, type[Any]], Handler] = {
     ("new", Accepted): _accept,
     ("new", Adopted): _adopt,
     ("held", Released): _release,
+    ("held", Moved): _move_held,
     ("held", Heartbeat): _held_heartbeat,
     ("held", TokenRenewed): _token_renewed,
     ("held", Revoked): _revoke_held,

@@ -36,7 +36,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from agora_optimizer.model.catalog import Resource
-from agora_optimizer.model.plan import Plan, machine_type
+from agora_optimizer.model.plan import Assignment, Plan, machine_type
 
 NEVER_COMES = frozenset({"skipped", "upstream_failed", "failed", "removed", "success"})
 """Airflow task states after which a task does not come to the executor again (for this try)."""
@@ -91,8 +91,13 @@ class MachineOrder:
     @classmethod
     def from_plan(cls, plan: Plan, resources: Mapping[str, Resource]) -> MachineOrder:
         """The order of ``plan``; a machine whose type is not in ``resources`` is left out (its tasks run unplanned)."""
+        return cls.from_assignments(plan.assignments, resources)
+
+    @classmethod
+    def from_assignments(cls, assignments: Iterable[Assignment], resources: Mapping[str, Resource]) -> MachineOrder:
+        """The order of a schedule: a plan's assignments, or a repaired run's (what ran and what is re-planned)."""
         grouped: dict[str, list[PlannedTask]] = {}
-        for a in plan.assignments:
+        for a in assignments:
             if not a.machine or machine_type(a.machine) not in resources:
                 continue
             task = PlannedTask(a.task, a.machine, a.start_s, a.end_s, a.cores, a.memory_bytes)
@@ -138,22 +143,39 @@ class RunBook:
 
     order: MachineOrder
     origin_s: float
+    plan_version: str = ""  # the plan the run's tasks were placed by (a repair changes ``order``, not this)
     started: set[str] = field(default_factory=set)
     ended: set[str] = field(default_factory=set)
     gone: set[str] = field(default_factory=set)
     scheduled: set[str] = field(default_factory=set)  # seen ``scheduled`` at the last read of the states
     kept_back: set[str] = field(default_factory=set)  # seen ``scheduled`` at two reads in a row
 
-    def start(self, task_id: str) -> None:
-        """The task was let go to its machine (a retry starts again: it is running once more)."""
+    started_s: dict[str, float] = field(default_factory=dict)  # plan clock of each started task's release
+    ended_s: dict[str, float] = field(default_factory=dict)  # and of its end
+
+    def clock_s(self, now_s: float) -> float:
+        """The run's plan clock at the executor's monotonic ``now_s``."""
+        return now_s - self.origin_s
+
+    def start(self, task_id: str, at_s: float | None = None) -> None:
+        """The task was let go to its machine (a retry starts again: it is running once more);
+        ``at_s``: the plan clock then."""
         self.started.add(task_id)
         self.ended.discard(task_id)
         self.gone.discard(task_id)
+        self.ended_s.pop(task_id, None)
+        if at_s is not None:
+            self.started_s[task_id] = at_s
 
-    def end(self, task_id: str) -> None:
-        """The task's process ended: its machine's cores and memory are free again."""
-        if task_id in self.started:
-            self.ended.add(task_id)
+    def end(self, task_id: str, at_s: float | None = None) -> bool:
+        """The task's process ended (at plan clock ``at_s``): its machine's cores and memory are free again.
+        True the first time for this start (a job's status says it ended at several polls)."""
+        if task_id not in self.started or task_id in self.ended:
+            return False
+        self.ended.add(task_id)
+        if at_s is not None:
+            self.ended_s[task_id] = at_s
+        return True
 
     def settle(self, states: Mapping[str, str]) -> None:
         """Airflow's task states (by task id): a task in a :data:`NEVER_COMES` state is done (if it started)
@@ -185,9 +207,10 @@ class RunBook:
         return [t for t in plan.tasks if t.task_id not in self.started and t.task_id not in self.gone]
 
     def machine_ended(self, machine: str) -> bool:
-        """Every task of the machine is done or gone: its lease may be released."""
+        """Every task of the machine is done or gone: its lease may be released. A machine the order no
+        longer has (a repair moved its tasks away) has ended too."""
         plan = self.order.machines.get(machine)
-        return plan is not None and all(t.task_id in self.gone or t.task_id in self.ended for t in plan.tasks)
+        return plan is None or all(t.task_id in self.gone or t.task_id in self.ended for t in plan.tasks)
 
     def ended_machines(self) -> list[str]:
         return [machine for machine in self.order.machines if self.machine_ended(machine)]
