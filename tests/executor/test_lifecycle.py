@@ -25,6 +25,7 @@ from agora_optimizer.executor.lifecycle import (
     LifecycleConfig,
     LifecycleError,
     Log,
+    Moved,
     Now,
     PollFailed,
     RefuseRevoke,
@@ -344,3 +345,17 @@ def test_airflow_may_not_revoke_a_held_task_within_the_hold_bound() -> None:
     assert "small#0" in the(RefuseRevoke, actions).reason  # type: ignore[attr-defined]
     gone, actions = step(job, Revoked(None), 100.0, config)
     assert gone.state == "done" and actions == [Forget(KEY)]
+
+
+def test_a_repair_moves_a_held_job_to_its_new_machine_and_it_keeps_its_place_in_time() -> None:
+    job, _ = step(planned_job(), Accepted(), 10.0)
+    lease = replace(LEASE, key="lease-unit.large_0-k", machine="large#0", resource="large")
+    record = replace(job.record, resource="large", machine="large#0")
+    moved, actions = step(job, Moved(replace(job.spec, resource="large", lease=lease), record, "repair at 5.0 s"), 12.0)
+    assert (moved.state, moved.held_since_s, moved.spec.lease, moved.record.resource) == ("held", 10.0, lease, "large")
+    assert kinds(actions) == ["WriteRecord", "Log"]
+    assert "to large#0: repair at 5.0 s" in the(Log, actions).message  # type: ignore[attr-defined]
+    gone, actions = step(job, Moved(replace(job.spec, lease=None), job.record, "repair"), 12.0)
+    assert gone.state == "pending_submit" and kinds(actions) == ["WriteRecord", "Log", "Log", "Submit"]
+    with pytest.raises(LifecycleError, match="no transition from 'pending_submit' on Moved"):
+        step(gone, Moved(job.spec, job.record, "repair"), 13.0)
