@@ -147,6 +147,7 @@ STATES_INTERVAL_S = 5.0  # how often, per DAG run with held tasks or open leases
 PLANS_MAX = 256  # (dag_id, plan_version) orders kept; a plan is read once per pair
 RUNS_MAX = 1024  # DAG runs whose machine book is kept
 LEASE_RECORDS_MAX = 10_000  # released leases kept for the run record
+NO_STATE = "none"  # a task instance Airflow has not scheduled yet (its state is NULL)
 _LOG_LEVELS = {"info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 
 
@@ -975,6 +976,9 @@ def _replaced_repair(machine: str, reason: str, plan: Any, at_s: float) -> Repai
 def _airflow_states(dag_id: str, run_id: str) -> dict[str, str]:
     """The state of each (unmapped) task of a DAG run, from Airflow's metadata database.
 
+    A task with no state yet (its upstream tasks still run) is in it too, as :data:`NO_STATE`: the run
+    has it, and it is still to come (left out, the machine order took it for a task the run lacks).
+
     A session of its own, read only and never committed: the scheduler's thread-local session
     (``create_session``) commits on exit, which Airflow forbids inside the scheduler's loop (its
     HA locks), and sharing it would mix this read into the scheduler's transaction.
@@ -991,7 +995,7 @@ def _airflow_states(dag_id: str, run_id: str) -> dict[str, str]:
                 TaskInstance.dag_id == dag_id, TaskInstance.run_id == run_id, TaskInstance.map_index < 0
             )
         ).all()
-    return {str(task_id): str(state) for task_id, state in rows if state is not None}
+    return {str(task_id): str(state) if state is not None else NO_STATE for task_id, state in rows}
 
 
 def _unwritable(workload: workloads.ExecuteTask, state_dir: Path, exc: OSError) -> str:
