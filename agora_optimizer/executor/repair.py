@@ -277,6 +277,7 @@ class Repairer:
             what = f"failed (exit code {status.exit_code})"
         run = self.run(dag_id, run_id)
         run.retries[task_id] = retry_bytes if status.oom_killed else 0
+        run.failed_seen.add(_try_key(book, task_id))  # Airflow's failed state for this try says the same
         run.drift(Drift(task_id, f"task {task_id} {what}"))
 
     def settled(self, book: RunBook, dag_id: str, run_id: str, states: Mapping[str, str]) -> None:
@@ -288,7 +289,7 @@ class Repairer:
             if state not in FAILED_STATES or task_id not in book.started:
                 continue
             run = self.run(dag_id, run_id)
-            try_key = f"{task_id}@{book.started_s.get(task_id, -1.0)}"
+            try_key = _try_key(book, task_id)
             if try_key in run.failed_seen:
                 continue
             run.failed_seen.add(try_key)
@@ -340,3 +341,8 @@ def clock_at(book: RunBook, now_s: float, now_wall: datetime, moment: datetime |
     if moment is None:
         return clock_s
     return min(clock_s, clock_s - (now_wall - moment).total_seconds())
+
+
+def _try_key(book: RunBook, task_id: str) -> str:
+    """One try of a task in its run: the task and when it was released."""
+    return f"{task_id}@{book.started_s.get(task_id, -1.0)}"

@@ -21,7 +21,7 @@ import pytest
 
 from agora_optimizer.executor.job_record import JobRecord
 from agora_optimizer.executor.jobs import JobSpec, JobStatus, read_result
-from agora_optimizer.executor.machine_order import MachineOrder, RunBook
+from agora_optimizer.executor.machine_order import MachineOrder, PlannedTask, RunBook
 from agora_optimizer.executor.repair import Drift, RunReports, late_end, replan_state
 from agora_optimizer.model.plan import Assignment, Objective, Plan, SolverInfo
 from agora_optimizer.model.workflow import Edge, Task, Workflow
@@ -119,8 +119,6 @@ def job_of(executor: Any, task_id: str) -> Any:
 def test_a_task_is_late_past_the_slack_times_its_planned_duration() -> None:
     order = MachineOrder.from_assignments([Assignment("a", "local-small", "local-small#0", 10.0, 20.0, 1, GIB)], {})
     assert order.machines == {}  # a type the executor does not have is left out
-    from agora_optimizer.executor.machine_order import PlannedTask
-
     task = PlannedTask("a", "local-small#0", 10.0, 20.0, 1, GIB)
     assert late_end(task, 21.9, 0.2) is None  # 19 % late
     drift = late_end(task, 23.5, 0.2)
@@ -149,6 +147,25 @@ def test_the_replanner_sees_what_ran_what_runs_and_what_waits() -> None:
         "x": Done("local-small#0", 5.0, 2.0),  # never comes: its planned times, cut at now
     }  # b waits: pending
     assert replan_state(book, 5.0, {"a": 512 * MIB})["a"] == Pending(512 * MIB)  # a failed try, retried
+
+
+def test_a_failed_try_is_one_drift_whether_its_job_or_airflow_says_so_first() -> None:
+    from agora_optimizer.executor.repair import Repairer
+
+    book = RunBook(MachineOrder({}, {"a": PlannedTask("a", "local-small#0", 0.0, 2.0, 1, GIB)}), origin_s=0.0)
+    repairer = Repairer(slack=0.2)
+    book.start("a", 1.0)
+    book.end("a", 3.0)
+    repairer.failed(book, "d", "r", "a", JobStatus("finished", exit_code=1), 0)
+    repairer.settled(book, "d", "r", {"a": "up_for_retry"})
+    assert [d.reason for d in repairer.run("d", "r").drifts] == ["task a failed (exit code 1)"]
+    book.start("a", 5.0)  # the retry
+    repairer.run("d", "r").started("a")
+    repairer.settled(book, "d", "r", {"a": "failed"})  # it raised in the task: its job exited 0
+    assert [d.reason for d in repairer.run("d", "r").drifts][1:] == ["task a failed"]
+    repairer.settled(book, "d", "r", {"a": "failed"})  # read again 5 s later: the same try
+    assert len(repairer.run("d", "r").drifts) == 2
+    assert Repairer(slack=0.0).on is False
 
 
 class DownStore:
