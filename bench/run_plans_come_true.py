@@ -18,8 +18,8 @@ For each workflow and each of ``--runs`` rounds:
    store keeps every attempt) and puts the plan in force; the benchmark waits until the
    dag-processor has parsed the DAG again, so the run uses that plan, and triggers a run;
 2. then the same with the one-type default plan (every task on the cheapest type that fits them
-   all, :func:`agora_optimizer.optimize.default_plan`), so that the saving is measured on real
-   runs beside the predicted one.
+   all, :func:`agora_optimizer.optimize.default_plan`, with the same learned platform latency),
+   so that the saving is measured on real runs beside the predicted one.
 
 After each run ``agora runs record`` (re)builds its run record and ``agora runs show --json``
 gives the numbers. With ``--slow-factor F`` one more run per workflow slows its longest task
@@ -33,12 +33,15 @@ summary; ``--out`` with ``.md`` instead of ``.json`` gets the results table.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import sqlite3
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import zlib
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -47,20 +50,24 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from agora_optimizer.integration.local_airflow import AirflowDeployment, wait_until  # noqa: E402
+from agora_optimizer.plans.store import plan_version  # noqa: E402
 
 CATALOGS = {"local": REPO / "catalogs" / "local-priced.yaml", "slurm": REPO / "catalogs" / "slurm-loopback.yaml"}
 DAG_ID_PREFIX = "agora_wfinstance_"
 DEFAULT_PLAN = """
 import sys
-from agora_optimizer.integration.airflow_dag import predicted_dag_workflow
+from agora_optimizer.integration.airflow_dag import learned_platform_latency, predicted_dag_workflow
 from agora_optimizer.io.catalog_file import load_catalog
 from agora_optimizer.io.plan_file import write_plan
 from agora_optimizer.optimize import default_plan
+from agora_optimizer.predict.latency import with_platform_latency
 
 dag_id, catalog_path, folder, out = sys.argv[1:5]
 catalog = load_catalog(catalog_path)
 workflow, _ = predicted_dag_workflow(dag_id, catalog, folder=folder)
-plan = default_plan(workflow, catalog, catalog_path)
+edges = {dag_id: [(edge.parent, edge.child) for edge in workflow.edges]}  # as agora optimize learns it
+planned = with_platform_latency(catalog, learned_platform_latency(None, edges), "median")
+plan = default_plan(workflow, planned, catalog_path)
 if plan is None:
     raise SystemExit(f"{dag_id}: no single type of {catalog_path} fits every task")
 write_plan(plan, out)
@@ -94,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
             "AIRFLOW__AGORA__STATE_DIR": str(root / "jobs"),
             "AIRFLOW__AGORA__TRACE_STORE_URL": f"sqlite:///{root / 'traces.db'}",
             "AIRFLOW__AGORA__REOPTIMIZE_SCHEDULE": "",  # the rerun DAG would re-plan behind the benchmark's back
+            "AIRFLOW__CORE__MIN_SERIALIZED_DAG_UPDATE_INTERVAL": "5",  # a new plan in force within seconds, not 30
         },
     )
     bench = _Bench(args, airflow, catalog, root)
@@ -151,9 +159,8 @@ class _Bench:
                          "--dag-folder", str(self.airflow.dags_folder), "-o", str(plan_path), "--json"])  # fmt: skip
         else:
             self._python(DEFAULT_PLAN, dag_id, str(self.catalog), str(self.airflow.dags_folder), str(plan_path))
-        applied_at = datetime.now(UTC)
         self._agora(["plans", "apply", dag_id, str(plan_path)])
-        self._wait_parsed_after(dag_id, applied_at)
+        self._wait_in_force(dag_id, plan_version(plan_path.read_bytes()))
         conf: dict[str, Any] = {}
         slowed = ""
         if slow_factor:
@@ -190,15 +197,25 @@ class _Bench:
         record: dict[str, Any] = json.loads(shown)
         return record
 
-    def _wait_parsed_after(self, dag_id: str, moment: datetime) -> None:
-        """Until the dag-processor has parsed the DAG since ``moment`` (the policy applied the new plan)."""
+    def _wait_in_force(self, dag_id: str, version: str) -> None:
+        """Until the scheduler's copy of the DAG (its newest serialization in Airflow's database) carries
+        the plan ``version`` in its tasks' placements. A run triggered before would run under the previous
+        plan: Airflow re-parses every few seconds but writes a changed DAG at most every ``[core]
+        min_serialized_dag_update_interval`` (set to 5 s here; 30 s by default)."""
+        database = self.airflow.home / "airflow.db"
 
-        def parsed() -> bool:
-            details = self.airflow.request("GET", f"/dags/{dag_id}/details")
-            stamp = details.get("last_parsed_time")
-            return bool(stamp) and datetime.fromisoformat(stamp) > moment
+        def serialized() -> bool:
+            with contextlib.closing(sqlite3.connect(database)) as connection:
+                row = connection.execute(
+                    "SELECT data, data_compressed FROM serialized_dag WHERE dag_id = ? ORDER BY last_updated DESC",
+                    (dag_id,),
+                ).fetchone()
+            if row is None:
+                return False
+            text = row[0] if row[0] is not None else zlib.decompress(row[1]).decode()
+            return f'"plan_version": "{version}"' in text
 
-        wait_until(parsed, 120, f"the dag-processor to parse {dag_id} with its new plan", self.airflow)
+        wait_until(serialized, 180, f"Airflow to serialize {dag_id} with plan {version}", self.airflow)
 
     def _agora(self, arguments: list[str]) -> str:
         answer = subprocess.run([self.agora, *arguments], env=self.airflow.env, capture_output=True, text=True)

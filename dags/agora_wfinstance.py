@@ -20,7 +20,9 @@ beside this folder (or from ``$AGORA_WORKFLOWS_DIR``) with agora's WfFormat read
 - A DAG run's conf ``{"agora_slow": {"<task id>": 2.0}}`` makes those tasks burn that many times
   their CPU time in that run only (the plan, made from the hints, does not know): how the
   benchmark slows a task on purpose to see a run drift from its plan.
-- ``executor_config["agora"]`` carries the scaled ``runtime_s`` and ``memory_bytes`` and the
+- ``executor_config["agora"]`` carries the scaled ``runtime_s``, the ``memory_bytes`` the task
+  process needs (the scaled block plus TASK_PROCESS_BYTES, what Airflow's task process itself
+  holds; ``$AGORA_WFINSTANCE_TASK_PROCESS_BYTES``) and the
   recorded ``cores`` (the hints agora's planner reads); ``executor_config["agora_wfinstance"]``
   carries the task's ``category``, its WfFormat ``wf_task_id`` and ``wf_task_name``. They sit
   in their own key because the planner's reader refuses keys it does not know in ``"agora"``.
@@ -50,6 +52,7 @@ MEMORY_SCALE_ENV = "AGORA_WFINSTANCE_MEMORY_SCALE"
 MIN_RUNTIME_ENV = "AGORA_WFINSTANCE_MIN_RUNTIME_S"
 MAX_RUNTIME_ENV = "AGORA_WFINSTANCE_MAX_RUNTIME_S"
 MAX_MEMORY_ENV = "AGORA_WFINSTANCE_MAX_MEMORY_BYTES"
+TASK_PROCESS_ENV = "AGORA_WFINSTANCE_TASK_PROCESS_BYTES"
 SLOW_CONF_KEY = "agora_slow"
 WORKFLOWS_DIR_ENV = "AGORA_WORKFLOWS_DIR"
 
@@ -59,6 +62,10 @@ MEMORY_SCALE = 0.25  # its largest task: 902 MiB becomes 225 MiB
 REPLAY_MIN_RUNTIME_S = 0.05
 REPLAY_MAX_RUNTIME_S = 3.0
 REPLAY_MAX_MEMORY_BYTES = 256 * 2**20
+# What an Airflow 3.3 task process running the replay holds before its block: the agora worker measured
+# peaks of 112 to 122 MiB for tasks whose block is under 3 MiB (bench/run_plans_come_true.py, 2026-12-01),
+# and a reservation must cover the whole process, or the worker kills it for memory.
+TASK_PROCESS_BYTES = 160 * 2**20
 PAGE_BYTES = 4096
 
 DAG_ID_PREFIX = "agora_wfinstance_"
@@ -153,6 +160,7 @@ def build_dag(
     memory_scale: float,
     runtime_range_s: tuple[float, float] = (REPLAY_MIN_RUNTIME_S, REPLAY_MAX_RUNTIME_S),
     max_memory_bytes: int = REPLAY_MAX_MEMORY_BYTES,
+    task_process_bytes: int = TASK_PROCESS_BYTES,
 ) -> DAG:
     """The DAG replaying ``directory/<name>.json``, runtimes clamped to ``runtime_range_s``."""
     low_s, high_s = runtime_range_s
@@ -182,7 +190,11 @@ def build_dag(
             runtime_s = min(max(wf_task.runtime_s * time_scale, low_s), high_s)
             memory_bytes = min(round(wf_task.memory_bytes * memory_scale), max_memory_bytes)
             config = {
-                "agora": {"cores": wf_task.cores, "runtime_s": runtime_s, "memory_bytes": memory_bytes},
+                "agora": {
+                    "cores": wf_task.cores,
+                    "runtime_s": runtime_s,
+                    "memory_bytes": memory_bytes + task_process_bytes,
+                },
                 "agora_wfinstance": {
                     "category": wf_task.category,
                     "wf_task_id": wf_task.id,
@@ -202,9 +214,10 @@ def _build_all() -> dict[str, DAG]:
     memory_scale = _scale(MEMORY_SCALE_ENV, MEMORY_SCALE)
     runtime_range_s = (_scale(MIN_RUNTIME_ENV, REPLAY_MIN_RUNTIME_S), _scale(MAX_RUNTIME_ENV, REPLAY_MAX_RUNTIME_S))
     max_memory = int(_scale(MAX_MEMORY_ENV, REPLAY_MAX_MEMORY_BYTES))
+    task_process = int(_scale(TASK_PROCESS_ENV, TASK_PROCESS_BYTES))
     directory = workflows_dir()
     dags = [
-        build_dag(name, directory, time_scale, memory_scale, runtime_range_s, max_memory)
+        build_dag(name, directory, time_scale, memory_scale, runtime_range_s, max_memory, task_process)
         for name in names or [DEFAULT_WORKFLOW]
     ]
     return {dag.dag_id: dag for dag in dags}
