@@ -22,8 +22,10 @@ For each workflow and each of ``--runs`` rounds:
    so that the saving is measured on real runs beside the predicted one.
 
 After each run ``agora runs record`` (re)builds its run record and ``agora runs show --json``
-gives the numbers. With ``--slow-factor F`` one more run per workflow slows its longest task
-F times (DAG run conf ``agora_slow``), to see a run drift from its plan.
+gives the numbers. With ``--slow-factor F`` two more runs of the first workflow slow its longest
+task F times (DAG run conf ``agora_slow``): one with repair (``[agora] replan_slack`` as
+configured, 0.2 by default), one without (the scheduler restarted with ``replan_slack = 0``),
+to see whether repair brings a drifting run closer to its plan.
 
 Output: ``--out`` holds one JSON object per run (``workflow, backend, plan, run, tasks,
 planned_makespan_s, actual_makespan_s, planned_cost_usd, actual_cost_usd, repairs, ...``) and a
@@ -76,6 +78,7 @@ write_plan(plan, out)
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    args.default_runs = args.runs if args.default_runs is None else args.default_runs
     workflows = [name.strip() for name in args.workflows.split(",") if name.strip()]
     if not workflows:
         raise SystemExit("--workflows: name at least one workflow")
@@ -113,11 +116,15 @@ def main(argv: list[str] | None = None) -> int:
             airflow.wait_for_dag(DAG_ID_PREFIX + name, timeout_s=300)
         for name in workflows:
             for round_number in range(1, args.runs + 1):
-                bench.run(name, "agora", round_number)
-                if not args.no_default:
-                    bench.run(name, "default", round_number)
-            if args.slow_factor:
-                bench.run(name, "agora", args.runs + 1, slow_factor=args.slow_factor)
+                kinds = ["agora", "default"] if round_number <= args.default_runs else ["agora"]
+                for kind in kinds if round_number % 2 else reversed(kinds):  # who runs first alternates
+                    bench.run(name, kind, round_number)
+        if args.slow_factor:  # the first workflow, its longest task slowed: with repair, then without
+            bench.run(workflows[0], "agora", args.runs + 1, slow_factor=args.slow_factor)
+            airflow.stop("scheduler")
+            airflow.extra_env = {**airflow.extra_env, "AIRFLOW__AGORA__REPLAN_SLACK": "0"}  # repair off
+            airflow.start("scheduler")
+            bench.run(workflows[0], "agora", args.runs + 2, slow_factor=args.slow_factor, repair=False)
     summary = _summary(bench.results)
     document = {
         "command": " ".join(["python", "bench/run_plans_come_true.py", *(argv if argv is not None else sys.argv[1:])]),
@@ -149,7 +156,7 @@ class _Bench:
         self.agora = str(Path(sys.executable).with_name("agora"))
         self.results: list[dict[str, Any]] = []
 
-    def run(self, name: str, kind: str, round_number: int, slow_factor: float = 0.0) -> None:
+    def run(self, name: str, kind: str, round_number: int, slow_factor: float = 0.0, repair: bool = True) -> None:
         dag_id = DAG_ID_PREFIX + name
         plan_path = self.root / "plans-made" / f"{name}-{kind}-{round_number}.json"
         plan_path.parent.mkdir(parents=True, exist_ok=True)
@@ -185,6 +192,7 @@ class _Bench:
             "repairs": len(record.get("repairs") or []),
             "plan_version": record.get("plan_version"),
             "slowed": {slowed: slow_factor} if slowed else {},
+            "repair": repair,
         }
         self.results.append(result)
         print(json.dumps(result), flush=True)
@@ -345,8 +353,14 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--memory-scale", type=float, default=0.25)
     parser.add_argument("--objective", choices=("time", "cost", "balanced"), default="balanced")
     parser.add_argument("--optimize-time-limit-s", type=float, default=20.0)
-    parser.add_argument("--no-default", action="store_true", help="skip the one-type default runs")
-    parser.add_argument("--slow-factor", type=float, default=0.0, help="one more run with the longest task slowed")
+    parser.add_argument("--default-runs", type=int, default=None, help="rounds with a default run (default: --runs)")
+    parser.add_argument(
+        "--slow-factor",
+        type=float,
+        default=0.0,
+        help="two more runs of the first workflow, its longest task slowed: "
+        "with repair ([agora] replan_slack as configured) and without (replan_slack 0)",
+    )
     parser.add_argument("--run-timeout-s", type=float, default=1800.0)
     parser.add_argument("--settle-s", type=float, default=3.0, help="wait for the executor's trace rows")
     return parser
