@@ -8,7 +8,8 @@ Usage:
 One real Airflow 3.3 (api-server, dag-processor, scheduler on SQLite) with ``[core] executor =
 LocalExecutor,agora`` and the AgoraExecutor on the local pools (``catalogs/local-priced.yaml``,
 the two local pools with nominal prices) or the loopback SLURM cluster
-(``catalogs/slurm-loopback.yaml``; start it first with ``bash scripts/start_slurm.sh``). Each
+(``catalogs/slurm-loopback-2core.yaml``: one core per partition, as the host has two; start the
+cluster first with ``bash scripts/start_slurm.sh``). Each
 workflow is replayed as a DAG by ``dags/agora_wfinstance.py`` with its runtimes scaled by
 ``--time-scale`` and clamped into [``--min-runtime-s``, ``--max-runtime-s``] (default 5-60 s).
 
@@ -54,7 +55,10 @@ sys.path.insert(0, str(REPO))
 from agora_optimizer.integration.local_airflow import AirflowDeployment, wait_until  # noqa: E402
 from agora_optimizer.plans.store import plan_version  # noqa: E402
 
-CATALOGS = {"local": REPO / "catalogs" / "local-priced.yaml", "slurm": REPO / "catalogs" / "slurm-loopback.yaml"}
+CATALOGS = {
+    "local": REPO / "catalogs" / "local-priced.yaml",
+    "slurm": REPO / "catalogs" / "slurm-loopback-2core.yaml",
+}
 DAG_ID_PREFIX = "agora_wfinstance_"
 DEFAULT_PLAN = """
 import sys
@@ -62,6 +66,7 @@ from agora_optimizer.integration.airflow_dag import learned_platform_latency, pr
 from agora_optimizer.io.catalog_file import load_catalog
 from agora_optimizer.io.plan_file import write_plan
 from agora_optimizer.optimize import default_plan
+from agora_optimizer.plans.store import default_plan_store
 from agora_optimizer.predict.latency import with_platform_latency
 
 dag_id, catalog_path, folder, out = sys.argv[1:5]
@@ -73,6 +78,7 @@ plan = default_plan(workflow, planned, catalog_path)
 if plan is None:
     raise SystemExit(f"{dag_id}: no single type of {catalog_path} fits every task")
 write_plan(plan, out)
+default_plan_store().save(dag_id, plan, workflow=workflow)  # in force, with its workflow, as --apply does
 """
 
 
@@ -160,13 +166,13 @@ class _Bench:
         dag_id = DAG_ID_PREFIX + name
         plan_path = self.root / "plans-made" / f"{name}-{kind}-{round_number}.json"
         plan_path.parent.mkdir(parents=True, exist_ok=True)
-        if kind == "agora":
+        if kind == "agora":  # --apply also keeps the workflow beside the plan, which repair re-plans from
             self._agora(["optimize", f"airflow:{dag_id}", "--catalog", str(self.catalog), "--objective",
                          self.args.objective, "--time-limit-s", f"{self.args.optimize_time_limit_s:g}",
-                         "--dag-folder", str(self.airflow.dags_folder), "-o", str(plan_path), "--json"])  # fmt: skip
+                         "--dag-folder", str(self.airflow.dags_folder), "-o", str(plan_path), "--json",
+                         "--apply"])  # fmt: skip
         else:
             self._python(DEFAULT_PLAN, dag_id, str(self.catalog), str(self.airflow.dags_folder), str(plan_path))
-        self._agora(["plans", "apply", dag_id, str(plan_path)])
         self._wait_in_force(dag_id, plan_version(plan_path.read_bytes()))
         conf: dict[str, Any] = {}
         slowed = ""
@@ -310,9 +316,9 @@ def _table(document: dict[str, Any]) -> str:
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in document["runs"]:
-        kind = r["plan"] + (
-            f" (slowed {', '.join(f'{k} x{v:g}' for k, v in r['slowed'].items())})" if r["slowed"] else ""
-        )
+        slowed = ", ".join(f"{task} x{factor:g}" for task, factor in r["slowed"].items())
+        repair = "repair on" if r.get("repair", True) else "repair off"
+        kind = r["plan"] + (f" ({slowed}, {repair})" if slowed else "")
         lines.append(
             f"| {r['workflow']} | {kind} | {r['run']} | {r['tasks']} | {r['state']} | {_num(r['planned_makespan_s'])} "
             f"| {_num(r['actual_makespan_s'])} | {_num(_ratio(r['actual_makespan_s'], r['planned_makespan_s']), 2)} "
@@ -344,7 +350,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--workflows-dir", type=Path, default=REPO / "workflows")
     parser.add_argument("--workflows", default="bacass-dirt02-001")
     parser.add_argument("--backend", choices=sorted(CATALOGS), default="local")
-    parser.add_argument("--catalog", type=Path, help="default: catalogs/local-priced.yaml or slurm-loopback.yaml")
+    parser.add_argument("--catalog", type=Path, help="default: catalogs/local-priced.yaml or slurm-loopback-2core.yaml")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "plans-come-true.json")
     parser.add_argument("--time-scale", type=float, default=0.02)

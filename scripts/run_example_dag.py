@@ -9,6 +9,8 @@ Usage: python scripts/run_example_dag.py [--out out/airflow] [--catalog catalogs
 3. Starts the api-server, dag-processor and scheduler, triggers the DAG, waits for it.
 4. Prints, per task, the pool its plan chose and the CPUs the task itself saw, and the
    trace rows (runtime, peak memory) the run wrote; stops Airflow.
+5. Prints the run's record, planned against actual makespan (``agora runs show``), and draws
+   both as a chart (``--out``/run.svg).
 
 Run it again and the plan learns from the first run's traces. The Airflow UI is at the
 printed URL while the script runs (user admin, password in the home's passwords.json).
@@ -73,7 +75,24 @@ def main() -> int:
         runtime = f"{attempt.runtime_s:.1f}" if attempt and attempt.runtime_s else "-"
         peak = f"{attempt.peak_rss_bytes / 2**20:.0f}" if attempt and attempt.peak_rss_bytes else "-"
         print(f"{task:<10} {resource:<13} {cpus!s:<10} {runtime:>9} {peak:>9}")
+    _print_record(agora, airflow.env, run_id, out / "run.svg")
     return 0 if state == "success" else 1
+
+
+def _print_record(agora: str, env: dict[str, str], run_id: str, chart: Path) -> None:
+    """The run against its plan, from its run record (re-recorded: the executor's rows land last)."""
+    subprocess.run([agora, "runs", "record", "--dag", "agora_example_etl"], check=True, env=env, capture_output=True)
+    shown = subprocess.run(
+        [agora, "runs", "show", "agora_example_etl", run_id, "--json", "--chart", str(chart)],
+        check=True, env=env, capture_output=True, text=True,
+    )  # fmt: skip
+    record = json.loads(shown.stdout)
+    planned, actual = record["planned_makespan_s"], record["actual_makespan_s"]
+    if planned and actual:
+        print(
+            f"plan against run: makespan {planned:.1f} s planned, {actual:.1f} s actual ({actual / planned - 1:+.0%}); "
+            f"chart {chart} (agora runs show agora_example_etl {run_id})"
+        )
 
 
 if __name__ == "__main__":
