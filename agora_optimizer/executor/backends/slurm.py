@@ -146,7 +146,7 @@ APPEND_MARGIN_S = 1.0  # the gathering instance stops appending this long before
 ADOPTED_RELEASE_GRACE_S = 5.0  # another instance releases a held pilot this long after its window
 IDS_PER_CALL = 400  # squeue / sacct --jobs per command line
 CANCEL_EXIT = 143  # 128 + SIGTERM
-LEASE_IDLE_S = 1800.0  # a lease's allocation with no task for this long ends (its scheduler may be gone)
+LEASE_IDLE_S = 120.0  # a lease's allocation with no task for this long ends (its scheduler may be gone, and it bills)
 REMEMBER_MAX = 10_000  # job and pilot directories a backend remembers; the oldest are found again from SLURM
 
 # SLURM job states that are not final, as the executor sees them.
