@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from agora_optimizer.executor.backends.slurm import job_name
-from agora_optimizer.executor.jobs import job_key
+from agora_optimizer.executor.backends.slurm import LEASE_IDLE_S, job_name
+from agora_optimizer.executor.jobs import job_key, lease_key
 from agora_optimizer.integration.local_airflow import AirflowDeployment, wait_until
 from agora_optimizer.io.catalog_file import load_catalog
 from agora_optimizer.model.plan import Assignment, Objective, Plan, SolverInfo
@@ -190,11 +190,11 @@ def test_the_example_pipeline_runs_each_task_where_its_plan_put_it(cluster: Clus
     slurm_ids = {report["slurm_job_id"] for report in reports.values() if report["slurm_job_id"]}
 
     def slurm_jobs_done() -> bool:  # the task reports success before its job's worker has exited
-        states = {row["JobID"]: row["State"] for row in sacct_jobs("agora-agora_example_etl.")}
+        states = {row["JobID"]: row["State"] for row in sacct_jobs("agora-lease-agora_example_etl.")}
         return all(states.get(job_id) == "COMPLETED" for job_id in slurm_ids)
 
     wait_until(slurm_jobs_done, 60, "SLURM to record the jobs as completed")
-    jobs = {row["JobID"]: row for row in sacct_jobs("agora-agora_example_etl.")}
+    jobs = {row["JobID"]: row for row in sacct_jobs("agora-lease-agora_example_etl.")}
     for task_id, (resource_name, _) in ETL_PLAN.items():
         resource = resources[resource_name]
         seen = reports[task_id]  # written by the task itself
@@ -207,7 +207,8 @@ def test_the_example_pipeline_runs_each_task_where_its_plan_put_it(cluster: Clus
             partition = str(resource.extra["partition"])
             assert seen["slurm_partition"] == partition, task_id
             job = jobs[seen["slurm_job_id"]]  # SLURM's record of the job the task ran in
-            assert job["JobName"] == job_name(job_key("agora_example_etl", task_id, run_id, 1, -1))
+            # a planned machine is one allocation (a lease), in which the task ran
+            assert job["JobName"] == job_name(lease_key("agora_example_etl", run_id, f"{resource_name}#0"))
             assert job["Partition"] == partition
             assert job["NodeList"] == SLURM_NODES[partition]
     attempts = cluster.attempts("agora_example_etl", 5)
@@ -253,9 +254,13 @@ def test_a_restarted_scheduler_adopts_running_jobs_none_lost_none_twice(cluster:
         tries = airflow.tries("agora_slow", run_id, task_id)
         assert [t["try_number"] for t in tries] == [1], task_id  # never run a second time
     assert "Adopted agora_slow.slow_a" in airflow.log("scheduler")
-    name = job_name(job_key("agora_slow", "slow_a", run_id, 1, -1))
-    wait_until(lambda: [j["State"] for j in sacct_jobs(name)] == ["COMPLETED"], 60, f"sacct to show {name} completed")
-    (job,) = sacct_jobs(name)  # one SLURM job for the task: adopted, not submitted again
+    name = job_name(lease_key("agora_slow", run_id, "slurm-debug#0"))  # slow_a's planned machine
+    # A restarted scheduler adopts the task's job but not its lease (known gap, issue 16): it does not close
+    # the allocation, which ends by itself once idle for lease_idle_s (LEASE_IDLE_S, 120 s).
+    wait_until(
+        lambda: [j["State"] for j in sacct_jobs(name)] == ["COMPLETED"], LEASE_IDLE_S + 90, f"sacct: {name} completed"
+    )
+    (job,) = sacct_jobs(name)  # one allocation for the task's machine: adopted, not submitted again
     assert job["Partition"] == "debug" and job["NodeList"] == "agora-small"
     job_dirs = {p.name for p in (cluster.airflow.home.parent / "jobs").glob("agora_slow.*")}
     assert job_dirs == {job_key("agora_slow", task_id, run_id, 1, -1) for task_id in ("slow_a", "slow_b")}
@@ -282,7 +287,7 @@ def test_a_slurm_queue_wait_longer_than_airflows_queued_timeout_runs_the_task_on
     finally:
         subprocess.run(["scancel", blocker], capture_output=True, timeout=30, check=False)
     assert [t["try_number"] for t in airflow.tries("agora_patient", run_id, "patient")] == [1]
-    name = job_name(job_key("agora_patient", "patient", run_id, 1, -1))
+    name = job_name(lease_key("agora_patient", run_id, "slurm-debug#0"))  # patient's planned machine
     wait_until(lambda: [j["State"] for j in sacct_jobs(name)] == ["COMPLETED"], 60, f"sacct to show {name} completed")
     (job,) = sacct_jobs(name)  # one job: not cancelled and submitted again when Airflow found it "stuck"
     times = subprocess.run(
