@@ -24,6 +24,7 @@ from typing import Literal
 
 from agora_optimizer.errors import AgoraError
 from agora_optimizer.executor.state_files import write_private
+from agora_optimizer.runs.lease_record import LeaseRecord
 
 JobPhase = Literal["pending", "running", "finished", "lost"]
 RESULT_FORMAT = "agora-job-result/1"
@@ -60,6 +61,22 @@ class MachineLease:
     tasks: int
     planned_start_s: float = 0.0
     planned_end_s: float = 0.0
+
+    def record(
+        self, backend: str, external_id: str, started_at: datetime, ended_at: datetime, source: str
+    ) -> LeaseRecord:
+        """This machine's allocation as it really ran, for the run record (every backend reports it so)."""
+        return LeaseRecord(
+            dag_id=self.dag_id,
+            run_id=self.run_id,
+            machine=self.machine,
+            resource=self.resource,
+            backend=backend,
+            external_id=external_id,
+            started_at=started_at,
+            ended_at=ended_at,
+            source=source,
+        )
 
 
 def lease_key(dag_id: str, run_id: str, machine: str) -> str:

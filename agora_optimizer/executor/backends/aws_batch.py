@@ -635,19 +635,7 @@ class AwsBatchBackend(Backend):
             if not starts or not ends:
                 continue
             lease = closed.lease
-            finished.append(
-                LeaseRecord(
-                    dag_id=lease.dag_id,
-                    run_id=lease.run_id,
-                    machine=lease.machine,
-                    resource=lease.resource,
-                    backend=BACKEND,
-                    external_id=closed.queue,
-                    started_at=min(starts),
-                    ended_at=max(ends),
-                    source="batch job times",
-                )
-            )
+            finished.append(lease.record(BACKEND, closed.queue, min(starts), max(ends), "batch job times"))
         return finished
 
     def _create_type_queue(self, resource: Resource, queue: str, network: ComputeNetwork) -> None:

@@ -299,16 +299,8 @@ class LocalBackend(Backend):
                 return
             now = datetime.now(UTC)
             self._released.append(
-                LeaseRecord(
-                    dag_id=lease.dag_id,
-                    run_id=lease.run_id,
-                    machine=lease.machine,
-                    resource=lease.resource,
-                    backend=self.name,
-                    external_id=lease.key,
-                    started_at=held.first_start_at or held.opened_at,
-                    ended_at=held.last_end_at or now,
-                    source="task times",
+                lease.record(
+                    self.name, lease.key, held.first_start_at or held.opened_at, held.last_end_at or now, "task times"
                 )
             )
 

@@ -857,19 +857,7 @@ class SlurmBackend(Backend):
                 log.info("SLURM: allocation %s of machine %s never started", job_id, pilot.lease.machine)
                 continue
             lease = pilot.lease
-            finished.append(
-                LeaseRecord(
-                    dag_id=lease.dag_id,
-                    run_id=lease.run_id,
-                    machine=lease.machine,
-                    resource=lease.resource,
-                    backend=self.name,
-                    external_id=job_id,
-                    started_at=record.started_at,
-                    ended_at=record.ended_at,
-                    source="slurm accounting",
-                )
-            )
+            finished.append(lease.record(self.name, job_id, record.started_at, record.ended_at, "slurm accounting"))
         return finished
 
     def _lease_partition(self, lease: MachineLease) -> str:
