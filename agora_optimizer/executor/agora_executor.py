@@ -630,11 +630,15 @@ class AgoraExecutor(BaseExecutor):
 
     def _settle_runs(self, runs: set[tuple[str, str]], now: float) -> None:
         """Read Airflow's task states of the runs with held jobs or open leases (each at most every
-        :data:`STATES_INTERVAL_S`): a task that will never come no longer holds its machine."""
+        :data:`STATES_INTERVAL_S`, or at each sync while a lease waits to hear that no retry will come): a
+        task that will never come no longer holds its machine, nor a task that ended for good its lease."""
         runs |= {(lease.dag_id, lease.run_id) for lease, _ in self._leases.values()}
         for run in runs:
             book = self._books.get(run)
-            if book is None or now - self._states_at.get(run, -math.inf) < STATES_INTERVAL_S:
+            if book is None:
+                continue
+            due = now - self._states_at.get(run, -math.inf) >= STATES_INTERVAL_S
+            if not due and not book.awaits_word():  # a machine whose lease waits for the word is asked at once
                 continue
             self._states_at[run] = now
             try:

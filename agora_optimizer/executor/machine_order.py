@@ -138,7 +138,9 @@ class RunBook:
     ``origin_s`` is the executor's monotonic clock when it saw the run's first planned task: the
     run's plan clock is ``now_s - origin_s``. A task that started and ended is *done*; one that
     never started and will not come (:meth:`settle`) is *gone*; either no longer holds the tasks
-    behind it, and a machine whose every task is done or gone has ended.
+    behind it. A done task is *final* once Airflow holds it in a :data:`NEVER_COMES` state (or, for
+    a run whose states were never read, once it ended): a failed try awaiting its retry will run on
+    the machine again. A machine whose every task is final or gone has ended.
     """
 
     order: MachineOrder
@@ -147,6 +149,8 @@ class RunBook:
     started: set[str] = field(default_factory=set)
     ended: set[str] = field(default_factory=set)
     gone: set[str] = field(default_factory=set)
+    final: set[str] = field(default_factory=set)
+    answered: bool = False  # Airflow's states of the run were read at least once
     scheduled: set[str] = field(default_factory=set)  # seen ``scheduled`` at the last read of the states
     kept_back: set[str] = field(default_factory=set)  # seen ``scheduled`` at two reads in a row
 
@@ -163,6 +167,7 @@ class RunBook:
         self.started.add(task_id)
         self.ended.discard(task_id)
         self.gone.discard(task_id)
+        self.final.discard(task_id)
         self.ended_s.pop(task_id, None)
         if at_s is not None:
             self.started_s[task_id] = at_s
@@ -182,6 +187,7 @@ class RunBook:
         or gone (if it never did), and so is a planned task the run does not have (a plan older than its
         DAG). A task the book counts as running stays running until :meth:`end`."""
         if states:  # no answer at all says nothing about which tasks the run has
+            self.answered = True
             for task_id in self.order.by_task.keys() - states.keys() - self.started:
                 self.gone.add(task_id)
         scheduled = {t for t, state in states.items() if state == KEPT_BACK and t in self.order.by_task}
@@ -192,6 +198,8 @@ class RunBook:
                 continue
             if task_id not in self.started:
                 self.gone.add(task_id)
+            else:
+                self.final.add(task_id)
 
     def running(self, machine: str) -> list[PlannedTask]:
         plan = self.order.machines.get(machine)
@@ -207,10 +215,22 @@ class RunBook:
         return [t for t in plan.tasks if t.task_id not in self.started and t.task_id not in self.gone]
 
     def machine_ended(self, machine: str) -> bool:
-        """Every task of the machine is done or gone: its lease may be released. A machine the order no
-        longer has (a repair moved its tasks away) has ended too."""
+        """Every task of the machine is final or gone: its lease may be released (a failed try whose retry
+        will come keeps it). A machine the order no longer has (a repair moved its tasks away) has ended too."""
         plan = self.order.machines.get(machine)
-        return plan is None or all(t.task_id in self.gone or t.task_id in self.ended for t in plan.tasks)
+        return plan is None or all(self._over(t.task_id) for t in plan.tasks)
+
+    def awaits_word(self) -> bool:
+        """A machine whose tasks have all ended waits only for Airflow to say that no retry will come."""
+        return any(
+            all(t.task_id in self.gone or t.task_id in self.ended for t in plan.tasks) and not self.machine_ended(m)
+            for m, plan in self.order.machines.items()
+        )
+
+    def _over(self, task_id: str) -> bool:
+        if task_id in self.gone:
+            return True
+        return task_id in self.ended and (task_id in self.final or not self.answered)
 
     def ended_machines(self) -> list[str]:
         return [machine for machine in self.order.machines if self.machine_ended(machine)]

@@ -104,6 +104,8 @@ def test_a_planned_task_the_run_does_not_have_never_holds_nor_keeps_the_machine(
     assert may_start(run, "kept", 100.0, 0.0, HOLD_S).start
     run.start("kept")
     run.end("kept")
+    assert not run.machine_ended("small#0")  # whether a retry comes is Airflow's to say
+    run.settle({"kept": "success"})
     assert run.machine_ended("small#0")
 
 
@@ -149,14 +151,30 @@ def test_an_unplanned_task_is_never_held() -> None:
 def test_a_machine_ends_when_each_task_is_done_or_gone_and_a_retry_runs_again() -> None:
     run = book(on("a", "small#0", 0, 10), on("b", "small#0", 10, 20), on("c", "small#1", 0, 5))
     run.start("a")
-    run.end("a")
+    run.end("a")  # its try failed: Airflow says whether a retry will come
     assert not run.machine_ended("small#0")
-    run.settle({"a": "running", "b": "upstream_failed", "c": "queued"})
-    assert run.ended_machines() == ["small#0"]
+    run.settle({"a": "up_for_retry", "b": "upstream_failed", "c": "queued"})
+    assert run.ended_machines() == []  # the retry will run on the machine: its lease stays
     run.start("a")  # its retry
     assert run.running("small#0")[0].task_id == "a" and not run.machine_ended("small#0")
     run.settle({"a": "failed"})  # a started task is running until its end is seen, whatever Airflow says
     assert not run.machine_ended("small#0")
+    run.end("a")
+    assert run.machine_ended("small#0")  # Airflow said failed: no try will come again
+    run.start("c")
+    run.end("c")
+    assert run.awaits_word() and run.ended_machines() == ["small#0"]
+    run.settle({"a": "failed", "c": "success"})
+    assert not run.awaits_word() and run.ended_machines() == ["small#0", "small#1"]
+
+
+def test_a_run_whose_states_were_never_read_ends_its_machines_as_their_tasks_end() -> None:
+    """No answer from Airflow's database (none at all): a lease is not kept for a retry nobody can see."""
+    run = book(on("a", "small#0", 0, 10))
+    run.settle({})
+    run.start("a")
+    run.end("a")
+    assert run.machine_ended("small#0")
 
 
 def test_a_valid_plan_runs_to_its_end_in_any_upstream_order() -> None:

@@ -28,7 +28,7 @@ import psutil
 import pytest
 
 from agora_optimizer.executor.backends.slurm import job_name
-from agora_optimizer.executor.jobs import job_key
+from agora_optimizer.executor.jobs import job_key, lease_key
 from agora_optimizer.integration.local_airflow import AirflowDeployment, wait_until
 from agora_optimizer.model.plan import Assignment, Objective, Plan, SolverInfo
 from agora_optimizer.plans.store import PlanStore
@@ -211,8 +211,10 @@ def sacct_names(prefix: str) -> list[dict[str, str]]:
     return [row for row in rows if row["JobName"].startswith(prefix)]
 
 
-def slurm_jobs_of(dag_id: str, task_id: str, run_id: str, try_number: int) -> list[dict[str, str]]:
-    return sacct_names(job_name(job_key(dag_id, task_id, run_id, try_number, -1)))
+def allocations_of(dag_id: str, run_id: str, task_id: str) -> list[dict[str, str]]:
+    """SLURM's accounting of the allocation that ran the task: its planned machine's lease."""
+    machine = f"{PLANS[dag_id][task_id]}#0"
+    return sacct_names(job_name(lease_key(dag_id, run_id, machine)))
 
 
 @pytest.fixture(scope="module")
@@ -307,8 +309,8 @@ def test_kill_9_a_worker_mid_task_retries_it_once_and_names_the_kill(rig: Rig, f
         first, second = rows[(task_id, 1)], rows[(task_id, 2)]
         assert first.state != "success" and "SIGKILL" in first.error_text, (task_id, first)
         assert second.state == "success", (task_id, second)
-    for try_number in (1, 2):
-        assert len(slurm_jobs_of("fault_kill", "victim_slurm", run_id, try_number)) == 1
+    # Both tries ran in the one allocation of the planned machine: none was submitted twice.
+    assert len(allocations_of("fault_kill", run_id, "victim_slurm")) == 1
     figures.record(
         "kill -9 a worker mid-task",
         tasks_affected=len(tasks),
@@ -352,7 +354,7 @@ def test_restart_slurmctld_mid_run_every_task_ends_once(rig: Rig, figures: Figur
     for task_id in tasks:
         assert [t["try_number"] for t in airflow.tries("fault_ctld", run_id, task_id)] == [1], task_id
         assert [m.what for m in assert_each_try_ran_once(rig, "fault_ctld", run_id, task_id)] == ["start", "end"]
-        assert len(slurm_jobs_of("fault_ctld", task_id, run_id, 1)) == 1, task_id
+        assert len(allocations_of("fault_ctld", run_id, task_id)) == 1, task_id  # the machine's one allocation
         assert rows[(task_id, 1)].state == "success"
     figures.record(
         "restart slurmctld mid-run",
@@ -516,7 +518,7 @@ def test_slurm_clients_that_answer_garbage_fail_or_delay_tasks_with_a_named_erro
     rig.assert_scheduler_lives(before)
     assert [t["try_number"] for t in airflow.tries("fault_garbage", run_id, "polled")] == [1]
     assert [m.what for m in assert_each_try_ran_once(rig, "fault_garbage", run_id, "polled")] == ["start", "end"]
-    assert len(slurm_jobs_of("fault_garbage", "polled", run_id, 1)) == 1
+    assert len(allocations_of("fault_garbage", run_id, "polled")) == 1
     wait_until(
         lambda: ("submitted", 1) in rig.attempts("fault_garbage_submit"), 60, "the row of the refused task", airflow
     )
