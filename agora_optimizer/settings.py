@@ -179,6 +179,31 @@ SETTINGS: tuple[Setting, ...] = (
         "state_dir). The AWS connection and the job definition's job role need s3:GetObject and "
         "s3:PutObject there. The workloads hold Execution API tokens: keep the bucket private.",
     ),
+    Setting(
+        "aws_subnets",
+        "",
+        "Comma-separated subnet ids for the compute environments agora creates on demand: a planned "
+        "machine runs on a job queue of exactly its instance type (agora-<type>), and with "
+        "aws_subnets, aws_security_group_ids and aws_instance_role set, a type that has no such queue "
+        "gets one (a managed EC2 compute environment, maxvCpus = the type's catalog count x its vCPUs). "
+        "Empty: a planned machine whose type has no queue is re-placed onto its resource's queue, "
+        "and the run record says why.",
+    ),
+    Setting(
+        "aws_security_group_ids",
+        "",
+        "Comma-separated security group ids of those compute environments (see aws_subnets).",
+    ),
+    Setting(
+        "aws_instance_role",
+        "",
+        "The ECS instance profile (name or ARN) of those compute environments' instances (see aws_subnets).",
+    ),
+    Setting(
+        "aws_service_role",
+        "",
+        "The service role of those compute environments; empty: AWS Batch's service-linked role.",
+    ),
 )
 
 _BY_KEY = {setting.key: setting for setting in SETTINGS}

@@ -12,7 +12,9 @@ from typing import Any
 
 import pytest
 
+from agora_optimizer.errors import AgoraError
 from agora_optimizer.executor.backends.aws_batch import AwsBatchBackend, ComputeNetwork, type_queue_name
+from agora_optimizer.executor.backends.registry import aws_compute_network
 from agora_optimizer.executor.jobs import BackendError, MachineLease, lease_key
 from agora_optimizer.model.catalog import Catalog, Resource
 from tests.aws.conftest import REGION, SPECIAL_QUEUE, MotoServer, Network, fake_session
@@ -107,3 +109,19 @@ def test_a_missing_queue_without_a_compute_network_refuses_the_lease(moto: MotoS
     with pytest.raises(BackendError) as caught:
         leasing(moto, catalog, None).open_lease(lease_of(resource))
     assert "r7i.large#0" in str(caught.value) and "compute network" in str(caught.value)
+
+
+def test_the_compute_network_is_read_from_the_agora_settings_all_or_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    keys = ("AWS_SUBNETS", "AWS_SECURITY_GROUP_IDS", "AWS_INSTANCE_ROLE", "AWS_SERVICE_ROLE")
+    for key in keys:
+        monkeypatch.delenv(f"AIRFLOW__AGORA__{key}", raising=False)
+    assert aws_compute_network() is None  # none set: a type with no queue of its own is re-placed
+    monkeypatch.setenv("AIRFLOW__AGORA__AWS_SUBNETS", "subnet-1, subnet-2")
+    with pytest.raises(AgoraError, match=r"aws_subnets set but not aws_security_group_ids, aws_instance_role"):
+        aws_compute_network()
+    monkeypatch.setenv("AIRFLOW__AGORA__AWS_SECURITY_GROUP_IDS", "sg-1")
+    monkeypatch.setenv("AIRFLOW__AGORA__AWS_INSTANCE_ROLE", "ecsInstanceRole")
+    assert aws_compute_network() == ComputeNetwork(("subnet-1", "subnet-2"), ("sg-1",), "ecsInstanceRole", None)
+    monkeypatch.setenv("AIRFLOW__AGORA__AWS_SERVICE_ROLE", "arn:aws:iam::123456789012:role/batch")
+    network = aws_compute_network()
+    assert network is not None and network.service_role == "arn:aws:iam::123456789012:role/batch"

@@ -9,11 +9,15 @@ registers its own factory under a name with :func:`register_backend`.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 from agora_optimizer import settings
 from agora_optimizer.errors import AgoraError
 from agora_optimizer.executor.backends.base import Backend
 from agora_optimizer.model.catalog import Resource
+
+if TYPE_CHECKING:
+    from agora_optimizer.executor.backends.aws_batch import ComputeNetwork
 
 BackendFactory = Callable[[Mapping[str, Resource]], Backend]
 """Makes a backend for the catalog's resources of its kind (by name)."""
@@ -46,7 +50,37 @@ def _aws(resources: Mapping[str, Resource]) -> Backend:
         settings.get("aws_job_definition"),
         s3_prefix=settings.get("aws_s3_prefix"),
         resources=resources,
+        compute_network=aws_compute_network(),
     )
+
+
+def aws_compute_network() -> ComputeNetwork | None:
+    """The network of the compute environments agora may create (``[agora] aws_subnets`` ...), None when
+    none of its settings is set; AgoraError naming what is missing when only some are."""
+    from agora_optimizer.executor.backends.aws_batch import ComputeNetwork
+
+    values = {key: _listed(settings.get(key)) for key in _NETWORK_KEYS}
+    if not any(values.values()):
+        return None
+    missing = [key for key in _NETWORK_KEYS if not values[key]]
+    if missing:
+        raise AgoraError(
+            f"[agora] {', '.join(k for k in _NETWORK_KEYS if values[k])} set but not {', '.join(missing)}: "
+            "agora creates a compute environment per planned instance type only with all three"
+        )
+    return ComputeNetwork(
+        subnets=values["aws_subnets"],
+        security_group_ids=values["aws_security_group_ids"],
+        instance_role=values["aws_instance_role"][0],
+        service_role=settings.get("aws_service_role") or None,
+    )
+
+
+_NETWORK_KEYS = ("aws_subnets", "aws_security_group_ids", "aws_instance_role")
+
+
+def _listed(value: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in value.split(",") if part.strip())
 
 
 _FACTORIES: dict[str, BackendFactory] = {"local": _local, "slurm": _slurm, "aws": _aws}
