@@ -112,7 +112,7 @@ from agora_optimizer.executor.lifecycle import (
     parse_external_id,
     transition,
 )
-from agora_optimizer.executor.machine_order import MachineOrder, ReplacedMachine, RunBook, may_start
+from agora_optimizer.executor.machine_order import MachineOrder, MachinePlan, ReplacedMachine, RunBook, may_start
 from agora_optimizer.executor.placement import Placement, placement_from_config
 from agora_optimizer.executor.remote_files import CONTAINER_JOB_ROOT, job_urls, split_s3_url
 from agora_optimizer.executor.repair import Repaired, Repairer, RunRepair, RunReports, clock_at
@@ -439,6 +439,7 @@ class AgoraExecutor(BaseExecutor):
             if record is None or not self._adopt(backend_name, resource, external_id, job_dir):
                 not_adopted.append(ti)
                 continue
+            lease = self._adopted_lease(ti, record)
             spec = JobSpec(
                 key=job_dir.name,
                 label=record.label,
@@ -448,10 +449,36 @@ class AgoraExecutor(BaseExecutor):
                 time_limit_s=None,
                 command=(),
                 job_dir=job_dir,
+                lease=lease,
             )
             self.running.add(ti.key)
             self._feed(Job(ti.key, spec, record), Adopted(external_id))
         return not_adopted
+
+    def _adopted_lease(self, ti: Any, record: JobRecord) -> MachineLease | None:
+        """The planned machine an adopted job runs on, its lease taken over (the backend finds the allocation
+        an earlier scheduler opened) and its run's book started, so that the lease is released once the
+        machine's tasks are over (not left to its idle limit). None for a job on no planned machine."""
+        resource = self._resources.get(record.resource)
+        if not record.machine or not record.plan_version or resource is None:
+            return None
+        placement = Placement(
+            record.resource, record.cores, record.memory_bytes, machine=record.machine, plan_version=record.plan_version
+        )
+        new_book = (ti.dag_id, ti.run_id) not in self._books
+        lease = self._lease_for(ti, placement, resource)
+        book = self._books.get((ti.dag_id, ti.run_id))
+        if lease is None or book is None:
+            return None
+        planned = book.order.by_task.get(ti.task_id)
+        started = getattr(ti, "start_date", None)
+        started = started if isinstance(started, datetime) else None
+        now = _now()
+        if new_book and planned is not None and started is not None:
+            # The run's plan clock as the earlier scheduler had it, near enough: the task began at its planned start.
+            book.origin_s = now.monotonic_s - (now.wall - started).total_seconds() - planned.start_s
+        book.start(ti.task_id, clock_at(book, now.monotonic_s, now.wall, started))
+        return lease
 
     # -- inside: building and submitting jobs --------------------------------------------------
 
@@ -548,10 +575,23 @@ class AgoraExecutor(BaseExecutor):
                 ti.dag_id, ti.task_id, placement.cores, placement.memory_bytes, machine.machine,
             )  # fmt: skip
             return None
+        backend = self._resources[machine.resource].backend if machine.resource in self._resources else resource.backend
+        lease = self._leases[key][0] if key in self._leases else self._open_machine(run, machine, backend, book)
+        if lease is not None and book is None:
+            self._books[run] = RunBook(order, origin_s=time.monotonic(), plan_version=placement.plan_version)
+        return lease
+
+    def _open_machine(
+        self, run: tuple[str, str], machine: MachinePlan, backend: str, book: RunBook | None
+    ) -> MachineLease | None:
+        """Open the lease of a run's planned machine with its backend; None (the machine re-placed, and
+        recorded as a repair) when the backend cannot give it."""
+        dag_id, run_id = run
+        key = lease_key(dag_id, run_id, machine.machine)
         lease = MachineLease(
             key=key,
-            dag_id=ti.dag_id,
-            run_id=ti.run_id,
+            dag_id=dag_id,
+            run_id=run_id,
             machine=machine.machine,
             resource=machine.resource,
             cores=machine.cores,
@@ -560,26 +600,44 @@ class AgoraExecutor(BaseExecutor):
             planned_start_s=machine.planned_start_s,
             planned_end_s=machine.planned_end_s,
         )
-        if key not in self._leases:
-            backend = (
-                self._resources[machine.resource].backend if machine.resource in self._resources else resource.backend
-            )
-            try:
-                self._backend(backend).open_lease(lease)
-            except AgoraError as exc:  # BackendError: the machine cannot be had; its tasks are re-placed
-                reason = exc.reason if isinstance(exc, BackendError) else str(exc)
-                self._replaced[key] = ReplacedMachine(ti.dag_id, ti.run_id, machine.machine, machine.resource, reason)
-                at_s = 0.0 if book is None else book.clock_s(time.monotonic())
-                self._reports.add_repair(ti.dag_id, ti.run_id, _replaced_repair(machine.machine, reason, machine, at_s))
-                self.log.warning(
-                    "agora: machine %s of %s run %s cannot be had (%s); its tasks run on %s's pool without it",
-                    machine.machine, ti.dag_id, ti.run_id, reason, machine.resource,
-                )  # fmt: skip
-                return None
-            self._leases[key] = (lease, backend)
-        if book is None:
-            self._books[run] = RunBook(order, origin_s=time.monotonic(), plan_version=placement.plan_version)
+        try:
+            self._backend(backend).open_lease(lease)
+        except AgoraError as exc:  # BackendError: the machine cannot be had; its tasks are re-placed
+            reason = exc.reason if isinstance(exc, BackendError) else str(exc)
+            self._replaced[key] = ReplacedMachine(dag_id, run_id, machine.machine, machine.resource, reason)
+            at_s = 0.0 if book is None else book.clock_s(time.monotonic())
+            self._reports.add_repair(dag_id, run_id, _replaced_repair(machine.machine, reason, machine, at_s))
+            self.log.warning(
+                "agora: machine %s of %s run %s cannot be had (%s); its tasks run on %s's pool without it",
+                machine.machine, dag_id, run_id, reason, machine.resource,
+            )  # fmt: skip
+            return None
+        self._leases[key] = (lease, backend)
         return lease
+
+    def _open_due_leases(self) -> None:
+        """Ask ahead for each planned machine whose backend predicts a wait for it (a SLURM allocation's queue
+        wait): at its planned start less that wait on the run's plan clock, so that it is held when its first
+        task is ready. A machine whose tasks never come is released as any other (:meth:`_close_ended_leases`)."""
+        now = time.monotonic()
+        for run, book in list(self._books.items()):
+            for machine in book.order.machines.values():
+                key = lease_key(run[0], run[1], machine.machine)
+                if key in self._leases or key in self._replaced or book.machine_ended(machine.machine):
+                    continue
+                if any(t.task_id in book.started or t.task_id in book.gone for t in machine.tasks):
+                    continue  # the machine has been used (its lease since released) or its tasks are not coming
+                resource = self._resources.get(machine.resource)
+                if resource is None:
+                    continue
+                lead_s = self._backend(resource.backend).lease_lead_s(machine.resource)
+                if lead_s <= 0 or book.clock_s(now) < machine.planned_start_s - lead_s:
+                    continue
+                if self._open_machine(run, machine, resource.backend, book) is not None:
+                    self.log.info(
+                        "agora: asked for machine %s of %s run %s %.1f s ahead of its planned start (its wait)",
+                        machine.machine, run[0], run[1], lead_s,
+                    )  # fmt: skip
 
     def _repaired_placement(self, ti: Any, placement: Placement) -> Placement:
         """The placement a repair of the task's run gave it (same plan version), else ``placement``."""
@@ -851,6 +909,7 @@ class AgoraExecutor(BaseExecutor):
             self._poll(backend_name, jobs)
         self._repair_runs()  # after the polls (a late end, a failure), before the held jobs' turn
         self._release_held()  # after the polls: a machine a task has just left has room now
+        self._open_due_leases()
         self._close_ended_leases()
 
     def _poll(self, backend_name: str, jobs: list[Job]) -> None:

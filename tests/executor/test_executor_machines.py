@@ -197,3 +197,59 @@ def test_the_plan_is_read_once_per_dag_and_version(
     executor._process_workloads(items)
     assert reads == [version]
     cancel(executor, items)
+
+
+class Leading(Recording):
+    """The local pools, predicting a wait of ``lead_s`` seconds before a machine of a type is held."""
+
+    def __init__(self, lead_s: dict[str, float]) -> None:
+        super().__init__()
+        self.lead_s = lead_s
+
+    def lease_lead_s(self, resource: str) -> float:
+        return self.lead_s.get(resource, 0.0)
+
+
+def test_a_machine_with_a_predicted_wait_is_asked_for_that_long_before_its_planned_start(
+    executor: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """c's machine starts at 10 s on the plan clock and waits 5 s to be held: it is asked for at 5 s,
+    before c itself arrives; a's machine, with no predicted wait, opens with its first task as before."""
+    plans = tmp_path / "ahead-plans"
+    monkeypatch.setenv("AIRFLOW__AGORA__PLAN_DIR", str(plans))
+    assignments = (
+        Assignment("a", "local-small", "local-small#0", 0.0, 10.0, 1, GIB),
+        Assignment("c", "local-large", "local-large#0", 10.0, 15.0, 1, GIB),
+    )
+    plan = Plan(
+        "unit",
+        "local",
+        Objective(),
+        15.0,
+        0.0,
+        assignments,
+        SolverInfo("t", "heuristic", None, 0),
+        "2026-12-01T00:00:00Z",
+    )
+    PlanStore(plans).save("unit", plan)
+    version = plan_version(PlanStore(plans).current_path("unit").read_bytes())
+    backend = Leading({"local-large": 5.0})
+    executor._backends["local"] = backend
+    first = workload("a", placed("a", "local-small#0", version), tmp_path)
+    executor.queued_tasks[first.ti.key] = first
+    executor._process_workloads([first])
+    executor.sync()
+    assert backend.calls == [("open", "local-small#0")]  # c's machine is 10 s away, its wait 5 s
+    (book,) = executor._books.values()
+    book.origin_s -= 5.5  # the run's plan clock at 5.5 s
+    executor.sync()
+    assert backend.calls == [("open", "local-small#0"), ("open", "local-large#0")]
+    later = workload("c", placed("c", "local-large#0", version), tmp_path)
+    executor.queued_tasks[later.ti.key] = later
+    executor._process_workloads([later])
+    assert backend.calls.count(("open", "local-large#0")) == 1  # c runs in the lease asked for ahead
+    assert {job.record.task_id: job.spec.lease.machine for job in executor._jobs.values()} == {
+        "a": "local-small#0",
+        "c": "local-large#0",
+    }
+    cancel(executor, [first, later])

@@ -255,11 +255,12 @@ def test_a_restarted_scheduler_adopts_running_jobs_none_lost_none_twice(cluster:
         assert [t["try_number"] for t in tries] == [1], task_id  # never run a second time
     assert "Adopted agora_slow.slow_a" in airflow.log("scheduler")
     name = job_name(lease_key("agora_slow", run_id, "slurm-debug#0"))  # slow_a's planned machine
-    # A restarted scheduler adopts the task's job but not its lease (known gap, issue 16): it does not close
-    # the allocation, which ends by itself once idle for lease_idle_s (LEASE_IDLE_S, 120 s).
+    # The restarted scheduler took over the task's lease too: it releases the allocation once the machine's
+    # task is over, well before the allocation's own idle limit (LEASE_IDLE_S) would have ended it.
     wait_until(
-        lambda: [j["State"] for j in sacct_jobs(name)] == ["COMPLETED"], LEASE_IDLE_S + 90, f"sacct: {name} completed"
+        lambda: [j["State"] for j in sacct_jobs(name)] == ["COMPLETED"], LEASE_IDLE_S / 2, f"sacct: {name} completed"
     )
+    assert "SLURM: took over allocation" in airflow.log("scheduler")
     (job,) = sacct_jobs(name)  # one allocation for the task's machine: adopted, not submitted again
     assert job["Partition"] == "debug" and job["NodeList"] == "agora-small"
     job_dirs = {p.name for p in (cluster.airflow.home.parent / "jobs").glob("agora_slow.*")}

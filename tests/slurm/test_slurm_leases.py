@@ -74,6 +74,7 @@ def test_a_lease_runs_its_tasks_in_order_in_one_allocation_and_ends_when_closed(
     assert results[0].ended_at <= results[1].started_at  # handed over second, run second
     assert show_job(allocation)["JobState"] in ("RUNNING", "PENDING")  # open: more tasks may come
     assert leases.finished_leases() == []
+    assert leases.lease_lead_s(SMALL.name) == 0.0  # no allocation of its partition has ended: no wait known
 
     leases.close_lease(lease)
     row = accounting(allocation)
@@ -84,8 +85,9 @@ def test_a_lease_runs_its_tasks_in_order_in_one_allocation_and_ends_when_closed(
     assert (record.machine, record.resource, record.external_id, record.source) == (
         lease.machine, SMALL.name, allocation, "slurm accounting"
     )  # fmt: skip
-    start, end = _sacct_times(allocation)
+    submit, start, end = _sacct_times(allocation)
     assert (int(record.started_at.timestamp()), int(record.ended_at.timestamp())) == (start, end)
+    assert leases.lease_lead_s(SMALL.name) == pytest.approx(start - submit, abs=1)  # its wait, from accounting
     assert record.seconds >= 2  # it held the machine for at least the first task
     assert leases.finished_leases() == []  # reported once
 
@@ -142,13 +144,13 @@ def test_a_task_larger_than_its_machine_is_refused(tmp_path: Path, leases: Slurm
         leases.submit(on(job(tmp_path, "big", cores=4), lease))
 
 
-def _sacct_times(job_id: str) -> tuple[int, int]:
+def _sacct_times(job_id: str) -> tuple[int, int, int]:
     out = subprocess.run(
-        ["sacct", "-X", "-n", "-P", "-j", job_id, "-o", "Start,End"],
+        ["sacct", "-X", "-n", "-P", "-j", job_id, "-o", "Submit,Start,End"],
         capture_output=True,
         text=True,
         check=True,
         env={**os.environ, "SLURM_TIME_FORMAT": "%s"},
     ).stdout.split()[0]
-    start, end = out.split("|")
-    return int(start), int(end)
+    submit, start, end = out.split("|")
+    return int(submit), int(start), int(end)

@@ -62,6 +62,11 @@ class Backend:
         exhausted): the executor then re-places its tasks. Jobs whose ``JobSpec.lease`` is this
         lease run inside it; the default runs them as any other job."""
 
+    def lease_lead_s(self, resource: str) -> float:
+        """How long before a machine's planned start its lease should be asked for: the predicted wait
+        between asking and holding it (a SLURM allocation's queue wait). 0: when its first task arrives."""
+        return 0.0
+
     def close_lease(self, lease: MachineLease) -> None:
         """Release the planned machine: its last task has ended (or will never come). Never raises."""
 

@@ -93,6 +93,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -147,6 +148,7 @@ ADOPTED_RELEASE_GRACE_S = 5.0  # another instance releases a held pilot this lon
 IDS_PER_CALL = 400  # squeue / sacct --jobs per command line
 CANCEL_EXIT = 143  # 128 + SIGTERM
 LEASE_IDLE_S = 120.0  # a lease's allocation with no task for this long ends (its scheduler may be gone, and it bills)
+LEAD_SAMPLES = 20  # an allocation's predicted queue wait: the median of its partition's last this many
 REMEMBER_MAX = 10_000  # job and pilot directories a backend remembers; the oldest are found again from SLURM
 
 # SLURM job states that are not final, as the executor sees them.
@@ -689,6 +691,8 @@ class SlurmBackend(Backend):
         self.lease_idle_s = lease_idle_s
         self._leases: dict[str, _Pilot] = {}  # lease key -> the allocation its tasks go to now
         self._released: BoundedDict[str, _Pilot] = BoundedDict(remember_max)  # SLURM id -> released, unreported
+        # partition -> the queue waits (submit to start, s) of its last allocations: the lead of the next
+        self._allocation_waits: dict[str, deque[float]] = {}
         self._lock = threading.RLock()
 
     # -- the Backend calls ---------------------------------------------------------------------
@@ -858,7 +862,20 @@ class SlurmBackend(Backend):
                 continue
             lease = pilot.lease
             finished.append(lease.record(self.name, job_id, record.started_at, record.ended_at, "slurm accounting"))
+            if record.submitted_at is not None:
+                waited_s = max(0.0, (record.started_at - record.submitted_at).total_seconds())
+                with self._lock:
+                    self._allocation_waits.setdefault(pilot.partition, deque(maxlen=LEAD_SAMPLES)).append(waited_s)
         return finished
+
+    def lease_lead_s(self, resource: str) -> float:
+        """The predicted queue wait of an allocation of ``resource``'s partition: the median wait (submit to
+        start, from accounting) of its last :data:`LEAD_SAMPLES` allocations; 0 before the first ended."""
+        spec = self.resources.get(resource)
+        partition = None if spec is None else spec.extra.get("partition")
+        with self._lock:
+            waits = sorted(self._allocation_waits.get(str(partition), ()))
+        return waits[len(waits) // 2] if waits else 0.0
 
     def _lease_partition(self, lease: MachineLease) -> str:
         resource = self.resources.get(lease.resource)
