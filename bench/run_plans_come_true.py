@@ -23,10 +23,12 @@ For each workflow and each of ``--runs`` rounds:
    so that the saving is measured on real runs beside the predicted one.
 
 After each run ``agora runs record`` (re)builds its run record and ``agora runs show --json``
-gives the numbers. With ``--slow-factor F`` two more runs of the first workflow slow its longest
-task F times (DAG run conf ``agora_slow``): one with repair (``[agora] replan_slack`` as
-configured, 0.2 by default), one without (the scheduler restarted with ``replan_slack = 0``),
-to see whether repair brings a drifting run closer to its plan.
+gives the numbers. With ``--slow-factor F`` two more runs of ``--slow-workflow`` (the first by
+default) slow one task F times (DAG run conf ``agora_slow``), the longest of those the plan starts
+in the first 40 % of its makespan (a late one leaves a repair nothing to move), planned with
+``--slow-objective``: one with repair (``[agora] replan_slack`` as configured, 0.2 by default),
+one without (the scheduler restarted with ``replan_slack = 0``), to see whether repair brings a
+drifting run closer to its plan.
 
 Output: ``--out`` holds one JSON object per run (``workflow, backend, plan, run, tasks,
 planned_makespan_s, actual_makespan_s, planned_cost_usd, actual_cost_usd, repairs, ...``) and a
@@ -91,6 +93,9 @@ def main(argv: list[str] | None = None) -> int:
     missing = [name for name in workflows if not (args.workflows_dir / f"{name}.json").is_file()]
     if missing:
         raise SystemExit(f"--workflows: no {', '.join(missing)} in {args.workflows_dir}")
+    slow_workflow = args.slow_workflow or workflows[0]
+    if slow_workflow not in workflows:
+        raise SystemExit(f"--slow-workflow: {slow_workflow!r} is not one of --workflows")
     catalog = (args.catalog or CATALOGS[args.backend]).resolve()
     root = Path(tempfile.mkdtemp(prefix="agora-bench-plans-"))
     (root / "dags").mkdir()
@@ -125,12 +130,13 @@ def main(argv: list[str] | None = None) -> int:
                 kinds = ["agora", "default"] if round_number <= args.default_runs else ["agora"]
                 for kind in kinds if round_number % 2 else reversed(kinds):  # who runs first alternates
                     bench.run(name, kind, round_number)
-        if args.slow_factor:  # the first workflow, its longest task slowed: with repair, then without
-            bench.run(workflows[0], "agora", args.runs + 1, slow_factor=args.slow_factor)
+        if args.slow_factor:  # one workflow, an early long task slowed: with repair, then without
+            slow = {"slow_factor": args.slow_factor, "objective": args.slow_objective or args.objective}
+            bench.run(slow_workflow, "agora", args.runs + 1, **slow)
             airflow.stop("scheduler")
             airflow.extra_env = {**airflow.extra_env, "AIRFLOW__AGORA__REPLAN_SLACK": "0"}  # repair off
             airflow.start("scheduler")
-            bench.run(workflows[0], "agora", args.runs + 2, slow_factor=args.slow_factor, repair=False)
+            bench.run(slow_workflow, "agora", args.runs + 2, repair=False, **slow)
     summary = _summary(bench.results)
     document = {
         "command": " ".join(["python", "bench/run_plans_come_true.py", *(argv if argv is not None else sys.argv[1:])]),
@@ -162,13 +168,21 @@ class _Bench:
         self.agora = str(Path(sys.executable).with_name("agora"))
         self.results: list[dict[str, Any]] = []
 
-    def run(self, name: str, kind: str, round_number: int, slow_factor: float = 0.0, repair: bool = True) -> None:
+    def run(
+        self,
+        name: str,
+        kind: str,
+        round_number: int,
+        slow_factor: float = 0.0,
+        repair: bool = True,
+        objective: str = "",
+    ) -> None:
         dag_id = DAG_ID_PREFIX + name
         plan_path = self.root / "plans-made" / f"{name}-{kind}-{round_number}.json"
         plan_path.parent.mkdir(parents=True, exist_ok=True)
         if kind == "agora":  # --apply also keeps the workflow beside the plan, which repair re-plans from
             self._agora(["optimize", f"airflow:{dag_id}", "--catalog", str(self.catalog), "--objective",
-                         self.args.objective, "--time-limit-s", f"{self.args.optimize_time_limit_s:g}",
+                         objective or self.args.objective, "--time-limit-s", f"{self.args.optimize_time_limit_s:g}",
                          "--dag-folder", str(self.airflow.dags_folder), "-o", str(plan_path), "--json",
                          "--apply"])  # fmt: skip
         else:
@@ -177,7 +191,7 @@ class _Bench:
         conf: dict[str, Any] = {}
         slowed = ""
         if slow_factor:
-            slowed = _longest_task(plan_path)
+            slowed = _slowed_task(plan_path)
             conf = {"agora_slow": {slowed: slow_factor}}
         run_id = self.airflow.trigger(dag_id, conf)
         state = self.airflow.wait_for_run(dag_id, run_id, timeout_s=self.args.run_timeout_s)
@@ -199,6 +213,7 @@ class _Bench:
             "plan_version": record.get("plan_version"),
             "slowed": {slowed: slow_factor} if slowed else {},
             "repair": repair,
+            "objective": objective or self.args.objective,
         }
         self.results.append(result)
         print(json.dumps(result), flush=True)
@@ -244,9 +259,12 @@ class _Bench:
             raise SystemExit(f"the default plan of {arguments[0]} failed: {answer.stderr[-2000:]}")
 
 
-def _longest_task(plan_path: Path) -> str:
+def _slowed_task(plan_path: Path, early: float = 0.4) -> str:
+    """The longest task among those the plan starts in its first ``early`` of the makespan."""
     plan = json.loads(plan_path.read_text())
-    return str(max(plan["assignments"], key=lambda a: (a["end_s"] - a["start_s"], a["task"]))["task"])
+    makespan_s = max(a["end_s"] for a in plan["assignments"])
+    candidates = [a for a in plan["assignments"] if a["start_s"] <= early * makespan_s]
+    return str(max(candidates, key=lambda a: (a["end_s"] - a["start_s"], a["task"]))["task"])
 
 
 def _ratio(actual: float | None, planned: float | None) -> float | None:
@@ -318,7 +336,8 @@ def _table(document: dict[str, Any]) -> str:
     for r in document["runs"]:
         slowed = ", ".join(f"{task} x{factor:g}" for task, factor in r["slowed"].items())
         repair = "repair on" if r.get("repair", True) else "repair off"
-        kind = r["plan"] + (f" ({slowed}, {repair})" if slowed else "")
+        objective = f", objective {r['objective']}" if slowed and "objective" in r else ""
+        kind = r["plan"] + (f" ({slowed}, {repair}{objective})" if slowed else "")
         lines.append(
             f"| {r['workflow']} | {kind} | {r['run']} | {r['tasks']} | {r['state']} | {_num(r['planned_makespan_s'])} "
             f"| {_num(r['actual_makespan_s'])} | {_num(_ratio(r['actual_makespan_s'], r['planned_makespan_s']), 2)} "
@@ -364,8 +383,16 @@ def _parser() -> argparse.ArgumentParser:
         "--slow-factor",
         type=float,
         default=0.0,
-        help="two more runs of the first workflow, its longest task slowed: "
+        help="two more runs of --slow-workflow, an early long task slowed: "
         "with repair ([agora] replan_slack as configured) and without (replan_slack 0)",
+    )
+    parser.add_argument("--slow-workflow", default="", help="the workflow of the slowed runs (default: the first)")
+    parser.add_argument(
+        "--slow-objective",
+        choices=("", "time", "cost", "balanced"),
+        default="",
+        help="the objective of the slowed runs' plans (default: --objective); a plan that spreads its tasks "
+        "over several machines leaves a repair room to move them",
     )
     parser.add_argument("--run-timeout-s", type=float, default=1800.0)
     parser.add_argument("--settle-s", type=float, default=3.0, help="wait for the executor's trace rows")
