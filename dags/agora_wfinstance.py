@@ -22,10 +22,13 @@ beside this folder (or from ``$AGORA_WORKFLOWS_DIR``) with agora's WfFormat read
   benchmark slows a task on purpose to see a run drift from its plan.
 - ``executor_config["agora"]`` carries the scaled ``runtime_s``, the ``memory_bytes`` the task
   process needs (the scaled block plus TASK_PROCESS_BYTES, what Airflow's task process itself
-  holds; ``$AGORA_WFINSTANCE_TASK_PROCESS_BYTES``) and the
-  recorded ``cores`` (the hints agora's planner reads); ``executor_config["agora_wfinstance"]``
-  carries the task's ``category``, its WfFormat ``wf_task_id`` and ``wf_task_name``. They sit
-  in their own key because the planner's reader refuses keys it does not know in ``"agora"``.
+  holds; ``$AGORA_WFINSTANCE_TASK_PROCESS_BYTES``), the
+  recorded ``cores`` (the hints agora's planner reads), and the category ``replay:<category>``:
+  a replayed task is not the recorded one (its runtime is scaled and clamped), so what the
+  shipped model learnt of ``<category>`` from the real runs must not answer for it;
+  ``executor_config["agora_wfinstance"]`` carries the task's recorded ``category``, its WfFormat
+  ``wf_task_id`` and ``wf_task_name``. They sit in their own key because the planner's reader
+  refuses keys it does not know in ``"agora"``.
 
 A missing workflow file is an import error that names the file and the environment variable.
 The bundled workflows are WfCommons WfInstances, LGPL-3.0 (``workflows/README.md``).
@@ -66,6 +69,7 @@ REPLAY_MAX_MEMORY_BYTES = 256 * 2**20
 # peaks of 112 to 122 MiB for tasks whose block is under 3 MiB (bench/run_plans_come_true.py, 2026-12-01),
 # and a reservation must cover the whole process, or the worker kills it for memory.
 TASK_PROCESS_BYTES = 160 * 2**20
+REPLAY_CATEGORY_PREFIX = "replay:"  # the declared category of a replayed task: not the recorded task itself
 PAGE_BYTES = 4096
 
 DAG_ID_PREFIX = "agora_wfinstance_"
@@ -194,6 +198,7 @@ def build_dag(
                     "cores": wf_task.cores,
                     "runtime_s": runtime_s,
                     "memory_bytes": memory_bytes + task_process_bytes,
+                    "category": REPLAY_CATEGORY_PREFIX + wf_task.category,
                 },
                 "agora_wfinstance": {
                     "category": wf_task.category,

@@ -221,7 +221,9 @@ class Predictor:
         task = None
         if past and past.peak_bytes:
             task = max(float(past.peak_bytes), model_bytes if known and model_bytes else 0.0)
-        category = model_bytes if known else None
+        # What other tasks of its category used never undercuts what the author declared: only the task's own
+        # history may (a reservation below the declared need gets the task killed for memory).
+        category = max(model_bytes, float(shape.hint_memory_bytes or 0)) if known and model_bytes else None
         return first_answer(task, category, shape.hint_memory_bytes, float(self.default_memory_bytes))
 
     def predicted_workflow(self, workflow: WorkflowShape, catalog: Catalog) -> Workflow:

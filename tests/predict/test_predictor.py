@@ -147,3 +147,15 @@ def test_a_declared_hint_beats_what_other_tasks_of_the_same_operator_did(trained
     assert (tasks[1].runtime_source, tasks[1].memory_source) == ("hint", "hint")
     assert tasks[1].reference_runtime_s == 1800.0 and tasks[1].memory_bytes == 24 * 2**30
     assert tasks[2].runtime_source == "category"  # its own category was learned: that outranks a hint
+
+
+def test_what_a_category_used_never_undercuts_the_declared_memory(trained: Predictor, catalog: Catalog) -> None:
+    """A task of a learned category that declares more memory than its category used gets what it declared
+    (less and it would be killed for memory); one that declares less gets what the category learned."""
+    bare = TaskShape("blastall_ID7", "blastall", "blastall", 10, 10, dag_id="x")
+    learned = trained.predict(WorkflowShape("one", (bare,), ()), catalog).tasks[0].memory_bytes
+    more = TaskShape("blastall_ID8", "blastall", "blastall", 10, 10, dag_id="x", hint_memory_bytes=learned * 4)
+    less = TaskShape("blastall_ID9", "blastall", "blastall", 10, 10, dag_id="x", hint_memory_bytes=learned // 4)
+    tasks = trained.predict(WorkflowShape("two", (more, less), ()), catalog).tasks
+    assert [t.memory_source for t in tasks] == ["category", "category"]
+    assert tasks[0].memory_bytes >= learned * 4 and tasks[1].memory_bytes == learned
