@@ -132,6 +132,14 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("slurm_pilot_window_s", "5", "SLURM pilot jobs: how long to gather short tasks before submitting."),
     Setting(
+        "task_environment",
+        "",
+        "Comma-separated names of environment variables (shell patterns allowed, e.g. MYDAGS_*) the executor "
+        "passes from the scheduler to every task it runs, on every backend, beside Airflow's own settings: "
+        "what a DAG file reads when it is parsed must reach the task process, or the task finds no DAG "
+        "(a SLURM or Batch job does not inherit the scheduler's environment). Airflow's secrets never pass.",
+    ),
+    Setting(
         "slurm_record_queue_waits",
         "True",
         "The SLURM backend records the queue each of its jobs met (one squeue per recorded job, at most one "

@@ -26,9 +26,9 @@ After each run ``agora runs record`` (re)builds its run record and ``agora runs 
 gives the numbers. With ``--slow-factor F`` two more runs of ``--slow-workflow`` (the first by
 default) slow one task F times (DAG run conf ``agora_slow``), the longest of those the plan starts
 in the first 40 % of its makespan (a late one leaves a repair nothing to move), planned with
-``--slow-objective``: one with repair (``[agora] replan_slack`` as configured, 0.2 by default),
-one without (the scheduler restarted with ``replan_slack = 0``), to see whether repair brings a
-drifting run closer to its plan.
+``--slow-objective``: one with repair (``[agora] replan_slack`` as configured, 0.2 by default), then one
+without (the scheduler restarted with ``replan_slack = 0``) under the same plan, to see whether
+repair brings a drifting run closer to its plan.
 
 Output: ``--out`` holds one JSON object per run (``workflow, backend, plan, run, tasks,
 planned_makespan_s, actual_makespan_s, planned_cost_usd, actual_cost_usd, repairs, ...``) and a
@@ -115,6 +115,8 @@ def main(argv: list[str] | None = None) -> int:
             "AIRFLOW__AGORA__STATE_DIR": str(root / "jobs"),
             "AIRFLOW__AGORA__TRACE_STORE_URL": f"sqlite:///{root / 'traces.db'}",
             "AIRFLOW__AGORA__REOPTIMIZE_SCHEDULE": "",  # the rerun DAG would re-plan behind the benchmark's back
+            # The DAG file reads these when a task parses it: on SLURM the task inherits nothing else.
+            "AIRFLOW__AGORA__TASK_ENVIRONMENT": "AGORA_WFINSTANCE*,AGORA_WORKFLOWS_DIR",
             "AIRFLOW__CORE__MIN_SERIALIZED_DAG_UPDATE_INTERVAL": "5",  # a new plan in force within seconds, not 30
         },
     )
@@ -136,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
             airflow.stop("scheduler")
             airflow.extra_env = {**airflow.extra_env, "AIRFLOW__AGORA__REPLAN_SLACK": "0"}  # repair off
             airflow.start("scheduler")
-            bench.run(slow_workflow, "agora", args.runs + 2, repair=False, **slow)
+            bench.run(slow_workflow, "agora", args.runs + 2, repair=False, plan_of=args.runs + 1, **slow)
     summary = _summary(bench.results)
     document = {
         "command": " ".join(["python", "bench/run_plans_come_true.py", *(argv if argv is not None else sys.argv[1:])]),
@@ -176,11 +178,16 @@ class _Bench:
         slow_factor: float = 0.0,
         repair: bool = True,
         objective: str = "",
+        plan_of: int | None = None,
     ) -> None:
+        """One run of ``name`` under a new plan of ``kind``, or under the plan of round ``plan_of`` (still
+        in force: the same plan, so that two runs differ only in what the benchmark changed)."""
         dag_id = DAG_ID_PREFIX + name
-        plan_path = self.root / "plans-made" / f"{name}-{kind}-{round_number}.json"
+        plan_path = self.root / "plans-made" / f"{name}-{kind}-{round_number if plan_of is None else plan_of}.json"
         plan_path.parent.mkdir(parents=True, exist_ok=True)
-        if kind == "agora":  # --apply also keeps the workflow beside the plan, which repair re-plans from
+        if plan_of is not None:
+            pass  # the plan in force already
+        elif kind == "agora":  # --apply also keeps the workflow beside the plan, which repair re-plans from
             self._agora(["optimize", f"airflow:{dag_id}", "--catalog", str(self.catalog), "--objective",
                          objective or self.args.objective, "--time-limit-s", f"{self.args.optimize_time_limit_s:g}",
                          "--dag-folder", str(self.airflow.dags_folder), "-o", str(plan_path), "--json",

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fnmatch
 import json
 import logging
 import math
@@ -162,6 +163,7 @@ class ExecutorConfig:
     airflow_pools: bool = True
     job_retention_days: float = 7.0
     replan_slack: float = 0.2
+    task_environment: tuple[str, ...] = ()  # names (shell patterns) of variables passed on to every task
     lifecycle: LifecycleConfig = field(default_factory=LifecycleConfig)
 
     @classmethod
@@ -174,6 +176,7 @@ class ExecutorConfig:
             airflow_pools=settings.get_bool("airflow_pools"),
             job_retention_days=settings.get_float("job_retention_days"),
             replan_slack=settings.get_float("replan_slack"),
+            task_environment=tuple(n.strip() for n in settings.get("task_environment").split(",") if n.strip()),
             lifecycle=LifecycleConfig(
                 submit_retries=int(settings.get_float("submit_retries")),
                 backoff_max_s=settings.get_float("backoff_max_s"),
@@ -824,7 +827,8 @@ class AgoraExecutor(BaseExecutor):
         return Placement(resource.name, 1, min(resource.memory_bytes, 2**30), source="default")
 
     def _worker_environment(self) -> dict[str, str]:
-        """What a worker needs to reach Airflow: its config and the Execution API's URL.
+        """What a worker needs to reach Airflow: its config and the Execution API's URL, and the variables
+        ``[agora] task_environment`` names (what the DAG files read when they are parsed).
 
         Not the scheduler's secrets under any name Airflow reads them by
         (:func:`~agora_optimizer.executor.environment.job_environment`): a task talks to Airflow
@@ -832,8 +836,15 @@ class AgoraExecutor(BaseExecutor):
         the cluster, so the metadata database's URL or the key that signs every task's token
         must not travel with it.
         """
+        wanted = self.config.task_environment
         passed = job_environment(
-            {k: v for k, v in os.environ.items() if k.startswith(("AIRFLOW", "PYTHON")) or k in {"PATH", "HOME"}}
+            {
+                k: v
+                for k, v in os.environ.items()
+                if k.startswith(("AIRFLOW", "PYTHON"))
+                or k in {"PATH", "HOME"}
+                or any(fnmatch.fnmatchcase(k, pattern) for pattern in wanted)
+            }
         )
         passed["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"] = get_execution_api_server_url(self.conf)
         return passed

@@ -343,6 +343,26 @@ def test_a_job_gets_airflows_settings_but_not_the_schedulers_secrets(
     assert "AIRFLOW_CONN_WAREHOUSE" in passed and passed["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"]
 
 
+def test_the_variables_task_environment_names_reach_every_task_and_no_others(
+    executor: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A DAG file that reads MYDAGS_* when parsed finds them in a SLURM job too, which inherits nothing."""
+    from dataclasses import replace
+
+    monkeypatch.setenv("MYDAGS_WORKFLOW", "bacass")
+    monkeypatch.setenv("MYDAGS_SCALE", "0.02")
+    monkeypatch.setenv("DATA_ROOT", "/data")
+    monkeypatch.setenv("UNRELATED_TOKEN", "stays home")
+    assert "MYDAGS_WORKFLOW" not in executor._worker_environment()  # none by default
+    executor.config = replace(executor.config, task_environment=("MYDAGS_*", "DATA_ROOT"))
+    passed = executor._worker_environment()
+    assert (passed["MYDAGS_WORKFLOW"], passed["MYDAGS_SCALE"], passed["DATA_ROOT"]) == ("bacass", "0.02", "/data")
+    assert "UNRELATED_TOKEN" not in passed
+    monkeypatch.setenv("AIRFLOW__API_AUTH__JWT_SECRET", "signs-every-token")
+    executor.config = replace(executor.config, task_environment=("*",))
+    assert "AIRFLOW__API_AUTH__JWT_SECRET" not in executor._worker_environment()  # secrets never, whatever it names
+
+
 def _ended_job(state_dir: Path, task_id: str, exit_code: int, ended_ago_s: float = 5.0) -> Path:
     """A job directory as a worker leaves it: the job's record and its result file."""
     import os
