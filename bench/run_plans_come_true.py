@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import signal
 import sqlite3
 import statistics
 import subprocess
@@ -122,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     bench = _Bench(args, airflow, catalog, root)
     started = time.perf_counter()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # kill(1) unwinds too: Airflow is stopped, none left
     airflow.migrate()
     with airflow:
         airflow.start()
