@@ -159,3 +159,36 @@ def test_stop_before_start_and_a_bad_interval_are_clear_errors() -> None:
 
 def _quote(code: str) -> str:
     return "'" + code.replace("'", "'\\''") + "'"
+
+
+# Holds ~200 MiB, then forks a child that shares every page of it (as Airflow's supervisor forks the task).
+FORK_AND_SHARE = textwrap.dedent(
+    """
+    import os, sys, time
+    block = bytearray(200 * 1024 * 1024)
+    for i in range(0, len(block), 4096):
+        block[i] = 1
+    if os.fork() == 0:
+        time.sleep(30)
+        os._exit(0)
+    time.sleep(0.5)
+    print("forked", flush=True)
+    sys.stdin.read()
+    """
+)
+
+
+def test_pages_a_forked_child_shares_with_its_parent_count_once() -> None:
+    """The tree holds one 200 MiB block, in two processes: summed RSS said 400 MiB (and killed tasks for it)."""
+    if not os.path.exists(f"/proc/{os.getpid()}/smaps_rollup"):
+        pytest.skip("needs /proc/PID/smaps_rollup (Linux 4.14+) for the proportional set size")
+    sampler, shell = _follow(f'"$PY" -c {_quote(FORK_AND_SHARE)}; true', interval_s=0.05)
+    try:
+        _wait_for(shell, "forked")
+        time.sleep(0.3)  # a few samples of both processes
+        sample = sampler.stop()
+    finally:
+        for child in psutil.Process(shell.pid).children(recursive=True):
+            child.kill()
+        shell.communicate(input="", timeout=30)
+    assert 200 * MIB <= sample.peak_rss_bytes < 300 * MIB
