@@ -122,6 +122,13 @@ SETTINGS: tuple[Setting, ...] = (
         "less turns repair off.",
     ),
     Setting(
+        "replan_min_late_s",
+        "5",
+        "A task that ends late is a drift only when it is also this many seconds late: below it is the "
+        "platform's jitter (a 5 s task that starts 2 s late has not drifted), and re-planning for it moves "
+        "tasks for nothing.",
+    ),
+    Setting(
         "token_refresh_s",
         "120",
         "While a job waits in a backend's queue, its Execution API token is renewed this often, so a "

@@ -163,6 +163,7 @@ class ExecutorConfig:
     airflow_pools: bool = True
     job_retention_days: float = 7.0
     replan_slack: float = 0.2
+    replan_min_late_s: float = 5.0
     task_environment: tuple[str, ...] = ()  # names (shell patterns) of variables passed on to every task
     lifecycle: LifecycleConfig = field(default_factory=LifecycleConfig)
 
@@ -176,6 +177,7 @@ class ExecutorConfig:
             airflow_pools=settings.get_bool("airflow_pools"),
             job_retention_days=settings.get_float("job_retention_days"),
             replan_slack=settings.get_float("replan_slack"),
+            replan_min_late_s=settings.get_float("replan_min_late_s"),
             task_environment=tuple(n.strip() for n in settings.get("task_environment").split(",") if n.strip()),
             lifecycle=LifecycleConfig(
                 submit_retries=int(settings.get_float("submit_retries")),
@@ -235,7 +237,9 @@ class AgoraExecutor(BaseExecutor):
         # Batch queue too); Airflow hands over up to this many so that no slot waits for a round trip.
         self.parallelism = self.config.parallelism
         self._resources = load_resources(self.config.catalog)
-        self._repairer = Repairer(self.config.replan_slack, self.config.catalog, self._resources)
+        self._repairer = Repairer(
+            self.config.replan_slack, self.config.catalog, self._resources, self.config.replan_min_late_s
+        )
         self._state_dir = settings.directory("state_dir", "jobs", mode=0o700)  # private whatever the umask
         check_state_dir(self._state_dir)  # others able to write there could plant symlinks where jobs' files go
         self._start_local_pools()

@@ -61,12 +61,13 @@ class Drift:
     reason: str
 
 
-def late_end(task: PlannedTask, end_s: float, slack: float) -> Drift | None:
+def late_end(task: PlannedTask, end_s: float, slack: float, min_late_s: float = 0.0) -> Drift | None:
     """A drift if ``task`` ended (plan clock ``end_s``) later than planned by more than ``slack`` times its
-    planned duration; None if it did not, or ``slack`` <= 0 (repair off)."""
+    planned duration and more than ``min_late_s`` (the platform's jitter: a 5 s task one second late has not
+    drifted); None if it did not, or ``slack`` <= 0 (repair off)."""
     duration_s = task.duration_s
     late_s = end_s - task.end_s
-    if slack <= 0 or duration_s <= 0 or late_s <= slack * duration_s:
+    if slack <= 0 or duration_s <= 0 or late_s <= max(slack * duration_s, min_late_s):
         return None
     return Drift(
         task.task_id,
@@ -224,14 +225,22 @@ class RepairError(AgoraError):
 class Repairer:
     """The executor's repairs: the drift rule per run, the re-planner's inputs, each run's overrides.
 
-    ``slack`` is ``[agora] replan_slack`` (0 or less: no drift is ever noted, nothing is re-planned);
+    ``slack`` is ``[agora] replan_slack`` (0 or less: no drift is ever noted, nothing is re-planned),
+    ``min_late_s`` ``[agora] replan_min_late_s``;
     ``catalogs`` the ``[agora] catalog`` files, read (with the measured platform latency defaults,
     :data:`agora_optimizer.predict.latency.MEASURED_DEFAULTS`, as plans are made with a latency and
     learning it reads every trace) at the first re-plan; ``resources`` the executor's, by name.
     """
 
-    def __init__(self, slack: float = 0.0, catalogs: str = "", resources: Mapping[str, Resource] | None = None) -> None:
+    def __init__(
+        self,
+        slack: float = 0.0,
+        catalogs: str = "",
+        resources: Mapping[str, Resource] | None = None,
+        min_late_s: float = 0.0,
+    ) -> None:
         self.slack = slack
+        self.min_late_s = min_late_s
         self._catalogs = catalogs
         self._resources = dict(resources or {})
         self._catalog: Catalog | None = None
@@ -258,7 +267,7 @@ class Repairer:
     def ended(self, book: RunBook, dag_id: str, run_id: str, task_id: str, end_s: float) -> None:
         """The task's process ended at plan clock ``end_s``: a drift if it ended too late."""
         task = book.order.by_task.get(task_id)
-        drift = None if task is None or not self.on else late_end(task, end_s, self.slack)
+        drift = None if task is None or not self.on else late_end(task, end_s, self.slack, self.min_late_s)
         if drift is not None:
             self.run(dag_id, run_id).drift(drift)
 

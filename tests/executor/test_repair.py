@@ -124,6 +124,8 @@ def test_a_task_is_late_past_the_slack_times_its_planned_duration() -> None:
     drift = late_end(task, 23.5, 0.2)
     assert drift == Drift("a", "task a ended 35 % later than planned (at 23.5 s, planned 20.0 s)")
     assert late_end(task, 100.0, 0.0) is None and late_end(task, 100.0, -1.0) is None  # repair off
+    assert late_end(task, 23.5, 0.2, min_late_s=5.0) is None  # 3.5 s late: the platform's jitter
+    assert late_end(task, 25.5, 0.2, min_late_s=5.0) is not None
 
 
 def test_the_replanner_sees_what_ran_what_runs_and_what_waits() -> None:

@@ -59,7 +59,11 @@ def aws_compute_network() -> ComputeNetwork | None:
     none of its settings is set; AgoraError naming what is missing when only some are."""
     from agora_optimizer.executor.backends.aws_batch import ComputeNetwork
 
-    values = {key: _listed(settings.get(key)) for key in _NETWORK_KEYS}
+    values = {
+        "aws_subnets": _listed(settings.get("aws_subnets")),
+        "aws_security_group_ids": _listed(settings.get("aws_security_group_ids")),
+        "aws_instance_role": _listed(settings.get("aws_instance_role")),
+    }
     if not any(values.values()):
         return None
     missing = [key for key in _NETWORK_KEYS if not values[key]]
