@@ -24,18 +24,21 @@ __all__ = ["executor"]  # the fixture, shared
 GIB = 2**30
 
 
-def save_plan(plan_dir: Path) -> str:
-    """Two machines: a then b on local-small#0 (one core: never together), c on local-large#0."""
-    assignments = (
-        Assignment("a", "local-small", "local-small#0", 0.0, 10.0, 1, GIB),
-        Assignment("b", "local-small", "local-small#0", 10.0, 20.0, 1, GIB),
-        Assignment("c", "local-large", "local-large#0", 0.0, 5.0, 1, GIB),
-    )
+# Two machines: a then b on local-small#0 (one core: never together), c on local-large#0.
+TWO_MACHINES = (
+    Assignment("a", "local-small", "local-small#0", 0.0, 10.0, 1, GIB),
+    Assignment("b", "local-small", "local-small#0", 10.0, 20.0, 1, GIB),
+    Assignment("c", "local-large", "local-large#0", 0.0, 5.0, 1, GIB),
+)
+
+
+def save_plan(plan_dir: Path, assignments: tuple[Assignment, ...] = TWO_MACHINES) -> str:
+    """Put a plan of DAG "unit" with ``assignments`` in force in ``plan_dir``; returns its version."""
     plan = Plan(
         "unit",
         "local",
         Objective(),
-        20.0,
+        max(a.end_s for a in assignments),
         0.0,
         assignments,
         SolverInfo("t", "heuristic", None, 0),
@@ -217,22 +220,13 @@ def test_a_machine_with_a_predicted_wait_is_asked_for_that_long_before_its_plann
     before c itself arrives; a's machine, with no predicted wait, opens with its first task as before."""
     plans = tmp_path / "ahead-plans"
     monkeypatch.setenv("AIRFLOW__AGORA__PLAN_DIR", str(plans))
-    assignments = (
-        Assignment("a", "local-small", "local-small#0", 0.0, 10.0, 1, GIB),
-        Assignment("c", "local-large", "local-large#0", 10.0, 15.0, 1, GIB),
+    version = save_plan(
+        plans,
+        (
+            Assignment("a", "local-small", "local-small#0", 0.0, 10.0, 1, GIB),
+            Assignment("c", "local-large", "local-large#0", 10.0, 15.0, 1, GIB),
+        ),
     )
-    plan = Plan(
-        "unit",
-        "local",
-        Objective(),
-        15.0,
-        0.0,
-        assignments,
-        SolverInfo("t", "heuristic", None, 0),
-        "2026-12-01T00:00:00Z",
-    )
-    PlanStore(plans).save("unit", plan)
-    version = plan_version(PlanStore(plans).current_path("unit").read_bytes())
     backend = Leading({"local-large": 5.0})
     executor._backends["local"] = backend
     first = workload("a", placed("a", "local-small#0", version), tmp_path)
