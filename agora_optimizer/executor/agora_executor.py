@@ -629,9 +629,7 @@ class AgoraExecutor(BaseExecutor):
         now = time.monotonic()
         for run, book in list(self._books.items()):
             for machine in book.order.machines.values():
-                key = lease_key(run[0], run[1], machine.machine)
-                if key in self._leases or key in self._replaced or book.machine_ended(machine.machine):
-                    continue
+                # The cheap tests first: this runs at every sync over every run kept, most of them long over.
                 if any(t.task_id in book.started or t.task_id in book.gone for t in machine.tasks):
                     continue  # the machine has been used (its lease since released) or its tasks are not coming
                 resource = self._resources.get(machine.resource)
@@ -639,6 +637,9 @@ class AgoraExecutor(BaseExecutor):
                     continue
                 lead_s = self._backend(resource.backend).lease_lead_s(machine.resource)
                 if lead_s <= 0 or book.clock_s(now) < machine.planned_start_s - lead_s:
+                    continue
+                key = lease_key(run[0], run[1], machine.machine)
+                if key in self._leases or key in self._replaced or book.machine_ended(machine.machine):
                     continue
                 if self._open_machine(run, machine, resource.backend, book) is not None:
                     self.log.info(
