@@ -252,5 +252,20 @@ def read_result(path: Path) -> JobResult | None:
         raise BackendError("worker", f"result file {path} malformed: {exc}", transient=False) from None
 
 
+def read_task_ended(job_dir: Path | None) -> datetime | None:
+    """When the worker marked the task process ended (``DIR/task-ended``), or None before that.
+    A mark that does not parse still says the task has ended: it counts from now."""
+    if job_dir is None:
+        return None
+    try:
+        text = (job_dir / TASK_ENDED_MARK).read_text().strip()
+    except OSError:
+        return None
+    try:
+        return _aware(datetime.fromisoformat(text))
+    except ValueError:
+        return datetime.now(UTC)
+
+
 def _aware(moment: datetime) -> datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)

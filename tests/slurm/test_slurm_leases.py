@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from agora_optimizer.executor.backends.slurm import SlurmBackend, SlurmJobRef
-from agora_optimizer.executor.jobs import BackendError, JobSpec, MachineLease, lease_key, read_result
+from agora_optimizer.executor.jobs import TASK_ENDED_MARK, BackendError, JobSpec, MachineLease, lease_key, read_result
 from agora_optimizer.model.catalog import Resource
 from agora_optimizer.runs.lease_record import LeaseRecord
 from tests.slurm.test_slurm_backend import SLEEP, accounting, job, show_job, wait_finished
@@ -90,6 +90,27 @@ def test_a_lease_runs_its_tasks_in_order_in_one_allocation_and_ends_when_closed(
     assert leases.lease_lead_s(SMALL.name) == pytest.approx(start - submit, abs=1)  # its wait, from accounting
     assert record.seconds >= 2  # it held the machine for at least the first task
     assert leases.finished_leases() == []  # reported once
+
+
+def test_a_leased_machine_frees_a_tasks_cores_at_its_task_ended_mark_not_at_its_workers_exit(
+    tmp_path: Path, leases: SlurmBackend
+) -> None:
+    """The first task marks its own end (as the worker does when Airflow's task process exits), then
+    lingers as Airflow's supervisor does while it reports: the machine's next task starts at the mark."""
+    lease = lease_of(SMALL)
+    leases.open_lease(lease)
+    lingering = "import time, datetime; time.sleep(0.5); "
+    lingering += f"open('{TASK_ENDED_MARK}', 'w').write(datetime.datetime.now(datetime.UTC).isoformat()); time.sleep(4)"
+    first = leases.submit(on(job(tmp_path, "first", lingering, cores=2), lease))
+    second = leases.submit(on(job(tmp_path, "second", "pass", cores=2), lease))
+    wait_until(lambda: leases.status([first])[first].task_ended_at is not None, 30, "the first task's end mark")
+    assert leases.status([first])[first].phase == "running"  # its worker lingers: SLURM still runs it
+    statuses = wait_finished(leases, [first, second])
+    assert statuses[first].succeeded and statuses[second].succeeded, statuses
+    firsts, seconds = (read_result(tmp_path / name / "result.json") for name in ("first", "second"))
+    assert firsts is not None and seconds is not None
+    assert seconds.started_at < firsts.ended_at  # both hold 2 of the machine's 2 cores: only the mark let it in
+    leases.close_lease(lease)
 
 
 def test_a_task_of_a_lease_is_reported_by_a_new_instance_after_a_restart(tmp_path: Path, leases: SlurmBackend) -> None:

@@ -51,7 +51,7 @@ import psutil
 from agora_optimizer.executor.backends.base import Backend
 from agora_optimizer.executor.bounded import BoundedDict
 from agora_optimizer.executor.environment import is_scheduler_secret, job_environment
-from agora_optimizer.executor.jobs import TASK_ENDED_MARK, BackendError, JobSpec, JobStatus, MachineLease, read_result
+from agora_optimizer.executor.jobs import BackendError, JobSpec, JobStatus, MachineLease, read_result, read_task_ended
 from agora_optimizer.executor.state_files import open_log, write_private
 from agora_optimizer.model.catalog import Resource
 from agora_optimizer.runs.lease_record import LeaseRecord
@@ -455,14 +455,9 @@ class LocalBackend(Backend):
         """Note the worker's task-ended mark: the run's cores and memory are free from that moment."""
         if run.task_ended_at is not None:
             return
-        try:
-            text = (run.job_dir / TASK_ENDED_MARK).read_text().strip()
-        except OSError:
+        run.task_ended_at = read_task_ended(run.job_dir)
+        if run.task_ended_at is None:
             return
-        try:
-            run.task_ended_at = datetime.fromisoformat(text)
-        except ValueError:
-            run.task_ended_at = datetime.now(UTC)
         held = self._leases.get(run.lease_key)
         if held is not None:
             held.last_end_at = max(held.last_end_at or run.task_ended_at, run.task_ended_at)

@@ -113,6 +113,7 @@ from agora_optimizer.executor.jobs import (
     JobStatus,
     MachineLease,
     read_result,
+    read_task_ended,
 )
 from agora_optimizer.executor.state_files import write_private
 from agora_optimizer.model.catalog import Resource
@@ -396,12 +397,14 @@ PILOT_DRIVER = """#!/bin/bash
 # index with mkdir slot.NEXT: agora claims an index the same way before writing its task file, so a task
 # is either run here or known by agora never to be. A task is skipped when cancel.INDEX exists before it
 # starts, and gets SIGTERM when cancel.INDEX appears while it runs; its exit status goes to exit.INDEX.
+# A task's cores and memory are free again once its worker writes JOB_DIR/task-ended (the task process
+# has exited; Airflow's supervisor may report for seconds more), or at its exit without that mark.
 set -u
 mode="${1:-pilot}" free_cores="${2:-0}" free_memory="${3:-0}" idle_s="${4:-0}"
 [ "$free_cores" -gt 0 ] || free_cores=1000000000
 [ "$free_memory" -gt 0 ] || free_memory=1000000000000
 [ "$mode" = pilot ] && : >closed
-declare -A running=() cores_of=() memory_of=()
+declare -A running=() cores_of=() memory_of=() dir_of=() freed=()
 reap_session() { @REAP_SESSION@; }
 run_task() {  # run_task INDEX CORES MEMORY_MIB JOB_DIR COMMAND...; status 1: it does not fit yet
   local index="$1" cores="$2" memory="$3" dir="$4"
@@ -415,9 +418,16 @@ run_task() {  # run_task INDEX CORES MEMORY_MIB JOB_DIR COMMAND...; status 1: it
   running[$index]=$!
   cores_of[$index]=$cores
   memory_of[$index]=$memory
+  dir_of[$index]=$dir
   free_cores=$((free_cores - cores))
   free_memory=$((free_memory - memory))
   echo "$!" >"pid.$index"
+}
+free_task() {  # free_task INDEX: its cores and memory go back, once
+  [ -n "${freed[$1]:-}" ] && return 0
+  free_cores=$((free_cores + cores_of[$1]))
+  free_memory=$((free_memory + memory_of[$1]))
+  freed[$1]=1
 }
 stopping=0
 stop_all() {
@@ -438,11 +448,13 @@ while :; do
       reap_session "$pid"  # what a killed worker left (its task) dies before its exit is told
       echo "$status" >"exit.$index"
       [ "$status" = 0 ] || failed=1
-      free_cores=$((free_cores + cores_of[$index]))
-      free_memory=$((free_memory + memory_of[$index]))
-      unset "running[$index]" "cores_of[$index]" "memory_of[$index]"
+      free_task "$index"
+      unset "running[$index]" "cores_of[$index]" "memory_of[$index]" "dir_of[$index]" "freed[$index]"
       idle_since=$SECONDS
-    elif [ -e "cancel.$index" ] && [ ! -e "stopped.$index" ]; then
+      continue
+    fi
+    [ -e "${dir_of[$index]}/task-ended" ] && free_task "$index"
+    if [ -e "cancel.$index" ] && [ ! -e "stopped.$index" ]; then
       kill -TERM "$pid" 2>/dev/null
       : >"stopped.$index"
     fi
@@ -1381,7 +1393,7 @@ class SlurmBackend(Backend):
                 return result.status()
             return JobStatus("lost", reason=f"SLURM knows no job {ref.job_id} (neither squeue nor sacct)")
         if not record.final:
-            return _active_status(record)
+            return _active_status(record, read_task_ended(job_dir))
         result, missing = self._result(job_dir)
         return _final_status(f"SLURM job {ref.job_id}", record, result, missing)
 
@@ -1449,8 +1461,10 @@ class SlurmBackend(Backend):
             why = "the allocation is starting" if lease is None else "waiting for its turn and its cores"
             return JobStatus("pending", reason=f"{what}: {why}", queued_at=queued_at)
         if lease is not None and started:
-            return JobStatus("running", host=host, queued_at=queued_at, started_at=started_at)
-        return _active_status(record)
+            return JobStatus(
+                "running", host=host, queued_at=queued_at, started_at=started_at, task_ended_at=read_task_ended(job_dir)
+            )
+        return _active_status(record, read_task_ended(job_dir) if started else None)
 
     # -- inside: running SLURM's clients --------------------------------------------------------
 
@@ -1509,7 +1523,8 @@ def _refuse_garbage(command: str, text: str, field_count: int, strip: str = "") 
             )
 
 
-def _active_status(record: SlurmRecord) -> JobStatus:
+def _active_status(record: SlurmRecord, task_ended_at: datetime | None = None) -> JobStatus:
+    """A job SLURM still shows; ``task_ended_at``: its worker's task-ended mark, for a running one."""
     phase = _ACTIVE_PHASES.get(record.state, "pending")
     if record.state not in _ACTIVE_PHASES:
         reason = f"SLURM state {record.state}, unknown to agora"
@@ -1524,6 +1539,7 @@ def _active_status(record: SlurmRecord) -> JobStatus:
         host=record.node if running else "",
         queued_at=record.submitted_at,
         started_at=record.started_at if running else None,
+        task_ended_at=task_ended_at if running else None,
     )
 
 
