@@ -142,6 +142,7 @@ SWEEP_MAX_AGE_S = 86400.0  # results older than this were traced by an earlier v
 SWEEP_BATCH = 200  # at most this many traced per sweep: the scheduler's loop must stay short
 EXPIRE_INTERVAL_S = 3600.0  # how often job directories older than [agora] job_retention_days are deleted
 TRACED_MARK = "traced"
+SET_ASIDE = "~"  # KEY~N: the N-th earlier job of a try Airflow queued again (kept until it expires)
 OOM_RETRY_GROWTH = 1.5  # a retry after an OOM kill reserves this much more than the attempt that died
 REPLAY_INTERVAL_S = 5.0  # how often rows spooled while the trace store was down are written again
 STATES_INTERVAL_S = 5.0  # how often, per DAG run with held tasks or open leases, Airflow's task states are read
@@ -345,6 +346,9 @@ class AgoraExecutor(BaseExecutor):
                 break
             if job_dir.name in self._swept or job_dir.name in ours:
                 continue
+            if SET_ASIDE in job_dir.name:  # an earlier job of a try queued again: the try's row is its last job's
+                self._swept.add(job_dir.name)
+                continue
             if not _own_directory(job_dir):  # a symlink, a file, another user's: nothing the executor made
                 self._swept.add(job_dir.name)
                 continue
@@ -505,6 +509,8 @@ class AgoraExecutor(BaseExecutor):
         placement = self._grown_after_oom_kill(placement, resource, ti)
         job_dir = self._job_dir(ti.dag_id, ti.task_id, ti.run_id, ti.try_number, ti.map_index)
         key = job_dir.name
+        if write and (aside := _set_aside(job_dir)) is not None:
+            self.log.info("agora: %s try %d is queued again; its earlier job is in %s", label, ti.try_number, aside)
         job_dir.mkdir(parents=True, exist_ok=True)
         record = JobRecord(
             dag_id=ti.dag_id,
@@ -1105,7 +1111,7 @@ def _done_before(job_dir: Path, cutoff: float) -> bool:
         return False
     record = JobRecord.read(job_dir)
     if record is not None:
-        if job_dir.name != record.key:
+        if job_dir.name.partition(SET_ASIDE)[0] != record.key:
             return False
         result = job_dir / "result.json"
         return (job_dir / TRACED_MARK).exists() or (result.is_file() and result.stat().st_mtime < cutoff)
@@ -1138,6 +1144,22 @@ def _latest_change(directory: Path) -> float:
             with contextlib.suppress(OSError):
                 latest = max(latest, entry.stat(follow_symlinks=False).st_mtime)
     return latest
+
+
+def _set_aside(job_dir: Path) -> Path | None:
+    """Move an earlier job of the same try out of ``job_dir`` (to ``KEY~1``, ``KEY~2`` ...); returns where.
+
+    Airflow queues a try again without a new try number (a sensor in ``reschedule`` mode, a task
+    that asked for a reschedule): the new job must not find the old one's result or task-ended
+    mark, which every backend would read as its own. None when the directory holds no job yet.
+    """
+    if not (job_dir / "job.json").exists():
+        return None
+    earlier = 1
+    while (aside := job_dir.with_name(f"{job_dir.name}{SET_ASIDE}{earlier}")).exists():
+        earlier += 1
+    job_dir.rename(aside)
+    return aside
 
 
 def _mark_traced(job_dir: Path) -> None:

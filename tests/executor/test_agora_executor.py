@@ -11,6 +11,7 @@ import sys
 import time
 import uuid
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -621,3 +622,68 @@ def test_a_retry_after_an_oom_kill_reserves_more_memory_than_the_try_that_died(
     assert f"--memory-bytes {reserved_mib * MIB} " in " ".join(job.spec.command)  # the worker's limit too
     second = tmp_path / "jobs" / job_key("unit", "t", "r1", 2, -1)
     assert json.loads((second / "job.json").read_text())["memory_bytes"] == reserved_mib * MIB
+
+
+class ResultFiles(Backend):
+    """Reports a job finished once its directory holds a result file, as SLURM does for a task of an
+    allocation (the worker's result is read before the allocation's state)."""
+
+    name = "local"
+
+    def __init__(self) -> None:
+        self.dirs: dict[str, Path] = {}
+
+    def submit(self, job: JobSpec) -> str:
+        external_id = f"file-{len(self.dirs)}"
+        self.dirs[external_id] = job.job_dir
+        return external_id
+
+    def status(self, external_ids: Sequence[str]) -> Mapping[str, JobStatus]:
+        return {
+            external_id: JobStatus("finished", exit_code=0)
+            if (self.dirs[external_id] / "result.json").exists()
+            else JobStatus("running")
+            for external_id in external_ids
+        }
+
+    def cancel(self, external_id: str) -> None:
+        pass
+
+
+def test_a_try_queued_again_gets_a_fresh_job_directory_and_the_earlier_job_is_kept_aside(
+    executor: Any, tmp_path: Path
+) -> None:
+    """Airflow queues a try again with the same try number (a sensor in reschedule mode): the new job must
+    not be reported done from the earlier job's result, nor free its machine at the earlier task-ended mark."""
+    from airflow.utils.state import TaskInstanceState
+
+    from agora_optimizer.executor.jobs import JobResult, read_task_ended
+
+    backend = ResultFiles()
+    executor._backends["local"] = backend
+    job_dir = tmp_path / "jobs" / KEY
+
+    def poke(item: Any) -> list[Any]:
+        executor.queued_tasks[item.ti.key] = item
+        executor._process_workloads([item])
+        executor.sync()
+        states = [event[0] for event in executor.get_event_buffer().values()]
+        now = datetime.now(UTC)
+        JobResult(0, False, False, "", "worker-1", now, now, MIB, 0.1, None).write(job_dir / "result.json")
+        (job_dir / "task-ended").write_text(now.isoformat())
+        executor.sync()
+        return [*states, *(event[0] for event in executor.get_event_buffer().values())]
+
+    item = workload("t", placement(), tmp_path)
+    assert poke(item) == [TaskInstanceState.QUEUED, TaskInstanceState.SUCCESS]
+    first_end = read_task_ended(job_dir)
+    again = workload("t", placement(), tmp_path)  # the same try of the same task, queued again
+    executor.queued_tasks[again.ti.key] = again
+    executor._process_workloads([again])
+    executor.sync()
+    assert [event[0] for event in executor.get_event_buffer().values()] == [TaskInstanceState.QUEUED]  # not done
+    assert not (job_dir / "result.json").exists() and read_task_ended(job_dir) is None
+    aside = tmp_path / "jobs" / f"{KEY}~1"
+    assert read_task_ended(aside) == first_end and (aside / "job.json").exists()  # nothing lost
+    assert executor.sweep_finished_jobs() == 0  # the try's row is its last job's
+    assert poke(again)[-1] == TaskInstanceState.SUCCESS and (tmp_path / "jobs" / f"{KEY}~2").is_dir()
