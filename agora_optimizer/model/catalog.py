@@ -82,6 +82,13 @@ class Resource:
     def lease_cost_usd(self, lease_s: float) -> float:
         return self.price_per_hour_usd / 3600.0 * self.billing.billed_s(lease_s)
 
+    @property
+    def slurm_partition(self) -> str | None:
+        """The partition a SLURM type submits to: its catalog's ``partition`` key; None without one
+        (the SLURM backend refuses such a type, naming it; a queue-wait key may then be its name)."""
+        partition = self.extra.get("partition")
+        return partition if isinstance(partition, str) and partition else None
+
 
 @dataclass(frozen=True)
 class Catalog:

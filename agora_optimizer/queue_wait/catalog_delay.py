@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from agora_optimizer.errors import AgoraError
-from agora_optimizer.model.catalog import Catalog, Resource
+from agora_optimizer.model.catalog import Catalog
 from agora_optimizer.queue_wait.features import QueueFeatures
 from agora_optimizer.queue_wait.model import QueueWaitRegressor, features_frame
 from agora_optimizer.queue_wait.snapshot import QueueSnapshot
@@ -23,12 +23,6 @@ from agora_optimizer.queue_wait.snapshot import QueueSnapshot
 
 class QueueWaitCatalogError(AgoraError):
     """Predicted waits that do not fit the catalog (unknown partition, a negative wait...)."""
-
-
-def slurm_partition(resource: Resource) -> str:
-    """The partition a SLURM type submits to: its ``partition`` field, else its name."""
-    partition = resource.extra.get("partition")
-    return str(partition) if partition else resource.name
 
 
 def with_queue_wait(catalog: Catalog, predictions: Mapping[str, float]) -> Catalog:
@@ -46,7 +40,7 @@ def with_queue_wait(catalog: Catalog, predictions: Mapping[str, float]) -> Catal
                 f"{catalog.source}: queue wait for '{key}' must be >= 0 seconds, got {wait_s!r}"
             )
         by_name = [r for r in slurm if r.name == key]
-        targets = by_name or [r for r in slurm if slurm_partition(r) == key]
+        targets = by_name or [r for r in slurm if (r.slurm_partition or r.name) == key]
         if not targets:
             other = catalog.by_name.get(key)
             reason = f"is a {other.backend} type, not SLURM" if other else "names no SLURM type or partition"
@@ -69,7 +63,8 @@ def predict_catalog_waits(
     if not slurm:
         return {}
     rows = [
-        QueueFeatures.from_snapshot(snapshot, slurm_partition(r), r.vcpus, r.memory_bytes, time_limit_s) for r in slurm
+        QueueFeatures.from_snapshot(snapshot, r.slurm_partition or r.name, r.vcpus, r.memory_bytes, time_limit_s)
+        for r in slurm
     ]
     waits = model.predict(features_frame(rows))
     return {r.name: float(w) for r, w in zip(slurm, waits, strict=True)}

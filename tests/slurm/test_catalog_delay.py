@@ -19,7 +19,6 @@ from agora_optimizer.optimize import optimize
 from agora_optimizer.queue_wait.catalog_delay import (
     QueueWaitCatalogError,
     predict_catalog_waits,
-    slurm_partition,
     with_queue_wait,
 )
 from agora_optimizer.queue_wait.features import QueueFeatures
@@ -61,7 +60,8 @@ def test_a_partition_key_delays_every_type_of_that_partition() -> None:
     large = replace(base.resources[0], name="compute-large")
     small = replace(base.resources[0], name="compute-small", vcpus=8)
     catalog = Catalog(resources=(large, small, base.resources[1]), bandwidth_bytes_per_s=base.bandwidth_bytes_per_s)
-    assert slurm_partition(small) == slurm_partition(large) == "compute"
+    assert small.slurm_partition == large.slurm_partition == "compute"
+    assert replace(small, extra={}).slurm_partition is None  # (the backend refuses it, naming it)
     delayed = with_queue_wait(catalog, {"compute": 60.0})
     assert delayed.by_name["compute-large"].release_s == delayed.by_name["compute-small"].release_s == 60.0
     assert delayed.by_name["bigmem"].release_s == 0.0

@@ -884,15 +884,15 @@ class SlurmBackend(Backend):
         """The predicted queue wait of an allocation of ``resource``'s partition: the median wait (submit to
         start, from accounting) of its last :data:`LEAD_SAMPLES` allocations; 0 before the first ended."""
         spec = self.resources.get(resource)
-        partition = None if spec is None else spec.extra.get("partition")
+        partition = None if spec is None else spec.slurm_partition
         with self._lock:
-            waits = sorted(self._allocation_waits.get(str(partition), ()))
+            waits = sorted(self._allocation_waits.get(partition or "", ()))
         return waits[len(waits) // 2] if waits else 0.0
 
     def _lease_partition(self, lease: MachineLease) -> str:
         resource = self.resources.get(lease.resource)
-        partition = None if resource is None else resource.extra.get("partition")
-        if not isinstance(partition, str) or not partition:
+        partition = None if resource is None else resource.slurm_partition
+        if partition is None:
             known = "unknown to this backend" if resource is None else "without a 'partition' in the catalog"
             raise BackendError(
                 self.name, f"machine {lease.machine}: resource {lease.resource!r} is {known}", transient=False
