@@ -28,8 +28,9 @@ settings are read once, when it starts (:class:`ExecutorConfig`).
 
 A task the plan put on a machine (``placement.machine``, ``TYPE#N``) runs as planned: its job
 carries a :class:`~agora_optimizer.executor.jobs.MachineLease` sized as the machine's type, the
-lease is opened with the backend when the machine's first task arrives and closed when its last
-planned task has ended (or will never come), and the job is ``held`` until the machine's order
+lease is opened with the backend when the machine's first task arrives (or ahead of it by the
+backend's predicted wait) and closed when its last planned task has ended (or will never come)
+(:mod:`~agora_optimizer.executor.leases`), and the job is ``held`` until the machine's order
 lets it start (:mod:`~agora_optimizer.executor.machine_order`; docs/running-plans.md). A machine
 the backend cannot give (``open_lease`` raises) has its tasks run without it, on their
 resource's pool, with one log line and a :class:`~agora_optimizer.executor.machine_order.ReplacedMachine`
@@ -79,9 +80,9 @@ from agora_optimizer.executor.jobs import (
     JobStatus,
     MachineLease,
     job_key,
-    lease_key,
     read_result,
 )
+from agora_optimizer.executor.leases import Leases
 from agora_optimizer.executor.lifecycle import (
     ID_PREFIX,
     Accepted,
@@ -113,7 +114,7 @@ from agora_optimizer.executor.lifecycle import (
     parse_external_id,
     transition,
 )
-from agora_optimizer.executor.machine_order import MachineOrder, MachinePlan, ReplacedMachine, RunBook, may_start
+from agora_optimizer.executor.machine_order import MachineOrder, ReplacedMachine, RunBook, may_start
 from agora_optimizer.executor.placement import Placement, placement_from_config
 from agora_optimizer.executor.remote_files import CONTAINER_JOB_ROOT, job_urls, split_s3_url
 from agora_optimizer.executor.repair import Repaired, Repairer, RunRepair, RunReports, clock_at
@@ -122,7 +123,6 @@ from agora_optimizer.executor.state_files import check_state_dir, write_private
 from agora_optimizer.integration.airflow_pools import ensure_pools
 from agora_optimizer.model.catalog import Resource
 from agora_optimizer.runs.lease_record import LeaseRecord
-from agora_optimizer.runs.record import Repair
 from agora_optimizer.traces.spool import SPOOL_NAME, spool
 from agora_optimizer.traces.spool import pending as spool_pending
 from agora_optimizer.traces.spool import replay as replay_spool
@@ -148,7 +148,6 @@ REPLAY_INTERVAL_S = 5.0  # how often rows spooled while the trace store was down
 STATES_INTERVAL_S = 5.0  # how often, per DAG run with held tasks or open leases, Airflow's task states are read
 PLANS_MAX = 256  # (dag_id, plan_version) orders kept; a plan is read once per pair
 RUNS_MAX = 1024  # DAG runs whose machine book is kept
-LEASE_RECORDS_MAX = 10_000  # released leases kept for the run record
 NO_STATE = "none"  # a task instance Airflow has not scheduled yet (its state is NULL)
 _LOG_LEVELS = {"info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 
@@ -218,17 +217,20 @@ class AgoraExecutor(BaseExecutor):
         # planned machines: the order of each plan, the book of each run, the leases open now
         self._orders: BoundedDict[tuple[str, str], MachineOrder | None] = BoundedDict(PLANS_MAX)
         self._books: BoundedDict[tuple[str, str], RunBook] = BoundedDict(RUNS_MAX)
-        self._leases: dict[str, tuple[MachineLease, str]] = {}  # lease key -> (lease, backend name)
         self._states_at: dict[tuple[str, str], float] = {}  # when each run's Airflow task states were last read
-        self._replaced: BoundedDict[str, ReplacedMachine] = BoundedDict(RUNS_MAX)
-        self.lease_records: list[LeaseRecord] = []  # the backends' released leases, for the run record
         self._repairer = Repairer()  # off until start() reads [agora] replan_slack
         self._reports = RunReports()  # released leases and repairs on their way to the run store
+        self._leases = Leases(self._backend, self._reports)
 
     @property
     def replaced_machines(self) -> list[ReplacedMachine]:
         """The planned machines whose backend refused them, whose tasks ran on their pool instead."""
-        return list(self._replaced.values())
+        return self._leases.replaced
+
+    @property
+    def lease_records(self) -> list[LeaseRecord]:
+        """The leases the backends released (real start and end), kept for the run record."""
+        return self._leases.records
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -579,9 +581,6 @@ class AgoraExecutor(BaseExecutor):
         machine = None if order is None else order.machines.get(placement.machine)
         if order is None or machine is None or ti.task_id not in order.by_task:
             return None
-        key = lease_key(ti.dag_id, ti.run_id, machine.machine)
-        if key in self._replaced:
-            return None
         if placement.cores > machine.cores or placement.memory_bytes > machine.memory_bytes:
             self.log.warning(
                 "agora: %s.%s reserves %d cores and %d bytes, more than its machine %s has; it runs beside it",
@@ -589,69 +588,10 @@ class AgoraExecutor(BaseExecutor):
             )  # fmt: skip
             return None
         backend = self._resources[machine.resource].backend if machine.resource in self._resources else resource.backend
-        lease = self._leases[key][0] if key in self._leases else self._open_machine(run, machine, backend, book)
+        lease = self._leases.lease_for(run, machine, backend, book)
         if lease is not None and book is None:
             self._books[run] = RunBook(order, origin_s=time.monotonic(), plan_version=placement.plan_version)
         return lease
-
-    def _open_machine(
-        self, run: tuple[str, str], machine: MachinePlan, backend: str, book: RunBook | None
-    ) -> MachineLease | None:
-        """Open the lease of a run's planned machine with its backend; None (the machine re-placed, and
-        recorded as a repair) when the backend cannot give it."""
-        dag_id, run_id = run
-        key = lease_key(dag_id, run_id, machine.machine)
-        lease = MachineLease(
-            key=key,
-            dag_id=dag_id,
-            run_id=run_id,
-            machine=machine.machine,
-            resource=machine.resource,
-            cores=machine.cores,
-            memory_bytes=machine.memory_bytes,
-            tasks=len(machine.tasks),
-            planned_start_s=machine.planned_start_s,
-            planned_end_s=machine.planned_end_s,
-        )
-        try:
-            self._backend(backend).open_lease(lease)
-        except AgoraError as exc:  # BackendError: the machine cannot be had; its tasks are re-placed
-            reason = exc.reason if isinstance(exc, BackendError) else str(exc)
-            self._replaced[key] = ReplacedMachine(dag_id, run_id, machine.machine, machine.resource, reason)
-            at_s = 0.0 if book is None else book.clock_s(time.monotonic())
-            self._reports.add_repair(dag_id, run_id, _replaced_repair(machine.machine, reason, machine, at_s))
-            self.log.warning(
-                "agora: machine %s of %s run %s cannot be had (%s); its tasks run on %s's pool without it",
-                machine.machine, dag_id, run_id, reason, machine.resource,
-            )  # fmt: skip
-            return None
-        self._leases[key] = (lease, backend)
-        return lease
-
-    def _open_due_leases(self) -> None:
-        """Ask ahead for each planned machine whose backend predicts a wait for it (a SLURM allocation's queue
-        wait): at its planned start less that wait on the run's plan clock, so that it is held when its first
-        task is ready. A machine whose tasks never come is released as any other (:meth:`_close_ended_leases`)."""
-        now = time.monotonic()
-        for run, book in list(self._books.items()):
-            for machine in book.order.machines.values():
-                # The cheap tests first: this runs at every sync over every run kept, most of them long over.
-                if any(t.task_id in book.started or t.task_id in book.gone for t in machine.tasks):
-                    continue  # the machine has been used (its lease since released) or its tasks are not coming
-                resource = self._resources.get(machine.resource)
-                if resource is None:
-                    continue
-                lead_s = self._backend(resource.backend).lease_lead_s(machine.resource)
-                if lead_s <= 0 or book.clock_s(now) < machine.planned_start_s - lead_s:
-                    continue
-                key = lease_key(run[0], run[1], machine.machine)
-                if key in self._leases or key in self._replaced or book.machine_ended(machine.machine):
-                    continue
-                if self._open_machine(run, machine, resource.backend, book) is not None:
-                    self.log.info(
-                        "agora: asked for machine %s of %s run %s %.1f s ahead of its planned start (its wait)",
-                        machine.machine, run[0], run[1], lead_s,
-                    )  # fmt: skip
 
     def _repaired_placement(self, ti: Any, placement: Placement) -> Placement:
         """The placement a repair of the task's run gave it (same plan version), else ``placement``."""
@@ -704,7 +644,7 @@ class AgoraExecutor(BaseExecutor):
         """Read Airflow's task states of the runs with held jobs or open leases (each at most every
         :data:`STATES_INTERVAL_S`, or at each sync while a lease waits to hear that no retry will come): a
         task that will never come no longer holds its machine, nor a task that ended for good its lease."""
-        runs |= {(lease.dag_id, lease.run_id) for lease, _ in self._leases.values()}
+        runs |= self._leases.runs()
         for run in runs:
             book = self._books.get(run)
             if book is None:
@@ -780,25 +720,6 @@ class AgoraExecutor(BaseExecutor):
             "agora: repaired %s run %s at %.1f s: %s; %s",
             run.dag_id, run.run_id, fixed.repair.at_s, fixed.repair.reason, fixed.repair.detail,
         )  # fmt: skip
-
-    def _close_ended_leases(self) -> None:
-        """Release each lease whose machine's planned tasks have all ended (or will never come), once none
-        of its jobs is left in the table (a supervisor still reporting runs inside its allocation)."""
-        in_use = {job.spec.lease.key for job in self._jobs.values() if job.spec.lease is not None}
-        for key, (lease, backend_name) in list(self._leases.items()):
-            book = self._books.get((lease.dag_id, lease.run_id))
-            if key in in_use or (book is not None and not book.machine_ended(lease.machine)):
-                continue
-            del self._leases[key]
-            with contextlib.suppress(Exception):  # close_lease never raises; a backend that does must not stop sync
-                self._backend(backend_name).close_lease(lease)
-            self.log.info("agora: released machine %s of %s run %s", lease.machine, lease.dag_id, lease.run_id)
-        for backend in self._backends.values():
-            with contextlib.suppress(Exception):
-                finished = backend.finished_leases()
-                self.lease_records.extend(finished)
-                self._reports.add_leases(finished)
-        del self.lease_records[:-LEASE_RECORDS_MAX]
 
     def _grown_after_oom_kill(self, placement: Placement, resource: Resource, ti: Any) -> Placement:
         """A retry after an OOM kill asks for more memory than the attempt that died.
@@ -931,8 +852,9 @@ class AgoraExecutor(BaseExecutor):
             self._poll(backend_name, jobs)
         self._repair_runs()  # after the polls (a late end, a failure), before the held jobs' turn
         self._release_held()  # after the polls: a machine a task has just left has room now
-        self._open_due_leases()
-        self._close_ended_leases()
+        self._leases.open_due(list(self._books.items()), self._resources)
+        in_use = {job.spec.lease.key for job in self._jobs.values() if job.spec.lease is not None}
+        self._leases.close_ended(self._books, in_use, self._backends.values())
 
     def _poll(self, backend_name: str, jobs: list[Job]) -> None:
         try:
@@ -1045,17 +967,6 @@ class AgoraExecutor(BaseExecutor):
         except Exception:
             self.log.exception("Adopting %s job %s failed", backend_name, external_id)
             return False
-
-
-def _replaced_repair(machine: str, reason: str, plan: Any, at_s: float) -> Repair:
-    """The run record's entry for a planned machine the backend could not give."""
-    tasks = tuple(task.task_id for task in plan.tasks)
-    return Repair(
-        round(at_s, 3),
-        f"machine {machine} could not be had: {reason}",
-        tasks,
-        f"its {len(tasks)} tasks run on {plan.resource}'s pool without a lease, unordered",
-    )
 
 
 def _airflow_states(dag_id: str, run_id: str) -> dict[str, str]:
