@@ -12,6 +12,11 @@ the two local pools with nominal prices) or the loopback SLURM cluster
 cluster first with ``bash scripts/start_slurm.sh``). Each
 workflow is replayed as a DAG by ``dags/agora_wfinstance.py`` with its runtimes scaled by
 ``--time-scale`` and clamped into [``--min-runtime-s``, ``--max-runtime-s``] (default 5-60 s).
+Each task burns one core for its runtime (``--task-load cpu``) or sleeps it (``sleep``): the
+loopback SLURM cluster's two "nodes" share the host's two cores with each other and with Airflow,
+which a real cluster's nodes do not. Each run's ``cpu_share`` is the median over its tasks of
+CPU time over wall time (the trace store's ``cpu_time_s / runtime_s``): how much of a core a
+CPU-bound task got.
 
 For each workflow and each of ``--runs`` rounds:
 
@@ -111,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
             "AGORA_WFINSTANCE_MIN_RUNTIME_S": f"{args.min_runtime_s:g}",
             "AGORA_WFINSTANCE_MAX_RUNTIME_S": f"{args.max_runtime_s:g}",
             "AGORA_WFINSTANCE_MEMORY_SCALE": f"{args.memory_scale:g}",
+            "AGORA_WFINSTANCE_LOAD": args.task_load,
             "AIRFLOW__AGORA__CATALOG": str(catalog),
             "AIRFLOW__AGORA__PLAN_DIR": str(root / "plans"),
             "AIRFLOW__AGORA__STATE_DIR": str(root / "jobs"),
@@ -149,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         "catalog": str(catalog.relative_to(REPO) if catalog.is_relative_to(REPO) else catalog),
         "runtime_range_s": [args.min_runtime_s, args.max_runtime_s],
         "time_scale": args.time_scale,
+        "task_load": args.task_load,
         "bench_wall_s": round(time.perf_counter() - started, 1),
         "runs": bench.results,
         "summary": summary,
@@ -219,6 +226,7 @@ class _Bench:
             "planned_cost_usd": record.get("planned_cost_usd"),
             "actual_cost_usd": record.get("actual_cost_usd"),
             "repairs": len(record.get("repairs") or []),
+            "cpu_share": self._cpu_share(dag_id, run_id),
             "plan_version": record.get("plan_version"),
             "slowed": {slowed: slow_factor} if slowed else {},
             "repair": repair,
@@ -234,6 +242,15 @@ class _Bench:
         shown = self._agora(["runs", "show", dag_id, run_id, "--json"])
         record: dict[str, Any] = json.loads(shown)
         return record
+
+    def _cpu_share(self, dag_id: str, run_id: str) -> float | None:
+        """The median over the run's task attempts of CPU time over wall time (None without both)."""
+        from agora_optimizer.traces.store import TraceStore
+
+        with TraceStore(f"sqlite:///{self.root / 'traces.db'}") as store:
+            attempts = store.attempts(dag_id=dag_id, run_id=run_id)
+        shares = [a.cpu_time_s / a.runtime_s for a in attempts if a.cpu_time_s is not None and a.runtime_s]
+        return round(statistics.median(shares), 3) if shares else None
 
     def _wait_in_force(self, dag_id: str, version: str) -> None:
         """Until the scheduler's copy of the DAG (its newest serialization in Airflow's database) carries
@@ -336,11 +353,12 @@ def _table(document: dict[str, Any]) -> str:
         "",
         f"Catalog `{document['catalog']}`; task runtimes scaled by {document['time_scale']:g} into "
         f"[{document['runtime_range_s'][0]:g}, {document['runtime_range_s'][1]:g}] s; "
+        f"task load {document.get('task_load', 'cpu')}; "
         f"{document['bench_wall_s'] / 60:.0f} min in all.",
         "",
         "| workflow | plan | run | tasks | state | planned makespan (s) | actual (s) | ratio | planned cost (USD) "
-        "| actual (USD) | ratio | repairs |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| actual (USD) | ratio | repairs | CPU share |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in document["runs"]:
         slowed = ", ".join(f"{task} x{factor:g}" for task, factor in r["slowed"].items())
@@ -351,7 +369,8 @@ def _table(document: dict[str, Any]) -> str:
             f"| {r['workflow']} | {kind} | {r['run']} | {r['tasks']} | {r['state']} | {_num(r['planned_makespan_s'])} "
             f"| {_num(r['actual_makespan_s'])} | {_num(_ratio(r['actual_makespan_s'], r['planned_makespan_s']), 2)} "
             f"| {_num(r['planned_cost_usd'], 5)} | {_num(r['actual_cost_usd'], 5)} "
-            f"| {_num(_ratio(r['actual_cost_usd'], r['planned_cost_usd']), 2)} | {r['repairs']} |"
+            f"| {_num(_ratio(r['actual_cost_usd'], r['planned_cost_usd']), 2)} | {r['repairs']} "
+            f"| {_num(r.get('cpu_share'), 2)} |"
         )
     lines += ["", "| plan | runs | makespan: median |actual/planned - 1| | worst | cost: median | worst |",
               "|---|---|---|---|---|---|"]  # fmt: skip
@@ -385,6 +404,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--min-runtime-s", type=float, default=5.0)
     parser.add_argument("--max-runtime-s", type=float, default=60.0)
     parser.add_argument("--memory-scale", type=float, default=0.25)
+    parser.add_argument(
+        "--task-load",
+        choices=("cpu", "sleep"),
+        default="cpu",
+        help="each task burns a core for its runtime, or sleeps it (tasks that do not compete for the host's cores)",
+    )
     parser.add_argument("--objective", choices=("time", "cost", "balanced"), default="balanced")
     parser.add_argument("--optimize-time-limit-s", type=float, default=20.0)
     parser.add_argument("--default-runs", type=int, default=None, help="rounds with a default run (default: --runs)")

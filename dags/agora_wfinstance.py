@@ -17,6 +17,11 @@ beside this folder (or from ``$AGORA_WORKFLOWS_DIR``) with agora's WfFormat read
   clamps from ``$AGORA_WFINSTANCE_MIN_RUNTIME_S``, ``$AGORA_WFINSTANCE_MAX_RUNTIME_S`` and
   ``$AGORA_WFINSTANCE_MAX_MEMORY_BYTES`` (``bench/run_plans_come_true.py`` scales runtimes into
   5-60 s with them).
+- ``$AGORA_WFINSTANCE_LOAD=sleep`` makes each task sleep its ``runtime_s`` (times the slow factor)
+  instead of burning CPU, as a task waiting on a remote service does: its wall time is its runtime
+  whatever else runs on the host. The loopback SLURM cluster's "nodes" share the host's cores with
+  each other and with Airflow; on a real cluster they do not (``bench/run_plans_come_true.py
+  --task-load``). Default ``cpu``.
 - A DAG run's conf ``{"agora_slow": {"<task id>": 2.0}}`` makes those tasks burn that many times
   their CPU time in that run only (the plan, made from the hints, does not know): how the
   benchmark slows a task on purpose to see a run drift from its plan.
@@ -58,6 +63,8 @@ MAX_MEMORY_ENV = "AGORA_WFINSTANCE_MAX_MEMORY_BYTES"
 TASK_PROCESS_ENV = "AGORA_WFINSTANCE_TASK_PROCESS_BYTES"
 SLOW_CONF_KEY = "agora_slow"
 WORKFLOWS_DIR_ENV = "AGORA_WORKFLOWS_DIR"
+LOAD_ENV = "AGORA_WFINSTANCE_LOAD"
+LOADS = ("cpu", "sleep")
 
 DEFAULT_WORKFLOW = "blast-chameleon-small-001"
 TIME_SCALE = 0.02  # blast-chameleon-small-001: 383 s of recorded work become about 8 s
@@ -79,14 +86,27 @@ _REFUSED = re.compile(r"[^A-Za-z0-9_.-]")
 
 def _replay(runtime_s: float, memory_bytes: int, **context: Any) -> None:
     """Hold ``memory_bytes`` resident and keep one core busy until this thread has used ``runtime_s`` of CPU
-    (times the run's ``agora_slow`` factor for this task, if its conf sets one)."""
+    (times the run's ``agora_slow`` factor for this task, if its conf sets one); with ``$AGORA_WFINSTANCE_LOAD``
+    ``sleep``, sleep that long instead."""
     runtime_s *= _slow_factor(context)
-    deadline = time.thread_time() + runtime_s  # the thread's own CPU time: fixed work, whatever else runs
+    load = _load()
     block = bytearray(memory_bytes)
     block[::PAGE_BYTES] = b"\x01" * len(range(0, memory_bytes, PAGE_BYTES))  # resident whatever the allocator does
-    while time.thread_time() < deadline:
-        pass
+    if load == "sleep":
+        time.sleep(runtime_s)
+    else:
+        deadline = time.thread_time() + runtime_s  # the thread's own CPU time: fixed work, whatever else runs
+        while time.thread_time() < deadline:
+            pass
     del block
+
+
+def _load() -> str:
+    """``$AGORA_WFINSTANCE_LOAD``: ``cpu`` (the default) or ``sleep``."""
+    load = os.environ.get(LOAD_ENV, "").strip() or LOADS[0]
+    if load not in LOADS:
+        raise ValueError(f"${LOAD_ENV} must be one of {', '.join(LOADS)}, got {load!r}")
+    return load
 
 
 def _slow_factor(context: dict[str, Any]) -> float:

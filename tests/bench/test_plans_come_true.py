@@ -43,6 +43,7 @@ def test_one_small_workflow_is_planned_run_and_measured_against_its_plan_and_the
         assert run["planned_makespan_s"] > 1.0 and run["actual_makespan_s"] > 1.0, run
         assert run["planned_cost_usd"] > 0 and run["actual_cost_usd"] > 0, run  # local-priced.yaml's prices
         assert isinstance(run["repairs"], int)  # runs of 0.5-1.5 s tasks drift past 20 % and may be repaired
+        assert 0 < run["cpu_share"] <= 1.2, run  # CPU-bound tasks: a core at most (the sampler's rounding aside)
     summary = document["summary"]
     assert summary["agora"]["runs"] == summary["default"]["runs"] == 1
     assert summary["agora"]["makespan_s_median_error"] is not None

@@ -109,6 +109,16 @@ PROBE = textwrap.dedent(
             "cpu_s": cpu_s() - cpu_before,
             "peak_rss_above_start_bytes": status("VmHWM") - rss_before,
         }
+    longest = dag.get_task(json.loads(os.environ["WANT_RUNS"])[1])
+    os.environ["AGORA_WFINSTANCE_LOAD"] = "sleep"
+    cpu_before, wall_before = cpu_s(), time.monotonic()
+    longest.python_callable(*longest.op_args, **longest.op_kwargs)
+    out["sleep"] = {"wall_s": time.monotonic() - wall_before, "cpu_s": cpu_s() - cpu_before}
+    os.environ["AGORA_WFINSTANCE_LOAD"] = "gpu"
+    try:
+        longest.python_callable(*longest.op_args, **longest.op_kwargs)
+    except ValueError as exc:
+        out["bad_load"] = str(exc)
     print("PROBE " + json.dumps(out))
     """
 )
@@ -321,6 +331,16 @@ def test_a_replayed_task_holds_its_scaled_memory_and_burns_its_scaled_cpu_time(p
         assert run["cpu_s"] <= 1.2 * runtime_s + 0.1 + 2.0 * memory_bytes / 2**30, (task_id, run)
     biggest = max(expected, key=lambda t: expected[t]["memory_bytes"])
     assert probe["runs"][biggest]["peak_rss_above_start_bytes"] > 200 * MIB  # blastall_ID000009: 902 MiB * 0.25
+
+
+def test_with_the_sleep_load_a_replayed_task_waits_its_runtime_instead_of_burning_it(probe: dict[str, Any]) -> None:
+    expected = _expected(DEFAULT).tasks
+    longest = max(expected, key=lambda t: expected[t]["runtime_s"])
+    runtime_s, _ = _scaled(expected[longest], DEFAULT_TIME_SCALE, DEFAULT_MEMORY_SCALE)
+    run = probe["sleep"]
+    assert run["wall_s"] >= runtime_s - 0.01, run
+    assert run["cpu_s"] < 0.5 * runtime_s, run  # a sleep, not a busy loop (writing the block costs a little)
+    assert probe["bad_load"] == "$AGORA_WFINSTANCE_LOAD must be one of cpu, sleep, got 'gpu'"
 
 
 def test_the_smallest_workflow_runs_end_to_end_in_airflow(tmp_path: Path) -> None:
