@@ -194,10 +194,11 @@ def predicted_dag_workflow(
 
 def learned_platform_latency(store_url: str | None, edges: Mapping[str, Sequence[tuple[str, str]]]) -> PlatformLatency:
     """The platform latency learned from the trace store's attempts (every DAG's), with the DAGs' ``edges``
-    where known (``{dag_id: [(parent, child), ...]}``; the other DAGs' tasks count from their queued time)."""
+    where known (``{dag_id: [(parent, child), ...]}``; the other DAGs' tasks count from their queued time).
+    A machine's next task counts from its task before's end: the executor frees a machine there."""
     from agora_optimizer.predict.latency import learn_latency
     from agora_optimizer.traces.store import TraceStore, default_store_url
 
     with TraceStore(store_url or default_store_url()) as store:
         attempts = store.attempts()
-    return learn_latency(attempts, edges)
+    return learn_latency(attempts, edges, freed_at_end=True)

@@ -175,6 +175,7 @@ def latency_samples(
     attempts: Iterable[TaskAttempt],
     edges: Mapping[str, Iterable[tuple[str, str]]] | None = None,
     slot_free_at: Mapping[str, datetime] | None = None,
+    freed_at_end: bool = False,
 ) -> dict[tuple[str, str], tuple[list[float], list[float]]]:
     """Per ``(backend, resource_type)``: the start and the end latencies, in seconds, of ``attempts``.
 
@@ -182,7 +183,10 @@ def latency_samples(
     then its parents' last end in the same DAG run (a root's, or any task's of a DAG whose edges
     are not given, is its ``queued_at``, the best the trace row knows). ``slot_free_at[key]``:
     when the slot of the attempt of that :attr:`TaskAttempt.key` was free again (its worker
-    exited); only those attempts give an end latency.
+    exited); only those attempts give an end latency. ``freed_at_end``: a slot whose release is not
+    given was free when its task ended (the executor frees a machine at the worker's ``task-ended``
+    mark, on local pools and SLURM alike), so the next task of the machine counts from there; the
+    tail from the task's end to its process's exit, tenths of a second, is then in the start latency.
 
     A sample is left out when the row cannot say what the platform added: a retry (its wait is
     the retry delay), a parent that never ended, a row without its times or its type, a machine
@@ -220,7 +224,7 @@ def latency_samples(
             assert before.started_at is not None and a.started_at is not None  # rows have started_at
             if before is a or before.started_at >= a.started_at:
                 continue
-            released = free.get(before.key)
+            released = free.get(before.key) or (before.ended_at if freed_at_end else None)
             if released is None:
                 ready = None  # the wait may have been for this machine, and no row says when it freed
                 break
@@ -254,12 +258,13 @@ def learn_latency(
     edges: Mapping[str, Iterable[tuple[str, str]]] | None = None,
     slot_free_at: Mapping[str, datetime] | None = None,
     min_samples: int = MIN_SAMPLES,
+    freed_at_end: bool = False,
 ) -> PlatformLatency:
     """Each type's start and end latency (see :func:`latency_samples`), when it has ``min_samples`` of a kind."""
     if isinstance(min_samples, bool) or not isinstance(min_samples, int) or min_samples < 1:
         raise PlatformLatencyError(f"min_samples must be an integer >= 1, got {min_samples!r}")
     learned: dict[tuple[str, str], tuple[Measured | None, Measured | None]] = {}
-    for key, (starts, ends) in latency_samples(attempts, edges, slot_free_at).items():
+    for key, (starts, ends) in latency_samples(attempts, edges, slot_free_at, freed_at_end).items():
         learned[key] = (
             summarize(starts) if len(starts) >= min_samples else None,
             summarize(ends) if len(ends) >= min_samples else None,

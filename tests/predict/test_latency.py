@@ -95,6 +95,19 @@ def test_a_retry_and_a_busy_machine_give_no_start_sample() -> None:
     assert starts == [pytest.approx(1.0)]  # r3's extract only
 
 
+def test_a_machine_freed_at_its_tasks_end_gives_its_next_task_a_start_sample_from_that_end() -> None:
+    """The executor frees a machine at its task's end (the worker's task-ended mark): with ``freed_at_end``
+    every task of a machine gives a start sample, not only the first (which, under a plan, is one a run)."""
+    extract = _attempt("extract", "r3", 0.0, 1.0, 5.0, machine="pool-a#0")
+    clean = _attempt("clean", "r3", 5.0, 9.0, 10.0, machine="pool-a#0")
+    starts, ends = latency_samples([extract, clean], EDGES, freed_at_end=True)[("local", "pool-a")]
+    assert sorted(starts) == pytest.approx([1.0, 4.0]) and ends == []  # clean: 4 s after extract's end
+    given = latency_samples([extract, clean], EDGES, {extract.key: _at(8.0)}, freed_at_end=True)
+    assert sorted(given[("local", "pool-a")][0]) == pytest.approx([1.0, 1.0])  # a known release still wins
+    learned = learn_latency([extract, clean] * 3, EDGES, min_samples=5, freed_at_end=True)
+    assert learned.learned[("local", "pool-a")][0] is not None  # 6 samples, where 3 would not be enough
+
+
 def test_a_known_slot_release_gives_the_end_latency_and_moves_the_next_tasks_ready_time() -> None:
     extract = _attempt("extract", "r3", 0.0, 1.0, 5.0, machine="pool-a#0")
     clean = _attempt("clean", "r3", 5.0, 9.0, 10.0, machine="pool-a#0")
