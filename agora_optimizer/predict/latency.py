@@ -11,7 +11,8 @@ adds two waits that no task's runtime shows:
 
 :func:`learn_latency` measures both per ``(backend, resource_type)`` from the trace store's
 attempts (median, p90, sample count). A type with fewer than ``min_samples`` samples of a
-kind gets that kind from :data:`MEASURED_DEFAULTS`, measured on the development machine.
+kind gets that kind from :data:`MEASURED_DEFAULTS`, measured on the development machine (local
+pools and the loopback SLURM cluster).
 :func:`with_platform_latency` hands the result to the planner as each type's
 ``added_latency_s`` (start + end), which every engine sees through ``Resource.runtime_s``.
 
@@ -72,13 +73,29 @@ class DefaultLatency:
 # Start: 0.19 to 0.90 s once Airflow is warm; 4.30 s for the first task, counted from its queued
 # time (the worker and Airflow's supervisor start cold). End: 0.07 to 0.13 s from the task's end to
 # its slot's release (before pools freed at the mark, the slot waited 5.1 to 5.2 s for the worker's
-# exit). The Airflow part (scheduler, supervisor) is the same on every backend, so SLURM and AWS
-# types get these numbers too; their own waits are the queue wait (release_s) and boot_s.
+# exit). Backends never measured (AWS Batch) get these numbers; their own waits are the queue wait
+# (release_s) and boot_s.
+_LOCAL_END = Measured(median_s=0.11, p90_s=0.12, samples=5)
+# SLURM: measured 2026-12-02 on the same machine's loopback cluster (scripts/start_slurm.sh), the 344
+# trace rows of 16 runs of the plans-come-true benchmark (tasks that sleep, so that the host's two
+# cores do not slow them; executor as committed at 376a7e1):
+#     python bench/run_plans_come_true.py --workflows-dir ../shared/data/wfinstances --backend slurm \
+#         --task-load sleep --workflows bacass-dirt02-001,... (README) --out ...
+#     python bench/measure_platform_latency.py --store sqlite:///<its root>/traces.db --workflows ...
+# Start: median 3.35 s, p90 4.19 s from ready to running inside the machine's allocation (Airflow's
+# scheduler loop, the allocation's driver looking for task files every 0.5 s, the worker and
+# Airflow's supervisor starting on the node), 5 times the local pools'. End: the rows hold no slot
+# release; the worker's task-ended mark frees a SLURM machine as it does a local pool.
 MEASURED_DEFAULTS: dict[str, DefaultLatency] = {
     "local": DefaultLatency(
         start=Measured(median_s=0.66, p90_s=2.94, samples=5),
-        end=Measured(median_s=0.11, p90_s=0.12, samples=5),
+        end=_LOCAL_END,
         measured="example DAG on catalogs/local.yaml, 2026-12-01",
+    ),
+    "slurm": DefaultLatency(
+        start=Measured(median_s=3.35, p90_s=4.19, samples=344),
+        end=_LOCAL_END,
+        measured="plans-come-true benchmark on the loopback SLURM cluster, 2026-12-02",
     ),
 }
 FALLBACK_BACKEND = "local"

@@ -168,7 +168,8 @@ def test_too_few_samples_fall_back_to_the_measured_defaults() -> None:
 
 
 def test_a_backend_never_measured_gets_the_local_numbers() -> None:
-    assert default_latency("slurm") == MEASURED_DEFAULTS["local"]
+    assert default_latency("aws_batch") == MEASURED_DEFAULTS["local"]
+    assert default_latency("slurm").start.median_s > 3 * default_latency("local").start.median_s  # measured apart
 
 
 def test_bad_options_are_refused() -> None:
