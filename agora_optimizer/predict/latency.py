@@ -76,13 +76,13 @@ class DefaultLatency:
 # exit). Backends never measured (AWS Batch) get these numbers; their own waits are the queue wait
 # (release_s) and boot_s.
 _LOCAL_END = Measured(median_s=0.11, p90_s=0.12, samples=5)
-# SLURM: measured 2026-12-02 on the same machine's loopback cluster (scripts/start_slurm.sh), the 344
-# trace rows of 16 runs of the plans-come-true benchmark (tasks that sleep, so that the host's two
+# SLURM: measured 2026-12-02 on the same machine's loopback cluster (scripts/start_slurm.sh), the 500
+# trace rows of 22 runs of the plans-come-true benchmark (tasks that sleep, so that the host's two
 # cores do not slow them; executor as committed at 376a7e1):
 #     python bench/run_plans_come_true.py --workflows-dir ../shared/data/wfinstances --backend slurm \
 #         --task-load sleep --workflows bacass-dirt02-001,... (README) --out ...
 #     python bench/measure_platform_latency.py --store sqlite:///<its root>/traces.db --workflows ...
-# Start: median 3.35 s, p90 4.19 s from ready to running inside the machine's allocation (Airflow's
+# Start: median 3.48 s, p90 4.40 s from ready to running inside the machine's allocation (Airflow's
 # scheduler loop, the allocation's driver looking for task files every 0.5 s, the worker and
 # Airflow's supervisor starting on the node), 5 times the local pools'. End: the rows hold no slot
 # release; the worker's task-ended mark frees a SLURM machine as it does a local pool.
@@ -93,7 +93,7 @@ MEASURED_DEFAULTS: dict[str, DefaultLatency] = {
         measured="example DAG on catalogs/local.yaml, 2026-12-01",
     ),
     "slurm": DefaultLatency(
-        start=Measured(median_s=3.35, p90_s=4.19, samples=344),
+        start=Measured(median_s=3.48, p90_s=4.40, samples=500),
         end=_LOCAL_END,
         measured="plans-come-true benchmark on the loopback SLURM cluster, 2026-12-02",
     ),
