@@ -93,11 +93,10 @@ class Leases:
                         machine.machine, run[0], run[1], lead_s,
                     )  # fmt: skip
 
-    def close_ended(
-        self, books: Mapping[Run, RunBook], in_use: Collection[str], backends: Iterable[Backend]
-    ) -> list[LeaseRecord]:
+    def close_ended(self, books: Mapping[Run, RunBook], in_use: Collection[str], backends: Iterable[Backend]) -> None:
         """Release each lease whose machine's planned tasks have all ended (or will never come) and whose key
-        no job in ``in_use`` holds; returns the leases the backends report released since the last call."""
+        no job in ``in_use`` holds; the leases the backends report released go to :attr:`records` and the
+        run reports."""
         for key, (lease, backend_name) in list(self._open.items()):
             book = books.get((lease.dag_id, lease.run_id))
             if key in in_use or (book is not None and not book.machine_ended(lease.machine)):
@@ -106,15 +105,12 @@ class Leases:
             with contextlib.suppress(Exception):  # close_lease never raises; a backend that does must not stop sync
                 self._backend(backend_name).close_lease(lease)
             log.info("agora: released machine %s of %s run %s", lease.machine, lease.dag_id, lease.run_id)
-        released: list[LeaseRecord] = []
         for backend in backends:
             with contextlib.suppress(Exception):
                 finished = backend.finished_leases()
-                released.extend(finished)
+                self.records.extend(finished)
                 self._reports.add_leases(finished)
-        self.records.extend(released)
         del self.records[:-LEASE_RECORDS_MAX]
-        return released
 
     def _open_machine(self, run: Run, machine: MachinePlan, backend: str, book: RunBook | None) -> MachineLease | None:
         """Open the lease of a run's planned machine with its backend; None (the machine re-placed, and
