@@ -56,6 +56,13 @@ SETTINGS: tuple[Setting, ...] = (
         "Catalog resource for tasks routed to agora that have no plan (a new task, a DAG never "
         "optimized). Empty: such tasks are left on Airflow's default executor.",
     ),
+    Setting(
+        "default_map_width",
+        "4",
+        "How many instances the planner expects of a mapped task (.expand(), or a task of a mapped task "
+        "group) whose width neither the trace store (past runs' map indexes) nor a literal list at parse "
+        "time tells.",
+    ),
     Setting("plan_dir", "", "Where each DAG's current plan and plan history live; empty: $AIRFLOW_HOME/agora/plans."),
     Setting(
         "state_dir",

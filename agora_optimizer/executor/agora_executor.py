@@ -122,6 +122,7 @@ from agora_optimizer.executor.resources import load_resources
 from agora_optimizer.executor.state_files import check_state_dir, write_private
 from agora_optimizer.integration.airflow_pools import ensure_pools
 from agora_optimizer.model.catalog import Resource
+from agora_optimizer.model.instances import instance_id
 from agora_optimizer.runs.lease_record import LeaseRecord
 from agora_optimizer.traces.spool import SPOOL_NAME, spool
 from agora_optimizer.traces.spool import pending as spool_pending
@@ -483,14 +484,14 @@ class AgoraExecutor(BaseExecutor):
         book = self._books.get((ti.dag_id, ti.run_id))
         if lease is None or book is None:
             return None
-        planned = book.order.by_task.get(ti.task_id)
+        planned = book.order.by_task.get(_plan_task(ti))
         started = getattr(ti, "start_date", None)
         started = started if isinstance(started, datetime) else None
         now = _now()
         if new_book and planned is not None and started is not None:
             # The run's plan clock as the earlier scheduler had it, near enough: the task began at its planned start.
             book.origin_s = now.monotonic_s - (now.wall - started).total_seconds() - planned.start_s
-        book.start(ti.task_id, clock_at(book, now.monotonic_s, now.wall, started))
+        book.start(_plan_task(ti), clock_at(book, now.monotonic_s, now.wall, started))
         return lease
 
     # -- inside: building and submitting jobs --------------------------------------------------
@@ -499,8 +500,8 @@ class AgoraExecutor(BaseExecutor):
         """The job of ``workload`` at its placement (a repair's for its run, else its ``executor_config``'s);
         ``write``: its workload and ``job.json`` are written (a moved held job's are written by its ``Moved``)."""
         ti = workload.ti
-        label = f"{ti.dag_id}.{ti.task_id}"
-        placement = placement_from_config(ti.executor_config, label) or self._default_placement(label)
+        label = f"{ti.dag_id}.{_plan_task(ti)}"
+        placement = placement_from_config(ti.executor_config, label, ti.map_index) or self._default_placement(label)
         placement = self._repaired_placement(ti, placement)
         resource = self._resources.get(placement.resource)
         if resource is None:
@@ -570,7 +571,7 @@ class AgoraExecutor(BaseExecutor):
 
     def _lease_for(self, ti: Any, placement: Placement, resource: Resource) -> MachineLease | None:
         """The planned machine a task runs on (its lease open with the backend), or None: it runs as any task."""
-        if not placement.machine or placement.source != "plan" or ti.map_index >= 0:
+        if not placement.machine or placement.source != "plan":
             return None
         run = (ti.dag_id, ti.run_id)
         book = self._books.get(run)
@@ -579,12 +580,12 @@ class AgoraExecutor(BaseExecutor):
         else:
             book, order = None, self._order(ti.dag_id, placement.plan_version)
         machine = None if order is None else order.machines.get(placement.machine)
-        if order is None or machine is None or ti.task_id not in order.by_task:
+        if order is None or machine is None or _plan_task(ti) not in order.by_task:
             return None
         if placement.cores > machine.cores or placement.memory_bytes > machine.memory_bytes:
             self.log.warning(
                 "agora: %s.%s reserves %d cores and %d bytes, more than its machine %s has; it runs beside it",
-                ti.dag_id, ti.task_id, placement.cores, placement.memory_bytes, machine.machine,
+                ti.dag_id, _plan_task(ti), placement.cores, placement.memory_bytes, machine.machine,
             )  # fmt: skip
             return None
         backend = self._resources[machine.resource].backend if machine.resource in self._resources else resource.backend
@@ -595,9 +596,9 @@ class AgoraExecutor(BaseExecutor):
 
     def _repaired_placement(self, ti: Any, placement: Placement) -> Placement:
         """The placement a repair of the task's run gave it (same plan version), else ``placement``."""
-        if placement.source != "plan" or ti.map_index >= 0:
+        if placement.source != "plan":
             return placement
-        assignment = self._repairer.override(ti.dag_id, ti.run_id, ti.task_id)
+        assignment = self._repairer.override(ti.dag_id, ti.run_id, _plan_task(ti))
         book = self._books.get((ti.dag_id, ti.run_id))
         if assignment is None or book is None or book.plan_version != placement.plan_version:
             return placement
@@ -621,7 +622,7 @@ class AgoraExecutor(BaseExecutor):
 
         def planned_start(job: Job) -> float:
             book = self._book(job)
-            task = None if book is None else book.order.by_task.get(job.record.task_id)
+            task = None if book is None else book.order.by_task.get(job.record.plan_task)
             return (book.origin_s if book else 0.0) + (task.start_s if task else 0.0)
 
         for job in sorted(held, key=planned_start):
@@ -630,12 +631,12 @@ class AgoraExecutor(BaseExecutor):
             if book is None:
                 decision_start, reason = True, "its run's plan is no longer known"
             else:
-                decision = may_start(book, job.record.task_id, now, held_s, self.config.lifecycle.machine_hold_s)
+                decision = may_start(book, job.record.plan_task, now, held_s, self.config.lifecycle.machine_hold_s)
                 decision_start, reason = decision.start, decision.reason
             if decision_start:
                 if book is not None:
-                    book.start(job.record.task_id, book.clock_s(now))
-                    self._repairer.run(job.record.dag_id, job.record.run_id).started(job.record.task_id)
+                    book.start(job.record.plan_task, book.clock_s(now))
+                    self._repairer.run(job.record.dag_id, job.record.run_id).started(job.record.plan_task)
                 self._feed(job, Released(reason))
             else:
                 self._feed(job, Heartbeat())
@@ -670,7 +671,7 @@ class AgoraExecutor(BaseExecutor):
         ):
             return
         now = _now()
-        task_id, dag_id, run_id = job.record.task_id, job.record.dag_id, job.record.run_id
+        task_id, dag_id, run_id = job.record.plan_task, job.record.dag_id, job.record.run_id
         ended_at = None if status is None else status.task_ended_at or status.ended_at
         end_s = clock_at(book, now.monotonic_s, now.wall, ended_at)
         if book.end(task_id, end_s) and status is not None:
@@ -709,7 +710,7 @@ class AgoraExecutor(BaseExecutor):
             record = job.record
             if job.state != "held" or (record.dag_id, record.run_id) != (run.dag_id, run.run_id):
                 continue
-            new = fixed.overrides.get(record.task_id)
+            new = fixed.overrides.get(record.plan_task)
             lease = job.spec.lease
             if new is None or job.workload is None or (lease is not None and lease.machine == new.machine):
                 continue
@@ -970,7 +971,9 @@ class AgoraExecutor(BaseExecutor):
 
 
 def _airflow_states(dag_id: str, run_id: str) -> dict[str, str]:
-    """The state of each (unmapped) task of a DAG run, from Airflow's metadata database.
+    """The state of each task instance of a DAG run, from Airflow's metadata database, by its plan
+    name (``task[i]`` for a mapped task's instance; a mapped task not expanded yet is its one instance
+    of map index -1, by its task id).
 
     A task with no state yet (its upstream tasks still run) is in it too, as :data:`NO_STATE`: the run
     has it, and it is still to come (left out, the machine order took it for a task the run lacks).
@@ -987,11 +990,14 @@ def _airflow_states(dag_id: str, run_id: str) -> dict[str, str]:
         return {}
     with airflow_settings.Session.session_factory() as session:
         rows = session.execute(
-            select(TaskInstance.task_id, TaskInstance.state).where(
-                TaskInstance.dag_id == dag_id, TaskInstance.run_id == run_id, TaskInstance.map_index < 0
+            select(TaskInstance.task_id, TaskInstance.map_index, TaskInstance.state).where(
+                TaskInstance.dag_id == dag_id, TaskInstance.run_id == run_id
             )
         ).all()
-    return {str(task_id): str(state) if state is not None else NO_STATE for task_id, state in rows}
+    return {
+        instance_id(str(task_id), int(index)): str(state) if state is not None else NO_STATE
+        for task_id, index, state in rows
+    }
 
 
 def _unwritable(workload: workloads.ExecuteTask, state_dir: Path, exc: OSError) -> str:
@@ -1116,3 +1122,8 @@ def _s3_prefix(resource: Resource, label: str, prefix: str) -> str:
         )
     split_s3_url(prefix, what=f"task {label}: [agora] aws_s3_prefix")
     return prefix
+
+
+def _plan_task(ti: Any) -> str:
+    """The task instance's name in its plan: ``task[i]`` for a mapped task's instance."""
+    return instance_id(ti.task_id, ti.map_index)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from agora_optimizer.executor.jobs import JobStatus, job_key
 from agora_optimizer.executor.state_files import write_private
+from agora_optimizer.model.instances import instance_id
 from agora_optimizer.traces.records import AttemptState, TaskAttempt
 
 
@@ -41,6 +42,11 @@ class JobRecord:
     def key(self) -> str:
         """The attempt's job key: the name of its job directory (and of its job on every backend)."""
         return job_key(self.dag_id, self.task_id, self.run_id, self.try_number, self.map_index)
+
+    @property
+    def plan_task(self) -> str:
+        """The task's name in its plan: ``task[i]`` for a mapped task's instance."""
+        return instance_id(self.task_id, self.map_index)
 
     @property
     def label(self) -> str:

@@ -36,6 +36,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from agora_optimizer.model.catalog import Resource
+from agora_optimizer.model.instances import split_instance
 from agora_optimizer.model.plan import Assignment, Plan, machine_type
 
 NEVER_COMES = frozenset({"skipped", "upstream_failed", "failed", "removed", "success"})
@@ -183,13 +184,16 @@ class RunBook:
         return True
 
     def settle(self, states: Mapping[str, str]) -> None:
-        """Airflow's task states (by task id): a task in a :data:`NEVER_COMES` state is done (if it started)
+        """Airflow's task states (by plan name): a task in a :data:`NEVER_COMES` state is done (if it started)
         or gone (if it never did), and so is a planned task the run does not have (a plan older than its
-        DAG). A task the book counts as running stays running until :meth:`end`."""
+        DAG, or a mapped task's instance beyond its run's width). A mapped task's planned instance whose
+        task the run has not expanded yet is still to come. A task the book counts as running stays
+        running until :meth:`end`."""
         if states:  # no answer at all says nothing about which tasks the run has
             self.answered = True
             for task_id in self.order.by_task.keys() - states.keys() - self.started:
-                self.gone.add(task_id)
+                if not _to_expand(task_id, states):
+                    self.gone.add(task_id)
         scheduled = {t for t, state in states.items() if state == KEPT_BACK and t in self.order.by_task}
         self.kept_back = (scheduled & self.scheduled) - self.started
         self.scheduled = scheduled
@@ -234,6 +238,13 @@ class RunBook:
 
     def ended_machines(self) -> list[str]:
         return [machine for machine in self.order.machines if self.machine_ended(machine)]
+
+
+def _to_expand(name: str, states: Mapping[str, str]) -> bool:
+    """``name`` is a mapped task's instance whose task Airflow has not expanded yet (its one task
+    instance of map index -1 is still to come): the run will have it if its width reaches it."""
+    task_id, index = split_instance(name)
+    return index >= 0 and task_id in states and states[task_id] not in NEVER_COMES
 
 
 def _fits(plan: MachinePlan, tasks: Iterable[PlannedTask]) -> bool:

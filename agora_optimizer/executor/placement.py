@@ -16,6 +16,8 @@ from agora_optimizer.errors import FieldError
 from agora_optimizer.model.workflow import MAX_CORES, MAX_MEMORY_BYTES
 
 PLACEMENT_KEY = "placement"
+INSTANCES_KEY = "instances"  # a mapped task's planned instances' placements, by map index (a string)
+OVERFLOW = "overflow"  # the placement source of a mapped task's instances beyond its planned width
 
 
 @dataclass(frozen=True)
@@ -28,7 +30,7 @@ class Placement:
     time_limit_s: float | None = None
     machine: str = ""
     planned_start_s: float | None = None
-    source: str = "plan"  # "plan" or "default"
+    source: str = "plan"  # "plan", "default" or "overflow" (a mapped task's instance the plan did not expect)
     plan_version: str = ""  # which plan placed it (:func:`agora_optimizer.plans.store.plan_version`)
 
     def to_config(self) -> dict[str, Any]:
@@ -44,14 +46,27 @@ class Placement:
         }
 
 
-def placement_from_config(executor_config: Mapping[str, Any] | None, label: str) -> Placement | None:
-    """The placement in a task's executor_config, None if it has none; malformed raises FieldError naming the task."""
+def placement_from_config(
+    executor_config: Mapping[str, Any] | None, label: str, map_index: int = -1
+) -> Placement | None:
+    """The placement in a task's executor_config, None if it has none; malformed raises FieldError naming the task.
+
+    A mapped task's instance (``map_index`` >= 0) gets its own planned placement when the plan
+    expected it (``instances``), else the mapped task's ``placement``: the overflow's.
+    """
     agora = (executor_config or {}).get("agora")
     if not isinstance(agora, Mapping) or PLACEMENT_KEY not in agora:
         return None
     node = agora[PLACEMENT_KEY]
     where = f"task {label}"
     field = f"executor_config.agora.{PLACEMENT_KEY}"
+    instances = agora.get(INSTANCES_KEY)
+    if map_index >= 0 and instances is not None:
+        if not isinstance(instances, Mapping):
+            raise FieldError(where, f"executor_config.agora.{INSTANCES_KEY}", "must map map indexes to placements")
+        if str(map_index) in instances:
+            node = instances[str(map_index)]
+            field = f"executor_config.agora.{INSTANCES_KEY}.{map_index}"
     if not isinstance(node, Mapping):
         raise FieldError(where, field, f"must be a mapping, got {type(node).__name__}")
     resource = node.get("resource")

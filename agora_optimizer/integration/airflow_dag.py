@@ -13,7 +13,7 @@ falls back to them (see :mod:`agora_optimizer.predict.fallback`).
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,6 +27,8 @@ if TYPE_CHECKING:
     from agora_optimizer.model.workflow import Workflow
     from agora_optimizer.predict.features import WorkflowShape
     from agora_optimizer.predict.latency import PlatformLatency
+    from agora_optimizer.predict.map_width import MapWidth
+    from agora_optimizer.traces.records import TaskAttempt
 
 AIRFLOW_PREFIX = "airflow:"
 
@@ -45,8 +47,10 @@ class DagTask:
     cores: int = 1
     runtime_hint_s: float | None = None
     memory_hint_bytes: int | None = None
-    mapped: bool = False
+    mapped: bool = False  # expanded at run time: an ``.expand()``, or a task of a mapped task group
     category: str = ""  # declared; empty: the task id without its index
+    literal_width: int | None = None  # a mapped task's width when Airflow knows it at parse time
+    map_group: str = ""  # the closest mapped task group's id: its tasks' instance i follow each other's i
 
 
 @dataclass(frozen=True)
@@ -79,7 +83,7 @@ def load_dag(dag_id: str, folder: str | Path | None = None) -> DagShape:
         known = ", ".join(sorted(bag.dags)) or "none"
         reason = f"DAG '{dag_id}' is not in {folder} (DAGs found: {known})"
         raise DagNotFoundError(reason + (f"; files that failed to import: {broken}" if broken else ""))
-    tasks = tuple(_dag_task(dag.fileloc, task) for task in dag.tasks)
+    tasks = tuple(_dag_task(dag.fileloc, task, _closest_mapped_group(task)) for task in dag.tasks)
     return DagShape(dag_id=dag_id, fileloc=str(dag.fileloc), tasks=tasks)
 
 
@@ -95,7 +99,7 @@ _HINT_KEYS = frozenset(
 )
 
 
-def _dag_task(fileloc: str, task: Any) -> DagTask:
+def _dag_task(fileloc: str, task: Any, mapped_group: Any = None) -> DagTask:
     config = getattr(task, "executor_config", None) or {}
     hints = config.get("agora", {}) if isinstance(config, dict) else {}
     where = f"{task.task_id}.executor_config.agora"
@@ -126,8 +130,97 @@ def _dag_task(fileloc: str, task: Any) -> DagTask:
         cores=cores,
         runtime_hint_s=runtime,
         memory_hint_bytes=int(memory) if memory is not None else None,
-        mapped=type(task).__name__ == "MappedOperator",
+        mapped=mapped_group is not None or bool(getattr(task, "is_mapped", False)),
+        literal_width=_literal_width(task, mapped_group),
+        map_group=str(getattr(mapped_group, "group_id", "") or ""),
     )
+
+
+def _closest_mapped_group(task: Any) -> Any:
+    closest = getattr(task, "get_closest_mapped_task_group", None)
+    return closest() if callable(closest) else None
+
+
+def _literal_width(task: Any, group: Any) -> int | None:
+    """How many instances the task expands into, when every ``.expand()`` argument is a literal
+    (a list, a tuple, a dict) at parse time: the product of their lengths (of the task's own and
+    of its mapped task groups'); None when one comes from an upstream task (an XCom)."""
+    specified = getattr(task, "_get_specified_expand_input", None)  # a @task's is in its op_kwargs
+    inputs = [specified()] if getattr(task, "is_mapped", False) and callable(specified) else []
+    if group is not None:
+        groups = getattr(task, "iter_mapped_task_groups", None)
+        inputs += [getattr(g, "_expand_input", None) for g in (groups() if callable(groups) else [group])]
+    width = 1
+    for expand_input in inputs:
+        count = _input_width(getattr(expand_input, "value", None))
+        if count is None:
+            return None
+        width *= count
+    return width if inputs else None
+
+
+def _input_width(value: Any) -> int | None:
+    from airflow.sdk.definitions._internal.expandinput import _needs_run_time_resolution
+
+    if isinstance(value, Mapping):  # .expand(x=[...], y=[...]): the cross product
+        width = 1
+        for argument in value.values():
+            if _needs_run_time_resolution(argument) or not isinstance(argument, Sequence | Mapping):
+                return None
+            width *= len(argument)
+        return width
+    if isinstance(value, Sequence) and not isinstance(value, str):  # .expand_kwargs([...])
+        return len(value)
+    return None
+
+
+def expand_mapped(shape: DagShape, widths: Mapping[str, MapWidth]) -> DagShape:
+    """The DAG with each mapped task replaced by its expected instances ``task[0]`` ... ``task[w-1]``.
+
+    An instance depends on every instance of each mapped parent (Airflow runs a task after all of
+    its upstream task's instances), except within one mapped task group, where instance ``i`` of a
+    task follows instance ``i`` of its parent in the group. A task ``widths`` does not name keeps
+    one instance per :data:`agora_optimizer.predict.map_width.MapWidth` default: callers name every
+    mapped task (:func:`mapped_widths`).
+    """
+    from dataclasses import replace
+
+    from agora_optimizer.model.instances import instance_id
+    from agora_optimizer.predict.features import task_stem
+
+    by_id = {task.task_id: task for task in shape.tasks}
+    names = {
+        task.task_id: [instance_id(task.task_id, i) for i in range(widths[task.task_id].width)]
+        if task.mapped and task.task_id in widths
+        else [task.task_id]
+        for task in shape.tasks
+    }
+    expanded: list[DagTask] = []
+    for task in shape.tasks:
+        for index, name in enumerate(names[task.task_id]):
+            upstream: list[str] = []
+            for parent in task.upstream:
+                twin = (
+                    task.map_group
+                    and by_id[parent].map_group == task.map_group
+                    and len(names[parent]) == len(names[task.task_id])
+                )
+                upstream += [names[parent][index]] if twin else names[parent]
+            category = task.category or (task_stem(task.task_id) if task.mapped else "")
+            expanded.append(replace(task, task_id=name, upstream=tuple(sorted(upstream)), category=category))
+    return replace(shape, tasks=tuple(expanded))
+
+
+def mapped_widths(shape: DagShape, attempts: Iterable[TaskAttempt], default_width: int) -> dict[str, MapWidth]:
+    """The planned width of each mapped task of the DAG (:mod:`agora_optimizer.predict.map_width`)."""
+    from agora_optimizer.predict.map_width import past_widths, planned_width
+
+    past = past_widths(attempts, shape.dag_id)
+    return {
+        task.task_id: planned_width(task.task_id, past, task.literal_width, default_width)
+        for task in shape.tasks
+        if task.mapped
+    }
 
 
 def workflow_shape(shape: DagShape) -> WorkflowShape:
@@ -165,15 +258,18 @@ def predicted_dag_workflow(
     trained model of ``model_dir`` (default: the shipped one), and the DAG's declared hints
     and the defaults answer for tasks it has never seen.
     """
+    from agora_optimizer import settings
     from agora_optimizer.predict.errors import EmptyHistoryError
     from agora_optimizer.predict.model_store import default_model_dir, load_predictor
     from agora_optimizer.predict.predictor import Predictor
     from agora_optimizer.traces.store import TraceStore, default_store_url
 
-    shape = workflow_shape(load_dag(dag_id, folder))
     url = store_url or default_store_url()
     with TraceStore(url) as store:
         attempts = store.attempts()  # all: an OOM kill's limit is a floor for the task's memory
+    dag = load_dag(dag_id, folder)
+    widths = mapped_widths(dag, attempts, _default_map_width(settings.get("default_map_width")))
+    shape = workflow_shape(expand_mapped(dag, widths))
     predictor: Predictor | None = None
     origin = "no attempts in the trace store"
     if attempts:
@@ -189,7 +285,18 @@ def predicted_dag_workflow(
         origin = f"{origin}; model {directory}"
     workflow = predictor.predicted_workflow(shape, catalog)
     sources = predictor.predict(shape, catalog).sources()
-    return workflow, f"{origin}; answered by {sources}"
+    mapped = "; ".join(f"mapped {task}: {width.describe()}" for task, width in sorted(widths.items()))
+    return workflow, f"{origin}; answered by {sources}" + (f"; {mapped}" if mapped else "")
+
+
+def _default_map_width(value: str) -> int:
+    try:
+        width = int(value)
+    except ValueError:
+        width = 0
+    if width < 1:
+        raise AgoraError(f"[agora] default_map_width must be a whole number of instances >= 1, got {value!r}")
+    return width
 
 
 def learned_platform_latency(store_url: str | None, edges: Mapping[str, Sequence[tuple[str, str]]]) -> PlatformLatency:

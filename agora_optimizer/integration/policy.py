@@ -25,9 +25,14 @@ already set are restored. In particular:
 
 - a stale or corrupt plan (unreadable, or naming a resource ``[agora] catalog`` does not
   declare) leaves the whole DAG on its declared executor;
-- mapped tasks (``.expand()`` on an operator or a ``@task``, and the tasks of a mapped task
-  group) are left as written: their attributes live in ``partial_kwargs``, ``executor`` has
-  no setter, and one plan row cannot place every mapped instance;
+- a mapped task (``.expand()`` on an operator or a ``@task``, or a task of a mapped task group)
+  is planned as its expected instances ``task[0]``, ``task[1]``, ...: the policy writes each
+  instance's placement under ``executor_config["agora"]["instances"]`` (by map index; the
+  executor picks by the task instance's ``map_index``) and, as ``placement``, the overflow: where
+  instances beyond the planned width run (the resource most instances are on, no machine). A
+  mapped operator's ``executor`` and ``executor_config`` live in its ``partial_kwargs`` (no
+  setter): they are set there. Airflow pools are left as written for mapped tasks (one pool for
+  instances on several resources would count them wrongly);
 - a plan file is read once per version (path and mtime), whether it reads or fails, not once
   per task: a broken plan must not make a 5,000-task DAG miss ``dag_file_processor_timeout``.
 
@@ -46,6 +51,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import weakref
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache, lru_cache
@@ -56,9 +62,10 @@ from airflow.policies import hookimpl
 
 from agora_optimizer import settings
 from agora_optimizer.errors import AgoraError
-from agora_optimizer.executor.placement import PLACEMENT_KEY, Placement
+from agora_optimizer.executor.placement import INSTANCES_KEY, OVERFLOW, PLACEMENT_KEY, Placement
 from agora_optimizer.integration.airflow_pools import pool_name
 from agora_optimizer.model.catalog import GIB, Resource
+from agora_optimizer.model.instances import split_instance
 from agora_optimizer.model.plan import Assignment
 
 log = logging.getLogger(__name__)
@@ -99,25 +106,44 @@ def apply_plan(task: Any) -> Placement | None:
     plan = state.plan
     if plan is None or plan is NO_PLAN:
         return None
-    if _is_mapped(task):
-        _log_once_per_parse(
-            task,
-            "mapped task %s.%s left as written: agora does not place mapped tasks yet",
-            plan.dag_id,
-            _task_id(task),
-        )
-        return None
-    placement = _placement(task, plan)
+    mapped = _is_mapped(task)
+    instances = plan.instances.get(task.task_id, {}) if mapped else {}
+    limit = _time_limit_s(task)
+    placement = _overflow(instances, limit, plan.version) if instances else _placement(task, plan)
     if placement is None:
         return None
     changes: dict[str, Any] = {"executor": plan.executor, "queue": placement.resource}
-    if plan.airflow_pools:  # the executor creates missing pools when it starts
+    if plan.airflow_pools and not mapped:  # the executor creates missing pools when it starts
         changes |= {"pool": pool_name(placement.resource), "pool_slots": placement.cores}
     config = dict(task.executor_config or {})
-    config["agora"] = dict(config.get("agora") or {}) | {PLACEMENT_KEY: placement.to_config()}
+    agora = dict(config.get("agora") or {}) | {PLACEMENT_KEY: placement.to_config()}
+    if instances:
+        agora[INSTANCES_KEY] = {
+            str(index): _planned(assignment, limit, plan.version).to_config()
+            for index, assignment in sorted(instances.items())
+        }
+    config["agora"] = agora
     changes["executor_config"] = config
     _set_all_or_none(task, changes)
     return placement
+
+
+def _overflow(instances: Mapping[int, Assignment], limit: float | None, version: str) -> Placement:
+    """Where a mapped task's instances beyond its planned width run: the resource most of its planned
+    instances are on (the lowest index breaks a tie), reserving the most any of them there reserves,
+    on no planned machine."""
+    counts = Counter(assignment.resource for assignment in instances.values())
+    first = {a.resource: index for index, a in sorted(instances.items(), reverse=True)}
+    resource = max(counts, key=lambda name: (counts[name], -first[name]))
+    on_it = [a for a in instances.values() if a.resource == resource]
+    return Placement(
+        resource=resource,
+        cores=max(a.cores for a in on_it),
+        memory_bytes=max(a.memory_bytes for a in on_it),
+        time_limit_s=limit,
+        source=OVERFLOW,
+        plan_version=version,
+    )
 
 
 @dataclass(frozen=True)
@@ -127,13 +153,14 @@ class _DagPlan:
     dag_id: str
     executor: str
     assignments: Mapping[str, Assignment]
+    instances: Mapping[str, Mapping[int, Assignment]]  # a mapped task's planned instances, by map index
     version: str
     resources: Mapping[str, Resource]
     default_resource: str
     airflow_pools: bool
 
 
-NO_PLAN = _DagPlan("", "", {}, "", {}, "", False)  # the DAG has no plan to apply: its tasks are left alone
+NO_PLAN = _DagPlan("", "", {}, {}, "", {}, "", False)  # the DAG has no plan to apply: its tasks are left alone
 
 
 def _dag_plan(dag_id: str) -> _DagPlan | None:
@@ -151,6 +178,7 @@ def _dag_plan(dag_id: str) -> _DagPlan | None:
         dag_id=dag_id,
         executor=executor,
         assignments=read.assignments,
+        instances=_instances(read.assignments),
         version=read.version,
         resources=_resources(settings.get("catalog")),
         default_resource=settings.get("default_resource"),
@@ -158,19 +186,50 @@ def _dag_plan(dag_id: str) -> _DagPlan | None:
     )
 
 
+def _instances(assignments: Mapping[str, Assignment]) -> dict[str, dict[int, Assignment]]:
+    """The plan's rows of mapped task instances (``task[i]``), by task and map index."""
+    instances: dict[str, dict[int, Assignment]] = {}
+    for name, assignment in assignments.items():
+        task_id, index = split_instance(name)
+        if index >= 0:
+            instances.setdefault(task_id, {})[index] = assignment
+    return instances
+
+
 def _set_all_or_none(task: Any, changes: Mapping[str, Any]) -> None:
-    """Set every attribute of ``changes`` on the task, or, if one cannot be set, none of them."""
-    originals = {name: getattr(task, name) for name in TASK_ATTRIBUTES if name in changes}
+    """Set every attribute of ``changes`` on the task, or, if one cannot be set, none of them.
+
+    A mapped operator keeps these attributes in ``partial_kwargs`` (what ``.partial()`` was given;
+    ``executor`` and ``executor_config`` have no setter): they are set there directly, and a value
+    the author did not give is removed again on restoring (not set to its default).
+    """
+    kwargs = getattr(task, "partial_kwargs", None) if getattr(task, "is_mapped", False) else None
+    direct = set(TASK_ATTRIBUTES) if isinstance(kwargs, dict) else set()
+    missing = object()
+    originals = {
+        name: kwargs.get(name, missing) if name in direct and kwargs is not None else getattr(task, name)
+        for name in TASK_ATTRIBUTES
+        if name in changes
+    }
+
+    def put(name: str, value: Any) -> None:
+        if name not in direct or kwargs is None:
+            setattr(task, name, value)
+        elif value is missing:
+            kwargs.pop(name, None)
+        else:
+            kwargs[name] = value
+
     done: list[str] = []
     try:
         for name in TASK_ATTRIBUTES:
             if name in changes:
-                setattr(task, name, changes[name])
+                put(name, changes[name])
                 done.append(name)
     except Exception:
         for name in reversed(done):
             try:
-                setattr(task, name, originals[name])
+                put(name, originals[name])
             except Exception:  # restore the others; the caller logs the first failure
                 log.debug("agora policy: could not restore %s of task %s", name, _task_id(task), exc_info=True)
         raise
@@ -183,20 +242,28 @@ def _is_mapped(task: Any) -> bool:
     return callable(closest) and closest() is not None
 
 
-def _placement(task: Any, plan: _DagPlan) -> Placement | None:
+def _time_limit_s(task: Any) -> float | None:
     timeout = getattr(task, "execution_timeout", None)
-    limit = timeout.total_seconds() if timeout is not None else None
+    return timeout.total_seconds() if timeout is not None else None
+
+
+def _planned(assignment: Assignment, limit: float | None, version: str) -> Placement:
+    return Placement(
+        resource=assignment.resource,
+        cores=assignment.cores,
+        memory_bytes=assignment.memory_bytes,
+        time_limit_s=limit,
+        machine=assignment.machine,
+        planned_start_s=assignment.start_s,
+        plan_version=version,
+    )
+
+
+def _placement(task: Any, plan: _DagPlan) -> Placement | None:
+    limit = _time_limit_s(task)
     assignment = plan.assignments.get(task.task_id)
     if assignment is not None:
-        return Placement(
-            resource=assignment.resource,
-            cores=assignment.cores,
-            memory_bytes=assignment.memory_bytes,
-            time_limit_s=limit,
-            machine=assignment.machine,
-            planned_start_s=assignment.start_s,
-            plan_version=plan.version,
-        )
+        return _planned(assignment, limit, plan.version)
     default = plan.default_resource
     if not default:
         _log_once_per_parse(

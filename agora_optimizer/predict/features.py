@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from agora_optimizer.model.catalog import Resource
+from agora_optimizer.model.instances import split_instance
 from agora_optimizer.model.workflow import Edge
 from agora_optimizer.traces.records import TaskAttempt
 
@@ -55,8 +56,9 @@ class TaskShape:
 
     @property
     def key(self) -> tuple[str, str]:
-        """``(dag_id, task_id)``: the task's identity across runs."""
-        return (self.dag_id, self.task_id)
+        """``(dag_id, task_id)``: the task's identity across runs (a mapped task's instance ``load[3]``:
+        its task ``load``, whose attempts the trace store keeps with their map index beside it)."""
+        return (self.dag_id, split_instance(self.task_id)[0])
 
 
 @dataclass(frozen=True)

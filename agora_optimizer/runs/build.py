@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 
 from agora_optimizer.model.catalog import Resource
+from agora_optimizer.model.instances import instance_id, split_instance
 from agora_optimizer.model.plan import Plan, machine_type
 from agora_optimizer.runs.lease_record import LeaseRecord
 from agora_optimizer.runs.record import Repair, RunLease, RunRecord, RunTask
@@ -86,8 +87,9 @@ def build_run_record(
     tasks = []
     seen: set[str] = set()
     for attempt in last:
-        planned = assignments.get(attempt.task_id)
-        seen.add(attempt.task_id)
+        name = instance_id(attempt.task_id, attempt.map_index)  # a mapped task's instance: task[i] in the plan
+        planned = assignments.get(name)
+        seen.add(name)
         tasks.append(
             RunTask(
                 task_id=attempt.task_id,
@@ -104,11 +106,13 @@ def build_run_record(
                 actual_end_s=seconds(attempt.ended_at),
             )
         )
-    for task_id in sorted(assignments.keys() - seen):
-        a = assignments[task_id]
+    for name in sorted(assignments.keys() - seen):  # planned, never run (skipped, beyond a mapped task's width)
+        a = assignments[name]
+        task_id, map_index = split_instance(name)
         tasks.append(
             RunTask(
                 task_id,
+                map_index,
                 planned_resource=a.resource,
                 planned_machine=a.machine,
                 planned_start_s=a.start_s,

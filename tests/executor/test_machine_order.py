@@ -109,6 +109,31 @@ def test_a_planned_task_the_run_does_not_have_never_holds_nor_keeps_the_machine(
     assert run.machine_ended("small#0")
 
 
+def test_a_mapped_tasks_planned_instances_wait_for_its_expansion_then_those_beyond_its_width_are_gone() -> None:
+    run = book(
+        on("add[0]", "small#0", 0, 10, cores=2),
+        on("add[2]", "small#0", 10, 20, cores=2),
+        on("sum", "small#0", 20, 30, cores=2),
+    )
+    run.settle({"add": "none", "sum": "none"})  # not expanded yet: its one task instance of map index -1
+    assert run.gone == set()
+    assert not may_start(run, "sum", 100.0, 0.0, HOLD_S).start  # add[0] and add[2] are still to come
+    run.settle({"add[0]": "queued", "add[1]": "queued", "sum": "none"})  # expanded to two instances
+    assert run.gone == {"add[2]"}
+    run.start("add[0]")
+    run.end("add[0]")
+    run.settle({"add[0]": "success", "add[1]": "success", "sum": "queued"})
+    assert may_start(run, "sum", 100.0, 0.0, HOLD_S).start
+
+
+@pytest.mark.parametrize("state", ["skipped", "upstream_failed", "removed"])
+def test_a_mapped_task_that_never_expands_frees_its_planned_instances(state: str) -> None:
+    run = book(on("add[0]", "small#0", 0, 10, cores=2), on("sum", "small#0", 10, 20, cores=2))
+    run.settle({"add": state, "sum": "none"})
+    assert run.gone == {"add[0]"}
+    assert may_start(run, "sum", 100.0, 0.0, HOLD_S).start
+
+
 @pytest.mark.parametrize("state", ["upstream_failed", "failed", "removed", "success"])
 def test_every_final_state_releases_the_order(state: str) -> None:
     run = book(on("before", "small#0", 0, 10, cores=2), on("after", "small#0", 10, 20, cores=2))

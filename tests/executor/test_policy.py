@@ -279,9 +279,7 @@ def test_a_setter_that_raises_leaves_the_task_exactly_as_written(
     assert len(lines) == 1 and "locked.a" in lines[0] and "read-only" in lines[0]
 
 
-def test_mapped_tasks_are_left_exactly_as_written_with_one_line_per_dag(
-    policy_env: PlanStore, caplog: pytest.LogCaptureFixture
-) -> None:
+def mapped_dag() -> Any:
     from airflow.providers.standard.operators.bash import BashOperator
     from airflow.providers.standard.operators.empty import EmptyOperator
     from airflow.sdk import DAG, task
@@ -295,14 +293,51 @@ def test_mapped_tasks_are_left_exactly_as_written_with_one_line_per_dag(
         doubled = double.expand(x=[1, 2])
         bashed = BashOperator.partial(task_id="bashed", queue="q").expand(bash_command=["true", "false"])
         plain >> [doubled, bashed]
-    mapped: list[Any] = [dag.get_task("double"), bashed]
-    before = [as_written(t) | {"partial_kwargs": dict(t.partial_kwargs)} for t in mapped]
-    policy_env.save("mapped", plan({"plain": "local-small", "double": "local-small", "bashed": "local-large"}))
+    return dag
+
+
+def test_a_mapped_operator_gets_each_planned_instance_in_its_partial_kwargs(
+    policy_env: PlanStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    dag = mapped_dag()
+    rows = {"plain": "local-small", "double[0]": "local-small", "double[1]": "local-large", "bashed": "local-large"}
+    policy_env.save("mapped", plan(rows))
     run_policy(dag)
-    assert [as_written(t) | {"partial_kwargs": dict(t.partial_kwargs)} for t in mapped] == before
-    assert (plain.executor, plain.queue) == ("agora", "local-small")  # the DAG's other tasks are still placed
+    double, bashed = dag.get_task("double"), dag.get_task("bashed")
+    kwargs = double.partial_kwargs
+    assert (kwargs["executor"], double.executor, double.queue) == ("agora", "agora", "local-small")
+    instances = kwargs["executor_config"]["agora"]["instances"]
+    assert {index: node["resource"] for index, node in instances.items()} == {"0": "local-small", "1": "local-large"}
+    assert double.executor_config["agora"]["placement"]["source"] == "overflow"
+    assert (double.pool, double.pool_slots) == ("default_pool", 1)  # [agora] airflow_pools is on: not for mapped tasks
+    assert (bashed.executor, bashed.queue, bashed.executor_config["agora"]["placement"]["source"]) == (
+        "agora",
+        "local-large",
+        "plan",
+    )
+    assert policy_lines(caplog) == []
+
+
+def test_a_mapped_operator_whose_partial_kwargs_refuse_a_value_is_left_exactly_as_written(
+    policy_env: PlanStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    class Refusing(dict):  # type: ignore[type-arg]
+        def __setitem__(self, key: str, value: Any) -> None:
+            if key == "executor_config" and value:  # the policy's value; the author's empty one goes back
+                raise TypeError("executor_config is frozen here")
+            super().__setitem__(key, value)
+
+    dag = mapped_dag()
+    double = dag.get_task("double")
+    double.partial_kwargs = Refusing(double.partial_kwargs)
+    before = as_written(double) | {"partial_kwargs": dict(double.partial_kwargs)}
+    policy_env.save("mapped", plan({"plain": "local-small", "double[0]": "local-small", "double[1]": "local-large"}))
+    run_policy(dag)  # raises nothing
+    assert as_written(double) | {"partial_kwargs": dict(double.partial_kwargs)} == before
+    assert "executor" not in double.partial_kwargs  # set, then taken back
+    assert dag.get_task("plain").executor == "agora"  # the DAG's other tasks are still placed
     lines = policy_lines(caplog)
-    assert len(lines) == 1 and "mapped" in lines[0]
+    assert len(lines) == 1 and "mapped.double" in lines[0] and "frozen" in lines[0]
 
 
 def test_a_corrupt_plan_is_read_once_per_version_and_logged_once_per_dag_and_parse(

@@ -33,6 +33,7 @@ UNICODE_DAG_ID = "données_été"
 GIB = 2**30
 # Tasks that are mapped (by .expand() or inside the mapped task group per_item).
 MAPPED = {"double", "bash_mapped", "per_item.scale", "per_item.report"}
+PLANNED_INSTANCES = {"double[0]", "double[1]", "double[2]", "per_item.scale[0]", "per_item.scale[1]"}
 # The plan in force: plain tasks of many kinds (a task group's, setup/teardown, a branch, a
 # reschedule sensor, a deferrable sensor, a trigger, latest-only) and mapped ones.
 PLANNED = {
@@ -46,9 +47,12 @@ PLANNED = {
     "timedelta_sensor": "local-small",
     "trigger": "local-large",
     "latest_only": "local-small",
-    "double": "local-large",
-    "bash_mapped": "local-large",
-    "per_item.scale": "local-large",
+    "double[0]": "local-large",  # a mapped task's planned instances: two on local-large, one on local-small
+    "double[1]": "local-small",
+    "double[2]": "local-large",
+    "bash_mapped": "local-large",  # a plan that planned a mapped task as one task: every instance there
+    "per_item.scale[0]": "local-small",  # a mapped task group's task
+    "per_item.scale[1]": "local-large",
 }
 REPORT = """
 import json, pathlib, sys
@@ -169,7 +173,7 @@ def test_every_dag_imports_and_keeps_every_task(parses: dict[str, Any]) -> None:
 def test_planned_tasks_of_every_kind_get_their_placement(parses: dict[str, Any]) -> None:
     tasks = parses["planned"]["dags"][DAG_ID]
     for task_id, resource in PLANNED.items():
-        if task_id in MAPPED:
+        if task_id in PLANNED_INSTANCES:
             continue
         task = tasks[task_id]
         placement = task["config"]["agora"]["placement"]
@@ -185,13 +189,42 @@ def test_planned_tasks_of_every_kind_get_their_placement(parses: dict[str, Any])
     assert unnamed and all(tasks[t]["config"]["agora"]["placement"]["source"] == "default" for t in unnamed)
 
 
-def test_mapped_tasks_stay_exactly_as_written_with_one_line_for_the_dag(parses: dict[str, Any]) -> None:
+def test_each_planned_instance_of_a_mapped_task_gets_its_placement_and_the_rest_the_overflow(
+    parses: dict[str, Any],
+) -> None:
+    tasks = parses["planned"]["dags"][DAG_ID]
+    for task_id, overflow in (("double", "local-large"), ("per_item.scale", "local-small")):
+        task = tasks[task_id]
+        agora = task["config"]["agora"]
+        planned = {f"{task_id}[{index}]": node["resource"] for index, node in agora["instances"].items()}
+        assert planned == {name: PLANNED[name] for name in PLANNED_INSTANCES if name.startswith(f"{task_id}[")}
+        assert all(node["source"] == "plan" and node["machine"] for node in agora["instances"].values())
+        placement = agora["placement"]  # instances beyond the planned width: the resource most are on, no machine
+        assert (placement["resource"], placement["source"], placement["machine"]) == (overflow, "overflow", "")
+        assert (task["executor"], task["queue"]) == ("agora", overflow), task_id
+    # A mapped operator keeps these in partial_kwargs: what the scheduler reads for each instance.
+    assert tasks["double"]["serialized"]["__var"]["partial_kwargs"]["executor"] == "agora"
+    bash = tasks["bash_mapped"]  # planned as one task (a plan from before instances): that placement for all
+    assert (bash["executor"], bash["queue"], bash["config"]["agora"]["placement"]["resource"]) == (
+        "agora",
+        "local-large",
+        "local-large",
+    )
+    assert "instances" not in bash["config"]["agora"]
+    report = tasks["per_item.report"]["config"]["agora"]["placement"]  # a mapped task the plan does not name
+    assert (report["resource"], report["source"]) == ("local-large", "default")
+    assert parses["planned"]["policy_lines"] == []  # nothing was left as written
+
+
+def test_mapped_tasks_keep_what_their_author_wrote_beside_the_plan(parses: dict[str, Any]) -> None:
     written, planned = parses["none"]["dags"][DAG_ID], parses["planned"]["dags"][DAG_ID]
     for task_id in MAPPED:
-        assert planned[task_id]["serialized"] == written[task_id]["serialized"], task_id
-    assert planned["bash_mapped"]["queue"] == "theirs"
-    lines = parses["planned"]["policy_lines"]
-    assert len(lines) == 1 and f"{DAG_ID}." in lines[0] and "mapped" in lines[0], lines
+        assert (
+            planned[task_id]["type"] == written[task_id]["type"]
+            and planned[task_id]["mapped"] == written[task_id]["mapped"]
+        )
+        assert planned[task_id]["pool_slots"] == written[task_id]["pool_slots"], task_id  # pools: as written
+    assert written["bash_mapped"]["queue"] == "theirs"
 
 
 def test_a_corrupt_plan_leaves_every_task_as_written_with_exactly_one_line(parses: dict[str, Any]) -> None:
