@@ -57,16 +57,16 @@ def placement_from_config(
     agora = (executor_config or {}).get("agora")
     if not isinstance(agora, Mapping) or PLACEMENT_KEY not in agora:
         return None
-    node = agora[PLACEMENT_KEY]
     where = f"task {label}"
-    field = f"executor_config.agora.{PLACEMENT_KEY}"
     instances = agora.get(INSTANCES_KEY)
-    if map_index >= 0 and instances is not None:
-        if not isinstance(instances, Mapping):
-            raise FieldError(where, f"executor_config.agora.{INSTANCES_KEY}", "must map map indexes to placements")
-        if str(map_index) in instances:
-            node = instances[str(map_index)]
-            field = f"executor_config.agora.{INSTANCES_KEY}.{map_index}"
+    if map_index >= 0 and instances is not None and not isinstance(instances, Mapping):
+        raise FieldError(where, f"executor_config.agora.{INSTANCES_KEY}", "must map map indexes to placements")
+    node = placement_node(agora, map_index)
+    field = (
+        f"executor_config.agora.{INSTANCES_KEY}.{map_index}"
+        if node is not agora[PLACEMENT_KEY]
+        else f"executor_config.agora.{PLACEMENT_KEY}"
+    )
     if not isinstance(node, Mapping):
         raise FieldError(where, field, f"must be a mapping, got {type(node).__name__}")
     resource = node.get("resource")
@@ -90,6 +90,15 @@ def placement_from_config(
         source=str(node.get("source") or "plan"),
         plan_version=str(node.get("plan_version") or ""),
     )
+
+
+def placement_node(agora: Mapping[str, Any], map_index: int = -1) -> Any:
+    """The raw placement of one task instance in ``executor_config["agora"]``: a mapped task's instance's
+    own (``instances``, by map index) where the plan expected it, else ``placement``; None if none."""
+    instances = agora.get(INSTANCES_KEY)
+    if map_index >= 0 and isinstance(instances, Mapping) and str(map_index) in instances:
+        return instances[str(map_index)]
+    return agora.get(PLACEMENT_KEY)
 
 
 def _number(node: Mapping[str, Any], key: str, where: str, field: str, low: float, high: float) -> float:

@@ -28,6 +28,7 @@ from agora_optimizer.traces.records import TaskAttempt
 
 TASK_TIMES = "task times"
 ATTEMPT = "attempt"
+NOT_IN_RUN = "not in run"  # a planned task instance the run does not have
 
 
 def last_tries(attempts: Iterable[TaskAttempt]) -> list[TaskAttempt]:
@@ -60,8 +61,15 @@ def build_run_record(
     resources: Mapping[str, Resource],
     lease_records: Iterable[LeaseRecord] = (),
     repairs: Iterable[Repair] = (),
+    never_ran: Mapping[str, str] | None = None,
 ) -> RunRecord:
-    """The run's record. ``plan`` is the plan whose version the attempts name (None if it is not found)."""
+    """The run's record. ``plan`` is the plan whose version the attempts name (None if it is not found).
+
+    ``never_ran``: Airflow's state of each task instance of the run that never started, by plan name
+    (``skipped`` by a branch, ``upstream_failed``...). A planned task the run never ran gets that state,
+    or :data:`NOT_IN_RUN` when Airflow's states are given and the run has no such task instance (a
+    mapped task's planned instance beyond its run's width, a task removed from the DAG); without
+    them, ``not run``. Its planned slot was freed for the tasks behind it either way."""
     every = [a for a in attempts if (a.dag_id, a.run_id) == (dag_id, run_id)]
     last = last_tries(every)
     notes: list[str] = []
@@ -109,10 +117,12 @@ def build_run_record(
     for name in sorted(assignments.keys() - seen):  # planned, never run (skipped, beyond a mapped task's width)
         a = assignments[name]
         task_id, map_index = split_instance(name)
+        state = "not run" if never_ran is None else never_ran.get(name, NOT_IN_RUN)
         tasks.append(
             RunTask(
                 task_id,
                 map_index,
+                state=state,
                 planned_resource=a.resource,
                 planned_machine=a.machine,
                 planned_start_s=a.start_s,

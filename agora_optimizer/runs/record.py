@@ -20,8 +20,10 @@ from typing import Any
 class RunTask:
     """One task instance of the run: where the plan put it and where (and when) its last try ran.
 
-    ``state`` is the last try's state (``success``, ``failed``, ``oom_killed``...), or ``not run``
-    for a planned task that never started (skipped, upstream failed). Planned fields are None or
+    ``state`` is the last try's state (``success``, ``failed``, ``oom_killed``...); for a planned task
+    that never started, Airflow's word for it (``skipped``, ``upstream_failed``...), ``not in run``
+    (a mapped task's planned instance beyond the run's width) or, with no word, ``not run``. A task
+    instance is ``task[i]`` (:attr:`key`) for a mapped task. Planned fields are None or
     "" where the plan did not name the task; actual fields where it did not run.
     """
 

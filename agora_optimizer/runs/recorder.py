@@ -27,7 +27,9 @@ from typing import Any
 
 from airflow.listeners import hookimpl
 
+from agora_optimizer.executor.placement import placement_node
 from agora_optimizer.model.catalog import Resource
+from agora_optimizer.model.instances import instance_id
 from agora_optimizer.model.plan import Plan
 from agora_optimizer.plans.store import PlanStore, PlanStoreError
 from agora_optimizer.runs.build import build_run_record, run_plan_version
@@ -104,7 +106,9 @@ def record_run(
     resources: Mapping[str, Resource],
 ) -> RunRecord:
     """Build the run's record from Airflow's tries and what ``store`` holds, store it, and return it."""
+    tries = list(tries)
     attempts = merged_attempts(dag_id, run_id, tries, store.attempts(dag_id=dag_id, run_id=run_id))
+    never_ran = {instance_id(t.task_id, t.map_index): t.state or "none" for t in tries if t.started_at is None}
     version, _ = run_plan_version(attempts)
     plan: Plan | None = None
     try:
@@ -123,6 +127,7 @@ def record_run(
         resources,
         lease_records=store.leases(dag_id, run_id),
         repairs=store.repairs(dag_id, run_id),
+        never_ran=never_ran,
     )
     store.put(record)
     return record
@@ -139,11 +144,12 @@ def airflow_tries(session: Any, dag_id: str, run_id: str) -> list[AirflowTry]:
     query = select(TaskInstance).where(TaskInstance.dag_id == dag_id, TaskInstance.run_id == run_id)
     tries = []
     for ti in session.scalars(query):
-        placement = _dict(_dict(_dict(ti.executor_config).get("agora")).get("placement"))
+        map_index = -1 if ti.map_index is None else int(ti.map_index)
+        placement = _dict(placement_node(_dict(_dict(ti.executor_config).get("agora")), map_index))
         tries.append(
             AirflowTry(
                 task_id=ti.task_id,
-                map_index=-1 if ti.map_index is None else int(ti.map_index),
+                map_index=map_index,
                 try_number=int(ti.try_number or 0),
                 state=str(ti.state or ""),
                 started_at=_aware(ti.start_date),

@@ -182,12 +182,9 @@ def attempt_from_task_instance(
 def _planned(task_instance: Any) -> dict[str, str]:
     """The planned ``machine`` and ``plan_version`` of the attempt, from the placement the policy wrote
     (a mapped task's instance: its own, else the mapped task's overflow placement)."""
-    agora = _agora_config(task_instance)
-    placement = agora.get("placement")
-    instances = agora.get("instances")
-    index = _map_index(task_instance)
-    if index >= 0 and isinstance(instances, dict) and isinstance(instances.get(str(index)), dict):
-        placement = instances[str(index)]
+    from agora_optimizer.executor.placement import placement_node
+
+    placement = placement_node(_agora_config(task_instance), _map_index(task_instance))
     if not isinstance(placement, dict):
         return {}
     return {name: str(placement.get(name) or "") for name in ("machine", "plan_version")}

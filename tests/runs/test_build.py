@@ -155,3 +155,22 @@ def test_a_run_nothing_ran_in_has_no_makespan_and_costs_nothing() -> None:
     record = build([], plan(("a", "vm", "vm#0", 0, 1)))
     assert not record.planned and record.actual_makespan_s is None and record.actual_cost_usd == 0.0
     assert any("no task of the run has ended" in note for note in record.notes)
+
+
+def test_mapped_instances_meet_their_planned_rows_and_tasks_that_never_ran_say_why() -> None:
+    the_plan = plan(
+        ("add[0]", "vm", "vm#0", 0, 10), ("add[1]", "vm", "vm#1", 0, 10), ("add[2]", "vm", "vm#1", 10, 20),
+        ("branch_b", "vm", "vm#0", 10, 20), ("after", "vm", "vm#0", 20, 30),
+    )  # fmt: skip
+    attempts = [
+        attempt("add", 0, 9, map_index=0, resource_type="vm", machine="vm#0"),
+        attempt("add", 0, 11, map_index=1, resource_type="vm", machine="vm#1"),
+        attempt("add", 12, 14, map_index=3, resource_type="vm"),  # beyond the planned width: the overflow
+    ]
+    record = build(attempts, the_plan, never_ran={"branch_b": "skipped", "after": "upstream_failed"})
+    tasks = {task.key: task for task in record.tasks}
+    assert (tasks["add[1]"].planned_machine, tasks["add[1]"].actual_machine) == ("vm#1", "vm#1")
+    assert (tasks["add[3]"].planned_machine, tasks["add[3]"].state) == ("", "success")
+    assert tasks["add[2]"].state == "not in run"  # the run expanded add to 0, 1 and 3 only
+    assert (tasks["branch_b"].state, tasks["after"].state) == ("skipped", "upstream_failed")
+    assert build(attempts, the_plan).tasks[2].state == "not run"  # no word from Airflow
