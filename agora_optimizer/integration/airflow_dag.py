@@ -267,7 +267,11 @@ def predicted_dag_workflow(
     url = store_url or default_store_url()
     with TraceStore(url) as store:
         attempts = store.attempts()  # all: an OOM kill's limit is a floor for the task's memory
+    from agora_optimizer.integration.usual_path import off_path, without
+
     dag = load_dag(dag_id, folder)
+    left_out = off_path(dag, attempts)  # branches: the path the DAG's runs take most often
+    dag = without(dag, [task.task_id for task in left_out])
     widths = mapped_widths(dag, attempts, _default_map_width(settings.get("default_map_width")))
     shape = workflow_shape(expand_mapped(dag, widths))
     predictor: Predictor | None = None
@@ -285,8 +289,11 @@ def predicted_dag_workflow(
         origin = f"{origin}; model {directory}"
     workflow = predictor.predicted_workflow(shape, catalog)
     sources = predictor.predict(shape, catalog).sources()
-    mapped = "; ".join(f"mapped {task}: {width.describe()}" for task, width in sorted(widths.items()))
-    return workflow, f"{origin}; answered by {sources}" + (f"; {mapped}" if mapped else "")
+    notes = [f"mapped {task}: {width.describe()}" for task, width in sorted(widths.items())]
+    if left_out:
+        shown = ", ".join(task.describe() for task in left_out)
+        notes.append(f"planned on the path its runs take most often, without {shown}")
+    return workflow, "; ".join([f"{origin}; answered by {sources}", *notes])
 
 
 def _default_map_width(value: str) -> int:

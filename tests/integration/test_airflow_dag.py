@@ -82,6 +82,16 @@ def test_traces_of_past_runs_replace_the_hints(tmp_path: Path) -> None:
     assert extract["end_s"] - extract["start_s"] < 5.0  # the hint said 2 s, the traces 2 to 2.3 s
 
 
+def test_a_task_most_runs_skip_is_left_out_of_the_plan_and_named(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'traces.db'}"
+    rows = [a for a in _attempts(4) if a.task_id != "profile" or a.run_id == "manual__0"]  # a branch skips it
+    with TraceStore(store) as traces:
+        traces.add(rows)
+    by_task, err = _plan(tmp_path, store, tmp_path / "plan.json")
+    assert set(by_task) == {"extract", "clean", "aggregate", "load"}
+    assert "planned on the path its runs take most often, without profile (ran in 1 of 4 runs)" in err
+
+
 def test_traces_only_from_resources_the_catalog_dropped_leave_the_hints_in_charge(tmp_path: Path) -> None:
     store = f"sqlite:///{tmp_path / 'traces.db'}"
     with TraceStore(store) as traces:
