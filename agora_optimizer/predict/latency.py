@@ -31,6 +31,7 @@ from typing import Literal, get_args
 
 from agora_optimizer.errors import AgoraError
 from agora_optimizer.model.catalog import Catalog, Resource
+from agora_optimizer.model.instances import instance_id
 from agora_optimizer.traces.records import TaskAttempt
 
 Statistic = Literal["median", "p90", "none"]
@@ -215,7 +216,7 @@ def latency_samples(
     ended: dict[tuple[str, str, str], datetime] = {}  # (dag, run, task) -> its last successful end
     for a in rows:
         if a.state == "success" and a.ended_at is not None:
-            here = (a.dag_id, a.run_id, a.task_id)
+            here = (a.dag_id, a.run_id, instance_id(a.task_id, a.map_index))
             ended[here] = max(ended.get(here, a.ended_at), a.ended_at)
     parents: dict[str, dict[str, list[str]]] = {}
     for dag_id, pairs in (edges or {}).items():
@@ -255,8 +256,9 @@ def latency_samples(
 def _ready(
     attempt: TaskAttempt, parents: Mapping[str, list[str]] | None, ended: Mapping[tuple[str, str, str], datetime]
 ) -> datetime | None:
-    """When ``attempt``'s task could start: its parents' last end, or (root, no edges) its queued time."""
-    above = parents.get(attempt.task_id, []) if parents is not None else []
+    """When ``attempt``'s task could start: its parents' last end, or (root, no edges) its queued time.
+    Edges name a mapped task's instances as plans do (``task[i]``)."""
+    above = parents.get(instance_id(attempt.task_id, attempt.map_index), []) if parents is not None else []
     if not above:
         return attempt.queued_at
     ends = [ended.get((attempt.dag_id, attempt.run_id, p)) for p in above]

@@ -79,6 +79,20 @@ def test_without_edges_a_task_is_ready_when_it_was_queued() -> None:
     assert sorted(starts) == pytest.approx([0.4, 1.3, 4.0])
 
 
+def test_a_mapped_tasks_instances_are_matched_to_the_plans_edges_by_map_index() -> None:
+    edges = {DAG: [("split", "work[0]"), ("split", "work[1]"), ("work[0]", "merge"), ("work[1]", "merge")]}
+    rows = [
+        _attempt("split", "r1", 0.0, 1.0, 2.0, machine="pool-a#0"),
+        _attempt("work", "r1", 2.1, 2.5, 4.0, map_index=0, machine="pool-a#1"),
+        _attempt("work", "r1", 2.1, 3.0, 6.0, map_index=1, machine="pool-a#2"),
+        _attempt("merge", "r1", 6.1, 6.25, 7.0, machine="pool-a#3"),
+    ]
+    starts, _ = latency_samples(rows, edges)[("local", "pool-a")]
+    # split from its queued time (1 s); work[0] 0.5 s and work[1] 1 s after split's end; merge 0.25 s
+    # after work[1]'s end, the later of its two parents.
+    assert sorted(starts) == pytest.approx([0.25, 0.5, 1.0, 1.0])
+
+
 def test_parents_are_matched_within_the_same_dag_run() -> None:
     rows = [*_run("r1"), _attempt("clean", "r2", 100.0, 101.0, 102.0)]  # r2's extract is not in the store
     starts, _ = latency_samples(rows, EDGES)[("local", "pool-a")]
