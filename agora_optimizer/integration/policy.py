@@ -8,6 +8,8 @@ store (``[agora] plan_dir``), each task gets:
   ``[core] executor``: Airflow validates executor names before policies run, so the policy
   checks the name itself and leaves the DAG alone if it is not configured);
 - ``queue``: the planned resource's name (visible in Airflow's UI);
+- on a Celery pool (``backend: celery``), ``executor`` is the CeleryExecutor's instead
+  (:mod:`agora_optimizer.integration.celery_pools`);
 - ``pool`` and ``pool_slots``: ``agora_<resource>`` and the planned cores, when ``[agora]
   airflow_pools`` is on (:mod:`agora_optimizer.integration.airflow_pools`);
 - ``executor_config["agora"]["placement"]``: resource, cores, reserved memory, machine,
@@ -58,6 +60,7 @@ from agora_optimizer import settings
 from agora_optimizer.errors import AgoraError
 from agora_optimizer.executor.placement import PLACEMENT_KEY, Placement
 from agora_optimizer.integration.airflow_pools import pool_name
+from agora_optimizer.integration.celery_pools import routed
 from agora_optimizer.model.catalog import GIB, Resource
 from agora_optimizer.model.plan import Assignment
 
@@ -116,6 +119,7 @@ def apply_plan(task: Any) -> Placement | None:
     config = dict(task.executor_config or {})
     config["agora"] = dict(config.get("agora") or {}) | {PLACEMENT_KEY: placement.to_config()}
     changes["executor_config"] = config
+    changes = routed(changes, plan.resources.get(placement.resource), configured_executor_names())
     _set_all_or_none(task, changes)
     return placement
 
