@@ -19,7 +19,6 @@ import json
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -110,7 +109,6 @@ class CeleryRun:
     results: dict[str, int]  # Celery result states -> how many
     queued: dict[str, int]  # broker queue -> messages still in it
     workers: dict[str, Worker]
-    wall_s: float
 
 
 def _optimize(airflow: AirflowDeployment, tmp: Path) -> Plan:
@@ -190,7 +188,6 @@ def celery_run(tmp_path_factory: pytest.TempPathFactory, redis_server: RedisServ
     pools = workers()
     airflow.migrate()
     plan = _optimize(airflow, tmp)
-    started = time.monotonic()
     with airflow:
         airflow.start()
         for worker in pools.values():
@@ -209,7 +206,6 @@ def celery_run(tmp_path_factory: pytest.TempPathFactory, redis_server: RedisServ
         # A task's run succeeds when its task process reports it; its Celery task (the supervisor) ends after.
         wait_until(lambda: set(_broker_state(redis_server, list(pools))[0]) <= {"SUCCESS", "FAILURE"}, 60, "Celery")
         results, queued = _broker_state(redis_server, list(pools))
-    wall_s = time.monotonic() - started
     assert airflow.leftover_processes() == []  # the workers and their task processes are gone too
     with TraceStore(store_url) as store:
         attempts = store.attempts(dag_id=DAG_ID)
@@ -221,7 +217,6 @@ def celery_run(tmp_path_factory: pytest.TempPathFactory, redis_server: RedisServ
         results=results,
         queued=queued,
         workers=pools,
-        wall_s=wall_s,
     )
 
 
