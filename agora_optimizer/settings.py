@@ -48,7 +48,7 @@ SETTINGS: tuple[Setting, ...] = (
         "catalog",
         "",
         "Comma-separated catalog files (YAML or JSON) that name every resource the executor may "
-        "run tasks on, with its backend (local, slurm, aws).",
+        "run tasks on, with its backend (local, slurm, aws, celery).",
     ),
     Setting(
         "default_resource",
@@ -86,6 +86,13 @@ SETTINGS: tuple[Setting, ...] = (
         "executor",
         "agora",
         "The name under which [core] executor lists the AgoraExecutor (its alias, or its module path).",
+    ),
+    Setting(
+        "celery_executor",
+        "CeleryExecutor",
+        "The name under which [core] executor lists Airflow's CeleryExecutor. The cluster policy gives a task "
+        "planned on a resource with backend celery to it, on the Celery queue named after the resource; with "
+        "this name not in [core] executor, such a task is left as written (one log line per DAG parse).",
     ),
     Setting(
         "airflow_pools",

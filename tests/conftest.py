@@ -65,6 +65,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 SERVICE_MARKERS = {
     "slurm": "needs the loopback SLURM cluster (scripts/start_slurm.sh)",
     "postgres": "needs a PostgreSQL server (scripts/start_postgres.sh)",
+    "celery": "needs a Redis server (scripts/start_redis.sh) and starts Celery workers",
     "moto": "needs a moto server (the AWS stand-in)",
     "browser": "drives a real browser (scripts/install_browser.sh)",
     "docker": "needs a Compose client (scripts/install_compose.sh)",
@@ -73,6 +74,7 @@ SERVICE_MARKERS = {
 SERVICE_FIXTURES = {
     "slurm_cluster": "slurm",
     "postgres_server": "postgres",
+    "redis_server": "celery",
     "moto": "moto",
     "agora_ui": "airflow",
     "compose": "docker",

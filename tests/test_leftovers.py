@@ -71,3 +71,16 @@ def test_a_multiprocessing_helper_of_this_process_is_not_a_leftover_but_one_of_a
     shell = f'{sys.executable} -c "{helper}" & wait'  # the same helper, of a process the tests started
     child = _start(started, ["bash", "-c", shell], cwd=tmp_path)
     assert sorted(p.ppid() for p in processes_under(tmp_path)) == sorted([os.getpid(), child])
+
+
+@pytest.mark.celery
+def test_a_redis_server_left_in_the_session_directory_is_found_and_its_stop_leaves_nothing(tmp_path: Path) -> None:
+    from tests.redis_server import start_redis, stop_redis
+
+    server = start_redis(tmp_path / "redis")  # a daemon: neither our child nor in our session
+    try:
+        assert [process.name() for process in processes_under(tmp_path)] == ["redis-server"]
+        assert server.command("PING") == b"+PONG"
+    finally:
+        stop_redis(server)
+    assert processes_under(tmp_path) == []

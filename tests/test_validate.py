@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from agora_optimizer.errors import PlanMismatchError
 from agora_optimizer.io.catalog_file import load_catalog
@@ -122,6 +123,18 @@ def test_hand_computed_plan_is_valid_for_both_checkers(case: tuple[Path, Path]) 
     assert cost == pytest.approx(0.0279)
     parsed = plan_from_document(VALID, "plan.json")
     assert cost_usd(parsed.assignments, load_catalog(case[1])) == pytest.approx(0.0279)
+
+
+def test_celery_pools_are_resources_like_any_other_for_both_checkers(case: tuple[Path, Path], tmp_path: Path) -> None:
+    document = yaml.safe_load(case[1].read_text())
+    for entry in document["resources"]:
+        entry["backend"] = "celery"
+    celery = write_yaml(tmp_path / "celery.yaml", document)
+    assert {r.backend for r in load_catalog(celery).resources} == {"celery"}
+    assert _rules(VALID, (case[0], celery)) == set()
+    assert spec_checker.check_plan(VALID, case[0], celery) == []
+    crowded = _with(catalog=celery, rows={"c": _row("c", "big#0", 20.0, 30.0, memory=2 * GIB)})
+    assert "capacity" in _rules(crowded, (case[0], celery)) and spec_checker.check_plan(crowded, case[0], celery)
 
 
 MUTATIONS: dict[str, tuple[str, dict[str, Any]]] = {

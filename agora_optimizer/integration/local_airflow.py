@@ -120,12 +120,7 @@ class AirflowDeployment:
                     "dag-processor": ["dag-processor"],
                     "scheduler": ["scheduler"],
                 }[component]
-                log = open(self.home / f"{component}.log", "ab")  # noqa: SIM115 - the child owns it
-                self.processes[component] = subprocess.Popen(
-                    [AIRFLOW, *args], env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-                )
-                log.close()
-                self._sessions.add(self.processes[component].pid)
+                self.launch(component, [AIRFLOW, *args])
                 started.append(component)
             if "api-server" in self.processes and (not components or "api-server" in components):
                 self._wait_healthy(180)
@@ -133,6 +128,20 @@ class AirflowDeployment:
             for component in started:
                 self.stop(component, timeout_s=10)
             raise
+
+    def launch(self, component: str, argv: list[str], env: Mapping[str, str] | None = None) -> None:
+        """Start ``argv`` as a component of this deployment (a Celery worker, say, under ``taskset``): in a
+        session of its own, logging to ``$AIRFLOW_HOME/<component>.log``, with :attr:`env` plus ``env``;
+        stopped by :meth:`stop` and :meth:`stop_all` as the others are."""
+        if component in self.processes:
+            raise AssertionError(f"component {component} is already running")
+        self.home.mkdir(parents=True, exist_ok=True)
+        log = open(self.home / f"{component}.log", "ab")  # noqa: SIM115 - the child owns it
+        self.processes[component] = subprocess.Popen(
+            argv, env={**self.env, **(env or {})}, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        log.close()
+        self._sessions.add(self.processes[component].pid)
 
     def stop(self, component: str, sig: int = signal.SIGTERM, timeout_s: float = 30) -> None:
         """Stop a component and the processes it started: ``sig``, then SIGKILL after ``timeout_s``.

@@ -8,6 +8,8 @@ store (``[agora] plan_dir``), each task gets:
   ``[core] executor``: Airflow validates executor names before policies run, so the policy
   checks the name itself and leaves the DAG alone if it is not configured);
 - ``queue``: the planned resource's name (visible in Airflow's UI);
+- on a Celery pool (``backend: celery``), ``executor`` is the CeleryExecutor's instead
+  (:mod:`agora_optimizer.integration.celery_pools`);
 - ``pool`` and ``pool_slots``: ``agora_<resource>`` and the planned cores, when ``[agora]
   airflow_pools`` is on (:mod:`agora_optimizer.integration.airflow_pools`);
 - ``executor_config["agora"]["placement"]``: resource, cores, reserved memory, machine,
@@ -32,7 +34,8 @@ already set are restored. In particular:
   instances beyond the planned width run (the resource most instances are on, no machine). A
   mapped operator's ``executor`` and ``executor_config`` live in its ``partial_kwargs`` (no
   setter): they are set there. Airflow pools are left as written for mapped tasks (one pool for
-  instances on several resources would count them wrongly);
+  instances on several resources would count them wrongly). A task has one queue: when any
+  instance is planned on a Celery pool, every instance goes to the overflow's resource;
 - a plan file is read once per version (path and mtime), whether it reads or fails, not once
   per task: a broken plan must not make a 5,000-task DAG miss ``dag_file_processor_timeout``.
 
@@ -64,6 +67,7 @@ from agora_optimizer import settings
 from agora_optimizer.errors import AgoraError
 from agora_optimizer.executor.placement import INSTANCES_KEY, OVERFLOW, PLACEMENT_KEY, Placement
 from agora_optimizer.integration.airflow_pools import pool_name
+from agora_optimizer.integration.celery_pools import CELERY_BACKEND, routed
 from agora_optimizer.model.catalog import GIB, Resource
 from agora_optimizer.model.instances import split_instance
 from agora_optimizer.model.plan import Assignment
@@ -122,10 +126,18 @@ def apply_plan(task: Any) -> Placement | None:
             str(index): _planned(assignment, limit, plan.version).to_config()
             for index, assignment in sorted(instances.items())
         }
+    if instances and any(_on_celery(plan, a.resource) for a in instances.values()):
+        agora.pop(INSTANCES_KEY)  # one Celery queue per task: every instance goes to the overflow's
     config["agora"] = agora
     changes["executor_config"] = config
+    changes = routed(changes, plan.resources.get(placement.resource), configured_executor_names())
     _set_all_or_none(task, changes)
     return placement
+
+
+def _on_celery(plan: _DagPlan, resource: str) -> bool:
+    found = plan.resources.get(resource)
+    return found is not None and found.backend == CELERY_BACKEND
 
 
 def _overflow(instances: Mapping[int, Assignment], limit: float | None, version: str) -> Placement:

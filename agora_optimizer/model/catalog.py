@@ -14,8 +14,8 @@ from typing import Literal
 
 from agora_optimizer.model.workflow import Task
 
-Backend = Literal["aws", "slurm", "local"]
-BACKENDS: tuple[Backend, ...] = ("aws", "slurm", "local")
+Backend = Literal["aws", "slurm", "local", "celery"]
+BACKENDS: tuple[Backend, ...] = ("aws", "slurm", "local", "celery")
 GIB = 2**30
 _CEIL_TOLERANCE = 1e-9
 

@@ -16,7 +16,8 @@ fills them with the worker's measure (:func:`agora_optimizer.executor.job_record
 Where the attempt ran: ``$AGORA_RESOURCE_TYPE`` / ``$AGORA_BACKEND`` when the
 machine's environment says so (the agora executor sets them), else the task's
 ``executor_config={"agora": {"resource_type": ..., "backend": ...}}``, else a
-non-default queue name as the resource type.
+non-default queue name as the resource type. The host is the machine's, except under a Celery
+worker, whose name it is (``pool_small@node1``: :func:`agora_optimizer.integration.celery_pools.worker_name`).
 
 A listener runs inside the task: every hook swallows and logs its own errors, so a
 trace store that is down or a bad row never fails the task. State changes reported
@@ -34,6 +35,7 @@ from typing import Any
 
 from airflow.listeners import hookimpl
 
+from agora_optimizer.integration.celery_pools import worker_name
 from agora_optimizer.traces.records import AttemptState, TaskAttempt, TraceRecordError
 from agora_optimizer.traces.sampler import SAMPLED_BY_WORKER_ENV, ProcessTreeSampler, Sample
 
@@ -168,7 +170,7 @@ def attempt_from_task_instance(
         category=declared_category(task_instance),
         resource_type=resource_type,
         backend=backend,
-        host=str(getattr(task_instance, "hostname", None) or socket.getfqdn()),
+        host=worker_name() or str(getattr(task_instance, "hostname", None) or socket.getfqdn()),
         started_at=started_at,
         ended_at=ended_at,
         peak_rss_bytes=sample.peak_rss_bytes if sample is not None else None,

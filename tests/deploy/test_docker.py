@@ -56,10 +56,12 @@ AIRFLOW_COMMANDS = {
 }
 AIRFLOW_SERVICES = ("airflow-init", *AIRFLOW_COMMANDS)
 NODES = ("slurm-small", "slurm-large")
+WORKERS = {"celery-small": "pool_small", "celery-large": "pool_large"}  # Celery worker service -> the pool it serves
+EXTERNAL_IMAGES = ("postgres", "redis")  # the services that do not run the agora image
 # The containers that write a slurm.conf: the controller, the compute nodes, and the scheduler (a client).
 SLURM_SERVICES = ("slurmctld", *NODES, "airflow-scheduler")
 ONE_SHOT = ("munge-key", "airflow-init")
-EXECUTOR = "LocalExecutor,agora:agora_optimizer.executor.agora_executor.AgoraExecutor"
+EXECUTOR = "LocalExecutor,agora:agora_optimizer.executor.agora_executor.AgoraExecutor,CeleryExecutor"
 CONDITIONS = {"service_started", "service_healthy", "service_completed_successfully"}
 IMAGE_ROOT = "/opt/agora"  # WORKDIR of the Dockerfile: the repository's files are copied under it
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
@@ -225,7 +227,7 @@ def parse_slurm_conf(text: str) -> tuple[dict[str, dict[str, str]], dict[str, di
 
 def test_compose_config_lists_every_service_with_its_command(config: dict[str, Any]) -> None:
     services = config["services"]
-    expected = {"postgres", "munge-key", *AIRFLOW_SERVICES, "slurmctld", *NODES}
+    expected = {"postgres", "redis", "munge-key", *AIRFLOW_SERVICES, "slurmctld", *NODES, *WORKERS}
     assert expected <= set(services), f"missing: {sorted(expected - set(services))}"
     for name, argv in AIRFLOW_COMMANDS.items():
         assert service(config, name)["command"] == argv, name
@@ -233,8 +235,11 @@ def test_compose_config_lists_every_service_with_its_command(config: dict[str, A
     assert service(config, "slurmctld")["command"] == ["slurmctld"]
     for node in NODES:
         assert service(config, node)["command"] == ["slurmd"], node
-    # Every service but PostgreSQL runs the one image, built from the repository with docker/Dockerfile.
-    ours = [name for name in services if name != "postgres"]
+    for name, pool in WORKERS.items():
+        argv = service(config, name)["command"]
+        assert argv[:3] == ["airflow", "celery", "worker"] and argv[argv.index("--queues") + 1] == pool, name
+    # Every service but PostgreSQL and Redis runs the one image, built from the repository with docker/Dockerfile.
+    ours = [name for name in services if name not in EXTERNAL_IMAGES]
     assert len({service(config, name)["image"] for name in ours}) == 1
     for name in ours:
         build = service(config, name)["build"]
@@ -249,7 +254,7 @@ def test_compose_config_lists_every_service_with_its_command(config: dict[str, A
 
 
 def test_every_airflow_process_gets_the_same_configuration(config: dict[str, Any]) -> None:
-    envs = {name: environment(config, name) for name in (*AIRFLOW_SERVICES, *NODES)}
+    envs = {name: environment(config, name) for name in (*AIRFLOW_SERVICES, *NODES, *WORKERS)}
     reference = envs["airflow-scheduler"]
     agora = {k: v for k, v in reference.items() if k.startswith("AIRFLOW__AGORA__")}
     shared = [
@@ -261,6 +266,8 @@ def test_every_airflow_process_gets_the_same_configuration(config: dict[str, Any
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_ASYNC",
         "AIRFLOW__API_AUTH__JWT_SECRET",  # the scheduler signs task tokens that the api-server checks
         "AIRFLOW__LOGGING__BASE_LOG_FOLDER",
+        "AIRFLOW__CELERY__BROKER_URL",  # the scheduler's CeleryExecutor sends where the workers read
+        "AIRFLOW__CELERY__RESULT_BACKEND",
     ]
     for name, env in envs.items():
         assert {k: v for k, v in env.items() if k.startswith("AIRFLOW__AGORA__")} == agora, name
@@ -327,10 +334,14 @@ def test_start_order_uses_conditions_and_healthchecks(config: dict[str, Any]) ->
         assert deps.get("postgres") == "service_healthy", name
         assert deps.get("airflow-init") == "service_completed_successfully", name
     scheduler = depends_on(config, "airflow-scheduler")
-    for dep in ("slurmctld", *NODES):
+    for dep in ("slurmctld", *NODES, "redis"):
         assert scheduler.get(dep) == "service_healthy", dep
     for name in ("slurmctld", *NODES):
         assert depends_on(config, name).get("munge-key") == "service_completed_successfully", name
+    for name in WORKERS:  # a worker's tasks call back to the api-server and report to the broker
+        deps = depends_on(config, name)
+        assert deps.get("redis") == deps.get("airflow-apiserver") == "service_healthy", name
+        assert deps.get("airflow-init") == "service_completed_successfully", name
 
     # No cycle: compose would wait forever.
     state: dict[str, str] = {}
@@ -359,6 +370,9 @@ def test_state_dir_dags_logs_and_munge_key_are_shared_volumes(config: dict[str, 
     ):
         sources = {name: source_of(config, name, path) for name in (*AIRFLOW_SERVICES, *NODES)}
         assert len(set(sources.values())) == 1 and None not in sources.values(), f"{path}: {sources}"
+    for path in (env["AIRFLOW__CORE__DAGS_FOLDER"], env["AIRFLOW__LOGGING__BASE_LOG_FOLDER"]):
+        for name in WORKERS:  # a worker's tasks parse the DAGs and write logs that the api-server reads
+            assert source_of(config, name, path) == source_of(config, "airflow-apiserver", path), (name, path)
     for path in (env["AIRFLOW__AGORA__STATE_DIR"], env["AIRFLOW__LOGGING__BASE_LOG_FOLDER"]):
         assert source_of(config, "airflow-scheduler", path) in named, f"{path} is not on a named volume"
     dags = source_of(config, "airflow-scheduler", env["AIRFLOW__CORE__DAGS_FOLDER"])
@@ -582,6 +596,46 @@ def test_catalog_describes_the_nodes_and_partitions_of_the_containers_slurm_conf
     env = environment(config, "airflow-scheduler")
     assert f"{IMAGE_ROOT}/{CATALOG.relative_to(REPO)}" in env["AIRFLOW__AGORA__CATALOG"].split(",")
     assert env["AIRFLOW__AGORA__DEFAULT_RESOURCE"] in {r.name for r in catalog.resources}
+
+
+def _gib(size: str) -> float:
+    """A Compose memory size (``2g``, ``512m``, ``2147483648``) in GiB."""
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([kmg]?)b?", str(size).strip().lower())
+    assert match is not None, f"not a memory size: {size!r}"
+    return float(match[1]) * {"": 1, "k": 2**10, "m": 2**20, "g": 2**30}[match[2]] / 2**30
+
+
+def _cpuset(value: str) -> set[int]:
+    """The CPUs of a cpuset such as ``0``, ``1-3`` or ``0,2``."""
+    cpus: set[int] = set()
+    for part in str(value).split(","):
+        low, _, high = part.partition("-")
+        cpus.update(range(int(low), int(high or low) + 1))
+    return cpus
+
+
+def test_each_celery_worker_serves_a_pool_of_the_catalog_with_its_size(config: dict[str, Any]) -> None:
+    pools = {r.name: r for r in load_catalog(CATALOG).resources if r.backend == "celery"}
+    assert set(pools) == set(WORKERS.values())
+    env = environment(config, "airflow-scheduler")
+    assert "CeleryExecutor" in env["AIRFLOW__CORE__EXECUTOR"].split(",")
+    assert env["AIRFLOW__AGORA__CELERY_EXECUTOR"] == "CeleryExecutor"  # the name [core] executor lists
+    broker = urlsplit(env["AIRFLOW__CELERY__BROKER_URL"])
+    assert (broker.scheme, broker.hostname, broker.port) == ("redis", "redis", 6379)
+    assert "redis-cli" in healthcheck_test(config, "redis")
+    assert env["AIRFLOW__CELERY__RESULT_BACKEND"] == "db+" + env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
+    sizes = {}
+    for name, pool in WORKERS.items():
+        spec, resource = service(config, name), pools[pool]
+        argv = spec["command"]
+        assert int(argv[argv.index("--concurrency") + 1]) == resource.vcpus, name  # one process per core
+        assert argv[argv.index("--celery-hostname") + 1] == f"{pool}@%h", name  # the trace names the worker
+        assert len(_cpuset(spec["cpuset"])) == resource.vcpus, name
+        assert _gib(spec["mem_limit"]) == resource.memory_gib, name
+        assert pool in healthcheck_test(config, name), name
+        sizes[pool] = (resource.vcpus, resource.memory_gib)
+    assert sizes["pool_small"] < sizes["pool_large"] and sizes["pool_small"][1] < sizes["pool_large"][1]
+    assert not _cpuset(service(config, "celery-small")["cpuset"]) & _cpuset(service(config, "celery-large")["cpuset"])
 
 
 def test_slurm_conf_writer_refuses_bad_sizes(tmp_path: Path) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 
 def test_the_listener_records_the_declared_category() -> None:
     from types import SimpleNamespace
@@ -37,3 +39,38 @@ def test_a_mapped_instance_is_recorded_on_its_own_planned_machine_else_the_overf
     assert _planned(ti(0)) == {"machine": "small#0", "plan_version": "v1"}
     assert _planned(ti(1)) == {"machine": "big#1", "plan_version": "v1"}
     assert _planned(ti(7)) == {"machine": "", "plan_version": "v1"}  # beyond the planned width
+
+
+def test_an_attempt_under_a_celery_worker_names_the_worker_as_its_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    from datetime import UTC, datetime
+    from types import SimpleNamespace
+
+    from celery import Celery
+    from celery._state import _task_stack
+
+    from agora_optimizer.integration.celery_pools import WORKER_NAME_ENV
+    from agora_optimizer.traces.listener import attempt_from_task_instance
+
+    placement = {"resource": "pool_large", "machine": "pool_large#0", "plan_version": "v1"}
+    config = {"agora": {"placement": placement, "backend": "celery", "resource_type": "pool_large"}}
+    ti = SimpleNamespace(
+        dag_id="d", task_id="t", run_id="r", try_number=1, map_index=-1, hostname="vm", queue="pool_large",
+        start_date=datetime(2026, 12, 2, tzinfo=UTC), end_date=datetime(2026, 12, 2, 0, 0, 3, tzinfo=UTC),
+        task=SimpleNamespace(executor_config=config, task_type="PythonOperator", queue="pool_large"),
+    )  # fmt: skip
+    monkeypatch.delenv(WORKER_NAME_ENV, raising=False)
+    assert attempt_from_task_instance(ti, "success", None, None).host == "vm"  # no Celery worker: the machine
+    app = Celery("agora-test", set_as_current=False)
+
+    @app.task
+    def execute_workload() -> None: ...
+
+    _task_stack.push(execute_workload)  # what a Celery worker does around the task that runs the workload
+    execute_workload.push_request(hostname="pool_large@vm")
+    try:
+        attempt = attempt_from_task_instance(ti, "success", None, None)
+    finally:
+        execute_workload.pop_request()
+        _task_stack.pop()
+    assert (attempt.host, attempt.resource_type, attempt.backend) == ("pool_large@vm", "pool_large", "celery")
+    assert (attempt.machine, attempt.plan_version, attempt.runtime_s) == ("pool_large#0", "v1", 3.0)

@@ -403,3 +403,31 @@ def test_a_dag_with_a_unicode_id_and_a_plan_is_placed(policy_env: PlanStore, cap
         "local-small",
     )
     assert policy_lines(caplog) == []
+
+
+def test_a_mapped_task_with_an_instance_on_a_celery_pool_sends_every_instance_to_the_overflows_queue(
+    policy_env: PlanStore, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from agora_optimizer.integration import policy
+
+    monkeypatch.setenv(
+        "AIRFLOW__CORE__EXECUTOR",
+        "LocalExecutor,agora:agora_optimizer.executor.agora_executor.AgoraExecutor,"
+        "airflow.providers.celery.executors.celery_executor.CeleryExecutor",
+    )
+    monkeypatch.setenv("AIRFLOW__AGORA__CATALOG", f"{CATALOGS / 'local.yaml'},{CATALOGS / 'celery-loopback.yaml'}")
+    policy.configured_executor_names.cache_clear()
+    dag = mapped_dag()
+    rows = {"plain": "local-small", "double[0]": "pool_small", "double[1]": "pool_small", "double[2]": "local-large"}
+    policy_env.save("mapped", plan(rows))
+    run_policy(dag)
+    double = dag.get_task("double")
+    agora = double.executor_config["agora"]
+    assert (double.executor, double.queue, agora["placement"]["resource"]) == (
+        "CeleryExecutor",
+        "pool_small",
+        "pool_small",
+    )
+    assert "instances" not in agora  # one queue for the task: no instance may claim another
+    assert (agora["backend"], agora["resource_type"]) == ("celery", "pool_small")
+    assert policy_lines(caplog) == []

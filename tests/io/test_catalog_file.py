@@ -82,3 +82,16 @@ def test_a_comma_separated_list_is_refused_with_what_to_do_instead() -> None:
     listed = f"{CATALOGS / 'local.yaml'},{CATALOGS / 'slurm-loopback.yaml'}"
     with pytest.raises(AgoraError, match=r"a catalog is one file .*\[agora\] catalog setting takes a comma"):
         load_catalog(listed)
+
+
+def test_a_celery_pool_is_a_resource_of_backend_celery() -> None:
+    catalog = load_catalog(CATALOGS / "celery-loopback.yaml")
+    assert {r.name: r.backend for r in catalog.resources} == {"pool_small": "celery", "pool_large": "celery"}
+    small = catalog.by_name["pool_small"]
+    assert (small.vcpus, small.memory_gib, small.count) == (1, 2, 1)
+
+
+def test_a_misspelt_backend_is_named_with_the_known_ones(tmp_path: Path) -> None:
+    doc = {"network": {"bandwidth_bytes_per_s": 10}, "resources": [resource("a", backend="Celery")]}
+    with pytest.raises(FieldError, match=r"resources\[0\]\.backend.*aws, slurm, local, celery, got 'Celery'"):
+        load_catalog(write_yaml(tmp_path / "c.yaml", doc))

@@ -1,9 +1,10 @@
 """Which backend runs the resources of each kind: a registry of factories, by backend name.
 
-The catalog names a backend per resource (``local``, ``slurm``, ``aws``); the executor asks
-:func:`make_backend` for it the first time one of its jobs needs it. The three built-in
-factories read their ``[agora]`` settings when they make their backend; a test (or a site)
-registers its own factory under a name with :func:`register_backend`.
+The catalog names a backend per resource (``local``, ``slurm``, ``aws``, ``celery``); the executor
+asks :func:`make_backend` for it the first time one of its jobs needs it. The built-in factories
+read their ``[agora]`` settings when they make their backend (``celery``'s refuses every job: the
+CeleryExecutor runs those); a test (or a site) registers its own factory under a name with
+:func:`register_backend`.
 """
 
 from __future__ import annotations
@@ -87,7 +88,13 @@ def _listed(value: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in value.split(",") if part.strip())
 
 
-_FACTORIES: dict[str, BackendFactory] = {"local": _local, "slurm": _slurm, "aws": _aws}
+def _celery(resources: Mapping[str, Resource]) -> Backend:
+    from agora_optimizer.executor.backends.celery import CeleryPoolRefusal
+
+    return CeleryPoolRefusal()
+
+
+_FACTORIES: dict[str, BackendFactory] = {"local": _local, "slurm": _slurm, "aws": _aws, "celery": _celery}
 
 
 def register_backend(name: str, factory: BackendFactory) -> BackendFactory | None:
