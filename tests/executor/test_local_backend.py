@@ -239,3 +239,18 @@ def test_a_long_lived_backend_keeps_only_the_newest_finished_statuses(tmp_path: 
     statuses = backend.status(ids)
     assert statuses[ids[0]].phase == "lost" and "unknown" in statuses[ids[0]].reason  # forgotten, as by a restart
     assert statuses[ids[1]].succeeded and statuses[ids[2]].succeeded
+
+
+def test_a_try_submitted_again_after_its_job_finished_gets_the_new_jobs_status(
+    tmp_path: Path, backend: LocalBackend
+) -> None:
+    """A deferred task resumes (a reschedule sensor pokes again) under the same try: the same job key."""
+    first = backend.submit(job(tmp_path, "sensor", "raise SystemExit(0)", key="dag.sensor.try1"))
+    assert wait_all(backend, [first])[first].exit_code == 0
+    (tmp_path / "dag.sensor.try1").rename(tmp_path / "dag.sensor.try1~1")  # as the executor sets it aside
+    again = backend.submit(
+        job(tmp_path, "sensor", "import time; time.sleep(1); raise SystemExit(3)", key="dag.sensor.try1")
+    )
+    assert again == first
+    assert backend.status([again])[again].phase != "finished"  # not the deferral's finished job
+    assert wait_all(backend, [again])[again].exit_code == 3

@@ -212,6 +212,9 @@ class LocalBackend(Backend):
                 )
         if job.key in self._running or any(queued.key == job.key for queued, _ in self._queue):
             return job.key
+        # A finished job of the same key is an earlier run of this try (a deferred task that resumes,
+        # a reschedule sensor's next poke): its status is not the new job's.
+        self._done.pop(job.key, None)
         job.job_dir.mkdir(parents=True, exist_ok=True)
         self._queue.append((job, datetime.now(UTC)))
         self._start_what_fits()
