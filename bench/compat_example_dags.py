@@ -583,7 +583,7 @@ def inventory(env: Mapping[str, str]) -> tuple[list[ExampleDag], dict[str, str],
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     started = time.perf_counter()
-    root = Path(tempfile.mkdtemp(prefix="agora-compat-"))
+    root = Path(tempfile.mkdtemp(prefix="agora-compat-", dir=args.work_dir))
     signal.signal(signal.SIGTERM, _exit_once)  # kill(1) unwinds too: Airflow is stopped
     probe = AirflowDeployment(home=root / "inventory-home", dags_folder=root / "none")
     dags, errors, files = inventory(probe.env)
@@ -717,6 +717,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--local-parallelism", type=int, default=6, help="[core] parallelism (LocalExecutor)")
     parser.add_argument("--run-timeout-s", type=float, default=900.0)
     parser.add_argument("--in-force-timeout-s", type=float, default=300.0)
+    parser.add_argument("--work-dir", type=Path, help="where the Airflow home, DAGs and jobs go (default: a temp dir)")
     parser.add_argument("--keep", action="store_true", help="keep the Airflow home and job directories")
     return parser
 
