@@ -111,7 +111,8 @@ class AirflowDeployment:
         migrate_database(self.env)
 
     def start(self, *components: str) -> None:
-        """Start the components (all three by default); on a failure, stop those this call started."""
+        """Start the components (api-server, dag-processor, scheduler by default; ``triggerer`` on request,
+        for deferrable tasks); on a failure, stop those this call started."""
         started: list[str] = []
         try:
             for component in components or ("api-server", "dag-processor", "scheduler"):
@@ -119,6 +120,7 @@ class AirflowDeployment:
                     "api-server": ["api-server", "-H", "127.0.0.1", "-p", str(self.port)],
                     "dag-processor": ["dag-processor"],
                     "scheduler": ["scheduler"],
+                    "triggerer": ["triggerer"],  # only when asked: deferred tasks need it
                 }[component]
                 self.launch(component, [AIRFLOW, *args])
                 started.append(component)
