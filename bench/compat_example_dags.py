@@ -302,11 +302,10 @@ def routing(dag: ExampleDag, tis: Iterable[TaskInstance], has_job: Any, agora_na
 
     ``has_job(ti)`` says whether the AgoraExecutor ran that try of the task instance. A task
     instance that ran a task process ran in an AgoraExecutor job exactly when Airflow routed it
-    there (its ``executor``), and every task but the mapped ones must have been routed there. A
-    mapped task may be on either executor: the policy leaves mapped tasks as written for now.
-    One that never reached an executor (an EmptyOperator, a task skipped by a branch) says nothing.
+    there (its ``executor``), and every task (mapped task instances too) must have been routed
+    there. One that never reached an executor (an EmptyOperator, a task skipped by a branch) says
+    nothing.
     """
-    mapped = set(dag.mapped)
     problems = []
     for ti in tis:
         if not ti.ran:
@@ -316,7 +315,7 @@ def routing(dag: ExampleDag, tis: Iterable[TaskInstance], has_job: Any, agora_na
             problems.append(f"{ti.label}: routed to the AgoraExecutor but no job of it ran try {ti.try_number}")
         elif ti.executor != agora_name and in_job:
             problems.append(f"{ti.label}: ran in an AgoraExecutor job but its executor is {ti.executor!r}")
-        elif ti.executor != agora_name and ti.task_id not in mapped:
+        elif ti.executor != agora_name:
             problems.append(f"{ti.label}: not routed to the AgoraExecutor (executor {ti.executor!r})")
     return problems
 

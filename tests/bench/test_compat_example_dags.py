@@ -74,17 +74,20 @@ def test_a_mapped_task_that_never_expanded_is_compared_at_map_index_minus_one() 
 # -- routing -------------------------------------------------------------------------------------
 
 
-def test_every_task_that_ran_ran_in_an_agora_job_and_mapped_ones_where_airflow_routed_them() -> None:
-    example = dag(("plain", False, False), ("empty", False, True), ("mapped", True, False), ("placed", True, False))
+def test_every_task_that_ran_ran_in_an_agora_job_mapped_instances_too() -> None:
+    example = dag(("plain", False, False), ("empty", False, True), ("placed", True, False))
     tis = [
         ti("plain", executor="agora", try_number=2),
         ti("empty", executor="agora", ran=False),  # the scheduler finished it: no executor ever saw it
-        ti("mapped", map_index=0),  # left as written by the policy: its own executor
-        ti("mapped", map_index=1),
-        ti("placed", map_index=0, executor="agora"),  # a mapped task the policy did place
+        ti("placed", map_index=0, executor="agora"),
+        ti("placed", map_index=1, executor="agora"),
     ]
-    jobs = {("plain", 2, -1), ("placed", 1, 0)}
+    jobs = {("plain", 2, -1), ("placed", 1, 0), ("placed", 1, 1)}
     assert compat.routing(example, tis, lambda t: (t.task_id, t.try_number, t.map_index) in jobs) == []
+    left = [*tis[:3], ti("placed", map_index=1)]  # one instance left on its own executor
+    assert compat.routing(example, left, lambda t: (t.task_id, t.try_number, t.map_index) in jobs) == [
+        "placed[1]: ran in an AgoraExecutor job but its executor is None"
+    ]
 
 
 def test_a_task_left_on_its_executor_one_without_its_job_and_one_in_a_job_it_was_not_routed_to_are_named() -> None:
