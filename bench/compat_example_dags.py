@@ -62,6 +62,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
@@ -75,6 +77,7 @@ FOLDERS = {"core": "example_dags", "standard": "providers/standard/example_dags"
 # and minute, so a DAG that branches on them takes the same branch, and no two DAGs share a date.
 BASE_DATE = datetime(2026, 6, 1, tzinfo=UTC)
 AGORA_SHIFT = timedelta(days=7)
+TRIGGER_TRIES = 3  # a trigger answered 5xx (Airflow's SQLite busy under load) is tried again
 # DAGs whose sensors wait for a task of another DAG at their own logical date: they run at that DAG's date.
 SAME_DATE_AS = {"example_external_task_marker_child": "example_external_task_marker_parent"}
 # DAGs that trigger or wait for another DAG: that DAG's file must be in the DAG folder too.
@@ -513,11 +516,19 @@ class Suite:
         """Trigger one run of the DAG at its logical date of the phase: (dag id, run id, "" if it failed)."""
         date = logical_date(dag_id, self.order, agora)
         body = {"logical_date": date.isoformat(), "conf": CONF.get(dag_id, {})}
-        try:
-            return dag_id, str(self.airflow.request("POST", f"/dags/{dag_id}/dagRuns", json=body)["dag_run_id"])
-        except Exception as exc:  # recorded, the suite goes on
-            self._record(dag_id, agora, "", "", None, [], f"trigger failed: {exc}")
-            return dag_id, ""
+        for attempt in range(TRIGGER_TRIES):
+            try:
+                return dag_id, str(self.airflow.request("POST", f"/dags/{dag_id}/dagRuns", json=body)["dag_run_id"])
+            except httpx.HTTPStatusError as exc:  # a 5xx: SQLite busy under load; the run was not made
+                if exc.response.status_code < 500 or attempt == TRIGGER_TRIES - 1:
+                    error = exc
+                    break
+                time.sleep(2.0 * (attempt + 1))
+            except Exception as exc:  # recorded, the suite goes on
+                error = exc
+                break
+        self._record(dag_id, agora, "", "", None, [], f"trigger failed: {error}")
+        return dag_id, ""
 
     def _check_alive(self) -> None:
         for component, process in self.airflow.processes.items():
