@@ -34,7 +34,7 @@ def makespan_lower_bound_s(workflow: Workflow, catalog: Catalog) -> float:
 
     - Critical path with no transfers, each task on the type that would finish it
       first; a task on type k starts no earlier than ``earliest_start_s`` of k (its release plus
-      ``boot_s``: no lease before 0 nor before the type's release).
+      ``boot_s``: no lease before 0 nor before the type's release), nor before its own ``release_s``.
     - Work over capacity, where every type a task fits has a ``count``: all machines
       sharing the work perfectly (see :func:`_balanced_work_s`).
     - Head-body-tail bounds over windows of the DAG (see :mod:`agora_optimizer.window_bound`).
@@ -44,7 +44,7 @@ def makespan_lower_bound_s(workflow: Workflow, catalog: Catalog) -> float:
     for task_id in workflow.topological_order:
         ready = max((finish[e.parent] for e in workflow.parents[task_id]), default=0.0)
         task = workflow.by_id[task_id]
-        finish[task_id] = min(max(ready, r.earliest_start_s) + r.runtime_s(task) for r in options[task_id])
+        finish[task_id] = min(max(ready, r.earliest_start_of(task)) + r.runtime_s(task) for r in options[task_id])
     critical_path = max(finish.values(), default=0.0)
     if any(r.count is None for rs in options.values() for r in rs):
         return critical_path  # some task may use unlimited machines: only the path binds

@@ -103,14 +103,20 @@ class Problem:
         return meets_limits(self.objective, *self.evaluate(assignments))
 
     def early_starts(self, assignments: Iterable[Assignment]) -> list[Assignment]:
-        """The assignments that start before their type's ``earliest_start_s`` (release plus boot).
+        """The assignments that start before their type's ``earliest_start_s`` (release plus boot) or
+        before their task's own ``release_s``.
 
-        The spec's checker cannot see a release (it is a planning input, not a catalog field), so
-        every engine's schedule is held to it here: no lease of a type begins before its release.
+        The spec's checker cannot see a release (it is a planning input, not a catalog or workflow
+        field), so every engine's schedule is held to it here: no lease of a type begins before its
+        release, and no task starts before its own.
         """
-        by_name = self.catalog.by_name
+        by_name, tasks = self.catalog.by_name, self.workflow.by_id
         return [
-            a for a in assignments if a.resource in by_name and a.start_s < by_name[a.resource].earliest_start_s - 1e-6
+            a
+            for a in assignments
+            if a.resource in by_name
+            and a.task in tasks
+            and a.start_s < by_name[a.resource].earliest_start_of(tasks[a.task]) - 1e-6
         ]
 
     def rank(self, makespan: float, cost: float) -> tuple[float, float, float]:

@@ -52,8 +52,8 @@ def window_bound_s(workflow: Workflow, options: dict[str, list[Resource]]) -> fl
     finish = np.zeros(len(tasks))
     for i, task in enumerate(tasks):
         ready = max((finish[index[e.parent]] for e in workflow.parents[task.id]), default=0.0)
-        head[i] = max(ready, min(r.earliest_start_s for r in options[task.id]))
-        finish[i] = min(max(ready, r.earliest_start_s) + r.runtime_s(task) for r in options[task.id])
+        head[i] = max(ready, min(r.earliest_start_of(task) for r in options[task.id]))
+        finish[i] = min(max(ready, r.earliest_start_of(task)) + r.runtime_s(task) for r in options[task.id])
     tail = np.zeros(len(tasks))
     for i in range(len(tasks) - 1, -1, -1):
         children = workflow.children[tasks[i].id]

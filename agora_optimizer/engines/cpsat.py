@@ -132,7 +132,8 @@ def _tick_starts(data: TickData, place: list[Slot], assignments: Sequence[Assign
         count_limited=frozenset(range(len(data.types))),
     )
     found = least_starts(
-        [release[s] + boot[s] for s in place], structure_edges(SolverSchedule(place, start, end, lease), ticks, None)
+        [max(release[s] + boot[s], data.release[i]) for i, s in enumerate(place)],
+        structure_edges(SolverSchedule(place, start, end, lease), ticks, None),
     )
     return None if found is None else [round(s) for s in found]
 
@@ -265,6 +266,7 @@ def to_plan(data: TickData, schedule: SolverSchedule) -> list[Assignment] | None
         edges=data.transfers_s,
         boot_s={slot: resources[slot[0]].boot_s for slot in set(place)},
         release_s={slot: resources[slot[0]].release_s for slot in set(place)},
+        task_release_s=[t.release_s for t in data.tasks],
         count_limited=frozenset(k for k in counted if (data.types[k].resource.count or 0) < data.types[k].slots),
     )
     starts = retime(schedule, real, allowance_s(data, schedule))

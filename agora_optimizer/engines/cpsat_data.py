@@ -79,6 +79,7 @@ def _data_seconds(problem: Problem, kinds: Sequence[Resource]) -> list[float]:
     values = [r.runtime_s(t) for t in problem.workflow.tasks for r in kinds if r.fits(t)]
     values += [problem.catalog.transfer_s(e.bytes) for e in problem.workflow.edges]
     values += [v for r in kinds for v in (r.release_s, r.boot_s, r.billing.granularity_s, r.billing.minimum_s)]
+    values += [t.release_s for t in problem.workflow.tasks]
     return values
 
 
@@ -147,6 +148,7 @@ class TickData:
     chains: tuple[tuple[int, ...], ...]  # mutually dependent tasks (never overlap)
     related: tuple[frozenset[int], ...]  # per task, its ancestors and descendants
     ancestors: tuple[frozenset[int], ...]
+    release: tuple[int, ...]  # per task, its own release in ticks (no start before it)
     head: tuple[int, ...]
     tail: tuple[int, ...]
     horizon: int
@@ -175,7 +177,8 @@ class Caps:
 def real_horizon_s(problem: Problem, kinds: Sequence[Resource]) -> float:
     """Some optimal plan ends by the last release plus sum_i (max boot + max duration + max outgoing transfer):
     idle instants after the last release cut out."""
-    catalog, total = problem.catalog, max((r.release_s for r in kinds), default=0.0)
+    catalog = problem.catalog
+    total = max([0.0, *(r.release_s for r in kinds), *(t.release_s for t in problem.workflow.tasks)])
     for task in problem.workflow.tasks:
         fits = [r for r in kinds if r.fits(task)]
         transfers = [catalog.transfer_s(e.bytes) for e in problem.workflow.children[task.id]]
@@ -281,9 +284,10 @@ def build_data(problem: Problem, direction: Direction, ticks: Ticks, warm: Seque
     for i in range(len(tasks)):
         ancestors.append(set().union(*([ancestors[p] | {p} for p in parents[i]] or [set()])))
     shortest = [min(duration[i, k] for k in options[i]) for i in range(len(tasks))]
+    release = [to_ticks(t.release_s, per_s, direction) for t in tasks]  # each task's own
     head = [0] * len(tasks)
     for i in range(len(tasks)):
-        earliest = min(types[k].release + types[k].boot for k in options[i])
+        earliest = max(min(types[k].release + types[k].boot for k in options[i]), release[i])
         head[i] = max([earliest] + [head[p] + shortest[p] for p in parents[i]])
     tail = list(shortest)
     for c in reversed(range(len(tasks))):
@@ -295,7 +299,7 @@ def build_data(problem: Problem, direction: Direction, ticks: Ticks, warm: Seque
         out: dict[int, int] = defaultdict(int)
         for p, _, tr in edges:
             out[p] = max(out[p], tr)
-        horizon = max((kind.release for kind in types), default=0) + sum(
+        horizon = max([0, *(kind.release for kind in types), *release]) + sum(
             max(types[k].boot for k in options[i]) + max(duration[i, k] for k in options[i]) + out[i]
             for i in range(len(tasks))
         )
@@ -327,6 +331,7 @@ def build_data(problem: Problem, direction: Direction, ticks: Ticks, warm: Seque
         related=tuple(
             frozenset(ancestors[i] | {j for j in range(len(tasks)) if i in ancestors[j]}) for i in range(len(tasks))
         ),
+        release=tuple(release),
         head=tuple(head),
         tail=tuple(tail),
         horizon=max(horizon, 0),

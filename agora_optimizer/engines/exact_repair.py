@@ -7,7 +7,8 @@ ticks of rounded durations. The plan keeps the decisions and recomputes every st
 least solution of the difference constraints they imply (Bellman-Ford), with durations
 exactly ``runtime_s / speed``:
 
-- s_i >= release + boot of its type (a lease cannot begin before 0 nor before the release);
+- s_i >= release + boot of its type (a lease cannot begin before 0 nor before the release), and >=
+  the task's own release where given;
 - an edge p -> c: s_c >= s_p + d_p, plus the transfer when they run on different machines;
 - two tasks on one machine that the schedule runs one after the other (the first ends
   no later than the second starts) keep that order: s_j >= s_i + d_i. Tasks that the
@@ -72,6 +73,7 @@ class RealTimes:
     boot_s: Mapping[Slot, float]
     count_limited: frozenset[int]  # type indices whose leases are counted
     release_s: Mapping[Slot, float] = field(default_factory=dict)  # no lease of a slot begins before its release
+    task_release_s: Sequence[float] = ()  # per task (where given): it starts no earlier (a wait before it)
 
 
 def structure_edges(
@@ -105,6 +107,8 @@ def structure_edges(
 def retime(schedule: SolverSchedule, real: RealTimes, allowance_s: Mapping[Slot, float] | None) -> list[float] | None:
     """Real starts that keep the schedule's decisions; without the lease allowances if they cannot hold."""
     lower = [real.release_s.get(slot, 0.0) + real.boot_s[slot] for slot in schedule.place]
+    if real.task_release_s:
+        lower = [max(low, release) for low, release in zip(lower, real.task_release_s, strict=True)]
     for allowance in (allowance_s, None) if allowance_s is not None else (None,):
         starts = least_starts(lower, structure_edges(schedule, real, allowance))
         if starts is not None:

@@ -29,8 +29,8 @@ Variables:
 
 Constraints:
 - sum_{k,m} x[i,k,m] = 1; x <= u; u <= sum_i x; u[k,m+1] <= u[k,m];
-- s_i >= sum (release_k + boot_k) x[i,k,m] (a lease cannot begin before 0 nor before its
-  type's release); T >= e_i;
+- s_i >= sum max(release_k + boot_k, r_i) x[i,k,m] (a lease cannot begin before 0 nor before its
+  type's release; r_i is the task's own release, e.g. after an Airflow sensor's wait); T >= e_i;
 - edge i -> j: s_j >= e_i + tr_ij (1 - sm_ij), with sm_ij <= 1 - x[i,k,m] + x[j,k,m];
 - lanes: sum_l y[i,k,m,l] = cores_i x[i,k,m]; q_ij >= y[i,k,m,l] + y[j,k,m,l] - 1;
   s_j >= e_i - M (1 - o_ij) - M (1 - q_ij) and s_i >= e_j - M o_ij - M (1 - q_ij);
@@ -61,7 +61,7 @@ Reductions that cut off no optimal plan, so that "optimal" stays a true claim:
   and no worse. Ties go by catalog order (a strict partial order, so every pruned type
   has a kept dominator).
 - horizon: if no task, boot or outgoing transfer covers some instant after the last
-  release, everything after it can move left without becoming worse, so T <= max release +
+  release (a type's or a task's), everything after it can move left without becoming worse, so T <= max release +
   sum_i (max boot + max duration + max outgoing transfer). With a deadline, T <= deadline_s; with a valid warm start of
   value V, T <= T_warm (time) or T <= (V - (1 - alpha)) T_lb / alpha (balanced, as
   C >= C_lb), and C <= C_warm (cost) or (V - alpha) C_lb / (1 - alpha) (balanced).
@@ -294,7 +294,8 @@ def _binding(
 
 def _caps(problem: Problem, tasks: Sequence[Task], kinds: Sequence[Resource], warm: Sequence[Assignment]) -> _Caps:
     catalog, objective, bounds = problem.catalog, problem.objective, problem.bounds
-    total = max((r.release_s for r in kinds), default=0.0)  # no instant after the last release idles
+    # no instant after the last release (a type's or a task's) idles
+    total = max([0.0, *(r.release_s for r in kinds), *(t.release_s for t in tasks)])
     for task in tasks:
         fits = [r for r in kinds if r.fits(task)]
         transfers = [catalog.transfer_s(e.bytes) for e in problem.workflow.children[task.id]]
@@ -365,11 +366,12 @@ def _head_tail(
     options: Sequence[tuple[int, ...]],
     duration: dict[Pair, float],
     parents: dict[int, list[int]],
+    release: Sequence[float],
 ) -> tuple[tuple[float, ...], tuple[float, ...]]:
     shortest = [min(duration[i, k] for k in options[i]) for i in range(n)]
     head = [0.0] * n
     for i in range(n):
-        boot = min(kinds[k].earliest_start_s for k in options[i])
+        boot = max(min(kinds[k].earliest_start_s for k in options[i]), release[i])
         head[i] = max([float(boot)] + [head[p] + shortest[p] for p in parents[i]])
     children: dict[int, list[int]] = defaultdict(list)
     for c in range(n):
@@ -409,7 +411,7 @@ def _build_data(problem: Problem, warm: Sequence[Assignment]) -> _Data:
     for p, c, _ in edges:
         parents[c].append(p)
     incomparable = _incomparable(len(tasks), parents)
-    head, tail = _head_tail(len(tasks), kinds, options, duration, parents)
+    head, tail = _head_tail(len(tasks), kinds, options, duration, parents, [t.release_s for t in tasks])
     caps = _caps(problem, tasks, kinds, warm)
     types = _types(problem, kinds, tasks, incomparable, caps)
     return _Data(
@@ -542,8 +544,9 @@ def _add_assignment(model: _Model, data: _Data) -> None:
 
 def _add_timing(model: _Model, data: _Data) -> None:
     for i in range(len(data.tasks)):
-        boots = [(data.types[k].resource.earliest_start_s, model.x[i, k, m]) for k, m in data.slots_of(i)]
-        if any(b > 0 for b, _ in boots):  # released, then booted: no lease before 0 nor the release
+        task = data.tasks[i]
+        boots = [(data.types[k].resource.earliest_start_of(task), model.x[i, k, m]) for k, m in data.slots_of(i)]
+        if any(b > 0 for b, _ in boots):  # the type released, then booted; the task's own release
             model.add(model.s[i] >= pulp.lpSum(b * x for b, x in boots), f"boot_{i}")
         model.add(model.makespan >= model.end(data, i), f"makespan_{i}")
     for p, c, tr in data.edges:
@@ -1029,7 +1032,10 @@ def _count_edges(
 
 
 def _repair(data: _Data, solution: _Solution) -> list[Assignment] | None:
-    lower = [float(data.types[k].resource.earliest_start_s) for k, _ in solution.schedule.place]
+    lower = [
+        float(data.types[k].resource.earliest_start_of(task))
+        for task, (k, _) in zip(data.tasks, solution.schedule.place, strict=True)
+    ]
     for with_leases in (True, False):
         starts = _least_starts(lower, _repair_edges(data, solution, with_leases))
         if starts is not None:

@@ -65,7 +65,19 @@ class TaskGraph:
     topological-order-based initial partitioning does.
     """
 
-    __slots__ = ("children", "cores", "ids", "memory", "order", "parents", "position", "runtime", "scratch", "weight")
+    __slots__ = (
+        "children",
+        "cores",
+        "ids",
+        "memory",
+        "order",
+        "parents",
+        "position",
+        "release",
+        "runtime",
+        "scratch",
+        "weight",
+    )
 
     def __init__(
         self,
@@ -74,9 +86,11 @@ class TaskGraph:
         cores: Sequence[int],
         memory: Sequence[int],
         edges: Iterable[tuple[int, int, int]],
+        release: Sequence[float] | None = None,
     ) -> None:
         n = len(ids)
         self.ids = list(ids)
+        self.release = [float(r) for r in release] if release is not None else [0.0] * n  # each task's release_s
         self.runtime = [float(r) for r in runtime]
         self.cores = list(cores)
         self.memory = list(memory)
@@ -103,6 +117,7 @@ class TaskGraph:
             [t.cores for t in workflow.tasks],
             [t.memory_bytes for t in workflow.tasks],
             ((index[e.parent], index[e.child], e.bytes) for e in workflow.edges),
+            [t.release_s for t in workflow.tasks],
         )
 
     @property
@@ -776,11 +791,11 @@ def simulate(graph: TaskGraph, machine: list[int], slots: Sequence[Slot], bandwi
 
     An event-driven list schedule: a task is released when its last input arrives (its
     parents' ends, plus ``bytes / bandwidth`` from another machine, and not before the
-    machine's release and ``boot_s``); whenever a machine frees capacity or receives a task, it starts
-    its released tasks in decreasing upward rank while their cores and memory fit beside
-    the running ones (skipping at most :data:`BACKFILL_DEPTH` that do not fit yet). Each
-    task records what it waited for last (a parent's data or its machine) for the critical
-    path. ``O((n + e) log n)``.
+    machine's release and ``boot_s``, nor its own ``release_s``); whenever a machine frees
+    capacity or receives a task, it starts its released tasks in decreasing upward rank while
+    their cores and memory fit beside the running ones (skipping at most :data:`BACKFILL_DEPTH`
+    that do not fit yet). Each task records what it waited for last (a parent's data or its
+    machine) for the critical path. ``O((n + e) log n)``.
     """
     n = graph.n
     runtime, cores, memory = graph.runtime, graph.cores, graph.memory
@@ -794,7 +809,7 @@ def simulate(graph: TaskGraph, machine: list[int], slots: Sequence[Slot], bandwi
     free_memory = [s.resource.memory_bytes for s in slots]
     ready: list[list[tuple[float, int, int]]] = [[] for _ in slots]
     last_finished = [-1] * len(slots)
-    release = [slots[machine[v]].resource.earliest_start_s for v in range(n)]
+    release = [max(slots[machine[v]].resource.earliest_start_s, graph.release[v]) for v in range(n)]
     released_by = [-1] * n
     missing = [len(p) for p in graph.parents]
     start, end, critical = [0.0] * n, [0.0] * n, [-1] * n

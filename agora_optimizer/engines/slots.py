@@ -110,7 +110,8 @@ def best_placement(
 
     Insertion-based: the task may start in any idle capacity of a slot's timeline from
     its inputs' arrival on; it never starts before its type's ``earliest_start_s`` (release
-    and ``boot_s``), so a lease never begins before time 0 nor before the type's release.
+    and ``boot_s``), so a lease never begins before time 0 nor before the type's release, nor
+    before the task's own ``release_s``.
     Ties go to the earlier type in the catalog, then the lower slot number.
     """
     keyed = []
@@ -122,7 +123,7 @@ def best_placement(
     for _, type_rank, resource, extra in keyed:
         duration = resource.runtime_s(task)
         for number, slot in enumerate(pool.candidates(resource)):
-            ready = max(arrivals.on(slot), resource.earliest_start_s)
+            ready = max(arrivals.on(slot), resource.earliest_start_of(task))
             if best is not None and (ready + duration + extra, type_rank, number) >= best[0]:
                 continue  # cannot beat the best even without waiting for capacity
             start = slot.timeline.earliest_start(ready, duration, task.cores, task.memory_bytes)

@@ -18,6 +18,7 @@ from agora_optimizer.model.workflow import MAX_CORES, MAX_MEMORY_BYTES
 PLACEMENT_KEY = "placement"
 INSTANCES_KEY = "instances"  # a mapped task's planned instances' placements, by map index (a string)
 OVERFLOW = "overflow"  # the placement source of a mapped task's instances beyond its planned width
+WAIT = "wait"  # the placement source of a task that waits without a worker (its wait is a release in the plan)
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,8 @@ class Placement:
     time_limit_s: float | None = None
     machine: str = ""
     planned_start_s: float | None = None
-    source: str = "plan"  # "plan", "default" or "overflow" (a mapped task's instance the plan did not expect)
+    # "plan", "default", "overflow" (a mapped task's instance the plan did not expect) or "wait"
+    source: str = "plan"
     plan_version: str = ""  # which plan placed it (:func:`agora_optimizer.plans.store.plan_version`)
 
     def to_config(self) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agora_optimizer.errors import AgoraError, FieldError
+from agora_optimizer.integration.waits import release_waits, waits_without_worker
 from agora_optimizer.model.catalog import GIB
 from agora_optimizer.model.workflow import MAX_CORES, MAX_MEMORY_BYTES, MAX_RUNTIME_S, check_number
 
@@ -51,6 +52,7 @@ class DagTask:
     category: str = ""  # declared; empty: the task id without its index
     literal_width: int | None = None  # a mapped task's width when Airflow knows it at parse time
     map_group: str = ""  # the closest mapped task group's id: its tasks' instance i follow each other's i
+    waits: bool = False  # waits without a worker (deferrable, or a reschedule-mode sensor): a release, not work
 
 
 @dataclass(frozen=True)
@@ -133,6 +135,7 @@ def _dag_task(fileloc: str, task: Any, mapped_group: Any = None) -> DagTask:
         mapped=mapped_group is not None or bool(getattr(task, "is_mapped", False)),
         literal_width=_literal_width(task, mapped_group),
         map_group=str(getattr(mapped_group, "group_id", "") or ""),
+        waits=waits_without_worker(task),
     )
 
 
@@ -273,7 +276,8 @@ def predicted_dag_workflow(
     left_out = off_path(dag, attempts)  # branches: the path the DAG's runs take most often
     dag = without(dag, [task.task_id for task in left_out])
     widths = mapped_widths(dag, attempts, _default_map_width(settings.get("default_map_width")))
-    shape = workflow_shape(expand_mapped(dag, widths))
+    expanded = expand_mapped(dag, widths)
+    shape = workflow_shape(expanded)
     predictor: Predictor | None = None
     origin = "no attempts in the trace store"
     if attempts:
@@ -289,7 +293,11 @@ def predicted_dag_workflow(
         origin = f"{origin}; model {directory}"
     workflow = predictor.predicted_workflow(shape, catalog)
     sources = predictor.predict(shape, catalog).sources()
+    workflow, waits = release_waits(workflow, catalog, [task.task_id for task in expanded.tasks if task.waits])
     notes = [f"mapped {task}: {width.describe()}" for task, width in sorted(widths.items())]
+    if waits:
+        shown_waits = ", ".join(wait.describe() for wait in waits)
+        notes.append(f"waits without a worker, planned as release times of the tasks after them: {shown_waits}")
     if left_out:
         shown = ", ".join(task.describe() for task in left_out)
         notes.append(f"planned on the path its runs take most often, without {shown}")

@@ -16,8 +16,10 @@ store (``[agora] plan_dir``), each task gets:
   planned start, and a time limit from the task's ``execution_timeout``.
 
 Tasks the plan does not name (added since the last optimization) go to
-``[agora] default_resource`` with their declared hints. DAGs without a plan are not
-touched, whatever their id.
+``[agora] default_resource`` with their declared hints; a task that waits without a worker (a
+deferrable task, a reschedule-mode sensor: the planner made its wait a release time of its
+children, :mod:`agora_optimizer.integration.waits`) goes to the smallest resource that fits it.
+DAGs without a plan are not touched, whatever their id.
 
 A plan must never break a DAG. Any exception raised inside the policy would make Airflow
 turn the whole DAG file into an import error (``AirflowClusterPolicyError``), so
@@ -65,9 +67,10 @@ from airflow.policies import hookimpl
 
 from agora_optimizer import settings
 from agora_optimizer.errors import AgoraError
-from agora_optimizer.executor.placement import INSTANCES_KEY, OVERFLOW, PLACEMENT_KEY, Placement
+from agora_optimizer.executor.placement import INSTANCES_KEY, OVERFLOW, PLACEMENT_KEY, WAIT, Placement
 from agora_optimizer.integration.airflow_pools import pool_name
 from agora_optimizer.integration.celery_pools import CELERY_BACKEND, routed
+from agora_optimizer.integration.waits import smallest_fitting, waits_without_worker
 from agora_optimizer.model.catalog import GIB, Resource
 from agora_optimizer.model.instances import split_instance
 from agora_optimizer.model.plan import Assignment
@@ -276,6 +279,11 @@ def _placement(task: Any, plan: _DagPlan) -> Placement | None:
     assignment = plan.assignments.get(task.task_id)
     if assignment is not None:
         return _planned(assignment, limit, plan.version)
+    cores, memory = _hinted_need(task)
+    if waits_without_worker(task):  # a sensor or deferrable task: its wait was a release, not work
+        smallest = smallest_fitting(plan.resources.values(), cores, memory)
+        if smallest is not None:
+            return Placement(smallest.name, cores, memory, time_limit_s=limit, source=WAIT, plan_version=plan.version)
     default = plan.default_resource
     if not default:
         _log_once_per_parse(
@@ -288,15 +296,21 @@ def _placement(task: Any, plan: _DagPlan) -> Placement | None:
     resource = plan.resources.get(default)
     if resource is None:
         raise AgoraError(f"[agora] default_resource {default!r} is not a resource of [agora] catalog")
-    hints = (task.executor_config or {}).get("agora") or {}
-    cores = int(hints.get("cores", 1))
-    memory = int(hints.get("memory_bytes") or float(hints.get("memory_gib") or 0) * GIB or DEFAULT_MEMORY_BYTES)
     if cores > resource.vcpus or memory > resource.memory_bytes:
         raise AgoraError(
             f"task {task.task_id} (not in the plan) needs {cores} cores and {memory} bytes; "
             f"default resource {default} has {resource.vcpus} and {resource.memory_bytes}"
         )
     return Placement(resource=default, cores=cores, memory_bytes=memory, time_limit_s=limit, source="default")
+
+
+def _hinted_need(task: Any) -> tuple[int, int]:
+    """The cores and memory a task the plan does not name reserves: its declared hints, else 1 core and
+    :data:`DEFAULT_MEMORY_BYTES`."""
+    hints = (task.executor_config or {}).get("agora") or {}
+    cores = int(hints.get("cores", 1))
+    memory = int(hints.get("memory_bytes") or float(hints.get("memory_gib") or 0) * GIB or DEFAULT_MEMORY_BYTES)
+    return cores, memory
 
 
 def _plan_assignments(dag_id: str) -> _Read | None:

@@ -67,6 +67,11 @@ class Resource:
         """The earliest a task can start on a machine of this type: released, then booted."""
         return self.release_s + self.boot_s
 
+    def earliest_start_of(self, task: Task) -> float:
+        """The earliest ``task`` can start on a machine of this type: the type's earliest start, and
+        not before the task's own release (a wait before it, e.g. an Airflow sensor's)."""
+        return max(self.earliest_start_s, task.release_s)
+
     @property
     def memory_bytes(self) -> int:
         return int(self.memory_gib * GIB)

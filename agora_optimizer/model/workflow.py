@@ -78,6 +78,11 @@ class Task:
     memory_bytes: int
     category: str
     memory_source: MemorySource = "recorded"
+    # Not a workflow-file field (files neither read nor write it): a planning input, like a type's
+    # ``release_s``. The task starts no earlier than this, e.g. after an Airflow sensor's predicted
+    # wait (:mod:`agora_optimizer.integration.waits`). A plan that honours it is still a plan of the
+    # spec's (releases only delay), so the spec's checker needs no word of it.
+    release_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -116,6 +121,7 @@ class Workflow:
             check_number(source, f"{where}.runtime_s", task.runtime_s, maximum=MAX_RUNTIME_S)
             check_number(source, f"{where}.cores", task.cores, minimum=1, maximum=MAX_CORES, integer=True)
             check_number(source, f"{where}.memory_bytes", task.memory_bytes, maximum=MAX_MEMORY_BYTES, integer=True)
+            check_number(source, f"{where}.release_s", task.release_s, maximum=MAX_RUNTIME_S)
         merged: dict[tuple[str, str], int] = {}
         for edge in edges:
             for end in (edge.parent, edge.child):

@@ -6,6 +6,7 @@ in the plan's start order, and each starts at the earliest instant that
 
 - its parents have ended and their bytes have arrived (``bytes / bandwidth`` across machines),
 - its machine is up (``boot_s``) and has started the task before it in the plan's order,
+- its own release (``release_s``, e.g. an Airflow sensor's wait before it) has passed,
 - the machine has the task's cores and *reserved* memory free for its whole true runtime
   (the reservation is the plan's ``memory_bytes``: that is what an executor asks for).
 
@@ -81,7 +82,7 @@ def replay(plan: Plan, actual: Workflow, catalog: Catalog) -> Replay:
     for planned in order:
         task = actual.by_id[planned.task]
         resource = catalog.by_name[planned.resource]
-        ready = max(resource.boot_s, last_start.get(planned.machine, 0.0))
+        ready = max(resource.boot_s, task.release_s, last_start.get(planned.machine, 0.0))
         for edge in actual.parents[task.id]:
             parent = placed.get(edge.parent)
             if parent is None:  # a parent the plan starts later: the plan breaks precedence

@@ -93,7 +93,7 @@ def list_schedule(
             duration = resource.runtime_s(task)
             pool = machines[resource.name]
             for machine in _candidates(resource, pool, parent_machines, machines_per_type, smallest_memory):
-                ready = max(resource.earliest_start_s, arrivals.on(machine))
+                ready = max(resource.earliest_start_of(task), arrivals.on(machine))
                 start = machine.timeline.earliest_start(ready, duration, task.cores, task.memory_bytes)
                 end = start + duration
                 makespan_part = alpha * max(estimated_makespan, end + tail) / t_scale

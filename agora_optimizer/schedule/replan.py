@@ -504,7 +504,8 @@ class _Placer:
         self.task = task
         self.memory_bytes = memory_bytes
         self.arrivals = Arrivals(inputs)
-        self.inputs_ready_s = max([fleet.now_s, *(end for _, end, _ in inputs)])  # on any machine, at the soonest
+        # on any machine, at the soonest
+        self.inputs_ready_s = max([fleet.now_s, task.release_s, *(end for _, end, _ in inputs)])
         self.estimated_makespan_s = estimated_makespan_s
         self.tail_s = tail_s
         self.time_weight, self.cost_weight = weights
@@ -521,7 +522,7 @@ class _Placer:
     def consider(self, machine: _Machine) -> None:
         task, best = self.task, self.best
         duration = machine.resource.runtime_s(task)
-        ready = max(machine.floor_s, self.arrivals.on(machine))
+        ready = max(machine.floor_s, task.release_s, self.arrivals.on(machine))
         if machine is not self.planned and self._beaten(ready + duration):
             return
         start = machine.timeline.earliest_start(ready, duration, task.cores, self.memory_bytes)

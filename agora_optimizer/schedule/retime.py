@@ -32,7 +32,7 @@ def retime(
         task = workflow.by_id[task_id]
         machine = machine_of[task_id]
         resource = catalog.by_name[machine_type(machine)]
-        ready = resource.earliest_start_s
+        ready = resource.earliest_start_of(task)
         for edge in workflow.parents[task_id]:
             parent = placed[edge.parent]
             arrival = parent.end_s if parent.machine == machine else parent.end_s + catalog.transfer_s(edge.bytes)

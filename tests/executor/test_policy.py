@@ -31,6 +31,18 @@ for dag_id in ("planned", "unplanned", "stale"):
         new = EmptyOperator(task_id="new", executor_config={"agora": {"memory_gib": 0.75}})
         a >> b >> new
 """
+WAITS = """
+from datetime import datetime, timedelta
+from airflow.providers.standard.operators.empty import EmptyOperator
+from airflow.providers.standard.sensors.python import PythonSensor
+from airflow.providers.standard.sensors.time_delta import TimeDeltaSensor
+from airflow.sdk import DAG
+
+with DAG(dag_id="waiting", schedule=None, start_date=datetime(2026, 1, 1)):
+    deferred = TimeDeltaSensor(task_id="deferred", delta=timedelta(seconds=5), deferrable=True)
+    poking = PythonSensor(task_id="poking", python_callable=lambda: True)
+    deferred >> poking >> EmptyOperator(task_id="work")
+"""
 REPORT = """
 import json, sys
 from airflow.dag_processing.dagbag import DagBag
@@ -89,8 +101,10 @@ def parsed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     root = tmp_path_factory.mktemp("policy")
     (root / "dags").mkdir()
     (root / "dags" / "three.py").write_text(DAGS)
+    (root / "dags" / "waits.py").write_text(WAITS)
     store = PlanStore(root / "plans")
     store.save("planned", plan({"a": "local-small", "b": "local-large"}))
+    store.save("waiting", plan({"poking": "local-large", "work": "local-large"}))
     store.save("stale", plan({"a": "gpu-node", "b": "local-small"}))
     return parse(root)
 
@@ -113,6 +127,15 @@ def test_a_task_missing_from_the_plan_runs_on_the_default_resource_with_its_hint
     assert new["executor"] == "agora" and new["queue"] == "local-large"
     placement = new["config"]["agora"]["placement"]
     assert placement["source"] == "default" and placement["memory_bytes"] == int(0.75 * GIB)
+
+
+def test_a_task_that_waits_without_a_worker_runs_on_the_smallest_resource_as_a_wait(parsed: dict[str, Any]) -> None:
+    # the planner made the deferrable sensor's wait a release time of its children: it is not in the plan
+    deferred, poking = parsed["tasks"]["waiting.deferred"], parsed["tasks"]["waiting.poking"]
+    assert deferred["executor"] == "agora" and deferred["queue"] == "local-small"  # 1 core, 4 GiB: the smallest
+    placement = deferred["config"]["agora"]["placement"]
+    assert placement["source"] == "wait" and placement["machine"] == "" and placement["cores"] == 1
+    assert poking["config"]["agora"]["placement"]["source"] == "plan"  # a poking sensor holds its worker: work
 
 
 def test_a_dag_without_a_plan_is_left_alone(parsed: dict[str, Any]) -> None:
