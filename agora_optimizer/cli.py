@@ -156,9 +156,9 @@ def optimize(
     ] = None,
 ) -> None:
     """Plan WORKFLOW on CATALOG and write the plan to --out."""
-    from agora_optimizer.optimize import default_plan, optimize_problem
+    from agora_optimizer.planning.optimize import default_plan, optimize_problem
+    from agora_optimizer.planning.problem import Problem, lower_bounds
     from agora_optimizer.predict.latency import statistic_of, with_platform_latency
-    from agora_optimizer.problem import Problem, lower_bounds
 
     started = time.perf_counter()  # the time limit counts loading and bounding too
     with _user_errors():
@@ -351,7 +351,7 @@ def validate(
     catalog: PlanCatalogOpt = None,
 ) -> None:
     """Check PLAN against every rule of the agora model; exit 1 on any violation."""
-    from agora_optimizer.validate import ensure_plan_matches, validate_plan
+    from agora_optimizer.planning.validate import ensure_plan_matches, validate_plan
 
     with _user_errors():
         wf = load_workflow(workflow)  # filled-in memory is the plan's to reserve: only recorded peaks bind
@@ -405,7 +405,7 @@ def pareto(
     default_memory_gib: Annotated[float, typer.Option(help=ranged("--default-memory-gib", _MEMORY_HELP))] = 1.0,
 ) -> None:
     """Trace the cost/makespan Pareto front of WORKFLOW on CATALOG."""
-    from agora_optimizer.pareto import pareto_front, plot_front, write_front
+    from agora_optimizer.planning.pareto import pareto_front, plot_front, write_front
 
     with _user_errors():
         check_option("--time-limit-s", time_limit_s)

@@ -6,7 +6,7 @@ Usage:
       [--planners default,heft,peft,agora] [--time-limit-s 60] [--out bench/results/engines]
 
 For every (catalog, workflow) it runs every planner and reports makespan, cost, their
-ratios to the lower bounds (:func:`agora_optimizer.problem.lower_bounds`), the planner's
+ratios to the lower bounds (:func:`agora_optimizer.planning.problem.lower_bounds`), the planner's
 wall time and the peak memory of its process. Objectives (``--objectives``, default
 ``time,cost``):
 - time: minimise makespan;
@@ -21,7 +21,7 @@ worker pool costs); next to each planner's median cost over it stands the cost l
 Each run is a subprocess of its own (``--worker``), so its peak memory is honest: the
 worker loads the workflow and catalog, builds the problem, reads ``ru_maxrss`` (setup),
 runs the planner alone under the clock, reads ``ru_maxrss`` again (peak), and only then
-checks the plan with :func:`agora_optimizer.validate.validate_plan`. A violation is
+checks the plan with :func:`agora_optimizer.planning.validate.validate_plan`. A violation is
 printed loudly and counted. Runs go one at a time, so wall times do not compete.
 
 Workflows: ``--workflows`` globs (relative to the repository root), plus the generated
@@ -56,7 +56,7 @@ DEFAULT_CATALOGS = ("aws-us-east-1", "hpc-36", "memory-tight")
 DEFAULT_WORKFLOWS = "../shared/data/wfinstances/*.json"
 DEFAULT_PLANNERS = ("default", "heft", "peft", "agora")
 MIB = 1024.0  # ru_maxrss is in KiB on Linux
-PRELOADED = ("numpy", "scipy.optimize", "scipy.sparse", "agora_optimizer.optimize")
+PRELOADED = ("numpy", "scipy.optimize", "scipy.sparse", "agora_optimizer.planning.optimize")
 
 Planner = Callable[[Any, float], Sequence[Any] | None]  # (Problem, time_limit_s) -> assignments or None
 
@@ -70,13 +70,13 @@ class Entry:
 
 
 def _default() -> Planner:
-    from agora_optimizer.optimize import one_type_default_assignments
+    from agora_optimizer.planning.optimize import one_type_default_assignments
 
     return lambda problem, _limit: one_type_default_assignments(problem.workflow, problem.catalog)
 
 
 def _agora() -> Planner:
-    from agora_optimizer.optimize import optimize
+    from agora_optimizer.planning.optimize import optimize
 
     def run(problem: Any, time_limit_s: float) -> Sequence[Any]:
         plan = optimize(problem.workflow, problem.catalog, problem.objective, problem.catalog.source, time_limit_s)
@@ -117,9 +117,9 @@ REGISTRY: dict[str, Entry] = {
     "agora": Entry(_agora, objective_aware=True),
 }
 OPTIONAL_ENGINES: list[tuple[str, str, bool]] = [  # (engine name, module, objective-aware): one line each
-    ("partition", "agora_optimizer.engines.partition", False),
-    ("partition-homogeneous", "agora_optimizer.engines.partition_baseline", False),
-    ("milp", "agora_optimizer.engines.milp", True),
+    ("partition", "agora_optimizer.engines.partition.icpp24", False),
+    ("partition-homogeneous", "agora_optimizer.engines.partition.homogeneous", False),
+    ("milp", "agora_optimizer.engines.exact.milp.engine", True),
 ]
 
 
@@ -145,8 +145,8 @@ def _rss_mib() -> float:
 
 
 def _plan_of(problem: Any, assignments: Sequence[Any]) -> Any:
-    from agora_optimizer.leases import cost_usd, makespan_s
     from agora_optimizer.model.plan import Plan, SolverInfo
+    from agora_optimizer.planning.leases import cost_usd, makespan_s
 
     items = tuple(assignments)
     return Plan(
@@ -172,8 +172,8 @@ def run_worker(job: dict[str, Any], registry: dict[str, Entry]) -> dict[str, Any
     from agora_optimizer.io.catalog_file import load_catalog
     from agora_optimizer.io.wfformat import load_workflow
     from agora_optimizer.model.plan import Objective
-    from agora_optimizer.problem import Bounds, Problem, lower_bounds
-    from agora_optimizer.validate import validate_plan
+    from agora_optimizer.planning.problem import Bounds, Problem, lower_bounds
+    from agora_optimizer.planning.validate import validate_plan
 
     for module in PRELOADED:  # the same libraries in every worker, so peaks share one baseline
         with contextlib.suppress(ImportError):

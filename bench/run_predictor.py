@@ -51,13 +51,13 @@ from agora_optimizer.io.wfformat import load_workflow  # noqa: E402
 from agora_optimizer.model.catalog import Catalog  # noqa: E402
 from agora_optimizer.model.plan import Objective  # noqa: E402
 from agora_optimizer.model.workflow import Workflow  # noqa: E402
-from agora_optimizer.optimize import optimize  # noqa: E402
+from agora_optimizer.planning.optimize import optimize  # noqa: E402
+from agora_optimizer.planning.validate import validate_plan  # noqa: E402
 from agora_optimizer.predict.evaluation import memory_scores, rounded, runtime_scores  # noqa: E402
 from agora_optimizer.predict.predictor import Prediction, Predictor  # noqa: E402
 from agora_optimizer.predict.simulate import replay  # noqa: E402
 from agora_optimizer.traces.records import TaskAttempt  # noqa: E402
 from agora_optimizer.traces.wfformat_import import attempts_from_wfformat, read_workflow_shape  # noqa: E402
-from agora_optimizer.validate import validate_plan  # noqa: E402
 
 RUNTIME_TARGET = 0.25
 EXCEEDANCE_TARGET = 0.05

@@ -7,9 +7,9 @@ Usage: python bench/run_replan.py [--instances DIR] [--workflows bwa-chameleon-l
 
 For each WfInstances workflow, catalog and objective, ``optimize`` makes the initial plan. A run of
 it then drifts: a seeded tenth of the tasks take twice their runtime, and every task starts as soon
-as its planned machine and its parents allow (:func:`agora_optimizer.schedule.retime.retime`, the
+as its planned machine and its parents allow (:func:`agora_optimizer.planning.retime.retime`, the
 plan's order kept on each machine). At three moments the run is re-planned with
-:func:`agora_optimizer.schedule.replan.replan`:
+:func:`agora_optimizer.planning.replan.replan`:
 
 - ``slow@10%`` and ``slow@50%``: at 10 % and 50 % of the drifted run's makespan, tasks ended by then
   are done, those started are running, the rest pending;
@@ -39,14 +39,14 @@ from pathlib import Path
 
 from agora_optimizer.io.catalog_file import load_catalog
 from agora_optimizer.io.wfformat import load_workflow
-from agora_optimizer.leases import cost_usd, makespan_s
 from agora_optimizer.model import Assignment, Objective, Plan, Workflow
 from agora_optimizer.model.catalog import Catalog
 from agora_optimizer.model.plan import SolverInfo
-from agora_optimizer.optimize import optimize
-from agora_optimizer.schedule.replan import Done, Pending, Replan, Running, TaskState, replan
-from agora_optimizer.schedule.retime import retime, start_order
-from agora_optimizer.validate import validate_plan
+from agora_optimizer.planning.leases import cost_usd, makespan_s
+from agora_optimizer.planning.optimize import optimize
+from agora_optimizer.planning.replan import Done, Pending, Replan, Running, TaskState, replan
+from agora_optimizer.planning.retime import retime, start_order
+from agora_optimizer.planning.validate import validate_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_WORKFLOWS = ("bwa-chameleon-large-001", "montage-chameleon-2mass-03d-001")

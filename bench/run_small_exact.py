@@ -24,16 +24,16 @@ from dataclasses import replace
 from pathlib import Path
 
 from agora_optimizer.engines.base import EngineResult
-from agora_optimizer.engines.cpsat import CpSatEngine
-from agora_optimizer.engines.milp import MilpEngine
+from agora_optimizer.engines.exact.cpsat.engine import CpSatEngine
+from agora_optimizer.engines.exact.milp.engine import MilpEngine
 from agora_optimizer.engines.portfolio import default_stages, run_portfolio
 from agora_optimizer.io.catalog_file import load_catalog
 from agora_optimizer.io.wfformat import load_workflow
 from agora_optimizer.model import Assignment, Objective, Workflow
 from agora_optimizer.model.catalog import Catalog
-from agora_optimizer.optimize import build_plan
-from agora_optimizer.problem import Problem
-from agora_optimizer.validate import validate_plan
+from agora_optimizer.planning.optimize import build_plan
+from agora_optimizer.planning.problem import Problem
+from agora_optimizer.planning.validate import validate_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 TYPES = ("c6i.large", "c7i.large", "m6i.large", "r6i.large")

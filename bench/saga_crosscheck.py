@@ -110,9 +110,9 @@ def saga_makespan(python: str, instance: dict[str, Any]) -> float:
 
 def agora_makespan(workflow: Any, catalog: Any) -> float:
     from agora_optimizer.engines.heft import heft_schedule
-    from agora_optimizer.leases import makespan_s
     from agora_optimizer.model.plan import Objective
-    from agora_optimizer.problem import Problem
+    from agora_optimizer.planning.leases import makespan_s
+    from agora_optimizer.planning.problem import Problem
 
     assignments = heft_schedule(Problem.create(workflow, catalog, Objective(kind="time")))
     assert assignments is not None

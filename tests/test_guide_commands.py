@@ -31,8 +31,8 @@ import pytest
 from agora_optimizer.io.catalog_file import load_catalog
 from agora_optimizer.io.plan_file import load_plan
 from agora_optimizer.io.wfformat import load_workflow
+from agora_optimizer.planning.validate import validate_plan
 from agora_optimizer.plans.store import PlanStore
-from agora_optimizer.validate import validate_plan
 from tests.conftest import REPO
 
 GUIDE = REPO / "docs" / "guide.md"

@@ -49,6 +49,6 @@ def test_the_fast_selection_leaves_the_solver_heavy_modules_to_make_test() -> No
         )  # fmt: skip
         return [line for line in done.stdout.splitlines() if "::" in line]
 
-    heavy = "tests/engines/test_milp.py"
+    heavy = "tests/engines/exact/test_milp.py"
     assert collected(heavy)  # make test has them
     assert not collected("-m", fast.group(1), heavy)

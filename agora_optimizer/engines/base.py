@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from agora_optimizer.model.plan import Assignment, SolverStatus
-from agora_optimizer.problem import Problem
+from agora_optimizer.planning.problem import Problem
 
 
 @dataclass(frozen=True)
@@ -15,7 +15,7 @@ class EngineResult:
     """A complete schedule and what the engine knows of its quality.
 
     ``bound`` is a proven lower bound on the objective value (in the units of
-    :func:`agora_optimizer.problem.score`'s first element) where the engine has one, and
+    :func:`agora_optimizer.planning.problem.score`'s first element) where the engine has one, and
     ``gap`` = (value - bound) / value.
     """
 

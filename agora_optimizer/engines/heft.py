@@ -15,7 +15,7 @@ Systems 13(3):260-274, 2002.
 
 Adapted to the agora model: processors are machine slots, ``N < count`` (a bounded
 number for a type without a count), several tasks share a slot when their cores and
-memory fit (:class:`~agora_optimizer.schedule.timeline.MachineTimeline`), a task only
+memory fit (:class:`~agora_optimizer.planning.timeline.MachineTimeline`), a task only
 goes to a type it fits on, and no task starts before its type's release plus ``boot_s``. HEFT
 ignores cost: the plan is billed as leased.
 """
@@ -26,17 +26,17 @@ import statistics
 import time
 
 from agora_optimizer.engines.base import Engine, EngineResult
-from agora_optimizer.engines.slots import (
+from agora_optimizer.model.catalog import Catalog, Resource
+from agora_optimizer.model.plan import Assignment
+from agora_optimizer.model.workflow import Workflow
+from agora_optimizer.planning.problem import Problem
+from agora_optimizer.planning.slots import (
     Placement,
     arrivals_for,
     assignment,
     best_placement,
     pool_for,
 )
-from agora_optimizer.model.catalog import Catalog, Resource
-from agora_optimizer.model.plan import Assignment
-from agora_optimizer.model.workflow import Workflow
-from agora_optimizer.problem import Problem
 
 TIME_CHECK_EVERY = 256  # tasks between two looks at the clock
 

@@ -1,7 +1,7 @@
 """List scheduling swept over the time/cost weight: a fast engine for every size.
 
 Runs the memory-aware, cost-aware list scheduler of
-:mod:`agora_optimizer.schedule.list_scheduler` for the objective's own weight first,
+:mod:`agora_optimizer.planning.list_schedule` for the objective's own weight first,
 then for the other weights of :data:`SWEEP_ALPHAS` while the time limit allows, and
 keeps the schedule that ranks best (within the limits first, then by score).
 """
@@ -9,10 +9,10 @@ keeps the schedule that ranks best (within the limits first, then by score).
 from __future__ import annotations
 
 from agora_optimizer.engines.base import Engine, EngineResult
-from agora_optimizer.engines.budget import TimeBudget
 from agora_optimizer.model.plan import Assignment, Objective
-from agora_optimizer.problem import Problem
-from agora_optimizer.schedule.list_scheduler import list_schedule
+from agora_optimizer.planning.list_schedule import list_schedule
+from agora_optimizer.planning.problem import Problem
+from agora_optimizer.planning.time_budget import TimeBudget
 
 LARGE_WORKFLOW_TASKS = 4000  # beyond it, each task tries only the first-idle machines of a type
 SWEEP_ALPHAS = (1.0, 0.95, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.05, 0.0)

@@ -1,6 +1,6 @@
 """Local search that improves any schedule by moving work between machines and reordering it.
 
-Four neighbourhoods, each move re-timed with :func:`agora_optimizer.schedule.retime.retime`
+Four neighbourhoods, each move re-timed with :func:`agora_optimizer.planning.retime.retime`
 and kept only when the schedule ranks better (within the limits first, then by score):
 
 - merge: every task of one machine onto another machine that can hold each of them
@@ -25,11 +25,11 @@ from collections import defaultdict
 from collections.abc import Iterator
 
 from agora_optimizer.engines.base import Engine, EngineResult
-from agora_optimizer.engines.budget import TimeBudget
 from agora_optimizer.model.catalog import Resource
 from agora_optimizer.model.plan import Assignment, machine_type
-from agora_optimizer.problem import Problem
-from agora_optimizer.schedule.retime import retime, start_order
+from agora_optimizer.planning.problem import Problem
+from agora_optimizer.planning.retime import retime, start_order
+from agora_optimizer.planning.time_budget import TimeBudget
 
 Mapping_ = dict[str, str]  # task -> machine id
 Move = tuple[Mapping_, list[str] | None]  # a mapping, and the re-timing order (None: by start time)

@@ -6,13 +6,13 @@ time on as many machines of it as its ``count`` allows.
 
 from __future__ import annotations
 
-from agora_optimizer.bounds import makespan_lower_bound_s
 from agora_optimizer.engines.base import Engine, EngineResult
 from agora_optimizer.model.catalog import Catalog, Resource
 from agora_optimizer.model.plan import Assignment
 from agora_optimizer.model.workflow import Workflow
-from agora_optimizer.problem import Problem
-from agora_optimizer.schedule.list_scheduler import list_schedule
+from agora_optimizer.planning.bounds import makespan_lower_bound_s
+from agora_optimizer.planning.list_schedule import list_schedule
+from agora_optimizer.planning.problem import Problem
 
 
 def default_type(workflow: Workflow, catalog: Catalog) -> Resource | None:

@@ -15,7 +15,7 @@ an optimistic cost table", IEEE Transactions on Parallel and Distributed Systems
    ``O_EFT(t_i, p_k) = EFT(t_i, p_k) + OCT(t_i, p_k)``, insertion-based.
 
 Adapted to the agora model: processors are machine slots ``TYPE#N`` (see
-:mod:`agora_optimizer.engines.slots`). All slots of a type are alike, so the table is
+:mod:`agora_optimizer.planning.slots`). All slots of a type are alike, so the table is
 kept per type, and it stays exact: a successor on another slot of the same type pays
 ``c̄_ij`` like one on another type, and one on the same slot pays nothing, so
 ``min_{p_w}`` is ``min(OCT(t_j, k) + w(t_j, k), min_{k'} [OCT(t_j, k') + w(t_j, k')] + c̄_ij)``.
@@ -31,15 +31,15 @@ import time
 
 from agora_optimizer.engines.base import Engine, EngineResult
 from agora_optimizer.engines.heft import TIME_CHECK_EVERY
-from agora_optimizer.engines.slots import (
+from agora_optimizer.model.plan import Assignment
+from agora_optimizer.planning.problem import Problem
+from agora_optimizer.planning.slots import (
     Placement,
     arrivals_for,
     assignment,
     best_placement,
     pool_for,
 )
-from agora_optimizer.model.plan import Assignment
-from agora_optimizer.problem import Problem
 
 OptimisticCostTable = dict[str, dict[str, float]]  # task id -> type name -> OCT in seconds
 

@@ -15,12 +15,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 from agora_optimizer.engines.base import Engine, EngineResult
-from agora_optimizer.engines.budget import TimeBudget
-from agora_optimizer.engines.slots import widest_level
 from agora_optimizer.model.catalog import Catalog, Resource
 from agora_optimizer.model.plan import Assignment
-from agora_optimizer.problem import Problem
-from agora_optimizer.schedule.list_scheduler import list_schedule
+from agora_optimizer.planning.list_schedule import list_schedule
+from agora_optimizer.planning.problem import Problem
+from agora_optimizer.planning.slots import widest_level
+from agora_optimizer.planning.time_budget import TimeBudget
 
 Pool = tuple[tuple[str, int], ...]  # (type name, machines), sorted by name, counts > 0
 

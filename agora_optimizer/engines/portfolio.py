@@ -23,16 +23,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from agora_optimizer.engines.base import Engine, EngineResult
-from agora_optimizer.engines.cpsat import CpSatEngine
+from agora_optimizer.engines.exact.cpsat.engine import CpSatEngine
+from agora_optimizer.engines.exact.milp.engine import MilpEngine, meets_bound
 from agora_optimizer.engines.heft import HeftEngine
 from agora_optimizer.engines.list_scheduling import ListSchedulingEngine
 from agora_optimizer.engines.local_search import LocalSearchEngine
-from agora_optimizer.engines.milp import MilpEngine, meets_bound
 from agora_optimizer.engines.one_type_default import OneTypeDefaultEngine
-from agora_optimizer.engines.partition import PartitionEngine
+from agora_optimizer.engines.partition.icpp24 import PartitionEngine
 from agora_optimizer.engines.peft import PeftEngine
 from agora_optimizer.engines.pool_search import PoolSearchEngine
-from agora_optimizer.problem import Problem
+from agora_optimizer.planning.problem import Problem
 
 log = logging.getLogger(__name__)
 # CP-SAT's size limit, measured on the first n tasks of the bundled workflows (the catalog of

@@ -4,7 +4,7 @@ A plan is a prediction. When a planned task of a run **ends later than planned b
 ``[agora] replan_slack`` times its planned duration**, or **fails**, or is **OOM-killed**, the rest
 of the plan was made for a run that is no longer happening: its successors are planned to start on
 machines and at times that no longer hold. The executor then asks the re-planner
-(:func:`agora_optimizer.schedule.replan.replan`) where the run's tasks that are not queued yet should
+(:func:`agora_optimizer.planning.replan.replan`) where the run's tasks that are not queued yet should
 go now, around what has run (:func:`replan_state`), and applies the answer (:func:`repaired`):
 
 - the run's machine order becomes the re-planned schedule's (what ran, and what is re-planned), so
@@ -38,9 +38,9 @@ from agora_optimizer.executor.machine_order import MachineOrder, PlannedTask, Ru
 from agora_optimizer.model.catalog import Catalog, Resource
 from agora_optimizer.model.plan import Assignment, Plan
 from agora_optimizer.model.workflow import Workflow
+from agora_optimizer.planning.replan import Done, Pending, Replan, Running, TaskState, replan
 from agora_optimizer.runs.lease_record import LeaseRecord
 from agora_optimizer.runs.record import Repair
-from agora_optimizer.schedule.replan import Done, Pending, Replan, Running, TaskState, replan
 
 REPLAN_INTERVAL_S = 5.0  # at most one re-plan per run this often: drifts in between wait for the next
 REPLAN_TIME_LIMIT_S = 0.5  # the re-planner's list schedule is abandoned past it (the scheduler's loop waits)

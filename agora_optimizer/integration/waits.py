@@ -106,7 +106,7 @@ def wait_s(task: Task, catalog: Catalog) -> float:
 
 
 def _fastest_options(workflow: Workflow, catalog: Catalog, gone: set[str]) -> dict[str, list[Resource]]:
-    from agora_optimizer.bounds import feasible_types
+    from agora_optimizer.planning.bounds import feasible_types
 
     kept = Workflow.create(
         workflow.name, [t for t in workflow.tasks if t.id not in gone], [], source=workflow.source

@@ -2,7 +2,7 @@
 
 A WfFormat instance says what ran, not what the optimizer planned with: memory filled in by the
 category median, runtimes predicted from traces, a DAG read from Airflow. The executor re-plans a
-drifted run from the workflow its plan was made from (:mod:`agora_optimizer.schedule.replan`), so
+drifted run from the workflow its plan was made from (:mod:`agora_optimizer.planning.replan`), so
 the plan store keeps that workflow as it was, in this small JSON::
 
     {"format": "agora-workflow/1", "name": "etl",

@@ -45,7 +45,7 @@ class Resource:
     adds to each task on this type (Airflow's scheduling and task start, the worker's exit), learned
     by :mod:`agora_optimizer.predict.latency`. The optimizer plans each task to hold its machine
     for ``runtime_s(task)``, which includes it, and writes the plan with the task's own
-    ``runtime_s / speed`` at the end of that hold (:func:`agora_optimizer.problem.written_assignments`),
+    ``runtime_s / speed`` at the end of that hold (:func:`agora_optimizer.planning.problem.written_assignments`),
     so that the plan file keeps the spec's durations.
     """
 

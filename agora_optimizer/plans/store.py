@@ -11,7 +11,7 @@ umask: the api-server that shows them may run as another user.
 
 An entry may have the workflow its plan was made from beside it (``<entry>.workflow.json``,
 :mod:`agora_optimizer.io.workflow_file`): the executor re-plans a drifted run from it
-(:mod:`agora_optimizer.schedule.replan`) and has only the plan's version. It is written before its
+(:mod:`agora_optimizer.planning.replan`) and has only the plan's version. It is written before its
 entry appears, so an entry saved with one is never seen without it; entries saved without one
 (and all of the old layout) have none.
 
@@ -43,7 +43,7 @@ from agora_optimizer.io.plan_file import load_plan, plan_json
 from agora_optimizer.io.workflow_file import load_workflow_file, workflow_json
 from agora_optimizer.model.plan import Plan
 from agora_optimizer.model.workflow import Workflow
-from agora_optimizer.validate import ensure_plan_matches
+from agora_optimizer.planning.validate import ensure_plan_matches
 
 # Airflow's own rule for DAG ids (``KEY_REGEX`` of airflow.sdk, at most 250 characters): Unicode
 # letters and digits, ``_``, ``.`` and ``-``. None of them is a path separator; ``.`` and ``..``

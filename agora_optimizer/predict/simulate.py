@@ -21,12 +21,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from agora_optimizer.errors import PlanMismatchError
-from agora_optimizer.leases import cost_usd, makespan_s
 from agora_optimizer.model.catalog import Catalog
 from agora_optimizer.model.plan import Assignment, Plan
 from agora_optimizer.model.workflow import Workflow
+from agora_optimizer.planning.leases import cost_usd, makespan_s
+from agora_optimizer.planning.timeline import MachineTimeline
 from agora_optimizer.predict.errors import UnknownResourceError
-from agora_optimizer.schedule.timeline import MachineTimeline
 
 
 @dataclass(frozen=True)

@@ -6,11 +6,11 @@ from collections.abc import Iterable
 
 from agora_optimizer.io.catalog_file import load_catalog
 from agora_optimizer.io.wfformat import load_workflow
-from agora_optimizer.leases import cost_usd, makespan_s
 from agora_optimizer.model.catalog import GIB, Billing, Catalog, Resource
 from agora_optimizer.model.plan import Assignment, Objective, Plan, SolverInfo
 from agora_optimizer.model.workflow import Edge, Task, Workflow
-from agora_optimizer.problem import Problem
+from agora_optimizer.planning.leases import cost_usd, makespan_s
+from agora_optimizer.planning.problem import Problem
 from tests.conftest import CATALOGS, ENGINE_WORKFLOWS
 
 BANDWIDTH = 1_000_000.0  # bytes per second: an edge of k * BANDWIDTH bytes takes k seconds
@@ -36,8 +36,8 @@ def problem_of(tasks: list[Task], edges: list[Edge], resources: list[Resource]) 
 
 
 def violations(problem: Problem, assignments: Iterable[Assignment]) -> list[str]:
-    """Every rule that the schedule breaks, by :func:`agora_optimizer.validate.validate_plan`."""
-    from agora_optimizer.validate import validate_plan
+    """Every rule that the schedule breaks, by :func:`agora_optimizer.planning.validate.validate_plan`."""
+    from agora_optimizer.planning.validate import validate_plan
 
     items = tuple(assignments)
     plan = Plan(

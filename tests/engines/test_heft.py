@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from agora_optimizer.engines.heft import HeftEngine, heft_schedule, priority_order, upward_ranks
-from agora_optimizer.leases import makespan_s
-from agora_optimizer.problem import Problem
+from agora_optimizer.planning.leases import makespan_s
+from agora_optimizer.planning.problem import Problem
 from tests.engines.plan_checks import (
     bundled_problems,
     by_task,

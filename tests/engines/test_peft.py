@@ -7,9 +7,9 @@ import pytest
 from agora_optimizer.engines.peft import PeftEngine, oct_ranks, optimistic_cost_table, peft_schedule
 from agora_optimizer.io.catalog_file import load_catalog
 from agora_optimizer.io.wfformat import load_workflow
-from agora_optimizer.leases import makespan_s
 from agora_optimizer.model.plan import Objective
-from agora_optimizer.problem import Problem
+from agora_optimizer.planning.leases import makespan_s
+from agora_optimizer.planning.problem import Problem
 from tests.conftest import BUNDLED, CATALOGS
 from tests.engines.plan_checks import bundled_problems, by_task, edge, problem_of, processor, task, violations
 from tests.engines.test_heft import five_task_example

@@ -16,10 +16,10 @@ from agora_optimizer.engines.portfolio import Stage, run_portfolio
 from agora_optimizer.io.catalog_file import load_catalog
 from agora_optimizer.io.wfformat import load_workflow
 from agora_optimizer.model import Objective
-from agora_optimizer.optimize import build_plan
-from agora_optimizer.problem import Problem
-from agora_optimizer.schedule.retime import retime, start_order
-from agora_optimizer.validate import validate_plan
+from agora_optimizer.planning.optimize import build_plan
+from agora_optimizer.planning.problem import Problem
+from agora_optimizer.planning.retime import retime, start_order
+from agora_optimizer.planning.validate import validate_plan
 from tests.conftest import AWS_CATALOG, BUNDLED, ENGINE_WORKFLOWS
 from tests.engines.plan_checks import problem_of, processor, task, violations
 

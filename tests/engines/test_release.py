@@ -13,23 +13,23 @@ from dataclasses import replace
 
 import pytest
 
-from agora_optimizer.bounds import cost_lower_bound_usd, feasible_types, makespan_lower_bound_s
 from agora_optimizer.engines.base import Engine, EngineResult
-from agora_optimizer.engines.cpsat import CpSatEngine
+from agora_optimizer.engines.exact.cpsat.engine import CpSatEngine
+from agora_optimizer.engines.exact.milp.engine import MilpEngine
 from agora_optimizer.engines.heft import HeftEngine
 from agora_optimizer.engines.list_scheduling import ListSchedulingEngine
 from agora_optimizer.engines.local_search import LocalSearchEngine
-from agora_optimizer.engines.milp import MilpEngine
 from agora_optimizer.engines.one_type_default import OneTypeDefaultEngine
-from agora_optimizer.engines.partition import PartitionEngine
-from agora_optimizer.engines.partition_baseline import HomogeneousPartitionEngine
+from agora_optimizer.engines.partition.homogeneous import HomogeneousPartitionEngine
+from agora_optimizer.engines.partition.icpp24 import PartitionEngine
 from agora_optimizer.engines.peft import PeftEngine
 from agora_optimizer.engines.pool_search import PoolSearchEngine
-from agora_optimizer.leases import leases
 from agora_optimizer.model import GIB, Billing, Catalog, Edge, Objective, Resource, Task, Workflow
-from agora_optimizer.problem import Problem
-from agora_optimizer.schedule.retime import retime
-from agora_optimizer.window_bound import window_bound_s
+from agora_optimizer.planning.bounds import cost_lower_bound_usd, feasible_types, makespan_lower_bound_s
+from agora_optimizer.planning.leases import leases
+from agora_optimizer.planning.problem import Problem
+from agora_optimizer.planning.retime import retime
+from agora_optimizer.planning.window_bound import window_bound_s
 from tests.engines.plan_checks import violations
 
 RELEASE_S = 60.0

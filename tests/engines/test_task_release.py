@@ -14,17 +14,17 @@ from dataclasses import replace
 
 import pytest
 
-from agora_optimizer.bounds import feasible_types, makespan_lower_bound_s
 from agora_optimizer.engines.base import Engine
-from agora_optimizer.engines.cpsat import CpSatEngine
-from agora_optimizer.engines.milp import MilpEngine
+from agora_optimizer.engines.exact.cpsat.engine import CpSatEngine
+from agora_optimizer.engines.exact.milp.engine import MilpEngine
 from agora_optimizer.errors import FieldError
 from agora_optimizer.model import GIB, Billing, Catalog, Edge, Objective, Resource, Task, Workflow
 from agora_optimizer.model.plan import Assignment, Plan, SolverInfo
-from agora_optimizer.problem import Problem
-from agora_optimizer.schedule.replan import replan
-from agora_optimizer.schedule.retime import retime
-from agora_optimizer.window_bound import window_bound_s
+from agora_optimizer.planning.bounds import feasible_types, makespan_lower_bound_s
+from agora_optimizer.planning.problem import Problem
+from agora_optimizer.planning.replan import replan
+from agora_optimizer.planning.retime import retime
+from agora_optimizer.planning.window_bound import window_bound_s
 from tests.engines.plan_checks import violations
 from tests.engines.test_release import ENGINES
 

@@ -25,11 +25,11 @@ from agora_optimizer.executor.machine_order import MachineOrder, PlannedTask, Ru
 from agora_optimizer.executor.repair import Drift, RunReports, late_end, replan_state
 from agora_optimizer.model.plan import Assignment, Objective, Plan, SolverInfo
 from agora_optimizer.model.workflow import Edge, Task, Workflow
+from agora_optimizer.planning.replan import Done, Pending, Running
 from agora_optimizer.plans.store import PlanStore, plan_version
 from agora_optimizer.runs.lease_record import LeaseRecord
 from agora_optimizer.runs.record import Repair
 from agora_optimizer.runs.store import RunStore
-from agora_optimizer.schedule.replan import Done, Pending, Running
 from tests.executor.test_agora_executor import MIB, executor, reconfigure, workload
 from tests.executor.test_executor_machines import Recording, heartbeat_until, states
 

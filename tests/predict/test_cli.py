@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from agora_optimizer import cli
 from agora_optimizer.io.plan_file import load_plan
 from agora_optimizer.model.plan import Objective
-from agora_optimizer.optimize import optimize
+from agora_optimizer.planning.optimize import optimize
 from agora_optimizer.predict.cli import register
 from agora_optimizer.predict.model_store import MODEL_FILE
 from tests.conftest import AWS_CATALOG

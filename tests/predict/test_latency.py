@@ -15,7 +15,8 @@ from agora_optimizer.io.catalog_file import load_catalog
 from agora_optimizer.io.plan_file import write_plan
 from agora_optimizer.io.wfformat import load_workflow
 from agora_optimizer.model.plan import Objective
-from agora_optimizer.optimize import optimize
+from agora_optimizer.planning.optimize import optimize
+from agora_optimizer.planning.validate import validate_plan
 from agora_optimizer.predict.latency import (
     MEASURED_DEFAULTS,
     PlatformLatency,
@@ -29,7 +30,6 @@ from agora_optimizer.predict.latency import (
 )
 from agora_optimizer.traces.records import TaskAttempt
 from agora_optimizer.traces.store import TraceStore
-from agora_optimizer.validate import validate_plan
 from tests import spec_checker
 from tests.conftest import resource, wfformat_15, write_json, write_yaml
 

@@ -37,7 +37,7 @@ from agora_optimizer.integration.local_airflow import PASSWORD, AirflowDeploymen
 from agora_optimizer.io.catalog_file import load_catalog
 from agora_optimizer.model.plan import Assignment, Objective, Plan, SolverInfo
 from agora_optimizer.model.workflow import Edge, Task, Workflow
-from agora_optimizer.optimize import optimize
+from agora_optimizer.planning.optimize import optimize
 from agora_optimizer.plans.store import PlanStore, plan_version
 from agora_optimizer.runs.record import Repair, RunRecord, RunTask
 from agora_optimizer.runs.store import RunStore

@@ -1,0 +1,1 @@
+"""The CP-SAT engine (OR-Tools)."""

@@ -1,0 +1,1 @@
+"""The MILP engine (PuLP; HiGHS or CBC)."""

@@ -1,0 +1,309 @@
+"""Lower bounds on makespan and cost, used to normalise objectives and to report plan quality."""
+
+from __future__ import annotations
+
+from agora_optimizer.errors import UnplaceableTaskError
+from agora_optimizer.model.catalog import GIB, Catalog, Resource
+from agora_optimizer.model.workflow import Task, Workflow
+from agora_optimizer.planning.window_bound import window_bound_s
+
+
+def feasible_types(workflow: Workflow, catalog: Catalog) -> dict[str, list[Resource]]:
+    """The resource types each task fits on; raises ``UnplaceableTaskError`` for a task with none."""
+    result: dict[str, list[Resource]] = {}
+    for task in workflow.tasks:
+        options = catalog.feasible(task)
+        if not options:
+            largest = catalog.largest()
+            raise UnplaceableTaskError(
+                task.id,
+                task.cores,
+                task.memory_bytes,
+                f"{largest.name} ({largest.vcpus} vcpus, {largest.memory_bytes} bytes)",
+            )
+        result[task.id] = options
+    return result
+
+
+def fastest_runtime_s(task: Task, options: list[Resource]) -> float:
+    return min(r.runtime_s(task) for r in options)
+
+
+def makespan_lower_bound_s(workflow: Workflow, catalog: Catalog) -> float:
+    """The largest of three bounds on the makespan.
+
+    - Critical path with no transfers, each task on the type that would finish it
+      first; a task on type k starts no earlier than ``earliest_start_s`` of k (its release plus
+      ``boot_s``: no lease before 0 nor before the type's release), nor before its own ``release_s``.
+    - Work over capacity, where every type a task fits has a ``count``: all machines
+      sharing the work perfectly (see :func:`_balanced_work_s`).
+    - Head-body-tail bounds over windows of the DAG (see :mod:`agora_optimizer.planning.window_bound`).
+    """
+    options = feasible_types(workflow, catalog)
+    finish: dict[str, float] = {}
+    for task_id in workflow.topological_order:
+        ready = max((finish[e.parent] for e in workflow.parents[task_id]), default=0.0)
+        task = workflow.by_id[task_id]
+        finish[task_id] = min(max(ready, r.earliest_start_of(task)) + r.runtime_s(task) for r in options[task_id])
+    critical_path = max(finish.values(), default=0.0)
+    if any(r.count is None for rs in options.values() for r in rs):
+        return critical_path  # some task may use unlimited machines: only the path binds
+    return max(
+        critical_path,
+        _balanced_work_s(workflow, options),
+        window_bound_s(workflow, options),
+    )
+
+
+def _balanced_work_s(workflow: Workflow, options: dict[str, list[Resource]]) -> float:
+    """The shortest time in which all machines, sharing the work perfectly, could do it.
+
+    ``z_(g,k)`` reference seconds of task class g run on type k, taking ``z / speed_k``
+    seconds there with the class's cores and memory; type k offers ``vcpus_k * count_k``
+    cores and ``memory_k * count_k`` bytes at every instant. Minimise T such that, on every
+    type, core-seconds <= T * cores and byte-seconds <= T * bytes: a linear programme.
+    Tasks that fit the same types with the same cores and memory are one class; when that
+    gives too many variables, classes merge by types and cores and keep their least memory
+    (which only weakens the bound, never breaks it).
+    """
+    import numpy as np
+    from scipy.optimize import linprog
+    from scipy.sparse import coo_matrix
+
+    def classes(exact_memory: bool) -> dict[tuple[tuple[str, ...], int, int], float]:
+        merged: dict[tuple[tuple[str, ...], int], tuple[float, int]] = {}
+        exact: dict[tuple[tuple[str, ...], int, int], float] = {}
+        for task in workflow.tasks:
+            names = tuple(sorted(r.name for r in options[task.id]))
+            if exact_memory:
+                key = (names, task.cores, task.memory_bytes)
+                exact[key] = exact.get(key, 0.0) + task.runtime_s
+            else:
+                total, least = merged.get((names, task.cores), (0.0, task.memory_bytes))
+                merged[(names, task.cores)] = (total + task.runtime_s, min(least, task.memory_bytes))
+        return exact if exact_memory else {(n, c, m): total for (n, c), (total, m) in merged.items()}
+
+    groups = classes(exact_memory=True)
+    if sum(len(key[0]) for key in groups) > LP_MAX_VARIABLES:
+        groups = classes(exact_memory=False)
+    types = {r.name: r for rs in options.values() for r in rs}
+    names = sorted(types)
+    index = {name: k for k, name in enumerate(names)}
+    pairs = [(g, name) for g, key in enumerate(groups) for name in key[0]]
+    n = len(pairs) + 1  # z_(group, type), then T
+    cost = np.zeros(n)
+    cost[-1] = 1.0
+    rows, cols, values = [], [], []
+    keys = list(groups)
+    for column, (g, name) in enumerate(pairs):
+        _, cores, memory = keys[g]
+        speed = types[name].speed
+        rows += [2 * index[name], 2 * index[name] + 1]
+        cols += [column, column]
+        values += [cores / speed, memory / GIB / speed]  # GiB keeps the LP well scaled
+    for name, k in index.items():
+        count = types[name].count or 0
+        rows += [2 * k, 2 * k + 1]
+        cols += [n - 1, n - 1]
+        values += [-float(types[name].vcpus * count), -types[name].memory_bytes / GIB * count]
+    a_ub = coo_matrix((values, (rows, cols)), shape=(2 * len(names), n)).tocsr()
+    a_eq = coo_matrix(([1.0] * len(pairs), ([g for g, _ in pairs], range(len(pairs)))), shape=(len(groups), n))
+    result = linprog(
+        cost,
+        A_ub=a_ub,
+        b_ub=np.zeros(2 * len(names)),
+        A_eq=a_eq.tocsr(),
+        b_eq=list(groups.values()),
+        bounds=(0, None),
+        method="highs",
+    )
+    return float(result.fun) * (1 - 1e-7) if result.status == 0 else 0.0
+
+
+LP_MAX_VARIABLES = 60_000  # about 3,000 tasks on 20 types: the LP stays under a second
+# The whole-machines MILP: about 240 tasks on 21 types. Beyond that, rounding the number of machines
+# up gained under 1 % on the real workflows (many machines), and it cost seconds.
+MACHINES_MAX_VARIABLES = 5_000
+MACHINES_TIME_LIMIT_S = 1.0
+
+
+def cost_lower_bound_usd(workflow: Workflow, catalog: Catalog, deadline_s: float | None = None) -> float:
+    """A bound no plan can beat: perfectly packed machines, plus what leases must pay.
+
+    Work: on a machine of type k, the leased seconds are at least the core-seconds of its
+    tasks over ``vcpus`` and at least their byte-seconds over its memory. The cheapest
+    fractional split of the tasks over the types under both (a linear programme, or the
+    larger of the two per-dimension sums for very large workflows) bounds the cost of
+    the busy time. Every plan of a workflow with tasks also leases at least one machine,
+    which pays its boot time and at least its billing minimum (with no tasks: no lease, 0).
+
+    With a deadline D, a machine of type k is busy at most ``D - release_k - boot_k`` seconds
+    (its tasks run within [release_k + boot_k, D]) and is billed at least
+    ``max(minimum_k, boot_k + busy)``, so each busy second costs at least
+    ``max(minimum_k, D_k) / (D_k - boot_k)`` times its price, with ``D_k = D - release_k``; a
+    task slower than ``D_k - boot_k`` on type k cannot use k at all.
+    """
+    options = feasible_types(workflow, catalog)
+    if not workflow.tasks:
+        return 0.0  # no task, no lease: an empty workflow's plan (Airflow runs an empty DAG) costs nothing
+    used = {r.name: r for rs in options.values() for r in rs}.values()
+    one_lease = min(r.price_per_hour_usd / 3600.0 * r.boot_s for r in used)
+    minimum = min(r.price_per_hour_usd / 3600.0 * max(r.billing.minimum_s, r.boot_s) for r in used)
+    plain = _packed_work_cost_usd(workflow, options, {r.name: 1.0 for r in used}) + one_lease
+    if deadline_s is None:
+        return max(plain, minimum)
+    factor = {
+        r.name: max(r.billing.minimum_s, deadline_s - r.release_s) / (deadline_s - r.earliest_start_s)
+        for r in used
+        if r.earliest_start_s < deadline_s
+    }
+    within = {
+        t.id: [r for r in rs if r.name in factor and r.runtime_s(t) <= deadline_s - r.earliest_start_s + 1e-9]
+        for t in workflow.tasks
+        for rs in [options[t.id]]
+    }
+    if any(not rs for rs in within.values()):
+        return max(plain, minimum)  # the deadline is infeasible; the optimizer says so
+    packed = _packed_work_cost_usd(workflow, within, factor)
+    return max(plain, minimum, packed, whole_machines_cost_usd(workflow, within, deadline_s))
+
+
+def _packed_work_cost_usd(workflow: Workflow, options: dict[str, list[Resource]], factor: dict[str, float]) -> float:
+    per_dimension = max(
+        sum(min(_dimension_cost(t, r, "cores") * factor[r.name] for r in options[t.id]) for t in workflow.tasks),
+        sum(min(_dimension_cost(t, r, "memory") * factor[r.name] for r in options[t.id]) for t in workflow.tasks),
+    )
+    n_variables = sum(len(rs) for rs in options.values())
+    if n_variables > LP_MAX_VARIABLES:
+        return per_dimension
+    return max(per_dimension, _lp_work_cost_usd(workflow, options, factor))
+
+
+def _dimension_cost(task: Task, resource: Resource, dimension: str) -> float:
+    share = task.cores / resource.vcpus if dimension == "cores" else task.memory_bytes / resource.memory_bytes
+    return resource.price_per_hour_usd / 3600.0 * resource.runtime_s(task) * share
+
+
+def _lp_work_cost_usd(workflow: Workflow, options: dict[str, list[Resource]], factor: dict[str, float]) -> float:
+    """min sum_k f_k price_k S_k  s.t.  S_k >= core-s_k / vcpus_k,  S_k >= byte-s_k / memory_k,  sum_k x_ik = 1."""
+    import numpy as np
+    from scipy.optimize import linprog
+    from scipy.sparse import coo_matrix
+
+    types = sorted({r.name: r for rs in options.values() for r in rs}.values(), key=lambda r: r.name)
+    index = {r.name: k for k, r in enumerate(types)}
+    n_x = sum(len(options[t.id]) for t in workflow.tasks)
+    n_var = n_x + len(types)
+    cost = np.zeros(n_var)
+    cost[n_x:] = [r.price_per_hour_usd / 3600.0 * factor[r.name] for r in types]
+    ub_rows, ub_cols, ub_vals = [], [], []
+    eq_rows, eq_cols = [], []
+    column = 0
+    for i, task in enumerate(workflow.tasks):
+        for r in options[task.id]:
+            k = index[r.name]
+            seconds = r.runtime_s(task)
+            ub_rows += [2 * k, 2 * k + 1]
+            ub_cols += [column, column]
+            ub_vals += [seconds * task.cores / r.vcpus, seconds * task.memory_bytes / r.memory_bytes]
+            eq_rows.append(i)
+            eq_cols.append(column)
+            column += 1
+    for k in range(len(types)):
+        ub_rows += [2 * k, 2 * k + 1]
+        ub_cols += [n_x + k, n_x + k]
+        ub_vals += [-1.0, -1.0]
+    a_ub = coo_matrix((ub_vals, (ub_rows, ub_cols)), shape=(2 * len(types), n_var)).tocsr()
+    a_eq = coo_matrix(([1.0] * n_x, (eq_rows, eq_cols)), shape=(len(workflow.tasks), n_var)).tocsr()
+    result = linprog(
+        cost,
+        A_ub=a_ub,
+        b_ub=np.zeros(2 * len(types)),
+        A_eq=a_eq,
+        b_eq=np.ones(len(workflow.tasks)),
+        bounds=(0, None),
+        method="highs",
+    )
+    if result.status != 0:  # the LP always has a solution; be safe and fall back
+        return 0.0
+    return float(result.fun) * (1 - 1e-7)  # stay on the safe side of floating-point optimality
+
+
+def whole_machines_cost_usd(workflow: Workflow, options: dict[str, list[Resource]], deadline_s: float) -> float:
+    """The packed-work bound with whole machines, under a deadline D (0 when not computed).
+
+    A machine of type k hosts at most ``(D - release_k - boot_k)`` seconds of its cores' and of its memory's
+    capacity, and its lease costs at least ``max(minimum_k, boot_k + busy)``. So with n_k machines
+    of type k (an integer, at most ``count_k``) and the tasks' core-seconds S_k over ``vcpus_k``
+    and byte-seconds over memory placed fractionally:
+    ``n_k (D - release_k - boot_k) >= S_k``, ``cost_k >= price_k n_k minimum_k`` and
+    ``cost_k >= price_k (n_k boot_k + S_k)``. With n_k real this is :func:`cost_lower_bound_usd`'s
+    deadline LP; whole machines matter when a few leases do all the work (a short deadline, long
+    billing minimums). A small MILP (HiGHS, time-limited; its proven dual bound if it stops early).
+    """
+    import numpy as np
+    from scipy.optimize import Bounds, LinearConstraint, milp
+    from scipy.sparse import coo_matrix
+
+    types = sorted({r.name: r for rs in options.values() for r in rs}.values(), key=lambda r: r.name)
+    n_x = sum(len(options[t.id]) for t in workflow.tasks)
+    if n_x > MACHINES_MAX_VARIABLES or not types:
+        return 0.0
+    index = {r.name: k for k, r in enumerate(types)}
+    n_types = len(types)
+    n_var = n_x + 2 * n_types  # x (task shares), then n_k (machines), then cost_k
+    rows: list[int] = []
+    cols: list[int] = []
+    vals: list[float] = []
+    lower: list[float] = []
+    upper: list[float] = []
+
+    def row(entries: list[tuple[int, float]], low: float, high: float) -> None:
+        r = len(lower)
+        for column, value in entries:
+            rows.append(r)
+            cols.append(column)
+            vals.append(value)
+        lower.append(low)
+        upper.append(high)
+
+    per_type: list[list[tuple[int, float, float]]] = [[] for _ in types]  # (column, core-s share, byte-s share)
+    column = 0
+    for task in workflow.tasks:
+        row([(column + j, 1.0) for j in range(len(options[task.id]))], 1.0, 1.0)
+        for r in options[task.id]:
+            seconds = r.runtime_s(task)
+            per_type[index[r.name]].append(
+                (column, seconds * task.cores / r.vcpus, seconds * task.memory_bytes / r.memory_bytes)
+            )
+            column += 1
+    for k, r in enumerate(types):
+        machines, cost = n_x + k, n_x + n_types + k
+        per_second = r.price_per_hour_usd / 3600.0
+        for dimension in (1, 2):  # cores, memory: S_k <= n_k (D - release - boot_k); cost_k >= price (n_k boot + S_k)
+            work = [(c, entry[dimension]) for entry in per_type[k] for c in [entry[0]]]
+            row([*work, (machines, -(deadline_s - r.earliest_start_s))], -np.inf, 0.0)
+            row(
+                [*[(c, per_second * w) for c, w in work], (machines, per_second * r.boot_s), (cost, -1.0)], -np.inf, 0.0
+            )
+        row([(machines, per_second * r.billing.minimum_s), (cost, -1.0)], -np.inf, 0.0)
+    matrix = coo_matrix((vals, (rows, cols)), shape=(len(lower), n_var)).tocsr()
+    objective = np.zeros(n_var)
+    objective[n_x + n_types :] = 1.0
+    high = np.full(n_var, np.inf)
+    high[:n_x] = 1.0
+    high[n_x : n_x + n_types] = [r.count if r.count is not None else np.inf for r in types]
+    integrality = np.zeros(n_var)
+    integrality[n_x : n_x + n_types] = 1
+    result = milp(
+        objective,
+        constraints=LinearConstraint(matrix, np.array(lower), np.array(upper)),
+        integrality=integrality,
+        bounds=Bounds(np.zeros(n_var), high),
+        options={"time_limit": MACHINES_TIME_LIMIT_S, "mip_rel_gap": 1e-6},
+    )
+    if result.status == 0 and result.fun is not None:
+        proven = float(result.fun) if getattr(result, "mip_dual_bound", None) is None else float(result.mip_dual_bound)
+        return min(float(result.fun), proven) * (1 - 1e-7)  # the safe side of HiGHS's tolerances
+    bound = getattr(result, "mip_dual_bound", None)  # stopped early: the bound it proved
+    return 0.0 if bound is None or not np.isfinite(bound) else float(bound) * (1 - 1e-7)

@@ -1,0 +1,127 @@
+"""The optimizer's front door: from a workflow, a catalog and an objective to a plan.
+
+It builds the :class:`~agora_optimizer.planning.problem.Problem`, runs the engine portfolio
+within the time limit, and returns the best plan, or raises
+:class:`InfeasibleObjectiveError` with the best values reached when no plan meets the
+deadline or budget. A workflow with no tasks (an Airflow DAG may have none, and runs to
+success) gets the empty plan from the portfolio: no assignments, makespan 0, cost 0, optimal.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from datetime import UTC, datetime
+
+from agora_optimizer.engines.one_type_default import one_type_default_assignments
+from agora_optimizer.engines.portfolio import Progress, Stage, run_portfolio
+from agora_optimizer.errors import InfeasibleObjectiveError
+from agora_optimizer.model.catalog import Catalog
+from agora_optimizer.model.plan import Assignment, Objective, Plan, SolverInfo, SolverStatus
+from agora_optimizer.model.workflow import Workflow
+from agora_optimizer.planning.leases import cost_usd, makespan_s
+from agora_optimizer.planning.problem import Problem, lower_bounds, score, written_assignments
+
+__all__ = ["default_plan", "lower_bounds", "one_type_default_assignments", "optimize", "optimize_problem", "score"]
+
+
+def optimize(
+    workflow: Workflow,
+    catalog: Catalog,
+    objective: Objective,
+    catalog_label: str,
+    time_limit_s: float = 60.0,
+    stages: list[Stage] | None = None,
+    progress: Progress | None = None,
+) -> Plan:
+    """Return the best plan found within ``time_limit_s``, bounds included (the first engine always completes)."""
+    started = time.perf_counter()
+    problem = Problem.create(workflow, catalog, objective)
+    return optimize_problem(problem, catalog_label, time_limit_s, stages, progress, started=started)
+
+
+def optimize_problem(
+    problem: Problem,
+    catalog_label: str,
+    time_limit_s: float = 60.0,
+    stages: list[Stage] | None = None,
+    progress: Progress | None = None,
+    started: float | None = None,
+) -> Plan:
+    """:func:`optimize` for a problem already built (its bounds are reused).
+
+    ``started``: the ``time.perf_counter()`` from which ``time_limit_s`` counts (default:
+    now), so that a caller can count the time it spent loading and bounding too.
+    """
+    started = time.perf_counter() if started is None else started
+    workflow, catalog, objective = problem.workflow, problem.catalog, problem.objective
+    if objective.deadline_s is not None and objective.deadline_s < problem.bounds.makespan_s - 1e-6:
+        raise InfeasibleObjectiveError(
+            f"deadline {objective.deadline_s} s is below the makespan lower bound "
+            f"{problem.bounds.makespan_s:.3f} s of workflow '{workflow.name}'"
+        )
+    outcome = run_portfolio(problem, max(time_limit_s - (time.perf_counter() - started), 0.0), stages, progress)
+    makespan, cost = problem.evaluate(outcome.best.assignments)
+    if problem.excess(makespan, cost) > 0:
+        fastest = min(m for m, _ in outcome.evaluated.values())
+        cheapest = min(c for _, c in outcome.evaluated.values())
+        raise InfeasibleObjectiveError(
+            f"no plan found for workflow '{workflow.name}' within deadline_s={objective.deadline_s} and "
+            f"budget_usd={objective.budget_usd}; best achievable found: makespan {fastest:.3f} s, "
+            f"cost {cheapest:.6f} USD"
+        )
+    best = outcome.best
+    return build_plan(
+        workflow,
+        catalog,
+        objective,
+        catalog_label,
+        problem.written(best.assignments),  # the platform's latency planned in, the spec's durations written
+        best.method,
+        started,
+        status=best.status,
+        gap=best.gap,
+    )
+
+
+def build_plan(
+    workflow: Workflow,
+    catalog: Catalog,
+    objective: Objective,
+    catalog_label: str,
+    assignments: Iterable[Assignment],
+    method: str,
+    started: float,
+    status: SolverStatus = "heuristic",
+    gap: float | None = None,
+) -> Plan:
+    """A plan in the spec's format, with makespan and cost recomputed from the assignments."""
+    items = sorted(assignments, key=lambda a: (a.start_s, a.task))
+    return Plan(
+        workflow=workflow.name,
+        catalog=catalog_label,
+        objective=objective,
+        makespan_s=makespan_s(items),
+        cost_usd=float(cost_usd(items, catalog)),  # 0.0, not 0, when there is no lease
+        assignments=tuple(items),
+        solver=SolverInfo(
+            method=method,
+            status=status,
+            gap=gap,
+            wall_s=round(time.perf_counter() - started, 6),
+        ),
+        created_at=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    )
+
+
+def default_plan(workflow: Workflow, catalog: Catalog, catalog_label: str) -> Plan | None:
+    """The one-type default as a plan (what most Airflow deployments run), or ``None`` (also for no tasks)."""
+    started = time.perf_counter()
+    if not workflow.tasks:
+        return None
+    assignments = one_type_default_assignments(workflow, catalog)
+    if assignments is None:
+        return None
+    objective = Objective(kind="time", alpha=1.0)
+    written = written_assignments(assignments, workflow, catalog)  # a catalog with latency: as optimize writes
+    return build_plan(workflow, catalog, objective, catalog_label, written, "one-type-default", started)

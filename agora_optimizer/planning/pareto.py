@@ -1,0 +1,161 @@
+"""The cost/makespan Pareto front of a workflow on a catalog.
+
+The front is built from the fastest plan, the cheapest plan, and the cheapest plans
+under a series of deadlines from the fastest makespan towards the cheapest plan's (the epsilon-constraint method), every
+engine result of every run counting as a candidate. Only plans that no other candidate
+beats on both makespan and cost stay on the front.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from agora_optimizer.engines.portfolio import run_portfolio
+from agora_optimizer.io.documents import write_text_atomically
+from agora_optimizer.model.catalog import Catalog
+from agora_optimizer.model.plan import Objective
+from agora_optimizer.model.workflow import Workflow
+from agora_optimizer.planning.optimize import default_plan
+from agora_optimizer.planning.problem import Bounds, Problem
+
+FORMAT = "agora-pareto/1"
+
+
+@dataclass(frozen=True)
+class Point:
+    makespan_s: float
+    cost_usd: float
+    objective: Objective
+    method: str
+
+
+@dataclass(frozen=True)
+class Front:
+    workflow: str
+    catalog: str
+    points: tuple[Point, ...]  # the front, by makespan
+    candidates: tuple[Point, ...]  # everything evaluated
+    bounds: Bounds
+    default: Point | None
+
+
+def non_dominated(points: list[Point]) -> list[Point]:
+    """Points no other point beats on both makespan and cost, by increasing makespan."""
+    front: list[Point] = []
+    for p in sorted(points, key=lambda p: (p.makespan_s, p.cost_usd)):
+        if not front or p.cost_usd < front[-1].cost_usd - 1e-12:
+            front.append(p)
+    return front
+
+
+def pareto_front(
+    workflow: Workflow, catalog: Catalog, catalog_label: str, deadlines: int = 8, time_limit_s: float = 60.0
+) -> Front:
+    started = time.perf_counter()
+    per_run = time_limit_s / (deadlines + 5)  # leaves room for the bounds, the default and the plot
+    candidates: list[Point] = []
+
+    def run(objective: Objective) -> list[Point]:
+        problem = Problem.create(workflow, catalog, objective)
+        outcome = run_portfolio(problem, per_run)
+        return [
+            Point(makespan, cost, objective, outcome.results[name].method)
+            for name, (makespan, cost) in outcome.evaluated.items()
+        ]
+
+    candidates += run(Objective(kind="time"))
+    candidates += run(Objective(kind="cost"))
+    fastest = min(p.makespan_s for p in candidates)
+    cheapest_makespan = min(candidates, key=lambda p: (p.cost_usd, p.makespan_s)).makespan_s
+    for i in range(deadlines + 1):  # i = 0: the cheapest plan as fast as the fastest one
+        if time.perf_counter() - started > time_limit_s:
+            break
+        deadline = fastest + (cheapest_makespan - fastest) * i / (deadlines + 1)
+        if i > 0 and deadline <= fastest:
+            break
+        candidates += [p for p in run(Objective(kind="cost", deadline_s=deadline)) if p.makespan_s <= deadline + 1e-6]
+    baseline = default_plan(workflow, catalog, catalog_label)
+    default = None
+    if baseline is not None:
+        default = Point(baseline.makespan_s, baseline.cost_usd, baseline.objective, baseline.solver.method)
+    return Front(
+        workflow=workflow.name,
+        catalog=catalog_label,
+        points=tuple(non_dominated(candidates)),
+        candidates=tuple(candidates),
+        bounds=Problem.create(workflow, catalog, Objective()).bounds,
+        default=default,
+    )
+
+
+def _point(p: Point) -> dict[str, object]:
+    return {
+        "makespan_s": p.makespan_s,
+        "cost_usd": p.cost_usd,
+        "method": p.method,
+        "objective": {
+            "kind": p.objective.kind,
+            "alpha": p.objective.alpha,
+            "deadline_s": p.objective.deadline_s,
+            "budget_usd": p.objective.budget_usd,
+        },
+    }
+
+
+def write_front(front: Front, path: str | Path) -> None:
+    document = {
+        "format": FORMAT,
+        "workflow": front.workflow,
+        "catalog": front.catalog,
+        "lower_bounds": {"makespan_s": front.bounds.makespan_s, "cost_usd": front.bounds.cost_usd},
+        "default": None if front.default is None else _point(front.default),
+        "points": [_point(p) for p in front.points],
+        "candidates": len(front.candidates),
+    }
+    write_text_atomically(path, json.dumps(document, indent=1) + "\n")
+
+
+def plot_front(front: Front, path: str | Path) -> None:
+    """Every candidate in grey, the front as a step line, the default and the lower bounds marked."""
+    import matplotlib.pyplot as plt
+
+    from agora_optimizer.gantt import check_chart_path, plain_text, save_figure
+
+    path = check_chart_path(path)
+    fig, ax = plt.subplots(figsize=(7, 5))
+    ax.scatter(
+        [p.makespan_s for p in front.candidates],
+        [p.cost_usd for p in front.candidates],
+        s=12,
+        color="0.7",
+        label="candidates",
+    )
+    ax.step(
+        [p.makespan_s for p in front.points],
+        [p.cost_usd for p in front.points],
+        where="post",
+        marker="o",
+        color="tab:blue",
+        label="Pareto front",
+    )
+    if front.default is not None:
+        ax.scatter(
+            [front.default.makespan_s],
+            [front.default.cost_usd],
+            marker="s",
+            s=60,
+            color="tab:red",
+            label="one-type default",
+            zorder=3,
+        )
+    ax.axvline(front.bounds.makespan_s, linestyle=":", color="0.4", label="lower bounds")
+    ax.axhline(front.bounds.cost_usd, linestyle=":", color="0.4")
+    ax.set_xlabel("makespan (s)")
+    ax.set_ylabel("cost (USD)")
+    ax.set_title(f"{plain_text(front.workflow)}: cost / makespan front")
+    ax.legend(fontsize=8)
+    ax.grid(linestyle=":", linewidth=0.5)
+    save_figure(fig, path)

@@ -1,0 +1,587 @@
+"""Re-planning a run that drifted: new placements for the tasks not yet queued, around what has run.
+
+When a run drifts from its plan (a task ends later than planned, fails, or is OOM-killed), the
+executor asks :func:`replan` where the tasks it has not queued yet should go now. What has run
+cannot move: a *done* task keeps its machine and its real times, a *running* one its machine, its
+start and an expected end of ``max(now, start + planned duration)``. Every other task is
+*pending*, free to move (a failed task to be retried is pending again; after an OOM kill it
+reserves more memory, :class:`Pending`).
+
+The machines of the plan that are leased already (those of done and running tasks, and those
+whose planned lease has begun) stay available from when they are free and from ``now`` on; a task
+on them waits for no boot but one under way, and one still held for planned tasks is paid up to now
+(a failed attempt ran on it). Any other machine, a planned one not leased yet
+or a new one the catalog allows, starts its lease no earlier than ``now`` (nor its type's release)
+and boots first. Section 3 of the spec holds for the whole schedule, what ran and what is planned:
+cores and memory per machine, parents' ends plus transfers, and at no instant more leases of a
+type than its ``count`` (checked over time, so a machine whose lease has ended frees its place).
+
+Two schedules are built and the better one for the plan's objective is kept (deadline and budget
+first, then the objective's score):
+
+- *kept*: every pending task on its planned machine, in the plan's order, as early as it can
+  start now (the plan shifted; a task whose planned machine no longer fits it is searched for);
+- *list*: the memory- and cost-aware list scheduler of
+  :mod:`agora_optimizer.planning.list_schedule` over the pending tasks, in decreasing upward
+  rank, each placed where it minimises ``alpha * makespan / T + (1 - alpha) * added cost / C``
+  over the machines above, and left on its planned machine when that is not worse.
+
+The list schedule is abandoned when it would pass ``time_limit_s``, so an answer comes within
+about that time even on a slow machine (the kept schedule is a single pass). No Airflow, no I/O.
+"""
+
+from __future__ import annotations
+
+import heapq
+import operator
+import time
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from agora_optimizer.errors import AgoraError, UnplaceableTaskError
+from agora_optimizer.model.catalog import Catalog, Resource
+from agora_optimizer.model.plan import Assignment, Plan, machine_type
+from agora_optimizer.model.workflow import Task, Workflow
+from agora_optimizer.planning.arrivals import Arrivals
+from agora_optimizer.planning.bounds import fastest_runtime_s
+from agora_optimizer.planning.list_schedule import upward_ranks
+from agora_optimizer.planning.problem import Bounds, Problem
+from agora_optimizer.planning.timeline import SkippingTimeline
+
+TIME_TOLERANCE_S = 1e-6
+MACHINES_PER_TYPE = 2  # beyond it, a task tries the first-idle machines of a type (and its parents', its planned)
+TIME_CHECK_EVERY = 32  # tasks placed between two looks at the clock
+
+
+class ReplanError(AgoraError):
+    """A run's state that cannot be re-planned: an unknown task or machine, a time in the future."""
+
+
+@dataclass(frozen=True)
+class Done:
+    """The task ended at ``end_s`` on ``machine`` (its start, when known, keeps the lease's start)."""
+
+    machine: str
+    end_s: float
+    start_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Running:
+    """The task runs on ``machine`` since ``start_s``; ``memory_bytes`` if it reserved more than planned."""
+
+    machine: str
+    start_s: float
+    memory_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class Pending:
+    """Not queued yet, free to move; ``memory_bytes``: what a retry after an OOM kill reserves."""
+
+    memory_bytes: int | None = None
+
+
+TaskState = Done | Running | Pending
+
+
+@dataclass(frozen=True)
+class Replan:
+    """The answer: new placements of the pending tasks, and what the whole run is predicted to be.
+
+    ``fixed`` holds the done and running tasks as they ran or are expected to (a done task's real
+    duration, not its planned one); ``moved_machine`` the pending tasks on another machine than
+    planned, ``moved_resource`` those of them on another type. ``makespan_s`` and ``cost_usd``
+    cover the whole run (leases already paid included); ``method`` says which schedule won, and
+    ``list_wall_s`` how long the list schedule took (None: abandoned at the time limit).
+    """
+
+    assignments: tuple[Assignment, ...]
+    fixed: tuple[Assignment, ...]
+    moved_machine: tuple[str, ...]
+    moved_resource: tuple[str, ...]
+    makespan_s: float
+    cost_usd: float
+    method: Literal["kept", "list"]
+    wall_s: float
+    list_wall_s: float | None = None
+
+    @property
+    def schedule(self) -> tuple[Assignment, ...]:
+        """Every task of the run: what ran, what runs, what is planned."""
+        return self.fixed + self.assignments
+
+
+@dataclass(eq=False)
+class _Machine:
+    """One machine of the re-planned run.
+
+    ``leased``: its lease began before now, so no new lease waits for it; ``floor_s`` is the
+    earliest a task may start on it (now, or the end of its boot; a machine not leased yet boots
+    after now, or after its type's release).
+    """
+
+    id: str
+    resource: Resource
+    timeline: SkippingTimeline
+    floor_s: float
+    leased: bool
+    lease_start_s: float | None = None
+    lease_end_s: float = 0.0
+
+    def lease_after(self, start_s: float, end_s: float) -> tuple[float, float]:
+        boot = self.resource.boot_s  # a lease begins with the boot before its first task
+        if self.lease_start_s is None:
+            return start_s - boot, end_s
+        return min(self.lease_start_s, start_s - boot), max(self.lease_end_s, end_s)
+
+    def added_cost_usd(self, start_s: float, end_s: float) -> float:
+        first, last = self.lease_after(start_s, end_s)
+        old = 0.0 if self.lease_start_s is None else self.resource.lease_cost_usd(self.lease_end_s - self.lease_start_s)
+        return self.resource.lease_cost_usd(last - first) - old
+
+    def take(self, start_s: float, end_s: float, cores: int, memory_bytes: int) -> None:
+        self.timeline.add(start_s, end_s, cores, memory_bytes)
+        self.lease_start_s, self.lease_end_s = self.lease_after(start_s, end_s)
+
+
+class _Fleet:
+    """The machines of one re-planned schedule: leased ones, planned ones not leased yet, new ones."""
+
+    def __init__(self, catalog: Catalog, now_s: float, min_task_memory_bytes: int) -> None:
+        self.catalog = catalog
+        self.now_s = now_s
+        self.min_task_memory_bytes = min_task_memory_bytes
+        self.by_id: dict[str, _Machine] = {}
+        self.active: dict[str, list[_Machine]] = {r.name: [] for r in catalog.resources}
+        self.spare: dict[str, dict[str, None]] = {r.name: {} for r in catalog.resources}  # ordered sets of ids
+        self.next_index: dict[str, int] = {r.name: 0 for r in catalog.resources}
+
+    def machine(self, machine_id: str, leased: bool) -> _Machine:
+        """The machine ``machine_id`` (``TYPE#N`` of a catalog type), made on first use."""
+        found = self.by_id.get(machine_id)
+        if found is not None:
+            found.leased = found.leased or leased
+            if leased:
+                found.floor_s = self.now_s
+            return found
+        resource = self.catalog.by_name.get(machine_type(machine_id))
+        head, _, index = machine_id.rpartition("#")
+        if resource is None or not index.isdigit():
+            raise ReplanError(
+                f"machine '{machine_id}' is not TYPE#N of a resource type of catalog {self.catalog.source}"
+            )
+        floor = self.now_s if leased else max(self.now_s, resource.release_s) + resource.boot_s
+        timeline = SkippingTimeline(resource.vcpus, resource.memory_bytes, self.min_task_memory_bytes)
+        made = self.by_id[machine_id] = _Machine(machine_id, resource, timeline, floor, leased)
+        self.next_index[head] = max(self.next_index[head], int(index) + 1)
+        return made
+
+    def empty(self, resource: Resource) -> _Machine:
+        """A machine of ``resource`` with no lease: the first planned one not leased, else a new id."""
+        for machine_id in self.spare[resource.name]:
+            return self.by_id[machine_id]
+        machine_id = f"{resource.name}#{self.next_index[resource.name]}"
+        self.spare[resource.name][machine_id] = None
+        return self.machine(machine_id, leased=False)
+
+    def take(self, machine: _Machine, start_s: float, end_s: float, cores: int, memory_bytes: int) -> None:
+        if machine.lease_start_s is None:
+            self.active[machine.resource.name].append(machine)
+            self.spare[machine.resource.name].pop(machine.id, None)
+        machine.take(start_s, end_s, cores, memory_bytes)
+
+    def count_allows(self, machine: _Machine, start_s: float, end_s: float) -> bool:
+        """Whether ``machine``'s lease, grown to hold [start_s, end_s), keeps its type within ``count``."""
+        limit = machine.resource.count
+        active = self.active[machine.resource.name]
+        if limit is None or len(active) - (machine.lease_start_s is not None) < limit:
+            return True
+        if machine.lease_start_s is not None and machine.lease_start_s <= start_s and end_s <= machine.lease_end_s:
+            return True  # within its lease as it is
+        first, last = machine.lease_after(start_s, end_s)
+        overlapping = [
+            m
+            for m in active
+            if m is not machine
+            and m.lease_start_s is not None
+            and m.lease_start_s < last - TIME_TOLERANCE_S
+            and m.lease_end_s > first + TIME_TOLERANCE_S
+        ]
+        if len(overlapping) < limit:
+            return True
+        events: list[tuple[float, int]] = []
+        for other in overlapping:
+            assert other.lease_start_s is not None
+            events += [(max(other.lease_start_s, first), 1), (min(other.lease_end_s, last), -1)]
+        overlap = 0
+        for _, step in sorted(events):  # an end sorts before a start at the same instant
+            overlap += step
+            if overlap >= limit:
+                return False
+        return True
+
+    def cost_usd(self) -> float:
+        return sum(
+            m.resource.lease_cost_usd(m.lease_end_s - m.lease_start_s)
+            for m in self.by_id.values()
+            if m.lease_start_s is not None
+        )
+
+
+@dataclass
+class _Run:
+    """What a schedule is built from: the inputs, checked once, shared by both schedules."""
+
+    workflow: Workflow
+    catalog: Catalog
+    plan: Plan
+    now_s: float
+    state: Mapping[str, TaskState]
+    leased: Collection[str]
+    planned: dict[str, Assignment]
+    options: dict[str, list[Resource]]
+    reserve: dict[str, int]
+    fixed: list[Assignment] = field(default_factory=list)  # done and running tasks, as they run
+
+
+def replan(
+    workflow: Workflow,
+    catalog: Catalog,
+    plan: Plan,
+    state: Mapping[str, TaskState],
+    now_s: float,
+    *,
+    leased: Collection[str] | None = None,
+    scale: Bounds | None = None,
+    time_limit_s: float = 0.8,
+) -> Replan:
+    """New placements for the pending tasks of a run of ``plan`` at plan time ``now_s``.
+
+    ``state``: each task's :class:`Done`, :class:`Running` or :class:`Pending` (a task not in it is
+    pending). ``leased``: the plan's machines leased already (default: those of done and running
+    tasks, and those whose planned lease began by ``now_s``). ``scale``: the objective's makespan
+    and cost scales (:func:`agora_optimizer.planning.problem.lower_bounds`; they take a second or more on a
+    thousand tasks, so the default is the plan's own makespan and cost). ``time_limit_s``: the list
+    schedule is abandoned beyond it, and the kept one answers.
+    """
+    started = time.perf_counter()
+    run = _prepare(workflow, catalog, plan, state, now_s, leased)
+    scale = scale or Bounds(max(plan.makespan_s, 1e-9), max(plan.cost_usd, 1e-12))
+    problem = Problem(workflow, catalog, plan.objective, scale)
+    alpha = {"time": 1.0, "cost": 0.0, "balanced": plan.objective.alpha}[plan.objective.kind]
+    rank = upward_ranks(workflow, catalog)
+    position = {task_id: i for i, task_id in enumerate(workflow.topological_order)}
+    pending = [t for t in workflow.topological_order if isinstance(state.get(t, Pending()), Pending)]
+
+    never = float("inf")
+    kept_order = _parents_first(
+        workflow, pending, lambda t: (run.planned[t].start_s if t in run.planned else never, position[t])
+    )
+    best = _schedule(run, kept_order, rank, alpha, scale, keep=True, deadline=None)
+    assert best is not None  # no deadline: always completes
+    method: Literal["kept", "list"] = "kept"
+    list_order = _parents_first(workflow, pending, lambda t: (-rank[t], position[t]))
+    list_started = time.perf_counter()
+    listed = _schedule(run, list_order, rank, alpha, scale, keep=False, deadline=started + time_limit_s)
+    list_wall_s = None if listed is None else time.perf_counter() - list_started
+    if listed is not None and problem.rank(listed[1], listed[2]) < problem.rank(best[1], best[2]):
+        best, method = listed, "list"
+
+    assignments, makespan, cost = best
+    moved = [a for a in assignments if a.task not in run.planned or run.planned[a.task].machine != a.machine]
+    return Replan(
+        assignments=tuple(assignments),
+        fixed=tuple(run.fixed),
+        moved_machine=tuple(a.task for a in moved),
+        moved_resource=tuple(
+            a.task for a in moved if a.task not in run.planned or run.planned[a.task].resource != a.resource
+        ),
+        makespan_s=makespan,
+        cost_usd=cost,
+        method=method,
+        wall_s=time.perf_counter() - started,
+        list_wall_s=list_wall_s,
+    )
+
+
+def _prepare(
+    workflow: Workflow,
+    catalog: Catalog,
+    plan: Plan,
+    state: Mapping[str, TaskState],
+    now_s: float,
+    leased: Collection[str] | None,
+) -> _Run:
+    """Check the state against the workflow and the catalog, and fix what ran."""
+    for task_id in state:
+        if task_id not in workflow.by_id:
+            raise ReplanError(f"state names task '{task_id}', which is not in workflow '{workflow.name}'")
+    planned = {a.task: a for a in plan.assignments}
+    if leased is None:
+        leased = _leased_by_plan(plan, catalog, now_s)
+    reserve: dict[str, int] = {}
+    options: dict[str, list[Resource]] = {}
+    run = _Run(workflow, catalog, plan, now_s, state, set(leased), planned, options, reserve)
+    for task in workflow.tasks:
+        status = state.get(task.id, Pending())
+        reserve[task.id] = max(task.memory_bytes, status.memory_bytes or 0) if not isinstance(status, Done) else 0
+        if isinstance(status, Pending):
+            options[task.id] = _fitting(task, reserve[task.id], catalog)
+            continue
+        resource = catalog.by_name.get(machine_type(status.machine))
+        if resource is None:
+            raise ReplanError(
+                f"task '{task.id}' ran on machine '{status.machine}', whose type is not in catalog {catalog.source}"
+            )
+        duration = resource.runtime_s(task)
+        memory = max(task.memory_bytes, planned[task.id].memory_bytes if task.id in planned else 0)
+        if isinstance(status, Done):
+            if status.end_s > now_s + TIME_TOLERANCE_S:
+                raise ReplanError(f"task '{task.id}' is done at {status.end_s} s, after now ({now_s} s)")
+            start = max(0.0, status.end_s - duration) if status.start_s is None else status.start_s
+            end = status.end_s
+        else:
+            if status.start_s > now_s + TIME_TOLERANCE_S:
+                raise ReplanError(f"task '{task.id}' runs since {status.start_s} s, after now ({now_s} s)")
+            start, end = status.start_s, max(now_s, status.start_s + duration)
+            memory = max(memory, status.memory_bytes or 0)
+        placed = Assignment(task.id, resource.name, status.machine, start, end, task.cores, memory)
+        run.fixed.append(placed)
+    return run
+
+
+def _leased_by_plan(plan: Plan, catalog: Catalog, now_s: float) -> set[str]:
+    """The plan's machines whose planned lease (first start minus boot) began by ``now_s``."""
+    first: dict[str, float] = {}
+    for a in plan.assignments:
+        resource = catalog.by_name.get(a.resource)
+        boot = resource.boot_s if resource is not None else 0.0
+        first[a.machine] = min(first.get(a.machine, a.start_s - boot), a.start_s - boot)
+    return {machine for machine, start in first.items() if start <= now_s + TIME_TOLERANCE_S}
+
+
+def _fitting(task: Task, memory_bytes: int, catalog: Catalog) -> list[Resource]:
+    options = [r for r in catalog.resources if task.cores <= r.vcpus and memory_bytes <= r.memory_bytes]
+    options.sort(key=lambda r: (r.runtime_s(task), r.price_per_hour_usd))  # fastest first: the rest prune early
+    if not options:
+        largest = catalog.largest()
+        raise UnplaceableTaskError(
+            task.id, task.cores, memory_bytes, f"{largest.name} ({largest.vcpus} vcpus, {largest.memory_bytes} bytes)"
+        )
+    return options
+
+
+def _parents_first(workflow: Workflow, tasks: list[str], key: Callable[[str], tuple[float, int]]) -> list[str]:
+    """``tasks`` by ``key``, but never a task before a parent among them (Kahn's algorithm on a heap)."""
+    among = set(tasks)
+    waiting = {t: sum(1 for e in workflow.parents[t] if e.parent in among) for t in tasks}
+    ready = [(key(t), t) for t, n in waiting.items() if n == 0]
+    heapq.heapify(ready)
+    order: list[str] = []
+    while ready:
+        _, task_id = heapq.heappop(ready)
+        order.append(task_id)
+        for edge in workflow.children[task_id]:
+            if edge.child in waiting:
+                waiting[edge.child] -= 1
+                if waiting[edge.child] == 0:
+                    heapq.heappush(ready, (key(edge.child), edge.child))
+    return order
+
+
+def _base_fleet(run: _Run) -> tuple[_Fleet, dict[str, tuple[_Machine, float]]]:
+    """A fleet holding what ran and what runs, with the plan's machines known by id."""
+    memories = [run.reserve[t] for t in run.options] or [0]
+    fleet = _Fleet(run.catalog, run.now_s, min(memories))
+    ends: dict[str, tuple[_Machine, float]] = {}
+    for placed in run.fixed:
+        machine = fleet.machine(placed.machine, leased=True)
+        fleet.take(machine, placed.start_s, placed.end_s, placed.cores, placed.memory_bytes)
+        ends[placed.task] = (machine, placed.end_s)
+    first: dict[str, float] = {}
+    for planned in run.plan.assignments:
+        if planned.resource not in run.catalog.by_name:
+            continue  # a type the catalog lost: its tasks are searched for elsewhere
+        machine = fleet.machine(planned.machine, leased=planned.machine in run.leased)
+        first[machine.id] = min(first.get(machine.id, planned.start_s), planned.start_s)
+    for machine_id, start in sorted(first.items()):
+        machine = fleet.by_id[machine_id]
+        if machine.lease_start_s is None and machine.leased:  # leased, nothing started on it yet: booting
+            fleet.active[machine.resource.name].append(machine)
+            machine.lease_start_s, machine.lease_end_s = start - machine.resource.boot_s, run.now_s
+            machine.floor_s = max(run.now_s, start)
+        elif machine.lease_start_s is None:
+            fleet.spare[machine.resource.name][machine_id] = None
+    for planned in run.plan.assignments:  # a leased machine still held for tasks to come is paid up to now
+        held = fleet.by_id.get(planned.machine)
+        coming = not isinstance(run.state.get(planned.task, Pending()), Done)
+        if coming and held is not None and held.leased and held.lease_start_s is not None:
+            held.lease_end_s = max(held.lease_end_s, run.now_s)
+    return fleet, ends
+
+
+_Choice = tuple[tuple[float, float, float], _Machine, float, float]  # (key, machine, start, end)
+
+
+def _schedule(
+    run: _Run,
+    order: list[str],
+    rank: dict[str, float],
+    alpha: float,
+    scale: Bounds,
+    keep: bool,
+    deadline: float | None,
+) -> tuple[list[Assignment], float, float] | None:
+    """Place ``order``'s tasks one by one; (assignments, makespan, cost), or None past ``deadline``.
+
+    ``keep``: each task on its planned machine (searched for only where that cannot be); else each
+    where it scores best, its planned machine winning ties.
+    """
+    workflow, catalog = run.workflow, run.catalog
+    fleet, ends = _base_fleet(run)
+    estimated = max([run.now_s, *(end for _, end in ends.values())])
+    weights = (alpha / max(scale.makespan_s, 1e-9), (1.0 - alpha) / max(scale.cost_usd, 1e-12))
+    assignments: list[Assignment] = []
+    for count, task_id in enumerate(order):
+        if deadline is not None and count % TIME_CHECK_EVERY == 0 and time.perf_counter() > deadline:
+            return None
+        task = workflow.by_id[task_id]
+        memory, options = run.reserve[task_id], run.options[task_id]
+        tail = rank[task_id] - fastest_runtime_s(task, options)
+        inputs = [
+            (ends[e.parent][0], ends[e.parent][1], catalog.transfer_s(e.bytes)) for e in workflow.parents[task_id]
+        ]
+        planned = run.planned.get(task_id)
+        planned_machine = fleet.by_id.get(planned.machine) if planned is not None else None
+        if planned_machine is not None and planned_machine.resource not in options:
+            planned_machine = None  # a retry that needs more memory than its planned type has
+        place = _Placer(fleet, task, memory, inputs, estimated, tail, weights, planned_machine)
+        if keep and planned_machine is not None:
+            place.consider(planned_machine)
+        if place.best is None:
+            for resource in options:
+                if not place.hopeless(resource):
+                    for machine in _candidates(fleet, resource, inputs, planned_machine):
+                        place.consider(machine)
+        if place.best is None:  # count forbade every candidate: the machine that is leased last may always grow
+            for machine in (m for r in options for m in fleet.active[r.name]):
+                place.consider(machine)
+        best = place.choice()
+        if best is None:
+            raise ReplanError(f"task '{task_id}' fits on no machine within the catalog's counts")
+        _, machine, start, end = best
+        fleet.take(machine, start, end, task.cores, memory)
+        ends[task_id] = (machine, end)
+        estimated = max(estimated, end + tail)
+        assignments.append(Assignment(task_id, machine.resource.name, machine.id, start, end, task.cores, memory))
+    makespan = max([0.0, *(a.end_s for a in assignments), *(a.end_s for a in run.fixed)])
+    return assignments, makespan, fleet.cost_usd()
+
+
+class _Placer:
+    """Where one task goes: the list scheduler's score over the machines it is shown, within the
+    catalog's counts, its planned machine winning ties.
+
+    A machine, or a whole type, is passed over before any timeline is searched when even starting
+    as soon as the task's inputs could arrive would not beat the best so far: the cost term is
+    never negative and, for time alone, the end breaks ties. The planned machine is always scored.
+    """
+
+    def __init__(
+        self,
+        fleet: _Fleet,
+        task: Task,
+        memory_bytes: int,
+        inputs: list[tuple[_Machine, float, float]],
+        estimated_makespan_s: float,
+        tail_s: float,
+        weights: tuple[float, float],  # (alpha / T, (1 - alpha) / C)
+        planned: _Machine | None,
+    ) -> None:
+        self.fleet = fleet
+        self.task = task
+        self.memory_bytes = memory_bytes
+        self.arrivals = Arrivals(inputs)
+        # on any machine, at the soonest
+        self.inputs_ready_s = max([fleet.now_s, task.release_s, *(end for _, end, _ in inputs)])
+        self.estimated_makespan_s = estimated_makespan_s
+        self.tail_s = tail_s
+        self.time_weight, self.cost_weight = weights
+        self.planned = planned
+        self.best: _Choice | None = None
+        self.kept: _Choice | None = None
+
+    def hopeless(self, resource: Resource) -> bool:
+        """Whether no machine of ``resource`` can beat the best so far."""
+        return self._beaten(self.inputs_ready_s + resource.runtime_s(self.task)) and (
+            self.planned is None or self.planned.resource is not resource
+        )
+
+    def consider(self, machine: _Machine) -> None:
+        task, best = self.task, self.best
+        duration = machine.resource.runtime_s(task)
+        ready = max(machine.floor_s, task.release_s, self.arrivals.on(machine))
+        if machine is not self.planned and self._beaten(ready + duration):
+            return
+        start = machine.timeline.earliest_start(ready, duration, task.cores, self.memory_bytes)
+        end = start + duration
+        if machine is not self.planned and self._beaten(end):
+            return
+        time_part = self.time_weight * max(self.estimated_makespan_s, end + self.tail_s)
+        added = machine.added_cost_usd(start, end)
+        choice = ((time_part + self.cost_weight * added, end, added), machine, start, end)
+        better = best is None or choice[0] < best[0]
+        if not (better or machine is self.planned) or not self.fleet.count_allows(machine, start, end):
+            return
+        if machine is self.planned:
+            self.kept = choice
+        if better:
+            self.best = choice
+
+    def choice(self) -> _Choice | None:
+        """The best machine, or the planned one where it is not worse."""
+        kept, best = self.kept, self.best
+        if kept is not None and best is not None and kept[0][0] <= best[0][0] + 1e-12:
+            return kept
+        return best
+
+    def _beaten(self, end_s: float) -> bool:
+        """Whether a machine on which the task would end at ``end_s`` (or later) cannot beat the best."""
+        if self.best is None:
+            return False
+        (score, best_end, _), *_ = self.best
+        time_part = self.time_weight * max(self.estimated_makespan_s, end_s + self.tail_s)
+        if time_part > score + 1e-12:
+            return True
+        return self.cost_weight == 0.0 and time_part >= score - 1e-12 and end_s > best_end + TIME_TOLERANCE_S
+
+
+_LEASE_END = operator.attrgetter("lease_end_s")
+
+
+def _candidates(
+    fleet: _Fleet, resource: Resource, inputs: list[tuple[_Machine, float, float]], planned: _Machine | None
+) -> list[_Machine]:
+    """The machines of ``resource`` worth trying: its leased ones (of a large pool the first-idle few,
+    the parents' and the planned one), and one with no lease (the planned one if it has none, else
+    the first planned but not leased, else a new id)."""
+    pool = fleet.active[resource.name]
+    if len(pool) <= MACHINES_PER_TYPE:
+        chosen = list(pool)
+    else:
+        chosen = sorted(pool, key=_LEASE_END)[:MACHINES_PER_TYPE]
+        seen = {id(m) for m in chosen}
+        extra = [m for m, _, _ in inputs if m.resource is resource]
+        if planned is not None and planned.resource is resource:
+            extra.append(planned)
+        for machine in extra:
+            if machine.lease_start_s is not None and id(machine) not in seen:
+                seen.add(id(machine))
+                chosen.append(machine)
+    if planned is not None and planned.resource is resource and planned.lease_start_s is None:
+        chosen.append(planned)
+    else:
+        chosen.append(fleet.empty(resource))
+    return chosen

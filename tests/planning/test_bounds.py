@@ -1,0 +1,140 @@
+"""Lower bounds: hand-computed cases, and no plan ever beats them."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from agora_optimizer.model import Billing, Catalog, Edge, Resource, Task, Workflow
+from agora_optimizer.planning.bounds import cost_lower_bound_usd, makespan_lower_bound_s, whole_machines_cost_usd
+
+
+def _catalog(*resources: Resource) -> Catalog:
+    return Catalog(resources=resources, bandwidth_bytes_per_s=1e9)
+
+
+def _independent(n: int, runtime_s: float = 1.0, memory_bytes: int = 1) -> Workflow:
+    return Workflow.create("w", [Task(f"t{i}", runtime_s, 1, memory_bytes, "t") for i in range(n)], [])
+
+
+def test_balanced_work_bound_shares_work_by_speed_and_cores() -> None:
+    # A: 2 cores at speed 1 do 2 reference core-seconds per second; B: 1 core at speed 2 also 2.
+    catalog = _catalog(
+        Resource("A", "local", vcpus=2, memory_gib=1, speed=1.0, price_per_hour_usd=0, count=1),
+        Resource("B", "local", vcpus=1, memory_gib=1, speed=2.0, price_per_hour_usd=0, count=1),
+    )
+    assert makespan_lower_bound_s(_independent(32), catalog) == pytest.approx(32 / 4)
+
+
+def test_memory_restricts_where_work_may_go() -> None:
+    big = 2**30  # only A holds these tasks, so B's capacity cannot help
+    catalog = _catalog(
+        Resource("A", "local", vcpus=2, memory_gib=2, speed=1.0, price_per_hour_usd=0, count=1),
+        Resource("B", "local", vcpus=1, memory_gib=0.5, speed=2.0, price_per_hour_usd=0, count=1),
+    )
+    assert makespan_lower_bound_s(_independent(30, memory_bytes=big), catalog) == pytest.approx(15.0)
+
+
+def test_critical_path_with_boot_and_unlimited_machines() -> None:
+    tasks = [Task("a", 10.0, 1, 1, "t"), Task("b", 10.0, 1, 1, "t")]
+    workflow = Workflow.create("w", tasks, [Edge("a", "b")])
+    catalog = _catalog(
+        Resource("slow", "aws", vcpus=1, memory_gib=1, speed=1.0, price_per_hour_usd=1, count=None, boot_s=0),
+        Resource("fast", "aws", vcpus=1, memory_gib=1, speed=2.0, price_per_hour_usd=1, count=None, boot_s=20),
+    )
+    # a: slow ends at 10, fast at 20 + 5 = 25 -> 10; b: slow 20, fast max(10, 20) + 5 = 25 -> 20
+    assert makespan_lower_bound_s(workflow, catalog) == pytest.approx(20.0)
+
+
+def test_cost_bound_pays_packed_work_boot_and_deadline_overheads() -> None:
+    per_second = 3.6 / 3600
+    resource = Resource(
+        "m",
+        "aws",
+        vcpus=2,
+        memory_gib=1,
+        speed=1.0,
+        price_per_hour_usd=3.6,
+        count=None,
+        billing=Billing(1, 60),
+        boot_s=10,
+    )
+    catalog = _catalog(resource)
+    workflow = _independent(4, runtime_s=30.0)  # 120 core-seconds = 60 machine-seconds on 2 cores
+    assert cost_lower_bound_usd(workflow, catalog) == pytest.approx(per_second * (60 + 10))
+    # Deadline 40 s: a machine is busy at most 30 s and billed at least max(60, 40) = 60 s for it.
+    assert cost_lower_bound_usd(workflow, catalog, deadline_s=40.0) == pytest.approx(per_second * 60 * 60 / 30)
+    # Five tasks: 75 machine-seconds need 2.5 machines of 30 busy seconds, so three whole machines of 60 s.
+    five = _independent(5, runtime_s=30.0)
+    assert cost_lower_bound_usd(five, catalog, deadline_s=40.0) == pytest.approx(per_second * 3 * 60, rel=1e-6)
+    assert whole_machines_cost_usd(five, {t.id: [resource] for t in five.tasks}, 40.0) == pytest.approx(
+        per_second * 3 * 60, rel=1e-6
+    )
+    # At most two machines of that type: the bound says so by being infeasible (0, no bound), never too high.
+    two = _catalog(replace(resource, count=2))
+    assert cost_lower_bound_usd(five, two, deadline_s=40.0) == pytest.approx(per_second * 75 * 60 / 30)
+
+
+def test_window_bound_counts_whole_tasks_between_a_split_and_a_join() -> None:
+    # split (2 s) -> 4 maps of 6 s -> join (3 s) on 3 identical one-core machines: one machine
+    # must run two maps back to back, so no plan ends before 2 + 12 + 3 = 17 s. Perfect work
+    # sharing would say 2 + 8 + 3 = 13 s (and the critical path 11 s).
+    maps = [Task(f"m{i}", 6.0, 1, 1, "map") for i in range(4)]
+    tasks = [Task("split", 2.0, 1, 1, "split"), *maps, Task("join", 3.0, 1, 1, "join")]
+    edges = [Edge("split", m.id) for m in maps] + [Edge(m.id, "join") for m in maps]
+    catalog = _catalog(Resource("A", "local", vcpus=1, memory_gib=1, speed=1.0, price_per_hour_usd=0, count=3))
+    assert makespan_lower_bound_s(Workflow.create("w", tasks, edges), catalog) == pytest.approx(17.0)
+
+
+def test_window_bound_counts_how_many_tasks_fit_in_a_machines_memory() -> None:
+    # 6 tasks of 10 s and 1.5 GiB on one 8-core machine of 4 GiB: only two run at once (memory,
+    # not cores, decides), so three rounds: 30 s. Sharing the memory perfectly says 22.5 s.
+    tasks = [Task(f"t{i}", 10.0, 1, int(1.5 * 2**30), "t") for i in range(6)]
+    catalog = _catalog(Resource("A", "local", vcpus=8, memory_gib=4, speed=1.0, price_per_hour_usd=0, count=1))
+    assert makespan_lower_bound_s(Workflow.create("w", tasks, []), catalog) == pytest.approx(30.0)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_makespan_bound_never_exceeds_the_exact_optimum(seed: int) -> None:
+    from dataclasses import replace
+
+    from agora_optimizer.model import Objective
+    from agora_optimizer.planning.problem import Problem
+    from tests.engines.exact.test_milp import brute_force, tiny_problem
+
+    problem = tiny_problem(seed, Objective(kind="time"))
+    counted = Catalog(
+        tuple(replace(r, count=r.count or 1 + seed % 2) for r in problem.catalog.resources),
+        problem.catalog.bandwidth_bytes_per_s,
+    )
+    problem = Problem.create(problem.workflow, counted, Objective(kind="time"))
+    oracle = brute_force(problem)
+    assert oracle is not None
+    optimum_s = max(a.end_s for a in oracle[1])
+    assert makespan_lower_bound_s(problem.workflow, counted) <= optimum_s + 1e-6
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_cost_bound_under_a_deadline_never_exceeds_the_exact_optimum(seed: int) -> None:
+    """The exhaustive optimum of tiny instances under deadlines from tight to loose (whole machines matter)."""
+    from agora_optimizer.model import Objective
+    from tests.engines.exact.test_milp import brute_force, tiny_problem
+
+    timed = brute_force(tiny_problem(seed, Objective(kind="time")))
+    assert timed is not None
+    fastest_s = timed[0] * tiny_problem(seed).bounds.makespan_s  # the score is makespan over its bound
+    for slack in (1.0, 1.3, 2.0):
+        problem = tiny_problem(seed, Objective(kind="cost", deadline_s=fastest_s * slack))
+        oracle = brute_force(problem)
+        assert oracle is not None
+        optimum_usd = oracle[0] * problem.bounds.cost_usd  # the score is cost over the bound
+        assert problem.bounds.cost_usd <= optimum_usd * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("deadline_s", [None, 1.0])
+def test_a_workflow_with_no_tasks_has_bounds_of_zero(deadline_s: float | None) -> None:
+    """No task, no lease: the cost bound was min() of no resource types, a ValueError."""
+    catalog = _catalog(Resource("A", "local", vcpus=2, memory_gib=1, speed=1.0, price_per_hour_usd=1.0, boot_s=5))
+    assert makespan_lower_bound_s(_independent(0), catalog) == 0.0
+    assert cost_lower_bound_usd(_independent(0), catalog, deadline_s) == 0.0

@@ -1,0 +1,377 @@
+"""Re-planning a drifted run: what ran stays, what is pending moves, and the whole run stays valid.
+
+Every re-plan here is checked whole (done and running tasks as they ran, pending ones as placed)
+by the plan validator and by the independent spec checker, against the workflow *as it ran*: a
+done or running task's runtime is what it really took (or is expected to), so the spec's
+"duration = runtime / speed" holds for it too.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agora_optimizer.engines.list_scheduling import ListSchedulingEngine
+from agora_optimizer.engines.portfolio import Stage
+from agora_optimizer.errors import UnplaceableTaskError
+from agora_optimizer.io.catalog_file import load_catalog
+from agora_optimizer.io.plan_file import plan_to_dict
+from agora_optimizer.io.wfformat import load_workflow
+from agora_optimizer.model.catalog import GIB, Billing, Catalog, Resource
+from agora_optimizer.model.plan import Assignment, Objective, Plan, SolverInfo
+from agora_optimizer.model.workflow import Edge, Task, Workflow
+from agora_optimizer.planning.leases import cost_usd, leases, makespan_s
+from agora_optimizer.planning.optimize import optimize
+from agora_optimizer.planning.replan import Done, Pending, Replan, ReplanError, Running, TaskState, replan
+from agora_optimizer.planning.retime import retime, start_order
+from agora_optimizer.planning.validate import validate_plan
+from tests import spec_checker
+from tests.conftest import BUNDLED, wfformat_15, write_json, write_yaml
+
+BANDWIDTH = 100e6  # bytes/s: 1 GB takes 10 s between machines
+
+
+def resource(name: str, **fields: Any) -> Resource:
+    base: dict[str, Any] = {
+        "backend": "aws",
+        "vcpus": 1,
+        "memory_gib": 4.0,
+        "speed": 1.0,
+        "price_per_hour_usd": 3.6,
+        "count": 2,
+        "billing": Billing(1.0, 0.0),
+        "boot_s": 0.0,
+    }
+    base.update(fields)
+    return Resource(name=name, **base)
+
+
+def catalog(*resources: Resource) -> Catalog:
+    return Catalog(resources=resources, bandwidth_bytes_per_s=BANDWIDTH)
+
+
+def workflow(
+    tasks: dict[str, float], edges: list[tuple[str, str, int]], memory: dict[str, int] | None = None
+) -> Workflow:
+    memory = memory or {}
+    return Workflow.create(
+        "wf",
+        [Task(t, runtime, 1, memory.get(t, GIB), "cat") for t, runtime in tasks.items()],
+        [Edge(p, c, b) for p, c, b in edges],
+    )
+
+
+def plan_of(wf: Workflow, cat: Catalog, rows: list[tuple[str, str, float]], objective: Objective) -> Plan:
+    """A plan placing each (task, machine, start) for its runtime on that machine's type."""
+    assignments = []
+    for task_id, machine, start in rows:
+        res = cat.by_name[machine.split("#")[0]]
+        task = wf.by_id[task_id]
+        end = start + res.runtime_s(task)
+        assignments.append(Assignment(task_id, res.name, machine, start, end, task.cores, task.memory_bytes))
+    plan = whole_plan(assignments, cat, objective)
+    assert validate_plan(plan, wf, cat) == []
+    return plan
+
+
+def whole_plan(assignments: list[Assignment] | tuple[Assignment, ...], cat: Catalog, objective: Objective) -> Plan:
+    items = tuple(sorted(assignments, key=lambda a: (a.start_s, a.task)))
+    return Plan(
+        "wf",
+        "test",
+        objective,
+        makespan_s(items),
+        cost_usd(items, cat),
+        items,
+        SolverInfo("replan", "heuristic", None, 0.0),
+        "2026-12-01T00:00:00Z",
+    )
+
+
+def as_run(wf: Workflow, cat: Catalog, result: Replan) -> Workflow:
+    """The workflow with each done or running task's runtime set to what it took (or is expected to)."""
+    took = {a.task: (a.end_s - a.start_s) * cat.by_name[a.resource].speed for a in result.fixed}
+    tasks = [replace(t, runtime_s=took.get(t.id, t.runtime_s)) for t in wf.tasks]
+    return Workflow.create(wf.name, tasks, wf.edges)
+
+
+def check(wf: Workflow, cat: Catalog, result: Replan, objective: Objective, tmp_path: Path) -> Plan:
+    """The whole re-planned run passes the validator and the independent spec checker."""
+    ran = as_run(wf, cat, result)
+    plan = whole_plan(result.schedule, cat, objective)
+    assert sorted(a.task for a in plan.assignments) == sorted(t.id for t in wf.tasks)
+    assert [str(v) for v in validate_plan(plan, ran, cat)] == []
+    assert spec_checker.check_plan(plan_to_dict(plan), *spec_files(ran, cat, tmp_path)) == []
+    assert result.makespan_s == pytest.approx(plan.makespan_s)
+    return plan
+
+
+def spec_files(wf: Workflow, cat: Catalog, tmp_path: Path) -> tuple[Path, Path]:
+    """The workflow as WfFormat 1.5 (one file per edge, sized as the edge) and the catalog as YAML."""
+    tasks: list[dict[str, Any]] = []
+    for t in wf.tasks:
+        tasks.append(
+            {
+                "id": t.id,
+                "runtime": t.runtime_s,
+                "memory": t.memory_bytes,
+                "cores": t.cores,
+                "parents": [e.parent for e in wf.parents[t.id]],
+                "inputs": [f"{e.parent}-{e.child}" for e in wf.parents[t.id]],
+                "outputs": [f"{e.parent}-{e.child}" for e in wf.children[t.id]],
+            }
+        )
+    files = {f"{e.parent}-{e.child}": e.bytes for e in wf.edges}
+    resources = [
+        {
+            "name": r.name,
+            "backend": r.backend,
+            "vcpus": r.vcpus,
+            "memory_gib": r.memory_gib,
+            "speed": r.speed,
+            "price_per_hour_usd": r.price_per_hour_usd,
+            "count": r.count,
+            "billing": {"granularity_s": r.billing.granularity_s, "minimum_s": r.billing.minimum_s},
+            "boot_s": r.boot_s,
+        }
+        for r in cat.resources
+    ]
+    document = {"network": {"bandwidth_bytes_per_s": cat.bandwidth_bytes_per_s}, "resources": resources}
+    return (
+        write_json(tmp_path / "as-run.json", wfformat_15(tasks, files, name=wf.name)),
+        write_yaml(tmp_path / "catalog.yaml", document),
+    )
+
+
+def by_task(result: Replan) -> dict[str, Assignment]:
+    return {a.task: a for a in result.schedule}
+
+
+# a -> b -> d, a -> c -> d: a chain with a fork, 1 GB between a and c (10 s across machines)
+CHAIN = workflow(
+    {"a": 10.0, "b": 20.0, "c": 20.0, "d": 5.0}, [("a", "b", 0), ("a", "c", 10**9), ("b", "d", 0), ("c", "d", 0)]
+)
+FAST = catalog(resource("m", boot_s=5.0))
+CHAIN_ROWS = [("a", "m#0", 5.0), ("b", "m#0", 15.0), ("c", "m#1", 25.0), ("d", "m#0", 45.0)]
+
+
+def test_without_drift_every_pending_task_keeps_its_machine_and_its_time(tmp_path: Path) -> None:
+    objective = Objective(kind="time")
+    plan = plan_of(CHAIN, FAST, CHAIN_ROWS, objective)
+    state: dict[str, TaskState] = {"a": Done("m#0", 15.0, 5.0), "b": Running("m#0", 15.0)}
+    result = replan(CHAIN, FAST, plan, state, now_s=20.0)
+    check(CHAIN, FAST, result, objective, tmp_path)
+    assert result.moved_machine == () and result.moved_resource == ()
+    planned = {a.task: a for a in plan.assignments}
+    for a in result.assignments:
+        assert (a.machine, a.start_s, a.end_s) == (
+            planned[a.task].machine,
+            planned[a.task].start_s,
+            planned[a.task].end_s,
+        )
+    assert result.makespan_s == pytest.approx(plan.makespan_s)
+    assert result.cost_usd == pytest.approx(plan.cost_usd)
+    assert {a.task for a in result.fixed} == {"a", "b"}
+
+
+def test_a_slowed_task_moves_its_successors_starts(tmp_path: Path) -> None:
+    objective = Objective(kind="time")
+    plan = plan_of(CHAIN, FAST, CHAIN_ROWS, objective)
+    # a ended 30 s late; b started after it and is still running at now = 60 (planned to end at 35)
+    state: dict[str, TaskState] = {"a": Done("m#0", 45.0, 5.0), "b": Running("m#0", 45.0)}
+    result = replan(CHAIN, FAST, plan, state, now_s=60.0)
+    placed = by_task(result)
+    check(CHAIN, FAST, result, objective, tmp_path)
+    assert placed["b"].end_s == pytest.approx(65.0)  # expected end: start + planned duration, past now
+    assert placed["c"].start_s >= 60.0  # after now, and after a's end plus its transfer if elsewhere
+    assert placed["c"].start_s > {a.task: a for a in plan.assignments}["c"].start_s
+    assert placed["d"].start_s >= max(placed["b"].end_s, placed["c"].end_s) - 1e-9
+    assert result.makespan_s > plan.makespan_s
+
+
+def test_a_running_task_past_its_planned_end_is_expected_to_end_now(tmp_path: Path) -> None:
+    objective = Objective(kind="time")
+    plan = plan_of(CHAIN, FAST, CHAIN_ROWS, objective)
+    state: dict[str, TaskState] = {"a": Done("m#0", 15.0, 5.0), "b": Running("m#0", 15.0)}
+    result = replan(CHAIN, FAST, plan, state, now_s=50.0)  # b was planned to end at 35
+    placed = by_task(result)
+    check(CHAIN, FAST, result, objective, tmp_path)
+    assert placed["b"].end_s == pytest.approx(50.0)
+    assert placed["d"].start_s >= 50.0
+
+
+def test_nothing_pending_starts_before_now_and_a_new_machine_boots_first(tmp_path: Path) -> None:
+    wf = workflow({"a": 10.0, "b": 10.0, "c": 10.0}, [])
+    cat = catalog(resource("m", boot_s=5.0, count=3))
+    objective = Objective(kind="time")
+    plan = plan_of(wf, cat, [("a", "m#0", 5.0), ("b", "m#0", 15.0), ("c", "m#1", 5.0)], objective)
+    # a runs late on m#0; c failed on m#1 and is to be retried; b waits
+    state: dict[str, TaskState] = {"a": Running("m#0", 12.0), "c": Pending()}
+    result = replan(wf, cat, plan, state, now_s=18.0)
+    placed = by_task(result)
+    check(wf, cat, result, objective, tmp_path)
+    for a in result.assignments:
+        assert a.start_s >= 18.0
+        if a.machine not in {"m#0", "m#1"}:  # not leased before now: it boots after now
+            assert a.start_s >= 18.0 + 5.0
+    assert placed["c"].start_s == pytest.approx(18.0)  # the retry, on m#1, leased and booted already
+    assert placed["c"].machine == "m#1"
+
+
+def test_a_leased_machine_with_nothing_started_on_it_is_used_once_booted(tmp_path: Path) -> None:
+    wf = workflow({"a": 10.0}, [])
+    cat = catalog(resource("m", boot_s=30.0, count=1))
+    objective = Objective(kind="time")
+    plan = plan_of(wf, cat, [("a", "m#0", 30.0)], objective)
+    result = replan(wf, cat, plan, {}, now_s=10.0)  # the lease began at 0: m#0 is booting
+    check(wf, cat, result, objective, tmp_path)
+    assert (result.assignments[0].machine, result.assignments[0].start_s) == ("m#0", 30.0)
+    late = replan(wf, cat, plan, {}, now_s=10.0, leased=())  # told nothing is leased: it boots from now
+    assert late.assignments[0].start_s == pytest.approx(40.0)
+
+
+def test_a_failed_task_is_placed_again_after_now_and_its_children_after_it(tmp_path: Path) -> None:
+    objective = Objective(kind="time")
+    plan = plan_of(CHAIN, FAST, CHAIN_ROWS, objective)
+    state: dict[str, TaskState] = {"a": Pending()}  # a failed at 14 s and will be retried
+    result = replan(CHAIN, FAST, plan, state, now_s=14.0)
+    placed = by_task(result)
+    check(CHAIN, FAST, result, objective, tmp_path)
+    assert {a.task for a in result.assignments} == {"a", "b", "c", "d"}
+    assert placed["a"].start_s >= 14.0
+    assert placed["b"].start_s >= placed["a"].end_s - 1e-9
+
+
+def test_an_oom_killed_task_retries_on_a_type_with_the_memory_it_now_reserves(tmp_path: Path) -> None:
+    wf = workflow({"a": 10.0, "b": 10.0}, [("a", "b", 0)], memory={"a": 3 * GIB})
+    cat = catalog(resource("small", memory_gib=4.0), resource("big", memory_gib=16.0, price_per_hour_usd=7.2))
+    objective = Objective(kind="cost")
+    plan = plan_of(wf, cat, [("a", "small#0", 0.0), ("b", "small#0", 10.0)], objective)
+    retry = int(1.5 * 3 * GIB)  # more than small's 4 GiB
+    result = replan(wf, cat, plan, {"a": Pending(memory_bytes=retry)}, now_s=8.0)
+    placed = by_task(result)
+    check(wf, cat, result, objective, tmp_path)
+    assert placed["a"].resource == "big" and placed["a"].memory_bytes == retry
+    assert "a" in result.moved_machine and "a" in result.moved_resource
+    assert placed["a"].start_s >= 8.0
+    with pytest.raises(UnplaceableTaskError, match="'a'"):
+        replan(wf, cat, plan, {"a": Pending(memory_bytes=32 * GIB)}, now_s=8.0)
+
+
+def test_a_task_moves_when_that_is_better_for_the_objective(tmp_path: Path) -> None:
+    wf = workflow({"p": 10.0, "q": 10.0}, [])
+    cat = catalog(resource("m", count=2))
+    objective = Objective(kind="time")
+    plan = plan_of(wf, cat, [("p", "m#0", 0.0), ("q", "m#0", 10.0)], objective)  # one after the other
+    result = replan(wf, cat, plan, {}, now_s=0.0)
+    check(wf, cat, result, objective, tmp_path)
+    assert result.method == "list" and result.makespan_s == pytest.approx(10.0)
+    assert len(result.moved_machine) == 1 and result.moved_resource == ()
+
+
+def test_a_task_stays_on_its_planned_machine_when_moving_is_not_better(tmp_path: Path) -> None:
+    wf = workflow({"p": 10.0, "q": 10.0}, [])
+    cat = catalog(resource("m", count=2))
+    objective = Objective(kind="cost")  # one machine for 20 s costs what two for 10 s do
+    plan = plan_of(wf, cat, [("p", "m#0", 0.0), ("q", "m#0", 10.0)], objective)
+    result = replan(wf, cat, plan, {}, now_s=0.0)
+    check(wf, cat, result, objective, tmp_path)
+    assert result.moved_machine == ()
+    assert [a.machine for a in result.assignments] == ["m#0", "m#0"]
+
+
+def test_count_is_kept_at_every_instant_and_a_lease_that_ended_frees_its_place(tmp_path: Path) -> None:
+    wf = workflow({"a": 10.0, "b": 10.0, "c": 10.0, "d": 10.0}, [("a", "b", 0)])
+    cat = catalog(resource("m", boot_s=5.0, count=1), resource("slow", speed=0.5, count=1))
+    objective = Objective(kind="cost")
+    rows = [("a", "m#0", 5.0), ("b", "slow#0", 15.0), ("c", "slow#0", 35.0), ("d", "slow#0", 55.0)]
+    plan = plan_of(wf, cat, rows, objective)
+    # a ended long ago on m#0, which was let go; the others wait. Reusing m#0 would pay 100 s idle, slow#0
+    # takes 60 s: a new m#1 booting for 5 s and running 30 s is the cheapest, and m#0's lease ended.
+    result = replan(wf, cat, plan, {"a": Done("m#0", 15.0, 5.0)}, now_s=115.0)
+    plan_after = check(wf, cat, result, objective, tmp_path)
+    used = {a.machine for a in result.assignments}
+    assert "m#0" not in used and "m#1" in used  # m#0's lease ended at 15: a second id, one at a time
+    per_type: dict[str, list[tuple[float, float]]] = {}
+    for lease in leases(plan_after.assignments, cat):
+        per_type.setdefault(lease.resource.name, []).append((lease.start_s, lease.end_s))
+    for spans in per_type.values():  # never two leases of a count-1 type at once
+        spans.sort()
+        assert all(later[0] >= earlier[1] - 1e-6 for earlier, later in itertools.pairwise(spans))
+
+
+def test_a_wide_workflow_keeps_within_count(tmp_path: Path) -> None:
+    wf = workflow({f"t{i}": 10.0 + i for i in range(12)}, [])
+    cat = catalog(resource("m", count=2, vcpus=2), resource("n", count=1, speed=2.0, price_per_hour_usd=20.0))
+    objective = Objective(kind="time")
+    plan = plan_of(wf, cat, [(f"t{i}", "m#0", 30.0 * i) for i in range(12)], objective)
+    state: dict[str, TaskState] = {"t0": Done("m#0", 10.0, 0.0), "t1": Running("m#0", 30.0)}
+    result = replan(wf, cat, plan, state, now_s=35.0)
+    check(wf, cat, result, objective, tmp_path)  # the checkers count leases of each type at every instant
+    assert result.makespan_s < plan.makespan_s  # spread over the machines the catalog allows
+
+
+def test_a_state_that_cannot_be_re_planned_names_the_task() -> None:
+    plan = plan_of(CHAIN, FAST, CHAIN_ROWS, Objective(kind="time"))
+    with pytest.raises(ReplanError, match="'zz'"):
+        replan(CHAIN, FAST, plan, {"zz": Pending()}, now_s=0.0)
+    with pytest.raises(ReplanError, match="'a' is done at 30"):
+        replan(CHAIN, FAST, plan, {"a": Done("m#0", 30.0)}, now_s=20.0)
+    with pytest.raises(ReplanError, match="'b' runs since 25"):
+        replan(CHAIN, FAST, plan, {"b": Running("m#0", 25.0)}, now_s=20.0)
+    with pytest.raises(ReplanError, match=r"'a'.*'gone#0'"):
+        replan(CHAIN, FAST, plan, {"a": Done("gone#0", 10.0)}, now_s=20.0)
+
+
+@pytest.mark.parametrize("kind", ["time", "cost", "balanced"])
+def test_a_real_workflow_replanned_after_a_drift_is_valid(kind: str, tmp_path: Path) -> None:
+    wf = load_workflow(BUNDLED / "blast-chameleon-small-001.json")
+    cat = load_catalog(BUNDLED.parent / "catalogs" / "aws-us-east-1.yaml")
+    objective = Objective(kind=kind)  # type: ignore[arg-type]
+    plan = optimize(wf, cat, objective, "aws", time_limit_s=5.0, stages=[Stage(ListSchedulingEngine(), 1.0)])
+    # the run so far: every third task runs 1.5x long, each task as early as its planned machine allows
+    slow = {t.id for i, t in enumerate(wf.tasks) if i % 3 == 0}
+    slowed = Workflow.create(
+        wf.name, [replace(t, runtime_s=t.runtime_s * (1.5 if t.id in slow else 1.0)) for t in wf.tasks], wf.edges
+    )
+    ran = retime(slowed, cat, {a.task: a.machine for a in plan.assignments}, start_order(plan.assignments, wf))
+    now = sorted(a.end_s for a in ran)[len(ran) // 3]  # a third of the tasks done
+    state: dict[str, TaskState] = {}
+    for a in ran:
+        if a.end_s <= now:
+            state[a.task] = Done(a.machine, a.end_s, a.start_s)
+        elif a.start_s <= now:
+            state[a.task] = Running(a.machine, a.start_s)
+    assert any(isinstance(s, Done) for s in state.values()) and len(state) < len(wf.tasks)
+    result = replan(wf, cat, plan, state, now_s=now)
+    check(wf, cat, result, objective, tmp_path)
+    assert all(a.start_s >= now - 1e-9 for a in result.assignments)
+
+
+def test_past_the_time_limit_the_list_schedule_is_abandoned_and_the_plan_shifted_answers(tmp_path: Path) -> None:
+    wf = workflow({"p": 10.0, "q": 10.0}, [])
+    cat = catalog(resource("m", count=2))
+    objective = Objective(kind="time")
+    plan = plan_of(wf, cat, [("p", "m#0", 0.0), ("q", "m#0", 10.0)], objective)
+    searched = replan(wf, cat, plan, {}, now_s=0.0)
+    assert searched.method == "list" and searched.list_wall_s is not None
+    hurried = replan(wf, cat, plan, {}, now_s=0.0, time_limit_s=0.0)
+    check(wf, cat, hurried, objective, tmp_path)
+    assert hurried.method == "kept" and hurried.list_wall_s is None
+    assert hurried.moved_machine == () and hurried.makespan_s == pytest.approx(20.0)
+
+
+def test_a_machine_held_for_its_planned_tasks_is_paid_up_to_now_so_a_retry_stays_on_it(tmp_path: Path) -> None:
+    wf = workflow({"a": 10.0, "b": 10.0}, [])
+    cat = catalog(resource("m", boot_s=5.0, count=2))
+    objective = Objective(kind="cost")
+    plan = plan_of(wf, cat, [("a", "m#0", 5.0), ("b", "m#0", 15.0)], objective)
+    # b ran on m#0 from 15 s and failed at 50 s: m#0 was held (and paid) all along
+    result = replan(wf, cat, plan, {"a": Done("m#0", 15.0, 5.0), "b": Pending()}, now_s=50.0)
+    check(wf, cat, result, objective, tmp_path)
+    assert [(a.task, a.machine, a.start_s) for a in result.assignments] == [("b", "m#0", 50.0)]
+    assert result.cost_usd == pytest.approx(3.6 / 3600 * 60.0)  # m#0 from 0 to 60 s
