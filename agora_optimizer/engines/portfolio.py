@@ -24,7 +24,8 @@ from dataclasses import dataclass, field, replace
 
 from agora_optimizer.engines.base import Engine, EngineResult
 from agora_optimizer.engines.exact.cpsat.engine import CpSatEngine
-from agora_optimizer.engines.exact.milp.engine import MilpEngine, meets_bound
+from agora_optimizer.engines.exact.milp.engine import MilpEngine
+from agora_optimizer.engines.exact.shared import meets_bound
 from agora_optimizer.engines.heft import HeftEngine
 from agora_optimizer.engines.list_scheduling import ListSchedulingEngine
 from agora_optimizer.engines.local_search import LocalSearchEngine

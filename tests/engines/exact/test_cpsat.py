@@ -17,8 +17,9 @@ from agora_optimizer.engines.base import Engine, EngineResult
 from agora_optimizer.engines.exact.cpsat.data import Ticks, build_data, choose_ticks, to_ticks
 from agora_optimizer.engines.exact.cpsat.engine import CpSatEngine, add_hints, read_schedule, to_plan
 from agora_optimizer.engines.exact.cpsat.model import build_model
-from agora_optimizer.engines.exact.milp.engine import MilpEngine, prune_types
+from agora_optimizer.engines.exact.milp.engine import MilpEngine
 from agora_optimizer.engines.exact.repair import RealTimes, SolverSchedule, least_starts, retime
+from agora_optimizer.engines.exact.shared import prune_types
 from agora_optimizer.engines.list_scheduling import ListSchedulingEngine
 from agora_optimizer.engines.portfolio import Stage, default_stages, run_portfolio
 from agora_optimizer.model import GIB, Billing, Catalog, Edge, Objective, Resource, Task, Workflow

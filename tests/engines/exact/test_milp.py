@@ -25,7 +25,9 @@ import numpy as np
 import pytest
 
 from agora_optimizer.engines.base import EngineResult
-from agora_optimizer.engines.exact.milp.engine import MilpEngine, dominates, prune_types, read_cbc_bound
+from agora_optimizer.engines.exact.milp.cbc import read_cbc_bound
+from agora_optimizer.engines.exact.milp.engine import MilpEngine
+from agora_optimizer.engines.exact.shared import dominates, prune_types
 from agora_optimizer.io.wfformat import load_workflow
 from agora_optimizer.model import (
     GIB,

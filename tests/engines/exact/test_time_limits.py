@@ -14,8 +14,10 @@ import pytest
 from agora_optimizer.engines.exact.cpsat import model as cpsat_model
 from agora_optimizer.engines.exact.cpsat.data import build_data, choose_ticks
 from agora_optimizer.engines.exact.cpsat.engine import CpSatEngine
-from agora_optimizer.engines.exact.milp import engine as milp
-from agora_optimizer.engines.exact.milp.engine import MilpEngine, prune_types
+from agora_optimizer.engines.exact.milp import data as milp_data
+from agora_optimizer.engines.exact.milp import model as milp_model
+from agora_optimizer.engines.exact.milp.engine import MilpEngine
+from agora_optimizer.engines.exact.shared import prune_types
 from agora_optimizer.engines.list_scheduling import ListSchedulingEngine
 from agora_optimizer.engines.one_type_default import OneTypeDefaultEngine
 from agora_optimizer.io.catalog_file import load_catalog
@@ -41,7 +43,7 @@ def test_a_passed_deadline_stops_both_model_builders(big_model_problem: Problem)
     problem = big_model_problem
     warm = list(ListSchedulingEngine().solve(problem, 1).assignments)  # type: ignore[union-attr]
     with pytest.raises(OutOfTime):
-        milp._build_model(milp._build_data(problem, warm), Deadline(time.perf_counter()))
+        milp_model.build_model(milp_data.build_data(problem, warm), Deadline(time.perf_counter()))
     ticks = choose_ticks(problem, prune_types(problem)[0])
     with pytest.raises(OutOfTime):
         cpsat_model.build_model(build_data(problem, "down", ticks, warm), Deadline(time.perf_counter()))
@@ -55,7 +57,7 @@ def test_a_short_limit_is_kept_though_the_model_takes_longer_to_build(
     problem = big_model_problem
     warm = ListSchedulingEngine().solve(problem, 1)
     started = time.perf_counter()
-    milp._build_model(milp._build_data(problem, list(warm.assignments)))  # type: ignore[union-attr]
+    milp_model.build_model(milp_data.build_data(problem, list(warm.assignments)))  # type: ignore[union-attr]
     build_s = time.perf_counter() - started
     limit_s = 0.3
     assert build_s > 2 * limit_s, "the model builds fast here: this test no longer tests the cut"

@@ -26,7 +26,7 @@ Otherwise the two optima differ by the rounding: at most one tick for each task 
 transfer on a path (2n ticks for n tasks) on the makespan and on each lease, plus one
 billing step where a lease lies within those ticks above a whole step.
 
-Data: tasks in topological order; the types kept by :func:`~agora_optimizer.engines.exact.milp.engine.prune_types`
+Data: tasks in topological order; the types kept by :func:`~agora_optimizer.engines.exact.shared.prune_types`
 (a dominated type's machines move to a dominating type at no loss); S_k slots per type: the
 tasks that fit k, no more than the cost cap pays for at k's cheapest lease, and ``count_k`` for
 a time objective without budget when smaller (machines whose leases never overlap merge into
@@ -44,8 +44,8 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Literal
 
-from agora_optimizer.engines.exact.milp.engine import prune_types
 from agora_optimizer.engines.exact.repair import Slot
+from agora_optimizer.engines.exact.shared import caps, head_tail, prune_types, real_horizon_s, slots_paid_for
 from agora_optimizer.model.catalog import Resource
 from agora_optimizer.model.plan import Assignment
 from agora_optimizer.model.workflow import Task
@@ -53,7 +53,6 @@ from agora_optimizer.planning.problem import Problem
 
 Direction = Literal["down", "up"]
 KIB = 1024
-CLAIM_TOLERANCE = 1e-7  # relative room on the caps a warm start allows (its own value stays inside)
 INT_LIMIT = 2**60  # what a row's terms may add up to
 _MAX_TICKS = 10**10
 _MAX_PER_S = 10**9
@@ -166,54 +165,8 @@ class TickData:
         return kind.resource.price_per_hour_usd / 3600.0 * kind.unit_ticks / self.ticks_per_s
 
 
-@dataclass(frozen=True)
-class Caps:
-    """Upper bounds, in seconds and USD, that every plan at least as good as the warm start respects."""
-
-    makespan_s: float
-    cost_usd: float
-
-
-def real_horizon_s(problem: Problem, kinds: Sequence[Resource]) -> float:
-    """Some optimal plan ends by the last release plus sum_i (max boot + max duration + max outgoing transfer):
-    idle instants after the last release cut out."""
-    catalog = problem.catalog
-    total = max([0.0, *(r.release_s for r in kinds), *(t.release_s for t in problem.workflow.tasks)])
-    for task in problem.workflow.tasks:
-        fits = [r for r in kinds if r.fits(task)]
-        transfers = [catalog.transfer_s(e.bytes) for e in problem.workflow.children[task.id]]
-        total += max(r.boot_s for r in fits) + max(r.runtime_s(task) for r in fits) + max(transfers, default=0.0)
-    return total
-
-
-def caps(problem: Problem, kinds: Sequence[Resource], warm: Sequence[Assignment] | None) -> Caps:
-    objective, bounds = problem.objective, problem.bounds
-    makespan = real_horizon_s(problem, kinds)
-    if objective.deadline_s is not None:
-        makespan = min(makespan, objective.deadline_s + 1e-6)  # the limit's own tolerance
-    cost = math.inf if objective.budget_usd is None else objective.budget_usd * (1 + 1e-9)
-    if not warm:
-        return Caps(makespan, cost)
-    warm_makespan, warm_cost = problem.evaluate(warm)
-    value, alpha = problem.score(warm)[0], objective.alpha
-    if objective.kind == "time":
-        makespan = min(makespan, warm_makespan)
-    elif objective.kind == "cost":
-        cost = min(cost, warm_cost)
-    else:  # value >= alpha T / T_lb + (1 - alpha) C / C_lb with T >= T_lb and C >= C_lb
-        if alpha > 0:
-            makespan = min(makespan, (value - (1 - alpha)) * max(bounds.makespan_s, 1e-9) / alpha)
-        if alpha < 1:
-            cost = min(cost, (value - alpha) * max(bounds.cost_usd, 1e-12) / (1 - alpha))
-    return Caps(makespan * (1 + CLAIM_TOLERANCE) + 1e-6, cost * (1 + CLAIM_TOLERANCE) + 1e-12)
-
-
 def _slot_count(problem: Problem, resource: Resource, tasks: Sequence[Task], cost_cap: float) -> int:
-    fitting = [t for t in tasks if resource.fits(t)]
-    slots = len(fitting)
-    cheapest = resource.lease_cost_usd(resource.boot_s + min(resource.runtime_s(t) for t in fitting))
-    if math.isfinite(cost_cap) and cheapest > 0:
-        slots = max(1, min(slots, math.floor(cost_cap / cheapest + 1e-9)))
+    slots = slots_paid_for(resource, tasks, cost_cap)
     objective = problem.objective
     if resource.count is not None and objective.kind == "time" and objective.budget_usd is None:
         slots = min(slots, resource.count)
@@ -285,14 +238,8 @@ def build_data(problem: Problem, direction: Direction, ticks: Ticks, warm: Seque
         ancestors.append(set().union(*([ancestors[p] | {p} for p in parents[i]] or [set()])))
     shortest = [min(duration[i, k] for k in options[i]) for i in range(len(tasks))]
     release = [to_ticks(t.release_s, per_s, direction) for t in tasks]  # each task's own
-    head = [0] * len(tasks)
-    for i in range(len(tasks)):
-        earliest = max(min(types[k].release + types[k].boot for k in options[i]), release[i])
-        head[i] = max([earliest] + [head[p] + shortest[p] for p in parents[i]])
-    tail = list(shortest)
-    for c in reversed(range(len(tasks))):
-        for p in parents[c]:
-            tail[p] = max(tail[p], shortest[p] + tail[c])
+    earliest = [max(min(types[k].release + types[k].boot for k in options[i]), release[i]) for i in range(len(tasks))]
+    head, tail = head_tail(earliest, shortest, parents)
     if direction == "down":  # every plan within the caps ends by floor(cap * S)
         horizon = to_ticks(limits.makespan_s, per_s, "down")
     else:  # the model's own compression bound, in its (rounded-up) ticks

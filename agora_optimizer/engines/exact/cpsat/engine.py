@@ -26,7 +26,7 @@ Otherwise "feasible", with gap = (value - bound) / value.
 
 Search: ``num_workers`` CP-SAT workers (2: the machine has two cores), linearization level 2,
 a complete hint from the best of the given warm start and a few list schedules
-(:func:`~agora_optimizer.engines.exact.milp.engine.best_warm_start`), and an explicit time limit for each
+(:func:`~agora_optimizer.engines.exact.shared.best_warm_start`), and an explicit time limit for each
 phase out of ``time_limit_s``. The better of the model's plans and the warm start is returned.
 A workflow above ``max_tasks``, a deadline or budget proven infeasible (by the lower bounds or
 the "down" model), and a run that neither finds a plan nor proves the warm start optimal
@@ -46,7 +46,6 @@ from typing import Any
 from agora_optimizer.engines.base import Engine, EngineResult
 from agora_optimizer.engines.exact.cpsat.data import Direction, TickData, Ticks, build_data, choose_ticks, to_ticks
 from agora_optimizer.engines.exact.cpsat.model import TickModel, build_model
-from agora_optimizer.engines.exact.milp.engine import best_warm_start, is_valid, meets_bound, prune_types
 from agora_optimizer.engines.exact.repair import (
     RealTimes,
     Slot,
@@ -57,6 +56,7 @@ from agora_optimizer.engines.exact.repair import (
     structure_edges,
     to_assignments,
 )
+from agora_optimizer.engines.exact.shared import best_warm_start, is_valid, meets_bound, proven_infeasible, prune_types
 from agora_optimizer.model.plan import Assignment, SolverStatus
 from agora_optimizer.planning.problem import Problem
 from agora_optimizer.planning.time_budget import Deadline, OutOfTime
@@ -279,13 +279,6 @@ def to_plan(data: TickData, schedule: SolverSchedule) -> list[Assignment] | None
 # ------------------------------------------------------------------------- engine
 
 
-def _proven_infeasible(problem: Problem) -> bool:
-    objective, bounds = problem.objective, problem.bounds
-    if objective.deadline_s is not None and objective.deadline_s < bounds.makespan_s - 1e-6:
-        return True
-    return objective.budget_usd is not None and objective.budget_usd < bounds.cost_usd * (1 - 1e-9)
-
-
 class CpSatEngine(Engine):
     """The exact CP-SAT model of the execution rules, for small workflows (see the module docstring).
 
@@ -318,7 +311,7 @@ class CpSatEngine(Engine):
     ) -> EngineResult | None:
         started = time.perf_counter()
         self.last_phases = []
-        if len(problem.workflow.tasks) > self.max_tasks or time_limit_s <= 0 or _proven_infeasible(problem):
+        if len(problem.workflow.tasks) > self.max_tasks or time_limit_s <= 0 or proven_infeasible(problem):
             return None
         warm = best_warm_start(problem, warm_start, Deadline(started + time_limit_s - self.margin_s - _MIN_SOLVE_S))
         ticks = Ticks(self.ticks_per_s, False) if self.ticks_per_s else choose_ticks(problem, prune_types(problem)[0])

@@ -1,0 +1,94 @@
+"""Solving the MILP with CBC: the binary PuLP ships (copied where it may run), its time limit, and the lower
+bound read from its log (PuLP does not return it)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import pulp
+
+from agora_optimizer.engines.exact.milp.highs import SolverOutcome as _Outcome
+from agora_optimizer.engines.exact.milp.highs import solve_with_highs
+from agora_optimizer.engines.exact.milp.model import MilpModel
+from agora_optimizer.engines.exact.shared import (
+    OPTIMALITY_TOLERANCE,
+)
+
+_FINAL_BOUND = re.compile(r"^Cbc0005I Partial search .*\(best possible (\S+)\)", re.MULTILINE)
+_LOWER_BOUND = re.compile(r"^Lower bound:\s+(\S+)", re.MULTILINE)
+
+
+def read_cbc_bound(log: str) -> float | None:
+    """CBC's best bound when it stopped early, from its log.
+
+    The last "Cbc0005I Partial search ... (best possible X)" closes the main search (sub-searches
+    of heuristics end earlier) and prints 8 significant digits; the summary's "Lower bound:" only
+    3 decimals, so it is the fallback.
+    """
+    for pattern in (_FINAL_BOUND, _LOWER_BOUND):
+        for text in reversed(pattern.findall(log)):
+            try:
+                return float(text)
+            except ValueError:
+                continue
+    return None
+
+
+def _cbc_path(folder: Path, hard_limit_s: float) -> str | None:
+    """The CBC binary bundled with PuLP 3.3, behind ``timeout -s KILL`` where there is one.
+
+    CBC checks its own limit (``-sec``) only between steps, and can overrun it by far in the
+    root node of a large model; the wrapper ends it for good.
+    """
+    bundled = pulp.PULP_CBC_CMD.pulp_cbc_path
+    binary = bundled if Path(bundled).exists() else shutil.which("cbc")
+    killer = shutil.which("timeout")
+    if binary is None or killer is None or os.name == "nt":
+        return binary
+    wrapper = folder / "cbc"
+    wrapper.write_text(f'#!/bin/sh\nexec "{killer}" -s KILL {hard_limit_s:.3f} "{binary}" "$@"\n')
+    wrapper.chmod(0o755)
+    return str(wrapper)
+
+
+def solve(model: MilpModel, time_limit_s: float, warm: bool, threads: int | None, solver: str = "cbc") -> _Outcome:
+    """Run the solver (HiGHS, or CBC) and read what it found."""
+    if solver == "highs":
+        found = solve_with_highs(model.lp, time_limit_s, warm, threads, OPTIMALITY_TOLERANCE)
+        if found.status in ("optimal", "feasible") and not model.solved():
+            return _Outcome("none", None, None, found.solve_s)
+        return found
+    return _solve_cbc(model, time_limit_s, warm, threads)
+
+
+def _solve_cbc(model: MilpModel, time_limit_s: float, warm: bool, threads: int | None) -> _Outcome:
+    """Run CBC (``COIN_CMD``: ``PULP_CBC_CMD`` is deprecated in PuLP 3.3) and read what it found."""
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="agora-milp-") as folder:
+        log_path = Path(folder) / "cbc.log"
+        path = _cbc_path(Path(folder), time_limit_s * 1.1 + 1.0)
+        if path is None:
+            return _Outcome("none", None, None)
+        solver = pulp.COIN_CMD(
+            path=path, msg=False, timeLimit=time_limit_s, warmStart=warm, logPath=str(log_path), threads=threads
+        )
+        solver.tmpDir = folder  # PuLP's model and solution files go too, even when CBC is killed
+        try:
+            model.lp.solve(solver)
+        except pulp.PulpSolverError:  # CBC killed at the hard limit, or exited abnormally
+            return _Outcome("error", None, None, time.perf_counter() - started)
+        log = log_path.read_text(errors="replace") if log_path.exists() else ""
+    elapsed = time.perf_counter() - started
+    if model.lp.status == pulp.LpStatusInfeasible:
+        return _Outcome("infeasible", None, None, elapsed)
+    value = model.lp.objective.value() if model.lp.objective is not None else None
+    if model.lp.status != pulp.LpStatusOptimal or value is None or not model.solved():
+        return _Outcome("none", None, None, elapsed)
+    if model.lp.sol_status == pulp.LpSolutionOptimal:  # CBC closed the gap: its bound is the value
+        return _Outcome("optimal", value, value, elapsed)
+    return _Outcome("feasible", value, read_cbc_bound(log), elapsed)

@@ -1,0 +1,140 @@
+"""A warm start for the MILP: a valid schedule read into the model's variables (slots, lanes, orders, leases)."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from agora_optimizer.engines.exact.milp.data import EPS_S, MilpData, Slot
+from agora_optimizer.engines.exact.milp.model import MilpModel
+from agora_optimizer.engines.exact.repair import lift_pruned
+from agora_optimizer.model.plan import Assignment
+
+
+@dataclass(frozen=True)
+class WarmSchedule:
+    """A complete schedule in the model's terms: slot, lanes, start and end of every task."""
+
+    place: list[Slot]
+    lanes: list[frozenset[int]]
+    start: list[float]
+    end: list[float]
+
+
+def _canonical_slots(assignments: Sequence[Assignment], data: MilpData) -> dict[str, Slot] | None:
+    """Each task's slot in the model's symmetry-broken numbering, or None if the plan does not fit the model."""
+    index = {t.id: n for n, t in enumerate(data.tasks)}
+    type_index = {kind.resource.name: k for k, kind in enumerate(data.types)}
+    machines: dict[str, list[Assignment]] = defaultdict(list)
+    for a in assignments:
+        machines[a.machine].append(a)
+    per_type: dict[int, list[tuple[tuple[float, int], str]]] = defaultdict(list)
+    for machine, items in sorted(machines.items()):
+        k = type_index.get(items[0].resource)
+        if k is None:
+            return None
+        first_rank = min(data.rank[index[a.task], k] for a in items)
+        lease_start = min(a.start_s for a in items) - data.types[k].resource.boot_s
+        per_type[k].append(((lease_start if data.types[k].by_lease else 0.0, first_rank), machine))
+    result: dict[str, Slot] = {}
+    for k, keyed in per_type.items():
+        if len(keyed) > data.types[k].slots:
+            return None
+        for m, (_, machine) in enumerate(sorted(keyed)):
+            result.update({a.task: (k, m) for a in machines[machine]})
+    return result
+
+
+def _colour_lanes(
+    data: MilpData, place: list[Slot], start: list[float], end: list[float]
+) -> list[frozenset[int]] | None:
+    """Greedy lanes in start order, then renumbered by lowest-ranked task (the model's symmetry)."""
+    lanes: list[frozenset[int]] = [frozenset()] * len(data.tasks)
+    on_slot: dict[Slot, list[int]] = defaultdict(list)
+    for i, (k, m) in enumerate(place):
+        if i in data.types[k].lane_tasks:
+            on_slot[k, m].append(i)
+    for (k, _), items in on_slot.items():
+        free_at = [-math.inf] * data.types[k].lanes
+        for i in sorted(items, key=lambda i: (start[i], i)):
+            free = [lane for lane, t in enumerate(free_at) if t <= start[i] + EPS_S][: data.tasks[i].cores]
+            if len(free) < data.tasks[i].cores:
+                return None
+            for lane in free:
+                free_at[lane] = end[i]
+            lanes[i] = frozenset(free)
+        lowest: dict[int, int] = {}
+        for i in items:
+            for lane in lanes[i]:
+                lowest[lane] = min(lowest.get(lane, len(data.tasks)), data.rank[i, k])
+        renumber = {lane: n for n, lane in enumerate(sorted(lowest, key=lambda lane: (lowest[lane], lane)))}
+        for i in items:
+            lanes[i] = frozenset(renumber[lane] for lane in lanes[i])
+    return lanes
+
+
+def _as_schedule(assignments: Sequence[Assignment], data: MilpData) -> WarmSchedule | None:
+    lifted = lift_pruned(assignments, data.replacement, data.problem.workflow)
+    slots = _canonical_slots(lifted, data)
+    if slots is None:
+        return None
+    by_task = {a.task: a for a in lifted}
+    place = [slots[t.id] for t in data.tasks]
+    start = [by_task[t.id].start_s for t in data.tasks]
+    end = [by_task[t.id].end_s for t in data.tasks]
+    lanes = _colour_lanes(data, place, start, end)
+    if lanes is None:
+        return None
+    return WarmSchedule(place, lanes, start, end)
+
+
+def set_warm_start(model: MilpModel, data: MilpData, assignments: Sequence[Assignment]) -> bool:
+    schedule = _as_schedule(assignments, data)
+    if schedule is None:
+        return False
+    place, lanes, start, end = schedule.place, schedule.lanes, schedule.start, schedule.end
+    if any((i, *slot) not in model.x for i, slot in enumerate(place)):
+        return False
+    if any((i, *place[i], lane) not in model.y for i in range(len(place)) for lane in lanes[i]):
+        return False
+    for key, var in model.x.items():
+        var.setInitialValue(1 if place[key[0]] == key[1:] else 0)
+    for (i, k, m, lane), var in model.y.items():
+        var.setInitialValue(1 if place[i] == (k, m) and lane in lanes[i] else 0)
+    for i, var in enumerate(model.s):
+        var.setInitialValue(start[i])
+    model.makespan.setInitialValue(max(end, default=0.0))
+    for (i, j), var in model.sm.items():
+        var.setInitialValue(1 if place[i] == place[j] else 0)
+    for (i, j), var in model.q.items():
+        var.setInitialValue(1 if place[i] == place[j] and lanes[i] & lanes[j] else 0)
+    for (i, j), var in model.o.items():
+        var.setInitialValue(1 if (start[i], i) <= (start[j], j) else 0)
+    for (i, j), var in model.a.items():
+        running = place[i] == place[j] and (start[i], i) <= (start[j], j) and start[j] < end[i] - EPS_S
+        var.setInitialValue(1 if running else 0)
+    _set_lease_values(model, data, schedule)
+    return True
+
+
+def _set_lease_values(model: MilpModel, data: MilpData, schedule: WarmSchedule) -> None:
+    spans: dict[Slot, tuple[float, float]] = {}
+    for i, slot in enumerate(schedule.place):
+        boot = data.types[slot[0]].resource.boot_s
+        first, last = spans.get(slot, (math.inf, -math.inf))
+        spans[slot] = (min(first, schedule.start[i] - boot), max(last, schedule.end[i]))
+    for slot, var in model.u.items():
+        var.setInitialValue(1 if slot in spans else 0)
+        first, last = spans.get(slot, (0.0, 0.0))
+        billing = data.types[slot[0]].resource.billing
+        steps = math.ceil(max(last - first, 0.0) / billing.granularity_s - 1e-9)
+        model.lease_start[slot].setInitialValue(first)
+        model.lease_end[slot].setInitialValue(last)
+        model.steps[slot].setInitialValue(steps)
+        minimum = billing.minimum_s if slot in spans else 0.0
+        model.billed[slot].setInitialValue(max(minimum, steps * billing.granularity_s))
+    for (k, earlier, m), var in model.overlap.items():
+        before, after = spans.get((k, earlier)), spans.get((k, m))
+        var.setInitialValue(1 if before is not None and after is not None and before[1] > after[0] else 0)
