@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TypeVar
@@ -135,6 +135,38 @@ def head_tail(
         for c in children[i]:
             tail[i] = max(tail[i], shortest[i] + tail[c])
     return head, tail
+
+
+def colour_lanes(
+    on_slot: Mapping[tuple[int, int], Sequence[int]],
+    lanes: Sequence[int],
+    cores: Sequence[int],
+    rank: Mapping[tuple[int, int], int],
+    start: Sequence[Number],
+    end: Sequence[Number],
+    eps: float = 0.0,
+) -> dict[int, frozenset[int]] | None:
+    """Each task's lanes on its slot ``(k, m)``: greedy in start order (exact for intervals: it finds
+    free lanes whenever the cores in use never exceed ``lanes[k]``), then renumbered by each lane's
+    lowest-ranked task (the models' symmetry breaking). None when a slot's tasks need more at once."""
+    result: dict[int, frozenset[int]] = {}
+    for (k, _), items in on_slot.items():
+        free_at = [-math.inf] * lanes[k]
+        taken: dict[int, list[int]] = {}
+        for i in sorted(set(items), key=lambda i: (start[i], i)):
+            free = [lane for lane, t in enumerate(free_at) if t <= start[i] + eps][: cores[i]]
+            if len(free) < cores[i]:
+                return None
+            for lane in free:
+                free_at[lane] = end[i]
+            taken[i] = free
+        lowest: dict[int, int] = {}
+        for i, used in taken.items():
+            for lane in used:
+                lowest[lane] = min(lowest.get(lane, len(cores)), rank[i, k])
+        renumber = {lane: n for n, lane in enumerate(sorted(lowest, key=lambda lane: (lowest[lane], lane)))}
+        result.update({i: frozenset(renumber[lane] for lane in used) for i, used in taken.items()})
+    return result
 
 
 def slots_paid_for(resource: Resource, tasks: Sequence[Task], cost_cap_usd: float) -> int:

@@ -56,7 +56,14 @@ from agora_optimizer.engines.exact.repair import (
     structure_edges,
     to_assignments,
 )
-from agora_optimizer.engines.exact.shared import best_warm_start, is_valid, meets_bound, proven_infeasible, prune_types
+from agora_optimizer.engines.exact.shared import (
+    best_warm_start,
+    colour_lanes,
+    is_valid,
+    meets_bound,
+    proven_infeasible,
+    prune_types,
+)
 from agora_optimizer.model.plan import Assignment, SolverStatus
 from agora_optimizer.planning.problem import Problem
 from agora_optimizer.planning.time_budget import Deadline, OutOfTime
@@ -138,34 +145,6 @@ def _tick_starts(data: TickData, place: list[Slot], assignments: Sequence[Assign
     return None if found is None else [round(s) for s in found]
 
 
-def colour_lanes(
-    model: TickModel, data: TickData, place: list[Slot], start: list[int], end: list[int]
-) -> dict[int, frozenset[int]]:
-    """Lanes for the tasks of slots that have them: greedy in start order, renumbered by lowest-ranked task."""
-    on_slot: dict[Slot, list[int]] = {}
-    for i, k, m, _ in model.lanes:
-        if place[i] == (k, m):
-            on_slot.setdefault((k, m), []).append(i)
-    result: dict[int, frozenset[int]] = {}
-    for (k, _), items in on_slot.items():
-        free_at = [-math.inf] * data.types[k].resource.vcpus
-        taken: dict[int, list[int]] = {}
-        for i in sorted(set(items), key=lambda i: (start[i], i)):
-            free = [lane for lane, t in enumerate(free_at) if t <= start[i]][: data.tasks[i].cores]
-            if len(free) < data.tasks[i].cores:
-                return {}
-            for lane in free:
-                free_at[lane] = end[i]
-            taken[i] = free
-        lowest: dict[int, int] = {}
-        for i, used in taken.items():
-            for lane in used:
-                lowest[lane] = min(lowest.get(lane, len(data.tasks)), data.rank[i, k])
-        renumber = {lane: n for n, lane in enumerate(sorted(lowest, key=lambda lane: (lowest[lane], lane)))}
-        result.update({i: frozenset(renumber[lane] for lane in used) for i, used in taken.items()})
-    return result
-
-
 def add_hints(model: TickModel, data: TickData, assignments: Sequence[Assignment]) -> bool:
     """Hint every variable with a real plan (its machines of pruned types lifted); False if it does not fit."""
     lifted = lift_pruned(assignments, data.replacement, data.problem.workflow)
@@ -177,7 +156,12 @@ def add_hints(model: TickModel, data: TickData, assignments: Sequence[Assignment
         return False
     cp = model.cp
     end = [start[i] + data.duration[i, place[i][0]] for i in range(len(start))]
-    lanes = colour_lanes(model, data, place, start, end)
+    on_slot: dict[Slot, list[int]] = {}
+    for i, k, m, _ in model.lanes:
+        if place[i] == (k, m):
+            on_slot.setdefault((k, m), []).append(i)
+    vcpus = [kind.resource.vcpus for kind in data.types]
+    lanes = colour_lanes(on_slot, vcpus, [t.cores for t in data.tasks], data.rank, start, end) or {}
     for (i, k, m), x in model.x.items():
         cp.add_hint(x, place[i] == (k, m))
     for i in range(len(start)):

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from agora_optimizer.engines.exact.milp.data import EPS_S, MilpData, Slot
 from agora_optimizer.engines.exact.milp.model import MilpModel
 from agora_optimizer.engines.exact.repair import lift_pruned
+from agora_optimizer.engines.exact.shared import colour_lanes
 from agora_optimizer.model.plan import Assignment
 
 
@@ -47,34 +48,6 @@ def _canonical_slots(assignments: Sequence[Assignment], data: MilpData) -> dict[
     return result
 
 
-def _colour_lanes(
-    data: MilpData, place: list[Slot], start: list[float], end: list[float]
-) -> list[frozenset[int]] | None:
-    """Greedy lanes in start order, then renumbered by lowest-ranked task (the model's symmetry)."""
-    lanes: list[frozenset[int]] = [frozenset()] * len(data.tasks)
-    on_slot: dict[Slot, list[int]] = defaultdict(list)
-    for i, (k, m) in enumerate(place):
-        if i in data.types[k].lane_tasks:
-            on_slot[k, m].append(i)
-    for (k, _), items in on_slot.items():
-        free_at = [-math.inf] * data.types[k].lanes
-        for i in sorted(items, key=lambda i: (start[i], i)):
-            free = [lane for lane, t in enumerate(free_at) if t <= start[i] + EPS_S][: data.tasks[i].cores]
-            if len(free) < data.tasks[i].cores:
-                return None
-            for lane in free:
-                free_at[lane] = end[i]
-            lanes[i] = frozenset(free)
-        lowest: dict[int, int] = {}
-        for i in items:
-            for lane in lanes[i]:
-                lowest[lane] = min(lowest.get(lane, len(data.tasks)), data.rank[i, k])
-        renumber = {lane: n for n, lane in enumerate(sorted(lowest, key=lambda lane: (lowest[lane], lane)))}
-        for i in items:
-            lanes[i] = frozenset(renumber[lane] for lane in lanes[i])
-    return lanes
-
-
 def _as_schedule(assignments: Sequence[Assignment], data: MilpData) -> WarmSchedule | None:
     lifted = lift_pruned(assignments, data.replacement, data.problem.workflow)
     slots = _canonical_slots(lifted, data)
@@ -84,10 +57,15 @@ def _as_schedule(assignments: Sequence[Assignment], data: MilpData) -> WarmSched
     place = [slots[t.id] for t in data.tasks]
     start = [by_task[t.id].start_s for t in data.tasks]
     end = [by_task[t.id].end_s for t in data.tasks]
-    lanes = _colour_lanes(data, place, start, end)
-    if lanes is None:
+    on_slot: dict[Slot, list[int]] = defaultdict(list)
+    for i, (k, m) in enumerate(place):
+        if i in data.types[k].lane_tasks:
+            on_slot[k, m].append(i)
+    lanes_of_type = [kind.lanes for kind in data.types]
+    found = colour_lanes(on_slot, lanes_of_type, [t.cores for t in data.tasks], data.rank, start, end, EPS_S)
+    if found is None:
         return None
-    return WarmSchedule(place, lanes, start, end)
+    return WarmSchedule(place, [found.get(i, frozenset()) for i in range(len(data.tasks))], start, end)
 
 
 def set_warm_start(model: MilpModel, data: MilpData, assignments: Sequence[Assignment]) -> bool:
