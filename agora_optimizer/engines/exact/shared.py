@@ -19,7 +19,7 @@ from agora_optimizer.model.plan import Assignment, Plan, SolverInfo
 from agora_optimizer.model.workflow import Task
 from agora_optimizer.planning.list_schedule import list_schedule
 from agora_optimizer.planning.problem import Problem
-from agora_optimizer.planning.time_budget import Deadline
+from agora_optimizer.planning.time_budget import TimeBudget
 from agora_optimizer.planning.validate import validate_plan
 
 OPTIMALITY_TOLERANCE = 1e-6  # relative: a schedule's value against a solver's proven bound
@@ -211,7 +211,7 @@ def warm_candidates(problem: Problem, given: EngineResult | None) -> Iterable[Se
 
 
 def best_warm_start(
-    problem: Problem, given: EngineResult | None, deadline: Deadline | None = None
+    problem: Problem, given: EngineResult | None, deadline: TimeBudget | None = None
 ) -> list[Assignment] | None:
     """The best valid schedule within the limits among ``given`` and a few list schedules.
 
@@ -222,7 +222,7 @@ def best_warm_start(
         items = list(candidate)
         if is_valid(problem, items) and (best is None or problem.score(items) < best[0]):
             best = (problem.score(items), items)
-        if best is not None and deadline is not None and deadline.passed():
+        if best is not None and deadline is not None and deadline.expired():
             break
     return None if best is None else best[1]
 

@@ -10,7 +10,7 @@ way, as a benchmark peer.
 Our version:
 
 1. the same acyclic partitioner as the heuristic
-   (:func:`~agora_optimizer.engines.partition.kit.acyclic_partition`), on the plain
+   (:func:`~agora_optimizer.engines.partition.blocks.acyclic_partition`), on the plain
    depth-first order and without the heuristic's grouping by fitting types, into as many
    blocks of equal work as there are processors (capped by the number of tasks), as for
    identical processors;
@@ -30,18 +30,16 @@ from __future__ import annotations
 from collections import Counter
 
 from agora_optimizer.engines.base import Engine, EngineResult
-from agora_optimizer.engines.partition.kit import (
-    BlockPlan,
+from agora_optimizer.engines.partition.blocks import Partition, acyclic_partition
+from agora_optimizer.engines.partition.placement import (
     Mapping,
-    Partition,
     PlacementKey,
     PlacementPolicy,
     Platform,
-    Slot,
-    acyclic_partition,
-    evaluate,
+    Processor,
     place_blocks,
 )
+from agora_optimizer.engines.partition.plan import BlockPlan, evaluate
 from agora_optimizer.planning.problem import Problem
 
 
@@ -80,11 +78,11 @@ class MemoryOrderPlacement(PlacementPolicy):
             keys[block] = (-float(stats.memory_bytes), -float(stats.cores), -stats.work, float(block))
         return keys
 
-    def choose(self, partition: Partition, block: int, fitting: list[Slot], mapping: Mapping) -> Slot:
+    def choose(self, partition: Partition, block: int, fitting: list[Processor], mapping: Mapping) -> Processor:
         return min(fitting, key=lambda s: (-s.resource.memory_bytes, -s.resource.vcpus, s.index))
 
-    def share(self, partition: Partition, block: int, fitting: list[Slot], mapping: Mapping) -> Slot:
+    def share(self, partition: Partition, block: int, fitting: list[Processor], mapping: Mapping) -> Processor:
         return min(fitting, key=lambda s: (self.load[s.index], s.index))
 
-    def placed(self, partition: Partition, block: int, slot: Slot, mapping: Mapping) -> None:
+    def placed(self, partition: Partition, block: int, slot: Processor, mapping: Mapping) -> None:
         self.load[slot.index] += int(partition.stats(block).work)

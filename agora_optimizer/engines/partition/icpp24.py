@@ -15,17 +15,17 @@ What this module implements, step by step, and where it departs from the paper:
 1. **Acyclic partition** (:func:`aware_partition`). The paper calls dagP (Herrmann et al.'s
    multilevel acyclic partitioner), which knows nothing of the platform. We use our own
    single-level partitioner
-   (:func:`~agora_optimizer.engines.partition.kit.acyclic_partition`): contiguous pieces of a
+   (:func:`~agora_optimizer.engines.partition.blocks.acyclic_partition`): contiguous pieces of a
    topological order, balanced by work, then greedy refinement that cuts fewer bytes while
    keeping a topological block numbering (dagP's refinement rule, without its coarsening).
    Unlike dagP it is heterogeneity-aware: the order stays on tasks that fit the same
-   processor types while it can (:func:`~agora_optimizer.engines.partition.kit.grouped_order`)
+   processor types while it can (:func:`~agora_optimizer.engines.partition.graph.grouped_order`)
    and refinement never moves a task into a block whose tasks all fit a type it does not,
    so blocks rarely mix small tasks with tasks that only the big-memory processors hold.
    We also cut the plain depth-first order, blind to the platform as dagP is. The paper
    partitions into as many blocks as processors; we also try 1/2, 1/4, ... of that number.
 2. **Fit the memories and map the blocks** (:func:`map_blocks` via
-   :func:`~agora_optimizer.engines.partition.kit.place_blocks`). Two mappings, the one whose
+   :func:`~agora_optimizer.engines.partition.placement.place_blocks`). Two mappings, the one whose
    list schedule ends first is kept. :class:`HeftPlacement`: blocks in decreasing upward
    rank of the quotient graph, each on the free processor whose type finishes it first (a
    HEFT-like choice on the paper's block-level model: a block starts when all its input
@@ -56,11 +56,11 @@ shorter makespan; they alternate until neither improves, from every step-2 plan 
 others get any), and the best plan wins.
 
 Adaptation to agora's model: a processor is a machine slot ``TYPE#N`` with ``N < count``
-(at most :data:`~agora_optimizer.engines.partition.kit.UNLIMITED_SLOTS` for an unlimited
+(at most :data:`~agora_optimizer.engines.partition.placement.UNLIMITED_SLOTS` for an unlimited
 type), so the per-type ``count`` holds at every instant. A machine has ``vcpus`` cores and
 runs its blocks' tasks with a list schedule that shares cores and memory, so a block fits
 a machine iff each of its tasks does (see the memory model in
-:mod:`agora_optimizer.engines.partition.kit`); the paper's processors run one task at a
+:mod:`agora_optimizer.engines.partition`); the paper's processors run one task at a
 time and a block's memory is the peak of its best traversal, files included. Leases and
 costs follow :mod:`agora_optimizer.planning.leases`; the engine minimises makespan only (no
 cost-aware pass, the objective's kind and ``alpha`` are not used) and ignores warm starts.
@@ -76,23 +76,21 @@ from dataclasses import dataclass
 from itertools import pairwise, product
 
 from agora_optimizer.engines.base import Engine, EngineResult
-from agora_optimizer.engines.partition.kit import (
-    BlockPlan,
-    Deadline,
+from agora_optimizer.engines.partition.blocks import Partition, acyclic_partition
+from agora_optimizer.engines.partition.graph import grouped_order
+from agora_optimizer.engines.partition.placement import (
     Mapping,
-    Partition,
     PlacementKey,
     PlacementPolicy,
     Platform,
-    Slot,
-    acyclic_partition,
-    evaluate,
-    grouped_order,
+    Processor,
     matchable,
     place_blocks,
     type_mask,
 )
+from agora_optimizer.engines.partition.plan import BlockPlan, evaluate
 from agora_optimizer.planning.problem import Problem
+from agora_optimizer.planning.time_budget import TimeBudget
 
 Candidate = tuple[Partition, Mapping]
 SWAP_PARTNERS_PER_TYPE = 2
@@ -116,14 +114,14 @@ class PartitionEngine(Engine):
 
     def plan(self, problem: Problem, time_limit_s: float) -> BlockPlan | None:
         """The best mapped partition found within ``time_limit_s`` (None for an empty workflow)."""
-        deadline = Deadline(time_limit_s)
+        deadline = TimeBudget(time_limit_s, fraction=0.9)
         platform = Platform.of(problem)
         if platform.graph.n == 0:
             return None
         return improve(initial_plans(platform, deadline), deadline)
 
 
-def initial_plans(platform: Platform, deadline: Deadline) -> list[BlockPlan]:
+def initial_plans(platform: Platform, deadline: TimeBudget) -> list[BlockPlan]:
     """Steps 1 and 2 (and the rebalancing) for each initial number of blocks and order, fastest first.
 
     They may use half of the time left; the first plan is always built, whatever the limit.
@@ -166,7 +164,7 @@ def map_blocks(platform: Platform, partition: Partition) -> BlockPlan:
     return min(plans, key=lambda plan: plan.makespan_s)
 
 
-def improve(starts: list[BlockPlan], deadline: Deadline) -> BlockPlan:
+def improve(starts: list[BlockPlan], deadline: TimeBudget) -> BlockPlan:
     """Steps 3 and 4 from every start, the best first, and the best result.
 
     Starts within :data:`PROMISING` of the best share the time left; the others get what
@@ -213,7 +211,7 @@ class HeftPlacement(PlacementPolicy):
 
     Estimates are block-level (the paper's quotient-graph model): a block starts once every
     input block has finished and its bytes have crossed the network, and lasts
-    :meth:`~agora_optimizer.engines.partition.kit.BlockStats.exec_estimate_s`. A processor is
+    :meth:`~agora_optimizer.engines.partition.blocks.BlockStats.exec_estimate_s`. A processor is
     skipped when taking it would leave fewer of the still unplaced blocks with a free
     processor that can hold them (memory first: the paper's point on heterogeneous memories).
     """
@@ -265,7 +263,7 @@ class HeftPlacement(PlacementPolicy):
         tail = max((self.platform.transfer_s(nbytes) + known[s] for s, nbytes in succ.items()), default=0.0)
         return mean + tail
 
-    def finish_estimate(self, partition: Partition, block: int, slot: Slot, mapping: Mapping) -> float:
+    def finish_estimate(self, partition: Partition, block: int, slot: Processor, mapping: Mapping) -> float:
         """When ``block`` would end on ``slot``, given the blocks already placed."""
         inputs = self._inputs.get(block)
         if inputs is None:
@@ -277,8 +275,8 @@ class HeftPlacement(PlacementPolicy):
                 ready = max(ready, self.finish[source] + transfer)
         return ready + partition.stats(block).exec_estimate_s(slot.resource)
 
-    def choose(self, partition: Partition, block: int, fitting: list[Slot], mapping: Mapping) -> Slot:
-        per_type: dict[str, Slot] = {}
+    def choose(self, partition: Partition, block: int, fitting: list[Processor], mapping: Mapping) -> Processor:
+        per_type: dict[str, Processor] = {}
         for slot in fitting:
             per_type.setdefault(slot.resource.name, slot)
         ranked = sorted(per_type.values(), key=lambda s: (self.finish_estimate(partition, block, s, mapping), s.index))
@@ -297,10 +295,10 @@ class HeftPlacement(PlacementPolicy):
                 return slot
         return ranked[0]
 
-    def share(self, partition: Partition, block: int, fitting: list[Slot], mapping: Mapping) -> Slot:
+    def share(self, partition: Partition, block: int, fitting: list[Processor], mapping: Mapping) -> Processor:
         return min(fitting, key=lambda s: (self.finish_estimate(partition, block, s, mapping), s.index))
 
-    def placed(self, partition: Partition, block: int, slot: Slot, mapping: Mapping) -> None:
+    def placed(self, partition: Partition, block: int, slot: Processor, mapping: Mapping) -> None:
         end = self.finish_estimate(partition, block, slot, mapping)
         self.finish[block] = end
         self.available[slot.index] = max(self.available.get(slot.index, 0.0), end)
@@ -330,17 +328,17 @@ class CapacityMatching(PlacementPolicy):
             keys[block] = (float(fitting_types), -stats.work, float(block))
         return keys
 
-    def choose(self, partition: Partition, block: int, fitting: list[Slot], mapping: Mapping) -> Slot:
+    def choose(self, partition: Partition, block: int, fitting: list[Processor], mapping: Mapping) -> Processor:
         return max(fitting, key=lambda s: (_capacity(s), -s.index))
 
-    def share(self, partition: Partition, block: int, fitting: list[Slot], mapping: Mapping) -> Slot:
+    def share(self, partition: Partition, block: int, fitting: list[Processor], mapping: Mapping) -> Processor:
         return min(fitting, key=lambda s: (self.load[s.index] / _capacity(s), s.index))
 
-    def placed(self, partition: Partition, block: int, slot: Slot, mapping: Mapping) -> None:
+    def placed(self, partition: Partition, block: int, slot: Processor, mapping: Mapping) -> None:
         self.load[slot.index] += int(partition.stats(block).work)
 
 
-def rebalance(plan: BlockPlan, order: Order, deadline: Deadline) -> BlockPlan:
+def rebalance(plan: BlockPlan, order: Order, deadline: TimeBudget) -> BlockPlan:
     """Re-partition with each block's work in proportion to its processor's capacity, keep the mapping.
 
     Capacity is speed times cores, divided among the blocks that share a processor. Blocks
@@ -366,7 +364,7 @@ def rebalance(plan: BlockPlan, order: Order, deadline: Deadline) -> BlockPlan:
     return plan
 
 
-def _capacity(slot: Slot) -> float:
+def _capacity(slot: Processor) -> float:
     return slot.resource.speed * slot.resource.vcpus
 
 
@@ -379,7 +377,7 @@ def _mean(values: Iterable[int]) -> float:
 # Steps 3 and 4: split/merge and swaps, judged by the list schedule
 
 
-def local_search(plan: BlockPlan, deadline: Deadline) -> BlockPlan:
+def local_search(plan: BlockPlan, deadline: TimeBudget) -> BlockPlan:
     """Steps 3 and 4 until neither finds a move that shortens the makespan, or time runs out."""
     while not deadline.expired():
         better = first_improvement(plan, split_merge_moves(plan), deadline)
@@ -391,7 +389,7 @@ def local_search(plan: BlockPlan, deadline: Deadline) -> BlockPlan:
     return plan
 
 
-def first_improvement(plan: BlockPlan, moves: Iterator[Candidate], deadline: Deadline) -> BlockPlan | None:
+def first_improvement(plan: BlockPlan, moves: Iterator[Candidate], deadline: TimeBudget) -> BlockPlan | None:
     """The first candidate whose list schedule ends strictly earlier than ``plan``'s."""
     threshold = plan.makespan_s - 1e-9 * max(1.0, plan.makespan_s)
     for partition, mapping in moves:
@@ -423,9 +421,9 @@ def _by_time_on_path(path: list[tuple[int, float]]) -> list[int]:
     return sorted(time_on_path, key=lambda b: -time_on_path[b])
 
 
-def _free_per_type(plan: BlockPlan) -> list[Slot]:
+def _free_per_type(plan: BlockPlan) -> list[Processor]:
     """One free processor of each type, fastest types first."""
-    per_type: dict[str, Slot] = {}
+    per_type: dict[str, Processor] = {}
     for slot in plan.free_slots():
         per_type.setdefault(slot.resource.name, slot)
     return sorted(per_type.values(), key=lambda s: (-s.resource.speed * s.resource.vcpus, s.index))

@@ -24,7 +24,7 @@ from agora_optimizer.io.catalog_file import load_catalog
 from agora_optimizer.io.wfformat import load_workflow
 from agora_optimizer.model import Objective
 from agora_optimizer.planning.problem import Problem
-from agora_optimizer.planning.time_budget import Deadline, OutOfTime
+from agora_optimizer.planning.time_budget import OutOfTime, TimeBudget
 from tests.conftest import BUNDLED, CATALOGS
 
 
@@ -43,11 +43,11 @@ def test_a_passed_deadline_stops_both_model_builders(big_model_problem: Problem)
     problem = big_model_problem
     warm = list(ListSchedulingEngine().solve(problem, 1).assignments)  # type: ignore[union-attr]
     with pytest.raises(OutOfTime):
-        milp_model.build_model(milp_data.build_data(problem, warm), Deadline(time.perf_counter()))
+        milp_model.build_model(milp_data.build_data(problem, warm), TimeBudget.until(time.perf_counter()))
     ticks = choose_ticks(problem, prune_types(problem)[0])
     with pytest.raises(OutOfTime):
-        cpsat_model.build_model(build_data(problem, "down", ticks, warm), Deadline(time.perf_counter()))
-    assert cpsat_model.build_model(build_data(problem, "down", ticks, warm), Deadline(None)).x  # no deadline
+        cpsat_model.build_model(build_data(problem, "down", ticks, warm), TimeBudget.until(time.perf_counter()))
+    assert cpsat_model.build_model(build_data(problem, "down", ticks, warm), TimeBudget()).x  # no deadline
 
 
 @pytest.mark.parametrize("engine", [MilpEngine(), CpSatEngine()], ids=["milp", "cpsat"])

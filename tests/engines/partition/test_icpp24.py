@@ -17,9 +17,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from agora_optimizer.engines.partition.blocks import Partition, acyclic_partition
+from agora_optimizer.engines.partition.graph import TaskGraph, grouped_order
 from agora_optimizer.engines.partition.homogeneous import HomogeneousPartitionEngine
 from agora_optimizer.engines.partition.icpp24 import PartitionEngine
-from agora_optimizer.engines.partition.kit import BlockPlan, Partition, TaskGraph, acyclic_partition, grouped_order
+from agora_optimizer.engines.partition.plan import BlockPlan
 from agora_optimizer.io.catalog_file import load_catalog
 from agora_optimizer.io.wfformat import load_workflow
 from agora_optimizer.model import GIB, Billing, Catalog, Edge, Objective, Plan, Resource, SolverInfo, Task, Workflow

@@ -66,7 +66,7 @@ from agora_optimizer.engines.exact.shared import (
 )
 from agora_optimizer.model.plan import Assignment, SolverStatus
 from agora_optimizer.planning.problem import Problem
-from agora_optimizer.planning.time_budget import Deadline, OutOfTime
+from agora_optimizer.planning.time_budget import OutOfTime, TimeBudget
 
 log = logging.getLogger(__name__)
 
@@ -297,7 +297,9 @@ class CpSatEngine(Engine):
         self.last_phases = []
         if len(problem.workflow.tasks) > self.max_tasks or time_limit_s <= 0 or proven_infeasible(problem):
             return None
-        warm = best_warm_start(problem, warm_start, Deadline(started + time_limit_s - self.margin_s - _MIN_SOLVE_S))
+        warm = best_warm_start(
+            problem, warm_start, TimeBudget.until(started + time_limit_s - self.margin_s - _MIN_SOLVE_S)
+        )
         ticks = Ticks(self.ticks_per_s, False) if self.ticks_per_s else choose_ticks(problem, prune_types(problem)[0])
 
         def left() -> float:
@@ -332,7 +334,7 @@ class CpSatEngine(Engine):
         """Build and solve one model (with each task's slot fixed, if given) in the time ``left()`` says."""
         began = time.perf_counter()
         try:  # building a large model can take seconds: it must not overrun the time limit either
-            deadline = Deadline.after(left() - _MIN_SOLVE_S)
+            deadline = TimeBudget(left() - _MIN_SOLVE_S)
             data = build_data(problem, direction, ticks, warm)
             model = build_model(data, deadline)
             if warm is not None:

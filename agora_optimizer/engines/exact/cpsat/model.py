@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 from agora_optimizer.engines.exact.cpsat.data import INT_LIMIT, TickData
 from agora_optimizer.engines.exact.repair import Slot
 from agora_optimizer.model.workflow import Task
-from agora_optimizer.planning.time_budget import Deadline
+from agora_optimizer.planning.time_budget import TimeBudget
 
 if TYPE_CHECKING:
     from ortools.sat.python import cp_model
@@ -72,7 +72,7 @@ class TickModel:
     cores_leased: Any = None
     cores_at_most: dict[int, Any] = field(default_factory=dict)  # cores -> cores_leased <= cores
     scale: float = 1.0  # integer objective = scale * score (rounded as the direction says)
-    deadline: Deadline = field(default_factory=Deadline)  # checked while building
+    deadline: TimeBudget = field(default_factory=TimeBudget)  # checked while building
 
 
 def _add_variables(model: TickModel, data: TickData) -> None:
@@ -369,11 +369,11 @@ def _set_objective(model: TickModel, data: TickData) -> None:
     model.scale = scale
 
 
-def build_model(data: TickData, deadline: Deadline | None = None) -> TickModel:
+def build_model(data: TickData, deadline: TimeBudget | None = None) -> TickModel:
     """The whole model; raises :class:`~agora_optimizer.planning.time_budget.OutOfTime` past ``deadline``."""
     from ortools.sat.python import cp_model  # here, not at import: OR-Tools (and pandas) take 0.5 s to load
 
-    model = TickModel(cp_model.CpModel(), deadline=deadline or Deadline())
+    model = TickModel(cp_model.CpModel(), deadline=deadline or TimeBudget())
     steps = (
         _add_variables,
         _add_assignment,

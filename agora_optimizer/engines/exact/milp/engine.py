@@ -126,7 +126,7 @@ from agora_optimizer.engines.exact.shared import (
 )
 from agora_optimizer.model.plan import Assignment, SolverStatus
 from agora_optimizer.planning.problem import Problem
-from agora_optimizer.planning.time_budget import Deadline, OutOfTime
+from agora_optimizer.planning.time_budget import OutOfTime, TimeBudget
 
 DEFAULT_MAX_TASKS = 40
 DEFAULT_MAX_ROWS = 50_000
@@ -178,7 +178,7 @@ class MilpEngine(Engine):
         self.last_outcome = None
         if len(problem.workflow.tasks) > self.max_tasks or time_limit_s <= 0 or proven_infeasible(problem):
             return None
-        deadline = Deadline(started + time_limit_s - self.margin_s - _MIN_CBC_S)  # for building: CBC needs time
+        deadline = TimeBudget.until(started + time_limit_s - self.margin_s - _MIN_CBC_S)  # for building: CBC needs time
         warm = best_warm_start(problem, warm_start, deadline)
         data = build_data(problem, warm or [])
         if estimated_rows(data) > self.max_rows:

@@ -11,7 +11,7 @@ import pulp
 
 from agora_optimizer.engines.exact.milp.data import MilpData, Pair, Slot, memory_gib, pair
 from agora_optimizer.model.catalog import GIB
-from agora_optimizer.planning.time_budget import Deadline
+from agora_optimizer.planning.time_budget import TimeBudget
 
 
 @dataclass
@@ -32,7 +32,7 @@ class MilpModel:
     billed: dict[Slot, Any] = field(default_factory=dict)
     steps: dict[Slot, Any] = field(default_factory=dict)
     overlap: dict[tuple[int, int, int], Any] = field(default_factory=dict)
-    deadline: Deadline = field(default_factory=Deadline)  # checked while building
+    deadline: TimeBudget = field(default_factory=TimeBudget)  # checked while building
 
     def var(self, name: str, low: float | None = None, up: float | None = None, cat: str = "Continuous") -> Any:
         return self.lp.add_variable(name, low, up, cat=cat)
@@ -283,9 +283,9 @@ def _add_limits_and_objective(model: MilpModel, data: MilpData) -> None:
     model.lp.setObjective(w_time * t + w_cost * c)
 
 
-def build_model(data: MilpData, deadline: Deadline | None = None) -> MilpModel:
+def build_model(data: MilpData, deadline: TimeBudget | None = None) -> MilpModel:
     """The whole model; raises :class:`OutOfTime` (between steps and in the long ones) past ``deadline``."""
-    model = MilpModel(pulp.LpProblem("agora_milp", pulp.LpMinimize), deadline=deadline or Deadline())
+    model = MilpModel(pulp.LpProblem("agora_milp", pulp.LpMinimize), deadline=deadline or TimeBudget())
     steps = (
         _add_variables,
         _add_assignment,
