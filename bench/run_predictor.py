@@ -17,7 +17,7 @@ Usage:
    and given per instance too.
 2. The end effect, per held-out instance: plan the predicted workflow (time objective,
    ``--time-limit-s``), replay that plan with the true runtimes and memory
-   (:func:`agora_optimizer.predict.simulate.replay`, as ``agora simulate`` does), and
+   (:func:`agora_optimizer.predict.replay.replay`, as ``agora simulate`` does), and
    compare with the plan made from the truth: makespan and cost ratios, and the tasks the
    replay finds over their memory reservation (they would be killed).
 3. Cross-family cold start: train on every instance of every *other* family, predict each
@@ -55,7 +55,7 @@ from agora_optimizer.planning.optimize import optimize  # noqa: E402
 from agora_optimizer.planning.validate import validate_plan  # noqa: E402
 from agora_optimizer.predict.evaluation import memory_scores, rounded, runtime_scores  # noqa: E402
 from agora_optimizer.predict.predictor import Prediction, Predictor  # noqa: E402
-from agora_optimizer.predict.simulate import replay  # noqa: E402
+from agora_optimizer.predict.replay import replay  # noqa: E402
 from agora_optimizer.traces.records import TaskAttempt  # noqa: E402
 from agora_optimizer.traces.wfformat_import import attempts_from_wfformat, read_workflow_shape  # noqa: E402
 

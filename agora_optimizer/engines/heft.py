@@ -31,7 +31,7 @@ from agora_optimizer.model.plan import Assignment
 from agora_optimizer.model.workflow import Workflow
 from agora_optimizer.planning.problem import Problem
 from agora_optimizer.planning.slots import (
-    Placement,
+    SlotChoice,
     arrivals_for,
     assignment,
     best_placement,
@@ -75,7 +75,7 @@ def heft_schedule(
     """The HEFT schedule of ``problem``; ``None`` if ``time.perf_counter()`` passes ``deadline``."""
     workflow = problem.workflow
     pool = pool_for(workflow, problem.catalog, unlimited_slots)
-    placements: dict[str, Placement] = {}
+    placements: dict[str, SlotChoice] = {}
     assignments: list[Assignment] = []
     for count, task_id in enumerate(priority_order(problem, upward_ranks(problem))):
         if deadline is not None and count % TIME_CHECK_EVERY == 0 and time.perf_counter() > deadline:

@@ -34,7 +34,7 @@ from agora_optimizer.engines.heft import TIME_CHECK_EVERY
 from agora_optimizer.model.plan import Assignment
 from agora_optimizer.planning.problem import Problem
 from agora_optimizer.planning.slots import (
-    Placement,
+    SlotChoice,
     arrivals_for,
     assignment,
     best_placement,
@@ -78,7 +78,7 @@ def peft_schedule(
     ready = [(-rank[t], position[t], t) for t, n in waiting.items() if n == 0]
     heapq.heapify(ready)
     pool = pool_for(workflow, problem.catalog, unlimited_slots)
-    placements: dict[str, Placement] = {}
+    placements: dict[str, SlotChoice] = {}
     assignments: list[Assignment] = []
     while ready:
         if deadline is not None and len(assignments) % TIME_CHECK_EVERY == 0 and time.perf_counter() > deadline:

@@ -24,7 +24,7 @@ from agora_optimizer.planning.timeline import SkippingTimeline
 
 
 @dataclass(eq=False)
-class Slot:
+class MachineSlot:
     """One machine ``TYPE#N`` and its usage over time."""
 
     id: str
@@ -33,10 +33,10 @@ class Slot:
 
 
 @dataclass(frozen=True)
-class Placement:
+class SlotChoice:
     """Task runs on ``slot`` over [start_s, end_s)."""
 
-    slot: Slot
+    slot: MachineSlot
     start_s: float
     end_s: float
 
@@ -65,10 +65,10 @@ class SlotPool:
         self._min_memory = min_task_memory_bytes
         self.type_rank = {r.name: i for i, r in enumerate(catalog.resources)}
         self._limit = {r.name: r.count if r.count is not None else max(unlimited_slots, 1) for r in catalog.resources}
-        self._used: dict[str, list[Slot]] = {r.name: [] for r in catalog.resources}
-        self._fresh: dict[str, Slot] = {}
+        self._used: dict[str, list[MachineSlot]] = {r.name: [] for r in catalog.resources}
+        self._fresh: dict[str, MachineSlot] = {}
 
-    def candidates(self, resource: Resource) -> list[Slot]:
+    def candidates(self, resource: Resource) -> list[MachineSlot]:
         """The used slots of ``resource`` and, while the limit allows, its first unused one."""
         used = self._used[resource.name]
         if len(used) >= self._limit[resource.name]:
@@ -76,11 +76,11 @@ class SlotPool:
         fresh = self._fresh.get(resource.name)
         if fresh is None:
             timeline = SkippingTimeline(resource.vcpus, resource.memory_bytes, self._min_memory)
-            fresh = Slot(f"{resource.name}#{len(used)}", resource, timeline)
+            fresh = MachineSlot(f"{resource.name}#{len(used)}", resource, timeline)
             self._fresh[resource.name] = fresh
         return [*used, fresh]
 
-    def occupy(self, task: Task, placement: Placement) -> None:
+    def occupy(self, task: Task, placement: SlotChoice) -> None:
         """Reserve the task's cores and memory on its slot."""
         slot = placement.slot
         if self._fresh.get(slot.resource.name) is slot:
@@ -89,7 +89,7 @@ class SlotPool:
         slot.timeline.add(placement.start_s, placement.end_s, task.cores, task.memory_bytes)
 
 
-def arrivals_for(workflow: Workflow, catalog: Catalog, task_id: str, placements: dict[str, Placement]) -> Arrivals:
+def arrivals_for(workflow: Workflow, catalog: Catalog, task_id: str, placements: dict[str, SlotChoice]) -> Arrivals:
     """The arrival times of ``task_id``'s inputs, from its placed parents."""
     return Arrivals(
         [
@@ -105,7 +105,7 @@ def best_placement(
     pool: SlotPool,
     arrivals: Arrivals,
     bias_s: Mapping[str, float] | None = None,
-) -> Placement:
+) -> SlotChoice:
     """The slot that minimises the task's finish time (plus ``bias_s[type name]`` where given).
 
     Insertion-based: the task may start in any idle capacity of a slot's timeline from
@@ -119,7 +119,7 @@ def best_placement(
         extra = bias_s[resource.name] if bias_s is not None else 0.0
         keyed.append((resource.runtime_s(task) + extra, pool.type_rank[resource.name], resource, extra))
     keyed.sort(key=lambda item: item[:2])  # most promising first, so the bound below prunes more
-    best: tuple[tuple[float, int, int], Placement] | None = None
+    best: tuple[tuple[float, int, int], SlotChoice] | None = None
     for _, type_rank, resource, extra in keyed:
         duration = resource.runtime_s(task)
         for number, slot in enumerate(pool.candidates(resource)):
@@ -129,13 +129,13 @@ def best_placement(
             start = slot.timeline.earliest_start(ready, duration, task.cores, task.memory_bytes)
             key = (start + duration + extra, type_rank, number)
             if best is None or key < best[0]:
-                best = (key, Placement(slot, start, start + duration))
+                best = (key, SlotChoice(slot, start, start + duration))
     if best is None:
         raise ValueError(f"task '{task.id}' has no feasible resource type")
     return best[1]
 
 
-def assignment(task: Task, placement: Placement) -> Assignment:
+def assignment(task: Task, placement: SlotChoice) -> Assignment:
     return Assignment(
         task=task.id,
         resource=placement.slot.resource.name,

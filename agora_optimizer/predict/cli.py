@@ -163,7 +163,7 @@ def simulate(
     from agora_optimizer.cli import _user_errors, out_console, plan_catalog
     from agora_optimizer.io.plan_file import load_plan
     from agora_optimizer.io.wfformat import load_workflow
-    from agora_optimizer.predict.simulate import replay
+    from agora_optimizer.predict.replay import replay
 
     with _user_errors():
         loaded = load_plan(plan)

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from agora_optimizer.model.catalog import Catalog
 from agora_optimizer.model.workflow import Workflow
 from agora_optimizer.planning.arrivals import Arrivals
-from agora_optimizer.planning.slots import Placement, SlotPool, widest_level
+from agora_optimizer.planning.slots import SlotChoice, SlotPool, widest_level
 from agora_optimizer.planning.timeline import MachineTimeline, SkippingTimeline
 from tests.engines.plan_checks import edge, processor, task
 
@@ -46,10 +46,10 @@ def test_pool_offers_used_slots_and_one_fresh_slot_up_to_the_count() -> None:
     pool = SlotPool(Catalog((duo,), 1e6), unlimited_slots=8)
     first = pool.candidates(duo)
     assert [s.id for s in first] == ["duo#0"]
-    pool.occupy(task("a", 1), Placement(first[0], 0.0, 1.0))
+    pool.occupy(task("a", 1), SlotChoice(first[0], 0.0, 1.0))
     second = pool.candidates(duo)
     assert [s.id for s in second] == ["duo#0", "duo#1"]
-    pool.occupy(task("b", 1), Placement(second[1], 0.0, 1.0))
+    pool.occupy(task("b", 1), SlotChoice(second[1], 0.0, 1.0))
     assert [s.id for s in pool.candidates(duo)] == ["duo#0", "duo#1"]
 
 
@@ -57,7 +57,7 @@ def test_arrivals_are_free_from_the_same_slot() -> None:
     duo = processor("duo", 1.0, count=2)
     pool = SlotPool(Catalog((duo,), 1e6), unlimited_slots=8)
     one = pool.candidates(duo)[0]
-    pool.occupy(task("a", 1), Placement(one, 0.0, 10.0))
+    pool.occupy(task("a", 1), SlotChoice(one, 0.0, 10.0))
     other = pool.candidates(duo)[1]
     arrivals = Arrivals([(one, 10.0, 5.0)])
     assert arrivals.on(one) == 10.0 and arrivals.on(other) == 15.0

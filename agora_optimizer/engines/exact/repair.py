@@ -104,7 +104,9 @@ def structure_edges(
     return edges
 
 
-def retime(schedule: SolverSchedule, real: RealTimes, allowance_s: Mapping[Slot, float] | None) -> list[float] | None:
+def real_starts(
+    schedule: SolverSchedule, real: RealTimes, allowance_s: Mapping[Slot, float] | None
+) -> list[float] | None:
     """Real starts that keep the schedule's decisions; without the lease allowances if they cannot hold."""
     lower = [real.release_s.get(slot, 0.0) + real.boot_s[slot] for slot in schedule.place]
     if real.task_release_s:

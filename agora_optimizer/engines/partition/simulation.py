@@ -57,7 +57,7 @@ def simulate(
     speed = [s.resource.speed for s in slots]
     latency = [s.resource.added_latency_s for s in slots]  # the platform's, when the planner adds it
     duration = [runtime[v] / speed[machine[v]] + latency[machine[v]] for v in range(n)]
-    rank = _upward_ranks(graph, machine, duration, inverse_bw)
+    rank = _mapped_upward_ranks(graph, machine, duration, inverse_bw)
     free_cores = [s.resource.vcpus for s in slots]
     free_memory = [s.resource.memory_bytes for s in slots]
     ready: list[list[tuple[float, int, int]]] = [[] for _ in slots]
@@ -114,7 +114,7 @@ def simulate(
     return Schedule(start, end, list(machine), critical, max(end, default=0.0))
 
 
-def _upward_ranks(graph: TaskGraph, machine: list[int], duration: list[float], inverse_bw: float) -> list[float]:
+def _mapped_upward_ranks(graph: TaskGraph, machine: list[int], duration: list[float], inverse_bw: float) -> list[float]:
     """Longest path to an exit on the mapped machines, transfers only across machines (HEFT's rank)."""
     rank = [0.0] * graph.n
     children = graph.children

@@ -18,7 +18,7 @@ from agora_optimizer.engines.exact.cpsat.data import Ticks, build_data, choose_t
 from agora_optimizer.engines.exact.cpsat.engine import CpSatEngine, add_hints, read_schedule, to_plan
 from agora_optimizer.engines.exact.cpsat.model import build_model
 from agora_optimizer.engines.exact.milp.engine import MilpEngine
-from agora_optimizer.engines.exact.repair import RealTimes, SolverSchedule, least_starts, retime
+from agora_optimizer.engines.exact.repair import RealTimes, SolverSchedule, least_starts, real_starts
 from agora_optimizer.engines.exact.shared import prune_types
 from agora_optimizer.engines.list_scheduling import ListSchedulingEngine
 from agora_optimizer.engines.portfolio import Stage, default_stages, run_portfolio
@@ -258,14 +258,14 @@ def test_retiming_keeps_the_schedule_decisions_and_starts_each_task_as_early_as_
         boot_s={(0, 0): 1.0, (1, 0): 1.0},
         count_limited=frozenset(),
     )
-    assert retime(schedule, real, None) == [1.0, 2.5, 3.0]
+    assert real_starts(schedule, real, None) == [1.0, 2.5, 3.0]
     # a lease allowance that cannot hold (a and b need 4 s with the boot) is dropped, not failed
-    assert retime(schedule, real, {(0, 0): 2.0, (1, 0): 60.0}) == [1.0, 2.5, 3.0]
+    assert real_starts(schedule, real, {(0, 0): 2.0, (1, 0): 60.0}) == [1.0, 2.5, 3.0]
     # b waits for c's data: a lease allowance of 3 s delays a rather than bill machine (0, 0) 5.5 s
     waiting = SolverSchedule([(0, 0), (1, 0), (0, 0)], [10, 10, 45], [20, 40, 55], {(0, 0): (0, 55), (1, 0): (0, 40)})
     times = RealTimes([1.0, 3.0, 1.0], [(1, 2, 0.5)], {(0, 0): 1.0, (1, 0): 1.0}, frozenset())
-    assert retime(waiting, times, None) == [1.0, 1.0, 4.5]
-    assert retime(waiting, times, {(0, 0): 3.0, (1, 0): 60.0}) == [3.5, 1.0, 4.5]
+    assert real_starts(waiting, times, None) == [1.0, 1.0, 4.5]
+    assert real_starts(waiting, times, {(0, 0): 3.0, (1, 0): 60.0}) == [3.5, 1.0, 4.5]
     assert least_starts([0.0, 0.0], [(0, 1, 1.0), (1, 0, 1.0)]) is None  # a positive cycle
 
 

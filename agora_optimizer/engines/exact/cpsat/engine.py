@@ -52,7 +52,7 @@ from agora_optimizer.engines.exact.repair import (
     SolverSchedule,
     least_starts,
     lift_pruned,
-    retime,
+    real_starts,
     structure_edges,
     to_assignments,
 )
@@ -253,7 +253,7 @@ def to_plan(data: TickData, schedule: SolverSchedule) -> list[Assignment] | None
         task_release_s=[t.release_s for t in data.tasks],
         count_limited=frozenset(k for k in counted if (data.types[k].resource.count or 0) < data.types[k].slots),
     )
-    starts = retime(schedule, real, allowance_s(data, schedule))
+    starts = real_starts(schedule, real, allowance_s(data, schedule))
     if starts is None:
         return None
     plan = to_assignments(data.tasks, resources, place, starts)

@@ -7,6 +7,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from agora_optimizer.engines.exact.repair import Slot
 from agora_optimizer.engines.exact.shared import (
     Caps,
     fits_count,
@@ -22,7 +23,6 @@ from agora_optimizer.planning.problem import Problem
 
 EPS_S = 1e-9
 
-Slot = tuple[int, int]  # (type index, slot index)
 Pair = tuple[int, int]
 Need = Callable[[Task], float]
 

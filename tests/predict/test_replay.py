@@ -15,7 +15,7 @@ from agora_optimizer.model.workflow import Workflow
 from agora_optimizer.planning.optimize import optimize
 from agora_optimizer.planning.validate import validate_plan
 from agora_optimizer.predict.errors import UnknownResourceError
-from agora_optimizer.predict.simulate import replay
+from agora_optimizer.predict.replay import replay
 from tests.predict.conftest import BLAST_1, SRA_1
 
 
