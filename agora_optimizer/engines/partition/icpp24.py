@@ -10,6 +10,9 @@ and data crossing two processors pays ``bytes / bandwidth``; the goal is the mak
 memory-tight heterogeneous platforms. The paper's own code and its exact rules were not
 available to us: each step below is our reading of that outline.
 
+(Over 500 lines on purpose: the four steps are one algorithm, read top to bottom beside the
+paper; the building blocks they share live in the package's other modules.)
+
 What this module implements, step by step, and where it departs from the paper:
 
 1. **Acyclic partition** (:func:`aware_partition`). The paper calls dagP (Herrmann et al.'s
