@@ -29,9 +29,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from agora_optimizer.integration.local_airflow import AirflowDeployment  # noqa: E402
 from agora_optimizer.model.plan import Assignment, Objective, Plan, SolverInfo  # noqa: E402
 from agora_optimizer.plans.store import PlanStore  # noqa: E402
+from harness.local_airflow import AirflowDeployment  # noqa: E402
 
 DAG = """
 import time

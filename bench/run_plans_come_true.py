@@ -60,8 +60,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from agora_optimizer.integration.local_airflow import AirflowDeployment, wait_until  # noqa: E402
 from agora_optimizer.plans.store import plan_version  # noqa: E402
+from harness.local_airflow import AirflowDeployment, wait_until  # noqa: E402
 
 CATALOGS = {
     "local": REPO / "catalogs" / "local-priced.yaml",

@@ -32,9 +32,10 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=REPO / "out" / "airflow")
     parser.add_argument("--catalog", type=Path, default=REPO / "catalogs" / "local.yaml")
     args = parser.parse_args()
-    from agora_optimizer.integration.local_airflow import AirflowDeployment
+    sys.path.insert(0, str(REPO))  # the harness is beside the package, not in it
     from agora_optimizer.io.plan_file import load_plan
     from agora_optimizer.traces.store import TraceStore
+    from harness.local_airflow import AirflowDeployment
 
     out = args.out.resolve()
     store_url = f"sqlite:///{out / 'traces.db'}"

@@ -29,11 +29,11 @@ import pytest
 
 from agora_optimizer.executor.backends.slurm import job_name
 from agora_optimizer.executor.jobs import job_key, lease_key
-from agora_optimizer.integration.local_airflow import AirflowDeployment, wait_until
 from agora_optimizer.model.plan import Assignment, Objective, Plan, SolverInfo
 from agora_optimizer.plans.store import PlanStore
 from agora_optimizer.traces.records import TaskAttempt
 from agora_optimizer.traces.store import TraceStore
+from harness.local_airflow import AirflowDeployment, wait_until
 from tests.conftest import CATALOGS
 from tests.faults.conftest import Figures, PrivatePostgres, SmallDisk
 from tests.slurm_cluster import START_SCRIPT, STATE_DIR, slurm_cluster_or_skip

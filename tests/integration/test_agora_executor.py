@@ -24,13 +24,13 @@ import pytest
 
 from agora_optimizer.executor.backends.slurm import LEASE_IDLE_S, job_name
 from agora_optimizer.executor.jobs import job_key, lease_key
-from agora_optimizer.integration.local_airflow import AirflowDeployment, wait_until
 from agora_optimizer.io.catalog_file import load_catalog
 from agora_optimizer.model.plan import Assignment, Objective, Plan, SolverInfo
 from agora_optimizer.plans.store import PlanStore
 from agora_optimizer.queue_wait.recorder import QueueWaitStore
 from agora_optimizer.traces.records import TaskAttempt
 from agora_optimizer.traces.store import TraceStore
+from harness.local_airflow import AirflowDeployment, wait_until
 from tests.conftest import CATALOGS, REPO
 from tests.slurm_cluster import slurm_cluster_or_skip
 

@@ -26,12 +26,12 @@ from typing import Any
 
 import pytest
 
-from agora_optimizer.integration.local_airflow import AGORA_EXECUTOR, AIRFLOW, AirflowDeployment, wait_until
 from agora_optimizer.io.catalog_file import load_catalog
 from agora_optimizer.io.plan_file import load_plan
 from agora_optimizer.model.plan import Plan
 from agora_optimizer.traces.records import TaskAttempt
 from agora_optimizer.traces.store import TraceStore
+from harness.local_airflow import AGORA_EXECUTOR, AIRFLOW, AirflowDeployment, wait_until
 from tests import leftovers
 from tests.conftest import CATALOGS
 from tests.redis_server import RedisServer, redis_server

@@ -1,4 +1,4 @@
-"""The test harness's Airflow (agora_optimizer/integration/local_airflow.py) leaves no process behind.
+"""The test harness's Airflow (harness/local_airflow.py) leaves no process behind.
 
 A scheduler forks its LocalExecutor workers (which ignore SIGTERM: they inherit its handler)
 and a serve-logs server into its process group; killed on its own, as the adoption tests kill
@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from agora_optimizer.integration.local_airflow import AirflowDeployment, stop_processes, wait_until
+from harness.local_airflow import AirflowDeployment, stop_processes, wait_until
 
 WORKERS = 3  # [core] parallelism: the LocalExecutor forks this many workers at start
 

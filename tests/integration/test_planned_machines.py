@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from agora_optimizer.integration.local_airflow import AirflowDeployment
 from agora_optimizer.model.plan import Assignment, Objective, Plan, SolverInfo
 from agora_optimizer.plans.store import PlanStore
+from harness.local_airflow import AirflowDeployment
 from tests.conftest import CATALOGS
 
 pytestmark = pytest.mark.airflow

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from agora_optimizer.integration.local_airflow import migrate_database
 from agora_optimizer.integration.reoptimize import retrain
 from agora_optimizer.model.plan import Assignment, Objective, Plan, SolverInfo
 from agora_optimizer.plans.store import PlanStore
 from agora_optimizer.traces.records import TaskAttempt
 from agora_optimizer.traces.store import TraceStore
+from harness.local_airflow import migrate_database
 from tests.conftest import CATALOGS, REPO
 
 MIB = 2**20

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from agora_optimizer.integration.local_airflow import AirflowDeployment
 from agora_optimizer.io.plan_file import load_plan
 from agora_optimizer.traces.records import TaskAttempt
 from agora_optimizer.traces.store import TraceStore
+from harness.local_airflow import AirflowDeployment
 
 pytestmark = pytest.mark.airflow
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from agora_optimizer.integration.local_airflow import migrate_database
+from harness.local_airflow import migrate_database
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.airflow

@@ -17,11 +17,11 @@ from datetime import datetime
 
 import pytest
 
-from agora_optimizer.integration.local_airflow import AirflowDeployment, wait_until
 from agora_optimizer.model.plan import Assignment, Objective, Plan, SolverInfo
 from agora_optimizer.plans.store import PlanStore, plan_version
 from agora_optimizer.runs.record import RunRecord
 from agora_optimizer.runs.store import RunStore
+from harness.local_airflow import AirflowDeployment, wait_until
 from tests.conftest import CATALOGS
 
 pytestmark = pytest.mark.airflow

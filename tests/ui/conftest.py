@@ -33,7 +33,6 @@ from typing import Any
 import httpx
 import pytest
 
-from agora_optimizer.integration.local_airflow import PASSWORD, AirflowDeployment, wait_until
 from agora_optimizer.io.catalog_file import load_catalog
 from agora_optimizer.model.plan import Assignment, Objective, Plan, SolverInfo
 from agora_optimizer.model.workflow import Edge, Task, Workflow
@@ -43,6 +42,7 @@ from agora_optimizer.runs.record import Repair, RunRecord, RunTask
 from agora_optimizer.runs.store import RunStore
 from agora_optimizer.traces.records import TaskAttempt
 from agora_optimizer.traces.store import TraceStore
+from harness.local_airflow import PASSWORD, AirflowDeployment, wait_until
 from tests.conftest import AWS_CATALOG, REPO
 
 FAB_AUTH_MANAGER = "airflow.providers.fab.auth_manager.fab_auth_manager.FabAuthManager"

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from agora_optimizer.integration.local_airflow import PASSWORD
+from harness.local_airflow import PASSWORD
 from tests.conftest import REPO
 from tests.ui.conftest import EXAMPLE, OTHER, AgoraUi
 
