@@ -93,6 +93,7 @@ from agora_optimizer.executor.lifecycle import (
     Forget,
     Heartbeat,
     Job,
+    JobState,
     LifecycleConfig,
     Log,
     Moved,
@@ -617,7 +618,7 @@ class AgoraExecutor(BaseExecutor):
     def _release_held(self) -> None:
         """Let go each held job whose machine's order allows it (earliest planned first), heartbeat the rest."""
         now = time.monotonic()
-        held = [job for job in self._jobs.values() if job.state == "held"]
+        held = [job for job in self._jobs.values() if job.state == JobState.HELD]
         self._settle_runs({(job.record.dag_id, job.record.run_id) for job in held}, now)
 
         def planned_start(job: Job) -> float:
@@ -708,7 +709,7 @@ class AgoraExecutor(BaseExecutor):
         run.repairs += 1
         for job in list(self._jobs.values()):
             record = job.record
-            if job.state != "held" or (record.dag_id, record.run_id) != (run.dag_id, run.run_id):
+            if job.state != JobState.HELD or (record.dag_id, record.run_id) != (run.dag_id, run.run_id):
                 continue
             new = fixed.overrides.get(record.plan_task)
             lease = job.spec.lease
@@ -795,7 +796,7 @@ class AgoraExecutor(BaseExecutor):
         """Move ``job`` by ``event`` (:func:`~agora_optimizer.executor.lifecycle.transition`), keep its
         next version in the table, and carry out what the transition says; returns those actions."""
         job, actions = transition(job, event, _now(), self.config.lifecycle)
-        if job.state != "done":
+        if job.state != JobState.DONE:
             self._jobs[job.key] = job
         self._carry_out(actions)
         return actions
@@ -820,7 +821,7 @@ class AgoraExecutor(BaseExecutor):
                 self.log.log(_LOG_LEVELS[action.level], "%s", action.message)
             elif isinstance(action, Forget):
                 forgotten = self._jobs.pop(action.key, None)
-                if forgotten is not None and forgotten.state != "held":
+                if forgotten is not None and forgotten.state != JobState.HELD:
                     self._machine_ended(forgotten)
             elif isinstance(action, RefuseRevoke):
                 pass  # revoke_task raises it to the scheduler
@@ -843,7 +844,7 @@ class AgoraExecutor(BaseExecutor):
 
     def _sync(self) -> None:
         for job in list(self._jobs.values()):
-            if job.state == "pending_submit":
+            if job.state == JobState.PENDING_SUBMIT:
                 self._feed(job, Heartbeat())
         by_backend: dict[str, list[Job]] = {}
         for job in self._jobs.values():
