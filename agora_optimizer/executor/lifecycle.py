@@ -1,6 +1,6 @@
 """The life of one job in the AgoraExecutor, as a pure state machine (no I/O, no Airflow).
 
-A :class:`Job` is in one :data:`JobState`; an event (a workload arrived, a submit came back,
+A :class:`Job` is in one :class:`JobState`; an event (a workload arrived, a submit came back,
 a poll answered, Airflow revoked the task ...) moves it through :func:`transition`, which
 returns the job's next version and the :class:`Action` list the executor carries out: submit,
 cancel, renew a token, report to Airflow, log, forget. The executor does every bit of I/O;
@@ -22,6 +22,10 @@ A job without a lease goes straight to ``pending_submit``, as before planned mac
 ``done`` jobs leave the executor's table through the one :class:`Forget` action. Times are
 the executor's monotonic clock (``*_s``) except the backend's ``queued_at``, a wall-clock
 moment compared with :attr:`Now.wall`.
+
+Why one module of some 540 lines: the states, the events, the actions and the transition table
+are one vocabulary, read together; each handler is a few lines against it, and the table at the
+end is the whole machine at a glance. Split, a reader would follow one transition across files.
 """
 
 from __future__ import annotations
@@ -29,19 +33,31 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any, Literal, TypeAlias
 
 from agora_optimizer.errors import AgoraError
 from agora_optimizer.executor.job_record import JobRecord
 from agora_optimizer.executor.jobs import JobSpec, JobStatus
 
-JobState = Literal["new", "held", "pending_submit", "submitted", "queued", "running", "done"]
-"""``held``: waiting for its planned machine's turn; ``pending_submit``: not on its backend yet (first
-try, or waiting out a backoff); ``submitted``: on it, not polled yet (also a job just adopted);
-``queued``/``running``: what the last poll said."""
 
-ON_BACKEND: tuple[JobState, ...] = ("submitted", "queued", "running")
-_POLLED_STATE: dict[str, JobState] = {"pending": "queued", "running": "running"}  # a poll's phase -> state
+class JobState(StrEnum):
+    """Where a job is in its life; each value is a string, as it was before states were an enum."""
+
+    NEW = "new"
+    HELD = "held"  # waiting for its planned machine's turn
+    PENDING_SUBMIT = "pending_submit"  # not on its backend yet (first try, or waiting out a backoff)
+    SUBMITTED = "submitted"  # on it, not polled yet (also a job just adopted)
+    QUEUED = "queued"  # what the last poll said
+    RUNNING = "running"
+    DONE = "done"  # out of the executor's table (its Forget action)
+
+
+ON_BACKEND: tuple[JobState, ...] = (JobState.SUBMITTED, JobState.QUEUED, JobState.RUNNING)
+_POLLED_STATE: dict[str, JobState] = {
+    "pending": JobState.QUEUED,
+    "running": JobState.RUNNING,
+}  # a poll's phase -> state
 _LAST_PHASE: dict[JobState, str] = {state: phase for phase, state in _POLLED_STATE.items()}  # and back
 ID_PREFIX = "agora"
 
@@ -95,7 +111,7 @@ class Job:
     spec: JobSpec
     record: JobRecord
     workload: Any = None
-    state: JobState = "new"
+    state: JobState = JobState.NEW
     external_id: str = ""
     attempts: int = 0
     next_try_at_s: float = 0.0
@@ -297,14 +313,14 @@ Handler: TypeAlias = Callable[[Job, Any, Now, LifecycleConfig], Outcome]
 
 def _accept(job: Job, event: Accepted, now: Now, config: LifecycleConfig) -> Outcome:
     if job.spec.lease is not None:
-        held = replace(job, state="held", token_at_s=now.monotonic_s, held_since_s=now.monotonic_s)
+        held = replace(job, state=JobState.HELD, token_at_s=now.monotonic_s, held_since_s=now.monotonic_s)
         return held, [Log("info", f"Holding {job.record.label} for its turn on {job.spec.lease.machine}")]
-    job = replace(job, state="pending_submit", token_at_s=now.monotonic_s, submitted_at_s=now.monotonic_s)
+    job = replace(job, state=JobState.PENDING_SUBMIT, token_at_s=now.monotonic_s, submitted_at_s=now.monotonic_s)
     return _submit(job, now)
 
 
 def _release(job: Job, event: Released, now: Now, config: LifecycleConfig) -> Outcome:
-    job = replace(job, state="pending_submit", submitted_at_s=now.monotonic_s)
+    job = replace(job, state=JobState.PENDING_SUBMIT, submitted_at_s=now.monotonic_s)
     held_s = now.monotonic_s - (job.held_since_s if job.held_since_s is not None else now.monotonic_s)
     job, actions = _submit(job, now)
     return job, [Log("info", f"Releasing {job.record.label} after {held_s:.1f} s held: {event.reason}"), *actions]
@@ -345,13 +361,13 @@ def _revoke_held(job: Job, event: Revoked, now: Now, config: LifecycleConfig) ->
             Log("info", f"Not revoking {job.record.label}: it {why}"),
             RefuseRevoke(f"{job.record.label} {why}"),
         ]
-    return replace(job, state="done"), [Forget(job.key)]
+    return replace(job, state=JobState.DONE), [Forget(job.key)]
 
 
 def _adopt(job: Job, event: Adopted, now: Now, config: LifecycleConfig) -> Outcome:
     adopted = replace(
         job,
-        state="submitted",
+        state=JobState.SUBMITTED,
         external_id=event.external_id,
         attempts=1,
         workload=None,
@@ -372,7 +388,9 @@ def _submit(job: Job, now: Now) -> Outcome:
 
 def _submitted(job: Job, event: Submitted, now: Now, config: LifecycleConfig) -> Outcome:
     record = replace(job.record, external_id=event.external_id)
-    job = replace(job, state="submitted", external_id=event.external_id, submitted_at_s=now.monotonic_s, record=record)
+    job = replace(
+        job, state=JobState.SUBMITTED, external_id=event.external_id, submitted_at_s=now.monotonic_s, record=record
+    )
     return job, [
         WriteRecord(job.spec, record),
         ReportQueued(job.key, job.full_external_id),
@@ -394,7 +412,7 @@ def _submit_failed(job: Job, event: SubmitFailed, now: Now, config: LifecycleCon
 
 
 def _end(job: Job, status: JobStatus, *before: Action) -> Outcome:
-    return replace(job, state="done"), [*before, Forget(job.key), Report(job, status)]
+    return replace(job, state=JobState.DONE), [*before, Forget(job.key), Report(job, status)]
 
 
 def _note(job: Job, status: JobStatus, now: Now) -> Job:
@@ -445,7 +463,7 @@ def _token_renewed(job: Job, event: TokenRenewed, now: Now, config: LifecycleCon
 
 
 def _revoke_unsubmitted(job: Job, event: Revoked, now: Now, config: LifecycleConfig) -> Outcome:
-    return replace(job, state="done"), [Forget(job.key)]
+    return replace(job, state=JobState.DONE), [Forget(job.key)]
 
 
 def _revoke(job: Job, event: Revoked, now: Now, config: LifecycleConfig) -> Outcome:
@@ -469,7 +487,7 @@ def _revoke(job: Job, event: Revoked, now: Now, config: LifecycleConfig) -> Outc
         "found its task QUEUED longer than [scheduler] task_queued_timeout, and the job was neither waiting in "
         f"{job.record.resource}'s queue (within [agora] backend_queue_timeout_s) nor just started"
     )
-    return replace(job, state="done"), [
+    return replace(job, state=JobState.DONE), [
         Forget(job.key),
         Cancel(job.record.backend, job.external_id),
         Log("warning", message),
@@ -478,14 +496,14 @@ def _revoke(job: Job, event: Revoked, now: Now, config: LifecycleConfig) -> Outc
 
 def _why_not_stuck(job: Job, now: Now, config: LifecycleConfig) -> str:
     """Why a job whose task Airflow sees QUEUED too long is not stuck ('' if it is)."""
-    if job.state == "queued":
+    if job.state == JobState.QUEUED:
         waited_s, limit_s = job.queue_wait_s(now), config.backend_queue_timeout_s
         if waited_s <= limit_s:  # the wait _polled allows
             return (
                 f"waits in {job.record.resource}'s queue ({job.last_reason or 'pending'}) for {waited_s:.0f} s; "
                 f"[agora] backend_queue_timeout_s ({limit_s:.0f} s) bounds that wait, not task_queued_timeout"
             )
-    if job.state == "running" and job.running_since_s is not None:
+    if job.state == JobState.RUNNING and job.running_since_s is not None:
         running_s = now.monotonic_s - job.running_since_s
         if running_s < config.task_queued_timeout_s:
             return f"started on {job.record.resource} {running_s:.0f} s ago; its task has yet to report to Airflow"
@@ -497,17 +515,17 @@ def _unchanged(job: Job, event: Any, now: Now, config: LifecycleConfig) -> Outco
 
 
 TRANSITIONS: dict[tuple[JobState, type[Any]], Handler] = {
-    ("new", Accepted): _accept,
-    ("new", Adopted): _adopt,
-    ("held", Released): _release,
-    ("held", Moved): _move_held,
-    ("held", Heartbeat): _held_heartbeat,
-    ("held", TokenRenewed): _token_renewed,
-    ("held", Revoked): _revoke_held,
-    ("pending_submit", Heartbeat): _submit_if_due,
-    ("pending_submit", Submitted): _submitted,
-    ("pending_submit", SubmitFailed): _submit_failed,
-    ("pending_submit", Revoked): _revoke_unsubmitted,
+    (JobState.NEW, Accepted): _accept,
+    (JobState.NEW, Adopted): _adopt,
+    (JobState.HELD, Released): _release,
+    (JobState.HELD, Moved): _move_held,
+    (JobState.HELD, Heartbeat): _held_heartbeat,
+    (JobState.HELD, TokenRenewed): _token_renewed,
+    (JobState.HELD, Revoked): _revoke_held,
+    (JobState.PENDING_SUBMIT, Heartbeat): _submit_if_due,
+    (JobState.PENDING_SUBMIT, Submitted): _submitted,
+    (JobState.PENDING_SUBMIT, SubmitFailed): _submit_failed,
+    (JobState.PENDING_SUBMIT, Revoked): _revoke_unsubmitted,
     **{(state, Heartbeat): _unchanged for state in ON_BACKEND},  # polled per backend, not per heartbeat
     **{(state, StatusPolled): _polled for state in ON_BACKEND},
     **{(state, PollFailed): _poll_failed for state in ON_BACKEND},
@@ -520,5 +538,5 @@ def transition(job: Job, event: Event, now: Now, config: LifecycleConfig) -> Out
     """The job after ``event`` and what the executor must do, in order. Pure: no I/O, no clock."""
     handler = TRANSITIONS.get((job.state, type(event)))
     if handler is None:
-        raise LifecycleError(f"job {job.record.label}: no transition from {job.state!r} on {type(event).__name__}")
+        raise LifecycleError(f"job {job.record.label}: no transition from {str(job.state)!r} on {type(event).__name__}")
     return handler(job, event, now, config)

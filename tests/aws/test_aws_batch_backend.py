@@ -35,6 +35,7 @@ from agora_optimizer.executor.backends.aws_batch import (
     session_from_connection,
     status_from_description,
 )
+from agora_optimizer.executor.backends.aws_provisioning import wait_valid
 from agora_optimizer.executor.jobs import BackendError, JobSpec, JobStatus, job_key
 from agora_optimizer.model.catalog import GIB, Catalog
 from tests.aws.conftest import (
@@ -154,12 +155,12 @@ def test_ensure_infrastructure_reports_what_batch_refuses(
         setup_infrastructure(backend, replace(catalog, resources=(local,)), network, IMAGE)
 
 
-def test_an_invalid_compute_environment_stops_the_wait(backend: AwsBatchBackend) -> None:
+def test_an_invalid_compute_environment_stops_the_wait() -> None:
     def describe() -> list[dict[str, str]]:
         return [{"computeEnvironmentName": "agora-c5", "status": "INVALID", "statusReason": "CLIENT_ERROR - bad role"}]
 
     with pytest.raises(BackendError, match="compute environment agora-c5 is INVALID: CLIENT_ERROR - bad role"):
-        backend._wait_valid(describe, "computeEnvironmentName", "compute environment", 5, 0.01)
+        wait_valid(describe, "computeEnvironmentName", "compute environment", 5, 0.01)
 
 
 # -- queue names, job names, sizes -----------------------------------------------------------

@@ -1,4 +1,4 @@
-"""AWS Batch: each task attempt is one Batch job on the job queue of its resource.
+"""AWS Batch, submission: each task attempt is one Batch job on the job queue of its resource.
 
 A catalog resource with ``backend: aws`` is an EC2 instance type (``c5.large``). Its job
 queue is the resource's catalog option ``job_queue`` if set, else ``queue_pattern``
@@ -26,21 +26,20 @@ worker uploaded to its ``--result-url`` (its own OOM kill, peak memory, CPU time
 :meth:`AwsBatchBackend.ensure_infrastructure` creates the compute environments, queues and
 job definition that ``submit`` needs.
 
-Credentials follow Airflow's AWS connection (:func:`session_from_connection`).
+This module is the submission side (the backend's calls). Beside it:
+:mod:`~agora_optimizer.executor.backends.aws_jobs` (queue and job names, sizes, Batch's states),
+:mod:`~agora_optimizer.executor.backends.aws_provisioning` (setting up an account),
+:mod:`~agora_optimizer.executor.backends.aws_credentials` (Airflow's AWS connection,
+:func:`session_from_connection`) and :mod:`~agora_optimizer.executor.backends.aws_errors`
+(boto3's errors as BackendErrors).
 """
 
 from __future__ import annotations
 
-import fnmatch
-import hashlib
 import logging
-import math
-import re
 import tempfile
-import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -49,17 +48,29 @@ from botocore.config import Config
 from botocore.exceptions import (
     BotoCoreError,
     ClientError,
-    HTTPClientError,
-    NoCredentialsError,
     NoRegionError,
 )
-from botocore.exceptions import ConnectionError as BotoConnectionError
 
+from agora_optimizer.executor.backends.aws_credentials import AwsConnection, mapping, session_from_connection
+from agora_optimizer.executor.backends.aws_errors import BACKEND, call, classify_error
+from agora_optimizer.executor.backends.aws_jobs import (
+    DEFAULT_QUEUE_PATTERN,
+    MIB,
+    TIMEOUT_GRACE_S,
+    attempt_duration_s,
+    batch_job_name,
+    container_environment,
+    family_of,
+    memory_mib,
+    queue_name,
+    status_from_description,
+    status_with_result,
+    type_queue_name,
+)
+from agora_optimizer.executor.backends.aws_provisioning import ComputeNetwork, Infrastructure, Provisioner
 from agora_optimizer.executor.backends.base import Backend
-from agora_optimizer.executor.environment import job_environment
 from agora_optimizer.executor.jobs import (
     BackendError,
-    JobPhase,
     JobResult,
     JobSpec,
     JobStatus,
@@ -73,17 +84,32 @@ from agora_optimizer.runs.lease_record import LeaseRecord
 if TYPE_CHECKING:
     from mypy_boto3_batch import BatchClient
 
+__all__ = [
+    "BACKEND",
+    "DEFAULT_QUEUE_PATTERN",
+    "MIB",
+    "AwsBatchBackend",
+    "AwsConnection",
+    "ComputeNetwork",
+    "Infrastructure",
+    "attempt_duration_s",
+    "batch_job_name",
+    "classify_error",
+    "container_environment",
+    "family_of",
+    "memory_mib",
+    "queue_name",
+    "session_from_connection",
+    "status_from_description",
+    "status_with_result",
+    "type_queue_name",
+]
+
 log = logging.getLogger(__name__)
 
-BACKEND = "aws"
 DEFAULT_JOB_DEFINITION = "agora-worker"
-DEFAULT_QUEUE_PATTERN = "agora-{family}"
-MIB = 2**20
-MIN_ATTEMPT_DURATION_S = 60  # Batch refuses a shorter timeout
-TIMEOUT_GRACE_S = 30.0  # the worker stops the task at its limit (SIGTERM, SIGKILL 10 s later); Batch is the backstop
 DESCRIBE_CHUNK = 100  # DescribeJobs takes at most 100 ids
 CANCEL_REASON = "cancelled by agora"
-MANAGED_TAG = {"agora-managed": "true"}
 
 # Variables of the scheduler's environment that must not reach a container: paths of the
 # scheduler's machine, names Batch reserves, and secrets (a job's environment is readable
@@ -104,316 +130,7 @@ DEFAULT_ENVIRONMENT_EXCLUDE: tuple[str, ...] = (
     "*FERNET*",
 )
 
-# Batch job states -> agora phases. A state Batch may add later counts as pending: the job
-# stays watched instead of being reported lost.
-STATE_MAPPINGS: Mapping[str, JobPhase] = {
-    "SUBMITTED": "pending",
-    "PENDING": "pending",
-    "RUNNABLE": "pending",
-    "STARTING": "pending",
-    "RUNNING": "running",
-    "SUCCEEDED": "finished",
-    "FAILED": "finished",
-}
-UNKNOWN_STATE_PHASE: JobPhase = "pending"
-
-OOM_MARKER = "OutOfMemoryError"  # ECS: "OutOfMemoryError: Container killed due to memory usage"
-THROTTLING_CODES = frozenset(
-    {"ThrottlingException", "TooManyRequestsException", "Throttling", "RequestLimitExceeded", "SlowDown"}
-)
-SERVER_ERROR_CODES = frozenset({"ServerException", "InternalFailure", "ServiceUnavailable", "InternalError"})
-
-_JOB_NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
-_JOB_NAME_MAX = 128
-_QUEUE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
-_COMPUTE_ENVIRONMENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{1,126}[A-Za-z0-9]$")
-_REJECTED_EXTRA = ("role_arn", "assume_role_method", "assume_role_kwargs", "profile_name")
-
-
-# -- names and sizes -------------------------------------------------------------------------
-
-
-def family_of(resource: str) -> str:
-    """The instance family of an EC2 type name: ``c5`` for ``c5.large``."""
-    return resource.split(".", 1)[0]
-
-
-def queue_name(resource: str, options: Mapping[str, object], pattern: str = DEFAULT_QUEUE_PATTERN) -> str:
-    """The job queue of a resource: its ``job_queue`` option, else ``pattern`` filled in.
-
-    ``{family}`` is ``c5`` for ``c5.large``, ``{type}`` is ``c5-large`` (queue names allow
-    letters, digits, ``-`` and ``_``). An option may also be a queue ARN.
-    """
-    option = options.get("job_queue")
-    if option is not None:
-        if not isinstance(option, str) or not option:
-            raise BackendError(
-                BACKEND, f"resource {resource}: job_queue must be a queue name, got {option!r}", transient=False
-            )
-        name = option
-    else:
-        try:
-            name = pattern.format(family=family_of(resource), type=resource.replace(".", "-"))
-        except (KeyError, IndexError, ValueError) as exc:
-            raise BackendError(
-                BACKEND,
-                f"queue pattern {pattern!r} is malformed ({type(exc).__name__}: {exc}); "
-                "it may use {family} and {type}",
-                transient=False,
-            ) from None
-    if not name.startswith("arn:") and not _QUEUE_NAME.match(name):
-        raise BackendError(
-            BACKEND,
-            f"resource {resource}: job queue name {name!r} is not a Batch name "
-            "(up to 128 letters, digits, '-' and '_', starting with a letter or digit)",
-            transient=False,
-        )
-    return name
-
-
-def type_queue_name(resource: str) -> str:
-    """The job queue (and compute environment) of exactly one instance type: ``agora-c5-large``.
-
-    A planned machine's jobs go there, so the type the plan priced is the type that runs."""
-    return "agora-" + resource.replace(".", "-")
-
-
-def batch_job_name(key: str) -> str:
-    """A Batch job name for a job key: letters, digits, ``-`` and ``_``, at most 128.
-
-    Names need not be unique (the job id is); a key that had to be cut ends in a hash of
-    the whole key, so people can still tell two long keys apart.
-    """
-    name = _JOB_NAME_UNSAFE.sub("_", key)
-    if not name[:1].isalnum():
-        name = "j" + name
-    if len(name) > _JOB_NAME_MAX:
-        digest = hashlib.sha256(key.encode()).hexdigest()[:10]
-        name = f"{name[: _JOB_NAME_MAX - len(digest) - 1]}-{digest}"
-    return name
-
-
-def memory_mib(memory_bytes: int) -> int:
-    """Bytes as whole MiB, rounded up: Batch's MEMORY is in MiB."""
-    return max(1, math.ceil(memory_bytes / MIB))
-
-
-def attempt_duration_s(time_limit_s: float | None, grace_s: float = TIMEOUT_GRACE_S) -> int | None:
-    """Batch's ``attemptDurationSeconds`` for a task time limit: limit + grace, at least 60 s.
-
-    The worker enforces the limit itself and ends the task cleanly; Batch's timeout is the
-    backstop that kills the container if the worker cannot.
-    """
-    if time_limit_s is None:
-        return None
-    return max(MIN_ATTEMPT_DURATION_S, math.ceil(time_limit_s + grace_s))
-
-
-def container_environment(environment: Mapping[str, str], exclude: Sequence[str]) -> list[dict[str, str]]:
-    """``environment`` as Batch key-value pairs, without the scheduler's secrets under any name Airflow
-    reads them by (:func:`~agora_optimizer.executor.environment.job_environment`) and the names ``exclude``
-    matches."""
-    return [
-        {"name": name, "value": value}
-        for name, value in sorted(job_environment(environment).items())
-        if not any(fnmatch.fnmatchcase(name, pattern) for pattern in exclude)
-    ]
-
-
-# -- Batch's answers -------------------------------------------------------------------------
-
-
-def status_from_description(description: Mapping[str, Any]) -> JobStatus:
-    """One ``DescribeJobs`` job (AWS's ``JobDetail`` shape) as a :class:`JobStatus`.
-
-    Finished jobs: the container's ``exitCode``; a FAILED job without one (it never ran,
-    or was terminated) gets 1, a SUCCEEDED one 0. ``oom_killed`` when Batch or ECS says
-    ``OutOfMemoryError``. Times are epoch milliseconds.
-    """
-    state = str(description.get("status", ""))
-    phase = STATE_MAPPINGS.get(state, UNKNOWN_STATE_PHASE)
-    container = _mapping(description.get("container"))
-    attempts = description.get("attempts") or []
-    last_attempt = _mapping(_mapping(attempts[-1]).get("container")) if attempts else {}
-    reasons = [
-        str(text)
-        for text in (description.get("statusReason"), container.get("reason"), last_attempt.get("reason"))
-        if text
-    ]
-    reason = "; ".join(dict.fromkeys(reasons))
-    host = str(
-        container.get("logStreamName")
-        or last_attempt.get("logStreamName")
-        or container.get("taskArn")
-        or last_attempt.get("taskArn")
-        or ""
-    )
-    exit_code: int | None = None
-    oom_killed = False
-    if phase == "finished":
-        raw = container.get("exitCode", last_attempt.get("exitCode"))
-        exit_code = int(raw) if raw is not None else (0 if state == "SUCCEEDED" else 1)
-        oom_killed = OOM_MARKER in reason
-    if phase == "pending" and state not in STATE_MAPPINGS:
-        reason = f"unknown Batch state {state!r}" + (f": {reason}" if reason else "")
-    return JobStatus(
-        phase=phase,
-        exit_code=exit_code,
-        oom_killed=oom_killed,
-        reason=reason,
-        host=host,
-        queued_at=_moment(description.get("createdAt")),
-        started_at=_moment(description.get("startedAt")),
-        ended_at=_moment(description.get("stoppedAt")) if phase == "finished" else None,
-    )
-
-
-def status_with_result(status: JobStatus, result: JobResult) -> JobStatus:
-    """Batch's view of a finished job completed by its worker's result.
-
-    Batch knows the job's times and log stream; the worker knows what Batch cannot tell
-    from an exit code: that it killed the task for its memory, the peak resident memory,
-    the CPU time, and why the task ended. A non-zero exit code of Batch's wins over the
-    worker's (the container failed after the worker wrote its result).
-    """
-    return replace(
-        status,
-        exit_code=status.exit_code or result.exit_code,
-        oom_killed=status.oom_killed or result.oom_killed,
-        reason=result.reason or status.reason,
-        peak_rss_bytes=result.peak_rss_bytes,
-        cpu_time_s=result.cpu_time_s,
-    )
-
-
-def classify_error(exc: Exception, what: str) -> BackendError:
-    """A boto3 failure as a BackendError: throttling, 5xx and lost connections are transient.
-
-    ``what`` says what was being done, naming the job, resource and queue.
-    """
-    if isinstance(exc, ClientError):
-        error = exc.response.get("Error", {})
-        code = str(error.get("Code", "Unknown"))
-        message = str(error.get("Message", "")) or str(exc)
-        http_status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
-        transient = code in THROTTLING_CODES or code in SERVER_ERROR_CODES or http_status >= 500 or http_status == 429
-        return BackendError(BACKEND, f"{what}: {code}: {message}", transient=transient)
-    if isinstance(exc, BotoConnectionError | HTTPClientError):  # no connection, timeouts, dropped connections
-        return BackendError(BACKEND, f"{what}: AWS unreachable: {exc}", transient=True)
-    if isinstance(exc, NoCredentialsError):
-        return BackendError(
-            BACKEND, f"{what}: no AWS credentials (set login/password on the Airflow connection)", transient=False
-        )
-    return BackendError(BACKEND, f"{what}: {type(exc).__name__}: {exc}", transient=False)
-
-
-# -- credentials -----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class AwsConnection:
-    """A boto3 session with the region and endpoint an Airflow connection names."""
-
-    session: boto3.session.Session
-    region_name: str | None
-    endpoint_url: str | None
-    source: str
-
-
-def session_from_connection(conn_id: str = "aws_default", service: str = "batch") -> AwsConnection:
-    """The session of Airflow's AWS connection ``conn_id``, with the endpoint of ``service``.
-
-    With apache-airflow-providers-amazon installed, its ``AwsBaseHook`` builds the session
-    (every option it supports, assumed roles included). Without it the connection is read
-    here as the provider reads it: login = access key id, password = secret access key (or
-    extra ``aws_access_key_id``, ``aws_secret_access_key``), extra ``aws_session_token``,
-    ``region_name``, ``endpoint_url`` (``service_config.<service>.endpoint_url`` first); an
-    assumed role or a profile needs the provider and is refused. No such connection:
-    boto3's default chain (environment, profile, instance role).
-    """
-    try:
-        from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
-    except ImportError:
-        pass
-    else:
-        try:
-            hook = AwsBaseHook(aws_conn_id=conn_id, client_type=service)
-            region = hook.region_name
-            return AwsConnection(
-                session=hook.get_session(region_name=region),  # assumes the role now, if one is set
-                region_name=region,
-                endpoint_url=hook.conn_config.get_service_endpoint_url(service),
-                source=f"Airflow connection {conn_id} (Amazon provider)",
-            )
-        except (ClientError, BotoCoreError) as exc:
-            raise classify_error(exc, f"Airflow connection {conn_id}: cannot open an AWS session") from exc
-        except Exception as exc:  # the provider's own errors: a malformed connection
-            raise BackendError(
-                BACKEND, f"Airflow connection {conn_id}: {type(exc).__name__}: {exc}", transient=False
-            ) from exc
-
-    from airflow.sdk import BaseHook
-    from airflow.sdk.exceptions import AirflowNotFoundException
-
-    try:
-        conn = BaseHook.get_connection(conn_id)
-    except AirflowNotFoundException:
-        log.info("No Airflow connection %s: boto3's default credential chain", conn_id)
-        return AwsConnection(boto3.session.Session(), None, None, "boto3 default chain")
-    extra = conn.extra_dejson
-    if not isinstance(extra, dict):
-        raise BackendError(BACKEND, f"Airflow connection {conn_id}: extra must be a JSON object", transient=False)
-    rejected = [key for key in _REJECTED_EXTRA if extra.get(key)]
-    if rejected:
-        raise BackendError(
-            BACKEND,
-            f"Airflow connection {conn_id}: extra {', '.join(rejected)} needs apache-airflow-providers-amazon "
-            "(assumed roles and profiles are not read without it); install it, or give the access key as "
-            "login and the secret key as password",
-            transient=False,
-        )
-    key_id = conn.login or _optional_str(extra.get("aws_access_key_id"), conn_id, "aws_access_key_id")
-    secret = conn.password or _optional_str(extra.get("aws_secret_access_key"), conn_id, "aws_secret_access_key")
-    if bool(key_id) != bool(secret):
-        raise BackendError(
-            BACKEND,
-            f"Airflow connection {conn_id}: login (access key id) and password (secret key) go together",
-            transient=False,
-        )
-    region = _optional_str(extra.get("region_name"), conn_id, "region_name")
-    service_config = _mapping(_mapping(extra.get("service_config")).get(service))
-    endpoint = _optional_str(service_config.get("endpoint_url", extra.get("endpoint_url")), conn_id, "endpoint_url")
-    session = boto3.session.Session(
-        aws_access_key_id=key_id or None,
-        aws_secret_access_key=secret or None,
-        aws_session_token=_optional_str(extra.get("aws_session_token"), conn_id, "aws_session_token"),
-        region_name=region,
-    )
-    return AwsConnection(session, region, endpoint, f"Airflow connection {conn_id}")
-
-
 # -- the backend -----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Infrastructure:
-    """What :meth:`AwsBatchBackend.ensure_infrastructure` found and made."""
-
-    queues: Mapping[str, tuple[str, ...]]  # job queue -> the catalog resources it serves
-    created: tuple[str, ...] = ()  # "compute environment agora-c5", "job queue agora-c5", "job definition ..."
-    existing: tuple[str, ...] = ()
-    job_definition_arn: str = ""
-
-
-@dataclass(frozen=True)
-class ComputeNetwork:
-    """Where compute environments that the backend creates on demand put their instances."""
-
-    subnets: Sequence[str]
-    security_group_ids: Sequence[str]
-    instance_role: str  # the ECS instance profile
-    service_role: str | None = None  # None: Batch's service-linked role
-    default_max_vcpus: int = 256  # a type without a catalog count
 
 
 @dataclass
@@ -588,7 +305,7 @@ class AwsBatchBackend(Backend):
         options = resource.extra if resource is not None else {}
         queue = self.lease_queue(lease.resource, options)
         what = f"machine {lease.machine} (resource {lease.resource}, job queue {queue})"
-        found = self._call(self.client.describe_job_queues, f"{what}: cannot look up its queue", jobQueues=[queue])
+        found = call(self.client.describe_job_queues, f"{what}: cannot look up its queue", jobQueues=[queue])
         queues = found.get("jobQueues", [])
         if not queues:
             if "job_queue" in options:
@@ -599,10 +316,10 @@ class AwsBatchBackend(Backend):
                     BACKEND, f"{what}: the queue does not exist and cannot be created ({why})", transient=False
                 )
             try:
-                self._create_type_queue(resource, queue, self.compute_network)
+                self.provisioner.create_type_queue(resource, queue, self.compute_network, self.create_timeout_s)
             except BackendError as exc:
                 raise BackendError(BACKEND, f"{what}: {exc.reason}", transient=exc.transient) from None
-            queues = self._call(self.client.describe_job_queues, f"{what}: cannot look up its queue", jobQueues=[queue])
+            queues = call(self.client.describe_job_queues, f"{what}: cannot look up its queue", jobQueues=[queue])
             queues = queues["jobQueues"]
         for described in queues:
             state, status = described.get("state"), described.get("status")
@@ -637,49 +354,6 @@ class AwsBatchBackend(Backend):
             lease = closed.lease
             finished.append(lease.record(BACKEND, closed.queue, min(starts), max(ends), "batch job times"))
         return finished
-
-    def _create_type_queue(self, resource: Resource, queue: str, network: ComputeNetwork) -> None:
-        """The compute environment (exactly ``resource``'s type) and queue named ``queue``, each unless it exists."""
-        compute = {
-            "type": "EC2",  # on demand, as the catalog's prices
-            "allocationStrategy": "BEST_FIT_PROGRESSIVE",
-            "minvCpus": 0,
-            "maxvCpus": _max_vcpus([resource], network.default_max_vcpus),
-            "instanceTypes": [resource.name],
-            "subnets": list(network.subnets),
-            "securityGroupIds": list(network.security_group_ids),
-            "instanceRole": network.instance_role,
-            "tags": dict(MANAGED_TAG),
-        }
-        self._create_compute_environment(queue, compute, network.service_role, [])
-        [environment] = self._wait_valid(
-            lambda: self.client.describe_compute_environments(computeEnvironments=[queue])["computeEnvironments"],
-            "computeEnvironmentName",
-            "compute environment",
-            self.create_timeout_s,
-            1.0,
-        )
-        try:
-            self.client.create_job_queue(
-                jobQueueName=queue,
-                state="ENABLED",
-                priority=1,
-                computeEnvironmentOrder=[{"order": 1, "computeEnvironment": environment["computeEnvironmentArn"]}],
-                tags=dict(MANAGED_TAG),
-            )
-        except ClientError as exc:  # another scheduler made it a moment ago: as good
-            if "exist" not in str(exc).lower():
-                raise classify_error(exc, f"cannot create job queue {queue}") from None
-        except BotoCoreError as exc:
-            raise classify_error(exc, f"cannot create job queue {queue}") from None
-        self._wait_valid(
-            lambda: self.client.describe_job_queues(jobQueues=[queue])["jobQueues"],
-            "jobQueueName",
-            "job queue",
-            self.create_timeout_s,
-            1.0,
-        )
-        log.info("AWS Batch: created job queue and compute environment %s for %s", queue, resource.name)
 
     def status(self, external_ids: Sequence[str]) -> Mapping[str, JobStatus]:
         """Batch's view of each job; an id Batch does not return is ``lost``."""
@@ -733,7 +407,7 @@ class AwsBatchBackend(Backend):
         """
         if status.phase != "finished" or self.files is None:
             return status
-        url = _command_option(_mapping(description.get("container")).get("command") or (), "--result-url")
+        url = _command_option(mapping(description.get("container")).get("command") or (), "--result-url")
         if url is None:
             return status
         try:
@@ -755,214 +429,20 @@ class AwsBatchBackend(Backend):
         except Exception as exc:
             log.warning("Cannot terminate AWS Batch job %s: %s", external_id, exc)
 
-    # -- setting up an account -----------------------------------------------------------------
+    # -- setting up an account (aws_provisioning) ----------------------------------------------
 
-    def ensure_infrastructure(
-        self,
-        resources: Iterable[Resource],
-        *,
-        image: str,
-        subnets: Sequence[str],
-        security_group_ids: Sequence[str],
-        instance_role: str,
-        service_role: str | None = None,
-        job_role_arn: str | None = None,
-        default_max_vcpus: int = 256,
-        wait_timeout_s: float = 600.0,
-        poll_s: float = 5.0,
-    ) -> Infrastructure:
-        """Create what ``submit`` needs and is missing; idempotent.
-
-        Per job queue of the ``aws`` resources: a managed compute environment (named as the
-        queue) of on-demand EC2 instances of the queue's types, ``minvCpus`` 0 and ``maxvCpus``
-        the catalog's ``count`` x ``vcpus`` summed over its types (``default_max_vcpus`` when a
-        type has no count), then the queue. And the container job definition
-        ``job_definition`` with ``image`` (a new revision unless the newest active one, which
-        jobs get, already has that image and job role). Existing queues and compute
-        environments are used as they are. ``instance_role`` is the ECS instance profile;
-        ``service_role`` may be omitted where Batch's service-linked role exists.
-        """
+    def ensure_infrastructure(self, resources: Iterable[Resource], **options: Any) -> Infrastructure:
+        """Create what ``submit`` needs and is missing, per job queue of the ``aws`` resources; idempotent
+        (:meth:`~agora_optimizer.executor.backends.aws_provisioning.Provisioner.ensure_infrastructure`)."""
         groups: dict[str, list[Resource]] = {}
         for resource in resources:
             if resource.backend == BACKEND:
                 groups.setdefault(self.queue_for(resource.name, resource.extra), []).append(resource)
-        if not groups:
-            raise BackendError(BACKEND, "the catalog has no resource with backend aws", transient=False)
-        created: list[str] = []
-        existing: list[str] = []
-        found = self._call(self.client.describe_job_queues, "cannot list job queues", jobQueues=list(groups))
-        known = {queue["jobQueueName"] for queue in found["jobQueues"]} | {
-            queue["jobQueueArn"] for queue in found["jobQueues"]
-        }
-        existing += [f"job queue {queue}" for queue in groups if queue in known]
-        missing = {queue: members for queue, members in groups.items() if queue not in known}
-        if missing:
-            template = {
-                "type": "EC2",  # on demand, as the catalog's prices
-                "allocationStrategy": "BEST_FIT_PROGRESSIVE",
-                "minvCpus": 0,
-                "subnets": list(subnets),
-                "securityGroupIds": list(security_group_ids),
-                "instanceRole": instance_role,
-                "tags": dict(MANAGED_TAG),
-            }
-            for queue, members in missing.items():
-                compute = {
-                    **template,
-                    "maxvCpus": _max_vcpus(members, default_max_vcpus),
-                    "instanceTypes": sorted(resource.name for resource in members),
-                }
-                created += self._create_compute_environment(queue, compute, service_role, existing)
-            environments = self._wait_valid(
-                lambda: self.client.describe_compute_environments(computeEnvironments=list(missing))[
-                    "computeEnvironments"
-                ],
-                "computeEnvironmentName",
-                "compute environment",
-                wait_timeout_s,
-                poll_s,
-            )
-            arns = {str(item["computeEnvironmentName"]): str(item["computeEnvironmentArn"]) for item in environments}
-            for queue in missing:
-                self._call(
-                    self.client.create_job_queue,
-                    f"cannot create job queue {queue}",
-                    jobQueueName=queue,
-                    state="ENABLED",
-                    priority=1,
-                    computeEnvironmentOrder=[{"order": 1, "computeEnvironment": arns[queue]}],
-                    tags=dict(MANAGED_TAG),
-                )
-                created.append(f"job queue {queue}")
-            self._wait_valid(
-                lambda: self.client.describe_job_queues(jobQueues=list(missing))["jobQueues"],
-                "jobQueueName",
-                "job queue",
-                wait_timeout_s,
-                poll_s,
-            )
-        arn, made = self._ensure_job_definition(image, job_role_arn)
-        (created if made else existing).append(f"job definition {arn}")
-        return Infrastructure(
-            queues={queue: tuple(resource.name for resource in members) for queue, members in groups.items()},
-            created=tuple(created),
-            existing=tuple(existing),
-            job_definition_arn=arn,
-        )
+        return self.provisioner.ensure_infrastructure(groups, **options)
 
-    def _create_compute_environment(
-        self, name: str, compute: Mapping[str, Any], service_role: str | None, existing: list[str]
-    ) -> list[str]:
-        """Create the compute environment of a new queue unless it exists; what was created."""
-        types = ", ".join(compute["instanceTypes"])
-        if name.startswith("arn:") or not _COMPUTE_ENVIRONMENT_NAME.match(name):
-            raise BackendError(
-                BACKEND,
-                f"job queue {name!r} of {types} does not exist, and ensure_infrastructure creates a queue only "
-                "by a name that can also name its compute environment (3 to 128 letters, digits, '-', '_')",
-                transient=False,
-            )
-        found = self._call(
-            self.client.describe_compute_environments,
-            f"cannot look up compute environment {name}",
-            computeEnvironments=[name],
-        )
-        if found["computeEnvironments"]:
-            existing.append(f"compute environment {name}")
-            return []
-        request: dict[str, Any] = {
-            "computeEnvironmentName": name,
-            "type": "MANAGED",
-            "state": "ENABLED",
-            "computeResources": dict(compute),
-            "tags": dict(MANAGED_TAG),
-        }
-        if service_role:
-            request["serviceRole"] = service_role
-        self._call(
-            self.client.create_compute_environment, f"cannot create compute environment {name} for {types}", **request
-        )
-        return [f"compute environment {name}"]
-
-    def _ensure_job_definition(self, image: str, job_role_arn: str | None) -> tuple[str, bool]:
-        name = self.job_definition.split(":", 1)[0] if not self.job_definition.startswith("arn:") else ""
-        if not name:
-            raise BackendError(
-                BACKEND, f"job definition {self.job_definition!r}: give a name to create, not an ARN", transient=False
-            )
-        found = self._call(
-            self.client.describe_job_definitions,
-            f"cannot list job definition {name}",
-            jobDefinitionName=name,
-            status="ACTIVE",
-        )["jobDefinitions"]
-        if found:  # a job names the definition without revision: Batch runs its newest active one
-            newest = max(found, key=lambda definition: definition.get("revision", 0))
-            current = newest.get("containerProperties") or {}
-            if current.get("image") == image and (current.get("jobRoleArn") or None) == job_role_arn:
-                return newest["jobDefinitionArn"], False
-        properties: dict[str, Any] = {
-            "image": image,
-            # placeholders: every job overrides both
-            "resourceRequirements": [{"type": "VCPU", "value": "1"}, {"type": "MEMORY", "value": "2048"}],
-        }
-        if job_role_arn:
-            properties["jobRoleArn"] = job_role_arn
-        response = self._call(
-            self.client.register_job_definition,
-            f"cannot register job definition {name} with image {image}",
-            jobDefinitionName=name,
-            type="container",
-            containerProperties=properties,
-            retryStrategy={"attempts": 1},  # the executor retries, with its own backoff
-            propagateTags=True,
-            tags=dict(MANAGED_TAG),
-        )
-        return response["jobDefinitionArn"], True
-
-    def _wait_valid(
-        self,
-        describe: Callable[[], Sequence[Mapping[str, Any]]],
-        name_key: str,
-        kind: str,
-        timeout_s: float,
-        poll_s: float,
-    ) -> Sequence[Mapping[str, Any]]:
-        """Wait until every described item is VALID (and return them); an INVALID one raises."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            items = self._call(describe, f"cannot describe {kind}s")
-            waiting = []
-            for item in items:
-                status = item.get("status")
-                if status == "INVALID":
-                    raise BackendError(
-                        BACKEND,
-                        f"{kind} {item[name_key]} is INVALID: {item.get('statusReason', 'no reason given')}",
-                        transient=False,
-                    )
-                if status != "VALID":
-                    waiting.append(str(item[name_key]))
-            if not waiting:
-                return items
-            if time.monotonic() > deadline:
-                raise BackendError(
-                    BACKEND, f"{kind}s {', '.join(waiting)} not VALID after {timeout_s:g} s", transient=True
-                )
-            time.sleep(poll_s)
-
-    @staticmethod
-    def _call(call: Callable[..., Any], what: str, **arguments: Any) -> Any:
-        try:
-            return call(**arguments)
-        except (ClientError, BotoCoreError) as exc:
-            raise classify_error(exc, what) from None
-
-
-def _max_vcpus(resources: Sequence[Resource], default: int) -> int:
-    if any(resource.count is None for resource in resources):
-        return default
-    return sum(resource.vcpus * (resource.count or 0) for resource in resources)
+    @property
+    def provisioner(self) -> Provisioner:
+        return Provisioner(self.client, self.job_definition)
 
 
 def _command_option(command: Sequence[object], flag: str) -> str | None:
@@ -988,21 +468,3 @@ def _read_result(files: RemoteFiles, url: str) -> JobResult:
     if result is None:  # cannot happen: the file was just written
         raise RemoteFileNotFound(BACKEND, f"worker result {url} vanished", transient=False)
     return result
-
-
-def _mapping(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _moment(milliseconds: object) -> datetime | None:
-    if not isinstance(milliseconds, int | float) or isinstance(milliseconds, bool) or milliseconds <= 0:
-        return None
-    return datetime.fromtimestamp(milliseconds / 1000.0, tz=UTC)
-
-
-def _optional_str(value: object, conn_id: str, key: str) -> str | None:
-    if value is None or value == "":
-        return None
-    if not isinstance(value, str):
-        raise BackendError(BACKEND, f"Airflow connection {conn_id}: extra {key} must be a string", transient=False)
-    return value

@@ -1,0 +1,302 @@
+"""Setting up an AWS account for agora: compute environments, job queues and the job definition (:class:`Provisioner`).
+
+:meth:`~agora_optimizer.executor.backends.aws_batch.AwsBatchBackend.ensure_infrastructure` creates, per
+job queue of the catalog's ``aws`` resources, a managed compute environment and the queue, and the
+container job definition jobs are submitted with; :meth:`Provisioner.create_type_queue` creates the
+queue of exactly one instance type when a planned machine needs it (with a :class:`ComputeNetwork`).
+Everything is named, so creating is idempotent, and tagged ``agora-managed``.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+)
+
+from agora_optimizer.executor.jobs import (
+    BackendError,
+)
+from agora_optimizer.model.catalog import Resource
+
+if TYPE_CHECKING:
+    from mypy_boto3_batch import BatchClient
+
+from agora_optimizer.executor.backends.aws_errors import BACKEND, call, classify_error
+
+log = logging.getLogger(__name__)
+
+
+MANAGED_TAG = {"agora-managed": "true"}
+_COMPUTE_ENVIRONMENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{1,126}[A-Za-z0-9]$")
+
+
+@dataclass(frozen=True)
+class Infrastructure:
+    """What :meth:`AwsBatchBackend.ensure_infrastructure` found and made."""
+
+    queues: Mapping[str, tuple[str, ...]]  # job queue -> the catalog resources it serves
+    created: tuple[str, ...] = ()  # "compute environment agora-c5", "job queue agora-c5", "job definition ..."
+    existing: tuple[str, ...] = ()
+    job_definition_arn: str = ""
+
+
+@dataclass(frozen=True)
+class ComputeNetwork:
+    """Where compute environments that the backend creates on demand put their instances."""
+
+    subnets: Sequence[str]
+    security_group_ids: Sequence[str]
+    instance_role: str  # the ECS instance profile
+    service_role: str | None = None  # None: Batch's service-linked role
+    default_max_vcpus: int = 256  # a type without a catalog count
+
+
+@dataclass(frozen=True)
+class Provisioner:
+    """Creates compute environments, job queues and the job definition through ``client``, each unless it exists."""
+
+    client: BatchClient
+    job_definition: str  # the name jobs are submitted with
+
+    def ensure_infrastructure(
+        self,
+        groups: Mapping[str, Sequence[Resource]],
+        *,
+        image: str,
+        subnets: Sequence[str],
+        security_group_ids: Sequence[str],
+        instance_role: str,
+        service_role: str | None = None,
+        job_role_arn: str | None = None,
+        default_max_vcpus: int = 256,
+        wait_timeout_s: float = 600.0,
+        poll_s: float = 5.0,
+    ) -> Infrastructure:
+        """Create what ``submit`` needs and is missing; idempotent.
+
+        Per job queue of ``groups`` (the catalog's ``aws`` resources by the queue they run on): a
+        managed compute environment (named as the queue) of on-demand EC2 instances of the queue's
+        types, ``minvCpus`` 0 and ``maxvCpus`` the catalog's ``count`` x ``vcpus`` summed over its types
+        (``default_max_vcpus`` when a type has no count), then the queue. And the container job
+        definition ``job_definition`` with ``image`` (a new revision unless the newest active one, which
+        jobs get, already has that image and job role). Existing queues and compute environments are
+        used as they are. ``instance_role`` is the ECS instance profile;
+        ``service_role`` may be omitted where Batch's service-linked role exists.
+        """
+        if not groups:
+            raise BackendError(BACKEND, "the catalog has no resource with backend aws", transient=False)
+        created: list[str] = []
+        existing: list[str] = []
+        found = call(self.client.describe_job_queues, "cannot list job queues", jobQueues=list(groups))
+        known = {queue["jobQueueName"] for queue in found["jobQueues"]} | {
+            queue["jobQueueArn"] for queue in found["jobQueues"]
+        }
+        existing += [f"job queue {queue}" for queue in groups if queue in known]
+        missing = {queue: members for queue, members in groups.items() if queue not in known}
+        if missing:
+            template = {
+                "type": "EC2",  # on demand, as the catalog's prices
+                "allocationStrategy": "BEST_FIT_PROGRESSIVE",
+                "minvCpus": 0,
+                "subnets": list(subnets),
+                "securityGroupIds": list(security_group_ids),
+                "instanceRole": instance_role,
+                "tags": dict(MANAGED_TAG),
+            }
+            for queue, members in missing.items():
+                compute = {
+                    **template,
+                    "maxvCpus": _max_vcpus(members, default_max_vcpus),
+                    "instanceTypes": sorted(resource.name for resource in members),
+                }
+                created += self.create_compute_environment(queue, compute, service_role, existing)
+            environments = wait_valid(
+                lambda: self.client.describe_compute_environments(computeEnvironments=list(missing))[
+                    "computeEnvironments"
+                ],
+                "computeEnvironmentName",
+                "compute environment",
+                wait_timeout_s,
+                poll_s,
+            )
+            arns = {str(item["computeEnvironmentName"]): str(item["computeEnvironmentArn"]) for item in environments}
+            for queue in missing:
+                call(
+                    self.client.create_job_queue,
+                    f"cannot create job queue {queue}",
+                    jobQueueName=queue,
+                    state="ENABLED",
+                    priority=1,
+                    computeEnvironmentOrder=[{"order": 1, "computeEnvironment": arns[queue]}],
+                    tags=dict(MANAGED_TAG),
+                )
+                created.append(f"job queue {queue}")
+            wait_valid(
+                lambda: self.client.describe_job_queues(jobQueues=list(missing))["jobQueues"],
+                "jobQueueName",
+                "job queue",
+                wait_timeout_s,
+                poll_s,
+            )
+        arn, made = self.ensure_job_definition(image, job_role_arn)
+        (created if made else existing).append(f"job definition {arn}")
+        return Infrastructure(
+            queues={queue: tuple(resource.name for resource in members) for queue, members in groups.items()},
+            created=tuple(created),
+            existing=tuple(existing),
+            job_definition_arn=arn,
+        )
+
+    def create_type_queue(self, resource: Resource, queue: str, network: ComputeNetwork, timeout_s: float) -> None:
+        """The compute environment (exactly ``resource``'s type) and queue named ``queue``, each unless it exists."""
+        compute = {
+            "type": "EC2",  # on demand, as the catalog's prices
+            "allocationStrategy": "BEST_FIT_PROGRESSIVE",
+            "minvCpus": 0,
+            "maxvCpus": _max_vcpus([resource], network.default_max_vcpus),
+            "instanceTypes": [resource.name],
+            "subnets": list(network.subnets),
+            "securityGroupIds": list(network.security_group_ids),
+            "instanceRole": network.instance_role,
+            "tags": dict(MANAGED_TAG),
+        }
+        self.create_compute_environment(queue, compute, network.service_role, [])
+        [environment] = wait_valid(
+            lambda: self.client.describe_compute_environments(computeEnvironments=[queue])["computeEnvironments"],
+            "computeEnvironmentName",
+            "compute environment",
+            timeout_s,
+            1.0,
+        )
+        try:
+            self.client.create_job_queue(
+                jobQueueName=queue,
+                state="ENABLED",
+                priority=1,
+                computeEnvironmentOrder=[{"order": 1, "computeEnvironment": environment["computeEnvironmentArn"]}],
+                tags=dict(MANAGED_TAG),
+            )
+        except ClientError as exc:  # another scheduler made it a moment ago: as good
+            if "exist" not in str(exc).lower():
+                raise classify_error(exc, f"cannot create job queue {queue}") from None
+        except BotoCoreError as exc:
+            raise classify_error(exc, f"cannot create job queue {queue}") from None
+        wait_valid(
+            lambda: self.client.describe_job_queues(jobQueues=[queue])["jobQueues"],
+            "jobQueueName",
+            "job queue",
+            timeout_s,
+            1.0,
+        )
+        log.info("AWS Batch: created job queue and compute environment %s for %s", queue, resource.name)
+
+    def create_compute_environment(
+        self, name: str, compute: Mapping[str, Any], service_role: str | None, existing: list[str]
+    ) -> list[str]:
+        """Create the compute environment of a new queue unless it exists; what was created."""
+        types = ", ".join(compute["instanceTypes"])
+        if name.startswith("arn:") or not _COMPUTE_ENVIRONMENT_NAME.match(name):
+            raise BackendError(
+                BACKEND,
+                f"job queue {name!r} of {types} does not exist, and ensure_infrastructure creates a queue only "
+                "by a name that can also name its compute environment (3 to 128 letters, digits, '-', '_')",
+                transient=False,
+            )
+        found = call(
+            self.client.describe_compute_environments,
+            f"cannot look up compute environment {name}",
+            computeEnvironments=[name],
+        )
+        if found["computeEnvironments"]:
+            existing.append(f"compute environment {name}")
+            return []
+        request: dict[str, Any] = {
+            "computeEnvironmentName": name,
+            "type": "MANAGED",
+            "state": "ENABLED",
+            "computeResources": dict(compute),
+            "tags": dict(MANAGED_TAG),
+        }
+        if service_role:
+            request["serviceRole"] = service_role
+        call(self.client.create_compute_environment, f"cannot create compute environment {name} for {types}", **request)
+        return [f"compute environment {name}"]
+
+    def ensure_job_definition(self, image: str, job_role_arn: str | None) -> tuple[str, bool]:
+        name = self.job_definition.split(":", 1)[0] if not self.job_definition.startswith("arn:") else ""
+        if not name:
+            raise BackendError(
+                BACKEND, f"job definition {self.job_definition!r}: give a name to create, not an ARN", transient=False
+            )
+        found = call(
+            self.client.describe_job_definitions,
+            f"cannot list job definition {name}",
+            jobDefinitionName=name,
+            status="ACTIVE",
+        )["jobDefinitions"]
+        if found:  # a job names the definition without revision: Batch runs its newest active one
+            newest = max(found, key=lambda definition: definition.get("revision", 0))
+            current = newest.get("containerProperties") or {}
+            if current.get("image") == image and (current.get("jobRoleArn") or None) == job_role_arn:
+                return newest["jobDefinitionArn"], False
+        properties: dict[str, Any] = {
+            "image": image,
+            # placeholders: every job overrides both
+            "resourceRequirements": [{"type": "VCPU", "value": "1"}, {"type": "MEMORY", "value": "2048"}],
+        }
+        if job_role_arn:
+            properties["jobRoleArn"] = job_role_arn
+        response = call(
+            self.client.register_job_definition,
+            f"cannot register job definition {name} with image {image}",
+            jobDefinitionName=name,
+            type="container",
+            containerProperties=properties,
+            retryStrategy={"attempts": 1},  # the executor retries, with its own backoff
+            propagateTags=True,
+            tags=dict(MANAGED_TAG),
+        )
+        return response["jobDefinitionArn"], True
+
+
+def wait_valid(
+    describe: Callable[[], Sequence[Mapping[str, Any]]],
+    name_key: str,
+    kind: str,
+    timeout_s: float,
+    poll_s: float,
+) -> Sequence[Mapping[str, Any]]:
+    """Wait until every described item is VALID (and return them); an INVALID one raises."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        items = call(describe, f"cannot describe {kind}s")
+        waiting = []
+        for item in items:
+            status = item.get("status")
+            if status == "INVALID":
+                raise BackendError(
+                    BACKEND,
+                    f"{kind} {item[name_key]} is INVALID: {item.get('statusReason', 'no reason given')}",
+                    transient=False,
+                )
+            if status != "VALID":
+                waiting.append(str(item[name_key]))
+        if not waiting:
+            return items
+        if time.monotonic() > deadline:
+            raise BackendError(BACKEND, f"{kind}s {', '.join(waiting)} not VALID after {timeout_s:g} s", transient=True)
+        time.sleep(poll_s)
+
+
+def _max_vcpus(resources: Sequence[Resource], default: int) -> int:
+    if any(resource.count is None for resource in resources):
+        return default
+    return sum(resource.vcpus * (resource.count or 0) for resource in resources)

@@ -1,0 +1,191 @@
+"""From Airflow's workload to a job: the placement lookup (the plan's, a repair's, the default), the job
+directory, the worker's command and environment (:class:`JobBuilding`).
+
+Each workload becomes a :class:`~agora_optimizer.executor.jobs.JobSpec` for the backend of its
+resource; the job runs the agora worker, which runs Airflow's own ``execute_workload`` under the
+placement's memory, CPU and time limits.
+"""
+
+from __future__ import annotations
+
+import errno
+import fnmatch
+import math
+import os
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from airflow.executors.base_executor import get_execution_api_server_url
+
+from agora_optimizer.errors import AgoraError
+from agora_optimizer.executor.environment import job_environment
+from agora_optimizer.executor.executor_base import OOM_RETRY_GROWTH, ExecutorBase, plan_task
+from agora_optimizer.executor.job_dirs import set_aside
+from agora_optimizer.executor.job_record import JobRecord
+from agora_optimizer.executor.jobs import JobSpec, read_result
+from agora_optimizer.executor.lifecycle import Job
+from agora_optimizer.executor.placement import Placement, placement_from_config
+from agora_optimizer.executor.remote_files import CONTAINER_JOB_ROOT, job_urls, split_s3_url
+from agora_optimizer.executor.state_files import write_private
+from agora_optimizer.model.catalog import Resource
+
+if TYPE_CHECKING:
+    from airflow.executors import workloads
+
+
+class JobBuilding(ExecutorBase):
+    """Builds each workload's job at its placement."""
+
+    def _job_for(self, workload: workloads.ExecuteTask, *, write: bool = True) -> Job:
+        """The job of ``workload`` at its placement (a repair's for its run, else its ``executor_config``'s);
+        ``write``: its workload and ``job.json`` are written (a moved held job's are written by its ``Moved``)."""
+        ti = workload.ti
+        label = f"{ti.dag_id}.{plan_task(ti)}"
+        placement = placement_from_config(ti.executor_config, label, ti.map_index) or self._default_placement(label)
+        placement = self._repaired_placement(ti, placement)
+        resource = self._resources.get(placement.resource)
+        if resource is None:
+            raise AgoraError(
+                f"task {label}: resource {placement.resource!r} is not in [agora] catalog "
+                f"(known: {', '.join(sorted(self._resources)) or 'none'})"
+            )
+        placement = self._grown_after_oom_kill(placement, resource, ti)
+        job_dir = self._job_dir(ti.dag_id, ti.task_id, ti.run_id, ti.try_number, ti.map_index)
+        key = job_dir.name
+        if write and (aside := set_aside(job_dir)) is not None:
+            self.log.info("agora: %s try %d is queued again; its earlier job is in %s", label, ti.try_number, aside)
+        job_dir.mkdir(parents=True, exist_ok=True)
+        record = JobRecord(
+            dag_id=ti.dag_id,
+            task_id=ti.task_id,
+            run_id=ti.run_id,
+            try_number=ti.try_number,
+            map_index=ti.map_index,
+            resource=resource.name,
+            backend=resource.backend,
+            cores=placement.cores,
+            memory_bytes=placement.memory_bytes,
+            machine=placement.machine,
+            plan_version=placement.plan_version,
+        )
+        s3_prefix = _s3_prefix(resource, label, self.config.aws_s3_prefix)
+        lease = self._lease_for(ti, placement, resource)
+        spec = JobSpec(
+            key=key,
+            label=record.label,
+            resource=resource.name,
+            cores=placement.cores,
+            memory_bytes=placement.memory_bytes,
+            time_limit_s=placement.time_limit_s,
+            command=tuple(worker_command(resource, placement, job_dir, s3_prefix=s3_prefix)),
+            job_dir=job_dir,
+            options=dict(resource.extra),
+            environment=self._worker_environment(),
+            lease=lease,
+        )
+        if write:
+            write_private(spec.workload_path, workload.model_dump_json())
+            record.write(job_dir)
+        return Job(workload.ti.key, spec, record, workload)
+
+    def _grown_after_oom_kill(self, placement: Placement, resource: Resource, ti: Any) -> Placement:
+        """A retry after an OOM kill asks for more memory than the attempt that died.
+
+        The same reservation would be killed again: :data:`OOM_RETRY_GROWTH` times what the killed try
+        reserved (its ``job.json``), at most the resource's memory. Any other retry keeps its placement.
+        """
+        if ti.try_number <= 1:
+            return placement
+        before = self._job_dir(ti.dag_id, ti.task_id, ti.run_id, ti.try_number - 1, ti.map_index)
+        result, killed = read_result(before / "result.json"), JobRecord.read(before)
+        if result is None or not result.oom_killed or killed is None:
+            return placement
+        grown = min(resource.memory_bytes, math.ceil(killed.memory_bytes * OOM_RETRY_GROWTH))
+        if grown <= placement.memory_bytes:
+            return placement
+        self.log.warning(
+            "agora: %s try %d reserves %d bytes of memory, not %d: try %d was killed for memory at %d",
+            f"{ti.dag_id}.{ti.task_id}", ti.try_number, grown, placement.memory_bytes, ti.try_number - 1,
+            killed.memory_bytes,
+        )  # fmt: skip
+        return replace(placement, memory_bytes=grown)
+
+    def _default_placement(self, label: str) -> Placement:
+        name = self.config.default_resource
+        resource = self._resources.get(name)
+        if resource is None:
+            raise AgoraError(
+                f"task {label} has no agora placement and [agora] default_resource "
+                f"({name!r}) is not a resource of [agora] catalog"
+            )
+        return Placement(resource.name, 1, min(resource.memory_bytes, 2**30), source="default")
+
+    def _worker_environment(self) -> dict[str, str]:
+        """What a worker needs to reach Airflow: its config and the Execution API's URL, and the variables
+        ``[agora] task_environment`` names (what the DAG files read when they are parsed).
+
+        Not the scheduler's secrets under any name Airflow reads them by
+        (:func:`~agora_optimizer.executor.environment.job_environment`): a task talks to Airflow
+        through the Execution API with its own token, and a SLURM job's environment is kept by
+        the cluster, so the metadata database's URL or the key that signs every task's token
+        must not travel with it.
+        """
+        wanted = self.config.task_environment
+        passed = job_environment(
+            {
+                k: v
+                for k, v in os.environ.items()
+                if k.startswith(("AIRFLOW", "PYTHON"))
+                or k in {"PATH", "HOME"}
+                or any(fnmatch.fnmatchcase(k, pattern) for pattern in wanted)
+            }
+        )
+        passed["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"] = get_execution_api_server_url(self.conf)
+        return passed
+
+
+def unwritable(workload: workloads.ExecuteTask, state_dir: Path, exc: OSError) -> str:
+    """Why a task could not get its job directory, naming the task, the directory and the errno (ENOSPC...)."""
+    ti = workload.ti
+    code = errno.errorcode.get(exc.errno or 0, "OSError")
+    return (
+        f"task {ti.dag_id}.{ti.task_id} run {ti.run_id} try {ti.try_number}: agora cannot write its job "
+        f"directory under [agora] state_dir {state_dir}: {code}: {exc.strerror or exc}"
+    )
+
+
+def worker_command(resource: Resource, placement: Placement, job_dir: Path, *, s3_prefix: str = "") -> list[str]:
+    """The agora worker with the placement's limits.
+
+    On AWS it runs in a container's ``python`` that cannot see ``job_dir``: it works in a
+    directory of the container and fetches its workload from, and returns its result to,
+    S3 under ``s3_prefix`` (:mod:`~agora_optimizer.executor.remote_files`).
+    """
+    python = "python" if resource.backend == "aws" else sys.executable
+    worker_dir = f"{CONTAINER_JOB_ROOT}/{job_dir.name}" if resource.backend == "aws" else str(job_dir)
+    command = [python, "-m", "agora_optimizer.executor.worker", "--job-dir", worker_dir]
+    if resource.backend == "aws":
+        urls = job_urls(s3_prefix, job_dir.name)
+        command += ["--workload-url", urls.workload, "--result-url", urls.result]
+    command += ["--memory-bytes", str(placement.memory_bytes)]
+    cpu_set = resource.extra.get("cpu_set")
+    if resource.backend == "local" and isinstance(cpu_set, list | tuple) and cpu_set:
+        command += ["--cpu-set", ",".join(str(cpu) for cpu in cpu_set)]
+    if placement.time_limit_s is not None:
+        command += ["--time-limit-s", f"{placement.time_limit_s:g}"]
+    return command
+
+
+def _s3_prefix(resource: Resource, label: str, prefix: str) -> str:
+    """``[agora] aws_s3_prefix`` for a task on an AWS resource (required there); '' elsewhere."""
+    if resource.backend != "aws":
+        return ""
+    if not prefix:
+        raise AgoraError(
+            f"task {label}: resource {resource.name} runs on AWS Batch, whose jobs get their workload and return "
+            "their result through S3: set [agora] aws_s3_prefix (s3://bucket/path/)"
+        )
+    split_s3_url(prefix, what=f"task {label}: [agora] aws_s3_prefix")
+    return prefix

@@ -1,0 +1,65 @@
+"""The executor's part of each attempt's trace row: written to the trace store, or spooled while it is down."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import TYPE_CHECKING
+
+from agora_optimizer.executor.executor_base import REPLAY_INTERVAL_S, ExecutorBase
+from agora_optimizer.executor.job_dirs import mark_traced
+from agora_optimizer.executor.job_record import JobRecord, executor_attempt
+from agora_optimizer.executor.jobs import JobStatus
+from agora_optimizer.traces.spool import SPOOL_NAME, spool
+from agora_optimizer.traces.spool import pending as spool_pending
+from agora_optimizer.traces.spool import replay as replay_spool
+
+if TYPE_CHECKING:
+    from agora_optimizer.runs.store import RunStore
+
+
+class Tracing(ExecutorBase):
+    """Writes each ended job's row (backend, host, exit code, peak memory) to the trace store."""
+
+    def _write_trace(self, record: JobRecord, status: JobStatus) -> None:
+        try:
+            store = self._store()
+            existing = store.attempt(record.dag_id, record.task_id, record.run_id, record.try_number, record.map_index)
+            store.add([executor_attempt(record, status, existing)])
+        except Exception as exc:  # traces must never fail a task: the row waits in the spool for the store
+            try:
+                kept = spool(executor_attempt(record, status, None), "executor", self._state_dir / SPOOL_NAME)
+            except Exception:
+                self.log.exception("Could not write the trace of %s, nor keep it for later (%s)", record.label, exc)
+                return
+            self.log.warning("Trace store unreachable (%s); the row of %s waits in %s", exc, record.label, kept)
+        job_dir = self._state_dir / record.key
+        with contextlib.suppress(OSError):
+            if job_dir.is_dir():
+                mark_traced(job_dir)  # the sweep leaves it alone
+
+    def _store(self) -> RunStore:
+        """The trace store (with its run records), opened once: a finished job must not pay for an engine."""
+        if self._trace_store is None:
+            from agora_optimizer.runs.store import RunStore
+            from agora_optimizer.traces.store import default_store_url
+
+            self._trace_store = RunStore(default_store_url())
+        return self._trace_store
+
+    def _replay_traces(self) -> None:
+        """Write the rows that waited in the trace spool while the store was down (at most every few seconds)."""
+        if time.monotonic() - self._last_replay < REPLAY_INTERVAL_S:
+            return
+        self._last_replay = time.monotonic()
+        spool_dir = self._state_dir / SPOOL_NAME
+        try:
+            if not spool_pending(spool_dir):
+                return
+            written = replay_spool(self._store(), spool_dir)
+        except Exception as exc:  # still down: the rows keep waiting
+            waiting = spool_pending(spool_dir)
+            self.log.warning("Trace store still unreachable (%s); %d rows wait in the spool", exc, waiting)
+            return
+        if written:
+            self.log.info("Wrote %d trace rows that waited in the spool while the trace store was down", written)

@@ -1,0 +1,85 @@
+"""From a workload to a job (executor/job_building.py): the worker's environment, a retry after an OOM kill."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agora_optimizer.executor.jobs import job_key
+from tests.executor.test_agora_executor import KEY, MIB, executor, placement, workload
+
+__all__ = ["executor"]  # the fixture, imported
+
+
+def test_a_job_gets_airflows_settings_but_not_the_schedulers_secrets(
+    executor: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secrets = {
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": "postgresql://airflow:pw@db/airflow",
+        "AIRFLOW__API_AUTH__JWT_SECRET": "signs-every-token",
+        "AIRFLOW__CORE__FERNET_KEY_CMD": "cat /secret/fernet",
+        "AIRFLOW__API__SECRET_KEY": "ui-sessions",
+        "AIRFLOW__CORE__SQL_ALCHEMY_CONN": "postgresql://airflow:pw@db/airflow",  # deprecated names Airflow reads
+        "AIRFLOW__WEBSERVER__SECRET_KEY": "ui-sessions",
+        "AIRFLOW__WEBSERVER__SECRET_KEY_SECRET": "path/in/the/secrets/backend",
+    }
+    for name, value in secrets.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("AIRFLOW__AGORA__TRACE_STORE_URL", "postgresql+psycopg://agora:pw@db/traces")
+    monkeypatch.setenv("AIRFLOW_CONN_WAREHOUSE", "postgresql://task:pw@warehouse/db")  # the tasks' own
+    passed = executor._worker_environment()
+    assert not set(secrets) & set(passed)
+    assert passed["AIRFLOW__AGORA__TRACE_STORE_URL"].endswith("/traces")  # the listener writes the task's row
+    assert "AIRFLOW_CONN_WAREHOUSE" in passed and passed["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"]
+
+
+def test_the_variables_task_environment_names_reach_every_task_and_no_others(
+    executor: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A DAG file that reads MYDAGS_* when parsed finds them in a SLURM job too, which inherits nothing."""
+    from dataclasses import replace
+
+    monkeypatch.setenv("MYDAGS_WORKFLOW", "bacass")
+    monkeypatch.setenv("MYDAGS_SCALE", "0.02")
+    monkeypatch.setenv("DATA_ROOT", "/data")
+    monkeypatch.setenv("UNRELATED_TOKEN", "stays home")
+    assert "MYDAGS_WORKFLOW" not in executor._worker_environment()  # none by default
+    executor.config = replace(executor.config, task_environment=("MYDAGS_*", "DATA_ROOT"))
+    passed = executor._worker_environment()
+    assert (passed["MYDAGS_WORKFLOW"], passed["MYDAGS_SCALE"], passed["DATA_ROOT"]) == ("bacass", "0.02", "/data")
+    assert "UNRELATED_TOKEN" not in passed
+    monkeypatch.setenv("AIRFLOW__API_AUTH__JWT_SECRET", "signs-every-token")
+    executor.config = replace(executor.config, task_environment=("*",))
+    assert "AIRFLOW__API_AUTH__JWT_SECRET" not in executor._worker_environment()  # secrets never, whatever it names
+
+
+@pytest.mark.parametrize(("killed_for_memory", "reserved_mib"), [(True, 384), (False, 256)])
+def test_a_retry_after_an_oom_kill_reserves_more_memory_than_the_try_that_died(
+    executor: Any, tmp_path: Path, killed_for_memory: bool, reserved_mib: int
+) -> None:
+
+    from agora_optimizer.executor.job_record import JobRecord
+    from agora_optimizer.executor.jobs import JobResult
+
+    first = tmp_path / "jobs" / KEY  # try 1, as the executor left it: its record and the worker's result
+    JobRecord(
+        dag_id="unit", task_id="t", run_id="r1", try_number=1, map_index=-1, resource="local-small", backend="local",
+        cores=1, memory_bytes=256 * MIB,
+    ).write(first)  # fmt: skip
+    now = datetime.now(UTC)
+    JobResult(
+        exit_code=137 if killed_for_memory else 1, oom_killed=killed_for_memory, timed_out=False,
+        reason="killed: over its memory" if killed_for_memory else "exited with code 1", host="h", started_at=now,
+        ended_at=now, peak_rss_bytes=300 * MIB, cpu_time_s=1.0, memory_limit_bytes=256 * MIB,
+    ).write(first / "result.json")  # fmt: skip
+    item = workload("t", placement(memory_mib=256), tmp_path)
+    item = item.model_copy(update={"ti": item.ti.model_copy(update={"try_number": 2})})
+    job = executor._job_for(item)  # what try 2 is submitted with (not submitted here: nothing to clean up)
+    assert job.spec.memory_bytes == reserved_mib * MIB
+    assert f"--memory-bytes {reserved_mib * MIB} " in " ".join(job.spec.command)  # the worker's limit too
+    second = tmp_path / "jobs" / job_key("unit", "t", "r1", 2, -1)
+    assert json.loads((second / "job.json").read_text())["memory_bytes"] == reserved_mib * MIB
