@@ -19,7 +19,7 @@ from pathlib import Path
 
 import psutil
 
-from agora_optimizer.integration import local_airflow
+from harness import local_airflow
 
 SERVICES = frozenset({"postgres", "slurmctld", "slurmd", "slurmdbd", "slurmstepd", "munged", "mariadbd", "mysqld"})
 

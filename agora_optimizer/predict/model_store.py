@@ -12,8 +12,9 @@
 A save replaces the directory as a whole (a new sibling directory swapped in), so a crash
 while saving never leaves a mix of two models, nor a half-written one.
 
-The packaged model is ``models/predictor/`` at the root of the source tree (found from an
-editable install); ``AGORA_MODEL_DIR`` points elsewhere.
+The shipped model is ``models/predictor/`` at the root of the source tree; a wheel installs it
+as data under ``<prefix>/share/agora/models/predictor`` (``setup.cfg``'s ``data_files``), where
+an install that is not editable finds it. ``AGORA_MODEL_DIR`` points elsewhere.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import json
 import logging
 import os
 import platform
+import sys
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from importlib import metadata as importlib_metadata
@@ -63,11 +65,15 @@ _LIBRARIES = ("agora-optimizer", "scikit-learn", "numpy", "scipy", "pandas", "sk
 
 
 def default_model_dir() -> Path:
-    """``$AGORA_MODEL_DIR``, else ``models/predictor`` beside the package (source tree / editable install)."""
+    """``$AGORA_MODEL_DIR``; else ``models/predictor`` of the source tree the package runs from (a
+    clone, an editable install); else the copy a wheel installed under ``<prefix>/share/agora``."""
     configured = os.environ.get(MODEL_DIR_ENV)
     if configured:
         return Path(configured)
-    return Path(agora_optimizer.__file__).resolve().parent.parent / "models" / "predictor"
+    source_tree = Path(agora_optimizer.__file__).resolve().parent.parent / "models" / "predictor"
+    if source_tree.is_dir():
+        return source_tree
+    return Path(sys.prefix) / "share" / "agora" / "models" / "predictor"
 
 
 def library_versions() -> dict[str, str]:

@@ -152,6 +152,19 @@ def test_default_model_dir_is_the_repository_models_dir(monkeypatch: pytest.Monk
     assert default_model_dir() == tmp_path
 
 
+def test_an_installed_package_finds_the_model_its_wheel_put_under_the_prefix(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import agora_optimizer
+
+    monkeypatch.delenv("AGORA_MODEL_DIR", raising=False)
+    site = tmp_path / "site-packages" / "agora_optimizer"  # no models/ beside it: not a source tree
+    site.mkdir(parents=True)
+    monkeypatch.setattr(agora_optimizer, "__file__", str(site / "__init__.py"))
+    monkeypatch.setattr("sys.prefix", str(tmp_path / "venv"))
+    assert default_model_dir() == tmp_path / "venv" / "share" / "agora" / "models" / "predictor"
+
+
 def _generation(directory: Path) -> int:
     return int(read_metadata(directory)["metrics"]["generation"])
 
