@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agora_optimizer.errors import AgoraError, FieldError
+from agora_optimizer.integration.dag_shape import DagShape, DagTask
 from agora_optimizer.integration.waits import release_waits, waits_without_worker
 from agora_optimizer.model.catalog import GIB
 from agora_optimizer.model.workflow import MAX_CORES, MAX_MEMORY_BYTES, MAX_RUNTIME_S, check_number
@@ -36,32 +36,6 @@ AIRFLOW_PREFIX = "airflow:"
 
 class DagNotFoundError(AgoraError):
     """The DAG folder does not hold the DAG asked for, or its file does not import."""
-
-
-@dataclass(frozen=True)
-class DagTask:
-    """One task of an Airflow DAG, as far as planning cares."""
-
-    task_id: str
-    operator: str
-    upstream: tuple[str, ...]
-    cores: int = 1
-    runtime_hint_s: float | None = None
-    memory_hint_bytes: int | None = None
-    mapped: bool = False  # expanded at run time: an ``.expand()``, or a task of a mapped task group
-    category: str = ""  # declared; empty: the task id without its index
-    literal_width: int | None = None  # a mapped task's width when Airflow knows it at parse time
-    map_group: str = ""  # the closest mapped task group's id: its tasks' instance i follow each other's i
-    waits: bool = False  # waits without a worker (deferrable, or a reschedule-mode sensor): a release, not work
-
-
-@dataclass(frozen=True)
-class DagShape:
-    """A DAG's id, its file and its tasks in Airflow's order."""
-
-    dag_id: str
-    fileloc: str
-    tasks: tuple[DagTask, ...]
 
 
 def dag_folder() -> Path:

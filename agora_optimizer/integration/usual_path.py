@@ -15,7 +15,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from agora_optimizer.integration.airflow_dag import DagShape
+from agora_optimizer.integration.dag_shape import DagShape
 from agora_optimizer.traces.records import TaskAttempt
 
 MIN_RUNS = 3  # runs since a task first ran before its absence means anything

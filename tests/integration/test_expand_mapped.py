@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from agora_optimizer.integration.airflow_dag import DagShape, DagTask, expand_mapped
+from agora_optimizer.integration.airflow_dag import expand_mapped
+from agora_optimizer.integration.dag_shape import DagShape, DagTask
 from agora_optimizer.predict.map_width import MapWidth
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from agora_optimizer.integration.airflow_dag import DagShape, DagTask
+from agora_optimizer.integration.dag_shape import DagShape, DagTask
 from agora_optimizer.integration.usual_path import MIN_RUNS, off_path, without
 from agora_optimizer.traces.records import TaskAttempt
 
