@@ -1,6 +1,6 @@
 """Fuzzing the loaders and the CLI with mangled workflows, catalogs and plans.
 
-The contract (``agora_optimizer/errors.py``, ``agora_optimizer/cli.py``): bad input
+The contract (``agora_optimizer/errors.py``, ``agora_optimizer/cli/common.py``): bad input
 gets one clear ``agora: error: ...`` line that names the file (and the field path or
 task), exit code 2, nothing written, and never a traceback. ``agora validate`` may
 also exit 1 when a well-formed plan breaks a rule of the model.

@@ -27,8 +27,8 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
+from agora_optimizer.cli.traces import traces_app
 from agora_optimizer.traces.airflow_import import AirflowApiError, import_airflow_history
-from agora_optimizer.traces.cli import traces_app
 from agora_optimizer.traces.records import TaskAttempt
 from agora_optimizer.traces.store import TraceStore
 from harness.local_airflow import migrate_database

@@ -1,11 +1,9 @@
-"""The agora command line, run in-process and once through the installed console script."""
+"""``agora optimize``, ``validate``, ``gantt`` and ``pareto``, run in-process."""
 
 from __future__ import annotations
 
 import itertools
 import json
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -136,19 +134,6 @@ def test_gantt_refuses_an_unknown_format(tmp_path: Path, capsys) -> None:
     code, _, stderr = _run(capsys, "gantt", plan_path, "--out", tmp_path / "chart.bmp")
     assert code == 2
     assert "unsupported chart format '.bmp'" in stderr
-
-
-@pytest.mark.slow  # plans for seconds
-def test_installed_console_script(tmp_path: Path) -> None:
-    agora = shutil.which("agora") or str(Path(__import__("sys").executable).with_name("agora"))
-    result = subprocess.run(
-        [agora, "optimize", BLAST, "-c", AWS_CATALOG, "-o", tmp_path / "p.json", "--json", *QUICK],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout)["tasks"] == 43
 
 
 @pytest.mark.slow  # plans for seconds

@@ -1,8 +1,8 @@
 """``agora plans ...``: put a plan in force for an Airflow DAG, show it, list its history.
 
-The main CLI mounts this as ``app.add_typer(plans_app, name="plans")``; ``agora optimize
-airflow:DAG_ID --apply`` saves through the same store. Errors go through the main CLI's
-``_user_errors`` (one line on stderr, exit code 2).
+The ``agora`` app mounts this as ``app.add_typer(plans_app, name="plans")``; ``agora optimize
+airflow:DAG_ID --apply`` saves through the same store. Errors go through
+:func:`agora_optimizer.cli.common.user_errors` (one line on stderr, exit code 2).
 """
 
 from __future__ import annotations
@@ -12,17 +12,11 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
+from agora_optimizer.cli.common import command_group, out_console, user_errors
 from agora_optimizer.plans.store import PlanStore, default_plan_store
 
-plans_app = typer.Typer(
-    help="The plans in force for Airflow DAGs (what the cluster policy applies) and their history.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
-out_console = Console(soft_wrap=True)
+plans_app = command_group("The plans in force for Airflow DAGs (what the cluster policy applies) and their history.")
 
 PlanDirOpt = Annotated[
     Path | None,
@@ -44,12 +38,11 @@ def apply(
     plan_dir: PlanDirOpt = None,
 ) -> None:
     """Make PLAN the current plan of DAG_ID; the previous one stays in the history."""
-    from agora_optimizer.cli import _user_errors
     from agora_optimizer.errors import AgoraError
     from agora_optimizer.io.catalog_file import load_catalog
     from agora_optimizer.io.plan_file import load_plan
 
-    with _user_errors():
+    with user_errors():
         loaded = load_plan(plan)
         if catalog is not None:
             known = load_catalog(catalog).by_name
@@ -71,11 +64,10 @@ def show(
     plan_dir: PlanDirOpt = None,
 ) -> None:
     """Print the current plan of DAG_ID (JSON)."""
-    from agora_optimizer.cli import _user_errors
     from agora_optimizer.errors import AgoraError
     from agora_optimizer.io.plan_file import plan_to_dict
 
-    with _user_errors():
+    with user_errors():
         stored = plan_store(plan_dir).current(dag_id)
         if stored is None:
             raise AgoraError(f"DAG {dag_id} has no plan; make one with agora optimize airflow:{dag_id} --apply")
@@ -88,9 +80,8 @@ def history(
     plan_dir: PlanDirOpt = None,
 ) -> None:
     """List the plans DAG_ID has had, in the order they were put in force (the last is current)."""
-    from agora_optimizer.cli import _user_errors
 
-    with _user_errors():
+    with user_errors():
         paths = plan_store(plan_dir).history(dag_id)
     for path in paths:
         out_console.print(str(path), markup=False)

@@ -14,20 +14,13 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from agora_optimizer.cli.common import DagOpt, JsonOpt, command_group, err_console, number, out_console, user_errors
+from agora_optimizer.cli.traces import StoreOpt, store_url
 from agora_optimizer.errors import AgoraError
 from agora_optimizer.runs.record import RunRecord
 from agora_optimizer.runs.store import DEFAULT_LIST_LIMIT, RunStore
-from agora_optimizer.traces.cli import StoreOpt, _store_url
 
-runs_app = typer.Typer(
-    help="Run records: each DAG run's planned against actual makespan and cost.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
-
-DagOpt = Annotated[str | None, typer.Option("--dag", help="Only this DAG.")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+runs_app = command_group("Run records: each DAG run's planned against actual makespan and cost.")
 
 
 class RunNotFoundError(AgoraError):
@@ -43,11 +36,10 @@ def record(
     ] = None,
 ) -> None:
     """(Re)record every finished DAG run of Airflow's metadata database (idempotent: a record is replaced)."""
-    from agora_optimizer.cli import _user_errors, out_console
     from agora_optimizer.plans.store import PlanStore, default_plan_store
     from agora_optimizer.runs.recorder import configured_resources, record_finished_runs
 
-    with _user_errors(), RunStore(_store_url(store)) as run_store:
+    with user_errors(), RunStore(store_url(store)) as run_store:
         plans = PlanStore(plan_dir) if plan_dir is not None else default_plan_store()
         records = record_finished_runs(run_store, plans, configured_resources(), dag_id=dag)
         where = run_store.masked_url
@@ -65,9 +57,8 @@ def list_runs(
     as_json: JsonOpt = False,
 ) -> None:
     """The recorded runs, newest first: planned against actual makespan and cost, repairs."""
-    from agora_optimizer.cli import _user_errors, out_console
 
-    with _user_errors(), RunStore(_store_url(store)) as run_store:
+    with user_errors(), RunStore(store_url(store)) as run_store:
         records = run_store.list(dag_id=dag, limit=limit)
         if dag is not None and not records:
             raise RunNotFoundError(f"no recorded run of DAG {dag!r} in {run_store.masked_url}")
@@ -86,12 +77,12 @@ def list_runs(
             r.state,
             "yes" if r.planned else "no",
             r.plan_version or "-",
-            _number(r.planned_makespan_s, "{:,.1f}"),
-            _number(r.actual_makespan_s, "{:,.1f}"),
-            _number(r.makespan_ratio, "{:.2f}"),
-            _number(r.planned_cost_usd, "{:.4f}"),
-            _number(r.actual_cost_usd, "{:.4f}"),
-            _number(r.cost_ratio, "{:.2f}"),
+            number(r.planned_makespan_s, "{:,.1f}"),
+            number(r.actual_makespan_s, "{:,.1f}"),
+            number(r.makespan_ratio, "{:.2f}"),
+            number(r.planned_cost_usd, "{:.4f}"),
+            number(r.actual_cost_usd, "{:.4f}"),
+            number(r.cost_ratio, "{:.2f}"),
             str(len(r.repairs)),
         )
     out_console.print(table)
@@ -108,14 +99,13 @@ def show(
     ] = None,
 ) -> None:
     """One run's record, task by task; ``--chart FILE`` draws the planned bars over the actual ones."""
-    from agora_optimizer.cli import _user_errors, err_console, out_console
 
-    with _user_errors():
+    with user_errors():
         if chart is not None:
             from agora_optimizer.gantt import check_chart_path
 
             check_chart_path(chart)  # a bad suffix fails before the store is opened
-        with RunStore(_store_url(store)) as run_store:
+        with RunStore(store_url(store)) as run_store:
             found = run_store.get(dag_id, run_id)
             if found is None:
                 known = run_store.list(dag_id=dag_id, limit=1)
@@ -136,10 +126,10 @@ def show(
 def _print_record(r: RunRecord, console: Any) -> None:
     planned = f"plan {r.plan_version}" if r.planned else "unplanned"
     console.print(
-        f"{r.dag_id} {r.run_id}: {r.state}, {planned}; makespan {_number(r.actual_makespan_s, '{:,.1f}')} s "
-        f"(planned {_number(r.planned_makespan_s, '{:,.1f}')}, ratio {_number(r.makespan_ratio, '{:.2f}')}); "
-        f"cost {r.actual_cost_usd:.4f} USD (planned {_number(r.planned_cost_usd, '{:.4f}')}, "
-        f"ratio {_number(r.cost_ratio, '{:.2f}')})",
+        f"{r.dag_id} {r.run_id}: {r.state}, {planned}; makespan {number(r.actual_makespan_s, '{:,.1f}')} s "
+        f"(planned {number(r.planned_makespan_s, '{:,.1f}')}, ratio {number(r.makespan_ratio, '{:.2f}')}); "
+        f"cost {r.actual_cost_usd:.4f} USD (planned {number(r.planned_cost_usd, '{:.4f}')}, "
+        f"ratio {number(r.cost_ratio, '{:.2f}')})",
         markup=False,
         highlight=False,
     )
@@ -157,7 +147,7 @@ def _print_record(r: RunRecord, console: Any) -> None:
             _span(t.planned_start_s, t.planned_end_s),
             t.actual_machine or t.actual_resource or "-",
             _span(t.actual_start_s, t.actual_end_s),
-            _number(late, "{:+,.1f}"),
+            number(late, "{:+,.1f}"),
         )
     console.print(table)
     for lease in r.leases:
@@ -186,7 +176,3 @@ def _summary(r: RunRecord) -> dict[str, Any]:
 
 def _span(start: float | None, end: float | None) -> str:
     return "-" if start is None or end is None else f"{start:,.1f}-{end:,.1f}"
-
-
-def _number(value: float | None, style: str) -> str:
-    return "-" if value is None else style.format(value)

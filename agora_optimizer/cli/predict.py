@@ -1,7 +1,7 @@
 """The predictor's commands: ``agora train``, ``agora predict`` and ``agora simulate``.
 
 :func:`register` adds them to a Typer app (the ``agora`` app does so); errors go through
-``agora_optimizer.cli._user_errors``: one line on stderr, exit code 2.
+:func:`agora_optimizer.cli.common.user_errors`: one line on stderr, exit code 2.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
-from agora_optimizer.cli_options import CatalogOpt, PlanCatalogOpt
+from agora_optimizer.cli.common import CatalogOpt, PlanCatalogOpt, out_console, plan_catalog, user_errors
 from agora_optimizer.errors import InputFileError
 
 log = logging.getLogger(__name__)
@@ -49,7 +49,6 @@ def train(
     ] = None,
 ) -> None:
     """Train the runtime and memory predictor on past task attempts and save it to --out."""
-    from agora_optimizer.cli import _user_errors, out_console
     from agora_optimizer.io.catalog_file import load_catalog
     from agora_optimizer.predict.evaluation import group_cv_metrics
     from agora_optimizer.predict.model_store import default_model_dir, save_predictor
@@ -57,7 +56,7 @@ def train(
     from agora_optimizer.traces.records import TaskAttempt
     from agora_optimizer.traces.wfformat_import import import_wfformat
 
-    with _user_errors():
+    with user_errors():
         if not wfinstances and not store:
             raise InputFileError("agora train", "give --wfinstances FILES/DIRS and/or --store URL")
         attempts: list[TaskAttempt] = []
@@ -103,12 +102,11 @@ def predict(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
     """Predict each task's runtime on every resource type of the catalog, and its memory quantile."""
-    from agora_optimizer.cli import _user_errors, out_console
     from agora_optimizer.io.catalog_file import load_catalog
     from agora_optimizer.predict.model_store import default_model_dir, load_predictor
     from agora_optimizer.traces.wfformat_import import read_workflow_shape
 
-    with _user_errors():
+    with user_errors():
         directory = model or default_model_dir()
         predictor = load_predictor(directory)
         shape = read_workflow_shape(workflow, hints=hints)
@@ -160,12 +158,11 @@ def simulate(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] = False,
 ) -> None:
     """Replay PLAN with the actual runtimes and memory: makespan, cost, and tasks that would run out of memory."""
-    from agora_optimizer.cli import _user_errors, out_console, plan_catalog
     from agora_optimizer.io.plan_file import load_plan
     from agora_optimizer.io.wfformat import load_workflow
     from agora_optimizer.predict.replay import replay
 
-    with _user_errors():
+    with user_errors():
         loaded = load_plan(plan)
         result = replay(loaded, load_workflow(actual), plan_catalog(plan, loaded, catalog))
     summary = result.summary()

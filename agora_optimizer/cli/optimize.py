@@ -1,12 +1,12 @@
-"""The ``agora`` command line: optimize, validate and draw plans.
+"""``agora optimize``, ``validate``, ``gantt`` and ``pareto``: make plans, check them against the model, draw them.
 
-Every error that is the input's fault is one line on stderr, exit code 2, and no
-file written; ``agora validate`` exits 1 when the plan breaks a rule.
+:func:`register` adds them to the ``agora`` app. Errors that are the input's fault are one line
+on stderr and exit code 2 (:func:`agora_optimizer.cli.common.user_errors`); ``agora validate``
+exits 1 when the plan breaks a rule.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import sys
@@ -18,11 +18,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from agora_optimizer.cli_options import CatalogOpt, PlanCatalogOpt, check_option, ranged
-from agora_optimizer.errors import AgoraError, FieldError
+from agora_optimizer.cli.common import (
+    CatalogOpt,
+    PlanCatalogOpt,
+    check_option,
+    err_console,
+    out_console,
+    plan_catalog,
+    ranged,
+    user_errors,
+)
+from agora_optimizer.errors import AgoraError
 from agora_optimizer.io.catalog_file import load_catalog
 from agora_optimizer.io.plan_file import load_plan, write_plan
 from agora_optimizer.io.wfformat import load_workflow
@@ -32,15 +40,6 @@ from agora_optimizer.model.plan import Objective, Plan
 if TYPE_CHECKING:
     from agora_optimizer.model.workflow import Workflow
     from agora_optimizer.predict.latency import PlatformLatency
-
-app = typer.Typer(
-    help="agora: place every task of a workflow on the right resource, fast and cheap, within memory.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
-out_console = Console(soft_wrap=True)
-err_console = Console(stderr=True, soft_wrap=True)
 
 
 class ObjectiveKind(StrEnum):
@@ -53,16 +52,6 @@ class PlatformLatencyKind(StrEnum):
     median = "median"
     p90 = "p90"
     none = "none"
-
-
-@contextmanager
-def _user_errors() -> Iterator[None]:
-    """Turn an ``AgoraError`` into one line on stderr and exit code 2."""
-    try:
-        yield
-    except AgoraError as exc:
-        err_console.print(f"agora: error: {exc}", markup=False, highlight=False, soft_wrap=True)
-        raise typer.Exit(exc.exit_code) from None
 
 
 @contextmanager
@@ -100,7 +89,6 @@ PlanInputArg = Annotated[
 ]
 
 
-@app.command()
 def optimize(
     workflow: PlanInputArg,
     catalog: CatalogOpt,
@@ -161,7 +149,7 @@ def optimize(
     from agora_optimizer.predict.latency import statistic_of, with_platform_latency
 
     started = time.perf_counter()  # the time limit counts loading and bounding too
-    with _user_errors():
+    with user_errors():
         for option, value in (
             ("--alpha", alpha),
             ("--deadline-s", deadline_s),
@@ -200,7 +188,7 @@ def optimize(
         if apply:
             if not str(workflow).startswith("airflow:"):
                 raise AgoraError("--apply puts a plan in force for an Airflow DAG: give WORKFLOW as airflow:DAG_ID")
-            from agora_optimizer.plans.cli import plan_store
+            from agora_optimizer.cli.plans import plan_store
 
             stored = plan_store(plan_dir).save(str(workflow).removeprefix("airflow:"), plan, workflow=wf)
             err_console.print(
@@ -330,21 +318,6 @@ def _print_summary(summary: dict[str, Any]) -> None:
     out_console.print(f"plan written to {summary['plan']}")
 
 
-def plan_catalog(plan_path: Path, plan: Plan, catalog: Path | None) -> Catalog:
-    """``catalog`` if given, else the file the plan names in its ``catalog`` field (from the working
-    directory, or else from the plan's directory)."""
-    if catalog is not None:
-        return load_catalog(catalog)
-    named = Path(plan.catalog)
-    for candidate in (named, plan_path.parent / named):
-        if candidate.is_file():
-            return load_catalog(candidate)
-    raise FieldError(
-        str(plan_path), "catalog", f"{plan.catalog!r} is not a file here or beside the plan: pass --catalog"
-    )
-
-
-@app.command()
 def validate(
     plan: Annotated[Path, typer.Argument(help="A plan file (JSON).")],
     workflow: Annotated[Path, typer.Option("--workflow", "-w", help="The workflow the plan is for.")],
@@ -353,7 +326,7 @@ def validate(
     """Check PLAN against every rule of the agora model; exit 1 on any violation."""
     from agora_optimizer.planning.validate import ensure_plan_matches, validate_plan
 
-    with _user_errors():
+    with user_errors():
         wf = load_workflow(workflow)  # filled-in memory is the plan's to reserve: only recorded peaks bind
         loaded = load_plan(plan)
         cat = plan_catalog(plan, loaded, catalog)
@@ -372,7 +345,6 @@ def validate(
     )
 
 
-@app.command()
 def gantt(
     plan: Annotated[Path, typer.Argument(help="A plan file (JSON).")],
     out: Annotated[Path, typer.Option("--out", "-o", help="The chart to write (.png, .svg or .pdf).")],
@@ -383,7 +355,7 @@ def gantt(
     """Draw PLAN as a Gantt chart: one row per machine, tasks coloured by category."""
     from agora_optimizer.gantt import draw_gantt
 
-    with _user_errors():
+    with user_errors():
         loaded = load_plan(plan)
         categories = None
         if workflow is not None:
@@ -392,7 +364,6 @@ def gantt(
     out_console.print(f"chart written to {out}", markup=False, highlight=False)
 
 
-@app.command()
 def pareto(
     workflow: WorkflowArg,
     catalog: CatalogOpt,
@@ -407,7 +378,7 @@ def pareto(
     """Trace the cost/makespan Pareto front of WORKFLOW on CATALOG."""
     from agora_optimizer.planning.pareto import pareto_front, plot_front, write_front
 
-    with _user_errors():
+    with user_errors():
         check_option("--time-limit-s", time_limit_s)
         check_option("--default-memory-gib", default_memory_gib)
         wf = load_workflow(workflow, default_memory_bytes=int(default_memory_gib * GIB))
@@ -425,41 +396,9 @@ def pareto(
     out_console.print(f"front written to {out}" + (f", chart to {plot}" if plot else ""), markup=False)
 
 
-def _add_subcommands() -> None:
-    """Command groups that live next to what they drive (imported here: they reuse this module's helpers)."""
-    from agora_optimizer.config_reference import config_app
-    from agora_optimizer.plans.cli import plans_app
-    from agora_optimizer.predict.cli import register as register_predictor
-    from agora_optimizer.queue_wait.cli import queue_app
-    from agora_optimizer.runs.cli import runs_app
-    from agora_optimizer.traces.cli import traces_app
-
-    register_predictor(app)
-    app.add_typer(traces_app, name="traces")
-    app.add_typer(queue_app, name="queue")
-    app.add_typer(plans_app, name="plans")
-    app.add_typer(runs_app, name="runs")
-    app.add_typer(config_app, name="config")
-
-
-_add_subcommands()
-
-
-@functools.cache
-def _command() -> Callable[..., Any]:
-    """The click command tree of ``app``, built once per process (50 ms: every annotation is read)."""
-    return typer.main.get_command(app)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``agora`` console script; returns the exit code."""
-    command = _command()
-    try:
-        command(args=argv if argv is not None else sys.argv[1:], prog_name="agora")
-    except SystemExit as exc:  # click's standalone mode ends every run this way
-        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+def register(app: typer.Typer) -> None:
+    """Add ``optimize``, ``validate``, ``gantt`` and ``pareto`` to ``app``."""
+    app.command()(optimize)
+    app.command()(validate)
+    app.command()(gantt)
+    app.command()(pareto)

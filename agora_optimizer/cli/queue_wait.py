@@ -1,8 +1,7 @@
 """``agora queue ...``: read the SLURM queue, record submitted jobs, train and ask the wait model.
 
-The lead's CLI mounts this as ``app.add_typer(queue_app, name="queue")``. Errors go through the
-main CLI's ``_user_errors`` (one line on stderr, exit code 2), imported when a command runs so
-that the two modules can import each other in either order.
+The ``agora`` app mounts this as ``app.add_typer(queue_app, name="queue")``. Errors go through
+:func:`agora_optimizer.cli.common.user_errors` (one line on stderr, exit code 2).
 """
 
 from __future__ import annotations
@@ -17,21 +16,13 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from agora_optimizer.cli_options import Range, check_option
+from agora_optimizer.cli.common import Range, check_option, command_group, err_console, out_console, user_errors
 from agora_optimizer.model.catalog import GIB
 from agora_optimizer.model.limits import MAX_MACHINE_MEMORY_GIB, MAX_RUNTIME_S
 
-queue_app = typer.Typer(
-    help="HPC queue wait: read a SLURM queue, record jobs' waits, train and ask the wait model.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
-out_console = Console(soft_wrap=True)
-err_console = Console(stderr=True, soft_wrap=True)
+queue_app = command_group("HPC queue wait: read a SLURM queue, record jobs' waits, train and ask the wait model.")
 
 
 class Method(StrEnum):
@@ -63,15 +54,13 @@ def _check_job(mem_gib: float, time_limit_s: float | None) -> None:
 
 @contextmanager
 def _errors() -> Iterator[None]:
-    """The main CLI's error handling, plus model warnings printed as one line each on stderr."""
-    from agora_optimizer.cli import _user_errors
-
+    """One-line user errors (exit code 2), plus model warnings printed as one line each on stderr."""
     # Airflow, imported first while recording (for [agora] queue_wait_store_url), would route the
     # warnings to its logging instead (it replaces warnings.showwarning): import it before.
     with contextlib.suppress(ImportError):
         import airflow.configuration  # noqa: F401
 
-    with _user_errors(), warnings.catch_warnings(record=True) as caught:
+    with user_errors(), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
             yield

@@ -10,7 +10,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from agora_optimizer.queue_wait.cli import queue_app
+from agora_optimizer.cli.queue_wait import queue_app
 from agora_optimizer.queue_wait.recorder import QueueWaitStore
 from tests.slurm.conftest import RecordedRun
 from tests.slurm_cluster import SlurmCluster, sbatch, scancel

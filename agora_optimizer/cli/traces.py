@@ -2,7 +2,7 @@
 
 The store is ``--store URL`` or else ``[agora] trace_store_url`` from Airflow's config
 (``sqlite:///$AIRFLOW_HOME/agora/traces.db`` by default). Errors are one line on
-stderr and exit code 2, as everywhere in ``agora``.
+stderr and exit code 2, as everywhere in ``agora``. ``agora runs`` shares the store option.
 """
 
 from __future__ import annotations
@@ -16,21 +16,15 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from agora_optimizer.cli.common import DagOpt, JsonOpt, command_group, err_console, number, out_console, user_errors
 from agora_optimizer.traces.records import ATTEMPT_STATES, TaskAttempt
 
-traces_app = typer.Typer(
-    help="Task-attempt traces: import them from Airflow, list them, summarise them.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
+traces_app = command_group("Task-attempt traces: import them from Airflow, list them, summarise them.")
 
 StoreOpt = Annotated[
     str | None,
     typer.Option("--store", help="Trace store URL (default: [agora] trace_store_url, or SQLite in $AIRFLOW_HOME)."),
 ]
-DagOpt = Annotated[str | None, typer.Option("--dag", help="Only this DAG.")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 MAX_SKIPS_SHOWN = 10
 
 
@@ -45,13 +39,12 @@ def import_airflow(
     store: StoreOpt = None,
 ) -> None:
     """Import every ended try of every task instance from a running Airflow's REST API."""
-    from agora_optimizer.cli import _user_errors, err_console, out_console
     from agora_optimizer.traces.airflow_import import import_airflow_history
     from agora_optimizer.traces.store import TraceStore
 
-    with _user_errors():
+    with user_errors():
         found = import_airflow_history(api_url, user, password, dag_id=dag)
-        with TraceStore(_store_url(store)) as trace_store:
+        with TraceStore(store_url(store)) as trace_store:
             report = trace_store.add(found.attempts)
             where = trace_store.masked_url
     for problem in [*found.skipped, *report.skipped][:MAX_SKIPS_SHOWN]:
@@ -78,13 +71,12 @@ def import_files(
     store: StoreOpt = None,
 ) -> None:
     """Import the recorded task executions of WfFormat files (e.g. WfCommons WfInstances), one DAG per file."""
-    from agora_optimizer.cli import _user_errors, err_console, out_console
     from agora_optimizer.traces.store import TraceStore
     from agora_optimizer.traces.wfformat_import import import_wfformat
 
-    with _user_errors():
+    with user_errors():
         found = [import_wfformat(path) for path in files]  # every file read before anything is written
-        with TraceStore(_store_url(store)) as trace_store:
+        with TraceStore(store_url(store)) as trace_store:
             report = trace_store.add([a for result in found for a in result.attempts])
             where = trace_store.masked_url
     problems = [*(p for result in found for p in result.skipped), *report.skipped]
@@ -106,14 +98,13 @@ def list_attempts(
     as_json: JsonOpt = False,
 ) -> None:
     """List the stored attempts, oldest first."""
-    from agora_optimizer.cli import _user_errors, out_console
     from agora_optimizer.errors import FieldError
     from agora_optimizer.traces.store import TraceStore
 
-    with _user_errors():
+    with user_errors():
         if state is not None and state not in ATTEMPT_STATES:
             raise FieldError("--state", "state", f"must be one of {', '.join(ATTEMPT_STATES)}, got {state!r}")
-        with TraceStore(_store_url(store)) as trace_store:
+        with TraceStore(store_url(store)) as trace_store:
             attempts = trace_store.attempts(dag_id=dag, task_id=task, state=state)
     if as_json:
         out_console.print_json(json.dumps([_jsonable(a) for a in attempts]))
@@ -127,9 +118,9 @@ def list_attempts(
             a.state,
             a.resource_type or "-",
             a.host or "-",
-            _number(a.runtime_s, "{:,.2f}"),
-            _number(None if a.peak_rss_bytes is None else a.peak_rss_bytes / 2**20, "{:,.1f}"),
-            _number(a.cpu_time_s, "{:,.2f}"),
+            number(a.runtime_s, "{:,.2f}"),
+            number(None if a.peak_rss_bytes is None else a.peak_rss_bytes / 2**20, "{:,.1f}"),
+            number(a.cpu_time_s, "{:,.2f}"),
         )
     out_console.print(table)
 
@@ -137,10 +128,9 @@ def list_attempts(
 @traces_app.command("stats")
 def stats(dag: DagOpt = None, store: StoreOpt = None, as_json: JsonOpt = False) -> None:
     """Per task: attempts, failures, mean runtime, largest peak RSS, mean CPU time."""
-    from agora_optimizer.cli import _user_errors, out_console
     from agora_optimizer.traces.store import TraceStore
 
-    with _user_errors(), TraceStore(_store_url(store)) as trace_store:
+    with user_errors(), TraceStore(store_url(store)) as trace_store:
         rows = trace_store.stats(dag_id=dag)
         total = trace_store.count()
     if as_json:
@@ -155,14 +145,15 @@ def stats(dag: DagOpt = None, store: StoreOpt = None, as_json: JsonOpt = False) 
             r.task_id,
             str(r.attempts),
             str(r.failed),
-            _number(r.mean_runtime_s, "{:,.2f}"),
-            _number(None if r.max_peak_rss_bytes is None else r.max_peak_rss_bytes / 2**20, "{:,.1f}"),
-            _number(r.mean_cpu_time_s, "{:,.2f}"),
+            number(r.mean_runtime_s, "{:,.2f}"),
+            number(None if r.max_peak_rss_bytes is None else r.max_peak_rss_bytes / 2**20, "{:,.1f}"),
+            number(r.mean_cpu_time_s, "{:,.2f}"),
         )
     out_console.print(table)
 
 
-def _store_url(explicit: str | None) -> str:
+def store_url(explicit: str | None) -> str:
+    """``--store`` if given, else the configured trace store (``agora runs`` uses the same)."""
     if explicit:
         return explicit
     from agora_optimizer.traces.store import default_store_url
@@ -172,7 +163,3 @@ def _store_url(explicit: str | None) -> str:
 
 def _jsonable(attempt: TaskAttempt) -> dict[str, Any]:
     return {k: v.isoformat() if isinstance(v, datetime) else v for k, v in asdict(attempt).items()}
-
-
-def _number(value: float | None, style: str) -> str:
-    return "-" if value is None else style.format(value)

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from agora_optimizer.config_reference import airflow_cfg, markdown
+from agora_optimizer.cli.config import airflow_cfg, markdown
 from agora_optimizer.settings import SETTINGS
 from tests.conftest import REPO
 

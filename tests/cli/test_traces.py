@@ -8,7 +8,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from agora_optimizer.traces.cli import traces_app
+from agora_optimizer.cli.traces import traces_app
 from agora_optimizer.traces.records import TaskAttempt
 from agora_optimizer.traces.store import TraceStore
 

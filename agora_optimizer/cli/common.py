@@ -1,0 +1,119 @@
+"""What every ``agora`` command group shares: the consoles, one-line user errors, common options and number ranges.
+
+Every error that is the input's fault is one line on stderr, exit code 2 (the ``AgoraError``'s own
+code), and no file written. The command groups import this module (and a few, one shared piece of
+another group: ``runs`` the trace store option, ``optimize --apply`` the plan store); none imports
+the ``agora`` app (``agora_optimizer.cli``), which imports them all.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.console import Console
+
+from agora_optimizer.errors import AgoraError, FieldError
+from agora_optimizer.io.catalog_file import load_catalog
+from agora_optimizer.model.limits import MAX_MACHINE_MEMORY_GIB, MAX_PLANNING_S, MAX_RUNTIME_S, MAX_TIME_S, MAX_USD
+
+if TYPE_CHECKING:
+    from agora_optimizer.model.catalog import Catalog
+    from agora_optimizer.model.plan import Plan
+
+out_console = Console(soft_wrap=True)
+err_console = Console(stderr=True, soft_wrap=True)
+
+
+def command_group(help_text: str) -> typer.Typer:
+    """A Typer app for one ``agora`` command group: its help, and the help when called without a command."""
+    return typer.Typer(help=help_text, no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+
+
+@contextmanager
+def user_errors() -> Iterator[None]:
+    """Turn an ``AgoraError`` into one line on stderr and its exit code (2)."""
+    try:
+        yield
+    except AgoraError as exc:
+        err_console.print(f"agora: error: {exc}", markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(exc.exit_code) from None
+
+
+DagOpt = Annotated[str | None, typer.Option("--dag", help="Only this DAG.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+CatalogOpt = Annotated[Path, typer.Option("--catalog", "-c", help="Catalog of resource types (YAML or JSON).")]
+PlanCatalogOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--catalog", "-c", help="Catalog of resource types [default: the plan's own, from here or beside the plan]."
+    ),
+]
+
+
+@dataclass(frozen=True)
+class Range:
+    """The values a number option takes: finite, from ``minimum`` (excluded when ``open``) to ``maximum``."""
+
+    minimum: float
+    maximum: float
+    open: bool = False
+
+    def __str__(self) -> str:
+        return f"{'(' if self.open else '['}{self.minimum:g}, {self.maximum:g}]"
+
+
+# The range of every number option (from agora_optimizer.model.limits), checked by check_option.
+OPTION_RANGES: dict[str, Range] = {
+    "--alpha": Range(0.0, 1.0),
+    "--deadline-s": Range(0.0, MAX_TIME_S, open=True),
+    "--budget-usd": Range(0.0, MAX_USD),
+    "--time-limit-s": Range(0.01, MAX_PLANNING_S),
+    "--default-memory-gib": Range(0.001, MAX_MACHINE_MEMORY_GIB),
+    "--queue-time-limit-s": Range(1.0, MAX_RUNTIME_S),
+}
+
+
+def ranged(option: str, text: str) -> str:
+    """An option's help text with its range."""
+    return f"{text} {OPTION_RANGES[option]}"
+
+
+def check_option(option: str, value: float | None, bounds: Range | None = None) -> None:
+    """Refuse ``inf``, ``nan`` and values out of the option's range: an ``AgoraError`` naming it (exit code 2).
+
+    Checked here rather than by typer's ``min``/``max`` (which lets ``nan`` through) so that every
+    number option fails the same way, in one line, before anything is read or written. ``bounds``
+    for an option whose name means something else in another command (``agora queue``'s
+    ``--time-limit-s`` is a SLURM job's, not the planner's).
+    """
+    if value is None:
+        return
+    bounds = bounds or OPTION_RANGES[option]
+    above = value > bounds.minimum if bounds.open else value >= bounds.minimum
+    if not (math.isfinite(value) and above and value <= bounds.maximum):
+        raise AgoraError(f"option {option}: expected a number in {bounds}, got {value:g}")
+
+
+def number(value: float | None, style: str) -> str:
+    """``value`` in ``style`` (a ``str.format`` pattern), or ``-`` when there is none."""
+    return "-" if value is None else style.format(value)
+
+
+def plan_catalog(plan_path: Path, plan: Plan, catalog: Path | None) -> Catalog:
+    """``catalog`` if given, else the file the plan names in its ``catalog`` field (from the working
+    directory, or else from the plan's directory)."""
+    if catalog is not None:
+        return load_catalog(catalog)
+    named = Path(plan.catalog)
+    for candidate in (named, plan_path.parent / named):
+        if candidate.is_file():
+            return load_catalog(candidate)
+    raise FieldError(
+        str(plan_path), "catalog", f"{plan.catalog!r} is not a file here or beside the plan: pass --catalog"
+    )

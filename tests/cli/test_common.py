@@ -1,0 +1,46 @@
+"""What the command groups share: one-line user errors, number ranges, and the catalog a plan names."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import typer
+
+from agora_optimizer.cli.common import OPTION_RANGES, Range, check_option, number, plan_catalog, ranged, user_errors
+from agora_optimizer.errors import AgoraError, FieldError
+from agora_optimizer.model.plan import Objective, Plan, SolverInfo
+from tests.conftest import CATALOGS
+
+
+def test_an_agora_error_is_one_line_on_stderr_and_its_exit_code(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(typer.Exit) as ended, user_errors():
+        raise AgoraError("bad input")
+    assert ended.value.exit_code == 2
+    assert capsys.readouterr().err == "agora: error: bad input\n"
+
+
+@pytest.mark.parametrize("value", [math.inf, -math.inf, math.nan, 1.5, -0.1])
+def test_check_option_refuses_what_is_out_of_range(value: float) -> None:
+    with pytest.raises(AgoraError, match=r"^option --alpha: expected a number in \[0, 1\], got "):
+        check_option("--alpha", value)
+
+
+def test_ranges_open_and_closed() -> None:
+    check_option("--alpha", None)
+    check_option("--alpha", 0.0)
+    with pytest.raises(AgoraError, match=r"in \(0, "):
+        check_option("--deadline-s", 0.0)
+    check_option("--time-limit-s", 5.0, Range(1.0, 10.0))  # another command's meaning of the name
+    assert ranged("--alpha", "Weight.") == f"Weight. {OPTION_RANGES['--alpha']}" == "Weight. [0, 1]"
+    assert (number(None, "{:.1f}"), number(2.25, "{:.1f}")) == ("-", "2.2")
+
+
+def test_the_plans_own_catalog_is_found_beside_the_plan(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    plan = Plan("wf", "local.yaml", Objective(), 0.0, 0.0, (), SolverInfo("t", "optimal", None, 0.0), "")
+    with pytest.raises(FieldError, match=r"'local\.yaml' is not a file here or beside the plan: pass --catalog"):
+        plan_catalog(tmp_path / "plan.json", plan, None)
+    assert plan_catalog(CATALOGS / "plan.json", plan, None).by_name.keys() >= {"local-small", "local-large"}
+    assert "local-small" not in plan_catalog(tmp_path / "plan.json", plan, CATALOGS / "aws-us-east-1.yaml").by_name

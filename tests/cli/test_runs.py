@@ -1,0 +1,104 @@
+"""``agora runs list|show``: JSON, tables and a chart from recorded runs; bad input is one line and exit 2."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from agora_optimizer.cli.common import out_console
+from agora_optimizer.cli.runs import runs_app
+from agora_optimizer.io.catalog_file import load_catalog
+from agora_optimizer.plans.store import PlanStore
+from agora_optimizer.runs.lease_record import LeaseRecord
+from agora_optimizer.runs.recorder import AirflowTry, record_run
+from agora_optimizer.runs.store import RunStore
+from tests.conftest import CATALOGS
+from tests.runs.conftest import T0, at, placement, planned_etl
+
+
+@pytest.fixture
+def setup(tmp_path: Path) -> tuple[str, PlanStore, str]:
+    return planned_etl(tmp_path)
+
+
+def _recorded(url: str, plans: PlanStore, version: str) -> None:
+    resources = {r.name: r for r in load_catalog(CATALOGS / "local.yaml").resources}
+    with RunStore(url) as store:
+        pool = LeaseRecord("etl", "r1", "local-small#0", "local-small", "local", "", T0, at(30), "local pool")
+        store.add_leases([pool])
+        for run_id, hours in (("r1", 0), ("r2", 1)):
+            start = T0 + timedelta(hours=hours)
+            tries = [
+                AirflowTry("extract", -1, 1, "success", start + timedelta(seconds=1), start + timedelta(seconds=21),
+                           "local-small", placement(version, "local-small")),
+                AirflowTry("load", -1, 1, "success", start + timedelta(seconds=22), start + timedelta(seconds=80),
+                           "local-large", placement(version, "local-large")),
+            ]  # fmt: skip
+            record_run(store, "etl", run_id, "success", start, start + timedelta(seconds=81), tries, plans, resources)
+
+
+def test_runs_list_and_show_print_json_tables_and_a_chart(
+    setup: tuple[str, PlanStore, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The tables whole: the console's width is fixed when agora_optimizer.cli.common is imported
+    # (COLUMNS then, else 80).
+    monkeypatch.setattr(out_console, "width", 250)
+    url, plans, version = setup
+    _recorded(url, plans, version)
+    runner = CliRunner()
+    listed = runner.invoke(runs_app, ["list", "--store", url, "--json"])
+    assert listed.exit_code == 0, listed.output
+    rows = json.loads(listed.stdout)
+    assert [r["run_id"] for r in rows] == ["r2", "r1"]
+    assert rows[0]["planned"] and rows[0]["plan_version"] == version and "tasks" not in rows[0]
+    assert rows[0]["actual_makespan_s"] == 80.0 and rows[0]["makespan_ratio"] == pytest.approx(80 / 60)
+
+    table = runner.invoke(runs_app, ["list", "--store", url, "--dag", "etl"])
+    assert table.exit_code == 0 and "r2" in table.stdout and version in table.stdout and "1.33" in table.stdout
+
+    shown = runner.invoke(runs_app, ["show", "etl", "r1", "--store", url, "--json"])
+    assert shown.exit_code == 0, shown.output
+    data = json.loads(shown.stdout)
+    assert [t["task_id"] for t in data["tasks"]] == ["extract", "load"]
+    # local-small#0 as its backend reported it; local-large#0 from its task's times.
+    assert sorted((x["machine"], x["source"]) for x in data["leases"]) == [
+        ("local-large#0", "task times"),
+        ("local-small#0", "local pool"),
+    ]
+
+    for suffix in (".png", ".svg"):
+        chart = tmp_path / f"run{suffix}"
+        text = runner.invoke(runs_app, ["show", "etl", "r1", "--store", url, "--chart", str(chart)])
+        assert text.exit_code == 0, text.output
+        assert "extract" in text.stdout and "local-large#0" in text.stdout and "+2.0" in text.stdout
+        assert chart.stat().st_size > 1000
+    assert (tmp_path / "run.svg").read_text().lstrip().startswith("<?xml")
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["show", "nodag", "r1"], "DAG 'nodag'"),
+        (["show", "etl", "nope"], "run 'nope' of DAG 'etl'"),
+        (["list", "--dag", "nodag"], "DAG 'nodag'"),
+        (["show", "etl", "r1", "--chart", "x.gif"], "x.gif"),
+    ],
+)
+def test_bad_input_is_one_line_naming_it_with_exit_2(
+    setup: tuple[str, PlanStore, str], args: list[str], named: str
+) -> None:
+    url, plans, version = setup
+    _recorded(url, plans, version)
+    result = CliRunner().invoke(runs_app, [*args, "--store", url])
+    assert result.exit_code == 2, result.output
+    assert result.stdout == "" and named in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_the_main_cli_has_the_runs_commands() -> None:
+    from agora_optimizer.cli import main
+
+    assert main(["runs", "--help"]) == 0

@@ -1,0 +1,90 @@
+"""Recording a run from Airflow's tries + the trace store (no Airflow process); ``agora runs`` is in tests/cli."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agora_optimizer.io.catalog_file import load_catalog
+from agora_optimizer.plans.store import PlanStore
+from agora_optimizer.runs.record import Repair
+from agora_optimizer.runs.recorder import AirflowTry, record_run
+from agora_optimizer.runs.store import RunStore
+from agora_optimizer.traces.records import TaskAttempt
+from tests.conftest import CATALOGS
+from tests.runs.conftest import T0, at, placement, planned_etl
+
+
+@pytest.fixture
+def setup(tmp_path: Path) -> tuple[str, PlanStore, str]:
+    return planned_etl(tmp_path)
+
+
+def test_a_run_is_recorded_from_airflows_tries_and_recording_again_takes_the_late_trace_rows(
+    setup: tuple[str, PlanStore, str],
+) -> None:
+    url, plans, version = setup
+    resources = {r.name: r for r in load_catalog(CATALOGS / "local.yaml").resources}
+    tries = [
+        AirflowTry("extract", -1, 1, "success", at(2), at(25), "local-small", placement(version, "local-small")),
+        AirflowTry("load", -1, 2, "failed", at(40), at(70), "local-large", placement(version, "local-large")),
+        AirflowTry("report", -1, 0, "upstream_failed", None, None, "default", {}),
+    ]
+    with RunStore(url) as store:
+        first = record_run(store, "etl", "r1", "failed", T0, at(71), tries, plans, resources)
+        assert first.planned and first.plan_version == version and first.notes == ()
+        assert first.actual_makespan_s == 70.0 and first.makespan_ratio == pytest.approx(70 / 60)
+        load = next(t for t in first.tasks if t.task_id == "load")
+        assert (load.try_number, load.state, load.actual_machine) == (2, "failed", "local-large#0")
+        assert load.actual_start_s == 40.0
+        assert {t.task_id for t in first.tasks} == {"extract", "load"}  # "report" never ran
+        # The executor's rows land later: load's first try (OOM-killed, earlier) and its second try's state.
+        store.add([
+            TaskAttempt.create(dag_id="etl", task_id="load", run_id="r1", try_number=1, started_at=at(22),
+                               ended_at=at(30), state="failed", resource_type="local-large", machine="local-large#0",
+                               plan_version=version),
+            TaskAttempt.create(dag_id="etl", task_id="load", run_id="r1", try_number=2, started_at=at(41),
+                               ended_at=at(69), state="oom_killed", resource_type="local-large",
+                               machine="local-large#0", plan_version=version),
+        ])  # fmt: skip
+        store.add_repair("etl", "r1", Repair(30.0, "retry with more memory", ("load",)))
+        again = record_run(store, "etl", "r1", "failed", T0, at(71), tries, plans, resources)
+        assert store.get("etl", "r1") == again
+    load = next(t for t in again.tasks if t.task_id == "load")
+    assert (load.state, load.actual_start_s) == ("oom_killed", 40.0)  # Airflow's times, the executor's state
+    large = next(x for x in again.leases if x.machine == "local-large#0")
+    assert (large.start_s, large.end_s) == (22.0, 70.0)  # from the first try's start
+    assert [r.reason for r in again.repairs] == ["retry with more memory"]
+
+
+def test_a_run_on_no_plan_and_a_plan_gone_from_the_store(setup: tuple[str, PlanStore, str]) -> None:
+    url, plans, _ = setup
+    with RunStore(url) as store:
+        unplanned = record_run(
+            store, "etl", "u1", "success", T0, at(9), [AirflowTry("x", -1, 1, "success", at(1), at(8), "default", {})],
+            plans, {},
+        )  # fmt: skip
+        assert not unplanned.planned and unplanned.actual_makespan_s == 8.0 and unplanned.actual_cost_usd == 0.0
+        gone = record_run(
+            store, "etl", "g1", "success", T0, at(9),
+            [AirflowTry("extract", -1, 1, "success", at(1), at(8), "q", placement("0123456789ab", "local-small"))],
+            plans, {},
+        )  # fmt: skip
+    assert gone.planned and gone.planned_makespan_s is None
+    assert any("plan 0123456789ab of DAG etl is not in the plan store" in n for n in gone.notes)
+
+
+def test_the_run_listener_never_raises_and_says_why_in_one_line(caplog: pytest.LogCaptureFixture) -> None:
+    from types import SimpleNamespace
+
+    from agora_optimizer.runs.recorder import RunListener
+
+    listener = RunListener(store_url="mysql://nobody@nowhere/agora")  # a database the store refuses
+    run = SimpleNamespace(dag_id="etl", run_id="r9", state="success", start_date=T0, end_date=at(5))
+    with caplog.at_level("WARNING", logger="agora_optimizer.runs.recorder"):
+        listener.on_dag_run_success(dag_run=run, msg="success")
+        listener.on_dag_run_failed(dag_run=run, msg="task_failure")
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2 and all("cannot record DAG run etl/r9" in line and "\n" not in line for line in lines)
+    assert "unsupported database 'mysql'" in lines[0]
