@@ -45,6 +45,11 @@ def user_errors() -> Iterator[None]:
         raise typer.Exit(exc.exit_code) from None
 
 
+def say(text: str, *, err: bool = False) -> None:
+    """Print ``text`` as it is (no markup, no highlighting): on stdout, or on stderr with ``err``."""
+    (err_console if err else out_console).print(text, markup=False, highlight=False)
+
+
 DagOpt = Annotated[str | None, typer.Option("--dag", help="Only this DAG.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 CatalogOpt = Annotated[Path, typer.Option("--catalog", "-c", help="Catalog of resource types (YAML or JSON).")]

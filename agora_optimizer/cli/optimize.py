@@ -28,6 +28,7 @@ from agora_optimizer.cli.common import (
     out_console,
     plan_catalog,
     ranged,
+    say,
     user_errors,
 )
 from agora_optimizer.errors import AgoraError
@@ -168,7 +169,7 @@ def optimize(
             dag_id = str(workflow).removeprefix("airflow:")
             with _stdout_to_stderr():  # Airflow logs to stdout while it parses: stdout is the command's output
                 wf, origin = predicted_dag_workflow(dag_id, cat, dag_folder, store, model)
-            err_console.print(f"agora: predictions: {origin}", markup=False, highlight=False)
+            say(f"agora: predictions: {origin}", err=True)
         else:
             wf = load_workflow(workflow, default_memory_bytes=int(default_memory_gib * GIB))
         goal = Objective(kind=objective.value, alpha=alpha, deadline_s=deadline_s, budget_usd=budget_usd)
@@ -191,9 +192,7 @@ def optimize(
             from agora_optimizer.cli.plans import plan_store
 
             stored = plan_store(plan_dir).save(str(workflow).removeprefix("airflow:"), plan, workflow=wf)
-            err_console.print(
-                f"agora: plan in force for {stored.dag_id} ({stored.path})", markup=False, highlight=False
-            )
+            say(f"agora: plan in force for {stored.dag_id} ({stored.path})", err=True)
     summary = _summary(plan, baseline, bounds.makespan_s, bounds.cost_usd, out)
     releases = {r.name: r.release_s for r in cat.resources if r.release_s > 0}
     if releases:  # the predicted queue waits: when each type's first lease may begin
@@ -249,11 +248,10 @@ def _with_predicted_queue_waits(catalog: Catalog, model_dir: Path, time_limit_s:
 
     waits = predict_catalog_waits(load_model(model_dir), catalog, read_snapshot(), time_limit_s)
     for name, wait_s in sorted(waits.items()):
-        err_console.print(
+        say(
             f"agora: predicted queue wait of {name}: {wait_s:.0f} s "
             "(a release time: no lease of it begins sooner; the wait is not billed)",
-            markup=False,
-            highlight=False,
+            err=True,
         )
     return with_queue_wait(catalog, waits)
 
@@ -314,7 +312,7 @@ def _print_summary(summary: dict[str, Any]) -> None:
     for name, release_s in sorted(summary.get("release_s", {}).items()):
         out_console.print(f"{name}: released at {release_s:,.0f} s (predicted queue wait, not billed)")
     for line in summary.get("platform_latency_lines", []):
-        out_console.print(f"platform latency: {line}", markup=False, highlight=False)
+        say(f"platform latency: {line}")
     out_console.print(f"plan written to {summary['plan']}")
 
 
@@ -335,13 +333,11 @@ def validate(
     for violation in violations:
         out_console.print(str(violation), markup=False, highlight=False, soft_wrap=True)
     if violations:
-        err_console.print(f"{plan}: {len(violations)} violation(s)", markup=False, highlight=False)
+        say(f"{plan}: {len(violations)} violation(s)", err=True)
         raise typer.Exit(1)
-    out_console.print(
+    say(
         f"{plan}: valid ({len(loaded.assignments)} tasks, makespan {loaded.makespan_s:.3f} s, "
-        f"cost {loaded.cost_usd:.6f} USD)",
-        markup=False,
-        highlight=False,
+        f"cost {loaded.cost_usd:.6f} USD)"
     )
 
 
@@ -361,7 +357,7 @@ def gantt(
         if workflow is not None:
             categories = {t.id: t.category for t in load_workflow(workflow).tasks}
         draw_gantt(loaded, out, categories)
-    out_console.print(f"chart written to {out}", markup=False, highlight=False)
+    say(f"chart written to {out}")
 
 
 def pareto(

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
-from agora_optimizer.cli.common import CatalogOpt, PlanCatalogOpt, out_console, plan_catalog, user_errors
+from agora_optimizer.cli.common import CatalogOpt, PlanCatalogOpt, out_console, plan_catalog, say, user_errors
 from agora_optimizer.errors import InputFileError
 
 log = logging.getLogger(__name__)
@@ -81,11 +81,9 @@ def train(
         save_predictor(predictor, directory, metrics=metrics, sources=sources)
     if skipped:
         out_console.print(f"skipped {skipped} task record(s) with bad values", markup=False)
-    out_console.print(
+    say(
         f"trained on {predictor.training_rows['runtime']} attempts ({predictor.training_rows['memory']} with "
-        f"memory) from {predictor.training_rows['runs']} runs; model written to {directory}",
-        markup=False,
-        highlight=False,
+        f"memory) from {predictor.training_rows['runs']} runs; model written to {directory}"
     )
 
 
@@ -183,7 +181,7 @@ def simulate(
     if result.unknown_memory_tasks:
         lines.append(f"{result.unknown_memory_tasks} task(s) have no recorded peak: their memory was not checked")
     for line in lines:
-        out_console.print(line, markup=False, highlight=False)
+        say(line)
 
 
 def register(app: typer.Typer) -> None:

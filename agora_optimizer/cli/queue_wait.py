@@ -18,7 +18,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from agora_optimizer.cli.common import Range, check_option, command_group, err_console, out_console, user_errors
+from agora_optimizer.cli.common import Range, check_option, command_group, out_console, say, user_errors
 from agora_optimizer.model.catalog import GIB
 from agora_optimizer.model.limits import MAX_MACHINE_MEMORY_GIB, MAX_RUNTIME_S
 
@@ -66,7 +66,7 @@ def _errors() -> Iterator[None]:
             yield
         finally:
             for warning in caught:
-                err_console.print(f"agora: warning: {warning.message}", markup=False, highlight=False)
+                say(f"agora: warning: {warning.message}", err=True)
 
 
 def default_model_dir() -> Path:
@@ -110,7 +110,7 @@ def snapshot(
         table.add_row(*(str(v) for v in row.values()))
     out_console.print(table)
     if not rows:
-        out_console.print("no pending or running job", markup=False, highlight=False)
+        say("no pending or running job")
 
 
 @queue_app.command()
@@ -132,11 +132,9 @@ def record(
         features = record_submission(
             db, job_id, partition, cores, int(mem_gib * GIB), time_limit_s, method=method.value
         )
-    out_console.print(
+    say(
         f"recorded job {job_id} in {masked_url(db.url)}: {features.pending_jobs} pending and "
-        f"{features.running_jobs} running job(s) in partition {partition}",
-        markup=False,
-        highlight=False,
+        f"{features.running_jobs} running job(s) in partition {partition}"
     )
 
 
@@ -153,14 +151,12 @@ def update_command(
     with _errors():
         db = QueueWaitStore(store)
         done = update_waits(db, jobcomp)
-    out_console.print(
+    say(
         f"{done.started} wait(s) recorded, {done.never_started} job(s) never started, {done.still_waiting} still "
-        f"waiting ({done.source}); {len(done.skipped)} malformed accounting row(s) skipped",
-        markup=False,
-        highlight=False,
+        f"waiting ({done.source}); {len(done.skipped)} malformed accounting row(s) skipped"
     )
     for reason in done.skipped[:10]:
-        err_console.print(f"agora: skipped: {reason}", markup=False, highlight=False)
+        say(f"agora: skipped: {reason}", err=True)
 
 
 @queue_app.command()
@@ -178,8 +174,8 @@ def train(
         features, waits = training_data(QueueWaitStore(store).observations())
         model = QueueWaitRegressor(min_samples=min_samples).fit(features, waits)
         path = save_model(model, out)
-    out_console.print(model.describe(), markup=False, highlight=False)
-    out_console.print(f"model written to {path.parent}", markup=False, highlight=False)
+    say(model.describe())
+    say(f"model written to {path.parent}")
 
 
 @queue_app.command()
@@ -218,5 +214,5 @@ def predict(
             )
         )
         return
-    out_console.print(f"predicted queue wait in {partition}: {wait_s:.1f} s", markup=False, highlight=False)
-    out_console.print(estimator.describe(), markup=False, highlight=False)
+    say(f"predicted queue wait in {partition}: {wait_s:.1f} s")
+    say(estimator.describe())

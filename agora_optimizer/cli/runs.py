@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from agora_optimizer.cli.common import DagOpt, JsonOpt, command_group, err_console, number, out_console, user_errors
+from agora_optimizer.cli.common import DagOpt, JsonOpt, command_group, number, out_console, say, user_errors
 from agora_optimizer.cli.traces import StoreOpt, store_url
 from agora_optimizer.errors import AgoraError
 from agora_optimizer.runs.record import RunRecord
@@ -44,9 +44,7 @@ def record(
         records = record_finished_runs(run_store, plans, configured_resources(), dag_id=dag)
         where = run_store.masked_url
     planned = sum(1 for r in records if r.planned)
-    out_console.print(
-        f"recorded {len(records)} finished run(s) ({planned} planned) in {where}", markup=False, highlight=False
-    )
+    say(f"recorded {len(records)} finished run(s) ({planned} planned) in {where}")
 
 
 @runs_app.command("list")
@@ -120,7 +118,7 @@ def show(
     else:
         _print_record(found, out_console)
     if chart is not None:
-        err_console.print(f"chart written to {chart}", markup=False, highlight=False)
+        say(f"chart written to {chart}", err=True)
 
 
 def _print_record(r: RunRecord, console: Any) -> None:

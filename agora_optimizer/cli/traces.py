@@ -16,7 +16,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from agora_optimizer.cli.common import DagOpt, JsonOpt, command_group, err_console, number, out_console, user_errors
+from agora_optimizer.cli.common import DagOpt, JsonOpt, command_group, number, out_console, say, user_errors
 from agora_optimizer.traces.records import ATTEMPT_STATES, TaskAttempt
 
 traces_app = command_group("Task-attempt traces: import them from Airflow, list them, summarise them.")
@@ -48,20 +48,17 @@ def import_airflow(
             report = trace_store.add(found.attempts)
             where = trace_store.masked_url
     for problem in [*found.skipped, *report.skipped][:MAX_SKIPS_SHOWN]:
-        err_console.print(f"agora: skipped: {problem}", markup=False, highlight=False)
+        say(f"agora: skipped: {problem}", err=True)
     skipped = len(found.skipped) + report.skipped_count
     if not found.attempts and not found.skipped:
-        err_console.print(
+        say(
             f"agora: warning: {found.api_url} lists no ended task instance ({found.task_instances} listed); "
             "nothing imported",
-            markup=False,
-            highlight=False,
+            err=True,
         )
-    out_console.print(
+    say(
         f"imported {report.written} attempt(s) from {found.task_instances} task instance(s) of {found.api_url} "
-        f"into {where}; {skipped} skipped as bad, {found.not_ended} not ended",
-        markup=False,
-        highlight=False,
+        f"into {where}; {skipped} skipped as bad, {found.not_ended} not ended"
     )
 
 
@@ -81,12 +78,8 @@ def import_files(
             where = trace_store.masked_url
     problems = [*(p for result in found for p in result.skipped), *report.skipped]
     for problem in problems[:MAX_SKIPS_SHOWN]:
-        err_console.print(f"agora: skipped: {problem}", markup=False, highlight=False)
-    out_console.print(
-        f"imported {report.written} attempt(s) from {len(files)} file(s) into {where}; {len(problems)} skipped as bad",
-        markup=False,
-        highlight=False,
-    )
+        say(f"agora: skipped: {problem}", err=True)
+    say(f"imported {report.written} attempt(s) from {len(files)} file(s) into {where}; {len(problems)} skipped as bad")
 
 
 @traces_app.command("list")
