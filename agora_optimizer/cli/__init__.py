@@ -7,8 +7,10 @@
   the groups of the same names
 - :mod:`~agora_optimizer.cli.common`: consoles, one-line user errors, shared options and ranges
 
-Only this module imports the groups; they import :mod:`~agora_optimizer.cli.common`, never this
-module. :func:`main` is the ``agora`` console script (and ``python -m agora_optimizer``).
+Only this module imports the groups; they import :mod:`~agora_optimizer.cli.common` (``runs`` also
+the trace store option of ``traces``, ``optimize --apply`` the plan store of ``plans``), never this
+module (``tests/test_import_cycles.py``). :func:`main` is the ``agora`` console script
+(``agora_optimizer.cli:main``) and ``python -m agora_optimizer``.
 """
 
 from __future__ import annotations
