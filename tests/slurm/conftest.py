@@ -11,7 +11,7 @@ import pytest
 from agora_optimizer.executor.backends.slurm import SlurmBackend
 from agora_optimizer.executor.jobs import JobSpec
 from agora_optimizer.queue_wait.recorder import QueueWaitStore, record_submission, update_waits
-from agora_optimizer.queue_wait.snapshot import read_snapshot
+from agora_optimizer.slurm.queue import read_snapshot
 from tests.slurm_cluster import NODES, SlurmCluster, sbatch, scancel, slurm_cluster_or_skip, wait_until
 
 

@@ -84,7 +84,7 @@ def test_a_store_that_is_down_costs_the_jobs_nothing_and_is_logged_once(
 
 
 def _running(job_id: str) -> bool:
-    from agora_optimizer.queue_wait.snapshot import read_snapshot
+    from agora_optimizer.slurm.queue import read_snapshot
 
     found = read_snapshot("format").job(job_id)
     return found is not None and found.state == "running"

@@ -17,7 +17,7 @@ import pytest
 from agora_optimizer.executor.backends import slurm
 from agora_optimizer.executor.backends.slurm import SlurmBackend, SlurmJobRef, job_name, parse_sacct, parse_squeue
 from agora_optimizer.executor.jobs import BackendError, JobSpec, JobStatus, read_result
-from agora_optimizer.queue_wait.commands import run_slurm
+from agora_optimizer.slurm.commands import run_slurm
 from tests.slurm.conftest import Tracked
 from tests.slurm_cluster import NODES, SlurmCluster, wait_until
 

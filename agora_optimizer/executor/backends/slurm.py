@@ -117,10 +117,10 @@ from agora_optimizer.executor.jobs import (
 )
 from agora_optimizer.executor.state_files import write_private
 from agora_optimizer.model.catalog import Resource
-from agora_optimizer.queue_wait.errors import SlurmOutputError
-from agora_optimizer.queue_wait.slurm_values import memory_bytes as parse_memory
-from agora_optimizer.queue_wait.slurm_values import time_limit_s as parse_time_limit
 from agora_optimizer.runs.lease_record import LeaseRecord
+from agora_optimizer.slurm.errors import SlurmOutputError
+from agora_optimizer.slurm.values import memory_bytes as parse_memory
+from agora_optimizer.slurm.values import time_limit_s as parse_time_limit
 
 if TYPE_CHECKING:
     from agora_optimizer.queue_wait.submissions import SubmissionLog

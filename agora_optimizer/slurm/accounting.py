@@ -20,9 +20,9 @@ from datetime import datetime
 from pathlib import Path
 
 from agora_optimizer.errors import InputFileError
-from agora_optimizer.queue_wait import slurm_values as values
-from agora_optimizer.queue_wait.commands import run_slurm
-from agora_optimizer.queue_wait.errors import SlurmCommandError, SlurmOutputError
+from agora_optimizer.slurm import values
+from agora_optimizer.slurm.commands import run_slurm
+from agora_optimizer.slurm.errors import SlurmCommandError, SlurmOutputError
 
 SACCT_FIELDS = (
     "JobIDRaw",
@@ -127,7 +127,7 @@ def parse_sacct(text: str, source: str = "sacct") -> AccountingRead:
 
 def _sacct_record(row: Mapping[str, str], where: str) -> QueueWaitRecord | Unstarted:
     job_id = row["JobIDRaw"].strip()
-    state = row["State"].split(" ")[0]  # "CANCELLED by 0"
+    state = values.state(row["State"])  # "CANCELLED by 0"
     started = values.epoch_time(row["Start"], where, "Start")
     if started is None or row["NodeList"] in ("None assigned", ""):  # cancelled while pending: "started" then
         return Unstarted(job_id, state)
