@@ -20,8 +20,8 @@ from agora_optimizer.queue_wait.recorder import (
 )
 from agora_optimizer.slurm.accounting import QueueWaitRecord, Unstarted
 from agora_optimizer.slurm.queue import QueueSnapshot
-from tests.slurm.conftest import RecordedRun
 from tests.slurm_cluster import SlurmCluster, sbatch, scancel
+from tests.slurm_fixtures import RecordedRun
 
 
 def test_every_recorded_job_got_its_wait(recorded_run: RecordedRun) -> None:
