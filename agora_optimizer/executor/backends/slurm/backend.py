@@ -8,6 +8,12 @@ and the submit, start and end times. ``OUT_OF_MEMORY`` means ``oom_killed``; ``T
 ``CANCELLED``, ``NODE_FAIL`` and ``FAILED`` finish with a nonzero exit code and a reason; an id
 neither squeue nor sacct knows is ``lost``. An error reaching SLURM raises a transient
 :class:`~agora_optimizer.executor.jobs.BackendError` (every command has a timeout, so nothing hangs).
+
+Adoption: the backend keeps no state that a new instance needs. It finds a job's directory
+from SLURM's record of it (``WorkDir``, squeue's or sacct's, which is the job directory
+because of ``--chdir``; a pilot's is the pilot directory, whose ``pilot.json`` lists its
+tasks' job directories). :meth:`SlurmBackend.adopt` takes the directory as a hint too, which
+is used first and also lets a result file be read once SLURM has forgotten the job.
 """
 
 from __future__ import annotations

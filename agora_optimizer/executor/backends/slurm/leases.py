@@ -162,29 +162,22 @@ class SlurmLeases(SlurmPilots):
         except OSError as exc:
             raise BackendError(self.name, f"{what}: allocation directory {directory}: {exc}", transient=True) from None
         name = job_name(lease.key)
-        argv = [
-            "sbatch",
-            "--parsable",
-            f"--partition={partition}",
-            f"--job-name={name}",
-            "--nodes=1",
-            "--ntasks=1",
-            f"--cpus-per-task={lease.cores}",
-            f"--mem={memory_mib}M",
-            f"--output={directory}/slurm-%j.log",
-            f"--chdir={directory}",
-            f"--comment={one_line(f'agora machine {lease.machine} of {lease.dag_id} {lease.run_id}')[:200]}",
-            self._export(),
-            str(directory / "pilot.sbatch"),
-            *("lease", str(lease.cores), str(memory_mib), str(math.ceil(self.lease_idle_s))),
-        ]
+        comment = one_line(f"agora machine {lease.machine} of {lease.dag_id} {lease.run_id}")[:200]
         try:
-            pilot.job_id = self._sbatch(argv, what, name, environment={})
+            pilot.job_id = self._sbatch(
+                what,
+                name,
+                partition=partition,
+                cores=lease.cores,
+                memory_mib=memory_mib,
+                directory=directory,
+                script=directory / "pilot.sbatch",
+                options=(f"--comment={comment}",),
+                arguments=("lease", str(lease.cores), str(memory_mib), str(math.ceil(self.lease_idle_s))),
+            )
             pilot.write([])
         except BackendError:
-            if name in self._unanswered:  # an allocation may exist that nobody would hand tasks to
-                self._run_quietly(["scancel", f"--name={name}", this_user()])
-                self._unanswered.discard(name)
+            self._cancel_unanswered(name)  # an allocation may exist that nobody would hand tasks to
             shutil.rmtree(directory, ignore_errors=True)
             raise
         except OSError as exc:

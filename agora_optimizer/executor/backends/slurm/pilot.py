@@ -48,7 +48,6 @@ from agora_optimizer.executor.backends.slurm.submission import (
 )
 from agora_optimizer.executor.jobs import BackendError, JobSpec
 from agora_optimizer.executor.state_files import write_private
-from agora_optimizer.slurm.commands import this_user
 from agora_optimizer.slurm.errors import SlurmOutputError
 from agora_optimizer.slurm.jobs import SlurmRecord
 from agora_optimizer.slurm.values import MIB, mib, time_limit_s
@@ -122,29 +121,21 @@ class SlurmPilots(SlurmSubmission):
         write_private(directory / "pilot.sbatch", PILOT_DRIVER, mode=0o700)
         pilot.write([task])
         name = job_name(f"pilot-{job.key}")
-        argv = [
-            "sbatch",
-            "--parsable",
-            "--hold",
-            f"--partition={partition}",
-            f"--job-name={name}",
-            "--nodes=1",
-            "--ntasks=1",
-            f"--cpus-per-task={job.cores}",
-            f"--mem={mib(job.memory_bytes)}M",
-            f"--time={minutes}",
-            f"--output={directory}/slurm-%j.log",
-            f"--chdir={directory}",
-            self._export(),
-            str(directory / "pilot.sbatch"),
-            *("pilot", "0", "0", "0"),  # every task at once, closed from the start
-        ]
         try:
-            pilot.job_id = self._sbatch(argv, task_described(job, partition), name, environment={})
+            pilot.job_id = self._sbatch(
+                task_described(job, partition),
+                name,
+                partition=partition,
+                cores=job.cores,
+                memory_mib=mib(job.memory_bytes),
+                directory=directory,
+                script=directory / "pilot.sbatch",
+                minutes=minutes,
+                options=("--hold",),
+                arguments=("pilot", "0", "0", "0"),  # every task at once, closed from the start
+            )
         except BackendError:
-            if name in self._unanswered:  # a held job may exist that nobody would ever release
-                self._run_quietly(["scancel", f"--name={name}", this_user()])
-                self._unanswered.discard(name)
+            self._cancel_unanswered(name)  # a held job may exist that nobody would ever release
             shutil.rmtree(directory, ignore_errors=True)
             raise
         pilot.tasks = [task]

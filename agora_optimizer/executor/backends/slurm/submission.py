@@ -213,22 +213,17 @@ class SlurmSubmission(Backend):
         script = job.job_dir / "job.sbatch"
         write_private(script, single_script(job), mode=0o700)
         minutes = self._minutes(job.time_limit_s)
-        argv = [
-            "sbatch",
-            "--parsable",
-            f"--partition={partition}",
-            f"--job-name={name}",
-            "--nodes=1",
-            "--ntasks=1",
-            f"--cpus-per-task={job.cores}",
-            f"--mem={mib(job.memory_bytes)}M",
-            *([f"--time={minutes}"] if minutes is not None else []),
-            f"--output={job.job_dir}/slurm-%j.log",
-            f"--chdir={job.job_dir}",
-            self._export(job.environment),
-            str(script),
-        ]
-        job_id = self._sbatch(argv, task_described(job, partition), name, environment=job.environment)
+        job_id = self._sbatch(
+            task_described(job, partition),
+            name,
+            partition=partition,
+            cores=job.cores,
+            memory_mib=mib(job.memory_bytes),
+            directory=job.job_dir,
+            script=script,
+            minutes=minutes,
+            environment=job.environment,
+        )
         self._job_dirs[job_id] = job.job_dir
         if self.submissions is not None:
             self.submissions.submitted(
@@ -236,8 +231,42 @@ class SlurmSubmission(Backend):
             )
         return job_id
 
-    def _sbatch(self, argv: list[str], what: str, name: str, environment: Mapping[str, str]) -> str:
-        """sbatch's job id; ``what`` names the resource, partition and task (or machine) in errors."""
+    def _sbatch(
+        self,
+        what: str,
+        name: str,
+        *,
+        partition: str,
+        cores: int,
+        memory_mib: int,
+        directory: Path,
+        script: Path,
+        minutes: int | None = None,
+        options: Sequence[str] = (),
+        arguments: Sequence[str] = (),
+        environment: Mapping[str, str] | None = None,
+    ) -> str:
+        """Submit ``script`` as one job of one task on one node, running and logging in ``directory``;
+        return its id. ``what`` names the resource, partition and task (or machine) in errors; the job
+        gets ``environment`` (its names in ``--export``, its values from sbatch's environment)."""
+        environment = environment or {}
+        argv = [
+            "sbatch",
+            "--parsable",
+            f"--partition={partition}",
+            f"--job-name={name}",
+            "--nodes=1",
+            "--ntasks=1",
+            f"--cpus-per-task={cores}",
+            f"--mem={memory_mib}M",
+            *([f"--time={minutes}"] if minutes is not None else []),
+            f"--output={directory}/slurm-%j.log",
+            f"--chdir={directory}",
+            *options,
+            self._export(environment),
+            str(script),
+            *arguments,
+        ]
         try:
             out = self._run(argv, environment=environment)
         except _NoAnswer as exc:
@@ -253,6 +282,13 @@ class SlurmSubmission(Backend):
         if not job_id.isdigit():
             raise BackendError(self.name, f"{what}: sbatch printed no job id: {out.strip()!r}", transient=True)
         return job_id
+
+    def _cancel_unanswered(self, name: str) -> None:
+        """Cancel what a timed-out sbatch of ``name`` may have made (a held pilot, an allocation that
+        nobody would use), among this user's jobs only."""
+        if name in self._unanswered:
+            self._run_quietly(["scancel", f"--name={name}", this_user()])
+            self._unanswered.discard(name)
 
     def _find_unanswered(self, name: str) -> str | None:
         """The job an earlier, timed-out sbatch of ``name`` created, if it did."""
