@@ -13,7 +13,12 @@ calls, status and adoption).
 """
 
 from agora_optimizer.executor.backends.slurm.backend import SlurmBackend
-from agora_optimizer.executor.backends.slurm.leases import LEASE_IDLE_S
-from agora_optimizer.executor.backends.slurm.submission import BACKEND, JOB_NAME_MAX, SlurmJobRef, job_name
+from agora_optimizer.executor.backends.slurm.submission import (
+    BACKEND,
+    JOB_NAME_MAX,
+    LEASE_IDLE_S,
+    SlurmJobRef,
+    job_name,
+)
 
 __all__ = ["BACKEND", "JOB_NAME_MAX", "LEASE_IDLE_S", "SlurmBackend", "SlurmJobRef", "job_name"]

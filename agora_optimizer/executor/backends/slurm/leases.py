@@ -26,21 +26,18 @@ from pathlib import Path
 
 from agora_optimizer.executor.backends.slurm.pilot import SlurmPilots
 from agora_optimizer.executor.backends.slurm.pilot_files import PILOT_DRIVER, Manifest, Pilot
-from agora_optimizer.executor.backends.slurm.submission import LEASE_IDLE_S, SlurmJobRef, job_name, one_line
+from agora_optimizer.executor.backends.slurm.submission import SlurmJobRef, job_name, one_line
 from agora_optimizer.executor.jobs import BackendError, JobSpec, MachineLease
 from agora_optimizer.executor.state_files import write_private
 from agora_optimizer.runs.lease_record import LeaseRecord
 from agora_optimizer.slurm.commands import this_user
 from agora_optimizer.slurm.jobs import SQUEUE_FORMAT, parse_squeue
+from agora_optimizer.slurm.nodes import partition_nodes
 from agora_optimizer.slurm.values import MIB, mib
 
 log = logging.getLogger(__name__)
 
-__all__ = ["LEASE_IDLE_S", "SlurmLeases"]
-
 LEAD_SAMPLES = 20  # an allocation's predicted queue wait: the median of its partition's last this many
-# sinfo's node states (%t, flags stripped) in which a node runs no new job.
-_UNUSABLE_NODE_STATES = frozenset({"down", "drain", "drng", "fail", "failg", "maint", "inval", "npc", "futr"})
 
 
 class SlurmLeases(SlurmPilots):
@@ -130,17 +127,18 @@ class SlurmLeases(SlurmPilots):
         partition that is down, where it would wait until someone brings it up)."""
         what = f"machine {lease.machine} (resource {lease.resource!r}, partition {partition})"
         try:
-            out = self._run(["sinfo", "--Node", "--noheader", f"--partition={partition}", "--format=%a|%t|%N"])
+            with self._slurm_errors():
+                nodes = partition_nodes(partition, self.command_timeout_s)
         except BackendError as exc:
             raise BackendError(self.name, f"{what}: {exc.reason}", transient=exc.transient) from None
-        rows = [line.strip().split("|") for line in out.splitlines() if line.count("|") == 2]
-        if not rows:
+        if not nodes:
             raise BackendError(self.name, f"{what}: SLURM knows no such partition (sinfo)", transient=False)
-        if rows[0][0] != "up":
-            raise BackendError(self.name, f"{what}: the partition is {rows[0][0]} (sinfo)", transient=False)
-        states = {node: state.rstrip("*~#!%$@^-+") for _, state, node in rows}
-        if all(state in _UNUSABLE_NODE_STATES for state in states.values()):
-            said = ", ".join(f"{node} {state}" for node, state in sorted(states.items()))
+        if nodes[0].partition_state != "up":
+            raise BackendError(
+                self.name, f"{what}: the partition is {nodes[0].partition_state} (sinfo)", transient=False
+            )
+        if not any(node.usable for node in nodes):
+            said = ", ".join(f"{node.name} {node.state}" for node in sorted(nodes, key=lambda node: node.name))
             raise BackendError(self.name, f"{what}: no node can run ({said}, sinfo)", transient=False)
 
     def _allocate(self, lease: MachineLease, partition: str) -> Pilot:

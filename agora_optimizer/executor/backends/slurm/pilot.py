@@ -48,9 +48,9 @@ from agora_optimizer.executor.backends.slurm.submission import (
 )
 from agora_optimizer.executor.jobs import BackendError, JobSpec
 from agora_optimizer.executor.state_files import write_private
-from agora_optimizer.slurm.errors import SlurmOutputError
 from agora_optimizer.slurm.jobs import SlurmRecord
-from agora_optimizer.slurm.values import MIB, mib, time_limit_s
+from agora_optimizer.slurm.nodes import partition_nodes
+from agora_optimizer.slurm.values import MIB, mib
 
 log = logging.getLogger(__name__)
 
@@ -225,17 +225,13 @@ class SlurmPilots(SlurmSubmission):
     def _partition_capacity(self, job: JobSpec, partition: str) -> Capacity:
         if partition in self._capacity:
             return self._capacity[partition]
-        out = self._run(["sinfo", "--Node", "--noheader", f"--partition={partition}", "--format=%c|%m|%l"])
-        nodes: list[Capacity] = []
-        for line in out.splitlines():
-            cpus, memory, limit = [*line.strip().split("|"), "", ""][:3]
-            if not (cpus.isdigit() and memory.isdigit()):
-                continue
-            try:
-                limit_s = time_limit_s(limit, "sinfo", "TimeLimit")
-            except SlurmOutputError:
-                limit_s = None
-            nodes.append(Capacity(int(cpus), int(memory), None if limit_s is None else int(limit_s // 60)))
+        with self._slurm_errors():
+            found = partition_nodes(partition, self.command_timeout_s)
+        nodes = [
+            Capacity(node.cpus, node.memory_mib, node.max_minutes)
+            for node in found
+            if node.cpus is not None and node.memory_mib is not None
+        ]
         if not nodes:
             raise BackendError(
                 self.name, f"resource {job.resource!r}: partition {partition!r} has no nodes (sinfo)", transient=False
