@@ -29,11 +29,11 @@ from pathlib import Path
 
 import numpy as np
 
-from agora_optimizer.queue_wait.commands import run_slurm
 from agora_optimizer.queue_wait.features import FEATURE_COLUMNS
 from agora_optimizer.queue_wait.model import QueueWaitRegressor, training_data
 from agora_optimizer.queue_wait.recorder import QueueWaitObservation, QueueWaitStore, record_submission, update_waits
-from agora_optimizer.queue_wait.snapshot import read_snapshot
+from agora_optimizer.slurm.commands import run_slurm
+from agora_optimizer.slurm.queue import read_snapshot
 
 ROOT = Path(__file__).resolve().parents[1]
 JOB_NAME = "agora-queue-wait-bench"

@@ -12,6 +12,8 @@ import yaml
 
 from tests import leftovers
 
+pytest_plugins = ("tests.slurm_fixtures",)  # the SLURM cluster's fixtures, for every directory that uses it
+
 REPO = Path(__file__).resolve().parents[1]
 BUNDLED = REPO / "workflows"
 CATALOGS = REPO / "catalogs"
@@ -28,7 +30,14 @@ ENGINE_WORKFLOWS = sorted(BUNDLED.glob("*-001.json"))
 # (xdist's own ``loadgroup`` marks do not group under pytest 9, which no longer reads ``item._nodeid``.)
 XDIST_GROUPS = {
     # one cluster; some tests fill a partition, and the fault suite restarts its slurmctld
-    "slurm": ("slurm", "cli/test_queue_wait.py", "integration/test_executor_in_airflow_with_slurm.py", "faults"),
+    "slurm": (
+        "slurm",
+        "queue_wait",
+        "executor/backends/slurm",
+        "cli/test_queue_wait.py",
+        "integration/test_executor_in_airflow_with_slurm.py",
+        "faults",
+    ),
     "ui": ("ui",),  # one Airflow api-server with the FAB auth manager for the whole package
     "aws": ("aws",),  # one moto server for the package
     "traces": ("traces",),  # one PostgreSQL server for the session

@@ -244,7 +244,7 @@ def _with_predicted_queue_waits(catalog: Catalog, model_dir: Path, time_limit_s:
     """
     from agora_optimizer.queue_wait.catalog_delay import predict_catalog_waits, with_queue_wait
     from agora_optimizer.queue_wait.model_file import load_model
-    from agora_optimizer.queue_wait.snapshot import read_snapshot
+    from agora_optimizer.slurm.queue import read_snapshot
 
     waits = predict_catalog_waits(load_model(model_dir), catalog, read_snapshot(), time_limit_s)
     for name, wait_s in sorted(waits.items()):

@@ -81,7 +81,7 @@ def snapshot(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
     """Show the queue now: pending and running jobs, cores and memory per partition."""
-    from agora_optimizer.queue_wait.snapshot import read_snapshot
+    from agora_optimizer.slurm.queue import read_snapshot
 
     with _errors():
         snap = read_snapshot(method.value)
@@ -194,7 +194,7 @@ def predict(
     from agora_optimizer.queue_wait.features import QueueFeatures
     from agora_optimizer.queue_wait.model import QueueWaitRegressor, features_frame
     from agora_optimizer.queue_wait.model_file import load_model
-    from agora_optimizer.queue_wait.snapshot import read_snapshot
+    from agora_optimizer.slurm.queue import read_snapshot
 
     with _errors():
         _check_job(mem_gib, time_limit_s)

@@ -18,7 +18,7 @@ from agora_optimizer.errors import AgoraError
 from agora_optimizer.model.catalog import Catalog
 from agora_optimizer.queue_wait.features import QueueFeatures
 from agora_optimizer.queue_wait.model import QueueWaitRegressor, features_frame
-from agora_optimizer.queue_wait.snapshot import QueueSnapshot
+from agora_optimizer.slurm.queue import QueueSnapshot
 
 
 class QueueWaitCatalogError(AgoraError):

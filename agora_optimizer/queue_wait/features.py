@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from agora_optimizer.model.catalog import GIB
-from agora_optimizer.queue_wait.snapshot import QueuedJob, QueueSnapshot
+from agora_optimizer.slurm.queue import QueuedJob, QueueSnapshot
 
 UNLIMITED_TIME_LIMIT_S = 7 * 86400.0
 HOUR_S = 3600.0

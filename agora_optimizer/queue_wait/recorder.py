@@ -39,9 +39,9 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from agora_optimizer.errors import AgoraError
-from agora_optimizer.queue_wait.accounting import QueueWaitRecord, Unstarted, read_accounting
 from agora_optimizer.queue_wait.features import NUMERIC_COLUMNS, QueueFeatures
-from agora_optimizer.queue_wait.snapshot import QueueSnapshot, SnapshotMethod, read_snapshot
+from agora_optimizer.slurm.accounting import QueueWaitRecord, Unstarted, read_accounting
+from agora_optimizer.slurm.queue import QueueSnapshot, SnapshotMethod, read_snapshot
 
 # A row and an accounting record are the same job when the ids match and SLURM's submit time is
 # within this of the time the row was recorded (job ids start again on a cluster whose state is wiped).

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from agora_optimizer.errors import AgoraError
-from agora_optimizer.queue_wait.snapshot import SnapshotMethod
+from agora_optimizer.slurm.queue import SnapshotMethod
 
 if TYPE_CHECKING:
     from agora_optimizer.queue_wait.recorder import QueueWaitStore
@@ -66,7 +66,7 @@ class SubmissionLog:
     def submitted(self, job_id: str, partition: str, cores: int, memory_bytes: int, time_limit_s: float | None) -> bool:
         """Record ``job_id``, just submitted (or released), with the queue it meets now; ``True`` if recorded."""
         from agora_optimizer.queue_wait.recorder import record_submission
-        from agora_optimizer.queue_wait.snapshot import read_snapshot
+        from agora_optimizer.slurm.queue import read_snapshot
 
         with self._lock:
             now = self._clock()

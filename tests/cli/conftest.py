@@ -1,8 +1,7 @@
-"""Fixtures the command tests share with the tests of what the commands drive: the session's SLURM
-cluster and its recorded jobs (tests/slurm), and a real HTTP server standing in for Airflow's API
-(tests/traces)."""
+"""Fixtures the command tests share with the tests of what the commands drive: a real HTTP server
+standing in for Airflow's API (tests/traces). The SLURM cluster's fixtures come from
+``tests/slurm_fixtures.py``, a plugin of ``tests/conftest.py``."""
 
-from tests.slurm.conftest import recorded_run, slurm_cluster
 from tests.traces.conftest import http_server
 
-__all__ = ["http_server", "recorded_run", "slurm_cluster"]
+__all__ = ["http_server"]

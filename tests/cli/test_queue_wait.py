@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 
 from agora_optimizer.cli.queue_wait import queue_app
 from agora_optimizer.queue_wait.recorder import QueueWaitStore
-from tests.slurm.conftest import RecordedRun
 from tests.slurm_cluster import SlurmCluster, sbatch, scancel
+from tests.slurm_fixtures import RecordedRun
 
 app = typer.Typer()
 app.add_typer(queue_app, name="queue")

@@ -11,7 +11,7 @@ import pytest
 
 from agora_optimizer.errors import InputFileError
 from agora_optimizer.executor import worker
-from agora_optimizer.executor.backends.slurm import _Pilot, _PilotTask
+from agora_optimizer.executor.backends.slurm.pilot_files import Pilot, PilotTask
 from agora_optimizer.executor.jobs import read_result
 from agora_optimizer.executor.state_files import check_state_dir, write_private
 
@@ -59,8 +59,8 @@ def test_a_private_write_has_its_mode_whatever_the_umask_and_leaves_nothing_when
 def test_a_slurm_pilot_writes_its_task_lines_past_planted_symlinks(tmp_path: Path, victim: Path) -> None:
     for name in ("task.0.sh.partial", "task.0.sh", "pilot.json.partial"):
         plant(tmp_path / name, victim)
-    pilot = _Pilot("debug", tmp_path, minutes=5, release_at=0.0)
-    task = _PilotTask(0, "k", "dag.t run r try 1", "slurm-debug", tmp_path / "job", 1, 64, 5, "run_task 0 ...\n")
+    pilot = Pilot("debug", tmp_path, minutes=5, release_at=0.0)
+    task = PilotTask(0, "k", "dag.t run r try 1", "slurm-debug", tmp_path / "job", 1, 64, 5, "run_task 0 ...\n")
     pilot.write([task])
     assert victim.read_text() == "ssh-ed25519 AAAA... the user's key\n"
     for name in ("task.0.sh", "pilot.json"):

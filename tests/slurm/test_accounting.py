@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from agora_optimizer.queue_wait.accounting import (
+from agora_optimizer.slurm.accounting import (
     AccountingRead,
     QueueWaitRecord,
     parse_jobcomp,
@@ -15,8 +15,8 @@ from agora_optimizer.queue_wait.accounting import (
     read_sacct,
     sacct_argv,
 )
-from agora_optimizer.queue_wait.commands import run_slurm
-from agora_optimizer.queue_wait.snapshot import read_snapshot
+from agora_optimizer.slurm.commands import run_slurm
+from agora_optimizer.slurm.queue import read_snapshot
 from tests.slurm_cluster import NODES, SlurmCluster, sbatch, scancel, wait_until
 
 NODE_CPUS = NODES["debug"].cpus

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from agora_optimizer.io.catalog_file import load_catalog
-from agora_optimizer.queue_wait.accounting import read_sacct
-from agora_optimizer.queue_wait.commands import run_slurm
-from agora_optimizer.queue_wait.errors import SlurmCommandError
-from agora_optimizer.queue_wait.snapshot import read_snapshot
+from agora_optimizer.slurm.accounting import read_sacct
+from agora_optimizer.slurm.commands import run_slurm
+from agora_optimizer.slurm.errors import SlurmCommandError
+from agora_optimizer.slurm.queue import read_snapshot
 from tests.slurm_cluster import LOOPBACK_CATALOG, NODES, START_SCRIPT, SlurmCluster
 
 

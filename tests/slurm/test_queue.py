@@ -8,7 +8,7 @@ import pytest
 
 from agora_optimizer.model.catalog import GIB
 from agora_optimizer.queue_wait.features import QueueFeatures
-from agora_optimizer.queue_wait.snapshot import QueueSnapshot, read_snapshot
+from agora_optimizer.slurm.queue import QueueSnapshot, read_snapshot
 from tests.slurm_cluster import NODES, SlurmCluster, sbatch, scancel, wait_until
 
 MIB = 2**20

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from agora_optimizer.queue_wait import slurm_values as values
-from agora_optimizer.queue_wait.commands import run_slurm
-from agora_optimizer.queue_wait.errors import SlurmCommandError, SlurmOutputError
+from agora_optimizer.slurm import values
+from agora_optimizer.slurm.commands import format_fields, run_slurm
+from agora_optimizer.slurm.errors import SlurmCommandError, SlurmOutputError
 
 QueuedState = Literal["pending", "running"]
 SnapshotMethod = Literal["auto", "json", "format"]
@@ -43,7 +43,7 @@ FORMAT_FIELDS = (
     "StartTime",
     "Reason",
 )
-FORMAT_ARGV = ("squeue", "--noheader", "--all", "--array", "--Format", ",".join(f"{f}:|" for f in FORMAT_FIELDS))
+FORMAT_ARGV = ("squeue", "--noheader", "--all", "--array", "--Format", format_fields(FORMAT_FIELDS))
 JSON_ARGV = ("squeue", "--all", "--json")
 
 
@@ -129,7 +129,7 @@ def parse_squeue_format(text: str, taken_at: datetime) -> QueueSnapshot:
 
 
 def _format_job(row: Mapping[str, str], source: str) -> QueuedJob | None:
-    state = _STATES.get(row["State"].upper())
+    state = _STATES.get(values.state(row["State"]))
     if state is None:
         return None
     submitted_at = values.epoch_time(row["SubmitTime"], source, "SubmitTime")
@@ -145,7 +145,7 @@ def _format_job(row: Mapping[str, str], source: str) -> QueuedJob | None:
         time_limit_s=values.time_limit_s(row["TimeLimit"], source, "TimeLimit"),
         submitted_at=submitted_at,
         started_at=values.epoch_time(row["StartTime"], source, "StartTime") if state == "running" else None,
-        reason="" if row["Reason"] == "None" else row["Reason"],
+        reason=values.nothing_as_empty(row["Reason"]),
     )
 
 
@@ -181,7 +181,7 @@ def _json_job(item: Mapping[str, Any], source: str) -> QueuedJob | None:
     raw_state = item.get("job_state")
     if isinstance(raw_state, list):  # 23.02+: a list of flags, the base state first
         raw_state = raw_state[0] if raw_state else ""
-    state = _STATES.get(str(raw_state).upper())
+    state = _STATES.get(values.state(str(raw_state)))
     if state is None:
         return None
     job_id = _required(item, "job_id", source, lambda v: str(_number(v, source, "job_id")))
@@ -205,7 +205,7 @@ def _json_job(item: Mapping[str, Any], source: str) -> QueuedJob | None:
         time_limit_s=None if limit_min is None else float(limit_min) * 60.0,
         submitted_at=datetime.fromtimestamp(submitted, tz=UTC),
         started_at=datetime.fromtimestamp(started, tz=UTC) if state == "running" and started else None,
-        reason="" if reason in (None, "None") else str(reason),
+        reason=values.nothing_as_empty(str(reason or "")),
     )
 
 

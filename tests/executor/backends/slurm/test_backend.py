@@ -14,12 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from agora_optimizer.executor.backends import slurm
-from agora_optimizer.executor.backends.slurm import SlurmBackend, SlurmJobRef, job_name, parse_sacct, parse_squeue
+from agora_optimizer.executor.backends.slurm import SlurmBackend, SlurmJobRef, job_name, pilot
+from agora_optimizer.executor.backends.slurm.backend import _active_status, _final_status
+from agora_optimizer.executor.backends.slurm.submission import JOB_NAME_MAX
 from agora_optimizer.executor.jobs import BackendError, JobSpec, JobStatus, read_result
-from agora_optimizer.queue_wait.commands import run_slurm
-from tests.slurm.conftest import Tracked
+from agora_optimizer.slurm.commands import run_slurm
+from agora_optimizer.slurm.jobs import SlurmRecord
 from tests.slurm_cluster import NODES, SlurmCluster, wait_until
+from tests.slurm_fixtures import Tracked
 
 MIB = 2**20
 SLEEP = "import time; time.sleep({})"
@@ -93,25 +95,6 @@ def accounting(job_id: str) -> dict[str, str]:
 # -- without a cluster: SLURM's answers and our names ---------------------------------------------
 
 
-def test_squeue_and_sacct_lines_are_read_once_into_records() -> None:
-    line = "42|FAILED|NonZeroExitCode|agora-small|1796058847|1796058848|1796058850|768|/tmp/a|b|\n"
-    record = parse_squeue(line)["42"]
-    assert (record.state, record.exit_code, record.node, record.work_dir) == (
-        "FAILED",
-        3,
-        "agora-small",
-        Path("/tmp/a|b"),
-    )
-    assert record.final and record.started_at is not None and record.ended_at is not None
-    assert parse_squeue("7|CANCELLED|None||1|N/A|Unknown|15|/x|\n")["7"].exit_code == 128 + 15
-    text = (
-        "9|OUT_OF_MEMORY|0:125||1796058847|1796058847|1796058848|agora-large|None|/tmp/j\n"
-        "9.batch|OUT_OF_MEMORY|0:125|322316K||||agora-large||\n"
-    )
-    acct = parse_sacct(text)["9"]
-    assert (acct.state, acct.max_rss_bytes, acct.source) == ("OUT_OF_MEMORY", 322316 * 1024, "sacct")
-
-
 @pytest.mark.parametrize(
     ("state", "exit_code", "oom_killed", "words"),
     [
@@ -125,11 +108,11 @@ def test_squeue_and_sacct_lines_are_read_once_into_records() -> None:
 def test_slurm_final_states_without_a_result_finish_with_a_nonzero_code(
     state: str, exit_code: int, oom_killed: bool, words: str
 ) -> None:
-    record = slurm.SlurmRecord("5", state, node="agora-large", exit_code=0, max_rss_bytes=10)
-    status = slurm._final_status("SLURM job 5", record, None, "the worker wrote no result.json")
+    record = SlurmRecord("5", state, node="agora-large", exit_code=0, max_rss_bytes=10)
+    status = _final_status("SLURM job 5", record, None, "the worker wrote no result.json")
     assert (status.phase, status.exit_code, status.oom_killed) == ("finished", exit_code, oom_killed)
     assert words in status.reason and "result.json" in status.reason and status.peak_rss_bytes == 10
-    assert slurm._active_status(slurm.SlurmRecord("5", "WEIRD")).phase == "pending"  # polled again, not lost
+    assert _active_status(SlurmRecord("5", "WEIRD")).phase == "pending"  # polled again, not lost
 
 
 def test_ids_and_job_names() -> None:
@@ -137,7 +120,7 @@ def test_ids_and_job_names() -> None:
     assert SlurmJobRef.parse("123+4") == SlurmJobRef("123", 4) and str(SlurmJobRef("123", 4)) == "123+4"
     assert SlurmJobRef.parse("abc") is None and SlurmJobRef.parse("1+x") is None
     long = job_name("d" * 300)
-    assert len(long) == slurm.JOB_NAME_MAX and long != job_name("d" * 299)
+    assert len(long) == JOB_NAME_MAX and long != job_name("d" * 299)
     assert job_name("dag__task__run:1 x") == "agora-dag__task__run_1_x"
 
 
@@ -391,7 +374,7 @@ def test_a_job_that_would_overfill_the_node_starts_a_new_pilot(tmp_path: Path, t
 def test_a_held_pilot_whose_gatherer_died_is_released_by_another_instance(
     tmp_path: Path, tracked: Tracked, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(slurm, "ADOPTED_RELEASE_GRACE_S", 0.0)
+    monkeypatch.setattr(pilot, "ADOPTED_RELEASE_GRACE_S", 0.0)
     dead = SlurmBackend(pilot_max_tasks=5, pilot_window_s=1)
     orphan = tracked.submit(dead, job(tmp_path, "orphan", "pass"))
     del dead  # never polled again: its pilot stays held
@@ -463,11 +446,11 @@ def test_a_submit_that_timed_out_is_found_by_name_not_submitted_twice(
             raise subprocess.TimeoutExpired(argv, 1.0)
         return done  # type: ignore[no-any-return]
 
-    monkeypatch.setattr(slurm.subprocess, "run", slow_sbatch)
+    monkeypatch.setattr(subprocess, "run", slow_sbatch)
     with pytest.raises(BackendError, match="may exist") as caught:
         backend.submit(spec)
     assert caught.value.transient
-    monkeypatch.setattr(slurm.subprocess, "run", real_run)
+    monkeypatch.setattr(subprocess, "run", real_run)
     job_id = backend.submit(spec)
     assert {job_id} == tracked.ids
     assert wait_finished(backend, [job_id])[job_id].succeeded
@@ -495,10 +478,10 @@ def test_a_timed_out_submit_never_adopts_another_users_job_of_the_same_name(
             raise subprocess.TimeoutExpired(argv, 1.0)
         return real_run(argv, **kwargs)  # type: ignore[call-overload,no-any-return]
 
-    monkeypatch.setattr(slurm.subprocess, "run", lost_sbatch)
+    monkeypatch.setattr(subprocess, "run", lost_sbatch)
     with pytest.raises(BackendError, match="may exist"):
         backend.submit(spec)
-    monkeypatch.setattr(slurm.subprocess, "run", real_run)
+    monkeypatch.setattr(subprocess, "run", real_run)
     job_id = tracked.submit(backend, spec)
     assert job_id != theirs  # looked up by name among this user's jobs only: submitted anew
     assert wait_finished(backend, [job_id])[job_id].succeeded
@@ -520,10 +503,10 @@ def test_a_pilot_whose_submit_timed_out_cancels_no_other_users_job_of_its_name(
             raise subprocess.TimeoutExpired(argv, 1.0)
         return real_run(argv, **kwargs)  # type: ignore[call-overload,no-any-return]
 
-    monkeypatch.setattr(slurm.subprocess, "run", lost_sbatch)
+    monkeypatch.setattr(subprocess, "run", lost_sbatch)
     with pytest.raises(BackendError, match="may exist"):
         backend.submit(spec)  # agora cancels the held pilot its sbatch may have made, by name: only its own
-    monkeypatch.setattr(slurm.subprocess, "run", real_run)
+    monkeypatch.setattr(subprocess, "run", real_run)
     assert show_job(theirs)["JobState"] == "PENDING"
 
 

@@ -12,7 +12,7 @@ import pytest
 from agora_optimizer.cli import main
 from tests import spec_checker
 from tests.conftest import BUNDLED
-from tests.slurm.conftest import RecordedRun
+from tests.slurm_fixtures import RecordedRun
 
 
 def test_the_predicted_wait_delays_every_slurm_start(

@@ -10,7 +10,6 @@ import pytest
 from sqlalchemy import create_engine, inspect
 
 from agora_optimizer.model.catalog import GIB
-from agora_optimizer.queue_wait.accounting import QueueWaitRecord, Unstarted
 from agora_optimizer.queue_wait.features import QueueFeatures
 from agora_optimizer.queue_wait.recorder import (
     QueueWaitStore,
@@ -19,9 +18,10 @@ from agora_optimizer.queue_wait.recorder import (
     record_submission,
     update_waits,
 )
-from agora_optimizer.queue_wait.snapshot import QueueSnapshot
-from tests.slurm.conftest import RecordedRun
+from agora_optimizer.slurm.accounting import QueueWaitRecord, Unstarted
+from agora_optimizer.slurm.queue import QueueSnapshot
 from tests.slurm_cluster import SlurmCluster, sbatch, scancel
+from tests.slurm_fixtures import RecordedRun
 
 
 def test_every_recorded_job_got_its_wait(recorded_run: RecordedRun) -> None:

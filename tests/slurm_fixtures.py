@@ -1,18 +1,25 @@
-"""The session's SLURM cluster (see tests/slurm_cluster.py): started once, shared by every test here."""
+"""Fixtures of the session's SLURM cluster (see tests/slurm_cluster.py), for every test directory.
+
+tests/conftest.py loads this module as a plugin, so the tests of the SLURM client (tests/slurm),
+of the SLURM backend (tests/executor/backends/slurm) and of the queue-wait model
+(tests/queue_wait) share one cluster and one ``recorded_run``. What agora modules a fixture
+needs it imports when used, so that sessions without SLURM tests do not load them.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-from agora_optimizer.executor.backends.slurm import SlurmBackend
-from agora_optimizer.executor.jobs import JobSpec
-from agora_optimizer.queue_wait.recorder import QueueWaitStore, record_submission, update_waits
-from agora_optimizer.queue_wait.snapshot import read_snapshot
 from tests.slurm_cluster import NODES, SlurmCluster, sbatch, scancel, slurm_cluster_or_skip, wait_until
+
+if TYPE_CHECKING:
+    from agora_optimizer.executor.backends.slurm import SlurmBackend
+    from agora_optimizer.executor.jobs import JobSpec
 
 
 @pytest.fixture(scope="session")
@@ -67,6 +74,9 @@ def recorded_run(slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathF
     so that every recorded job meets a queue and waits, and a model trained on them predicts a
     wait above 0 s whatever the queue is later.
     """
+    from agora_optimizer.queue_wait.recorder import QueueWaitStore, record_submission, update_waits
+    from agora_optimizer.slurm.queue import read_snapshot
+
     store = QueueWaitStore(f"sqlite:///{tmp_path_factory.mktemp('queue') / 'waits.db'}")
     for node in NODES.values():
         sbatch("-p", node.partition, "-c", str(node.cpus), "--mem=100M", "-t", "1", command="sleep 3")

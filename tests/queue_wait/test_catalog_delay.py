@@ -23,7 +23,7 @@ from agora_optimizer.queue_wait.catalog_delay import (
 )
 from agora_optimizer.queue_wait.features import QueueFeatures
 from agora_optimizer.queue_wait.model import QueueWaitFallbackWarning, QueueWaitRegressor, features_frame
-from agora_optimizer.queue_wait.snapshot import QueuedJob, QueueSnapshot
+from agora_optimizer.slurm.queue import QueuedJob, QueueSnapshot
 from tests import spec_checker
 from tests.conftest import AWS_CATALOG, BUNDLED, CATALOGS, wfformat_15, write_json
 

@@ -20,9 +20,9 @@ from datetime import datetime
 from pathlib import Path
 
 from agora_optimizer.errors import InputFileError
-from agora_optimizer.queue_wait import slurm_values as values
-from agora_optimizer.queue_wait.commands import run_slurm
-from agora_optimizer.queue_wait.errors import SlurmCommandError, SlurmOutputError
+from agora_optimizer.slurm import values
+from agora_optimizer.slurm.commands import run_slurm
+from agora_optimizer.slurm.errors import SlurmCommandError, SlurmOutputError
 
 SACCT_FIELDS = (
     "JobIDRaw",
@@ -127,28 +127,11 @@ def parse_sacct(text: str, source: str = "sacct") -> AccountingRead:
 
 def _sacct_record(row: Mapping[str, str], where: str) -> QueueWaitRecord | Unstarted:
     job_id = row["JobIDRaw"].strip()
-    state = row["State"].split(" ")[0]  # "CANCELLED by 0"
+    state = values.state(row["State"])  # "CANCELLED by 0"
     started = values.epoch_time(row["Start"], where, "Start")
     if started is None or row["NodeList"] in ("None assigned", ""):  # cancelled while pending: "started" then
         return Unstarted(job_id, state)
-    submitted = values.epoch_time(row["Submit"], where, "Submit")
-    if submitted is None:
-        raise SlurmOutputError(where, "Submit", f"job {job_id} has no submit time")
-    return _checked(
-        QueueWaitRecord(
-            job_id=job_id,
-            partition=row["Partition"],
-            state=state,
-            submitted_at=submitted,
-            eligible_at=values.epoch_time(row["Eligible"], where, "Eligible"),
-            started_at=started,
-            ended_at=values.epoch_time(row["End"], where, "End"),
-            cores=values.integer(row["ReqCPUS"], where, "ReqCPUS"),
-            memory_bytes=values.tres_memory_bytes(row["ReqTRES"], where, "ReqTRES"),
-            time_limit_s=values.time_limit_s(row["TimelimitRaw"], where, "TimelimitRaw"),
-        ),
-        where,
-    )
+    return _record(row, where, _SACCT_NAMES, job_id, state, started)
 
 
 def read_jobcomp(path: str | Path) -> AccountingRead:
@@ -182,21 +165,48 @@ def _jobcomp_record(row: Mapping[str, str], where: str) -> QueueWaitRecord | Uns
     started = values.iso_local_time(row["StartTime"], where, "StartTime")
     if started is None or row.get("NodeCnt") == "0":  # cancelled while pending: "started" when cancelled
         return Unstarted(job_id, row["JobState"])
-    submitted = values.iso_local_time(row["SubmitTime"], where, "SubmitTime")
+    return _record(row, where, _JOBCOMP_NAMES, job_id, row["JobState"], started)
+
+
+@dataclass(frozen=True)
+class _Names:
+    """What one accounting source calls a job's fields, and how it prints times."""
+
+    partition: str
+    submit: str
+    eligible: str
+    end: str
+    cores: str
+    tres: str
+    limit: str
+    read_time: Callable[[str, str, str], datetime | None]
+
+
+_SACCT_NAMES = _Names("Partition", "Submit", "Eligible", "End", "ReqCPUS", "ReqTRES", "TimelimitRaw", values.epoch_time)
+_JOBCOMP_NAMES = _Names(
+    "Partition", "SubmitTime", "EligibleTime", "EndTime", "ProcCnt", "Tres", "TimeLimit", values.iso_local_time
+)
+
+
+def _record(
+    row: Mapping[str, str], where: str, names: _Names, job_id: str, state: str, started: datetime
+) -> QueueWaitRecord:
+    """A started job's record from a row of either source."""
+    submitted = names.read_time(row[names.submit], where, names.submit)
     if submitted is None:
-        raise SlurmOutputError(where, "SubmitTime", f"job {job_id} has no submit time")
+        raise SlurmOutputError(where, names.submit, f"job {job_id} has no submit time")
     return _checked(
         QueueWaitRecord(
             job_id=job_id,
-            partition=row["Partition"],
-            state=row["JobState"],
+            partition=row[names.partition],
+            state=state,
             submitted_at=submitted,
-            eligible_at=values.iso_local_time(row.get("EligibleTime", ""), where, "EligibleTime"),
+            eligible_at=names.read_time(row.get(names.eligible, ""), where, names.eligible),
             started_at=started,
-            ended_at=values.iso_local_time(row.get("EndTime", ""), where, "EndTime"),
-            cores=values.integer(row["ProcCnt"], where, "ProcCnt"),
-            memory_bytes=values.tres_memory_bytes(row.get("Tres", ""), where, "Tres"),
-            time_limit_s=values.time_limit_s(row["TimeLimit"], where, "TimeLimit"),
+            ended_at=names.read_time(row.get(names.end, ""), where, names.end),
+            cores=values.integer(row[names.cores], where, names.cores),
+            memory_bytes=values.tres_memory_bytes(row.get(names.tres, ""), where, names.tres),
+            time_limit_s=values.time_limit_s(row[names.limit], where, names.limit),
         ),
         where,
     )

@@ -12,9 +12,9 @@ from agora_optimizer.executor.backends.slurm import SlurmBackend, SlurmJobRef
 from agora_optimizer.queue_wait.model import QueueWaitRegressor, training_data
 from agora_optimizer.queue_wait.recorder import QueueWaitStore
 from agora_optimizer.queue_wait.submissions import SubmissionLog
-from tests.slurm.conftest import Tracked
-from tests.slurm.test_slurm_backend import job, wait_finished
+from tests.executor.backends.slurm.test_backend import job, wait_finished
 from tests.slurm_cluster import NODES, sbatch, scancel, wait_until
+from tests.slurm_fixtures import Tracked
 
 BLOCK_S = 4
 
@@ -84,7 +84,7 @@ def test_a_store_that_is_down_costs_the_jobs_nothing_and_is_logged_once(
 
 
 def _running(job_id: str) -> bool:
-    from agora_optimizer.queue_wait.snapshot import read_snapshot
+    from agora_optimizer.slurm.queue import read_snapshot
 
     found = read_snapshot("format").job(job_id)
     return found is not None and found.state == "running"

@@ -24,7 +24,7 @@ from agora_optimizer.queue_wait.features import FEATURE_COLUMNS, QueueFeatures
 from agora_optimizer.queue_wait.model import QueueWaitFallbackWarning, QueueWaitRegressor, features_frame, training_data
 from agora_optimizer.queue_wait.model_file import META_FILE, PIPELINE_FILE, load_model, save_model
 from agora_optimizer.queue_wait.recorder import QueueWaitStore
-from tests.slurm.conftest import RecordedRun
+from tests.slurm_fixtures import RecordedRun
 
 
 def recorded(run: RecordedRun) -> tuple[pd.DataFrame, np.ndarray]:
