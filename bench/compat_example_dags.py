@@ -48,6 +48,7 @@ import concurrent.futures
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -726,7 +727,7 @@ def _document(
     for outcome in outcomes.values():
         counts[outcome.verdict] = counts.get(outcome.verdict, 0) + 1
     return {
-        "command": " ".join(["python", "bench/compat_example_dags.py", *(argv if argv is not None else sys.argv[1:])]),
+        "command": shown_command(argv if argv is not None else sys.argv[1:]),
         "date": datetime.now(UTC).strftime("%Y-%m-%d"),
         "airflow": version("apache-airflow"),
         "standard_provider": version("apache-airflow-providers-standard"),
@@ -738,6 +739,18 @@ def _document(
         "files_without_dags": files_without_dags,
         "dags": [{**asdict(o), "verdict": o.verdict} for o in outcomes.values()],
     }
+
+
+def shown_command(argv: Sequence[str]) -> str:
+    """The suite's command line as the results show it: a database URL's password hidden."""
+    shown = list(argv)
+    for index, argument in enumerate(shown):
+        for prefix in ("--database-url=", ""):
+            if argument.startswith(prefix) and (prefix or (index and shown[index - 1] == "--database-url")):
+                url = argument.removeprefix(prefix)
+                shown[index] = prefix + re.sub(r"(//[^:/@]+):[^@/]*@", r"\1:***@", url)
+                break
+    return " ".join(["python", "bench/compat_example_dags.py", *shown])
 
 
 def markdown(document: Mapping[str, Any]) -> str:

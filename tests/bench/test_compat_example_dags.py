@@ -219,3 +219,14 @@ def test_the_table_names_the_command_each_difference_and_each_left_out_dag_with_
     assert "- e: run success under Local, failed under Agora" in table
     assert "| f | core/f.py | calls an outside web API |" in table and "| (none) | k8s.py | needs Kubernetes |" in table
     assert "1 differs, 1 left out, 1 same" in table
+
+
+def test_the_shown_command_hides_a_database_password() -> None:
+    url = "postgresql+psycopg://agora:s3cret@127.0.0.1:54351/agora"
+    assert compat.shown_command(["--dags", "a,b", "--database-url", url]) == (
+        "python bench/compat_example_dags.py --dags a,b --database-url postgresql+psycopg://agora:***@127.0.0.1:54351/agora"
+    )
+    assert compat.shown_command([f"--database-url={url}"]).endswith(
+        "--database-url=postgresql+psycopg://agora:***@127.0.0.1:54351/agora"
+    )
+    assert compat.shown_command(["--out", "x:y@z"]) == "python bench/compat_example_dags.py --out x:y@z"
