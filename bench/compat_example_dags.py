@@ -7,12 +7,15 @@ Usage:
 Every example DAG shipped with the installed Airflow (``airflow/example_dags``) and its standard
 provider (``airflow/providers/standard/example_dags``) is listed by parsing both folders with
 Airflow's ``DagBag``, and classified: run, or left out with the reason (:data:`LEFT_OUT`, and the
-automatic rules of :func:`left_out_reason`: a file that does not import, a DAG scheduled by
-assets only). The files of the DAGs that run are copied into one DAG folder (a folder per origin,
-with their ``sql/`` templates) of one real Airflow 3.3 (api-server, dag-processor, scheduler,
-triggerer on SQLite) whose ``[core] executor`` is ``LocalExecutor,agora``; a plugin file registers
-what ``[core] load_examples`` would (the example timetables, partition mappers and priority
-weight strategy, :data:`EXAMPLE_PLUGINS`). ``[scheduler] use_job_schedule`` is off: the only runs
+automatic rules of :func:`left_out_reason`: a file that does not import, a required param without
+a value). A DAG scheduled by assets only (:data:`ASSET_TIMETABLES`) runs too: nothing in the suite
+updates its assets, so it gets a manual run like any other, as ``airflow dags trigger`` would give
+it (no partition key, no triggering asset events). The files of the DAGs that run are copied into
+one DAG folder (a folder per origin, with their ``sql/`` templates) of one real Airflow 3.3
+(api-server, dag-processor, scheduler, triggerer; SQLite, or PostgreSQL with ``--database-url``)
+whose ``[core] executor`` is ``LocalExecutor,agora``; a plugin file registers what ``[core]
+load_examples`` would (the example timetables, partition mappers and priority weight strategy,
+:data:`EXAMPLE_PLUGINS`). ``[scheduler] use_job_schedule`` is off: the only runs
 are the ones the suite triggers (and those its DAGs trigger themselves).
 
 1. Local: no DAG has a plan, so the cluster policy leaves every task as written (the
@@ -90,7 +93,8 @@ NEEDS = {
 CONF: dict[str, dict[str, Any]] = {
     "example_params_ui_tutorial": {"required_field": "compatibility suite"},
 }
-# Timetables that run a DAG only when assets get events: a manual run would not be what the DAG shows.
+# Timetables that run a DAG only when assets get events. The suite triggers such a DAG by hand, as any other
+# (no partition key, no triggering asset events); the results mark it.
 ASSET_TIMETABLES = frozenset({"AssetTriggeredTimetable", "PartitionedAssetTimetable"})
 # DAGs whose tasks install packages from PyPI into a new virtualenv (PythonVirtualenvOperator and
 # @task.virtualenv): they run when PyPI is reachable; --offline leaves them out.
@@ -185,6 +189,7 @@ for origin, relative in json.loads(sys.argv[1]).items():
 print("INVENTORY" + json.dumps(out))
 """
 FINISHED = ("success", "failed")
+ASSETS_MARK = " *(assets)*"  # in the table: a DAG scheduled by assets only, triggered by hand
 
 
 @dataclass(frozen=True)
@@ -226,8 +231,6 @@ def left_out_reason(dag: ExampleDag, offline: bool = False) -> str:
         return LEFT_OUT[dag.dag_id]
     if dag.file in FILE_LEFT_OUT:
         return FILE_LEFT_OUT[dag.file]
-    if dag.timetable in ASSET_TIMETABLES:
-        return f"scheduled by assets only ({dag.timetable}): it runs when other DAGs update its assets"
     missing = [name for name in dag.required_params if name not in CONF.get(dag.dag_id, {})]
     if missing:
         return f"needs params at trigger time: {', '.join(missing)}"
@@ -356,6 +359,7 @@ class Outcome:
     tasks: int
     mapped_tasks: list[str]
     left_out: str = ""
+    asset_scheduled: str = ""  # the timetable of a DAG scheduled by assets only (run by a manual trigger)
     local_run: str = ""
     local_state: str = ""
     local_s: float | None = None
@@ -678,8 +682,9 @@ def main(argv: list[str] | None = None) -> int:
     for dag in dags:
         if wanted is not None and dag.dag_id not in wanted:
             continue
+        by_assets = dag.timetable if dag.timetable in ASSET_TIMETABLES else ""
         outcomes[dag.dag_id] = Outcome(dag.dag_id, dag.origin, dag.file, len(dag.tasks), list(dag.mapped),
-                                       left_out=left_out_reason(dag, args.offline))  # fmt: skip
+                                       left_out_reason(dag, args.offline), by_assets)  # fmt: skip
     selected = [d for d in dags if d.dag_id in outcomes and not outcomes[d.dag_id].left_out]
     needed = {NEEDS[d.dag_id] for d in selected if d.dag_id in NEEDS}
     with fresh_database(args.database_url) as database_url:
@@ -766,7 +771,8 @@ def markdown(document: Mapping[str, Any]) -> str:
         "",
         "Per DAG: its tasks and mapped tasks (with their task instances), each run's state and task instances, how "
         "many task instances of the Agora run ran in an AgoraExecutor job, and each run's seconds from trigger to "
-        "end (Local runs go several at once, Agora runs one at a time).",
+        "end (Local runs go several at once, Agora runs one at a time). A DAG marked *(assets)* is scheduled by "
+        "assets only: the suite triggers it by hand under both executors (no partition key, no triggering events).",
         "",
         "| DAG | file | tasks | mapped | Local run | TIs | Agora run | TIs | agora jobs | s Local / Agora | verdict |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
@@ -776,8 +782,9 @@ def markdown(document: Mapping[str, Any]) -> str:
             continue
         mapped_tis = sum(1 for ti in d["local_tis"] if ti["map_index"] >= 0)
         seconds = f"{_num(d['local_s'])} / {_num(d['agora_s'])}"
+        name = d["dag_id"] + (ASSETS_MARK if d.get("asset_scheduled") else "")
         lines.append(
-            f"| {d['dag_id']} | {d['origin']}/{d['file']} | {d['tasks']} | {len(d['mapped_tasks'])} ({mapped_tis} TIs) "
+            f"| {name} | {d['origin']}/{d['file']} | {d['tasks']} | {len(d['mapped_tasks'])} ({mapped_tis} TIs) "
             f"| {d['local_state'] or '-'} | {len(d['local_tis'])} | {d['agora_state'] or '-'} | {len(d['agora_tis'])} "
             f"| {d['agora_jobs']} | {seconds} | {d['verdict']} |"
         )
