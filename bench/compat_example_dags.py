@@ -7,12 +7,15 @@ Usage:
 Every example DAG shipped with the installed Airflow (``airflow/example_dags``) and its standard
 provider (``airflow/providers/standard/example_dags``) is listed by parsing both folders with
 Airflow's ``DagBag``, and classified: run, or left out with the reason (:data:`LEFT_OUT`, and the
-automatic rules of :func:`left_out_reason`: a file that does not import, a DAG scheduled by
-assets only). The files of the DAGs that run are copied into one DAG folder (a folder per origin,
-with their ``sql/`` templates) of one real Airflow 3.3 (api-server, dag-processor, scheduler,
-triggerer on SQLite) whose ``[core] executor`` is ``LocalExecutor,agora``; a plugin file registers
-what ``[core] load_examples`` would (the example timetables, partition mappers and priority
-weight strategy, :data:`EXAMPLE_PLUGINS`). ``[scheduler] use_job_schedule`` is off: the only runs
+automatic rules of :func:`left_out_reason`: a file that does not import, a required param without
+a value). A DAG scheduled by assets only (:data:`ASSET_TIMETABLES`) runs too: nothing in the suite
+updates its assets, so it gets a manual run like any other, as ``airflow dags trigger`` would give
+it (no partition key, no triggering asset events). The files of the DAGs that run are copied into
+one DAG folder (a folder per origin, with their ``sql/`` templates) of one real Airflow 3.3
+(api-server, dag-processor, scheduler, triggerer; SQLite, or PostgreSQL with ``--database-url``)
+whose ``[core] executor`` is ``LocalExecutor,agora``; a plugin file registers what ``[core]
+load_examples`` would (the example timetables, partition mappers and priority weight strategy,
+:data:`EXAMPLE_PLUGINS`). ``[scheduler] use_job_schedule`` is off: the only runs
 are the ones the suite triggers (and those its DAGs trigger themselves).
 
 1. Local: no DAG has a plan, so the cluster policy leaves every task as written (the
@@ -48,15 +51,15 @@ import concurrent.futures
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
-import sqlite3
 import subprocess
 import sys
 import tempfile
 import time
 import zlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -90,7 +93,8 @@ NEEDS = {
 CONF: dict[str, dict[str, Any]] = {
     "example_params_ui_tutorial": {"required_field": "compatibility suite"},
 }
-# Timetables that run a DAG only when assets get events: a manual run would not be what the DAG shows.
+# Timetables that run a DAG only when assets get events. The suite triggers such a DAG by hand, as any other
+# (no partition key, no triggering asset events); the results mark it.
 ASSET_TIMETABLES = frozenset({"AssetTriggeredTimetable", "PartitionedAssetTimetable"})
 # DAGs whose tasks install packages from PyPI into a new virtualenv (PythonVirtualenvOperator and
 # @task.virtualenv): they run when PyPI is reachable; --offline leaves them out.
@@ -103,12 +107,19 @@ PYPI_DAGS = frozenset(
         "tutorial_taskflow_api_virtualenv",
     }
 )
+_ASSET_CLASH = (
+    "declares asset s3://output/1.txt, which example_outlet_event_extra.py declares under another name: Airflow "
+    "keeps one of the two active, whichever file it writes first, and the other file's tasks fail "
+    "(AirflowInactiveAssetInInletOrOutletException); this file reads the other's events"
+)
 # Left out, and why: read from each DAG's code.
 LEFT_OUT: dict[str, str] = {
     "example_dag_decorator": "calls an outside web service (GET https://httpbingo.org/get)",
     "example_retry_policy": "calls an outside web API (GET https://api.example.com/data), 5 retries minutes apart",
     "tutorial_objectstorage": "calls an outside web API (air quality) and writes to S3 (aws_default connection)",
     "example_hitl_operator": "human in the loop: its tasks wait for a person's answers in the UI",
+    "read_asset_event": _ASSET_CLASH,
+    "read_asset_event_from_classic": _ASSET_CLASH,
     "example_sensors": "waits an hour: its deferrable TimeSensor timeout_after_second_date_in_the_future_async "
     "defers to an hour after the file was parsed (its timeout of 1 s does not apply to a deferral); "
     "its FileSensors also need the fs_default connection",
@@ -136,6 +147,12 @@ import random
 
 random.seed(0)
 os.register_at_fork(after_in_child=lambda: random.seed(0))
+"""
+# SQLite under dozens of task processes on a shared 2-core machine: each connection waits up to a minute
+# for a lock (Python's default is 5 s, past which the scheduler dies of "database is locked"). Imported
+# by every Airflow process ([database] sql_alchemy_connect_args).
+SQLITE_SETTINGS = """
+CONNECT_ARGS = {"timeout": 60}
 """
 INVENTORY = """
 import json, os, sys
@@ -172,6 +189,7 @@ for origin, relative in json.loads(sys.argv[1]).items():
 print("INVENTORY" + json.dumps(out))
 """
 FINISHED = ("success", "failed")
+ASSETS_MARK = " *(assets)*"  # in the table: a DAG scheduled by assets only, triggered by hand
 
 
 @dataclass(frozen=True)
@@ -213,8 +231,6 @@ def left_out_reason(dag: ExampleDag, offline: bool = False) -> str:
         return LEFT_OUT[dag.dag_id]
     if dag.file in FILE_LEFT_OUT:
         return FILE_LEFT_OUT[dag.file]
-    if dag.timetable in ASSET_TIMETABLES:
-        return f"scheduled by assets only ({dag.timetable}): it runs when other DAGs update its assets"
     missing = [name for name in dag.required_params if name not in CONF.get(dag.dag_id, {})]
     if missing:
         return f"needs params at trigger time: {', '.join(missing)}"
@@ -343,6 +359,7 @@ class Outcome:
     tasks: int
     mapped_tasks: list[str]
     left_out: str = ""
+    asset_scheduled: str = ""  # the timetable of a DAG scheduled by assets only (run by a manual trigger)
     local_run: str = ""
     local_state: str = ""
     local_s: float | None = None
@@ -374,9 +391,10 @@ class Outcome:
 class Suite:
     def __init__(
         self, args: argparse.Namespace, root: Path, dags: list[ExampleDag], order: list[str],
-        files: Iterable[tuple[str, str]] = (),
+        files: Iterable[tuple[str, str]] = (), database_url: str = "",
     ) -> None:  # fmt: skip
-        """Run ``dags``; ``files`` (origin, file name): more files the DAG folder needs (see :data:`NEEDS`)."""
+        """Run ``dags``; ``files`` (origin, file name): more files the DAG folder needs (see :data:`NEEDS`);
+        ``database_url``: Airflow's metadata database (empty: SQLite in the Airflow home)."""
         self.args = args
         self.root = root
         self.dags = dags
@@ -401,8 +419,10 @@ class Suite:
                 "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "20",
                 "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "False",  # only the runs the suite (or a DAG) triggers
                 "PYTHONPATH": os.pathsep.join(filter(None, [str(root / "site"), os.environ.get("PYTHONPATH")])),
+                **database_env(database_url),
             },
         )
+        self.metadata_url = database_url or f"sqlite:///{self.airflow.home / 'airflow.db'}"
         self.outcomes: dict[str, Outcome] = {}
 
     # setup
@@ -422,6 +442,7 @@ class Suite:
         (self.root / "plugins" / "agora_compat_example_plugins.py").write_text(EXAMPLE_PLUGINS)
         (self.root / "site").mkdir()
         (self.root / "site" / "sitecustomize.py").write_text(SEED_RANDOM)
+        (self.root / "site" / "agora_compat_sqlite.py").write_text(SQLITE_SETTINGS)
         self.airflow.migrate()
 
     # phases
@@ -467,20 +488,26 @@ class Suite:
 
     def _wait_in_force(self, dag_id: str, version: str) -> None:
         """Until Airflow's newest serialization of the DAG carries the plan's version in its placements."""
-        database = self.airflow.home / "airflow.db"
+        import sqlalchemy
+
+        engine = sqlalchemy.create_engine(self.metadata_url)
+        query = sqlalchemy.text(
+            "SELECT data, data_compressed FROM serialized_dag WHERE dag_id = :dag_id ORDER BY last_updated DESC"
+        )
 
         def serialized() -> bool:
-            with contextlib.closing(sqlite3.connect(database)) as connection:
-                row = connection.execute(
-                    "SELECT data, data_compressed FROM serialized_dag WHERE dag_id = ? ORDER BY last_updated DESC",
-                    (dag_id,),
-                ).fetchone()
+            with engine.connect() as connection:
+                row = connection.execute(query, {"dag_id": dag_id}).first()
             if row is None:
                 return False
-            text = row[0] if row[0] is not None else zlib.decompress(row[1]).decode()
+            data = row[0] if row[0] is not None else zlib.decompress(row[1]).decode()
+            text = data if isinstance(data, str) else json.dumps(data)  # PostgreSQL's JSON comes parsed
             return f'"plan_version": "{version}"' in text
 
-        wait_until(serialized, self.args.in_force_timeout_s, f"Airflow to serialize {dag_id} with its plan")
+        try:
+            wait_until(serialized, self.args.in_force_timeout_s, f"Airflow to serialize {dag_id} with its plan")
+        finally:
+            engine.dispose()
 
     def _run_all(self, units: list[list[str]], agora: bool, parallel: int) -> None:
         """Trigger the DAGs, at most ``parallel`` units (DAGs that run together) at once, and record
@@ -511,6 +538,22 @@ class Suite:
                     error = "" if state in FINISHED else f"still {state} after {self.args.run_timeout_s:g} s"
                     self._record(dag_id, agora, run_id, state, time.monotonic() - started, tis, error)
                     print(f"{'agora' if agora else 'local'} {dag_id}: {state} ({len(tis)} TIs)", flush=True)
+                if timed_out:
+                    self._fail_leftovers([*members, *(NEEDS[d] for d in members if d in NEEDS)])
+
+    def _fail_leftovers(self, dag_ids: Iterable[str]) -> None:
+        """Mark the unfinished runs of these DAGs failed (recorded already), so that their waiting tasks
+        end and free their slots: a run that hangs must not hold a pool the next runs need."""
+        for dag_id in dict.fromkeys(dag_ids):
+            try:
+                runs = self.airflow.request("GET", f"/dags/{dag_id}/dagRuns", params={"limit": 100})["dag_runs"]
+                for run in runs:
+                    if run["state"] not in FINISHED:
+                        path = f"/dags/{dag_id}/dagRuns/{run['dag_run_id']}"
+                        self.airflow.request("PATCH", path, json={"state": "failed"})
+                        print(f"marked {dag_id} {run['dag_run_id']} failed: it outlived --run-timeout-s", flush=True)
+            except Exception as exc:  # the suite goes on; the next runs may wait for these slots
+                print(f"could not fail the runs of {dag_id} left running: {exc}", flush=True)
 
     def _trigger(self, dag_id: str, agora: bool) -> tuple[str, str]:
         """Trigger one run of the DAG at its logical date of the phase: (dag id, run id, "" if it failed)."""
@@ -576,6 +619,39 @@ class Suite:
             outcome.error = "; ".join(filter(None, [outcome.error, error]))
 
 
+def database_env(url: str) -> dict[str, str]:
+    """Airflow's settings for its metadata database: PostgreSQL at ``url``, else SQLite (``url`` empty)."""
+    if url:
+        return {"AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": url, "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_ASYNC": url}
+    return {
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS": "agora_compat_sqlite.CONNECT_ARGS",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC": "agora_compat_sqlite.CONNECT_ARGS",
+    }
+
+
+@contextlib.contextmanager
+def fresh_database(server_url: str | None) -> Iterator[str]:
+    """A new, empty PostgreSQL database on ``server_url``'s server (its URL), dropped afterwards; "" without one."""
+    if not server_url:
+        yield ""
+        return
+    import sqlalchemy
+
+    server = sqlalchemy.engine.make_url(server_url)
+    name = f"agora_compat_{os.getpid()}_{int(time.time())}"
+    admin = sqlalchemy.create_engine(server, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as connection:
+            connection.execute(sqlalchemy.text(f'CREATE DATABASE "{name}"'))
+        try:
+            yield server.set(database=name).render_as_string(hide_password=False)
+        finally:
+            with admin.connect() as connection:
+                connection.execute(sqlalchemy.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    finally:
+        admin.dispose()
+
+
 def inventory(env: Mapping[str, str]) -> tuple[list[ExampleDag], dict[str, str], dict[str, list[str]]]:
     """Every example DAG of the installed Airflow and standard provider, the files that failed, all files."""
     answer = subprocess.run(
@@ -606,20 +682,22 @@ def main(argv: list[str] | None = None) -> int:
     for dag in dags:
         if wanted is not None and dag.dag_id not in wanted:
             continue
+        by_assets = dag.timetable if dag.timetable in ASSET_TIMETABLES else ""
         outcomes[dag.dag_id] = Outcome(dag.dag_id, dag.origin, dag.file, len(dag.tasks), list(dag.mapped),
-                                       left_out=left_out_reason(dag, args.offline))  # fmt: skip
+                                       left_out_reason(dag, args.offline), by_assets)  # fmt: skip
     selected = [d for d in dags if d.dag_id in outcomes and not outcomes[d.dag_id].left_out]
     needed = {NEEDS[d.dag_id] for d in selected if d.dag_id in NEEDS}
-    suite = Suite(args, root, selected, order, files=[(d.origin, d.file) for d in dags if d.dag_id in needed])
-    suite.outcomes = outcomes
-    suite.prepare()
-    print(
-        f"agora compat: {len(selected)} DAGs to run of {len(outcomes)}; Airflow home {suite.airflow.home}", flush=True
-    )
-    with suite.airflow:
-        suite.airflow.start("api-server", "dag-processor", "scheduler", "triggerer")
-        suite.local_phase()
-        suite.agora_phase()
+    with fresh_database(args.database_url) as database_url:
+        suite = Suite(args, root, selected, order, files=[(d.origin, d.file) for d in dags if d.dag_id in needed],
+                      database_url=database_url)  # fmt: skip
+        suite.outcomes = outcomes
+        suite.prepare()
+        print(f"agora compat: {len(selected)} DAGs to run of {len(outcomes)}; Airflow home {suite.airflow.home}",
+              flush=True)  # fmt: skip
+        with suite.airflow:
+            suite.airflow.start("api-server", "dag-processor", "scheduler", "triggerer")
+            suite.local_phase()
+            suite.agora_phase()
     document = _document(args, argv, outcomes, errors, files, dags, time.perf_counter() - started)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(document, indent=1) + "\n")
@@ -654,7 +732,7 @@ def _document(
     for outcome in outcomes.values():
         counts[outcome.verdict] = counts.get(outcome.verdict, 0) + 1
     return {
-        "command": " ".join(["python", "bench/compat_example_dags.py", *(argv if argv is not None else sys.argv[1:])]),
+        "command": shown_command(argv if argv is not None else sys.argv[1:]),
         "date": datetime.now(UTC).strftime("%Y-%m-%d"),
         "airflow": version("apache-airflow"),
         "standard_provider": version("apache-airflow-providers-standard"),
@@ -666,6 +744,18 @@ def _document(
         "files_without_dags": files_without_dags,
         "dags": [{**asdict(o), "verdict": o.verdict} for o in outcomes.values()],
     }
+
+
+def shown_command(argv: Sequence[str]) -> str:
+    """The suite's command line as the results show it: a database URL's password hidden."""
+    shown = list(argv)
+    for index, argument in enumerate(shown):
+        for prefix in ("--database-url=", ""):
+            if argument.startswith(prefix) and (prefix or (index and shown[index - 1] == "--database-url")):
+                url = argument.removeprefix(prefix)
+                shown[index] = prefix + re.sub(r"(//[^:/@]+):[^@/]*@", r"\1:***@", url)
+                break
+    return " ".join(["python", "bench/compat_example_dags.py", *shown])
 
 
 def markdown(document: Mapping[str, Any]) -> str:
@@ -681,7 +771,8 @@ def markdown(document: Mapping[str, Any]) -> str:
         "",
         "Per DAG: its tasks and mapped tasks (with their task instances), each run's state and task instances, how "
         "many task instances of the Agora run ran in an AgoraExecutor job, and each run's seconds from trigger to "
-        "end (Local runs go several at once, Agora runs one at a time).",
+        "end (Local runs go several at once, Agora runs one at a time). A DAG marked *(assets)* is scheduled by "
+        "assets only: the suite triggers it by hand under both executors (no partition key, no triggering events).",
         "",
         "| DAG | file | tasks | mapped | Local run | TIs | Agora run | TIs | agora jobs | s Local / Agora | verdict |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
@@ -691,8 +782,9 @@ def markdown(document: Mapping[str, Any]) -> str:
             continue
         mapped_tis = sum(1 for ti in d["local_tis"] if ti["map_index"] >= 0)
         seconds = f"{_num(d['local_s'])} / {_num(d['agora_s'])}"
+        name = d["dag_id"] + (ASSETS_MARK if d.get("asset_scheduled") else "")
         lines.append(
-            f"| {d['dag_id']} | {d['origin']}/{d['file']} | {d['tasks']} | {len(d['mapped_tasks'])} ({mapped_tis} TIs) "
+            f"| {name} | {d['origin']}/{d['file']} | {d['tasks']} | {len(d['mapped_tasks'])} ({mapped_tis} TIs) "
             f"| {d['local_state'] or '-'} | {len(d['local_tis'])} | {d['agora_state'] or '-'} | {len(d['agora_tis'])} "
             f"| {d['agora_jobs']} | {seconds} | {d['verdict']} |"
         )
@@ -720,13 +812,19 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--catalog", type=Path, default=REPO / "catalogs" / "local.yaml")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "compat-example-dags.json")
     parser.add_argument("--offline", action="store_true", help="leave out the DAGs that install from PyPI")
-    parser.add_argument("--local-parallel", type=int, default=6, help="Local runs at once (SQLite copes with few)")
+    parser.add_argument("--local-parallel", type=int, default=4, help="Local runs at once (SQLite copes with few)")
     parser.add_argument("--agora-parallel", type=int, default=1, help="Agora runs at once")
     parser.add_argument("--optimize-parallel", type=int, default=2, help="agora optimize processes at once")
     parser.add_argument("--optimize-time-limit-s", type=float, default=5.0)
     parser.add_argument("--local-parallelism", type=int, default=6, help="[core] parallelism (LocalExecutor)")
     parser.add_argument("--run-timeout-s", type=float, default=900.0)
     parser.add_argument("--in-force-timeout-s", type=float, default=300.0)
+    parser.add_argument(
+        "--database-url",
+        help="a PostgreSQL server's URL (postgresql+psycopg://..., a role that may create databases; "
+        "scripts/start_postgres.sh prints one): Airflow's metadata goes to a new database there, dropped after. "
+        "Default: SQLite, which dozens of concurrent task processes may lock up",
+    )
     parser.add_argument("--work-dir", type=Path, help="where the Airflow home, DAGs and jobs go (default: a temp dir)")
     parser.add_argument("--keep", action="store_true", help="keep the Airflow home and job directories")
     return parser

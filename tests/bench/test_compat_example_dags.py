@@ -117,9 +117,9 @@ def test_left_out_dags_have_their_reason_and_runnable_ones_none() -> None:
     assert compat.left_out_reason(dag(("t", False, False))) == ""
     assert "outside web service" in compat.left_out_reason(dag(("t", False, False), dag_id="example_dag_decorator"))
     assert "Kubernetes" in compat.left_out_reason(dag(file="example_local_kubernetes_executor.py"))
-    assets = compat.left_out_reason(dag(timetable="AssetTriggeredTimetable"))
-    assert assets.startswith("scheduled by assets only (AssetTriggeredTimetable)")
-    assert compat.left_out_reason(dag(timetable="PartitionedAssetTimetable")).startswith("scheduled by assets only")
+    # scheduled by assets only: triggered by hand like any other DAG
+    assert compat.left_out_reason(dag(timetable="AssetTriggeredTimetable")) == ""
+    assert compat.left_out_reason(dag(timetable="PartitionedAssetTimetable")) == ""
     assert compat.left_out_reason(dag(timetable="AssetOrTimeSchedule")) == ""  # a time schedule too: runs by hand
     assert compat.left_out_reason(dag(required_params=("who",))) == "needs params at trigger time: who"
     # the suite supplies the conf a DAG needs
@@ -198,10 +198,12 @@ def test_a_dag_is_the_same_only_when_nothing_differs(fields: dict[str, Any], ver
 
 def test_the_table_names_the_command_each_difference_and_each_left_out_dag_with_its_reason() -> None:
     same = _outcome(local_state="success", agora_state="success", local_tis=[{"map_index": 0}, {"map_index": -1}])
+    asset = compat.Outcome("g", "core", "g.py", 1, [], asset_scheduled="AssetTriggeredTimetable",
+                           local_state="success", agora_state="success")  # fmt: skip
     differs = compat.Outcome("e", "standard", "e.py", 1, [], local_state="success", agora_state="failed",
                              differences=["run success under Local, failed under Agora"])  # fmt: skip
     left = compat.Outcome("f", "core", "f.py", 1, [], left_out="calls an outside web API")
-    outcomes = [same, differs, left]
+    outcomes = [same, differs, left, asset]
     document = {
         "command": "python bench/compat_example_dags.py --dags d,e,f",
         "date": "2026-12-02",
@@ -216,6 +218,18 @@ def test_the_table_names_the_command_each_difference_and_each_left_out_dag_with_
     table = compat.markdown(document)
     assert "`python bench/compat_example_dags.py --dags d,e,f`" in table
     assert "| d | core/d.py | 2 | 0 (1 TIs) | success | 2 |" in table
+    assert "| g *(assets)* | core/g.py | 1 | 0 (0 TIs) | success |" in table
     assert "- e: run success under Local, failed under Agora" in table
     assert "| f | core/f.py | calls an outside web API |" in table and "| (none) | k8s.py | needs Kubernetes |" in table
     assert "1 differs, 1 left out, 1 same" in table
+
+
+def test_the_shown_command_hides_a_database_password() -> None:
+    url = "postgresql+psycopg://agora:s3cret@127.0.0.1:54351/agora"
+    assert compat.shown_command(["--dags", "a,b", "--database-url", url]) == (
+        "python bench/compat_example_dags.py --dags a,b --database-url postgresql+psycopg://agora:***@127.0.0.1:54351/agora"
+    )
+    assert compat.shown_command([f"--database-url={url}"]).endswith(
+        "--database-url=postgresql+psycopg://agora:***@127.0.0.1:54351/agora"
+    )
+    assert compat.shown_command(["--out", "x:y@z"]) == "python bench/compat_example_dags.py --out x:y@z"

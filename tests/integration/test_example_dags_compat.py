@@ -3,10 +3,11 @@
 The suite runs every example DAG of Airflow 3.3 and its standard provider (docs/compatibility.md);
 this runs the same code on one DAG per feature the AgoraExecutor must not change: dynamic task
 mapping (three map indexes of a ``@task.expand``), branching (nested ``@task.branch``), a task
-group, setup/teardown tasks, trigger rules over a skipped task, a short-circuit, and a DAG that
-fails by design. Each runs under the LocalExecutor, is planned with ``agora optimize --apply``,
-and runs again under its plan; the task instances must end the same, and every task that ran a
-process after planning must have run in an AgoraExecutor job.
+group, setup/teardown tasks, trigger rules over a skipped task, a short-circuit, a DAG that
+fails by design, and a DAG scheduled by assets only (triggered by hand). Each runs under the
+LocalExecutor, is planned with ``agora optimize --apply``, and runs again under its plan; the task
+instances must end the same, and every task that ran a process after planning must have run in an
+AgoraExecutor job.
 
 One more, ``example_external_task``, has a deferrable sensor that resumes on a worker after its
 trigger fires, under the same try (and so the same job key) as its deferral.
@@ -32,6 +33,7 @@ DAGS = {  # DAG id -> (task instances, of which mapped)
     "example_skip_dag": (8, 0),
     "example_short_circuit_decorator": (14, 0),
     "example_failed_dag": (1, 0),
+    "asset_consumes_1": (1, 0),  # scheduled by assets only: the suite triggers it by hand
 }
 DEFERRED = "example_external_task"  # triggers child_dag, and a deferrable ExternalTaskSensor waits for it
 
@@ -67,6 +69,8 @@ def test_each_dag_ends_the_same_under_both_executors(suite: dict[str, Any]) -> N
     assert dags["example_failed_dag"]["local_state"] == dags["example_failed_dag"]["agora_state"] == "failed"
     states = {t["task_id"]: t["state"] for t in dags["example_nested_branch_dag"]["agora_tis"]}
     assert states["false_1"] == "skipped" and states["join_1"] == "success"  # the branch was taken, not ignored
+    assert dags["asset_consumes_1"]["asset_scheduled"] == "AssetTriggeredTimetable"
+    assert dags["asset_consumes_1"]["local_state"] == dags["asset_consumes_1"]["agora_state"] == "success"
 
 
 def test_a_deferred_sensor_resumes_and_ends_the_same_under_the_agora_executor(suite: dict[str, Any]) -> None:
@@ -89,5 +93,7 @@ def test_the_local_runs_never_touched_the_agora_executor_and_the_planned_ones_ra
 def test_the_table_has_the_command_and_a_row_per_dag(suite: dict[str, Any]) -> None:
     table = suite["table"]
     assert f"--dags {','.join([*DAGS, DEFERRED])}" in table
+    dags = by_id(suite)
     for dag_id in [*DAGS, DEFERRED]:
-        assert f"| {dag_id} |" in table and table.count(f"| {dag_id} |") == 1
+        row = f"| {dag_id}{' *(assets)*' if dags[dag_id]['asset_scheduled'] else ''} |"  # the mark: run by hand
+        assert row in table and table.count(row) == 1
