@@ -39,11 +39,13 @@ DEFERRED = "example_external_task"  # triggers child_dag, and a deferrable Exter
 
 
 @pytest.fixture(scope="module")
-def suite(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def suite(tmp_path_factory: pytest.TempPathFactory, postgres_url: str) -> dict[str, Any]:
     root = tmp_path_factory.mktemp("compat")  # under the session's base: the leftover check looks there
     out = root / "compat.json"
+    # Airflow's metadata on PostgreSQL, a fresh database per run, as in production: on SQLite, beside
+    # another test run, the LocalExecutor phase timed out on the database's lock (docs/compatibility.md)
     command = [sys.executable, str(REPO / "bench" / "compat_example_dags.py"), "--dags", ",".join([*DAGS, DEFERRED]),
-               "--out", str(out), "--work-dir", str(root)]  # fmt: skip
+               "--out", str(out), "--work-dir", str(root), "--database-url", postgres_url]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=1500, check=False)
     assert done.returncode in (0, 1) and out.exists(), (done.stdout + done.stderr)[-6000:]  # 1: a DAG differs
     document: dict[str, Any] = json.loads(out.read_text())

@@ -116,6 +116,22 @@ def caps(problem: Problem, kinds: Sequence[Resource], warm: Sequence[Assignment]
     return Caps(makespan * (1 + CLAIM_TOLERANCE) + 1e-6, cost * (1 + CLAIM_TOLERANCE) + 1e-12)
 
 
+def indexed_tasks(
+    problem: Problem, kinds: Sequence[Resource]
+) -> tuple[tuple[Task, ...], dict[str, int], tuple[tuple[int, ...], ...], dict[tuple[int, int], int]]:
+    """The tasks in topological order, their indexes by id, the kept types each fits (indexes into
+    ``kinds``), and each (task, type)'s rank among the tasks that fit that type."""
+    workflow = problem.workflow
+    tasks = tuple(workflow.by_id[t] for t in workflow.topological_order)
+    index = {t.id: n for n, t in enumerate(tasks)}
+    options = tuple(tuple(k for k, r in enumerate(kinds) if r.fits(t)) for t in tasks)
+    rank = {}
+    for k in range(len(kinds)):
+        for r, i in enumerate(i for i in range(len(tasks)) if k in options[i]):
+            rank[i, k] = r
+    return tasks, index, options, rank
+
+
 def head_tail(
     earliest: Sequence[Number], shortest: Sequence[Number], parents: dict[int, list[int]]
 ) -> tuple[list[Number], list[Number]]:

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 from collections import Counter
 
-from agora_optimizer.engines.base import Engine, EngineResult
 from agora_optimizer.engines.partition.blocks import Partition, acyclic_partition
 from agora_optimizer.engines.partition.placement import (
     Mapping,
@@ -39,20 +38,14 @@ from agora_optimizer.engines.partition.placement import (
     Processor,
     place_blocks,
 )
-from agora_optimizer.engines.partition.plan import BlockPlan, evaluate
+from agora_optimizer.engines.partition.plan import BlockPlan, BlockPlanEngine, evaluate
 from agora_optimizer.planning.problem import Problem
 
 
-class HomogeneousPartitionEngine(Engine):
+class HomogeneousPartitionEngine(BlockPlanEngine):
     """Partition as for identical processors, then map blocks by memory alone."""
 
     name = "partition-homogeneous"
-
-    def solve(
-        self, problem: Problem, time_limit_s: float, warm_start: EngineResult | None = None
-    ) -> EngineResult | None:
-        plan = self.plan(problem, time_limit_s)
-        return None if plan is None else plan.result(self.name)
 
     def plan(self, problem: Problem, time_limit_s: float) -> BlockPlan | None:
         """One partition, one mapping, one schedule (the time limit is not needed)."""

@@ -78,7 +78,6 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from itertools import pairwise, product
 
-from agora_optimizer.engines.base import Engine, EngineResult
 from agora_optimizer.engines.partition.blocks import Partition, acyclic_partition
 from agora_optimizer.engines.partition.graph import grouped_order
 from agora_optimizer.engines.partition.placement import (
@@ -91,7 +90,7 @@ from agora_optimizer.engines.partition.placement import (
     place_blocks,
     type_mask,
 )
-from agora_optimizer.engines.partition.plan import BlockPlan, evaluate
+from agora_optimizer.engines.partition.plan import BlockPlan, BlockPlanEngine, evaluate
 from agora_optimizer.planning.problem import Problem
 from agora_optimizer.planning.time_budget import TimeBudget
 
@@ -104,16 +103,10 @@ SPLIT_MERGE_BLOCKS = 3
 SPLIT_MERGE_TARGETS = 2
 
 
-class PartitionEngine(Engine):
+class PartitionEngine(BlockPlanEngine):
     """The heterogeneity-aware four-step heuristic (partition, fit and map, split/merge, swaps)."""
 
     name = "partition"
-
-    def solve(
-        self, problem: Problem, time_limit_s: float, warm_start: EngineResult | None = None
-    ) -> EngineResult | None:
-        plan = self.plan(problem, time_limit_s)
-        return None if plan is None else plan.result(self.name)
 
     def plan(self, problem: Problem, time_limit_s: float) -> BlockPlan | None:
         """The best mapped partition found within ``time_limit_s`` (None for an empty workflow)."""

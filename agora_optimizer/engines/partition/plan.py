@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from agora_optimizer.engines.base import EngineResult
+from agora_optimizer.engines.base import Engine, EngineResult
 from agora_optimizer.engines.partition.blocks import Partition
 from agora_optimizer.engines.partition.placement import Mapping, Platform, Processor
 from agora_optimizer.engines.partition.simulation import Schedule, simulate
 from agora_optimizer.model.plan import Assignment
+from agora_optimizer.planning.problem import Problem
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,19 @@ class BlockPlan:
 
     def result(self, method: str) -> EngineResult:
         return EngineResult(assignments=self.assignments(), method=method, status="heuristic")
+
+
+class BlockPlanEngine(Engine):
+    """An engine that makes one :class:`BlockPlan`: its schedule is the result."""
+
+    def solve(
+        self, problem: Problem, time_limit_s: float, warm_start: EngineResult | None = None
+    ) -> EngineResult | None:
+        plan = self.plan(problem, time_limit_s)
+        return None if plan is None else plan.result(self.name)
+
+    def plan(self, problem: Problem, time_limit_s: float) -> BlockPlan | None:
+        raise NotImplementedError
 
 
 def evaluate(platform: Platform, partition: Partition, mapping: Mapping) -> BlockPlan:

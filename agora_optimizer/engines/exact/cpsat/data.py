@@ -45,7 +45,14 @@ from fractions import Fraction
 from typing import Literal
 
 from agora_optimizer.engines.exact.repair import Slot
-from agora_optimizer.engines.exact.shared import caps, head_tail, prune_types, real_horizon_s, slots_paid_for
+from agora_optimizer.engines.exact.shared import (
+    caps,
+    head_tail,
+    indexed_tasks,
+    prune_types,
+    real_horizon_s,
+    slots_paid_for,
+)
 from agora_optimizer.model.catalog import Resource
 from agora_optimizer.model.plan import Assignment
 from agora_optimizer.model.workflow import Task
@@ -215,13 +222,7 @@ def build_data(problem: Problem, direction: Direction, ticks: Ticks, warm: Seque
     kinds, replacement = prune_types(problem)
     limits = caps(problem, kinds, warm)
     per_s = ticks.per_s
-    tasks = tuple(workflow.by_id[t] for t in workflow.topological_order)
-    index = {t.id: n for n, t in enumerate(tasks)}
-    options = tuple(tuple(k for k, r in enumerate(kinds) if r.fits(t)) for t in tasks)
-    rank = {}
-    for k in range(len(kinds)):
-        for r, i in enumerate(i for i in range(len(tasks)) if k in options[i]):
-            rank[i, k] = r
+    tasks, index, options, rank = indexed_tasks(problem, kinds)
     types = tuple(_tick_type(r, _slot_count(problem, r, tasks, limits.cost_usd), ticks, direction) for r in kinds)
     duration = {
         (i, k): to_ticks(kinds[k].runtime_s(t), per_s, direction) for i, t in enumerate(tasks) for k in options[i]

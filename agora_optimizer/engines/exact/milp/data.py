@@ -12,6 +12,7 @@ from agora_optimizer.engines.exact.shared import (
     Caps,
     fits_count,
     head_tail,
+    indexed_tasks,
     prune_types,
     slots_paid_for,
 )
@@ -168,13 +169,7 @@ def _incomparable(n: int, parents: dict[int, list[int]]) -> tuple[frozenset[int]
 def build_data(problem: Problem, warm: Sequence[Assignment]) -> MilpData:
     workflow, catalog = problem.workflow, problem.catalog
     kinds, replacement = prune_types(problem)
-    tasks = tuple(workflow.by_id[t] for t in workflow.topological_order)
-    index = {t.id: n for n, t in enumerate(tasks)}
-    options = tuple(tuple(k for k, r in enumerate(kinds) if r.fits(t)) for t in tasks)
-    rank = {}
-    for k in range(len(kinds)):
-        for r, i in enumerate(i for i in range(len(tasks)) if k in options[i]):
-            rank[i, k] = r
+    tasks, index, options, rank = indexed_tasks(problem, kinds)
     duration = {(i, k): kinds[k].runtime_s(t) for i, t in enumerate(tasks) for k in options[i]}
     edges = tuple((index[e.parent], index[e.child], catalog.transfer_s(e.bytes)) for e in workflow.edges)
     parents: dict[int, list[int]] = defaultdict(list)
