@@ -7,7 +7,9 @@ cd "$ROOT"
 source scripts/bootstrap.sh
 WORKFLOW="${1:-workflows/montage-chameleon-2mass-01d-001.json}"
 CATALOG="${CATALOG:-catalogs/aws-us-east-1.yaml}"
-OUT="${OUT:-out}"
+# Output goes outside the repository: $AGORA_DEMO_OUT, else a new temporary directory.
+OUT="${AGORA_DEMO_OUT:-$(mktemp -d "${TMPDIR:-/tmp}/agora-demo.XXXXXX")}"
+mkdir -p "$OUT"
 name="$(basename "$WORKFLOW" .json)"
 agora optimize "$WORKFLOW" --catalog "$CATALOG" --objective "${OBJECTIVE:-balanced}" \
   --time-limit-s "${TIME_LIMIT_S:-60}" --out "$OUT/$name.plan.json"
@@ -18,3 +20,4 @@ agora gantt "$OUT/$name.plan.json" --workflow "$WORKFLOW" --out "$OUT/$name.gant
 if [ "${AIRFLOW_DEMO:-1}" != "0" ]; then
   python scripts/run_example_dag.py --out "$OUT/airflow"
 fi
+echo "demo output: $OUT"

@@ -1,6 +1,6 @@
 """Independent checker for agora plans ("agora-plan/1").
 
-Written from the contract page ``/work/shared/spec/agora-model.md`` (sections 1-4)
+Written from the contract page ``docs/spec/agora-model.md`` (the repository's copy of the shared spec) (sections 1-4)
 and the WfFormat 1.5 input files alone: it deliberately imports nothing from the
 project, so that a plan which passes here is checkable by an outsider with only
 the spec page, the workflow file and the catalog file.

@@ -22,7 +22,7 @@ def test_readme_names_the_two_commands() -> None:
 @pytest.mark.airflow  # the demo runs the example DAG in a real Airflow
 def test_demo_optimizes_checks_draws_and_runs_the_example_dag_on_local_pools(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")} | {
-        "OUT": str(tmp_path),
+        "AGORA_DEMO_OUT": str(tmp_path),
         "TIME_LIMIT_S": "3",
     }
     result = subprocess.run(
@@ -41,3 +41,4 @@ def test_demo_optimizes_checks_draws_and_runs_the_example_dag_on_local_pools(tmp
             result.stdout[-2500:]
         )
     assert (tmp_path / "airflow" / "traces.db").is_file()
+    assert f"demo output: {tmp_path}" in result.stdout

@@ -1,6 +1,6 @@
 """Catalogs: the resource types a plan may lease, and the network between machines.
 
-Section 2 of ``shared/spec/agora-model.md``.
+Section 2 of ``docs/spec/agora-model.md``.
 """
 
 from __future__ import annotations

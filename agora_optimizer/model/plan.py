@@ -1,6 +1,6 @@
 """Objectives and plans: what the optimizer was asked for and what it decided.
 
-Section 4 of ``shared/spec/agora-model.md``.
+Section 4 of ``docs/spec/agora-model.md``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Workflows: tasks, the edges between them, and the DAG's derived structure.
 
-Section 1 of ``shared/spec/agora-model.md``. No I/O and no Airflow here.
+Section 1 of ``docs/spec/agora-model.md``. No I/O and no Airflow here.
 """
 
 from __future__ import annotations

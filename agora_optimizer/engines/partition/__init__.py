@@ -18,7 +18,7 @@ processors), :func:`~.placement.place_blocks` (the skeleton of the mapping step,
 schedule) and :class:`~.plan.BlockPlan` (a mapped partition and its schedule).
 
 Memory model. In the paper a block's memory requirement is the peak memory of its best
-sequential traversal, files included. In agora's model (``shared/spec/agora-model.md``)
+sequential traversal, files included. In agora's model (``docs/spec/agora-model.md``)
 files do not occupy machine memory and a machine runs several tasks at once while their
 summed cores and memory fit. Every machine runs a list schedule that starts a task only
 when its cores and memory fit beside the running ones, so the memory a block needs over
