@@ -21,21 +21,39 @@ from agora_optimizer.engines.exact.shared import (
 
 _FINAL_BOUND = re.compile(r"^Cbc0005I Partial search .*\(best possible (\S+)\)", re.MULTILINE)
 _LOWER_BOUND = re.compile(r"^Lower bound:\s+(\S+)", re.MULTILINE)
+_ROOT_LP = re.compile(r"^Cbc0013I At root node, .* changed objective from (\S+) to", re.MULTILINE)
+_CONTINUOUS = re.compile(r"^Continuous objective value is (\S+)", re.MULTILINE)
 
 
-def read_cbc_bound(log: str) -> float | None:
-    """CBC's best bound when it stopped early, from its log.
+def _last_number(pattern: re.Pattern[str], log: str) -> float | None:
+    for text in reversed(pattern.findall(log)):
+        try:
+            return float(text)
+        except ValueError:
+            continue
+    return None
+
+
+def read_cbc_bound(log: str, objective: float | None = None) -> float | None:
+    """CBC's best bound when it stopped early, from its log (``objective``: the value it found).
 
     The last "Cbc0005I Partial search ... (best possible X)" closes the main search (sub-searches
     of heuristics end earlier) and prints 8 significant digits; the summary's "Lower bound:" only
-    3 decimals, so it is the fallback.
+    3 decimals, so it is the fallback. A CBC stopped by its time limit inside the root node's cut
+    passes (seen with the CBC of PuLP 4's cbc extra) prints as "best possible" the value of an
+    unfinished LP, far above ``objective``, and as "Lower bound" that clipped to ``objective``:
+    neither is a bound, so then the root LP's value before the cuts is (else the continuous
+    relaxation's), and no bound when those are missing too.
     """
-    for pattern in (_FINAL_BOUND, _LOWER_BOUND):
-        for text in reversed(pattern.findall(log)):
-            try:
-                return float(text)
-            except ValueError:
-                continue
+    final = _last_number(_FINAL_BOUND, log)
+    if final is None:
+        return _last_number(_LOWER_BOUND, log)
+    if objective is None or final <= objective + OPTIMALITY_TOLERANCE * max(abs(objective), 1.0):
+        return final
+    for pattern in (_ROOT_LP, _CONTINUOUS):
+        relaxed = _last_number(pattern, log)
+        if relaxed is not None and relaxed <= objective:
+            return relaxed
     return None
 
 
@@ -87,4 +105,4 @@ def _solve_cbc(model: MilpModel, time_limit_s: float, warm: bool, threads: int |
         return _Outcome("none", None, None, elapsed)
     if result.optimal:  # CBC closed the gap: its bound is the value
         return _Outcome("optimal", value, value, elapsed)
-    return _Outcome("feasible", value, read_cbc_bound(log), elapsed)
+    return _Outcome("feasible", value, read_cbc_bound(log, value), elapsed)
