@@ -539,7 +539,7 @@ def test_bootstrap_installs_dev_extras_by_default_and_agora_extras_when_asked(tm
     python.write_text(f'#!/bin/sh\necho "$*" >>{shlex.quote(str(log))}\n')
     python.chmod(0o755)
     stamp = tmp_path / ".venv" / ".agora-installed"
-    base = {k: v for k, v in os.environ.items() if k != "AGORA_EXTRAS"}
+    base = {k: v for k, v in os.environ.items() if k not in ("AGORA_EXTRAS", "AGORA_VENV", "PYTHON")}
 
     def bootstrap(**extra: str) -> tuple[str, str]:
         log.unlink(missing_ok=True)
@@ -562,6 +562,66 @@ def test_bootstrap_installs_dev_extras_by_default_and_agora_extras_when_asked(tm
     assert f"-m pip install --quiet -e {tmp_path}\n" in calls and none_stamp != dev_stamp
     calls, _ = bootstrap(AGORA_EXTRAS="dev,bench")
     assert f"-m pip install --quiet -e {tmp_path}[dev,bench]" in calls
+
+
+def _fake_python(path: Path, version: str, log: Path) -> Path:
+    """A "python" that says it is ``version``, makes venvs of itself and records every other call."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        "#!/bin/sh\n"
+        'case "$*" in\n'
+        '  *"sys.exit(not"*) exit 0 ;;\n'
+        f'  *"print("*) echo {version} ;;\n'
+        f'  --version) echo "Python {version}.0" ;;\n'
+        '  "-m venv "*) mkdir -p "$3/bin" && cp "$0" "$3/bin/python" ;;\n'
+        f'  *) echo "$0 $*" >>{shlex.quote(str(log))} ;;\n'
+        "esac\n"
+    )
+    path.chmod(0o755)
+    return path
+
+
+def test_bootstrap_keeps_dot_venv_and_gives_another_python_its_own_venv(tmp_path: Path) -> None:
+    """.venv by default; PYTHON of another X.Y than .venv's: .venv-X.Y; AGORA_VENV: that directory."""
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts" / "bootstrap.sh").write_text(BOOTSTRAP.read_text())
+    for name in ("setup.cfg", "pyproject.toml"):
+        (tmp_path / name).write_text((REPO / name).read_text())
+    log = tmp_path / "pip.log"
+    _fake_python(tmp_path / ".venv" / "bin" / "python", "3.11", log)
+    py311 = _fake_python(tmp_path / "py" / "python3.11", "3.11", log)
+    py313 = _fake_python(tmp_path / "py" / "python3.13", "3.13", log)
+    base = {k: v for k, v in os.environ.items() if k not in ("AGORA_EXTRAS", "AGORA_VENV", "PYTHON")}
+
+    def installed_into(**extra: str) -> str:
+        log.unlink(missing_ok=True)
+        done = subprocess.run(
+            ["bash", str(tmp_path / "scripts" / "bootstrap.sh")],
+            env=base | extra,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        calls = log.read_text().splitlines() if log.exists() else []
+        pip = [line for line in calls if "pip install --quiet -e" in line]
+        return str(Path(pip[0].split()[0]).parent.parent.relative_to(tmp_path)) if pip else ""
+
+    assert installed_into() == ".venv"
+    assert installed_into(PYTHON=str(py313)) == ".venv-3.13"
+    assert installed_into(PYTHON=str(py313)) == "", "installed again although nothing changed"
+    assert installed_into(PYTHON=str(py311)) == "", ".venv is 3.11's already"
+    assert installed_into(AGORA_VENV=str(tmp_path / "elsewhere"), PYTHON=str(py313)) == "elsewhere"
+    refused = subprocess.run(
+        ["bash", str(tmp_path / "scripts" / "bootstrap.sh")],
+        env=base | {"PYTHON": str(tmp_path / "py" / "python3.9")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert refused.returncode != 0 and "agora needs Python 3.11 to 3.13" in refused.stderr
 
 
 def test_every_script_of_the_image_parses() -> None:

@@ -25,8 +25,10 @@ import numpy as np
 import pytest
 
 from agora_optimizer.engines.base import EngineResult
+from agora_optimizer.engines.exact.milp import pulp_api
 from agora_optimizer.engines.exact.milp.cbc import read_cbc_bound
 from agora_optimizer.engines.exact.milp.engine import MilpEngine
+from agora_optimizer.engines.exact.milp.pulp_api import cbc_binary
 from agora_optimizer.engines.exact.shared import dominates, prune_types
 from agora_optimizer.io.wfformat import load_workflow
 from agora_optimizer.model import (
@@ -336,8 +338,13 @@ def close(a: float, b: float) -> bool:
 
 # --------------------------------------------------------------------------- tests
 
-# Both solvers the MILP can run on: HiGHS (the default where highspy is installed) and CBC (bundled with PuLP).
-SOLVERS = pytest.mark.parametrize("solver", ["highs", "cbc"])
+# Both solvers the MILP can run on: HiGHS (the default where highspy is installed) and CBC (bundled with
+# PuLP 3.3; with PuLP 4 from its cbc extra, cbcbox, or a cbc on PATH: without any, CBC cases are skipped).
+_NO_CBC = pytest.mark.skipif(
+    cbc_binary() is None,
+    reason=f"no CBC binary: PuLP {pulp_api.PULP_MAJOR} has none here (PuLP 4 needs pulp[cbc], cbcbox, or cbc on PATH)",
+)
+SOLVERS = pytest.mark.parametrize("solver", ["highs", pytest.param("cbc", marks=_NO_CBC)])
 
 
 @SOLVERS
@@ -540,6 +547,17 @@ def test_cbc_bounds_are_read_from_the_log() -> None:
     assert read_cbc_bound(log) == 1.7500001  # the main search's last word, to 8 digits
     assert read_cbc_bound(log.split("Cbc0005I")[0] + "Lower bound:   1.750\n") == 1.75
     assert read_cbc_bound("Result - Stopped on time limit\n") is None
+    # Stopped inside the root node's cut passes (CBC of cbcbox, PuLP 4's cbc extra): the "best possible" is an
+    # unfinished LP's value above the incumbent, and "Lower bound" that clipped; the root LP before the cuts is one.
+    cut_short = (
+        "Continuous objective value is 1.05804 - 0.038996 seconds\n"
+        "Cbc0013I At root node, 70 cuts changed objective from 1.1776721 to 7.4563955e+11 in 7 passes\n"
+        "Cbc0005I Partial search - best objective 1.6938102 (best possible 7.4563955e+11), took 1917 iterations\n"
+        "Result - Stopped on time limit\nObjective value:   1.69381017085\nLower bound:   1.69381\n"
+    )
+    assert read_cbc_bound(cut_short, 1.69381017085) == 1.1776721
+    assert read_cbc_bound(cut_short.split("Cbc0013I")[0] + cut_short.split("\n", 2)[2], 1.69381017085) == 1.05804
+    assert read_cbc_bound(log, 1.7500001) == 1.7500001  # proven optimal, to the digits printed
 
 
 def test_the_solver_is_checked_and_highs_prints_nothing_on_stdout() -> None:

@@ -84,14 +84,16 @@ Reductions that cut off no optimal plan, so that "optimal" stays a true claim:
 
 Solving: HiGHS where ``highspy`` is installed (:mod:`agora_optimizer.engines.exact.milp.highs`:
 in this process, with the same warm start, the bound from HiGHS itself), else CBC via
-PuLP's ``COIN_CMD`` on the binary bundled with PuLP 3.3
-(``PULP_CBC_CMD`` itself is deprecated there), started from the best of the given warm
-start and a few list schedules (``setInitialValue`` and ``warmStart=True``), with
-``timeLimit`` = what is left of ``time_limit_s`` after building, and killed (``timeout
--s KILL``, where available) if it overruns that by a quarter plus 5 s. PuLP 3.3 does not
-expose CBC's best bound for ``COIN_CMD``, so it is read from CBC's log (the main
-search's last "Cbc0005I Partial search ... (best possible X)", else the summary's
-"Lower bound:"); when CBC proves optimality its bound is the objective value. The
+PuLP's ``COIN_CMD`` on the binary PuLP 3.3 ships or PuLP 4's ``cbc`` extra brings
+(:mod:`agora_optimizer.engines.exact.milp.pulp_api`; without one CBC finds nothing), started
+from the best of the given warm start and a few list schedules (``setInitialValue`` and
+``warmStart=True``), with ``timeLimit`` = what is left of ``time_limit_s`` after building, and
+killed (``timeout -s KILL``, where available) if it overruns that by a quarter plus 5 s.
+PuLP 3.3 does not expose CBC's best bound for ``COIN_CMD``, so on both PuLPs it is read from
+CBC's log (:func:`agora_optimizer.engines.exact.milp.cbc.read_cbc_bound`: the main search's
+last "Cbc0005I Partial search ... (best possible X)", else the summary's "Lower bound:", or the
+root LP's value when CBC stopped inside the root's cuts); when CBC proves optimality its bound
+is the objective value. The
 better of the MILP's (repaired) schedule and the warm start is returned, "optimal" when
 its value is within 1e-6 (relative) of the bound, else "feasible" with gap = (value -
 bound) / value (None when no bound was read). A workflow larger than ``max_tasks`` or

@@ -1,9 +1,9 @@
 """HiGHS as the MILP's solver, where ``highspy`` is installed: PuLP builds the model, HiGHS solves it.
 
-PuLP 3.3's ``HiGHS`` class runs HiGHS in this process through ``highspy`` but passes no
-start solution, so :class:`_WarmHiGHS` hands it the variables' initial values (the
-MILP's warm start, set with ``setInitialValue``) as a start solution before the run;
-HiGHS checks it and keeps it as its incumbent when it is feasible. The relative gap at
+PuLP's ``HiGHS`` class runs HiGHS in this process through ``highspy``, with the variables'
+initial values (the MILP's warm start, set with ``setInitialValue``) as a start solution
+(:mod:`agora_optimizer.engines.exact.milp.pulp_api`: PuLP 4 does it itself, on PuLP 3.3 a
+subclass does); HiGHS checks it and keeps it as its incumbent when it is feasible. The relative gap at
 which HiGHS stops is ``gap`` (its default, 1e-4, would call "optimal" a plan 0.01 % off),
 and the best bound is HiGHS's ``mip_dual_bound``. HiGHS prints a banner on standard output
 the first time a process creates a solver, whatever its options (stdout is where
@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import pulp
+from agora_optimizer.engines.exact.milp import pulp_api
 
 
 def highs_available() -> bool:
@@ -69,50 +69,22 @@ class SolverOutcome:
     solve_s: float = 0.0
 
 
-class _WarmHiGHS(pulp.HiGHS):
-    """PuLP's in-process HiGHS, plus a start solution from the variables' initial values."""
-
-    def __init__(self, warm: bool, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.warm = warm
-
-    def actualSolve(self, lp: pulp.LpProblem) -> int:
-        import highspy
-
-        self.createAndConfigureSolver(lp)
-        self.buildSolverModel(lp)
-        if self.warm:
-            start = highspy.HighsSolution()
-            start.col_value = [v.varValue if v.varValue is not None else 0.0 for v in lp.variables()]
-            start.value_valid = True
-            lp.solverModel.setSolution(start)
-        self.callSolver(lp)
-        status, solution_status = self.findSolutionValues(lp)
-        for var in lp.variables():
-            var.modified = False
-        lp.assignStatus(status, solution_status)
-        return int(status)
-
-
-def solve_with_highs(
-    lp: pulp.LpProblem, time_limit_s: float, warm: bool, threads: int | None, gap: float
-) -> SolverOutcome:
+def solve_with_highs(lp: Any, time_limit_s: float, warm: bool, threads: int | None, gap: float) -> SolverOutcome:
     """Solve ``lp`` with HiGHS within ``time_limit_s``; its values stay on the variables."""
     import highspy
 
     started = time.perf_counter()
     _quiet_first_solver()
-    solver = _WarmHiGHS(warm, msg=False, timeLimit=max(time_limit_s, 0.01), threads=threads, gapRel=gap)
-    solver.optionsDict["mip_abs_gap"] = 0.0
+    solver = pulp_api.highs_solver(warm, max(time_limit_s, 0.01), threads, gap)
     try:
-        lp.solve(solver)
-    except (pulp.PulpSolverError, RuntimeError):
+        result = pulp_api.run(lp, solver)
+    except (pulp_api.PulpSolverError, RuntimeError):
         return SolverOutcome("error", None, None, time.perf_counter() - started)
     elapsed = time.perf_counter() - started
-    if lp.status == pulp.LpStatusInfeasible:
+    if result.infeasible:
         return SolverOutcome("infeasible", None, None, elapsed)
     value = lp.objective.value() if lp.objective is not None else None
-    if lp.status != pulp.LpStatusOptimal or value is None:
+    if not result.has_solution or value is None:
         return SolverOutcome("none", None, None, elapsed)
     bound = float(lp.solverModel.getInfo().mip_dual_bound)
     if lp.solverModel.getModelStatus() == highspy.HighsModelStatus.kOptimal:

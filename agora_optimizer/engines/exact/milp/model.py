@@ -7,9 +7,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-import pulp
-
 from agora_optimizer.engines.exact.milp.data import MilpData, Pair, Slot, memory_gib, pair
+from agora_optimizer.engines.exact.milp.pulp_api import LpMinimize, LpProblem, lpSum
 from agora_optimizer.model.catalog import GIB
 from agora_optimizer.planning.time_budget import TimeBudget
 
@@ -41,7 +40,7 @@ class MilpModel:
         self.lp.addConstraint(expression, name)
 
     def end(self, data: MilpData, i: int) -> Any:
-        return self.s[i] + pulp.lpSum(data.duration[i, k] * self.x[i, k, m] for k, m in data.slots_of(i))
+        return self.s[i] + lpSum(data.duration[i, k] * self.x[i, k, m] for k, m in data.slots_of(i))
 
     def first(self, i: int, j: int) -> Any:
         """o as seen from (i, j): 1 when i starts no later than j."""
@@ -94,16 +93,16 @@ def _add_lease_variables(model: MilpModel, data: MilpData) -> None:
 def _add_assignment(model: MilpModel, data: MilpData) -> None:
     on_slot: dict[Slot, list[Any]] = defaultdict(list)
     for i, task in enumerate(data.tasks):
-        model.add(pulp.lpSum(model.x[i, k, m] for k, m in data.slots_of(i)) == 1, f"assign_{i}")
+        model.add(lpSum(model.x[i, k, m] for k, m in data.slots_of(i)) == 1, f"assign_{i}")
         for k, m in data.slots_of(i):
             on_slot[k, m].append(model.x[i, k, m])
             model.add(model.x[i, k, m] <= model.u[k, m], f"used_{i}_{k}_{m}")
             lanes = [model.y[i, k, m, lane] for lane in data.lanes_of(i, k)]
             if lanes:
-                model.add(pulp.lpSum(lanes) == task.cores * model.x[i, k, m], f"lanes_{i}_{k}_{m}")
+                model.add(lpSum(lanes) == task.cores * model.x[i, k, m], f"lanes_{i}_{k}_{m}")
     for k, kind in enumerate(data.types):
         for m in range(kind.slots):
-            model.add(model.u[k, m] <= pulp.lpSum(on_slot[k, m]), f"empty_{k}_{m}")
+            model.add(model.u[k, m] <= lpSum(on_slot[k, m]), f"empty_{k}_{m}")
             if m > 0:
                 model.add(model.u[k, m] <= model.u[k, m - 1], f"symmetry_{k}_{m}")
 
@@ -113,7 +112,7 @@ def _add_timing(model: MilpModel, data: MilpData) -> None:
         task = data.tasks[i]
         boots = [(data.types[k].resource.earliest_start_of(task), model.x[i, k, m]) for k, m in data.slots_of(i)]
         if any(b > 0 for b, _ in boots):  # the type released, then booted; the task's own release
-            model.add(model.s[i] >= pulp.lpSum(b * x for b, x in boots), f"boot_{i}")
+            model.add(model.s[i] >= lpSum(b * x for b, x in boots), f"boot_{i}")
         model.add(model.makespan >= model.end(data, i), f"makespan_{i}")
     for p, c, tr in data.edges:
         if tr > 0 and pair(p, c) in model.sm:
@@ -174,14 +173,14 @@ def _add_memory(model: MilpModel, data: MilpData) -> None:
     for i, j in model.a:
         beside[j].append(i)
     for j, others in sorted(beside.items()):
-        load = memory_gib(data.tasks[j]) + pulp.lpSum(memory_gib(data.tasks[i]) * model.a[i, j] for i in others)
+        load = memory_gib(data.tasks[j]) + lpSum(memory_gib(data.tasks[i]) * model.a[i, j] for i in others)
         most = memory_gib(data.tasks[j]) + sum(memory_gib(data.tasks[i]) for i in others)
         room = []
         for k, m in data.slots_of(j):
             kind = data.types[k]
             limit = kind.resource.memory_bytes / GIB if j in kind.memory_tasks else most
             room.append(limit * model.x[j, k, m])
-        model.add(load <= pulp.lpSum(room), f"memory_{j}")
+        model.add(load <= lpSum(room), f"memory_{j}")
 
 
 def _add_leases(model: MilpModel, data: MilpData) -> None:
@@ -201,7 +200,7 @@ def _add_leases(model: MilpModel, data: MilpData) -> None:
         model.add(billed >= billing.granularity_s * model.steps[k, m], f"billed_{k}_{m}")
         if billing.minimum_s > 0:
             model.add(billed >= billing.minimum_s * model.u[k, m], f"minimum_{k}_{m}")
-    model.cost = pulp.lpSum(
+    model.cost = lpSum(
         data.types[k].resource.price_per_hour_usd / 3600.0 * billed for (k, _), billed in model.billed.items()
     )
 
@@ -220,14 +219,14 @@ def _add_energy(model: MilpModel, data: MilpData) -> None:
         usable = model.lease_end[k, m] - model.lease_start[k, m] - resource.boot_s * model.u[k, m]
         for lane in range(data.types[k].lanes):
             if on_lane[k, m, lane]:
-                work = pulp.lpSum(data.duration[i, k] * model.y[i, k, m, lane] for i in on_lane[k, m, lane])
+                work = lpSum(data.duration[i, k] * model.y[i, k, m, lane] for i in on_lane[k, m, lane])
                 model.add(work <= usable, f"energy_{k}_{m}_{lane}")
-        memory = pulp.lpSum(memory_gib(data.tasks[i]) * data.duration[i, k] * model.x[i, k, m] for i in on_slot[k, m])
+        memory = lpSum(memory_gib(data.tasks[i]) * data.duration[i, k] * model.x[i, k, m] for i in on_slot[k, m])
         model.add(memory <= resource.memory_bytes / GIB * usable, f"energy_memory_{k}_{m}")
         for c, chain in enumerate(chains):
             hosted = [i for i in chain if (i, k, m) in model.x]
             if len(hosted) > 1:
-                work = pulp.lpSum(data.duration[i, k] * model.x[i, k, m] for i in hosted)
+                work = lpSum(data.duration[i, k] * model.x[i, k, m] for i in hosted)
                 model.add(work <= usable, f"energy_chain_{c}_{k}_{m}")
 
 
@@ -266,7 +265,7 @@ def _add_counts(model: MilpModel, data: MilpData) -> None:
                     model.lease_end[k, earlier] <= model.lease_start[k, m] + h * c + h * free,
                     f"leaseapart_{k}_{earlier}_{m}",
                 )
-            overlapping = pulp.lpSum(model.overlap[k, e, m] for e in range(m))
+            overlapping = lpSum(model.overlap[k, e, m] for e in range(m))
             model.add(overlapping <= count - 1 + m * free, f"count_{k}_{m}")
 
 
@@ -285,7 +284,7 @@ def _add_limits_and_objective(model: MilpModel, data: MilpData) -> None:
 
 def build_model(data: MilpData, deadline: TimeBudget | None = None) -> MilpModel:
     """The whole model; raises :class:`OutOfTime` (between steps and in the long ones) past ``deadline``."""
-    model = MilpModel(pulp.LpProblem("agora_milp", pulp.LpMinimize), deadline=deadline or TimeBudget())
+    model = MilpModel(LpProblem("agora_milp", LpMinimize), deadline=deadline or TimeBudget())
     steps = (
         _add_variables,
         _add_assignment,
