@@ -131,6 +131,26 @@ def parses(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]
     return {name: parse(root, root / name) for name in ("none", "planned", "corrupt")}
 
 
+WAITS_REPORT = """
+import json, sys
+from agora_optimizer.integration.airflow_dag import load_dag
+print("WAITS" + json.dumps(sorted(t.task_id for t in load_dag(sys.argv[1], sys.argv[2]).tasks if t.waits)))
+"""
+
+
+@pytest.fixture(scope="module")
+def planner_waits(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
+    """The tasks the planner leaves out of a plan as waits without a worker (integration/waits.py)."""
+    root = tmp_path_factory.mktemp("waits")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+    env |= {"AIRFLOW_HOME": str(root / "home"), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
+    command = [sys.executable, "-c", WAITS_REPORT, DAG_ID, str(DAG_FILE.parent)]
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    line = next(line for line in result.stdout.splitlines() if line.startswith("WAITS"))
+    return set(json.loads(line.removeprefix("WAITS")))
+
+
 def test_the_dag_file_has_every_operator_kind_the_standard_provider_ships(parses: dict[str, Any]) -> None:
     """The check that keeps the DAG file honest: a kind Airflow adds later fails here until it is added."""
     import importlib
@@ -170,7 +190,7 @@ def test_every_dag_imports_and_keeps_every_task(parses: dict[str, Any]) -> None:
         assert {d: set(tasks) for d, tasks in report["dags"].items()} == {d: set(t) for d, t in baseline.items()}
 
 
-def test_planned_tasks_of_every_kind_get_their_placement(parses: dict[str, Any]) -> None:
+def test_planned_tasks_of_every_kind_get_their_placement(parses: dict[str, Any], planner_waits: set[str]) -> None:
     tasks = parses["planned"]["dags"][DAG_ID]
     for task_id, resource in PLANNED.items():
         if task_id in PLANNED_INSTANCES:
@@ -185,8 +205,14 @@ def test_planned_tasks_of_every_kind_get_their_placement(parses: dict[str, Any])
         ), task_id
     assert tasks["plain_group.bash"]["config"]["agora"]["placement"]["time_limit_s"] == 300.0
     assert tasks["start"]["config"]["agora"]["cores"] == 1  # the author's hints stay beside the placement
-    unnamed = set(tasks) - set(PLANNED) - MAPPED  # not in the plan: [agora] default_resource
-    assert unnamed and all(tasks[t]["config"]["agora"]["placement"]["source"] == "default" for t in unnamed)
+    unnamed = set(tasks) - set(PLANNED) - MAPPED  # not in the plan: [agora] default_resource, or a wait
+    waits = planner_waits  # waits without a worker: the planner made them release times
+    assert {"timedelta_sensor", "file_sensor", "python_sensor"} <= waits and "bash_sensor" not in waits
+    sources = {t: tasks[t]["config"]["agora"]["placement"]["source"] for t in unnamed}
+    assert unnamed - waits and all(sources[t] == "default" for t in unnamed - waits), sources
+    assert unnamed & waits and all(sources[t] == "wait" for t in unnamed & waits), sources
+    for t in unnamed & waits:  # on the smallest resource of the catalog
+        assert tasks[t]["config"]["agora"]["placement"]["resource"] == "local-small", t
 
 
 def test_each_planned_instance_of_a_mapped_task_gets_its_placement_and_the_rest_the_overflow(
