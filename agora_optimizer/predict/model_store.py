@@ -228,13 +228,29 @@ def _load_estimators(path: Path) -> dict[str, Any]:
 
 
 def _warn_on_version_drift(document: Mapping[str, Any]) -> None:
+    """Warn where the libraries that compute a prediction differ from the training's.
+
+    scikit-learn's estimators may change between any two releases, so any difference is named;
+    numpy's only across major versions (the shipped model gives the same predictions, to the last
+    bit, under numpy 2.4.6 and 2.5.5: ``bench/predictor_portability.py``).
+    """
     trained = document.get("library_versions", {})
+    if not isinstance(trained, dict):
+        return
     now = library_versions()
     for name in ("scikit-learn", "numpy"):
-        if isinstance(trained, dict) and trained.get(name) not in (None, now.get(name)):
-            log.warning(
-                "model trained with %s %s, running %s: predictions may differ; retrain with `agora train`",
-                name,
-                trained.get(name),
-                now.get(name),
-            )
+        then, current = trained.get(name), now.get(name)
+        if then is None or then == current:
+            continue
+        if name == "numpy" and _major(then) == _major(current):
+            continue
+        log.warning(
+            "model trained with %s %s, running %s: predictions may differ; retrain with `agora train`",
+            name,
+            then,
+            current,
+        )
+
+
+def _major(version: object) -> str:
+    return str(version).split(".", 1)[0]

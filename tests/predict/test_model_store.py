@@ -223,3 +223,44 @@ def test_a_saved_model_is_readable_by_all_whatever_the_umask(trained: Predictor,
         os.umask(old)
     assert stat.S_IMODE((tmp_path / "model").stat().st_mode) == 0o755
     assert {stat.S_IMODE((tmp_path / "model" / name).stat().st_mode) for name in MODEL_FILES} == {0o644}
+
+
+def _with_trained_versions(saved: Path, tmp_path: Path, **versions: str) -> Path:
+    target = _copy(saved, tmp_path)
+    metadata = json.loads((target / METADATA_FILE).read_text())
+    metadata["library_versions"].update(versions)
+    (target / METADATA_FILE).write_text(json.dumps(metadata))
+    return target
+
+
+def _bumped(version: str, part: int) -> str:
+    numbers = [int(n) for n in version.split(".")[:3]]
+    numbers[part] += 1
+    return ".".join(str(n) for n in numbers)
+
+
+@pytest.mark.parametrize(
+    ("library", "part", "warned"),
+    [
+        ("scikit-learn", 2, True),  # any scikit-learn release may change its estimators
+        ("numpy", 1, False),  # a numpy minor release gives the same predictions
+        ("numpy", 0, True),  # a numpy major release may not
+    ],
+)
+def test_loading_warns_of_library_versions_that_may_change_predictions(
+    saved: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture, library: str, part: int, warned: bool
+) -> None:
+    running = model_store.library_versions()[library]
+    other = _with_trained_versions(saved, tmp_path, **{library: _bumped(running, part)})
+    with caplog.at_level("WARNING", logger=model_store.log.name):
+        load_predictor(other)
+    drift = [r.getMessage() for r in caplog.records if "predictions may differ" in r.getMessage()]
+    assert bool(drift) is warned, drift
+    if warned:
+        assert f"{library} {_bumped(running, part)}, running {running}" in drift[0]
+
+
+def test_loading_with_the_training_versions_warns_of_nothing(saved: Path, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("WARNING", logger=model_store.log.name):
+        load_predictor(saved)
+    assert not [r for r in caplog.records if "predictions may differ" in r.getMessage()]
