@@ -370,26 +370,58 @@ def pareto(
         float, typer.Option(help=ranged("--time-limit-s", "Wall-time limit for the whole front."))
     ] = 60.0,
     default_memory_gib: Annotated[float, typer.Option(help=ranged("--default-memory-gib", _MEMORY_HELP))] = 1.0,
+    save_plans: Annotated[
+        Path | None,
+        typer.Option(help="Also write every point of the front as a plan file into this directory (made if missing)."),
+    ] = None,
 ) -> None:
     """Trace the cost/makespan Pareto front of WORKFLOW on CATALOG."""
-    from agora_optimizer.planning.pareto import pareto_front, plot_front, write_front
+    from agora_optimizer.planning.pareto import front_plans, pareto_front, plot_front, write_front
 
     with user_errors():
         check_option("--time-limit-s", time_limit_s)
         check_option("--default-memory-gib", default_memory_gib)
         wf = load_workflow(workflow, default_memory_bytes=int(default_memory_gib * GIB))
         cat = load_catalog(catalog)
+        if save_plans is not None:
+            _make_plan_directory(save_plans)  # before the front's minute, not after
         front = pareto_front(wf, cat, str(catalog), deadlines=deadlines, time_limit_s=time_limit_s)
         if plot is not None:
             plot_front(front, plot)
-        write_front(front, out)
+        plan_files = None
+        if save_plans is not None:
+            plan_files = _save_front_plans(front_plans(front, wf, cat), save_plans)
+        write_front(front, out, plan_files)
     table = Table(title=f"{front.workflow}: {len(front.points)} plans on the front ({len(front.candidates)} tried)")
-    for column in ("makespan (s)", "cost (USD)", "method"):
+    for column in ("makespan (s)", "cost (USD)", "method", *(("plan",) if plan_files else ())):
         table.add_column(column)
-    for point in front.points:
-        table.add_row(f"{point.makespan_s:,.1f}", f"{point.cost_usd:.4f}", point.method)
+    for i, point in enumerate(front.points):
+        row = [f"{point.makespan_s:,.1f}", f"{point.cost_usd:.4f}", point.method]
+        table.add_row(*row, *((plan_files[i],) if plan_files else ()))
     out_console.print(table)
     out_console.print(f"front written to {out}" + (f", chart to {plot}" if plot else ""), markup=False)
+    if save_plans is not None:
+        out_console.print(f"{len(front.points)} plans written to {save_plans}", markup=False)
+
+
+def _make_plan_directory(directory: Path) -> None:
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise AgoraError(f"--save-plans {directory}: cannot make the directory ({exc.strerror or exc})") from None
+
+
+def _save_front_plans(plans: list[Plan], directory: Path) -> list[str]:
+    """Each plan as ``pareto-NN.json`` in ``directory`` (by increasing makespan); the file names.
+
+    A file of an earlier front with the same name is replaced (each write is atomic).
+    """
+    names = []
+    for i, plan in enumerate(plans, start=1):
+        name = f"pareto-{i:02d}.json"
+        write_plan(plan, directory / name)
+        names.append(name)
+    return names
 
 
 def register(app: typer.Typer) -> None:

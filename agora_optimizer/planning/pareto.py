@@ -3,22 +3,24 @@
 The front is built from the fastest plan, the cheapest plan, and the cheapest plans
 under a series of deadlines from the fastest makespan towards the cheapest plan's (the epsilon-constraint method), every
 engine result of every run counting as a candidate. Only plans that no other candidate
-beats on both makespan and cost stay on the front.
+beats on both makespan and cost stay on the front, and each point of the front keeps its
+schedule: :func:`front_plans` turns every point into a plan in the spec's format, ready to be
+checked, saved or put in force.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from agora_optimizer.engines.portfolio import run_portfolio
 from agora_optimizer.io.documents import write_text_atomically
 from agora_optimizer.model.catalog import Catalog
-from agora_optimizer.model.plan import Objective
+from agora_optimizer.model.plan import Assignment, Objective, Plan, SolverStatus
 from agora_optimizer.model.workflow import Workflow
-from agora_optimizer.planning.optimize import default_plan
+from agora_optimizer.planning.optimize import build_plan, default_plan
 from agora_optimizer.planning.problem import Bounds, Problem
 
 FORMAT = "agora-pareto/1"
@@ -30,6 +32,9 @@ class Point:
     cost_usd: float
     objective: Objective
     method: str
+    status: SolverStatus = "heuristic"
+    # The schedule as the plan file states it (spec durations); kept for the front's points only.
+    assignments: tuple[Assignment, ...] = field(default=(), repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -61,10 +66,12 @@ def pareto_front(
     def run(objective: Objective) -> list[Point]:
         problem = Problem.create(workflow, catalog, objective)
         outcome = run_portfolio(problem, per_run)
-        return [
-            Point(makespan, cost, objective, outcome.results[name].method)
-            for name, (makespan, cost) in outcome.evaluated.items()
-        ]
+        points = []
+        for name, (makespan, cost) in outcome.evaluated.items():
+            result = outcome.results[name]
+            written = tuple(problem.written(result.assignments))
+            points.append(Point(makespan, cost, objective, result.method, result.status, written))
+        return points
 
     candidates += run(Objective(kind="time"))
     candidates += run(Objective(kind="cost"))
@@ -85,10 +92,30 @@ def pareto_front(
         workflow=workflow.name,
         catalog=catalog_label,
         points=tuple(non_dominated(candidates)),
-        candidates=tuple(candidates),
+        candidates=tuple(replace(p, assignments=()) for p in candidates),  # only the front's schedules are kept
         bounds=Problem.create(workflow, catalog, Objective()).bounds,
         default=default,
     )
+
+
+def front_plans(front: Front, workflow: Workflow, catalog: Catalog) -> list[Plan]:
+    """Every point of the front as a plan (by increasing makespan), each under the objective that found it."""
+    plans = []
+    for point in front.points:
+        started = time.perf_counter()
+        plans.append(
+            build_plan(
+                workflow,
+                catalog,
+                point.objective,
+                front.catalog,
+                point.assignments,
+                point.method,
+                started,
+                point.status,
+            )
+        )
+    return plans
 
 
 def _point(p: Point) -> dict[str, object]:
@@ -105,14 +132,19 @@ def _point(p: Point) -> dict[str, object]:
     }
 
 
-def write_front(front: Front, path: str | Path) -> None:
+def write_front(front: Front, path: str | Path, plan_files: list[str] | None = None) -> None:
+    """The front as JSON; ``plan_files``, one per point, names the file where each point's plan was saved."""
+    points = [_point(p) for p in front.points]
+    if plan_files is not None:
+        for point, name in zip(points, plan_files, strict=True):
+            point["plan"] = name
     document = {
         "format": FORMAT,
         "workflow": front.workflow,
         "catalog": front.catalog,
         "lower_bounds": {"makespan_s": front.bounds.makespan_s, "cost_usd": front.bounds.cost_usd},
         "default": None if front.default is None else _point(front.default),
-        "points": [_point(p) for p in front.points],
+        "points": points,
         "candidates": len(front.candidates),
     }
     write_text_atomically(path, json.dumps(document, indent=1) + "\n")

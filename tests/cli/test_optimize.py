@@ -10,6 +10,7 @@ import pytest
 
 from agora_optimizer.cli import main
 from tests.conftest import AWS_CATALOG, BUNDLED, wfformat_15, write_json
+from tests.spec_checker import check_plan
 
 BLAST = BUNDLED / "blast-chameleon-small-001.json"
 QUICK = ("--time-limit-s", "3")  # these tests are about the CLI, not about how good a plan is
@@ -165,6 +166,32 @@ def test_pareto_writes_a_front_that_dominates_nothing_twice(tmp_path: Path, caps
     assert makespans[0] >= front["lower_bounds"]["makespan_s"] - 1e-6
     assert min(costs) >= front["lower_bounds"]["cost_usd"] - 1e-12
     assert chart.read_bytes().startswith(b"\x89PNG")
+
+
+@pytest.mark.slow  # plans for seconds
+def test_pareto_saves_every_point_of_the_front_as_a_valid_plan(tmp_path: Path, capsys) -> None:
+    out, plans = tmp_path / "front.json", tmp_path / "plans"
+    argv = ("pareto", BLAST, "-c", AWS_CATALOG, "-o", out, "--deadlines", "3", "--time-limit-s", "6")
+    code, stdout, _ = _run(capsys, *argv, "--save-plans", plans)
+    assert code == 0, stdout
+    points = json.loads(out.read_text())["points"]
+    assert len(points) >= 2 and sorted(p.name for p in plans.iterdir()) == [p["plan"] for p in points]
+    for point in points:
+        plan = json.loads((plans / point["plan"]).read_text())
+        assert check_plan(plan, BLAST, AWS_CATALOG) == []  # the spec's rules, checked from the spec page alone
+        assert (plan["makespan_s"], plan["cost_usd"]) == pytest.approx((point["makespan_s"], point["cost_usd"]))
+        assert plan["objective"] == point["objective"] and plan["solver"]["method"] == point["method"]
+        assert _run(capsys, "validate", plans / point["plan"], "-w", BLAST, "-c", AWS_CATALOG)[0] == 0
+    assert f"{len(points)} plans written to {plans}" in stdout
+
+
+def test_pareto_save_plans_into_a_file_is_a_clear_error(tmp_path: Path, capsys) -> None:
+    blocker = tmp_path / "taken"
+    blocker.write_text("not a directory")
+    argv = ("pareto", BLAST, "-c", AWS_CATALOG, "-o", tmp_path / "f.json", "--deadlines", "1", *QUICK)
+    code, _, stderr = _run(capsys, *argv, "--save-plans", blocker)
+    assert code == 2 and f"--save-plans {blocker}: cannot make the directory" in stderr
+    assert not (tmp_path / "f.json").exists()
 
 
 @pytest.mark.slow  # plans for seconds
