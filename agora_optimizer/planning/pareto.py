@@ -100,22 +100,17 @@ def pareto_front(
 
 def front_plans(front: Front, workflow: Workflow, catalog: Catalog) -> list[Plan]:
     """Every point of the front as a plan (by increasing makespan), each under the objective that found it."""
-    plans = []
-    for point in front.points:
-        started = time.perf_counter()
-        plans.append(
-            build_plan(
-                workflow,
-                catalog,
-                point.objective,
-                front.catalog,
-                point.assignments,
-                point.method,
-                started,
-                point.status,
-            )
-        )
-    return plans
+    return [point_plan(point, workflow, catalog, front.catalog) for point in front.points]
+
+
+def point_plan(point: Point, workflow: Workflow, catalog: Catalog, catalog_label: str) -> Plan:
+    """A point of a front as a plan in the spec's format (makespan and cost recomputed from its schedule)."""
+    if not point.assignments and workflow.tasks:
+        raise ValueError("only a point of the front keeps its schedule; this one is a candidate")
+    started = time.perf_counter()
+    return build_plan(
+        workflow, catalog, point.objective, catalog_label, point.assignments, point.method, started, point.status
+    )
 
 
 def _point(p: Point) -> dict[str, object]:

@@ -1,17 +1,19 @@
 """The JSON API under ``/agora/api``, described in the app's OpenAPI schema; the pages' script uses it.
 
 Every route needs a logged-in user (the app's dependency, :func:`~agora_optimizer.ui.auth.current_user`),
-read rights on the DAG it is about (``ReadableDag``), and edit rights to re-optimize.
+read rights on the DAG it is about (``ReadableDag``), and edit rights to re-optimize or to put a point
+of the Pareto front in force.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
-from fastapi import APIRouter, Depends, HTTPException, Query, Request, status
-from pydantic import ValidationError
+from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, status
+from pydantic import BaseModel, ValidationError
 
 from agora_optimizer.ui import queries, run_records, schemas
+from agora_optimizer.ui.apply import apply_front_point
 from agora_optimizer.ui.auth import EditableDag, ReadableDag, UserDep, check_csrf, is_authorized_dag
 from agora_optimizer.ui.rerun import RERUN_DAG_ID, RerunError, queue_reoptimization
 from agora_optimizer.ui.traces import TraceFilter
@@ -38,6 +40,7 @@ def trace_filter(
 TraceFilterDep = Annotated[TraceFilter, Depends(trace_filter)]
 
 router = APIRouter(prefix="/api", tags=["agora"])
+Body = TypeVar("Body", bound=BaseModel)
 
 
 @router.get("/dags", summary="DAGs with a plan that you may read")
@@ -75,36 +78,45 @@ def get_traces(user: UserDep, where: TraceFilterDep, offset: Offset = 0, limit: 
     return queries.trace_page(user, where, offset, limit)
 
 
-async def json_object(request: Request) -> schemas.ReoptimizeRequest:
-    """The request's JSON body (415 when it is not JSON: an HTML form cannot send JSON)."""
+async def json_body(request: Request, model: type[Body]) -> Body:
+    """The request's JSON body as ``model`` (415 when it is not JSON: an HTML form cannot send JSON)."""
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if content_type != "application/json":
-        raise HTTPException(status.HTTP_415_UNSUPPORTED_MEDIA_TYPE, "send a JSON body ({}) as application/json")
+        raise HTTPException(status.HTTP_415_UNSUPPORTED_MEDIA_TYPE, "send a JSON body as application/json")
     try:
-        return schemas.ReoptimizeRequest.model_validate_json(await request.body() or b"{}")
+        return model.model_validate_json(await request.body() or b"{}")
     except ValidationError as exc:
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, f"body: {exc.errors()[0]['msg']}") from None
+        error = exc.errors()[0]
+        where = ".".join(str(part) for part in error["loc"])
+        raise HTTPException(
+            status.HTTP_422_UNPROCESSABLE_CONTENT, f"body{'.' + where if where else ''}: {error['msg']}"
+        ) from None
 
 
-REOPTIMIZE_BODY: dict[str, Any] = {
-    "requestBody": {
-        "required": True,
-        "content": {"application/json": {"schema": schemas.ReoptimizeRequest.model_json_schema()}},
-    }
-}
+async def reoptimize_body(request: Request) -> schemas.ReoptimizeRequest:
+    return await json_body(request, schemas.ReoptimizeRequest)
+
+
+async def apply_body(request: Request) -> schemas.ApplyPointRequest:
+    return await json_body(request, schemas.ApplyPointRequest)
+
+
+def body_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """The OpenAPI entry of a JSON body read by :func:`json_body` (FastAPI cannot see it in a dependency)."""
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": model.model_json_schema()}}}}
 
 
 @router.post(
     "/dags/{dag_id}/reoptimize",
     status_code=status.HTTP_202_ACCEPTED,
     summary=f"Queue a run of {RERUN_DAG_ID} that re-plans this DAG (needs edit rights on it)",
-    openapi_extra=REOPTIMIZE_BODY,
+    openapi_extra=body_schema(schemas.ReoptimizeRequest),
 )
 def reoptimize(
     dag_id: EditableDag,
     request: Request,
     user: UserDep,
-    _body: Annotated[schemas.ReoptimizeRequest, Depends(json_object)],
+    _body: Annotated[schemas.ReoptimizeRequest, Depends(reoptimize_body)],
 ) -> schemas.ReoptimizeResponse:
     check_csrf(request, user)
     try:
@@ -118,3 +130,19 @@ def reoptimize(
         state=run.state,
         already_queued=run.already_queued,
     )
+
+
+@router.post(
+    "/dags/{dag_id}/pareto/{index}/apply",
+    summary="Put point INDEX of the plan's Pareto front in force as the DAG's plan (needs edit rights on it)",
+    openapi_extra=body_schema(schemas.ApplyPointRequest),
+)
+def apply_point(
+    dag_id: EditableDag,
+    index: Annotated[int, Path(ge=0, le=1000, description="The point's index in the Pareto answer's points.")],
+    request: Request,
+    user: UserDep,
+    body: Annotated[schemas.ApplyPointRequest, Depends(apply_body)],
+) -> schemas.ApplyPointResponse:
+    check_csrf(request, user)
+    return apply_front_point(dag_id, index, body.plan_version, str(user.get_name()))

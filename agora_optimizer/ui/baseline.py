@@ -64,10 +64,29 @@ class Comparison:
 
 
 @dataclass(frozen=True)
+class ComputedFront:
+    """A plan's front with the workflow and catalog it was computed on, so each point can become a plan."""
+
+    front: Front
+    workflow: Workflow
+    catalog: Catalog
+
+    def plan(self, index: int) -> Plan:
+        """The ``index``-th point of the front (by increasing makespan) as a plan."""
+        from agora_optimizer.planning.pareto import point_plan
+
+        return point_plan(self.front.points[index], self.workflow, self.catalog, self.front.catalog)
+
+
+@dataclass(frozen=True)
 class FrontState:
     status: FrontStatus
-    front: Front | None = None
+    computed: ComputedFront | None = None
     reason: str = ""
+
+    @property
+    def front(self) -> Front | None:
+        return None if self.computed is None else self.computed.front
 
 
 _structures: LruCache[tuple[str, str], DagStructure] = LruCache(64)
@@ -146,7 +165,7 @@ class FrontService:
     """Pareto fronts of current plans, computed one at a time in a background thread and cached."""
 
     def __init__(self, cache_size: int = 16) -> None:
-        self._futures: LruCache[tuple[str, str, str], Future[Front]] = LruCache(cache_size)
+        self._futures: LruCache[tuple[str, str, str], Future[ComputedFront]] = LruCache(cache_size)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agora-pareto")
 
     def state(self, entry: PlanFile) -> FrontState:
@@ -169,13 +188,14 @@ class FrontService:
         return FrontState("unavailable", reason=str(error))
 
 
-def _front(entry: PlanFile) -> Front:
+def _front(entry: PlanFile) -> ComputedFront:
     from agora_optimizer.planning.pareto import pareto_front
 
     catalog = platform_catalog()
     workflow = plan_workflow(entry.plan, catalog, dag_structure(entry.dag_id))
     time_limit_s = settings.get_float("ui_pareto_time_limit_s")
-    return pareto_front(workflow, catalog, catalog.source, deadlines=6, time_limit_s=time_limit_s)
+    front = pareto_front(workflow, catalog, catalog.source, deadlines=6, time_limit_s=time_limit_s)
+    return ComputedFront(front, workflow, catalog)
 
 
 @cache

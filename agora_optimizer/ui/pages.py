@@ -126,8 +126,11 @@ cost {{ m.saving(summary.savings.cost_saving) }}</td></tr>
 </div>{% endif %}
 
 <h2>Cost / makespan Pareto front</h2>
+{% if can_reoptimize %}<p class="muted">Each point of the front is a plan: apply one to put it in force
+for the next runs.</p>{% endif %}
 <div class="pareto-box" id="pareto" data-pareto data-state="{{ base }}/api/dags/{{ dag_id | urlencode }}/pareto"
- data-svg="{{ base }}/dags/{{ dag_id | urlencode }}/pareto.svg">
+ data-svg="{{ base }}/dags/{{ dag_id | urlencode }}/pareto.svg"
+{%- if can_reoptimize %} data-apply="{{ base }}/api/dags/{{ dag_id | urlencode }}/pareto"{% endif %}>
 {% if pareto_svg %}{{ pareto_svg }}{% else %}<p class="note muted">loading the front...</p>{% endif %}
 </div>
 

@@ -170,12 +170,13 @@ def pareto(entry: PlanFile) -> schemas.Pareto:
         status=state.status,
         reason=state.reason,
         time_limit_s=settings.get_float("ui_pareto_time_limit_s"),
+        plan_version=entry.version,
         chosen=chosen,
     )
     front = state.front
     if front is None:
         return answer
-    answer.points = [_point(p) for p in front.points]
+    answer.points = [_point(p, index=i) for i, p in enumerate(front.points)]
     answer.candidates = len(front.candidates)
     answer.default = None if front.default is None else _point(front.default, "one-type default")
     answer.lower_bound = schemas.FrontPoint(
@@ -184,11 +185,14 @@ def pareto(entry: PlanFile) -> schemas.Pareto:
     return answer
 
 
-def _point(p: Point, label: str | None = None) -> schemas.FrontPoint:
+def _point(p: Point, label: str | None = None, index: int | None = None) -> schemas.FrontPoint:
     objective = p.objective
     limit = f", deadline {objective.deadline_s:,.0f} s" if objective.deadline_s is not None else ""
     return schemas.FrontPoint(
-        makespan_s=p.makespan_s, cost_usd=p.cost_usd, label=label or f"{objective.kind}{limit} ({p.method})"
+        makespan_s=p.makespan_s,
+        cost_usd=p.cost_usd,
+        label=label or f"{objective.kind}{limit} ({p.method})",
+        index=index,
     )
 
 

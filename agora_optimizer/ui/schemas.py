@@ -99,6 +99,9 @@ class FrontPoint(BaseModel):
     makespan_s: float
     cost_usd: float
     label: str
+    index: int | None = Field(
+        default=None, description="A point of the front: POST .../pareto/{index}/apply puts it in force."
+    )
 
 
 class Pareto(BaseModel):
@@ -108,6 +111,7 @@ class Pareto(BaseModel):
     status: Literal["computing", "ready", "unavailable"]
     reason: str = ""
     time_limit_s: float
+    plan_version: str = Field(description="The version of the current plan the front belongs to.")
     chosen: FrontPoint
     points: list[FrontPoint] = []
     candidates: int = 0
@@ -145,6 +149,23 @@ class ReoptimizeRequest(BaseModel):
     """No fields: the DAG is in the path. A JSON body is required, so that no HTML form can post it."""
 
     model_config = ConfigDict(extra="forbid")
+
+
+class ApplyPointRequest(BaseModel):
+    """Which front the point is of: the ``plan_version`` of the Pareto answer it was read from."""
+
+    model_config = ConfigDict(extra="forbid")
+    plan_version: str = Field(max_length=100)
+
+
+class ApplyPointResponse(BaseModel):
+    dag_id: str
+    index: int
+    plan_version: str = Field(description="The version of the new current plan.")
+    objective: str
+    makespan_s: float
+    cost_usd: float
+    tasks: int
 
 
 class ReoptimizeResponse(BaseModel):

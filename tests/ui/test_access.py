@@ -11,12 +11,18 @@ import configparser
 import re
 import time
 import xml.etree.ElementTree as ET
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from fastapi.routing import APIRoute
 
+from agora_optimizer.io.catalog_file import load_catalog
+from agora_optimizer.io.plan_file import load_plan
+from agora_optimizer.io.workflow_file import load_workflow_file
+from agora_optimizer.planning.validate import validate_plan
+from agora_optimizer.plans.store import PlanStore, workflow_path
 from agora_optimizer.ui.app import create_app
 from tests.ui.conftest import (
     BIG,
@@ -40,7 +46,7 @@ def routes() -> list[tuple[str, str]]:
     app = create_app()
     assert all(isinstance(route, APIRoute) for route in app.routes)  # nothing mounted beside the routes
     found = [
-        (method, route.path.replace("{dag_id}", EXAMPLE))
+        (method, route.path.replace("{dag_id}", EXAMPLE).replace("{index}", "0"))
         for route in app.routes
         if isinstance(route, APIRoute)
         for method in sorted(route.methods)
@@ -293,3 +299,42 @@ def test_plan_vs_actual_of_a_dag_without_records_or_unknown(agora_ui: AgoraUi) -
     for path in ("/api/dags/agora_nowhere/runs", "/dags/agora_nowhere/runs"):
         answer = agora_ui.get(path, "admin")
         assert answer.status_code == 404 and "no DAG agora_nowhere" in answer.json()["detail"], path
+
+
+def test_an_editor_puts_a_point_of_the_pareto_front_in_force(agora_ui: AgoraUi, tmp_path: Path) -> None:
+    store = PlanStore(agora_ui.airflow.env["AIRFLOW__AGORA__PLAN_DIR"])
+    original = tmp_path / "original.json"
+    original.write_bytes(store.current_path(EXAMPLE).read_bytes())
+    front = wait_for_front(agora_ui, EXAMPLE)
+    version, points = front["plan_version"], front["points"]
+    assert [p["index"] for p in points] == list(range(len(points)))
+    chosen = front["chosen"]
+    target = max(points, key=lambda p: abs(p["cost_usd"] - chosen["cost_usd"]))  # the point least like the plan
+    path = f"/api/dags/{EXAMPLE}/pareto/{target['index']}/apply"
+    body = {"plan_version": version}
+    assert agora_ui.get(path, "editor").status_code == 405
+    assert agora_ui.post(path, "editor", data={"plan_version": version}).status_code == 415
+    assert agora_ui.post(path, "reader", json=body).status_code == 403
+    assert agora_ui.post(path, "editor", json={"plan_version": "0-0"}).status_code == 409  # another plan's front
+    beyond = agora_ui.post(f"/api/dags/{EXAMPLE}/pareto/{len(points)}/apply", "editor", json=body)
+    assert beyond.status_code == 404 and f"has {len(points)} points" in beyond.json()["detail"]
+    history = agora_ui.get(f"/api/dags/{EXAMPLE}/history", "admin").json()["total"]
+    try:
+        applied = agora_ui.post(path, "editor", json=body)
+        assert applied.status_code == 200, applied.text
+        answer = applied.json()
+        assert (answer["makespan_s"], answer["cost_usd"]) == pytest.approx((target["makespan_s"], target["cost_usd"]))
+        summary = agora_ui.get(f"/api/dags/{EXAMPLE}", "admin").json()
+        assert (summary["makespan_s"], summary["cost_usd"]) == pytest.approx((answer["makespan_s"], answer["cost_usd"]))
+        assert agora_ui.get(f"/api/dags/{EXAMPLE}/history", "admin").json()["total"] == history + 1
+        # In force: a valid plan (section 3 of the spec) of the workflow kept beside it, on the platform's catalog.
+        entry = store.history(EXAMPLE)[-1]
+        current = load_plan(entry)
+        assert entry.read_bytes() == store.current_path(EXAMPLE).read_bytes()
+        assert current.objective.kind == answer["objective"]
+        catalog = load_catalog(agora_ui.airflow.env["AIRFLOW__AGORA__CATALOG"])
+        assert validate_plan(current, load_workflow_file(workflow_path(entry)), catalog) == []
+        assert agora_ui.post(path, "editor", json=body).status_code == 409  # the front read before is stale now
+    finally:
+        store.save(EXAMPLE, load_plan(original))  # the other tests' plan back, byte for byte
+    assert store.current_path(EXAMPLE).read_bytes() == original.read_bytes()

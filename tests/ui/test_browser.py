@@ -5,7 +5,8 @@ installs it with apt-get when it is missing) and Playwright only drives it (``pl
 is never run). Airflow is served under a sub-path (``tests/ui/conftest.py``). The test logs in on
 Airflow's login page, opens "agora" from Airflow's navigation,
 finds the Gantt chart and the Pareto plot of the example DAG, clicks re-optimize, and checks
-through Airflow's REST API that a run of agora_reoptimize was queued for that DAG; then it opens
+through Airflow's REST API that a run of agora_reoptimize was queued for that DAG; applies a point of
+the front (the example's plan is put back at the end); then it opens
 the DAG's "Plan vs actual" page (run records put in the deployment's trace store) and a run of it. It saves
 screenshots in ``$AGORA_ARTIFACTS`` (default ``out/artifacts/``, which git ignores) for CI.
 
@@ -14,6 +15,7 @@ Without chromium or Playwright it fails in CI (``CI=true``) and is skipped elsew
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -21,6 +23,8 @@ from typing import Any
 
 import pytest
 
+from agora_optimizer.io.plan_file import plan_from_document
+from agora_optimizer.plans.store import PlanStore
 from harness.local_airflow import PASSWORD
 from tests.conftest import REPO
 from tests.ui.conftest import EXAMPLE, OTHER, AgoraUi
@@ -71,6 +75,8 @@ def test_log_in_open_agora_from_the_navigation_and_reoptimize_the_example_dag(ag
     dialogs: list[str] = []
     page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
     folder = artifacts()
+    store = PlanStore(agora_ui.airflow.env["AIRFLOW__AGORA__PLAN_DIR"])
+    original = store.current_path(EXAMPLE).read_bytes()
     try:
         page.goto(f"{agora_ui.airflow.api_url}/")
         page.fill("#username", "admin")  # Airflow's login page (the FAB auth manager's)
@@ -96,6 +102,14 @@ def test_log_in_open_agora_from_the_navigation_and_reoptimize_the_example_dag(ag
         view.locator(f"#status-{EXAMPLE}[data-state]").wait_for()
         assert status.get_attribute("data-state") == "queued", status.inner_text()
         run_id = status.inner_text().rsplit(" run ", 1)[1]
+
+        apply = view.locator("#pareto-points button[data-point]")  # every point of the front, each a plan
+        assert apply.count() == pareto.locator(".front-point").count()
+        apply.last.click()
+        applied = view.locator("#pareto-points .status[data-state]")
+        applied.wait_for()
+        assert applied.get_attribute("data-state") == "applied", applied.inner_text()
+        assert store.current_path(EXAMPLE).read_bytes() != original
         page.screenshot(path=str(folder / "agora-ui-dag.png"), full_page=True)
 
         runs = agora_ui.airflow.request("GET", "/dags/agora_reoptimize/dagRuns", params={"limit": 100})["dag_runs"]
@@ -123,3 +137,5 @@ def test_log_in_open_agora_from_the_navigation_and_reoptimize_the_example_dag(ag
         raise
     finally:
         page.close()
+        if store.current_path(EXAMPLE).read_bytes() != original:  # the other tests' plan back, byte for byte
+            store.save(EXAMPLE, plan_from_document(json.loads(original), "the example plan"))
