@@ -38,7 +38,7 @@ from agora_optimizer.executor.backends.aws_batch import (
 from agora_optimizer.executor.backends.aws_provisioning import wait_valid
 from agora_optimizer.executor.jobs import BackendError, JobSpec, JobStatus, job_key
 from agora_optimizer.model.catalog import GIB, Catalog
-from tests.aws.conftest import (
+from tests.executor.backends.aws.conftest import (
     IMAGE,
     REGION,
     SPECIAL_QUEUE,
