@@ -127,11 +127,9 @@ def report(made: Infrastructure, image: str) -> list[str]:
 
 
 def summary(made: Infrastructure, where: str) -> str:
-    counts = (
-        f"{len(made.created)} to create, {len(made.updated)} to update"
-        if made.dry_run
-        else (f"{len(made.created)} created, {len(made.updated)} updated")
-    )
+    """The last line: where, and how many objects were (or would be) created, updated, already there."""
+    verbs = ("to create", "to update") if made.dry_run else ("created", "updated")
+    counts = f"{len(made.created)} {verbs[0]}, {len(made.updated)} {verbs[1]}"
     tail = "; dry run, nothing was changed" if made.dry_run else ""
     return f"{where}: {counts}, {len(made.existing)} already there{tail}"
 
