@@ -39,7 +39,7 @@ XDIST_GROUPS = {
         "faults",
     ),
     "ui": ("ui",),  # one Airflow api-server with the FAB auth manager for the whole package
-    "aws": ("aws",),  # one moto server for the package
+    "aws": ("executor/backends/aws",),  # one moto server for the package
     "traces": ("traces",),  # one PostgreSQL server for the session
 }
 

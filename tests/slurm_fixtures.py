@@ -97,3 +97,32 @@ def recorded_run(slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathF
     wait_until(resolved, 90, "accounting to report every recorded job", every_s=1.0)
     store.close()
     return RecordedRun(store_url=store.url, job_ids=tuple(job_ids), partitions=partitions)
+
+
+@pytest.fixture(scope="module")
+def slurm_queue(slurm_cluster: SlurmCluster) -> Iterator[dict[str, str]]:
+    """Jobs holding every core of each node, three with distinct requests behind them, and one held job
+    (tests/slurm/test_queue.py, tests/queue_wait/test_features.py), cancelled after the module."""
+    from agora_optimizer.slurm.queue import read_snapshot
+
+    jobs = {
+        "blocker": sbatch(
+            "-p", "compute", f"--cpus-per-task={NODES['compute'].cpus}", "--mem=500M", "-t", "2", command="sleep 60"
+        ),
+        "debug_blocker": sbatch(
+            "-p", "debug", f"--cpus-per-task={NODES['debug'].cpus}", "--mem=500M", "-t", "2", command="sleep 60"
+        ),
+    }
+    jobs["two_cores"] = sbatch("-p", "compute", "-c", "2", "--mem-per-cpu=700M", "-t", "3")
+    jobs["debug_gib"] = sbatch("-p", "debug", "-c", "1", "--mem=1G", "-t", "45:00")
+    jobs["long"] = sbatch("-p", "compute", "-c", "3", "--mem=300M", "-t", "1-00:00:00")
+    jobs["held"] = sbatch("-p", "debug", "--hold", "-c", "1", "--mem=100M", "-t", "1")
+
+    def blockers_run() -> bool:
+        snap = read_snapshot("format")
+        blocking = [snap.job(jobs[name]) for name in ("blocker", "debug_blocker")]
+        return all(job is not None and job.state == "running" for job in blocking)
+
+    wait_until(blockers_run, 60, "the blocking jobs to start (are the nodes busy with other work?)")
+    yield jobs
+    scancel(*jobs.values())

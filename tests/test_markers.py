@@ -8,7 +8,11 @@ import sys
 
 from tests.conftest import REPO
 
-MODULES = ["tests/traces/test_store.py", "tests/aws/test_s3_transport.py", "tests/queue_wait/test_recorder.py"]
+MODULES = [
+    "tests/traces/test_store.py",
+    "tests/executor/backends/aws/test_s3_transport.py",
+    "tests/queue_wait/test_recorder.py",
+]
 
 
 def _collected(*options: str) -> set[str]:
@@ -26,12 +30,12 @@ def test_the_fast_selection_has_no_test_that_uses_a_service_fixture_and_every_ot
     selected, everything = _collected("-m", fast.group(1)), _collected()
     needs = {
         "tests/traces/test_store.py::test_wrong_postgresql_credentials_are_a_clear_error",  # postgres_url
-        "tests/aws/test_s3_transport.py::test_an_unreachable_s3_is_transient",  # none: it stays
+        "tests/executor/backends/aws/test_s3_transport.py::test_an_unreachable_s3_is_transient",  # none: it stays
         "tests/queue_wait/test_recorder.py::test_a_job_cancelled_while_pending_is_marked_never_started",  # slurm_cluster  # noqa: E501
         "tests/queue_wait/test_recorder.py::test_every_recorded_job_got_its_wait",  # recorded_run, which uses it
     }
     assert needs <= everything
-    assert needs & selected == {"tests/aws/test_s3_transport.py::test_an_unreachable_s3_is_transient"}
+    assert needs & selected == {"tests/executor/backends/aws/test_s3_transport.py::test_an_unreachable_s3_is_transient"}
     assert not [test for test in selected if "[postgresql" in test]  # store_url's PostgreSQL half
     assert [test for test in selected if "[sqlite" in test]  # its SQLite half stays
     assert any("test_a_round_trip" in test for test in everything - selected)  # the moto fixture

@@ -5,6 +5,7 @@
 - :mod:`~agora_optimizer.cli.traces`, :mod:`~agora_optimizer.cli.queue_wait` (``queue``),
   :mod:`~agora_optimizer.cli.plans`, :mod:`~agora_optimizer.cli.runs`, :mod:`~agora_optimizer.cli.config`:
   the groups of the same names
+- :mod:`~agora_optimizer.cli.aws`: ``aws provision`` (sets up AWS Batch for the catalog's ``aws`` resources)
 - :mod:`~agora_optimizer.cli.common`: consoles, one-line user errors, shared options and ranges
 
 Only this module imports the groups; they import :mod:`~agora_optimizer.cli.common` (``runs`` also
@@ -23,6 +24,7 @@ from typing import Any
 import typer
 
 from agora_optimizer.cli import optimize, predict
+from agora_optimizer.cli.aws import aws_app
 from agora_optimizer.cli.common import command_group
 from agora_optimizer.cli.config import config_app
 from agora_optimizer.cli.plans import plans_app
@@ -38,6 +40,7 @@ app.add_typer(queue_app, name="queue")
 app.add_typer(plans_app, name="plans")
 app.add_typer(runs_app, name="runs")
 app.add_typer(config_app, name="config")
+app.add_typer(aws_app, name="aws")
 
 
 @functools.cache

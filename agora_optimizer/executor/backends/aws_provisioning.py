@@ -4,7 +4,9 @@
 job queue of the catalog's ``aws`` resources, a managed compute environment and the queue, and the
 container job definition jobs are submitted with; :meth:`Provisioner.create_type_queue` creates the
 queue of exactly one instance type when a planned machine needs it (with a :class:`ComputeNetwork`).
-Everything is named, so creating is idempotent, and tagged ``agora-managed``.
+Everything is named, so creating is idempotent, and tagged ``agora-managed``. With ``dry_run``
+:meth:`Provisioner.ensure_infrastructure` only describes, and reports what it would create
+(``agora aws provision --dry-run``).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from botocore.exceptions import (
     BotoCoreError,
@@ -45,7 +47,9 @@ class Infrastructure:
     queues: Mapping[str, tuple[str, ...]]  # job queue -> the catalog resources it serves
     created: tuple[str, ...] = ()  # "compute environment agora-c5", "job queue agora-c5", "job definition ..."
     existing: tuple[str, ...] = ()
-    job_definition_arn: str = ""
+    updated: tuple[str, ...] = ()  # "job definition ...": a new revision, with another image or job role
+    job_definition_arn: str = ""  # with dry_run, the definition's name when it would be registered
+    dry_run: bool = False  # created and updated say what would be, nothing was
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,7 @@ class Provisioner:
         default_max_vcpus: int = 256,
         wait_timeout_s: float = 600.0,
         poll_s: float = 5.0,
+        dry_run: bool = False,
     ) -> Infrastructure:
         """Create what ``submit`` needs and is missing; idempotent.
 
@@ -89,12 +94,14 @@ class Provisioner:
         definition ``job_definition`` with ``image`` (a new revision unless the newest active one, which
         jobs get, already has that image and job role). Existing queues and compute environments are
         used as they are. ``instance_role`` is the ECS instance profile;
-        ``service_role`` may be omitted where Batch's service-linked role exists.
+        ``service_role`` may be omitted where Batch's service-linked role exists. ``dry_run``: the same
+        look-ups, no create or register call, no wait; ``created`` and ``updated`` say what would be.
         """
         if not groups:
             raise BackendError(BACKEND, "the catalog has no resource with backend aws", transient=False)
         created: list[str] = []
         existing: list[str] = []
+        updated: list[str] = []
         found = call(self.client.describe_job_queues, "cannot list job queues", jobQueues=list(groups))
         known = {queue["jobQueueName"] for queue in found["jobQueues"]} | {
             queue["jobQueueArn"] for queue in found["jobQueues"]
@@ -117,7 +124,10 @@ class Provisioner:
                     "maxvCpus": _max_vcpus(members, default_max_vcpus),
                     "instanceTypes": sorted(resource.name for resource in members),
                 }
-                created += self.create_compute_environment(queue, compute, service_role, existing)
+                created += self.create_compute_environment(queue, compute, service_role, existing, dry_run=dry_run)
+        if missing and dry_run:
+            created += [f"job queue {queue}" for queue in missing]
+        elif missing:
             environments = wait_valid(
                 lambda: self.client.describe_compute_environments(computeEnvironments=list(missing))[
                     "computeEnvironments"
@@ -146,13 +156,15 @@ class Provisioner:
                 wait_timeout_s,
                 poll_s,
             )
-        arn, made = self.ensure_job_definition(image, job_role_arn)
-        (created if made else existing).append(f"job definition {arn}")
+        arn, outcome = self.ensure_job_definition(image, job_role_arn, dry_run=dry_run)
+        {"created": created, "updated": updated, "existing": existing}[outcome].append(f"job definition {arn}")
         return Infrastructure(
             queues={queue: tuple(resource.name for resource in members) for queue, members in groups.items()},
             created=tuple(created),
             existing=tuple(existing),
+            updated=tuple(updated),
             job_definition_arn=arn,
+            dry_run=dry_run,
         )
 
     def create_type_queue(self, resource: Resource, queue: str, network: ComputeNetwork, timeout_s: float) -> None:
@@ -199,9 +211,16 @@ class Provisioner:
         log.info("AWS Batch: created job queue and compute environment %s for %s", queue, resource.name)
 
     def create_compute_environment(
-        self, name: str, compute: Mapping[str, Any], service_role: str | None, existing: list[str]
+        self,
+        name: str,
+        compute: Mapping[str, Any],
+        service_role: str | None,
+        existing: list[str],
+        *,
+        dry_run: bool = False,
     ) -> list[str]:
-        """Create the compute environment of a new queue unless it exists; what was created."""
+        """Create the compute environment of a new queue unless it exists; what was (or, with ``dry_run``,
+        would be) created."""
         types = ", ".join(compute["instanceTypes"])
         if name.startswith("arn:") or not _COMPUTE_ENVIRONMENT_NAME.match(name):
             raise BackendError(
@@ -218,6 +237,8 @@ class Provisioner:
         if found["computeEnvironments"]:
             existing.append(f"compute environment {name}")
             return []
+        if dry_run:
+            return [f"compute environment {name}"]
         request: dict[str, Any] = {
             "computeEnvironmentName": name,
             "type": "MANAGED",
@@ -230,7 +251,12 @@ class Provisioner:
         call(self.client.create_compute_environment, f"cannot create compute environment {name} for {types}", **request)
         return [f"compute environment {name}"]
 
-    def ensure_job_definition(self, image: str, job_role_arn: str | None) -> tuple[str, bool]:
+    def ensure_job_definition(
+        self, image: str, job_role_arn: str | None, *, dry_run: bool = False
+    ) -> tuple[str, Literal["created", "updated", "existing"]]:
+        """The ARN of the newest active revision with ``image`` and ``job_role_arn``, and whether it was
+        registered as the definition's first revision, as a new one, or already there. ``dry_run``: the
+        definition's name instead of an ARN when it would be registered."""
         name = self.job_definition.split(":", 1)[0] if not self.job_definition.startswith("arn:") else ""
         if not name:
             raise BackendError(
@@ -246,7 +272,10 @@ class Provisioner:
             newest = max(found, key=lambda definition: definition.get("revision", 0))
             current = newest.get("containerProperties") or {}
             if current.get("image") == image and (current.get("jobRoleArn") or None) == job_role_arn:
-                return newest["jobDefinitionArn"], False
+                return newest["jobDefinitionArn"], "existing"
+        outcome: Literal["created", "updated"] = "updated" if found else "created"
+        if dry_run:
+            return name, outcome
         properties: dict[str, Any] = {
             "image": image,
             # placeholders: every job overrides both
@@ -264,7 +293,7 @@ class Provisioner:
             propagateTags=True,
             tags=dict(MANAGED_TAG),
         )
-        return response["jobDefinitionArn"], True
+        return response["jobDefinitionArn"], outcome
 
 
 def wait_valid(

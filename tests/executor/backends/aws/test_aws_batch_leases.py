@@ -17,8 +17,8 @@ from agora_optimizer.executor.backends.aws_batch import AwsBatchBackend, Compute
 from agora_optimizer.executor.backends.registry import aws_compute_network
 from agora_optimizer.executor.jobs import BackendError, MachineLease, lease_key
 from agora_optimizer.model.catalog import Catalog, Resource
-from tests.aws.conftest import REGION, SPECIAL_QUEUE, MotoServer, Network, fake_session
-from tests.aws.test_aws_batch_backend import spec
+from tests.executor.backends.aws.conftest import REGION, SPECIAL_QUEUE, MotoServer, Network, fake_session
+from tests.executor.backends.aws.test_aws_batch import spec
 
 
 def lease_of(resource: Resource, machine: str = "#0") -> MachineLease:

@@ -38,7 +38,7 @@ from agora_optimizer.executor.backends.aws_batch import (
 from agora_optimizer.executor.backends.aws_provisioning import wait_valid
 from agora_optimizer.executor.jobs import BackendError, JobSpec, JobStatus, job_key
 from agora_optimizer.model.catalog import GIB, Catalog
-from tests.aws.conftest import (
+from tests.executor.backends.aws.conftest import (
     IMAGE,
     REGION,
     SPECIAL_QUEUE,
@@ -128,7 +128,7 @@ def test_a_new_image_registers_a_new_revision_of_the_job_definition(
     infrastructure: Infrastructure, backend: AwsBatchBackend, catalog: Catalog, network: Network
 ) -> None:
     newer = setup_infrastructure(backend, catalog, network, "agora:test-2")
-    assert newer.created == (f"job definition {newer.job_definition_arn}",)
+    assert newer.updated == (f"job definition {newer.job_definition_arn}",) and newer.created == ()
     assert newer.job_definition_arn.endswith("agora-worker:2")
     back = setup_infrastructure(backend, catalog, network, IMAGE)
     assert back.job_definition_arn.endswith(":3")  # the active revision with this image is the newest again

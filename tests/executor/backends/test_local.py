@@ -207,7 +207,7 @@ WARM_JOB = """
 import json, sys, time
 from pathlib import Path
 from agora_optimizer.executor.backends.local import LocalBackend, LocalPool
-from tests.executor.test_local_backend import DUMP_ENVIRONMENT, job, wait_all
+from tests.executor.backends.test_local import DUMP_ENVIRONMENT, job, wait_all
 backend = LocalBackend({"small": LocalPool("small", 1, 400 * 2**20)}, warm=True)
 backend.start_fork_server()  # started with the scheduler's whole environment, secrets included
 spec = job(Path(sys.argv[1]), "warm", DUMP_ENVIRONMENT)
