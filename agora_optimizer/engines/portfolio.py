@@ -5,7 +5,8 @@ left and the best schedule so far as its warm start, and the best schedule by
 :meth:`Problem.rank` wins (within the deadline and budget first, then by score). The
 first engine, list scheduling, always completes a schedule, so there is always a plan; a later
 engine that fails, times out or does not apply only loses its own chance. While no plan meets
-the deadline and budget, HEFT and PEFT (one fast schedule each, and the fastest makespans) run
+the deadline and budget, the fast list schedulers (deadline-aware list scheduling, which places
+each task on the cheapest place that keeps it on time, HEFT and PEFT, the fastest makespans) run
 to completion even past the time limit: an error that calls a deadline unreachable must not
 come from a machine too busy to try. A plan proven
 optimal (by CP-SAT or the MILP) ends the run: nothing can beat it. The exact engines' bounds
@@ -23,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from agora_optimizer.engines.base import Engine, EngineResult
+from agora_optimizer.engines.deadline_list import DeadlineListEngine
 from agora_optimizer.engines.exact.cpsat.engine import CpSatEngine
 from agora_optimizer.engines.exact.milp.engine import MilpEngine
 from agora_optimizer.engines.exact.shared import meets_bound
@@ -42,7 +44,6 @@ log = logging.getLogger(__name__)
 # still helped on most but found nothing in 14 s on one (1000genome, 52 tasks, balanced).
 CPSAT_MAX_TASKS = 40
 Progress = Callable[[str, int, int], None]  # (engine name, engines done, engines planned)
-FAST_STAGES = 3  # list scheduling, HEFT, PEFT: one schedule each, in seconds even for 30,000 tasks
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,9 @@ class Stage:
     share: float
     max_tasks: int | None = None
     objectives: tuple[str, ...] = ("time", "cost", "balanced")
+    # A fast list scheduler (a few schedules, in seconds even for 30,000 tasks): while no plan meets
+    # the deadline and budget, it runs even past the time limit.
+    fast: bool = False
 
 
 @dataclass
@@ -66,9 +70,10 @@ class Outcome:
 
 def default_stages() -> list[Stage]:
     return [
-        Stage(ListSchedulingEngine(), share=0.25),
-        Stage(HeftEngine(), share=0.3),
-        Stage(PeftEngine(), share=0.3),
+        Stage(ListSchedulingEngine(), share=0.25, fast=True),
+        Stage(DeadlineListEngine(), share=0.3, objectives=("cost", "balanced"), fast=True),
+        Stage(HeftEngine(), share=0.3, fast=True),
+        Stage(PeftEngine(), share=0.3, fast=True),
         Stage(PartitionEngine(), share=0.3, objectives=("time",)),
         Stage(OneTypeDefaultEngine(), share=0.05),
         Stage(PoolSearchEngine(), share=0.5, max_tasks=20_000),
@@ -104,13 +109,13 @@ def run_portfolio(
         within_limits = best_key is not None and best_key[0] == 0  # rank() leads with the excess over the limits
         # A plan over the deadline or budget is no answer: until one meets them, the fast list
         # schedulers (the first stages) run even past the time limit, for a plan beats an error.
-        if best is not None and remaining <= 0 and (within_limits or done >= FAST_STAGES):
+        if best is not None and remaining <= 0 and (within_limits or not stage.fast):
             break
         # Each engine gets its share; the first one always completes a schedule even past it. When
         # that one schedule outran the first share, a later engine (most build whole schedules too)
         # starts only if its share is at least as long.
         budget = max(remaining * stage.share, 0.01)
-        if best is not None and not within_limits and done < FAST_STAGES:
+        if best is not None and not within_limits and stage.fast:
             budget = max(budget, 1.0 + 2 * one_schedule_s)  # one whole schedule of a fast engine
         elif best is not None and budget < one_schedule_s:
             continue

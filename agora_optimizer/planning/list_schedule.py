@@ -11,6 +11,7 @@ instant (insertion into the machine's usage profile).
 from __future__ import annotations
 
 import heapq
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from agora_optimizer.model.catalog import Catalog, Resource
@@ -60,8 +61,18 @@ def list_schedule(
     makespan_scale_s: float,
     cost_scale_usd: float,
     machines_per_type: int | None = None,
+    latest_end_s: Mapping[str, float] | None = None,
+    shared_cost: bool = True,
 ) -> list[Assignment]:
     """Place every task; ``alpha`` = 1 minimises makespan, 0 minimises cost.
+
+    With ``latest_end_s`` (a latest end per task, from a deadline), ``alpha`` is not used: each
+    task goes where it adds the least cost among the places where it ends by its latest end, or,
+    when it can end by it nowhere, where it ends least late. The cost a place adds (a new lease,
+    or a lease made longer) is counted at the task's share of the machine (the larger of its
+    cores over the type's vCPUs and its memory over the type's): the rest of that time is there
+    for the tasks that follow (``shared_cost``; else counted in full, and a new large machine is
+    never opened for one small task, so that small types dear per core win).
 
     Per type, a task considers the machines that hold its parents, the
     ``machines_per_type`` machines that fall idle first (all of them when ``None``), and
@@ -88,6 +99,12 @@ def list_schedule(
         ]
         arrivals = Arrivals(inputs)
         parent_machines = {id(m): m for m, _, _ in inputs}
+        latest = None if latest_end_s is None else latest_end_s[task_id]
+        if latest is not None:
+            share = {
+                r.name: max(task.cores / r.vcpus, task.memory_bytes / r.memory_bytes) if shared_cost else 1.0
+                for r in options[task_id]
+            }
         best: tuple[tuple[float, float, float], _Machine, float, float] | None = None
         for resource in options[task_id]:
             duration = resource.runtime_s(task)
@@ -96,11 +113,17 @@ def list_schedule(
                 ready = max(resource.earliest_start_of(task), arrivals.on(machine))
                 start = machine.timeline.earliest_start(ready, duration, task.cores, task.memory_bytes)
                 end = start + duration
-                makespan_part = alpha * max(estimated_makespan, end + tail) / t_scale
-                if best is not None and makespan_part > best[0][0] + 1e-12:
-                    continue  # cannot win: its cost term is never negative
-                added = machine.added_cost_usd(start, end)
-                key = (makespan_part + (1.0 - alpha) * added / c_scale, end, added)
+                if latest is not None:
+                    late = max(end - latest, 0.0)
+                    if best is not None and late > best[0][0] + 1e-9:
+                        continue  # later than a place already found
+                    key = (late, machine.added_cost_usd(start, end) * share[resource.name], end)
+                else:
+                    makespan_part = alpha * max(estimated_makespan, end + tail) / t_scale
+                    if best is not None and makespan_part > best[0][0] + 1e-12:
+                        continue  # cannot win: its cost term is never negative
+                    added = machine.added_cost_usd(start, end)
+                    key = (makespan_part + (1.0 - alpha) * added / c_scale, end, added)
                 if best is None or key < best[0]:
                     best = (key, machine, start, end)
         assert best is not None  # feasible_types guarantees at least one option

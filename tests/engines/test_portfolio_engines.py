@@ -233,7 +233,11 @@ def test_until_a_plan_meets_the_deadline_the_fast_engines_run_even_past_the_limi
     slow = free.evaluate(OneTypeDefaultEngine().solve(free, 60.0).assignments)[0]  # type: ignore[union-attr]
     assert fast < slow
     problem = Problem.create(workflow, AWS, Objective(kind="cost", deadline_s=(fast + slow) / 2))
-    stages = [Stage(_SlowDefault(), 0.25), Stage(HeftEngine(), 0.3), Stage(_Budgeted("late"), 0.6)]
+    stages = [
+        Stage(_SlowDefault(), 0.25, fast=True),
+        Stage(HeftEngine(), 0.3, fast=True),
+        Stage(_Budgeted("late"), 0.6),
+    ]
     late = stages[2].engine
     outcome = run_portfolio(problem, 0.4, stages)
     assert outcome.best.method == "heft" and problem.meets_limits(outcome.best.assignments)

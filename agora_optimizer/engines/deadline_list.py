@@ -1,0 +1,98 @@
+"""Deadline-aware list scheduling: each task on the cheapest place that keeps it on time.
+
+For an objective with a deadline D (cost, or balanced), every task gets a latest end,
+``beta * D`` minus its tail: the longest path after it on the fastest types, transfers included
+(its upward rank less its own fastest runtime). The list scheduler of
+:mod:`agora_optimizer.planning.list_schedule` then places the tasks in decreasing upward rank,
+each where it adds the least lease cost among the places where it ends by its latest end (where
+it can end by it nowhere: where it ends least late). It is the deadline distribution of the
+IC-PCP family (Abrishami, Naghibzadeh and Epema, FGCS 2013) with machine packing: a task with
+slack goes onto the cheapest type and into the gaps of machines already leased, and only the
+tasks on the critical path pay for speed.
+
+Tails on the fastest types are optimistic (a cheaper type makes the tail longer), so a schedule
+can still end after D. ``beta`` is searched: from 1, while the schedule ends late, it shrinks in
+proportion to the overrun; once a schedule ends in time, bisection between the last late
+``beta`` and the last timely one looks for more slack (the larger ``beta``, the cheaper, as a
+rule). Each place's added cost is counted at the task's share of the machine (the rest of
+the time is there for the tasks that follow), which opens large machines that are cheap per core;
+where the tasks that follow do not fill them, counting it in full is cheaper, so the best ``beta``
+is tried that way too. The cheapest timely schedule wins; without one, the least late.
+"""
+
+from __future__ import annotations
+
+from agora_optimizer.engines.base import Engine, EngineResult
+from agora_optimizer.engines.list_scheduling import LARGE_WORKFLOW_TASKS
+from agora_optimizer.model.plan import Assignment
+from agora_optimizer.planning.bounds import fastest_runtime_s
+from agora_optimizer.planning.list_schedule import list_schedule, upward_ranks
+from agora_optimizer.planning.problem import Problem
+from agora_optimizer.planning.time_budget import TimeBudget
+
+BISECTIONS = 6  # steps between the last late beta and the last timely one
+MIN_BETA = 0.05
+
+
+class DeadlineListEngine(Engine):
+    name = "deadline-list"
+
+    def solve(
+        self, problem: Problem, time_limit_s: float, warm_start: EngineResult | None = None
+    ) -> EngineResult | None:
+        deadline = problem.objective.deadline_s
+        if deadline is None or not problem.workflow.tasks:
+            return None
+        workflow, catalog = problem.workflow, problem.catalog
+        rank = upward_ranks(workflow, catalog)
+        tails = {t.id: rank[t.id] - fastest_runtime_s(t, problem.options[t.id]) for t in workflow.tasks}
+        large = len(workflow.tasks) > LARGE_WORKFLOW_TASKS
+        budget = TimeBudget(time_limit_s)
+        best: tuple[tuple[float, float, float], list[Assignment]] | None = None
+
+        def schedule(beta: float, shared_cost: bool = True) -> float:
+            """Schedule for ``beta``; its makespan. Keeps the best schedule seen."""
+            nonlocal best
+            latest = {task_id: beta * deadline - tail for task_id, tail in tails.items()}
+            with budget:
+                assignments = list_schedule(
+                    workflow,
+                    catalog,
+                    0.0,
+                    problem.bounds.makespan_s,
+                    problem.bounds.cost_usd,
+                    machines_per_type=3 if large else None,
+                    latest_end_s=latest,
+                    shared_cost=shared_cost,
+                )
+            makespan, cost = problem.evaluate(assignments)
+            key = problem.rank(makespan, cost)
+            if best is None or key < best[0]:
+                best = (key, assignments)
+            return makespan
+
+        late_beta, timely_beta = None, None
+        beta = 1.0
+        while budget.affords() or best is None:
+            makespan = schedule(beta)
+            if makespan <= deadline + 1e-6:
+                timely_beta = beta
+                break
+            late_beta = beta
+            beta = beta * deadline / makespan * 0.99
+            if beta < MIN_BETA:
+                break
+        if timely_beta is not None and late_beta is not None:
+            for _ in range(BISECTIONS):
+                if not budget.affords():
+                    break
+                middle = (timely_beta + late_beta) / 2
+                if schedule(middle) <= deadline + 1e-6:
+                    timely_beta = middle
+                else:
+                    late_beta = middle
+        for beta in (timely_beta,) if timely_beta is not None else ():
+            if budget.affords():
+                schedule(beta, shared_cost=False)
+        assert best is not None
+        return EngineResult(tuple(best[1]), self.name)
