@@ -50,16 +50,16 @@ from agora_optimizer.executor.backends.local_processes import (
     FORK_PRELOAD,
     WARM_MODULES,
     WORKER_MODULE,
+    ended_status,
     fork_context,
-    kill_orphans,
     signal_group,
-    warm_start,
+    start_worker,
     warm_up,
+    worker_exit_code,
 )
 from agora_optimizer.executor.bounded import BoundedDict
-from agora_optimizer.executor.environment import job_environment
-from agora_optimizer.executor.jobs import BackendError, JobSpec, JobStatus, MachineLease, read_result, read_task_ended
-from agora_optimizer.executor.state_files import open_log, write_private
+from agora_optimizer.executor.jobs import BackendError, JobSpec, JobStatus, MachineLease, read_task_ended
+from agora_optimizer.executor.state_files import write_private
 from agora_optimizer.model.catalog import Resource
 from agora_optimizer.runs.lease_record import LeaseRecord
 
@@ -392,7 +392,6 @@ class LocalBackend(Backend):
         self._queue = waiting
 
     def _start(self, job: JobSpec, queued_at: datetime) -> None:
-        process: subprocess.Popen[bytes] | BaseProcess
         lease_key = ""
         if job.lease is not None:
             held = self._open_lease(job.lease)
@@ -400,19 +399,7 @@ class LocalBackend(Backend):
             job = replace(job, command=pinned(job.command, held.cpus))
             held.first_start_at = held.first_start_at or datetime.now(UTC)
         try:
-            if self.warm and tuple(job.command[1:3]) == ("-m", WORKER_MODULE):
-                process = warm_start(job)
-            else:
-                with os.fdopen(open_log(job.log_path), "ab") as log:  # never through a planted symlink
-                    process = subprocess.Popen(
-                        list(job.command),
-                        stdout=log,
-                        stderr=subprocess.STDOUT,
-                        stdin=subprocess.DEVNULL,
-                        start_new_session=True,
-                        env=job_environment({**os.environ, **job.environment}),  # no scheduler secret
-                        cwd=job.job_dir,
-                    )
+            process = start_worker(job, self.warm)
         except OSError as exc:
             self._done[job.key] = JobStatus("finished", exit_code=127, reason=f"cannot start worker: {exc}")
             return
@@ -457,7 +444,7 @@ class LocalBackend(Backend):
     def _reap(self) -> None:
         for key, run in list(self._running.items()):
             self._task_ended(run)
-            exit_code = _exit_code(run)
+            exit_code = worker_exit_code(run.process, run.pid, run.create_time)
             if exit_code is None:
                 if run.cancel_at is not None and time.monotonic() > run.cancel_at:
                     signal_group(run.pid, run.create_time, signal.SIGKILL)
@@ -466,42 +453,7 @@ class LocalBackend(Backend):
             held = self._leases.get(run.lease_key)
             if held is not None and run.task_ended_at is None:  # no mark (killed, an old worker): its exit ends it
                 held.last_end_at = datetime.now(UTC)
-            try:
-                result = read_result(run.job_dir / "result.json")
-            except BackendError as exc:
-                self._done[key] = JobStatus(
-                    "finished", exit_code=exit_code or 1, reason=exc.reason, queued_at=run.queued_at
-                )
-                continue
-            if result is None:
-                # The worker died (kill -9, a crash) with its task possibly still running: stop what is left
-                # of its session, so that Airflow's retry never runs beside an orphaned copy.
-                left = kill_orphans(run.pid)
-                how = f"killed by {signal.Signals(-exit_code).name}" if exit_code < 0 else f"exited {exit_code}"
-                orphans = f"; agora killed the {left} processes it left running" if left else ""
-                self._done[key] = JobStatus(
-                    "finished",
-                    exit_code=128 - exit_code if exit_code < 0 else exit_code or 1,
-                    reason=(
-                        f"the agora worker was {how} before it wrote a result{orphans}; "
-                        f"see {run.job_dir / 'worker.log'}"
-                    ),
-                    queued_at=run.queued_at,
-                )
-                continue
-            status = result.status()
-            self._done[key] = JobStatus(
-                phase="finished",
-                exit_code=status.exit_code,
-                oom_killed=status.oom_killed,
-                reason=status.reason,
-                host=status.host,
-                queued_at=run.queued_at,
-                started_at=status.started_at,
-                ended_at=status.ended_at,
-                peak_rss_bytes=status.peak_rss_bytes,
-                cpu_time_s=status.cpu_time_s,
-            )
+            self._done[key] = ended_status(run.job_dir, run.pid, exit_code, run.queued_at)
 
 
 def pinned(command: Sequence[str], cpus: Sequence[int]) -> tuple[str, ...]:
@@ -513,18 +465,3 @@ def pinned(command: Sequence[str], cpus: Sequence[int]) -> tuple[str, ...]:
         at = head.index("--cpu-set")
         del head[at : at + 2]
     return (*head, "--cpu-set", ",".join(str(cpu) for cpu in cpus), *tail)
-
-
-def _exit_code(run: _Running) -> int | None:
-    """The worker's exit code once it has ended (adopted workers: 0, the result file tells the rest)."""
-    if isinstance(run.process, subprocess.Popen):
-        return run.process.poll()
-    if run.process is not None:
-        return run.process.exitcode
-    try:
-        process = psutil.Process(run.pid)
-        if abs(process.create_time() - run.create_time) > 0.01 or process.status() == psutil.STATUS_ZOMBIE:
-            return 0
-        return None
-    except psutil.Error:
-        return 0
