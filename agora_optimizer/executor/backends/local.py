@@ -183,22 +183,11 @@ class LocalBackend(Backend):
             raise BackendError(
                 self.name, f"no local pool named {job.resource!r} (known: {sorted(self.pools)})", transient=False
             )
-        if job.cores > pool.cores or job.memory_bytes > pool.memory_bytes:
-            raise BackendError(
-                self.name,
-                f"{job.label} needs {job.cores} cores and {job.memory_bytes} bytes; pool {pool.name} has "
-                f"{pool.cores} cores and {pool.memory_bytes} bytes",
-                transient=False,
-            )
+        _check_fits(job.label, job.cores, job.memory_bytes, f"pool {pool.name}", pool.cores, pool.memory_bytes)
         if job.lease is not None:
-            lease = self._open_lease(job.lease)  # a lease the executor did not open (a restart) is opened here
-            if job.cores > lease.lease.cores or job.memory_bytes > lease.lease.memory_bytes:
-                raise BackendError(
-                    self.name,
-                    f"{job.label} needs {job.cores} cores and {job.memory_bytes} bytes; its machine "
-                    f"{lease.lease.machine} has {lease.lease.cores} cores and {lease.lease.memory_bytes} bytes",
-                    transient=False,
-                )
+            held = self._open_lease(job.lease).lease  # a lease the executor did not open (a restart) is opened here
+            where = f"its machine {held.machine}"
+            _check_fits(job.label, job.cores, job.memory_bytes, where, held.cores, held.memory_bytes)
         if job.key in self._running or any(queued.key == job.key for queued, _ in self._queue):
             return job.key
         # A finished job of the same key is an earlier run of this try (a deferred task that resumes,
@@ -266,13 +255,8 @@ class LocalBackend(Backend):
             raise BackendError(
                 self.name, f"machine {lease.machine}: no local pool named {lease.resource!r}", transient=False
             )
-        if lease.cores > pool.cores or lease.memory_bytes > pool.memory_bytes:
-            raise BackendError(
-                self.name,
-                f"machine {lease.machine} needs {lease.cores} cores and {lease.memory_bytes} bytes; pool "
-                f"{pool.name} has {pool.cores} cores and {pool.memory_bytes} bytes",
-                transient=False,
-            )
+        what = f"machine {lease.machine}"
+        _check_fits(what, lease.cores, lease.memory_bytes, f"pool {pool.name}", pool.cores, pool.memory_bytes)
         cpus = machine_cpus(pool.cpu_set or sorted(os.sched_getaffinity(0)), lease.machine, lease.cores)
         held = _Lease(lease, cpus, datetime.now(UTC))
         self._leases[lease.key] = held
@@ -454,6 +438,17 @@ class LocalBackend(Backend):
             if held is not None and run.task_ended_at is None:  # no mark (killed, an old worker): its exit ends it
                 held.last_end_at = datetime.now(UTC)
             self._done[key] = ended_status(run.job_dir, run.pid, exit_code, run.queued_at)
+
+
+def _check_fits(what: str, cores: int, memory_bytes: int, where: str, has_cores: int, has_memory_bytes: int) -> None:
+    """Refuse (BackendError, not transient) ``what`` when it needs more than ``where`` has."""
+    if cores > has_cores or memory_bytes > has_memory_bytes:
+        raise BackendError(
+            "local",
+            f"{what} needs {cores} cores and {memory_bytes} bytes; {where} has {has_cores} cores and "
+            f"{has_memory_bytes} bytes",
+            transient=False,
+        )
 
 
 def pinned(command: Sequence[str], cpus: Sequence[int]) -> tuple[str, ...]:
