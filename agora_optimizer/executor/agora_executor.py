@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 from agora_optimizer import settings
 from agora_optimizer.errors import AgoraError
 from agora_optimizer.executor.adoption import Adoption
-from agora_optimizer.executor.backends.registry import make_backend
+from agora_optimizer.executor.backends.registry import check_backend_settings, make_backend
 from agora_optimizer.executor.executor_base import EXPIRE_INTERVAL_S, SWEEP_INTERVAL_S, ExecutorConfig, clock_now
 from agora_optimizer.executor.job_building import JobBuilding, unwritable, worker_command
 from agora_optimizer.executor.job_dirs import JobDirectories
@@ -120,6 +120,7 @@ class AgoraExecutor(Adoption, PlannedRuns, JobBuilding, JobDirectories, Tracing)
         # Batch queue too); Airflow hands over up to this many so that no slot waits for a round trip.
         self.parallelism = self.config.parallelism
         self._resources = load_resources(self.config.catalog)
+        self._check_backend_settings()
         self._repairer = Repairer(
             self.config.replan_slack, self.config.catalog, self._resources, self.config.replan_min_late_s
         )
@@ -137,6 +138,17 @@ class AgoraExecutor(Adoption, PlannedRuns, JobBuilding, JobDirectories, Tracing)
             ", ".join(f"{r.name}:{r.backend}" for r in self._resources.values()),
             self._state_dir,
         )
+
+    def _check_backend_settings(self) -> None:
+        """Read the settings of the catalog's backends now: a bad one fails the start, naming its option
+        (the backends themselves are still made at their first job)."""
+        backends = {resource.backend for resource in self._resources.values()}
+        check_backend_settings(backends)
+        if "aws" in backends and not self.config.aws_s3_prefix:
+            self.log.warning(
+                "The catalog has AWS Batch resources but [agora] aws_s3_prefix is not set: "
+                "every task on them will fail until it is (s3://bucket/path/)"
+            )
 
     def _start_local_pools(self) -> None:
         """Start the local pools' fork server with the executor, as the LocalExecutor starts its workers."""

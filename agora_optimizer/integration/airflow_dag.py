@@ -25,8 +25,8 @@ from agora_optimizer.model.workflow import MAX_CORES, MAX_MEMORY_BYTES, MAX_RUNT
 
 if TYPE_CHECKING:
     from agora_optimizer.model.catalog import Catalog
+    from agora_optimizer.model.shapes import WorkflowShape
     from agora_optimizer.model.workflow import Workflow
-    from agora_optimizer.predict.features import WorkflowShape
     from agora_optimizer.predict.latency import PlatformLatency
     from agora_optimizer.predict.map_width import MapWidth
     from agora_optimizer.traces.records import TaskAttempt
@@ -202,8 +202,9 @@ def mapped_widths(shape: DagShape, attempts: Iterable[TaskAttempt], default_widt
 
 def workflow_shape(shape: DagShape) -> WorkflowShape:
     """The DAG as the predictor sees a workflow before it runs: task ids, operators, hints and edges."""
+    from agora_optimizer.model.shapes import TaskShape, WorkflowShape
     from agora_optimizer.model.workflow import Edge
-    from agora_optimizer.predict.features import TaskShape, WorkflowShape, task_stem
+    from agora_optimizer.predict.features import task_stem
 
     tasks = tuple(
         TaskShape(

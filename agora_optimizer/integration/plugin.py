@@ -22,8 +22,8 @@ from typing import Any
 from airflow.plugins_manager import AirflowPlugin
 
 import agora_optimizer
+from agora_optimizer.integration.trace_listener import trace_listener
 from agora_optimizer.runs.recorder import run_listener
-from agora_optimizer.traces.listener import trace_listener
 
 URL_PREFIX = "/agora"
 

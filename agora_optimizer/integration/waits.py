@@ -106,12 +106,10 @@ def wait_s(task: Task, catalog: Catalog) -> float:
 
 
 def _fastest_options(workflow: Workflow, catalog: Catalog, gone: set[str]) -> dict[str, list[Resource]]:
-    from agora_optimizer.planning.bounds import feasible_types
+    from agora_optimizer.planning.bounds import feasible_types_of
 
-    kept = Workflow.create(
-        workflow.name, [t for t in workflow.tasks if t.id not in gone], [], source=workflow.source
-    )  # a wait need not fit any type: it runs on none
-    return feasible_types(kept, catalog)
+    # a wait need not fit any type: it runs on none
+    return feasible_types_of((t for t in workflow.tasks if t.id not in gone), catalog)
 
 
 def smallest_fitting(resources: Collection[Resource], cores: int, memory_bytes: int) -> Resource | None:

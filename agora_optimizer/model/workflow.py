@@ -9,14 +9,16 @@ import heapq
 import math
 import re
 import reprlib
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Literal
+from typing import Any, Literal, TypeVar
 
 from agora_optimizer.errors import CyclicWorkflowError, FieldError
 from agora_optimizer.model.limits import MAX_CORES, MAX_MEMORY_BYTES, MAX_RUNTIME_S
 
 MemorySource = Literal["recorded", "category-median", "default", "predicted", "declared"]
+Node = TypeVar("Node")
 
 _ID_SUFFIX = re.compile(r"(_ID\d+|_\d+)$")
 
@@ -94,6 +96,29 @@ class Edge:
     bytes: int = 0
 
 
+def parents_first(
+    waiting: Mapping[Node, int], children: Callable[[Node], Iterable[Node]], key: Callable[[Node], Any]
+) -> list[Node]:
+    """Nodes parents first, of those ready the one of least ``key`` first (Kahn's algorithm on a heap).
+
+    ``waiting``: each node with how many of its parents are among the nodes; a child not in it is
+    ignored. Nodes on a cycle (and after one) are left out: fewer nodes come back.
+    """
+    left = dict(waiting)
+    ready = [(key(node), node) for node, count in left.items() if count == 0]
+    heapq.heapify(ready)
+    order: list[Node] = []
+    while ready:
+        _, node = heapq.heappop(ready)
+        order.append(node)
+        for child in children(node):
+            if child in left:
+                left[child] -= 1
+                if left[child] == 0:
+                    heapq.heappush(ready, (key(child), child))
+    return order
+
+
 @dataclass(frozen=True)
 class Workflow:
     """A DAG of tasks. Build it with :meth:`create`, which checks it is one."""
@@ -163,17 +188,11 @@ class Workflow:
     def topological_order(self) -> tuple[str, ...]:
         """Task ids, parents first (Kahn's algorithm, ties by file order)."""
         position = {task.id: i for i, task in enumerate(self.tasks)}
-        indegree = {task.id: len(self.parents[task.id]) for task in self.tasks}
-        ready = [(position[t], t) for t, d in indegree.items() if d == 0]
-        heapq.heapify(ready)
-        order: list[str] = []
-        while ready:
-            _, task_id = heapq.heappop(ready)
-            order.append(task_id)
-            for edge in self.children[task_id]:
-                indegree[edge.child] -= 1
-                if indegree[edge.child] == 0:
-                    heapq.heappush(ready, (position[edge.child], edge.child))
+        order = parents_first(
+            {task.id: len(self.parents[task.id]) for task in self.tasks},
+            lambda task_id: (edge.child for edge in self.children[task_id]),
+            position.__getitem__,
+        )
         if len(order) != len(self.tasks):
             raise CyclicWorkflowError(self.name, self._find_cycle(set(self.by_id) - set(order)))
         return tuple(order)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from agora_optimizer.errors import UnplaceableTaskError
 from agora_optimizer.model.catalog import GIB, Catalog, Resource
 from agora_optimizer.model.workflow import Task, Workflow
@@ -10,8 +12,13 @@ from agora_optimizer.planning.window_bound import window_bound_s
 
 def feasible_types(workflow: Workflow, catalog: Catalog) -> dict[str, list[Resource]]:
     """The resource types each task fits on; raises ``UnplaceableTaskError`` for a task with none."""
+    return feasible_types_of(workflow.tasks, catalog)
+
+
+def feasible_types_of(tasks: Iterable[Task], catalog: Catalog) -> dict[str, list[Resource]]:
+    """:func:`feasible_types` of some tasks (of a workflow, or fewer)."""
     result: dict[str, list[Resource]] = {}
-    for task in workflow.tasks:
+    for task in tasks:
         options = catalog.feasible(task)
         if not options:
             largest = catalog.largest()

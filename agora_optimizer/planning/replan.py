@@ -34,7 +34,6 @@ schedules and nothing else.)
 
 from __future__ import annotations
 
-import heapq
 import operator
 import time
 from collections.abc import Callable, Collection, Mapping
@@ -44,7 +43,7 @@ from typing import Literal
 from agora_optimizer.errors import AgoraError, UnplaceableTaskError
 from agora_optimizer.model.catalog import Catalog, Resource
 from agora_optimizer.model.plan import Assignment, Plan, machine_type
-from agora_optimizer.model.workflow import Task, Workflow
+from agora_optimizer.model.workflow import Task, Workflow, parents_first
 from agora_optimizer.planning.arrivals import Arrivals
 from agora_optimizer.planning.bounds import fastest_runtime_s
 from agora_optimizer.planning.list_schedule import upward_ranks
@@ -378,19 +377,11 @@ def _fitting(task: Task, memory_bytes: int, catalog: Catalog) -> list[Resource]:
 def _parents_first(workflow: Workflow, tasks: list[str], key: Callable[[str], tuple[float, int]]) -> list[str]:
     """``tasks`` by ``key``, but never a task before a parent among them (Kahn's algorithm on a heap)."""
     among = set(tasks)
-    waiting = {t: sum(1 for e in workflow.parents[t] if e.parent in among) for t in tasks}
-    ready = [(key(t), t) for t, n in waiting.items() if n == 0]
-    heapq.heapify(ready)
-    order: list[str] = []
-    while ready:
-        _, task_id = heapq.heappop(ready)
-        order.append(task_id)
-        for edge in workflow.children[task_id]:
-            if edge.child in waiting:
-                waiting[edge.child] -= 1
-                if waiting[edge.child] == 0:
-                    heapq.heappush(ready, (key(edge.child), edge.child))
-    return order
+    return parents_first(
+        {t: sum(1 for e in workflow.parents[t] if e.parent in among) for t in tasks},
+        lambda task_id: (edge.child for edge in workflow.children[task_id]),
+        key,
+    )
 
 
 def _base_fleet(run: _Run) -> tuple[_Fleet, dict[str, tuple[_Machine, float]]]:

@@ -16,8 +16,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from agora_optimizer.model.catalog import Catalog, Resource
+from agora_optimizer.model.shapes import WorkflowShape
 from agora_optimizer.predict.errors import PredictorError
-from agora_optimizer.predict.features import WorkflowShape, shape_of_attempt
+from agora_optimizer.predict.features import shape_of_attempt
 from agora_optimizer.predict.predictor import Prediction, Predictor, TaskPrediction
 from agora_optimizer.traces.records import TaskAttempt
 

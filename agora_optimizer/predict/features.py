@@ -1,7 +1,7 @@
 """Feature rows: what the predictor knows of a task before it runs, and of the type it may run on.
 
-A :class:`TaskShape` is a task as a workflow file describes it before it runs (names, sizes,
-cores, no runtime); :func:`shape_of_attempt` turns a recorded :class:`TaskAttempt` into the
+A :class:`~agora_optimizer.model.shapes.TaskShape` is a task as a workflow file describes it before
+it runs (names, sizes, cores, no runtime); :func:`shape_of_attempt` turns a recorded :class:`TaskAttempt` into the
 same shape, so that training rows and prediction rows are built by one function,
 :func:`feature_frame`. Its columns:
 
@@ -17,14 +17,12 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from agora_optimizer.model.catalog import Resource
-from agora_optimizer.model.instances import split_instance
-from agora_optimizer.model.workflow import Edge
+from agora_optimizer.model.shapes import TaskShape
 from agora_optimizer.traces.records import TaskAttempt
 
 CATEGORICAL = ("category", "operator", "task_stem")
@@ -32,43 +30,6 @@ TASK_NUMERIC = ("log_input_bytes", "log_output_bytes", "cores")
 RESOURCE_NUMERIC = ("log_speed", "vcpus", "memory_gib")
 
 _INDEX_SUFFIX = re.compile(r"(_ID\d+|_\d+|\[\d+\])$")
-
-
-@dataclass(frozen=True)
-class TaskShape:
-    """A task before it runs: what a workflow file or a DAG says of it.
-
-    ``dag_id`` names the workflow (for a WfFormat file: its stem), so that a task seen in
-    past runs of the same workflow is recognised. ``hint_runtime_s`` and
-    ``hint_memory_bytes`` are values the workflow declares for the task (used only when no
-    history answers, see :mod:`agora_optimizer.predict.fallback`).
-    """
-
-    task_id: str
-    category: str
-    operator: str = ""
-    input_bytes: int = 0
-    output_bytes: int = 0
-    cores: int = 1
-    dag_id: str = ""
-    hint_runtime_s: float | None = None
-    hint_memory_bytes: int | None = None
-
-    @property
-    def key(self) -> tuple[str, str]:
-        """``(dag_id, task_id)``: the task's identity across runs (a mapped task's instance ``load[3]``:
-        its task ``load``, whose attempts the trace store keeps with their map index beside it)."""
-        return (self.dag_id, split_instance(self.task_id)[0])
-
-
-@dataclass(frozen=True)
-class WorkflowShape:
-    """A workflow before it runs: its tasks' shapes and its edges (with the bytes they carry)."""
-
-    name: str
-    tasks: tuple[TaskShape, ...]
-    edges: tuple[Edge, ...]
-    source: str = "<memory>"
 
 
 def task_stem(task_id: str) -> str:

@@ -24,13 +24,12 @@ import numpy as np
 import pandas as pd
 
 from agora_optimizer.model.catalog import GIB, Catalog, Resource
+from agora_optimizer.model.shapes import TaskShape, WorkflowShape
 from agora_optimizer.model.workflow import Task, Workflow
 from agora_optimizer.predict.errors import EmptyHistoryError, PredictorError, UnknownResourceError
 from agora_optimizer.predict.fallback import Estimate, History, Level, first_answer, summarise
 from agora_optimizer.predict.features import (
     RESOURCE_NUMERIC,
-    TaskShape,
-    WorkflowShape,
     feature_frame,
     resource_columns,
     shape_of_attempt,

@@ -29,7 +29,7 @@ from sqlalchemy.engine import Connection
 
 from agora_optimizer.runs.lease_record import LeaseRecord
 from agora_optimizer.runs.record import Repair, RunLease, RunRecord, RunTask
-from agora_optimizer.runs.tables import (
+from agora_optimizer.traces.run_tables import (
     lease_records_table,
     repairs_table,
     run_leases_table,

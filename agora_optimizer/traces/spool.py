@@ -24,7 +24,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from agora_optimizer.executor.state_files import write_private
+from agora_optimizer.io.atomic import replace_file
 from agora_optimizer.traces.records import TaskAttempt
 
 log = logging.getLogger(__name__)
@@ -60,7 +60,7 @@ def spool(attempt: TaskAttempt, source: Source, directory: Path | None = None) -
     target.mkdir(mode=0o700, parents=True, exist_ok=True)
     raw = {name: value.isoformat() if isinstance(value, datetime) else value for name, value in asdict(attempt).items()}
     path = target / f"{_file_key(attempt)}.{source}.json"
-    write_private(path, json.dumps({"source": source, "attempt": raw}))  # 0600: a row holds the task's error
+    replace_file(path, json.dumps({"source": source, "attempt": raw}), 0o600)  # a row holds the task's error
     return path
 
 

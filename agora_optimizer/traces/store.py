@@ -10,7 +10,7 @@ knows is refused with a :class:`TraceStoreError` rather than misread. Each migra
 describes the schema of its own version, not :data:`attempts_table` (always the
 newest), so that an old database upgrades step by step: version 1 creates the table as
 first shipped, version 2 adds the planned ``machine`` and ``plan_version`` of each attempt,
-version 3 the run records' tables (:mod:`agora_optimizer.runs.tables`, read and written by
+version 3 the run records' tables (:mod:`agora_optimizer.traces.run_tables`, read and written by
 :class:`agora_optimizer.runs.store.RunStore`).
 
 Rows are keyed by the natural key of an attempt, (dag_id, task_id, run_id,
@@ -43,8 +43,8 @@ from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
 
 from agora_optimizer.errors import AgoraError
-from agora_optimizer.runs.tables import create_tables_of_3
 from agora_optimizer.traces.records import TaskAttempt, TraceRecordError
+from agora_optimizer.traces.run_tables import create_tables_of_3
 
 SCHEMA_VERSION = 3
 SQLITE_BUSY_TIMEOUT_MS = 60_000

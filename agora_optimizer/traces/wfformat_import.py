@@ -25,8 +25,8 @@ from typing import Any
 
 from agora_optimizer.errors import FieldError
 from agora_optimizer.io.documents import Node, is_finite_number, read_document
+from agora_optimizer.model.shapes import TaskShape, WorkflowShape
 from agora_optimizer.model.workflow import MAX_CORES, Edge, category_of
-from agora_optimizer.predict.features import TaskShape, WorkflowShape
 from agora_optimizer.traces.records import TaskAttempt, TraceRecordError
 
 log = logging.getLogger(__name__)

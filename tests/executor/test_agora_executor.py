@@ -355,6 +355,42 @@ def test_a_state_dir_the_executor_creates_is_private_whatever_the_umask(
     assert stat.S_IMODE(os.stat(tmp_path / "new" / "jobs").st_mode) == 0o700
 
 
+@pytest.mark.parametrize(
+    ("catalog", "setting", "value", "option"),
+    [
+        ("slurm-loopback.yaml", "SLURM_PILOT_WINDOW_S", "-1", "slurm_pilot_window_s"),
+        ("slurm-loopback.yaml", "SLURM_PILOT_MAX_TASKS", "many", "slurm_pilot_max_tasks"),
+        ("slurm-loopback.yaml", "SLURM_RECORD_QUEUE_WAITS", "maybe", "slurm_record_queue_waits"),
+        ("aws-us-east-1.yaml", "AWS_S3_PREFIX", "https://bucket/agora/", "aws_s3_prefix"),
+        ("aws-us-east-1.yaml", "AWS_SUBNETS", "subnet-1", "aws_security_group_ids"),
+    ],
+)
+def test_a_bad_backend_setting_fails_the_start_naming_its_option(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, catalog: str, setting: str, value: str, option: str
+) -> None:
+    from agora_optimizer.errors import AgoraError
+    from agora_optimizer.executor.agora_executor import AgoraExecutor
+
+    monkeypatch.setenv("AIRFLOW__AGORA__CATALOG", str(CATALOGS / catalog))
+    monkeypatch.setenv("AIRFLOW__AGORA__STATE_DIR", str(tmp_path / "jobs"))
+    monkeypatch.setenv(f"AIRFLOW__AGORA__{setting}", value)
+    executor = AgoraExecutor()
+    with pytest.raises(AgoraError, match=rf"\[agora\] .*{option}"):
+        executor.start()  # not at the first task on that backend
+    assert executor._backends == {}  # the backend itself is still made at its first job
+
+
+def test_a_setting_of_a_backend_the_catalog_does_not_use_is_not_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agora_optimizer.executor.agora_executor import AgoraExecutor
+
+    monkeypatch.setenv("AIRFLOW__AGORA__CATALOG", str(CATALOGS / "slurm-loopback.yaml"))
+    monkeypatch.setenv("AIRFLOW__AGORA__STATE_DIR", str(tmp_path / "jobs"))
+    monkeypatch.setenv("AIRFLOW__AGORA__AWS_S3_PREFIX", "not a URL")  # no AWS resource: never read
+    AgoraExecutor().start()
+
+
 class InMemory(Backend):
     """Runs nothing: a job is pending at its first poll, running at its second, and then ends (exit 3 if its
     task is called ``bad``). Records the hooks the executor calls."""

@@ -9,7 +9,8 @@ from sklearn.base import clone
 from sklearn.exceptions import NotFittedError
 
 from agora_optimizer.model.catalog import Resource
-from agora_optimizer.predict.features import TaskShape, feature_frame, with_resource
+from agora_optimizer.model.shapes import TaskShape
+from agora_optimizer.predict.features import feature_frame, with_resource
 from agora_optimizer.predict.memory_model import MemoryQuantileRegressor, conformal_margin
 from agora_optimizer.predict.runtime_model import RuntimeRegressor
 

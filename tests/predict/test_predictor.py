@@ -11,9 +11,9 @@ import pytest
 
 from agora_optimizer.io.wfformat import load_workflow
 from agora_optimizer.model.catalog import Catalog
+from agora_optimizer.model.shapes import TaskShape, WorkflowShape
 from agora_optimizer.predict.errors import EmptyHistoryError, PredictorError, UnknownResourceError
 from agora_optimizer.predict.fallback import LEVELS, History, first_answer
-from agora_optimizer.predict.features import TaskShape, WorkflowShape
 from agora_optimizer.predict.predictor import Predictor
 from agora_optimizer.traces.records import TaskAttempt
 from agora_optimizer.traces.wfformat_import import attempts_from_wfformat, read_workflow_shape

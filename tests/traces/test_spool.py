@@ -106,7 +106,7 @@ def test_the_listener_writes_the_waiting_rows_once_the_store_answers(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Deployments that run tasks on other executors have no AgoraExecutor to replay the spool."""
-    from agora_optimizer.traces.listener import TraceListener
+    from agora_optimizer.integration.trace_listener import TraceListener
 
     monkeypatch.setenv("AIRFLOW__AGORA__STATE_DIR", str(tmp_path / "state"))
     down = TraceListener(store_url="postgresql+psycopg://agora:pw@127.0.0.1:9/none")  # nothing listens on port 9

@@ -1,6 +1,7 @@
 """What both exact engines share: type pruning, the caps on makespan and cost that some optimal plan
-respects, heads and tails, the slots a cost cap pays for, warm starts, validity and proven
-infeasibility. The MILP (:mod:`agora_optimizer.engines.exact.milp`) works in seconds, CP-SAT
+respects, heads and tails, the slots a cost cap pays for, warm starts, validity, proven
+infeasibility, and the answer read off a solver's best schedule and bound. The MILP
+(:mod:`agora_optimizer.engines.exact.milp`) works in seconds, CP-SAT
 (:mod:`agora_optimizer.engines.exact.cpsat`) in ticks: what is shared here is written for both.
 """
 
@@ -15,7 +16,7 @@ from typing import TypeVar
 
 from agora_optimizer.engines.base import EngineResult
 from agora_optimizer.model.catalog import Resource
-from agora_optimizer.model.plan import Assignment, Plan, SolverInfo
+from agora_optimizer.model.plan import Assignment, Plan, SolverInfo, SolverStatus
 from agora_optimizer.model.workflow import Task
 from agora_optimizer.planning.list_schedule import list_schedule
 from agora_optimizer.planning.problem import Problem
@@ -254,3 +255,18 @@ def proven_infeasible(problem: Problem) -> bool:
 def meets_bound(value: float, bound: float) -> bool:
     """Whether a plan's score ``value`` is within :data:`OPTIMALITY_TOLERANCE` of a proven lower ``bound``."""
     return value <= bound + OPTIMALITY_TOLERANCE * max(1.0, abs(bound))
+
+
+def exact_result(problem: Problem, best: Sequence[Assignment], bound: float | None, method: str) -> EngineResult:
+    """An exact engine's answer: ``best`` in start order, "optimal" when its score meets the solver's proven
+    lower ``bound`` (:func:`meets_bound`), else "feasible" with its relative gap to the bound."""
+    value = problem.score(best)[0]
+    status: SolverStatus = "optimal" if bound is not None and meets_bound(value, bound) else "feasible"
+    gap = None if bound is None or value <= 0 else max(0.0, (value - bound) / value)
+    return EngineResult(
+        assignments=tuple(sorted(best, key=lambda a: (a.start_s, a.task))),
+        method=method,
+        status=status,
+        gap=gap,
+        bound=bound,
+    )

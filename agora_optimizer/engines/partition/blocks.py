@@ -3,12 +3,12 @@ refined, and its blocks with their statistics, split and merge that keep the quo
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from agora_optimizer.engines.partition.graph import TaskGraph
 from agora_optimizer.model.catalog import Resource
+from agora_optimizer.model.workflow import parents_first
 
 BALANCE_TOLERANCE = 0.05
 """Refinement may overfill a block by this fraction of its target weight (dagP's epsilon)."""
@@ -302,18 +302,7 @@ class Partition:
         """Blocks in a topological order of the quotient graph (ties by their first task)."""
         succ, pred = self.quotient()
         first = {b: self.graph.position[tasks[0]] for b, tasks in self.members.items()}
-        indegree = {b: len(p) for b, p in pred.items()}
-        ready = [(first[b], b) for b, d in indegree.items() if d == 0]
-        heapq.heapify(ready)
-        order: list[int] = []
-        while ready:
-            _, b = heapq.heappop(ready)
-            order.append(b)
-            for s in succ[b]:
-                indegree[s] -= 1
-                if indegree[s] == 0:
-                    heapq.heappush(ready, (first[s], s))
-        return order
+        return parents_first({b: len(p) for b, p in pred.items()}, succ.__getitem__, first.__getitem__)
 
     def is_mixed(self, block: int) -> bool:
         """Whether the block's tasks carry different labels (fit different processor types)."""

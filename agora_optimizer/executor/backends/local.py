@@ -50,16 +50,16 @@ from agora_optimizer.executor.backends.local_processes import (
     FORK_PRELOAD,
     WARM_MODULES,
     WORKER_MODULE,
+    ended_status,
     fork_context,
-    kill_orphans,
     signal_group,
-    warm_start,
+    start_worker,
     warm_up,
+    worker_exit_code,
 )
 from agora_optimizer.executor.bounded import BoundedDict
-from agora_optimizer.executor.environment import job_environment
-from agora_optimizer.executor.jobs import BackendError, JobSpec, JobStatus, MachineLease, read_result, read_task_ended
-from agora_optimizer.executor.state_files import open_log, write_private
+from agora_optimizer.executor.jobs import BackendError, JobSpec, JobStatus, MachineLease, read_task_ended
+from agora_optimizer.executor.state_files import write_private
 from agora_optimizer.model.catalog import Resource
 from agora_optimizer.runs.lease_record import LeaseRecord
 
@@ -183,22 +183,11 @@ class LocalBackend(Backend):
             raise BackendError(
                 self.name, f"no local pool named {job.resource!r} (known: {sorted(self.pools)})", transient=False
             )
-        if job.cores > pool.cores or job.memory_bytes > pool.memory_bytes:
-            raise BackendError(
-                self.name,
-                f"{job.label} needs {job.cores} cores and {job.memory_bytes} bytes; pool {pool.name} has "
-                f"{pool.cores} cores and {pool.memory_bytes} bytes",
-                transient=False,
-            )
+        _check_fits(job.label, job.cores, job.memory_bytes, f"pool {pool.name}", pool.cores, pool.memory_bytes)
         if job.lease is not None:
-            lease = self._open_lease(job.lease)  # a lease the executor did not open (a restart) is opened here
-            if job.cores > lease.lease.cores or job.memory_bytes > lease.lease.memory_bytes:
-                raise BackendError(
-                    self.name,
-                    f"{job.label} needs {job.cores} cores and {job.memory_bytes} bytes; its machine "
-                    f"{lease.lease.machine} has {lease.lease.cores} cores and {lease.lease.memory_bytes} bytes",
-                    transient=False,
-                )
+            held = self._open_lease(job.lease).lease  # a lease the executor did not open (a restart) is opened here
+            where = f"its machine {held.machine}"
+            _check_fits(job.label, job.cores, job.memory_bytes, where, held.cores, held.memory_bytes)
         if job.key in self._running or any(queued.key == job.key for queued, _ in self._queue):
             return job.key
         # A finished job of the same key is an earlier run of this try (a deferred task that resumes,
@@ -266,13 +255,8 @@ class LocalBackend(Backend):
             raise BackendError(
                 self.name, f"machine {lease.machine}: no local pool named {lease.resource!r}", transient=False
             )
-        if lease.cores > pool.cores or lease.memory_bytes > pool.memory_bytes:
-            raise BackendError(
-                self.name,
-                f"machine {lease.machine} needs {lease.cores} cores and {lease.memory_bytes} bytes; pool "
-                f"{pool.name} has {pool.cores} cores and {pool.memory_bytes} bytes",
-                transient=False,
-            )
+        what = f"machine {lease.machine}"
+        _check_fits(what, lease.cores, lease.memory_bytes, f"pool {pool.name}", pool.cores, pool.memory_bytes)
         cpus = machine_cpus(pool.cpu_set or sorted(os.sched_getaffinity(0)), lease.machine, lease.cores)
         held = _Lease(lease, cpus, datetime.now(UTC))
         self._leases[lease.key] = held
@@ -392,7 +376,6 @@ class LocalBackend(Backend):
         self._queue = waiting
 
     def _start(self, job: JobSpec, queued_at: datetime) -> None:
-        process: subprocess.Popen[bytes] | BaseProcess
         lease_key = ""
         if job.lease is not None:
             held = self._open_lease(job.lease)
@@ -400,19 +383,7 @@ class LocalBackend(Backend):
             job = replace(job, command=pinned(job.command, held.cpus))
             held.first_start_at = held.first_start_at or datetime.now(UTC)
         try:
-            if self.warm and tuple(job.command[1:3]) == ("-m", WORKER_MODULE):
-                process = warm_start(job)
-            else:
-                with os.fdopen(open_log(job.log_path), "ab") as log:  # never through a planted symlink
-                    process = subprocess.Popen(
-                        list(job.command),
-                        stdout=log,
-                        stderr=subprocess.STDOUT,
-                        stdin=subprocess.DEVNULL,
-                        start_new_session=True,
-                        env=job_environment({**os.environ, **job.environment}),  # no scheduler secret
-                        cwd=job.job_dir,
-                    )
+            process = start_worker(job, self.warm)
         except OSError as exc:
             self._done[job.key] = JobStatus("finished", exit_code=127, reason=f"cannot start worker: {exc}")
             return
@@ -457,7 +428,7 @@ class LocalBackend(Backend):
     def _reap(self) -> None:
         for key, run in list(self._running.items()):
             self._task_ended(run)
-            exit_code = _exit_code(run)
+            exit_code = worker_exit_code(run.process, run.pid, run.create_time)
             if exit_code is None:
                 if run.cancel_at is not None and time.monotonic() > run.cancel_at:
                     signal_group(run.pid, run.create_time, signal.SIGKILL)
@@ -466,42 +437,18 @@ class LocalBackend(Backend):
             held = self._leases.get(run.lease_key)
             if held is not None and run.task_ended_at is None:  # no mark (killed, an old worker): its exit ends it
                 held.last_end_at = datetime.now(UTC)
-            try:
-                result = read_result(run.job_dir / "result.json")
-            except BackendError as exc:
-                self._done[key] = JobStatus(
-                    "finished", exit_code=exit_code or 1, reason=exc.reason, queued_at=run.queued_at
-                )
-                continue
-            if result is None:
-                # The worker died (kill -9, a crash) with its task possibly still running: stop what is left
-                # of its session, so that Airflow's retry never runs beside an orphaned copy.
-                left = kill_orphans(run.pid)
-                how = f"killed by {signal.Signals(-exit_code).name}" if exit_code < 0 else f"exited {exit_code}"
-                orphans = f"; agora killed the {left} processes it left running" if left else ""
-                self._done[key] = JobStatus(
-                    "finished",
-                    exit_code=128 - exit_code if exit_code < 0 else exit_code or 1,
-                    reason=(
-                        f"the agora worker was {how} before it wrote a result{orphans}; "
-                        f"see {run.job_dir / 'worker.log'}"
-                    ),
-                    queued_at=run.queued_at,
-                )
-                continue
-            status = result.status()
-            self._done[key] = JobStatus(
-                phase="finished",
-                exit_code=status.exit_code,
-                oom_killed=status.oom_killed,
-                reason=status.reason,
-                host=status.host,
-                queued_at=run.queued_at,
-                started_at=status.started_at,
-                ended_at=status.ended_at,
-                peak_rss_bytes=status.peak_rss_bytes,
-                cpu_time_s=status.cpu_time_s,
-            )
+            self._done[key] = ended_status(run.job_dir, run.pid, exit_code, run.queued_at)
+
+
+def _check_fits(what: str, cores: int, memory_bytes: int, where: str, has_cores: int, has_memory_bytes: int) -> None:
+    """Refuse (BackendError, not transient) ``what`` when it needs more than ``where`` has."""
+    if cores > has_cores or memory_bytes > has_memory_bytes:
+        raise BackendError(
+            "local",
+            f"{what} needs {cores} cores and {memory_bytes} bytes; {where} has {has_cores} cores and "
+            f"{has_memory_bytes} bytes",
+            transient=False,
+        )
 
 
 def pinned(command: Sequence[str], cpus: Sequence[int]) -> tuple[str, ...]:
@@ -513,18 +460,3 @@ def pinned(command: Sequence[str], cpus: Sequence[int]) -> tuple[str, ...]:
         at = head.index("--cpu-set")
         del head[at : at + 2]
     return (*head, "--cpu-set", ",".join(str(cpu) for cpu in cpus), *tail)
-
-
-def _exit_code(run: _Running) -> int | None:
-    """The worker's exit code once it has ended (adopted workers: 0, the result file tells the rest)."""
-    if isinstance(run.process, subprocess.Popen):
-        return run.process.poll()
-    if run.process is not None:
-        return run.process.exitcode
-    try:
-        process = psutil.Process(run.pid)
-        if abs(process.create_time() - run.create_time) > 0.01 or process.status() == psutil.STATUS_ZOMBIE:
-            return 0
-        return None
-    except psutil.Error:
-        return 0

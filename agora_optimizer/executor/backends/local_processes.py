@@ -1,10 +1,13 @@
-"""The local pools' worker processes: the warm fork server, a worker in a session of its own, signals.
+"""The local pools' worker processes: the warm fork server, a worker in a session of its own, signals,
+and what a worker that has exited says.
 
 Workers start warm: a fork server (one per scheduler, started with the executor) forks them after
 importing Airflow's task path and freezing the garbage collector (:func:`warm_up`), as the
-LocalExecutor forks its workers from a scheduler that has Airflow loaded. Each worker runs in its
+LocalExecutor forks its workers from a scheduler that has Airflow loaded (:func:`start_worker`; a
+command that is not the agora worker gets an interpreter of its own). Each worker runs in its
 own session (:func:`run_worker`), so it survives a scheduler restart; what a dead worker leaves in
-its session is killed (:func:`kill_orphans`). The pools' bookkeeping is
+its session is killed (:func:`kill_orphans`). Once it has exited (:func:`worker_exit_code`), its
+result file gives the job's status (:func:`ended_status`). The pools' bookkeeping is
 :mod:`~agora_optimizer.executor.backends.local`.
 """
 
@@ -16,15 +19,19 @@ import importlib
 import multiprocessing
 import multiprocessing.forkserver
 import os
+import signal
+import subprocess
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
+from datetime import datetime
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 
 import psutil
 
 from agora_optimizer.executor.environment import is_scheduler_secret, job_environment
-from agora_optimizer.executor.jobs import JobSpec
+from agora_optimizer.executor.jobs import BackendError, JobSpec, JobStatus, read_result
 from agora_optimizer.executor.state_files import open_log
 
 WORKER_MODULE = "agora_optimizer.executor.worker"
@@ -86,6 +93,23 @@ def warm_start(job: JobSpec) -> BaseProcess:
     )
     process.start()
     return process
+
+
+def start_worker(job: JobSpec, warm: bool) -> subprocess.Popen[bytes] | BaseProcess:
+    """Start the worker of ``job`` in a session of its own: from the fork server when ``warm`` and the
+    command is the agora worker's, else as a new process. Raises OSError."""
+    if warm and tuple(job.command[1:3]) == ("-m", WORKER_MODULE):
+        return warm_start(job)
+    with os.fdopen(open_log(job.log_path), "ab") as log:  # never through a planted symlink
+        return subprocess.Popen(
+            list(job.command),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env=job_environment({**os.environ, **job.environment}),  # no scheduler secret
+            cwd=job.job_dir,
+        )
 
 
 def run_worker(argv: list[str], log_path: str, cwd: str, environment: dict[str, str]) -> None:
@@ -150,3 +174,41 @@ def signal_group(pid: int, create_time: float, sig: int) -> None:
         os.killpg(pid, sig)
     except (psutil.Error, OSError):
         pass
+
+
+def worker_exit_code(process: subprocess.Popen[bytes] | BaseProcess | None, pid: int, create_time: float) -> int | None:
+    """The worker's exit code once it has ended, None while it runs (a worker adopted from an earlier
+    scheduler, with no ``process``: 0, the result file tells the rest)."""
+    if isinstance(process, subprocess.Popen):
+        return process.poll()
+    if process is not None:
+        return process.exitcode
+    try:
+        found = psutil.Process(pid)
+        if abs(found.create_time() - create_time) > 0.01 or found.status() == psutil.STATUS_ZOMBIE:
+            return 0
+        return None
+    except psutil.Error:
+        return 0
+
+
+def ended_status(job_dir: Path, pid: int, exit_code: int, queued_at: datetime) -> JobStatus:
+    """The status of the job whose worker (``pid``) exited with ``exit_code``: its result file's, else
+    how the worker died (and what it left running in its session is killed)."""
+    try:
+        result = read_result(job_dir / "result.json")
+    except BackendError as exc:
+        return JobStatus("finished", exit_code=exit_code or 1, reason=exc.reason, queued_at=queued_at)
+    if result is None:
+        # The worker died (kill -9, a crash) with its task possibly still running: stop what is left
+        # of its session, so that Airflow's retry never runs beside an orphaned copy.
+        left = kill_orphans(pid)
+        how = f"killed by {signal.Signals(-exit_code).name}" if exit_code < 0 else f"exited {exit_code}"
+        orphans = f"; agora killed the {left} processes it left running" if left else ""
+        return JobStatus(
+            "finished",
+            exit_code=128 - exit_code if exit_code < 0 else exit_code or 1,
+            reason=f"the agora worker was {how} before it wrote a result{orphans}; see {job_dir / 'worker.log'}",
+            queued_at=queued_at,
+        )
+    return replace(result.status(), queued_at=queued_at)

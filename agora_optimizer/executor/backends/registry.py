@@ -3,13 +3,17 @@
 The catalog names a backend per resource (``local``, ``slurm``, ``aws``, ``celery``); the executor
 asks :func:`make_backend` for it the first time one of its jobs needs it. The built-in factories
 read their ``[agora]`` settings when they make their backend (``celery``'s refuses every job: the
-CeleryExecutor runs those); a test (or a site) registers its own factory under a name with
+CeleryExecutor runs those); the executor reads and checks them once before, when it starts
+(:func:`check_backend_settings`), so that a bad value fails the scheduler's start naming its option,
+not the first task on that backend. A test (or a site) registers its own factory under a name with
 :func:`register_backend`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from agora_optimizer import settings
@@ -30,28 +34,80 @@ def _local(resources: Mapping[str, Resource]) -> Backend:
     return LocalBackend({resource.name: LocalPool.from_resource(resource) for resource in resources.values()})
 
 
+@dataclass(frozen=True)
+class SlurmSettings:
+    """The SLURM backend's ``[agora]`` settings, checked."""
+
+    pilot_max_tasks: int
+    pilot_window_s: float
+    record_queue_waits: bool
+    queue_wait_store_url: str
+
+
+def slurm_settings() -> SlurmSettings:
+    """``[agora] slurm_*`` and ``queue_wait_store_url``; AgoraError naming the option of a bad value."""
+    pilot_max_tasks = settings.get_float("slurm_pilot_max_tasks")
+    if not 0 <= pilot_max_tasks < math.inf:
+        raise AgoraError(f"[agora] slurm_pilot_max_tasks must be >= 0, got {pilot_max_tasks!r}")
+    pilot_window_s = settings.get_float("slurm_pilot_window_s")
+    if not 0 <= pilot_window_s < math.inf:
+        raise AgoraError(f"[agora] slurm_pilot_window_s must be >= 0 seconds, got {pilot_window_s!r}")
+    return SlurmSettings(
+        pilot_max_tasks=int(pilot_max_tasks),
+        pilot_window_s=pilot_window_s,
+        record_queue_waits=settings.get_bool("slurm_record_queue_waits"),
+        queue_wait_store_url=settings.get("queue_wait_store_url"),
+    )
+
+
 def _slurm(resources: Mapping[str, Resource]) -> Backend:
     from agora_optimizer.executor.backends.slurm import SlurmBackend
     from agora_optimizer.queue_wait.submissions import SubmissionLog
 
-    record = settings.get_bool("slurm_record_queue_waits")
+    read = slurm_settings()
     return SlurmBackend(
-        pilot_max_tasks=int(settings.get_float("slurm_pilot_max_tasks")),
-        pilot_window_s=settings.get_float("slurm_pilot_window_s"),
-        submissions=SubmissionLog(settings.get("queue_wait_store_url") or None) if record else None,
+        pilot_max_tasks=read.pilot_max_tasks,
+        pilot_window_s=read.pilot_window_s,
+        submissions=SubmissionLog(read.queue_wait_store_url or None) if read.record_queue_waits else None,
         resources=resources,
+    )
+
+
+@dataclass(frozen=True)
+class AwsSettings:
+    """The AWS Batch backend's ``[agora] aws_*`` settings, checked."""
+
+    conn_id: str
+    job_definition: str
+    s3_prefix: str
+    compute_network: ComputeNetwork | None
+
+
+def aws_settings() -> AwsSettings:
+    """``[agora] aws_*``; AgoraError (or BackendError) naming the option of a bad value. No AWS client is made."""
+    from agora_optimizer.executor.remote_files import split_s3_url
+
+    s3_prefix = settings.get("aws_s3_prefix")
+    if s3_prefix:
+        split_s3_url(s3_prefix, what="[agora] aws_s3_prefix")
+    return AwsSettings(
+        conn_id=settings.get("aws_conn_id"),
+        job_definition=settings.get("aws_job_definition"),
+        s3_prefix=s3_prefix,
+        compute_network=aws_compute_network(),
     )
 
 
 def _aws(resources: Mapping[str, Resource]) -> Backend:
     from agora_optimizer.executor.backends.aws_batch import AwsBatchBackend
 
+    read = aws_settings()
     return AwsBatchBackend.from_airflow(
-        settings.get("aws_conn_id"),
-        settings.get("aws_job_definition"),
-        s3_prefix=settings.get("aws_s3_prefix"),
+        read.conn_id,
+        read.job_definition,
+        s3_prefix=read.s3_prefix,
         resources=resources,
-        compute_network=aws_compute_network(),
+        compute_network=read.compute_network,
     )
 
 
@@ -95,6 +151,16 @@ def _celery(resources: Mapping[str, Resource]) -> Backend:
 
 
 _FACTORIES: dict[str, BackendFactory] = {"local": _local, "slurm": _slurm, "aws": _aws, "celery": _celery}
+_SETTINGS: dict[str, Callable[[], object]] = {"slurm": slurm_settings, "aws": aws_settings}
+
+
+def check_backend_settings(names: Iterable[str]) -> None:
+    """Read and check the ``[agora]`` settings of the built-in backends ``names`` (as the executor's start
+    does for its catalog's); AgoraError naming the option of the first bad value. Makes no backend."""
+    for name in sorted(set(names)):
+        reader = _SETTINGS.get(name)
+        if reader is not None:
+            reader()
 
 
 def register_backend(name: str, factory: BackendFactory) -> BackendFactory | None:

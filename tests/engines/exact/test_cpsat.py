@@ -32,6 +32,7 @@ from tests.engines.exact.test_milp import (
     SMALL_CATALOG,
     close,
     first_tasks,
+    limited_cases,
     tiny_oracle,
     tiny_problem,
     value,
@@ -74,19 +75,7 @@ def test_a_forced_inexact_tick_still_proves_the_optimum(seed: int) -> None:
 
 @pytest.mark.parametrize("seed", range(24, 32))
 def test_deadline_and_budget_are_honoured_and_optimal_under_them(seed: int) -> None:
-    free = tiny_problem(seed, Objective(kind="time"))
-    fastest = tiny_oracle(seed, Objective(kind="time"))
-    cheapest = tiny_oracle(seed, Objective(kind="cost"))
-    assert fastest is not None and cheapest is not None
-    fast_makespan, fast_cost = free.evaluate(fastest[1])
-    cheap_makespan, cheap_cost = free.evaluate(cheapest[1])
-    for objective in (
-        Objective(kind="cost", deadline_s=(fast_makespan + cheap_makespan) / 2),
-        Objective(kind="time", budget_usd=(fast_cost + cheap_cost) / 2),
-        Objective(kind="balanced", alpha=0.5, deadline_s=cheap_makespan, budget_usd=fast_cost),
-    ):
-        problem = Problem.create(free.workflow, free.catalog, objective)
-        oracle = tiny_oracle(seed, objective)
+    for problem, oracle in limited_cases(seed):
         result = CpSatEngine().solve(problem, time_limit_s=20)
         if oracle is None:
             assert result is None

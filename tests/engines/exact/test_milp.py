@@ -163,6 +163,24 @@ def tiny_oracle(seed: int, objective: Objective | None = None) -> tuple[float, l
     return brute_force(tiny_problem(seed, objective))
 
 
+def limited_cases(seed: int) -> Iterator[tuple[Problem, tuple[float, list[Assignment]] | None]]:
+    """Seed ``seed``'s tiny problem under a deadline, a budget, and both (each between the fastest and the
+    cheapest plan), with the oracle's answer under them (None: no plan meets them)."""
+    free = tiny_problem(seed, Objective(kind="time"))
+    fastest = tiny_oracle(seed, Objective(kind="time"))
+    assert fastest is not None
+    cheapest = tiny_oracle(seed, Objective(kind="cost"))
+    assert cheapest is not None
+    fast_makespan, fast_cost = free.evaluate(fastest[1])
+    cheap_makespan, cheap_cost = free.evaluate(cheapest[1])
+    for objective in (
+        Objective(kind="cost", deadline_s=(fast_makespan + cheap_makespan) / 2),
+        Objective(kind="time", budget_usd=(fast_cost + cheap_cost) / 2),
+        Objective(kind="balanced", alpha=0.5, deadline_s=cheap_makespan, budget_usd=fast_cost),
+    ):
+        yield Problem.create(free.workflow, free.catalog, objective), tiny_oracle(seed, objective)
+
+
 class _Layout:
     """Tasks partitioned into machines (``blocks``), each machine of a type."""
 
@@ -368,20 +386,7 @@ def test_optimum_equals_the_brute_force_optimum_on_tiny_instances(seed: int, sol
 @SOLVERS
 @pytest.mark.parametrize("seed", range(24, 32))
 def test_deadline_and_budget_are_honoured_and_optimal_under_them(seed: int, solver: str) -> None:
-    free = tiny_problem(seed, Objective(kind="time"))
-    fastest = tiny_oracle(seed, Objective(kind="time"))
-    assert fastest is not None
-    cheapest = tiny_oracle(seed, Objective(kind="cost"))
-    assert cheapest is not None
-    fast_makespan, fast_cost = free.evaluate(fastest[1])
-    cheap_makespan, cheap_cost = free.evaluate(cheapest[1])
-    for objective in (
-        Objective(kind="cost", deadline_s=(fast_makespan + cheap_makespan) / 2),
-        Objective(kind="time", budget_usd=(fast_cost + cheap_cost) / 2),
-        Objective(kind="balanced", alpha=0.5, deadline_s=cheap_makespan, budget_usd=fast_cost),
-    ):
-        problem = Problem.create(free.workflow, free.catalog, objective)
-        oracle = tiny_oracle(seed, objective)
+    for problem, oracle in limited_cases(seed):
         result = MilpEngine(solver=solver).solve(problem, time_limit_s=20)
         if oracle is None:
             assert result is None

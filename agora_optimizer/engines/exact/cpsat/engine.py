@@ -59,12 +59,13 @@ from agora_optimizer.engines.exact.repair import (
 from agora_optimizer.engines.exact.shared import (
     best_warm_start,
     colour_lanes,
+    exact_result,
     is_valid,
     meets_bound,
     proven_infeasible,
     prune_types,
 )
-from agora_optimizer.model.plan import Assignment, SolverStatus
+from agora_optimizer.model.plan import Assignment
 from agora_optimizer.planning.problem import Problem
 from agora_optimizer.planning.time_budget import OutOfTime, TimeBudget
 
@@ -320,7 +321,7 @@ class CpSatEngine(Engine):
             plans += [up.plan] if up.plan is not None else []
         if not plans or (len(plans) == 1 and warm is not None and not _proven(problem, plans, bound)):
             return None  # CP-SAT found nothing and proved nothing of the warm start
-        return _result(problem, min(plans, key=problem.score), bound)
+        return exact_result(problem, min(plans, key=problem.score), bound, CpSatEngine.name)
 
     def _phase(
         self,
@@ -383,17 +384,3 @@ def _proven(problem: Problem, plans: Sequence[Sequence[Assignment]], bound: floa
     if not plans or bound is None:
         return False
     return meets_bound(min(problem.score(p)[0] for p in plans), bound)
-
-
-def _result(problem: Problem, best: Sequence[Assignment], bound: float | None) -> EngineResult:
-    value = problem.score(best)[0]
-    proven = _proven(problem, [best], bound)
-    status: SolverStatus = "optimal" if proven else "feasible"
-    gap = None if bound is None or value <= 0 else max(0.0, (value - bound) / value)
-    return EngineResult(
-        assignments=tuple(sorted(best, key=lambda a: (a.start_s, a.task))),
-        method=CpSatEngine.name,
-        status=status,
-        gap=gap,
-        bound=bound,
-    )

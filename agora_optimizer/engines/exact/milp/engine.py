@@ -122,11 +122,11 @@ from agora_optimizer.engines.exact.milp.solution import read_solution, repair
 from agora_optimizer.engines.exact.milp.warm import set_warm_start
 from agora_optimizer.engines.exact.shared import (
     best_warm_start,
+    exact_result,
     is_valid,
-    meets_bound,
     proven_infeasible,
 )
-from agora_optimizer.model.plan import Assignment, SolverStatus
+from agora_optimizer.model.plan import Assignment
 from agora_optimizer.planning.problem import Problem
 from agora_optimizer.planning.time_budget import OutOfTime, TimeBudget
 
@@ -214,15 +214,4 @@ def _result(
     options = [items for items in (candidate, warm) if items is not None]
     if not options:
         return None
-    best = min(options, key=problem.score)
-    value, bound = problem.score(best)[0], outcome.bound
-    proven = bound is not None and meets_bound(value, bound)
-    status: SolverStatus = "optimal" if proven else "feasible"
-    gap = None if bound is None or value <= 0 else max(0.0, (value - bound) / value)
-    return EngineResult(
-        assignments=tuple(sorted(best, key=lambda a: (a.start_s, a.task))),
-        method=MilpEngine.name,
-        status=status,
-        gap=gap,
-        bound=bound,
-    )
+    return exact_result(problem, min(options, key=problem.score), outcome.bound, MilpEngine.name)

@@ -1,5 +1,8 @@
 """The run tables of the trace store's database (schema version 3, :mod:`agora_optimizer.traces.store`).
 
+They live beside the store because the store owns the database's schema: its migrations create
+every table, whatever reads it; :class:`agora_optimizer.runs.store.RunStore` reads and writes them.
+
 - ``agora_runs``: one row per DAG run record, keyed by (dag_id, run_id); notes as a JSON list;
 - ``agora_run_tasks``: the record's task table, one row per task instance;
 - ``agora_run_leases``: the record's priced leases (reported or derived), in their order;

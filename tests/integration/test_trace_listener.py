@@ -8,7 +8,7 @@ import pytest
 def test_the_listener_records_the_declared_category() -> None:
     from types import SimpleNamespace
 
-    from agora_optimizer.traces.listener import declared_category
+    from agora_optimizer.integration.trace_listener import declared_category
 
     def ti(config: object) -> SimpleNamespace:
         return SimpleNamespace(task=SimpleNamespace(executor_config=config))
@@ -21,7 +21,7 @@ def test_the_listener_records_the_declared_category() -> None:
 def test_a_mapped_instance_is_recorded_on_its_own_planned_machine_else_the_overflow() -> None:
     from types import SimpleNamespace
 
-    from agora_optimizer.traces.listener import _planned
+    from agora_optimizer.integration.trace_listener import _planned
 
     config = {
         "agora": {
@@ -49,7 +49,7 @@ def test_an_attempt_under_a_celery_worker_names_the_worker_as_its_host(monkeypat
     from celery._state import _task_stack
 
     from agora_optimizer.integration.celery_pools import WORKER_NAME_ENV
-    from agora_optimizer.traces.listener import attempt_from_task_instance
+    from agora_optimizer.integration.trace_listener import attempt_from_task_instance
 
     placement = {"resource": "pool_large", "machine": "pool_large#0", "plan_version": "v1"}
     config = {"agora": {"placement": placement, "backend": "celery", "resource_type": "pool_large"}}
