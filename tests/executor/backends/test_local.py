@@ -17,6 +17,7 @@ import pytest
 
 from agora_optimizer.executor.backends.local import WARM_MODULES, LocalBackend, LocalPool, fork_context, warm_up
 from agora_optimizer.executor.jobs import BackendError, JobSpec, JobStatus, job_key, read_result
+from tests.conftest import REPO
 
 MIB = 2**20
 
@@ -223,7 +224,7 @@ def test_a_job_forked_from_the_warm_server_gets_no_scheduler_secret(tmp_path: Pa
         capture_output=True,
         text=True,
         timeout=120,
-        cwd=Path(__file__).parents[2],
+        cwd=REPO,
     )
     assert done.returncode == 0 and done.stdout.strip().splitlines()[-1] == "true", done.stderr[-2000:]
     seen = set(json.loads((tmp_path / "warm" / "environment.json").read_text()))
