@@ -3,7 +3,8 @@
 Engines run from the fastest to the slowest; each gets a share of the time that is
 left and the best schedule so far as its warm start, and the best schedule by
 :meth:`Problem.rank` wins (within the deadline and budget first, then by score). The
-first engine, list scheduling, always completes a schedule, so there is always a plan; a later
+first engine that applies (deadline-aware list scheduling under a deadline, else list scheduling)
+always completes a schedule, so there is always a plan; a later
 engine that fails, times out or does not apply only loses its own chance. While no plan meets
 the deadline and budget, the fast list schedulers (deadline-aware list scheduling, which places
 each task on the cheapest place that keeps it on time, HEFT and PEFT, the fastest makespans) run
@@ -70,8 +71,10 @@ class Outcome:
 
 def default_stages() -> list[Stage]:
     return [
-        Stage(ListSchedulingEngine(), share=0.25, fast=True),
+        # First where it applies (a deadline): under a deadline it is the cheapest fast plan by far, and the
+        # first engine always completes; without one it returns at once.
         Stage(DeadlineListEngine(), share=0.3, objectives=("cost", "balanced"), fast=True),
+        Stage(ListSchedulingEngine(), share=0.25, fast=True),
         Stage(HeftEngine(), share=0.3, fast=True),
         Stage(PeftEngine(), share=0.3, fast=True),
         Stage(PartitionEngine(), share=0.3, objectives=("time",)),
