@@ -95,3 +95,17 @@ def test_cheaper_than_the_time_cost_sweep_under_the_same_deadline() -> None:
         sweep_total += sweep_cost
         deadline_total += deadline_cost
     assert deadline_total < sweep_total
+
+
+@pytest.mark.parametrize("kind", ["cost", "balanced"])
+def test_a_released_task_starts_after_its_release_and_the_deadline_holds(kind: str) -> None:
+    """The released problem of test_task_release.py under a deadline 20 s past what its release forces."""
+    from tests.engines.test_task_release import CATALOG, RELEASE_S, WORKFLOW
+
+    deadline = RELEASE_S + 10.0 / 2.0 + 8.0 / 2.0 + 2.0 + 20.0  # the chain on the fast type, its boot, 20 s to spare
+    problem = Problem.create(WORKFLOW, CATALOG, Objective(kind=kind, deadline_s=deadline))  # type: ignore[arg-type]
+    result = DeadlineListEngine().solve(problem, 5.0)
+    assert result is not None and violations(problem, result.assignments) == []
+    assert problem.early_starts(result.assignments) == [] and problem.meets_limits(result.assignments)
+    starts = {a.task: a.start_s for a in result.assignments}
+    assert starts["wait_then"] >= RELEASE_S and starts["last"] > starts["wait_then"]
