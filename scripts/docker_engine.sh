@@ -2,7 +2,7 @@
 # A Docker engine of its own for docker/compose.yaml, on a Debian machine with no engine and no
 # registry (only Debian's mirror and PyPI reachable), as the tests/deploy/test_stack.py end-to-end
 # test and a developer use it. Everything lives under DIR (default $AGORA_DOCKER_DIR, else
-# /tmp/agora-docker): the daemon's socket, pid file, log, data root and exec root, so nothing
+# /var/tmp/agora-docker): the daemon's socket, pid file, log, data root and exec root, so nothing
 # collides with a system daemon.
 #
 #   scripts/docker_engine.sh start [DIR]   install Debian's docker.io, debootstrap and docker-compose
@@ -33,7 +33,8 @@
 #
 # Storage driver: $AGORA_DOCKER_STORAGE_DRIVER, else overlay2 where the kernel has overlayfs (vfs,
 # which copies every layer in full, when dockerd refuses it). No iptables (--iptables=false): the
-# containers reach each other on their bridge network, nothing outside.
+# containers reach each other on their compose network's bridge, nothing outside. No default bridge
+# (--bridge=none): docker0 stays a system daemon's; builds use the host's network.
 # Exit codes: 0 done; 1 a step failed (the log named); 3 cannot install here (not root, no apt-get).
 # Timings on this 2-core VM: see docs/deployment.md.
 set -euo pipefail
@@ -43,7 +44,7 @@ source "$ROOT/scripts/lib/apt.sh"  # apt_install, require_installer
 ACTION="${1:-}"
 PURGE=false
 [ "${*: -1}" != --purge ] || { PURGE=true; set -- "${@:1:$#-1}"; }
-DIR="${2:-${AGORA_DOCKER_DIR:-/tmp/agora-docker}}"
+DIR="${2:-${AGORA_DOCKER_DIR:-/var/tmp/agora-docker}}"
 SOCK="$DIR/docker.sock"
 PIDFILE="$DIR/docker.pid"
 LOG="$DIR/dockerd.log"
@@ -77,7 +78,7 @@ start_daemon() {  # start_daemon DRIVER: dockerd in the background, wait until i
   local driver="$1" pid
   mkdir -p "$DIR/root" "$DIR/exec"
   say "starting dockerd ($driver; log: $LOG)"
-  setsid dockerd --iptables=false --storage-driver="$driver" --data-root "$DIR/root" --exec-root "$DIR/exec" \
+  setsid dockerd --iptables=false --bridge=none --storage-driver="$driver" --data-root "$DIR/root" --exec-root "$DIR/exec" \
     -H "$DOCKER_HOST" --pidfile "$PIDFILE" </dev/null >>"$LOG" 2>&1 &
   pid=$!
   for _ in $(seq 60); do
@@ -226,6 +227,8 @@ case "$ACTION" in
       say "no dockerd of $DIR runs"
     fi
     rm -f "$PIDFILE"
+    # What the daemon may leave mounted under DIR (its network namespace file), so that DIR can go.
+    findmnt -rn -o TARGET | grep "^$DIR/" | sort -r | while read -r target; do umount -l "$target" || true; done
     if $PURGE; then
       say "deleting $DIR"
       rm -rf "$DIR"
