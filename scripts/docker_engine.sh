@@ -228,7 +228,7 @@ case "$ACTION" in
     fi
     rm -f "$PIDFILE"
     # What the daemon may leave mounted under DIR (its network namespace file), so that DIR can go.
-    findmnt -rn -o TARGET | grep "^$DIR/" | sort -r | while read -r target; do umount -l "$target" || true; done
+    { findmnt -rn -o TARGET | grep "^$DIR/" || true; } | sort -r | while read -r target; do umount -l "$target" || true; done
     if $PURGE; then
       say "deleting $DIR"
       rm -rf "$DIR"
