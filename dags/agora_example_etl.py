@@ -13,6 +13,9 @@ Plan it and put the plan in force::
 
 Each task returns where it ran (host, CPUs it may use, SLURM job and partition if any);
 with ``{"report_dir": DIR}`` in the run's conf it also writes that to ``DIR/<task>.json``.
+``extract`` hands its rows to ``profile`` and ``load`` through a scratch file: when the tasks run
+on different machines (SLURM nodes of their own, as in docker/compose.yaml), give
+``{"scratch_dir": DIR}``, a folder all of them see.
 """
 
 from __future__ import annotations
@@ -50,9 +53,12 @@ def _where(task_id: str, **facts: Any) -> dict[str, Any]:
 
 
 def _scratch() -> Path:
-    run_id = get_current_context()["run_id"]
-    safe = "".join(c if c.isalnum() else "_" for c in run_id)
-    path = Path(tempfile.gettempdir()) / "agora_example_etl" / safe
+    """The run's scratch folder: under the conf's ``scratch_dir`` if given (a folder every node sees,
+    when tasks run on several machines), else under this machine's temporary folder."""
+    context = get_current_context()
+    safe = "".join(c if c.isalnum() else "_" for c in context["run_id"])
+    scratch_dir = (context["dag_run"].conf or {}).get("scratch_dir")
+    path = Path(scratch_dir or tempfile.gettempdir()) / "agora_example_etl" / safe
     path.mkdir(parents=True, exist_ok=True)
     return path
 

@@ -216,20 +216,8 @@ class AirflowDeployment:
 
     def request(self, method: str, path: str, **kwargs: Any) -> Any:
         if not self._token:
-            answer = httpx.post(
-                f"{self.api_url}/auth/token", json={"username": "admin", "password": PASSWORD}, timeout=10
-            )
-            answer.raise_for_status()
-            self._token = answer.json()["access_token"]
-        answer = httpx.request(
-            method,
-            f"{self.api_url}/api/v2{path}",
-            headers={"Authorization": f"Bearer {self._token}"},
-            timeout=30,
-            **kwargs,
-        )
-        answer.raise_for_status()
-        return answer.json()
+            self._token = api_token(self.api_url, "admin", PASSWORD)
+        return api_request(self.api_url, self._token, method, path, **kwargs)
 
     def wait_for_dag(self, dag_id: str, timeout_s: float = 180) -> None:
         def parsed() -> bool:
@@ -259,6 +247,22 @@ class AirflowDeployment:
     def tries(self, dag_id: str, run_id: str, task_id: str) -> list[dict[str, Any]]:
         answer = self.request("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/tries")
         return list(answer["task_instances"])
+
+
+def api_token(api_url: str, user: str, password: str, timeout_s: float = 30) -> str:
+    """A JWT of Airflow's simple auth manager for ``user`` (``POST /auth/token``)."""
+    answer = httpx.post(f"{api_url}/auth/token", json={"username": user, "password": password}, timeout=timeout_s)
+    answer.raise_for_status()
+    return str(answer.json()["access_token"])
+
+
+def api_request(api_url: str, token: str, method: str, path: str, timeout_s: float = 30, **kwargs: Any) -> Any:
+    """The JSON answer of Airflow's REST API v2 at ``path``; raises on an error status."""
+    answer = httpx.request(
+        method, f"{api_url}/api/v2{path}", headers={"Authorization": f"Bearer {token}"}, timeout=timeout_s, **kwargs
+    )
+    answer.raise_for_status()
+    return answer.json()
 
 
 def _tree_of(process: psutil.Process) -> list[psutil.Process]:

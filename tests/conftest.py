@@ -37,6 +37,9 @@ XDIST_GROUPS = {
         "cli/test_queue_wait.py",
         "integration/test_executor_in_airflow_with_slurm.py",
         "faults",
+        # docker/compose.yaml's whole stack, built and run: it loads both cores for minutes, so not
+        # while the SLURM tests, whose timing matters, run
+        "deploy/test_stack.py",
     ),
     "ui": ("ui",),  # one Airflow api-server with the FAB auth manager for the whole package
     "aws": ("executor/backends/aws",),  # one moto server for the package

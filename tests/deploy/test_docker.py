@@ -527,30 +527,44 @@ def test_dockerfile_installs_agora_with_the_tests_bootstrap_script() -> None:
     assert not any(top == ".venv" or top.startswith(".venv/") for top in allowed)
 
 
-def test_bootstrap_installs_dev_extras_by_default_and_agora_extras_when_asked(tmp_path: Path) -> None:
-    """scripts/bootstrap.sh in a scratch tree whose .venv/bin/python only records its arguments."""
-    (tmp_path / "scripts").mkdir()
-    (tmp_path / "scripts" / "bootstrap.sh").write_text(BOOTSTRAP.read_text())
+def _scratch_bootstrap(tree: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """scripts/bootstrap.sh, setup.cfg and pyproject.toml copied into ``tree``; a runner of that copy.
+
+    The runner takes extra environment variables; AGORA_EXTRAS, AGORA_VENV and PYTHON are unset
+    unless given.
+    """
+    (tree / "scripts").mkdir()
+    (tree / "scripts" / "bootstrap.sh").write_text(BOOTSTRAP.read_text())
     for name in ("setup.cfg", "pyproject.toml"):
-        (tmp_path / name).write_text((REPO / name).read_text())
-    python = tmp_path / ".venv" / "bin" / "python"
-    python.parent.mkdir(parents=True)
-    log = tmp_path / "pip.log"
-    python.write_text(f'#!/bin/sh\necho "$*" >>{shlex.quote(str(log))}\n')
-    python.chmod(0o755)
-    stamp = tmp_path / ".venv" / ".agora-installed"
+        (tree / name).write_text((REPO / name).read_text())
     base = {k: v for k, v in os.environ.items() if k not in ("AGORA_EXTRAS", "AGORA_VENV", "PYTHON")}
 
-    def bootstrap(**extra: str) -> tuple[str, str]:
-        log.unlink(missing_ok=True)
-        done = subprocess.run(
-            ["bash", str(tmp_path / "scripts" / "bootstrap.sh")],
+    def run(**extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["bash", str(tree / "scripts" / "bootstrap.sh")],
             env=base | extra,
             capture_output=True,
             text=True,
             timeout=60,
             check=False,
         )
+
+    return run
+
+
+def test_bootstrap_installs_dev_extras_by_default_and_agora_extras_when_asked(tmp_path: Path) -> None:
+    """scripts/bootstrap.sh in a scratch tree whose .venv/bin/python only records its arguments."""
+    run_bootstrap = _scratch_bootstrap(tmp_path)
+    python = tmp_path / ".venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    log = tmp_path / "pip.log"
+    python.write_text(f'#!/bin/sh\necho "$*" >>{shlex.quote(str(log))}\n')
+    python.chmod(0o755)
+    stamp = tmp_path / ".venv" / ".agora-installed"
+
+    def bootstrap(**extra: str) -> tuple[str, str]:
+        log.unlink(missing_ok=True)
+        done = run_bootstrap(**extra)
         assert done.returncode == 0, done.stderr
         return (log.read_text() if log.exists() else ""), stamp.read_text().strip()
 
@@ -583,26 +597,15 @@ def _fake_python(path: Path, version: str, log: Path) -> Path:
 
 def test_bootstrap_keeps_dot_venv_and_gives_another_python_its_own_venv(tmp_path: Path) -> None:
     """.venv by default; PYTHON of another X.Y than .venv's: .venv-X.Y; AGORA_VENV: that directory."""
-    (tmp_path / "scripts").mkdir()
-    (tmp_path / "scripts" / "bootstrap.sh").write_text(BOOTSTRAP.read_text())
-    for name in ("setup.cfg", "pyproject.toml"):
-        (tmp_path / name).write_text((REPO / name).read_text())
+    run_bootstrap = _scratch_bootstrap(tmp_path)
     log = tmp_path / "pip.log"
     _fake_python(tmp_path / ".venv" / "bin" / "python", "3.11", log)
     py311 = _fake_python(tmp_path / "py" / "python3.11", "3.11", log)
     py313 = _fake_python(tmp_path / "py" / "python3.13", "3.13", log)
-    base = {k: v for k, v in os.environ.items() if k not in ("AGORA_EXTRAS", "AGORA_VENV", "PYTHON")}
 
     def installed_into(**extra: str) -> str:
         log.unlink(missing_ok=True)
-        done = subprocess.run(
-            ["bash", str(tmp_path / "scripts" / "bootstrap.sh")],
-            env=base | extra,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        done = run_bootstrap(**extra)
         assert done.returncode == 0, done.stderr
         calls = log.read_text().splitlines() if log.exists() else []
         pip = [line for line in calls if "pip install --quiet -e" in line]
@@ -613,14 +616,7 @@ def test_bootstrap_keeps_dot_venv_and_gives_another_python_its_own_venv(tmp_path
     assert installed_into(PYTHON=str(py313)) == "", "installed again although nothing changed"
     assert installed_into(PYTHON=str(py311)) == "", ".venv is 3.11's already"
     assert installed_into(AGORA_VENV=str(tmp_path / "elsewhere"), PYTHON=str(py313)) == "elsewhere"
-    refused = subprocess.run(
-        ["bash", str(tmp_path / "scripts" / "bootstrap.sh")],
-        env=base | {"PYTHON": str(tmp_path / "py" / "python3.9")},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    refused = run_bootstrap(PYTHON=str(tmp_path / "py" / "python3.9"))
     assert refused.returncode != 0 and "agora needs Python 3.11 to 3.13" in refused.stderr
 
 

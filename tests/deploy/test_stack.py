@@ -1,0 +1,357 @@
+"""docker/compose.yaml built and run for real: the stack end to end (issue 19).
+
+On a Debian machine without an engine or a registry, ``scripts/docker_engine.sh start`` installs
+Debian's engine, starts a daemon of its own and makes the base images (docker/standins/, see
+docs/deployment.md); ``scripts/docker_engine.sh build`` builds docker/Dockerfile unchanged. The
+stack is brought up with the project's compose file: PostgreSQL, the munge key, ``airflow-init``,
+the api-server, scheduler (AgoraExecutor, a SLURM client), dag-processor and triggerer, the SLURM
+controller and both compute nodes, and Redis (the scheduler waits for it); not the two Celery
+workers, whose pools the plans here leave out. Then:
+
+- the example DAG and the WfInstances replay ``bacass-dirt02-001`` (11 tasks) are planned inside the
+  scheduler's container with ``agora optimize airflow:... --apply`` on the deployment's SLURM
+  resources, and run; every task runs under the AgoraExecutor in the compute container of the
+  partition its plan chose: the task's own report (host, SLURM job and partition), the
+  controller's record of that job (``sacct -c`` in the controller: this slurm.conf has no slurmdbd, so
+  sacct reads the job completion log) and the trace row in the PostgreSQL trace store all agree with the plan;
+- the agora view answers with Airflow's login and refuses without it;
+- ``docker-compose restart airflow-scheduler`` in the middle of a run loses no task and runs none twice.
+
+Everything is torn down at the end (``down -v``; the daemon is stopped if this module started it),
+also after a failure. The times of each step go to ``out/docker-stack-timings.json``. It takes
+minutes (the image build most): marked ``docker`` and ``slow``, and it runs in the SLURM tests'
+xdist group (tests/conftest.py), so that it does not load the machine while they run.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import shlex
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from harness.local_airflow import api_request, api_token, free_port
+from tests.conftest import REPO
+from tests.deploy.test_docker import CATALOG, COMPOSE_FILE, IN_CI, ComposeMissingError, compose_argv
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+ENGINE = REPO / "scripts" / "docker_engine.sh"
+PROJECT = "agora-e2e"
+# What `up` starts by name (with their dependencies: postgres, redis, munge-key, airflow-init, the
+# SLURM controller and nodes); the Celery workers are left out.
+SERVICES = ("airflow-apiserver", "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer")
+PASSWORD = "agora-e2e"
+WFINSTANCE = "bacass-dirt02-001"
+WF_DAG = f"agora_wfinstance_{WFINSTANCE}"
+ETL_DAG = "agora_example_etl"
+SHARED = "/opt/airflow/agora/e2e"  # on the agora-data volume: the scheduler and both nodes see it
+NODE_OF_PARTITION = {"small": "slurm-small", "large": "slurm-large"}
+TIMINGS = REPO / "out" / "docker-stack-timings.json"
+
+
+def _run(argv: list[str], env: dict[str, str], timeout_s: float, what: str) -> str:
+    """stdout of ``argv``; on failure an AssertionError with the end of its output."""
+    try:
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout_s, check=False)
+    except subprocess.TimeoutExpired as exc:
+        raise AssertionError(f"{what}: no answer in {timeout_s} s ({shlex.join(argv)})") from exc
+    if done.returncode != 0:
+        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-40:])
+        raise AssertionError(f"{what} exited {done.returncode} ({shlex.join(argv)}):\n{tail}")
+    return done.stdout
+
+
+@dataclass
+class Stack:
+    """The running stack: Compose and the engine's environment, the api-server's URL, the timings."""
+
+    compose: tuple[str, ...]
+    env: dict[str, str]
+    api_url: str
+    timings_s: dict[str, float] = field(default_factory=dict)
+    _token: str = ""
+
+    def dc(self, *args: str, timeout_s: float = 300) -> str:
+        argv = [*self.compose, "-p", PROJECT, "-f", str(COMPOSE_FILE), *args]
+        return _run(argv, self.env, timeout_s, f"compose {args[0]}")
+
+    def exec(self, service: str, *argv: str, user: str = "", stdin: str | None = None, timeout_s: float = 300) -> str:
+        command = [*self.compose, "-p", PROJECT, "-f", str(COMPOSE_FILE), "exec", "-T"]
+        command += ["-u", user] if user else []
+        command += [service, *argv]
+        done = subprocess.run(
+            command, env=self.env, input=stdin, capture_output=True, text=True, timeout=timeout_s, check=False
+        )
+        assert done.returncode == 0, f"{service}: {shlex.join(argv)} exited {done.returncode}:\n{done.stderr[-3000:]}"
+        return done.stdout
+
+    def logs(self, *services: str) -> str:
+        try:
+            return self.dc("logs", "--no-color", "--tail", "60", *services, timeout_s=60)
+        except AssertionError as exc:
+            return str(exc)
+
+    def token(self) -> str:
+        if not self._token:
+            self._token = api_token(self.api_url, "admin", PASSWORD)
+        return self._token
+
+    def api(self, method: str, path: str, **kwargs: Any) -> Any:
+        return api_request(self.api_url, self.token(), method, path, timeout_s=60, **kwargs)
+
+    def wait(self, condition: Callable[[], bool], timeout_s: float, what: str, *services: str) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                if condition():
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(2.0)
+        raise AssertionError(f"timed out after {timeout_s} s waiting for {what}\n{self.logs(*services)}")
+
+    def run_state(self, dag_id: str, run_id: str) -> str:
+        return str(self.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}")["state"])
+
+    def task_instances(self, dag_id: str, run_id: str) -> dict[str, dict[str, Any]]:
+        answer = self.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances", params={"limit": 1000})
+        return {ti["task_id"]: ti for ti in answer["task_instances"]}
+
+    def trigger(self, dag_id: str, conf: dict[str, Any] | None = None) -> str:
+        body = {"logical_date": None, "conf": conf or {}}
+        return str(self.api("POST", f"/dags/{dag_id}/dagRuns", json=body)["dag_run_id"])
+
+    def finish(self, dag_id: str, run_id: str, timeout_s: float = 600) -> str:
+        self.wait(
+            lambda: self.run_state(dag_id, run_id) in ("success", "failed"),
+            timeout_s,
+            f"run {run_id} of {dag_id}",
+            "airflow-scheduler",
+            "slurmctld",
+        )
+        return self.run_state(dag_id, run_id)
+
+    def plan(self, dag_id: str, catalog: dict[str, Any], *options: str) -> dict[str, str]:
+        """Plan ``dag_id`` in the scheduler's container on ``catalog``, put the plan in force, and wait
+        until the dag-processor has applied it (each task's queue is its resource): task -> resource."""
+        path = f"{SHARED}/{dag_id}.catalog.yaml"
+        self.exec("airflow-scheduler", "sh", "-c", f"mkdir -p {SHARED} && cat >{path}", user="airflow",
+                  stdin=yaml.safe_dump(catalog))  # fmt: skip
+        out = f"{SHARED}/{dag_id}.plan.json"
+        self.exec("airflow-scheduler", "agora", "optimize", f"airflow:{dag_id}", "--catalog", path, "-o", out,
+                  "--time-limit-s", "30", "--apply", *options, user="airflow", timeout_s=600)  # fmt: skip
+        plan = json.loads(self.exec("airflow-scheduler", "cat", out))
+        planned = {a["task"]: a["resource"] for a in plan["assignments"]}
+
+        def applied() -> bool:
+            tasks = self.api("GET", f"/dags/{dag_id}/tasks")["tasks"]
+            return {t["task_id"]: t["queue"] for t in tasks} == planned
+
+        self.wait(applied, 300, f"the dag-processor to apply the plan of {dag_id}", "airflow-dag-processor")
+        self.api("PATCH", f"/dags/{dag_id}", json={"is_paused": False})
+        return planned
+
+    def jobs(self) -> dict[str, dict[str, str]]:
+        """Every finished job as ``sacct`` in the controller reports it, by job id. This slurm.conf has no
+        slurmdbd: ``sacct -c`` reads the controller's job completion log (jobcomp/filetxt) instead."""
+        fields = ["JobID", "JobName%200", "Partition", "NodeList", "State"]
+        text = self.exec("slurmctld", "sacct", "-c", "-n", "-P", "-o", ",".join(fields))
+        keys = [name.split("%")[0] for name in fields]
+        rows = [dict(zip(keys, line.split("|"), strict=True)) for line in text.splitlines() if line.strip()]
+        return {row["JobID"]: row for row in rows}
+
+    def traces(self, dag_id: str, run_id: str) -> dict[str, dict[str, str]]:
+        """agora's trace rows of the run, read from the trace store's PostgreSQL database."""
+        query = (
+            "SELECT task_id, resource_type, backend, host, state, try_number FROM agora_task_attempts "
+            f"WHERE dag_id = '{dag_id}' AND run_id = '{run_id}'"
+        )
+        text = self.exec("postgres", "psql", "-U", "agora", "-d", "agora_traces", "-A", "-t", "-F", "|", "-c", query)
+        keys = ("task_id", "resource_type", "backend", "host", "state", "try_number")
+        return {row[0]: dict(zip(keys, row, strict=True)) for row in (line.split("|") for line in text.splitlines())}
+
+
+def _engine(action: str, env: dict[str, str], timeout_s: float) -> str:
+    return _run(["bash", str(ENGINE), action], env, timeout_s, f"docker_engine.sh {action}")
+
+
+def _slurm_catalog(**changes: dict[str, Any]) -> dict[str, Any]:
+    """docker/catalog.yaml's SLURM resources (the plans here leave the Celery pools out), with ``changes``."""
+    catalog = yaml.safe_load(CATALOG.read_text())
+    catalog["resources"] = [r | changes.get(r["name"], {}) for r in catalog["resources"] if r["backend"] == "slurm"]
+    return catalog
+
+
+@pytest.fixture(scope="module")
+def stack() -> Iterator[Stack]:
+    try:
+        compose = compose_argv()
+    except ComposeMissingError as exc:
+        if IN_CI:
+            pytest.fail(f"a Compose client must be installable in CI: {exc}")
+        pytest.skip(f"no Compose client here: {exc}")
+    if os.geteuid() != 0 and not IN_CI:
+        pytest.skip("scripts/docker_engine.sh starts dockerd: root only")
+    base_env = {k: v for k, v in os.environ.items() if not k.startswith(("DOCKER_", "COMPOSE_"))}
+    base_env["AGORA_DOCKER_DIR"] = engine_dir = os.environ.get("AGORA_DOCKER_DIR", "/var/tmp/agora-docker")
+    ours = subprocess.run(["bash", str(ENGINE), "status"], env=base_env, capture_output=True, check=False).returncode
+    started_engine = ours != 0  # stop the daemon at the end only if this module started it
+    fresh = not Path(engine_dir).exists()  # and delete its data (images, volumes) only if it made them
+    timings: dict[str, float] = {}
+    env = dict(base_env)
+    stack = None
+    try:
+        began = time.monotonic()
+        for line in _engine("start", base_env, 1800).splitlines():
+            name, _, value = line.removeprefix("export ").partition("=")
+            env[name] = value
+        timings["engine_and_base_images_s"] = time.monotonic() - began
+        step = time.monotonic()
+        _engine("build", env, 2400)
+        timings["image_build_s"] = time.monotonic() - step
+        env |= {
+            "AIRFLOW_PORT": str(free_port()),
+            "AIRFLOW_ADMIN_PASSWORD": PASSWORD,
+            "AGORA_WFINSTANCE": WFINSTANCE,
+            # No re-planning of late runs: a repair may move a task that the AgoraExecutor holds onto a
+            # Celery pool of the deployment's catalog, which it cannot run (the task then fails).
+            "AGORA_REPLAN_SLACK": "0",
+        }
+        stack = Stack(compose, env, f"http://127.0.0.1:{env['AIRFLOW_PORT']}", timings)
+        step = time.monotonic()
+        stack.dc("up", "-d", "--no-build", *SERVICES, timeout_s=1200)
+        for name in SERVICES:
+            stack.wait(functools.partial(_healthy, stack, name), 600, f"{name} healthy", name)
+        timings["stack_up_s"] = time.monotonic() - step
+        timings["cold_start_s"] = time.monotonic() - began
+        yield stack
+    finally:
+        step = time.monotonic()
+        try:
+            if stack is not None:
+                stack.dc("down", "-v", "--remove-orphans", "-t", "20", timeout_s=600)
+        finally:
+            if started_engine:
+                subprocess.run(["bash", str(ENGINE), "stop", *(["--purge"] if fresh else [])], env=base_env,
+                               capture_output=True, timeout=300, check=False)  # fmt: skip
+            timings["teardown_s"] = time.monotonic() - step
+            TIMINGS.parent.mkdir(exist_ok=True)
+            TIMINGS.write_text(json.dumps({k: round(v, 1) for k, v in timings.items()}, indent=1) + "\n")
+
+
+def _healthy(stack: Stack, service: str) -> bool:
+    """Whether the service's container runs and its healthcheck passes."""
+    ids = stack.dc("ps", "-q", service, timeout_s=60).split()
+    inspect = ["docker", "inspect", "-f", "{{.State.Health.Status}}", *ids[:1]]
+    return bool(ids) and _run(inspect, stack.env, 60, "docker inspect").strip() == "healthy"
+
+
+def test_the_stack_comes_up_with_both_slurm_nodes_idle(stack: Stack) -> None:
+    nodes = stack.exec("airflow-scheduler", "sinfo", "-h", "-N", "-o", "%N %P %c %m %t").split("\n")
+    seen = {line.split()[0]: line.split()[1:] for line in nodes if line.strip()}
+    assert seen["slurm-small"][:3] == ["small*", "4", "8192"]
+    assert seen["slurm-large"][:3] == ["large", "8", "16384"]
+    assert all(state[3] in ("idle", "mix", "alloc") for state in seen.values()), seen
+    version = stack.api("GET", "/version")
+    assert version["version"].startswith("3."), version
+
+
+def _check_run_on_planned_nodes(stack: Stack, dag_id: str, run_id: str, planned: dict[str, str]) -> None:
+    """Every task succeeded under the AgoraExecutor on its planned resource, in the compute container of
+    that resource's partition, as the controller and the trace store recorded it."""
+    resources = {r["name"]: r for r in _slurm_catalog()["resources"]}
+    instances = stack.task_instances(dag_id, run_id)
+    assert set(instances) == set(planned)
+    for task_id, ti in instances.items():
+        assert (ti["state"], ti["executor"], ti["queue"]) == ("success", "agora", planned[task_id]), ti
+        node = NODE_OF_PARTITION[resources[planned[task_id]]["partition"]]
+        assert ti["hostname"].split(".")[0] == node, (task_id, ti["hostname"])
+
+    def traced() -> bool:
+        rows = stack.traces(dag_id, run_id)
+        return set(rows) == set(planned) and all(row["backend"] for row in rows.values())
+
+    stack.wait(traced, 120, f"the trace rows of {run_id}", "airflow-scheduler")
+    for task_id, row in stack.traces(dag_id, run_id).items():
+        node = NODE_OF_PARTITION[resources[planned[task_id]]["partition"]]
+        assert (row["resource_type"], row["backend"], row["state"]) == (planned[task_id], "slurm", "success"), row
+        assert row["host"] == node, row
+    # The controller's own record: the DAG's jobs (one lease per planned machine, recorded when it ends,
+    # soon after its last task) ran on the node of their partition.
+    partitions = {resources[r]["partition"] for r in planned.values()}
+
+    def leases() -> list[dict[str, str]]:
+        return [j for j in stack.jobs().values() if j["JobName"].startswith(f"agora-lease-{dag_id}.")]
+
+    stack.wait(lambda: {j["Partition"] for j in leases()} >= partitions, 300, f"the leases of {dag_id} to end")
+    for job in leases():
+        assert job["NodeList"] == NODE_OF_PARTITION[job["Partition"]], job
+
+
+def test_the_example_dag_runs_each_task_in_the_container_its_plan_chose(stack: Stack) -> None:
+    # slurm-small planned with one core: the time objective then spreads the parallel tasks over both nodes.
+    planned = stack.plan(ETL_DAG, _slurm_catalog(**{"slurm-small": {"vcpus": 1}}), "--objective", "time")
+    assert set(planned.values()) == {"slurm-small", "slurm-large"}, planned
+    reports = f"{SHARED}/reports-{uuid.uuid4().hex[:8]}"
+    # The tasks share their scratch files across nodes through the shared volume.
+    run_id = stack.trigger(ETL_DAG, {"report_dir": reports, "scratch_dir": f"{reports}/scratch"})
+    assert stack.finish(ETL_DAG, run_id) == "success"
+    _check_run_on_planned_nodes(stack, ETL_DAG, run_id, planned)
+    seen_by = {task: json.loads(stack.exec("airflow-scheduler", "cat", f"{reports}/{task}.json")) for task in planned}
+    stack.wait(lambda: {s["slurm_job_id"] for s in seen_by.values()} <= set(stack.jobs()), 300, "the jobs to end")
+    jobs = stack.jobs()
+    resources = {r["name"]: r for r in _slurm_catalog()["resources"]}
+    for task_id, resource in planned.items():  # what the task itself saw, and the controller's record of its job
+        seen = seen_by[task_id]
+        partition = resources[resource]["partition"]
+        assert (seen["host"], seen["slurm_partition"]) == (NODE_OF_PARTITION[partition], partition), seen
+        job = jobs[seen["slurm_job_id"]]
+        assert (job["Partition"], job["NodeList"], job["State"]) == (partition, seen["host"], "COMPLETED"), job
+
+
+def test_a_wfinstances_replay_runs_on_its_planned_nodes_and_its_traces_land_in_postgres(stack: Stack) -> None:
+    planned = stack.plan(WF_DAG, _slurm_catalog())
+    assert len(planned) == 11
+    run_id = stack.trigger(WF_DAG)
+    assert stack.finish(WF_DAG, run_id) == "success"
+    _check_run_on_planned_nodes(stack, WF_DAG, run_id, planned)
+
+
+def test_the_agora_view_answers_behind_airflows_login(stack: Stack) -> None:
+    refused = httpx.get(f"{stack.api_url}/agora/api/dags", timeout=30)
+    assert refused.status_code == 401, refused.text
+    answer = httpx.get(
+        f"{stack.api_url}/agora/api/dags", headers={"Authorization": f"Bearer {stack.token()}"}, timeout=30
+    )
+    assert answer.status_code == 200, answer.text
+    assert ETL_DAG in json.dumps(answer.json())  # its plan, put in force above
+    page = httpx.get(f"{stack.api_url}/agora/", headers={"Authorization": f"Bearer {stack.token()}"}, timeout=30)
+    assert page.status_code == 200 and "<html" in page.text.lower()
+
+
+def test_restarting_the_scheduler_mid_run_loses_no_task(stack: Stack) -> None:
+    planned = stack.plan(WF_DAG, _slurm_catalog())
+    run_id = stack.trigger(WF_DAG)
+
+    def some_done_some_not() -> bool:
+        states = [ti["state"] for ti in stack.task_instances(WF_DAG, run_id).values()]
+        return "success" in states and any(s != "success" for s in states)
+
+    stack.wait(some_done_some_not, 300, f"{run_id} half-way", "airflow-scheduler")
+    stack.dc("restart", "airflow-scheduler", timeout_s=300)
+    assert stack.finish(WF_DAG, run_id) == "success"
+    instances = stack.task_instances(WF_DAG, run_id)
+    assert {ti["try_number"] for ti in instances.values()} == {1}, "a task ran twice"
+    _check_run_on_planned_nodes(stack, WF_DAG, run_id, planned)
