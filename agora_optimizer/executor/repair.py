@@ -222,6 +222,15 @@ class RepairError(AgoraError):
     """A run that cannot be re-planned (its plan kept no workflow, the catalog lost a type...)."""
 
 
+def repair_catalog(catalog: Catalog, plan: Plan) -> Catalog:
+    """The types a re-plan may move tasks to: every type the executor runs itself, and a Celery pool
+    only where the plan already put tasks (those run on Celery workers, which the AgoraExecutor cannot
+    send a task to: a task moved onto a pool it was not planned on would fail)."""
+    planned = {a.resource for a in plan.assignments}
+    kept = tuple(r for r in catalog.resources if r.backend != "celery" or r.name in planned)
+    return catalog if len(kept) == len(catalog.resources) else replace(catalog, resources=kept)
+
+
 class Repairer:
     """The executor's repairs: the drift rule per run, the re-planner's inputs, each run's overrides.
 
@@ -321,7 +330,8 @@ class Repairer:
             plan = replace(plan, assignments=tuple(run.overrides.get(a.task, a) for a in plan.assignments))
         clock_s = book.clock_s(now_s)
         state = replan_state(book, clock_s, run.retries)
-        answer = replan(workflow, self._catalog_of(), plan, state, clock_s, time_limit_s=REPLAN_TIME_LIMIT_S)
+        catalog = repair_catalog(self._catalog_of(), plan)
+        answer = replan(workflow, catalog, plan, state, clock_s, time_limit_s=REPLAN_TIME_LIMIT_S)
         return repaired(book, answer, self._resources, drifts, clock_s)
 
     def _plan_and_workflow(self, dag_id: str, version: str) -> tuple[Plan, Workflow | None]:

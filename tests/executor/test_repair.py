@@ -318,3 +318,33 @@ def test_a_plan_without_its_workflow_is_not_repaired_and_runs_on(
     reconfigure(executor, task_queued_timeout_s=0, backend_queue_timeout_s=0, machine_hold_s=0)
     for item in items:
         executor.revoke_task(ti=item.ti)
+
+
+def test_a_re_plan_never_moves_a_task_onto_a_celery_pool_it_was_not_planned_on() -> None:
+    """Found by running the Docker stack: a run behind its plan was re-planned over the whole catalog, Celery
+    pools included, and tasks moved onto a pool failed (the AgoraExecutor cannot send a task to a Celery worker)."""
+    from agora_optimizer.executor.repair import repair_catalog
+    from agora_optimizer.model.catalog import Billing, Catalog, Resource
+    from agora_optimizer.planning.replan import replan
+
+    slurm = Resource("slurm-small", "slurm", 1, 4, 1.0, 0.0, 1, Billing(1.0, 0.0))
+    pool = Resource("pool_large", "celery", 4, 16, 2.0, 0.0, 1, Billing(1.0, 0.0))  # faster, free, idle
+    catalog = Catalog((slurm, pool), 1e9)
+    tasks = [Task(t, 10.0, 1, GIB, t) for t in ("a", "b", "c")]
+    workflow = Workflow.create("chain", tasks, [Edge("a", "b", 0), Edge("b", "c", 0)])
+    planned = [
+        Assignment(t, "slurm-small", "slurm-small#0", 10.0 * i, 10.0 * (i + 1), 1, GIB) for i, t in enumerate("abc")
+    ]
+    solver = SolverInfo("list-scheduling", "heuristic", None, 0.1)
+    plan = Plan("chain", "c", Objective(kind="time"), 30.0, 0.0, tuple(planned), solver, "2026-12-02T00:00:00Z")
+    state = {"a": Done("slurm-small#0", 25.0, 0.0)}  # a ended 15 s late
+    anywhere = replan(workflow, catalog, plan, state, 25.0, time_limit_s=5.0)
+    assert {a.resource for a in anywhere.assignments if a.task != "a"} == {"pool_large"}  # what went wrong
+    kept = repair_catalog(catalog, plan)
+    assert [r.name for r in kept.resources] == ["slurm-small"]
+    repaired = replan(workflow, kept, plan, state, 25.0, time_limit_s=5.0)
+    assert {a.resource for a in repaired.assignments} == {"slurm-small"}
+    on_pool = replace(
+        plan, assignments=(*planned[:2], replace(planned[2], resource="pool_large", machine="pool_large#0"))
+    )
+    assert [r.name for r in repair_catalog(catalog, on_pool).resources] == ["slurm-small", "pool_large"]
