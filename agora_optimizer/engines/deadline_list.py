@@ -91,8 +91,7 @@ class DeadlineListEngine(Engine):
                     timely_beta = middle
                 else:
                     late_beta = middle
-        for beta in (timely_beta,) if timely_beta is not None else ():
-            if budget.affords():
-                schedule(beta, shared_cost=False)
+        if timely_beta is not None and budget.affords():  # the best beta, each lease counted in full
+            schedule(timely_beta, shared_cost=False)
         assert best is not None
         return EngineResult(tuple(best[1]), self.name)
