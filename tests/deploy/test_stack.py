@@ -143,6 +143,26 @@ class Stack:
         )
         return self.run_state(dag_id, run_id)
 
+    def succeeds(self, dag_id: str, run_id: str) -> None:
+        """The run ends in success; else an AssertionError with each unsuccessful task's state and log."""
+        state = self.finish(dag_id, run_id)
+        if state == "success":
+            return
+        lines = [f"run {run_id} of {dag_id} ended {state}"]
+        for task_id, ti in self.task_instances(dag_id, run_id).items():
+            if ti["state"] == "success":
+                continue
+            lines.append(f"- {task_id}: {ti['state']} (try {ti['try_number']}, host {ti['hostname']!r})")
+            if ti["try_number"]:
+                try:
+                    log = self.api(
+                        "GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{ti['try_number']}"
+                    )
+                    lines += [f"    {entry.get('event', '')}" for entry in log.get("content", [])[-12:]]
+                except httpx.HTTPError as exc:
+                    lines.append(f"    (no log: {exc})")
+        raise AssertionError("\n".join(lines) + "\n" + self.logs("airflow-scheduler"))
+
     def plan(self, dag_id: str, catalog: dict[str, Any], *options: str) -> dict[str, str]:
         """Plan ``dag_id`` in the scheduler's container on ``catalog``, put the plan in force, and wait
         until the dag-processor has applied it (each task's queue is its resource): task -> resource."""
@@ -307,7 +327,7 @@ def test_the_example_dag_runs_each_task_in_the_container_its_plan_chose(stack: S
     reports = f"{SHARED}/reports-{uuid.uuid4().hex[:8]}"
     # The tasks share their scratch files across nodes through the shared volume.
     run_id = stack.trigger(ETL_DAG, {"report_dir": reports, "scratch_dir": f"{reports}/scratch"})
-    assert stack.finish(ETL_DAG, run_id) == "success"
+    stack.succeeds(ETL_DAG, run_id)
     _check_run_on_planned_nodes(stack, ETL_DAG, run_id, planned)
     seen_by = {task: json.loads(stack.exec("airflow-scheduler", "cat", f"{reports}/{task}.json")) for task in planned}
     stack.wait(lambda: {s["slurm_job_id"] for s in seen_by.values()} <= set(stack.jobs()), 300, "the jobs to end")
@@ -325,7 +345,7 @@ def test_a_wfinstances_replay_runs_on_its_planned_nodes_and_its_traces_land_in_p
     planned = stack.plan(WF_DAG, _slurm_catalog())
     assert len(planned) == 11
     run_id = stack.trigger(WF_DAG)
-    assert stack.finish(WF_DAG, run_id) == "success"
+    stack.succeeds(WF_DAG, run_id)
     _check_run_on_planned_nodes(stack, WF_DAG, run_id, planned)
 
 
@@ -351,7 +371,7 @@ def test_restarting_the_scheduler_mid_run_loses_no_task(stack: Stack) -> None:
 
     stack.wait(some_done_some_not, 300, f"{run_id} half-way", "airflow-scheduler")
     stack.dc("restart", "airflow-scheduler", timeout_s=300)
-    assert stack.finish(WF_DAG, run_id) == "success"
+    stack.succeeds(WF_DAG, run_id)
     instances = stack.task_instances(WF_DAG, run_id)
     assert {ti["try_number"] for ti in instances.values()} == {1}, "a task ran twice"
     _check_run_on_planned_nodes(stack, WF_DAG, run_id, planned)
