@@ -11,19 +11,23 @@ instant (insertion into the machine's usage profile).
 from __future__ import annotations
 
 import heapq
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from agora_optimizer.model.catalog import Catalog, Resource
 from agora_optimizer.model.plan import Assignment
-from agora_optimizer.model.workflow import Workflow
+from agora_optimizer.model.workflow import Task, Workflow
 from agora_optimizer.planning.arrivals import Arrivals
 from agora_optimizer.planning.bounds import fastest_runtime_s, feasible_types
 from agora_optimizer.planning.timeline import MachineTimeline, SkippingTimeline
 
+INSERTION_WINDOW = 48  # with pruned candidates (very large workflows), gaps are searched this far back
+
 
 @dataclass(eq=False)
-class _Machine:
+class PlannedMachine:
+    """A machine of the schedule being built: its type, its usage over time and its lease so far."""
+
     id: str
     resource: Resource
     timeline: MachineTimeline
@@ -31,14 +35,59 @@ class _Machine:
     lease_end_s: float = 0.0
     tasks: list[str] = field(default_factory=list)
 
-    def added_cost_usd(self, start_s: float, end_s: float) -> float:
+    def lease_after(self, start_s: float, end_s: float) -> tuple[float, float]:
+        """Its lease once it also holds a task over [start_s, end_s) (a lease begins with the boot)."""
         boot = self.resource.boot_s
         if self.lease_start_s is None:
-            return self.resource.lease_cost_usd(end_s - start_s + boot)
-        old = self.resource.lease_cost_usd(self.lease_end_s - self.lease_start_s)
-        new_start = min(self.lease_start_s, start_s - boot)
-        new_end = max(self.lease_end_s, end_s)
-        return self.resource.lease_cost_usd(new_end - new_start) - old
+            return start_s - boot, end_s
+        return min(self.lease_start_s, start_s - boot), max(self.lease_end_s, end_s)
+
+    def added_cost_usd(self, start_s: float, end_s: float) -> float:
+        first, last = self.lease_after(start_s, end_s)
+        old = 0.0 if self.lease_start_s is None else self.resource.lease_cost_usd(self.lease_end_s - self.lease_start_s)
+        return self.resource.lease_cost_usd(last - first) - old
+
+
+class TypePools:
+    """Which machines a task may go on: per type, the machines that hold its parents, the
+    ``machines_per_type`` machines that fall idle first (all of them when ``None``), and one new
+    machine while fewer than the type's ``count`` exist (a type's ``count`` bounds its machines over
+    the whole schedule, a little stricter than the spec's "at no instant")."""
+
+    def __init__(self, catalog: Catalog, machines_per_type: int | None, min_task_memory_bytes: int) -> None:
+        self.machines: dict[str, list[PlannedMachine]] = {r.name: [] for r in catalog.resources}
+        self.machines_per_type = machines_per_type
+        self.min_task_memory_bytes = min_task_memory_bytes
+
+    def candidates(
+        self, task: Task, resource: Resource, parent_machines: dict[int, PlannedMachine]
+    ) -> list[PlannedMachine]:
+        pool, machines_per_type = self.machines[resource.name], self.machines_per_type
+        if machines_per_type is None or len(pool) <= machines_per_type:
+            chosen = list(pool)
+        else:
+            chosen = heapq.nsmallest(machines_per_type, pool, key=lambda m: m.lease_end_s)
+            seen = {id(m) for m in chosen}
+            chosen += [m for key, m in parent_machines.items() if m.resource is resource and key not in seen]
+        if resource.count is None or len(pool) < resource.count:
+            chosen.append(self.new_machine(resource, f"{resource.name}#{len(pool)}"))
+        return chosen
+
+    def new_machine(self, resource: Resource, machine_id: str) -> PlannedMachine:
+        window = None if self.machines_per_type is None else INSERTION_WINDOW
+        timeline = SkippingTimeline(resource.vcpus, resource.memory_bytes, self.min_task_memory_bytes, window)
+        return PlannedMachine(machine_id, resource, timeline)
+
+    def start_on(self, machine: PlannedMachine, task: Task, ready_s: float, duration_s: float) -> float | None:
+        """The earliest start of ``task`` on ``machine`` from ``ready_s`` (None: not on this machine)."""
+        ready = max(ready_s, machine.resource.earliest_start_of(task))
+        return machine.timeline.earliest_start(ready, duration_s, task.cores, task.memory_bytes)
+
+    def place(self, machine: PlannedMachine, task: Task, start_s: float, end_s: float) -> None:
+        if machine.lease_start_s is None:
+            self.machines[machine.resource.name].append(machine)
+        machine.timeline.add(start_s, end_s, task.cores, task.memory_bytes)
+        machine.lease_start_s, machine.lease_end_s = machine.lease_after(start_s, end_s)
 
 
 def upward_ranks(workflow: Workflow, catalog: Catalog) -> dict[str, float]:
@@ -51,9 +100,6 @@ def upward_ranks(workflow: Workflow, catalog: Catalog) -> dict[str, float]:
     return rank
 
 
-INSERTION_WINDOW = 48  # with pruned candidates (very large workflows), gaps are searched this far back
-
-
 def list_schedule(
     workflow: Workflow,
     catalog: Catalog,
@@ -63,6 +109,8 @@ def list_schedule(
     machines_per_type: int | None = None,
     latest_end_s: Mapping[str, float] | None = None,
     shared_cost: bool = True,
+    pools: TypePools | None = None,
+    order: Sequence[str] | None = None,
 ) -> list[Assignment]:
     """Place every task; ``alpha`` = 1 minimises makespan, 0 minimises cost.
 
@@ -77,19 +125,22 @@ def list_schedule(
     Per type, a task considers the machines that hold its parents, the
     ``machines_per_type`` machines that fall idle first (all of them when ``None``), and
     one new machine where the type's ``count`` allows; the rest of a large pool is skipped
-    for speed on very large workflows.
+    for speed on very large workflows. Other ``pools`` choose otherwise (e.g. machines of one DAG
+    run each, with counts shared by instant: :mod:`agora_optimizer.planning.shared_counts`);
+    ``order`` (parents first) replaces the order of decreasing upward rank.
     """
     options = feasible_types(workflow, catalog)
     rank = upward_ranks(workflow, catalog)
-    position = {task_id: i for i, task_id in enumerate(workflow.topological_order)}
-    order = sorted(workflow.topological_order, key=lambda t: (-rank[t], position[t]))
-    machines: dict[str, list[_Machine]] = {r.name: [] for r in catalog.resources}
-    placed: dict[str, tuple[_Machine, float]] = {}
+    if order is None:
+        position = {task_id: i for i, task_id in enumerate(workflow.topological_order)}
+        order = sorted(workflow.topological_order, key=lambda t: (-rank[t], position[t]))
+    placed: dict[str, tuple[PlannedMachine, float]] = {}
     estimated_makespan = 0.0
     t_scale = max(makespan_scale_s, 1e-9)
     c_scale = max(cost_scale_usd, 1e-12)
     assignments: list[Assignment] = []
-    smallest_memory = min(t.memory_bytes for t in workflow.tasks)
+    if pools is None:
+        pools = TypePools(catalog, machines_per_type, min(t.memory_bytes for t in workflow.tasks))
 
     for task_id in order:
         task = workflow.by_id[task_id]
@@ -105,14 +156,14 @@ def list_schedule(
                 r.name: max(task.cores / r.vcpus, task.memory_bytes / r.memory_bytes) if shared_cost else 1.0
                 for r in options[task_id]
             }
-        best: tuple[tuple[float, float, float], _Machine, float, float] | None = None
+        best: tuple[tuple[float, float, float], PlannedMachine, float, float] | None = None
         for resource in options[task_id]:
             duration = resource.runtime_s(task)
-            pool = machines[resource.name]
-            for machine in _candidates(resource, pool, parent_machines, machines_per_type, smallest_memory):
-                ready = max(resource.earliest_start_of(task), arrivals.on(machine))
-                start = machine.timeline.earliest_start(ready, duration, task.cores, task.memory_bytes)
-                end = start + duration
+            for machine in pools.candidates(task, resource, parent_machines):
+                found = pools.start_on(machine, task, arrivals.on(machine), duration)
+                if found is None:
+                    continue
+                start, end = found, found + duration
                 if latest is not None:
                     late = max(end - latest, 0.0)
                     if best is not None and late > best[0][0] + 1e-9:
@@ -126,16 +177,9 @@ def list_schedule(
                     key = (makespan_part + (1.0 - alpha) * added / c_scale, end, added)
                 if best is None or key < best[0]:
                     best = (key, machine, start, end)
-        assert best is not None  # feasible_types guarantees at least one option
+        assert best is not None  # feasible_types and the pools guarantee at least one place
         _, machine, start, end = best
-        if machine.lease_start_s is None:
-            machines[machine.resource.name].append(machine)
-        machine.timeline.add(start, end, task.cores, task.memory_bytes)
-        boot = machine.resource.boot_s
-        machine.lease_start_s = (
-            start - boot if machine.lease_start_s is None else min(machine.lease_start_s, start - boot)
-        )
-        machine.lease_end_s = max(machine.lease_end_s, end)
+        pools.place(machine, task, start, end)
         placed[task_id] = (machine, end)
         estimated_makespan = max(estimated_makespan, end + tail)
         assignments.append(
@@ -150,24 +194,3 @@ def list_schedule(
             )
         )
     return assignments
-
-
-def _candidates(
-    resource: Resource,
-    pool: list[_Machine],
-    parent_machines: dict[int, _Machine],
-    machines_per_type: int | None,
-    min_task_memory_bytes: int,
-) -> list[_Machine]:
-    """The machines of one type worth trying for a task (see :func:`list_schedule`)."""
-    if machines_per_type is None or len(pool) <= machines_per_type:
-        chosen = list(pool)
-    else:
-        chosen = heapq.nsmallest(machines_per_type, pool, key=lambda m: m.lease_end_s)
-        seen = {id(m) for m in chosen}
-        chosen += [m for key, m in parent_machines.items() if m.resource is resource and key not in seen]
-    if resource.count is None or len(pool) < resource.count:
-        window = None if machines_per_type is None else INSERTION_WINDOW
-        timeline = SkippingTimeline(resource.vcpus, resource.memory_bytes, min_task_memory_bytes, window)
-        chosen.append(_Machine(f"{resource.name}#{len(pool)}", resource, timeline))
-    return chosen
