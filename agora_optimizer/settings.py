@@ -183,6 +183,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("objective", "balanced", "What re-planning minimises: time, cost or balanced."),
     Setting("plan_time_limit_s", "60", "Wall-time limit of one DAG's re-planning."),
     Setting(
+        "deadlines",
+        "",
+        "Comma-separated dag_id=DURATION (e.g. etl=6h, report=90m; DURATION as 90m, 6h, 1d, 3600s or "
+        "seconds): the deadline of each run of that DAG, counted from when the scheduler starts it, that "
+        "'agora optimize --window' plans for. It wins over the DAG's own DeadlineAlert.",
+    ),
+    Setting(
         "ui_pareto_time_limit_s",
         "10",
         "Wall-time limit of the cost/makespan Pareto front that the agora view computes for a DAG's "
