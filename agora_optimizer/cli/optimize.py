@@ -91,9 +91,9 @@ PlanInputArg = Annotated[
 
 
 def optimize(
-    workflow: PlanInputArg,
     catalog: CatalogOpt,
-    out: Annotated[Path, typer.Option("--out", "-o", help="Where to write the plan (JSON).")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Where to write the plan (JSON); with --dags, a directory.")],
+    workflow: PlanInputArg = None,  # type: ignore[assignment]  # required unless --dags is given
     objective: Annotated[ObjectiveKind, typer.Option(help="What to minimise.")] = ObjectiveKind.balanced,
     alpha: Annotated[float, typer.Option(help=ranged("--alpha", "Weight of time in 'balanced'."))] = 0.5,
     deadline_s: Annotated[float | None, typer.Option(help=ranged("--deadline-s", "Makespan limit in seconds."))] = None,
@@ -143,14 +143,35 @@ def optimize(
     plan_dir: Annotated[
         Path | None, typer.Option(help="With --apply: the plan store [default: [agora] plan_dir].")
     ] = None,
+    dags: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--dags",
+            help="Instead of WORKFLOW: every run that these DAGs' schedules put in --window, planned together "
+            "on the catalog's shared counts (tag:NAME or a DAG id; repeat or separate with commas).",
+        ),
+    ] = None,
+    window: Annotated[str, typer.Option(help="With --dags: the window's length (24h, 90m, 3600s, 1d).")] = "24h",
+    window_start: Annotated[
+        str | None, typer.Option(help="With --dags: the window's start, ISO 8601 (UTC if no offset) [default: now].")
+    ] = None,
+    gantt: Annotated[
+        Path | None, typer.Option(help="With --dags: draw the platform's window as one chart of machines.")
+    ] = None,
 ) -> None:
-    """Plan WORKFLOW on CATALOG and write the plan to --out."""
+    """Plan WORKFLOW on CATALOG and write the plan to --out; or, with --dags, every run of a window."""
     from agora_optimizer.planning.optimize import default_plan, optimize_problem
     from agora_optimizer.planning.problem import Problem, lower_bounds
     from agora_optimizer.predict.latency import statistic_of, with_platform_latency
 
     started = time.perf_counter()  # the time limit counts loading and bounding too
+    if dags:
+        _optimize_window(dags, window, window_start, catalog, out, time_limit_s, dag_folder, store, model, apply,
+                         plan_dir, gantt, as_json)  # fmt: skip
+        return
     with user_errors():
+        if workflow is None:
+            raise AgoraError("give a WORKFLOW (a WfFormat file or airflow:DAG_ID), or --dags with --window")
         for option, value in (
             ("--alpha", alpha),
             ("--deadline-s", deadline_s),
@@ -206,6 +227,47 @@ def optimize(
         out_console.print_json(json.dumps({k: v for k, v in summary.items() if k != "platform_latency_lines"}))
     else:
         _print_summary(summary)
+
+
+def _optimize_window(
+    dags: list[str],
+    window: str,
+    window_start: str | None,
+    catalog: Path,
+    out: Path,
+    time_limit_s: float,
+    dag_folder: Path | None,
+    store: str | None,
+    model: Path | None,
+    apply: bool,
+    plan_dir: Path | None,
+    gantt: Path | None,
+    as_json: bool,
+) -> None:
+    """``--dags``: plan every run of the window together (:mod:`agora_optimizer.cli.window`)."""
+    from agora_optimizer.cli.window import plan_window
+
+    with user_errors():
+        check_option("--time-limit-s", time_limit_s)
+        cat = load_catalog(catalog)
+        selectors = [part.strip() for item in dags for part in item.split(",") if part.strip()]
+        with _stdout_to_stderr():  # Airflow logs to stdout while it parses: stdout is the command's output
+            summary = plan_window(selectors, window, window_start, cat, str(catalog), out, time_limit_s,
+                                  dag_folder=dag_folder, store=store, model=model, apply=apply, plan_dir=plan_dir,
+                                  gantt=gantt)  # fmt: skip
+    if as_json:
+        out_console.print_json(json.dumps(summary))
+        return
+    bound = summary["cost_lower_bound_usd"]
+    for row in summary["runs"]:
+        deadline = "none" if row["deadline_s"] is None else f"{row['deadline_s']:.0f} s"
+        say(f"{row['run']}: +{row['offset_s']:.0f} s, deadline {deadline}, makespan {row['makespan_s']:.0f} s, "
+            f"cost {row['cost_usd']:.4f} USD")  # fmt: skip
+    for way, numbers in summary["ways"].items():
+        over = ", ".join(f"{k} {v['peak']} at once" for k, v in numbers["over_counts"].items())
+        say(f"{way}: {numbers['cost_usd']:.4f} USD ({numbers['cost_usd'] / bound:.3f}x the lower bound"
+            f"{'; over the counts: ' + over if over else ''})")  # fmt: skip
+    say(f"plans and window.json in {out}")
 
 
 @contextmanager

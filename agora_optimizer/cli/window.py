@@ -1,0 +1,225 @@
+"""``agora optimize --dags SELECTOR... --window 24h``: every DAG run of a time window, planned together.
+
+The runs come from the DAGs' own schedules (:mod:`agora_optimizer.integration.window_runs`), each
+DAG's tasks with predicted runtimes and memory (as ``agora optimize airflow:DAG_ID``), each run's
+deadline from ``[agora] deadlines`` or the DAG's ``DeadlineAlert``. They are planned together on the
+catalog, whose counts they share (:func:`agora_optimizer.planning.window.plan_jointly`), and, for
+the report, each alone: in the order they start on what the ones before left, and each on the
+whole catalog as if it were alone (which may exceed the counts together).
+
+Written to ``--out DIR``: one plan of the spec per run (``DAG_ID@RUN_AFTER.plan.json``, times from
+the run's start, the cost objective under the run's deadline) and ``window.json`` (the runs, the
+ways side by side, the cost lower bound); with ``--gantt FILE``, the platform's window as one
+chart of machines. ``--apply`` puts each DAG's plan in force (one run per DAG in the window).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from agora_optimizer.cli.common import say
+from agora_optimizer.errors import AgoraError
+from agora_optimizer.model.catalog import Catalog
+from agora_optimizer.model.plan import Assignment, Objective, Plan
+from agora_optimizer.model.workflow import Workflow
+from agora_optimizer.planning.window import RunPlan, WindowRun, WindowSchedule
+
+JOINT_SHARE = 0.6  # of the time limit; the rest plans each run alone, for the report
+
+
+class WindowPlanError(AgoraError):
+    """The window's plans were written, but not every run meets its deadline."""
+
+
+def parse_start(text: str | None) -> datetime:
+    """``--window-start``: an ISO 8601 instant (UTC where no offset is given); now when not given."""
+    if text is None:
+        return datetime.now(UTC).replace(microsecond=0)
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise AgoraError(
+            f"--window-start: expected an ISO 8601 time such as 2026-12-03T00:00:00Z, got {text!r}"
+        ) from None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def plan_window(
+    selectors: list[str],
+    window: str,
+    start_text: str | None,
+    catalog: Catalog,
+    catalog_label: str,
+    out_dir: Path,
+    time_limit_s: float,
+    *,
+    dag_folder: Path | None = None,
+    store: str | None = None,
+    model: Path | None = None,
+    apply: bool = False,
+    plan_dir: Path | None = None,
+    gantt: Path | None = None,
+) -> dict[str, Any]:
+    """Plan the window, write its plans and summary; the summary. Raises :class:`WindowPlanError`
+    (after writing everything) when a run misses its deadline."""
+    from agora_optimizer.integration.airflow_dag import predicted_dag_workflow
+    from agora_optimizer.integration.window_runs import dags_without_runs, parse_window, runs_in_window, select_dags
+    from agora_optimizer.planning.bounds import makespan_lower_bound_s
+    from agora_optimizer.planning.window import cost_lower_bound, plan_each_alone, plan_first_come, plan_jointly
+
+    started = time.perf_counter()
+    window_s = parse_window(window)
+    start = parse_start(start_text)
+    if gantt is not None:
+        from agora_optimizer.gantt import check_chart_path
+
+        check_chart_path(gantt)
+    dags = select_dags(selectors, dag_folder)
+    scheduled = runs_in_window(dags, start, window_s)
+    idle = dags_without_runs(dags, scheduled, start, window_s)
+    for dag_id, why in sorted(idle.items()):
+        say(f"agora: DAG {dag_id} has no run in the window: {why}", err=True)
+    if not scheduled:
+        raise AgoraError(f"no DAG run in the window {start.isoformat()} + {window} ({', '.join(sorted(idle))})")
+    if apply:
+        several = sorted({r.dag_id for r in scheduled if sum(s.dag_id == r.dag_id for s in scheduled) > 1})
+        if several:
+            raise AgoraError(
+                "--apply puts one plan in force per DAG, and these DAGs have several runs in the window: "
+                + ", ".join(several)
+                + " (plan a shorter window, or leave --apply out)"
+            )
+    workflows: dict[str, Workflow] = {}
+    for dag_id in sorted({r.dag_id for r in scheduled}):
+        workflows[dag_id], origin = predicted_dag_workflow(dag_id, catalog, dag_folder, store, model)
+        say(f"agora: {dag_id}: predictions: {origin}", err=True)
+    runs: list[WindowRun] = []
+    for item in scheduled:
+        name = f"{item.dag_id}@{item.run_after.isoformat()}"
+        if item.deadline_s is None and item.deadline_source:
+            say(f"agora: {name}: no deadline: {item.deadline_source}", err=True)
+        runs.append(WindowRun(name, workflows[item.dag_id], item.offset_s, item.deadline_s))
+    bounds = {r.name: makespan_lower_bound_s(r.workflow, catalog) for r in runs}
+    impossible = {r.name for r in runs if r.deadline_s is not None and r.deadline_s < bounds[r.name] - 1e-6}
+    left = max(time_limit_s - (time.perf_counter() - started), 1.0)
+    joint = plan_jointly(runs, catalog, left * JOINT_SHARE)
+    first_come = plan_first_come(runs, catalog, left * (1 - JOINT_SHARE) / 4)
+    alone = None if impossible else plan_each_alone(runs, catalog, left * (1 - JOINT_SHARE) * 3 / 4, catalog_label)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    by_name = {item.dag_id + "@" + item.run_after.isoformat(): item for item in scheduled}
+    rows: list[dict[str, Any]] = []
+    for plan in joint.plans:
+        document = _plan_document(plan, catalog, catalog_label, started)
+        path = out_dir / f"{_file_name(plan.run.name)}.plan.json"
+        from agora_optimizer.io.plan_file import write_plan
+
+        write_plan(document, path)
+        item = by_name[plan.run.name]
+        rows.append(
+            {
+                "run": plan.run.name,
+                "dag_id": item.dag_id,
+                "run_after": item.run_after.isoformat(),
+                "offset_s": item.offset_s,
+                "deadline_s": item.deadline_s,
+                "deadline_source": item.deadline_source,
+                "makespan_s": plan.makespan_s,
+                "cost_usd": plan.cost_usd,
+                "on_time": plan.on_time,
+                "plan": str(path),
+            }
+        )
+    summary: dict[str, Any] = {
+        "window": {"start": start.isoformat(), "length_s": window_s},
+        "catalog": catalog_label,
+        "runs": rows,
+        "dags_without_runs": idle,
+        "cost_lower_bound_usd": cost_lower_bound(runs, catalog),
+        "ways": {way.method: _way(way, catalog) for way in (joint, first_come, alone) if way is not None},
+    }
+    (out_dir / "window.json").write_text(json.dumps(summary, indent=1) + "\n")
+    if gantt is not None:
+        from agora_optimizer.gantt import draw_gantt
+
+        merged, categories = platform_plan(joint, catalog, catalog_label, started)
+        draw_gantt(merged, gantt, categories)
+    late = [r for r in rows if not r["on_time"]]
+    if late:
+        reasons = []
+        for row in late:
+            never = f"even alone it needs at least {bounds[row['run']]:.1f} s"
+            why = never if row["run"] in impossible else "the catalog's counts cannot hold it beside the others"
+            reasons.append(f"{row['run']} (deadline {row['deadline_s']:.1f} s, best {row['makespan_s']:.1f} s: {why})")
+        raise WindowPlanError(
+            f"{len(late)} DAG run(s) miss their deadline in the best plans found (written to {out_dir}): "
+            + "; ".join(reasons)
+        )
+    if apply:
+        from agora_optimizer.cli.plans import plan_store
+
+        store_ = plan_store(plan_dir)
+        for plan in joint.plans:
+            dag_id = by_name[plan.run.name].dag_id
+            stored = store_.save(
+                dag_id, _plan_document(plan, catalog, catalog_label, started), workflow=workflows[dag_id]
+            )
+            say(f"agora: plan in force for {stored.dag_id} ({stored.path})", err=True)
+    return summary
+
+
+def _way(schedule: WindowSchedule, catalog: Catalog) -> dict[str, Any]:
+    from agora_optimizer.planning.window import over_counts
+
+    over = over_counts(schedule.plans, catalog)
+    return {
+        "cost_usd": schedule.cost_usd,
+        "late_runs": schedule.late_runs,
+        "over_counts": {name: {"peak": peak, "at_s": at} for name, (peak, at) in over.items()},
+    }
+
+
+def _plan_document(plan: RunPlan, catalog: Catalog, catalog_label: str, started: float) -> Plan:
+    from agora_optimizer.planning.optimize import build_plan
+
+    objective = Objective(kind="cost", deadline_s=plan.run.deadline_s)
+    return build_plan(plan.run.workflow, catalog, objective, catalog_label, plan.assignments, "window:joint", started)
+
+
+def _file_name(run: str) -> str:
+    return "".join(c if c.isalnum() or c in "._-@" else "_" for c in run)
+
+
+def platform_plan(
+    schedule: WindowSchedule, catalog: Catalog, catalog_label: str, started: float
+) -> tuple[Plan, dict[str, str]]:
+    """The window as one plan of the platform's machines: every run's tasks at their time in the window,
+    each lease on the first machine ``TYPE#N`` free over it (so at most ``count`` rows per type), and each
+    task's category its DAG (the chart's colours). Not a plan to run: a picture of the window."""
+    from agora_optimizer.planning.leases import leases
+    from agora_optimizer.planning.optimize import build_plan
+
+    rows: dict[str, list[float]] = {}  # per type, when each machine row falls free
+    moved: list[Assignment] = []
+    categories: dict[str, str] = {}
+    spans = [(lease, plan) for plan in schedule.plans for lease in leases(plan.assignments, catalog)]
+    for lease, plan in sorted(spans, key=lambda item: item[0].start_s + item[1].run.offset_s):
+        shift = plan.run.offset_s
+        free = rows.setdefault(lease.resource.name, [])
+        slot = next((i for i, end in enumerate(free) if end <= lease.start_s + shift + 1e-6), len(free))
+        if slot == len(free):
+            free.append(0.0)
+        free[slot] = lease.end_s + shift
+        for a in plan.assignments:
+            if a.machine == lease.machine:
+                task = f"{plan.run.name}/{a.task}"
+                categories[task] = plan.run.name.split("@", 1)[0]
+                start, end = a.start_s + shift, a.end_s + shift
+                moved.append(Assignment(task, a.resource, f"{a.resource}#{slot}", start, end, a.cores, a.memory_bytes))
+    nothing = Workflow.create("window", [], [])  # the picture names no workflow of its own
+    picture = build_plan(nothing, catalog, Objective(kind="cost"), catalog_label, moved, "window:joint", started)
+    return replace(picture, cost_usd=schedule.cost_usd), categories  # the runs' own leases, not the rows' spans

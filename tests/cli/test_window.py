@@ -1,0 +1,160 @@
+"""``agora optimize --dags ... --window``: the runs of real DAG files planned together (issue 20, part 2).
+
+Airflow 3.3 parses the DAG files below (in a subprocess, as a user runs the command); the runs come
+from their schedules, the deadlines from a ``DeadlineAlert`` and from ``[agora] deadlines``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from agora_optimizer.io.plan_file import load_plan
+
+pytestmark = pytest.mark.airflow
+
+DAGS = """
+from datetime import datetime, timedelta, timezone
+
+from airflow.providers.standard.operators.empty import EmptyOperator
+from airflow.sdk import DAG, DeadlineAlert, DeadlineReference, SyncCallback
+
+
+def notify(**kwargs):
+    pass
+
+
+def build(dag_id, schedule, tags, deadline=None, width=3):
+    with DAG(dag_id, schedule=schedule, start_date=datetime(2026, 1, 1, tzinfo=timezone.utc), tags=tags,
+             deadline=deadline) as dag:
+        first = EmptyOperator(task_id="extract", executor_config={"agora": {"runtime_s": 300, "cores": 2}})
+        for i in range(width):
+            first >> EmptyOperator(task_id=f"work_{i}", executor_config={"agora": {"runtime_s": 600, "cores": 2}})
+    return dag
+
+
+one_hour_after_queued = DeadlineAlert(
+    reference=DeadlineReference.DAGRUN_QUEUED_AT, interval=timedelta(hours=12), callback=SyncCallback(notify)
+)
+nightly_a = build("nightly_a", "0 1 * * *", ["nightly"], deadline=one_hour_after_queued)
+nightly_b = build("nightly_b", "10 1 * * *", ["nightly"])
+hourly = build("hourly", "@hourly", ["often"])
+"""
+
+CATALOG = {
+    "network": {"bandwidth_bytes_per_s": 1_000_000_000},
+    "resources": [
+        {"name": "fast", "backend": "aws", "vcpus": 4, "memory_gib": 16, "speed": 2.0, "price_per_hour_usd": 1.0,
+         "count": 1, "billing": {"granularity_s": 1, "minimum_s": 60}, "boot_s": 0},
+        {"name": "slow", "backend": "aws", "vcpus": 4, "memory_gib": 16, "speed": 1.0, "price_per_hour_usd": 0.4,
+         "count": 2, "billing": {"granularity_s": 1, "minimum_s": 60}, "boot_s": 0},
+    ],
+}  # fmt: skip
+START = "2026-12-03T00:00:00Z"
+
+
+def _agora(home: Path, *args: str, deadlines: str = "nightly_b=10h") -> subprocess.CompletedProcess[str]:
+    folder = home / "dags"
+    if not folder.exists():
+        folder.mkdir(parents=True)
+        (folder / "nightly.py").write_text(DAGS)
+        (home / "catalog.yaml").write_text(yaml.safe_dump(CATALOG))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+    env |= {"AIRFLOW_HOME": str(home), "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "AIRFLOW__AGORA__DEADLINES": deadlines}
+    command = [
+        sys.executable, "-m", "agora_optimizer", "optimize", "--catalog", str(home / "catalog.yaml"),
+        "--dag-folder", str(folder), "--store", f"sqlite:///{home / 'traces.db'}", "--time-limit-s", "8", *args,
+    ]  # fmt: skip
+    command += [] if "--window-start" in args else ["--window-start", START]
+    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=600, check=False)
+
+
+def _leases_at_once(summary: dict[str, Any]) -> dict[str, int]:
+    """The most machines of each type leased at once over all the window's plans (read from the files)."""
+    events: dict[str, list[tuple[float, int]]] = {}
+    for row in summary["runs"]:
+        spans: dict[str, tuple[str, float, float]] = {}
+        for a in load_plan(row["plan"]).assignments:
+            kind, first, last = spans.get(a.machine, (a.resource, a.start_s, a.end_s))
+            spans[a.machine] = (kind, min(first, a.start_s), max(last, a.end_s))
+        for kind, first, last in spans.values():
+            events.setdefault(kind, []).extend([(row["offset_s"] + first, 1), (row["offset_s"] + last, -1)])
+    peaks = {}
+    for kind, steps in events.items():
+        running = peak = 0
+        for _, step in sorted(steps):
+            running += step
+            peak = max(peak, running)
+        peaks[kind] = peak
+    return peaks
+
+
+def test_the_nightly_dags_runs_are_planned_together_within_the_counts_and_put_in_force(tmp_path: Path) -> None:
+    out = tmp_path / "window"
+    done = _agora(tmp_path, "--dags", "tag:nightly", "--window", "24h", "-o", str(out), "--json",
+                  "--gantt", str(tmp_path / "day.png"), "--apply", "--plan-dir", str(tmp_path / "plans"))  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout)
+    assert summary == json.loads((out / "window.json").read_text())
+    runs = {row["dag_id"]: row for row in summary["runs"]}
+    assert set(runs) == {"nightly_a", "nightly_b"}  # the hourly DAG is not tagged nightly
+    assert (runs["nightly_a"]["offset_s"], runs["nightly_b"]["offset_s"]) == (3600.0, 4200.0)
+    assert runs["nightly_a"]["deadline_s"] == 12 * 3600.0 and "DAGRUN_QUEUED_AT" in runs["nightly_a"]["deadline_source"]
+    assert (
+        runs["nightly_b"]["deadline_s"] == 10 * 3600.0 and "[agora] deadlines" in runs["nightly_b"]["deadline_source"]
+    )
+    for row in runs.values():
+        plan = load_plan(row["plan"])
+        assert row["on_time"] and plan.makespan_s <= row["deadline_s"]
+        assert plan.objective.deadline_s == row["deadline_s"] and plan.objective.kind == "cost"
+        assert {a.task for a in plan.assignments} == {"extract", "work_0", "work_1", "work_2"}
+    peaks = _leases_at_once(summary)
+    assert all(peaks[kind] <= {"fast": 1, "slow": 2}[kind] for kind in peaks), peaks
+    assert set(summary["ways"]) == {"joint", "first come", "each alone"}
+    assert summary["ways"]["joint"]["over_counts"] == {}
+    assert summary["ways"]["joint"]["cost_usd"] >= summary["cost_lower_bound_usd"] - 1e-9
+    assert (tmp_path / "day.png").stat().st_size > 0
+    for dag_id in ("nightly_a", "nightly_b"):  # in force: the plan store's current plan of each DAG
+        current = json.loads((tmp_path / "plans" / dag_id / "current.json").read_text())
+        assert current["objective"]["deadline_s"] == runs[dag_id]["deadline_s"]
+
+
+def test_a_deadline_no_plan_can_meet_is_named_and_the_best_plans_are_written(tmp_path: Path) -> None:
+    out = tmp_path / "window"
+    done = _agora(tmp_path, "--dags", "nightly_a,nightly_b", "-o", str(out), deadlines="nightly_b=60s")
+    assert done.returncode == 2, done.stderr[-3000:]
+    message = done.stderr.strip().splitlines()[-1]
+    assert message.startswith("agora: error: 1 DAG run(s) miss their deadline")
+    assert (
+        "nightly_b@2026-12-03T01:10:00+00:00 (deadline 60.0 s" in message and "even alone it needs at least" in message
+    )
+    summary = json.loads((out / "window.json").read_text())
+    assert [row["on_time"] for row in summary["runs"]] == [True, False]  # written all the same
+    assert all(Path(row["plan"]).exists() for row in summary["runs"])
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (
+            ["--dags", "tag:nightly", "--window-start", "2025-01-01T00:00:00Z", "--window", "1h"],
+            "no DAG run in the window",
+        ),
+        (["--dags", "tag:often,tag:nightly", "--apply"], "these DAGs have several runs in the window: hourly"),
+        (["--dags", "tag:weekly"], "tag 'weekly'"),
+        (["--dags", "tag:nightly", "--window", "soon"], "soon"),
+    ],
+)
+def test_a_window_that_cannot_be_planned_exits_2_with_one_line(tmp_path: Path, args: list[str], expected: str) -> None:
+    done = _agora(tmp_path, *args, "-o", str(tmp_path / "out"))
+    assert done.returncode == 2, done.stderr[-3000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("agora: error: ") and expected in last, done.stderr[-2000:]
+    assert not (tmp_path / "out" / "window.json").exists()
