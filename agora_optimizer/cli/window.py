@@ -140,7 +140,7 @@ def plan_window(
         "runs": rows,
         "dags_without_runs": idle,
         "cost_lower_bound_usd": cost_lower_bound(runs, catalog),
-        "ways": {way.method: _way(way, catalog) for way in (joint, first_come, alone) if way is not None},
+        "ways": {way.method: way_summary(way, catalog) for way in (joint, first_come, alone) if way is not None},
     }
     (out_dir / "window.json").write_text(json.dumps(summary, indent=1) + "\n")
     if gantt is not None:
@@ -163,6 +163,8 @@ def plan_window(
         from agora_optimizer.cli.plans import plan_store
 
         store_ = plan_store(plan_dir)
+        picture, dag_of = platform_plan(joint, catalog, catalog_label, started)
+        store_.save_window(window_document(summary, picture, dag_of))
         for plan in joint.plans:
             dag_id = by_name[plan.run.name].dag_id
             stored = store_.save(
@@ -172,7 +174,29 @@ def plan_window(
     return summary
 
 
-def _way(schedule: WindowSchedule, catalog: Catalog) -> dict[str, Any]:
+def window_document(summary: dict[str, Any], picture: Plan, dag_of: dict[str, str]) -> dict[str, Any]:
+    """What the agora view shows of a window in force: its runs, the ways' costs, the platform's machines."""
+    from agora_optimizer.plans.store import WINDOW_FORMAT
+
+    machines = [
+        {
+            "dag_id": dag_of[a.task],
+            "run": a.task.rsplit("/", 1)[0],
+            "task": a.task.rsplit("/", 1)[1],
+            "resource": a.resource,
+            "machine": a.machine,
+            "start_s": a.start_s,
+            "end_s": a.end_s,
+            "cores": a.cores,
+            "memory_bytes": a.memory_bytes,
+        }
+        for a in picture.assignments
+    ]
+    created = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {"format": WINDOW_FORMAT, "created_at": created, **summary, "machines": machines}
+
+
+def way_summary(schedule: WindowSchedule, catalog: Catalog) -> dict[str, Any]:
     from agora_optimizer.planning.window import over_counts
 
     over = over_counts(schedule.plans, catalog)

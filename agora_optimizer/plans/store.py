@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import json
 import os
 import re
 import tempfile
@@ -35,6 +36,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from agora_optimizer.errors import AgoraError
 from agora_optimizer.io.atomic import fsync_directory
@@ -53,7 +55,9 @@ MAX_NAME_BYTES = 255  # a file name on Linux file systems
 _ENTRY = re.compile(r"^(\d+)-applied-(\d{8}T\d{6}\d{6})Z\.json$")
 FILE_MODE = 0o644
 DIRECTORY_MODE = 0o755
-WORKFLOW_SUFFIX = ".workflow.json"  # beside a history entry: the workflow its plan was made from
+WORKFLOW_SUFFIX = ".workflow.json"
+WINDOW_DIR = "@platform"  # the last window of many DAG runs put in force
+WINDOW_FORMAT = "agora-window/1"  # beside a history entry: the workflow its plan was made from
 
 
 class PlanStoreError(AgoraError):
@@ -179,6 +183,33 @@ class PlanStore:
             except AgoraError as exc:
                 raise PlanStoreError(f"workflow of plan {version} of DAG {dag_id!r} unreadable: {exc}") from None
         return None
+
+    @property
+    def window_path(self) -> Path:
+        """The last window planned and put in force (``agora optimize --dags ... --apply``): not a DAG's
+        directory (``@`` is in no DAG id) nor a ``current.json`` (it is no plan of one DAG)."""
+        return self.root / WINDOW_DIR / "window.json"
+
+    def save_window(self, document: dict[str, Any]) -> Path:
+        """Keep ``document`` (the window's runs and the platform's machines) as the last window in force."""
+        try:
+            _make_directories(self.window_path.parent)
+            write_text_atomically(self.window_path, json.dumps(document, indent=1) + "\n", FILE_MODE, durable=True)
+        except (OSError, AgoraError) as exc:
+            raise PlanStoreError(f"window not saved in {self.window_path.parent}: {exc}") from None
+        return self.window_path
+
+    def window(self) -> dict[str, Any] | None:
+        """The last window in force, or None; an unreadable one raises PlanStoreError."""
+        try:
+            document = json.loads(self.window_path.read_text())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            raise PlanStoreError(f"window {WINDOW_DIR}/window.json unreadable: {exc}") from None
+        if not isinstance(document, dict) or document.get("format") != WINDOW_FORMAT:
+            raise PlanStoreError(f"window {WINDOW_DIR}/window.json is not an {WINDOW_FORMAT} document")
+        return document
 
     def dag_ids(self) -> list[str]:
         """Every DAG with a current plan."""

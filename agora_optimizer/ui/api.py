@@ -73,6 +73,11 @@ def get_runs(dag_id: ReadableDag, limit: RunCount = run_records.DEFAULT_RUNS, ru
     return run_records.page(run_records.load(dag_id, limit, run_id))
 
 
+@router.get("/platform", summary="The last window of many DAG runs in force: its runs, against each planned alone")
+def get_platform(user: UserDep) -> schemas.PlatformWindow:
+    return queries.platform_window(user)[0]
+
+
 @router.get("/traces", summary="A page of task attempts of the DAGs you may read, newest first")
 def get_traces(user: UserDep, where: TraceFilterDep, offset: Offset = 0, limit: Limit = 50) -> schemas.TracePage:
     return queries.trace_page(user, where, offset, limit)

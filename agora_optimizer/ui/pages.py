@@ -89,6 +89,8 @@ INDEX = """{% extends "base.html" %}{% import "macros.html" as m %}
 {% endfor %}
 </tbody>
 </table>
+<p><a id="platform-link" href="{{ base }}/platform">The platform's window</a>
+<span class="muted">(many DAG runs planned together, when one is in force)</span></p>
 {% endblock %}
 """
 
@@ -310,6 +312,54 @@ TRACES = """{% extends "base.html" %}{% import "macros.html" as m %}
 {% endblock %}
 """
 
+PLATFORM = """{% extends "base.html" %}{% import "macros.html" as m %}
+{% block title %}agora: the platform's window{% endblock %}
+{% block body %}
+<h1>The platform's window</h1>
+<p class="muted">The last window of many DAG runs planned together and put in force
+(<code>agora optimize --dags ... --window ... --apply</code>, {{ window.created_at }}): from {{ window.start }}
+for {{ m.seconds(window.length_s) }} s on {{ window.catalog }}. Each run leases machines of its own; a type's
+count is shared by all runs at every instant. Machines below are the platform's: a row is one machine of a type
+over the window, each bar a task at its time in the window.</p>
+{% if window.ways %}
+<table id="ways">
+<thead><tr><th>planned</th><th class="num">cost (USD)</th><th class="num">cost / lower bound</th>
+<th>late runs</th><th>over the counts</th></tr></thead>
+<tbody>
+{% for name, way in window.ways.items() %}
+<tr data-way="{{ name }}"><td>{{ name }}</td><td class="num">{{ m.usd(way.cost_usd) }}</td>
+<td class="num">{% if window.cost_lower_bound_usd > 0 %}
+{{- "%.3f" | format(way.cost_usd / window.cost_lower_bound_usd) }}
+{%- endif %}</td>
+<td>{{ way.late_runs | length }}</td>
+<td>{% for kind, peak in way.over_counts.items() %}{{ kind }}: {{ peak }} at once {% else %}none{% endfor %}</td></tr>
+{% endfor %}
+</tbody>
+</table>
+{% endif %}
+{{ gantt_svg }}
+{% if gantt.pages > 1 %}<div class="pager">
+<span>machines page {{ gantt.page + 1 }} of {{ gantt.pages }} ({{ gantt.machines }} machines)</span>
+{% if gantt.page > 0 %}<a href="{{ page_url(machine_page=gantt.page - 1) }}">previous machines</a>{% endif %}
+{% if gantt.page + 1 < gantt.pages %}<a href="{{ page_url(machine_page=gantt.page + 1) }}">next machines</a>{% endif %}
+</div>{% endif %}
+<table id="window-runs">
+<thead><tr><th>run</th><th class="num">starts (s)</th><th class="num">deadline (s)</th>
+<th class="num">makespan (s)</th><th class="num">cost (USD)</th><th>on time</th></tr></thead>
+<tbody>
+{% for run in window.runs %}
+<tr data-run="{{ run.run }}"><td><a href="{{ base }}/dags/{{ run.dag_id | urlencode }}">{{ run.run }}</a></td>
+<td class="num">{{ m.seconds(run.offset_s) }}</td>
+<td class="num">{% if run.deadline_s is not none %}{{ m.seconds(run.deadline_s) }}{% else %}none{% endif %}</td>
+<td class="num">{{ m.seconds(run.makespan_s) }}</td><td class="num">{{ m.usd(run.cost_usd) }}</td>
+<td>{{ "yes" if run.on_time else "no" }}</td></tr>
+{% endfor %}
+</tbody>
+</table>
+{% if window.hidden_runs %}<p class="muted">{{ window.hidden_runs }} more runs of DAGs you may not read.</p>{% endif %}
+{% endblock %}
+"""
+
 ERROR = """<!doctype html>
 <html lang="en">
 <head><meta charset="utf-8"><title>agora: {{ status_code }}</title></head>
@@ -328,6 +378,7 @@ TEMPLATES = {
     "dag.html": DAG,
     "runs.html": RUNS,
     "traces.html": TRACES,
+    "platform.html": PLATFORM,
     "error.html": ERROR,
 }
 

@@ -208,3 +208,50 @@ def trace_page(user: User, where: TraceFilter, offset: int, limit: int) -> schem
         raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, "the trace store cannot be read") from None
     attempts = [schemas.TraceRow.model_validate(row) for row in rows]
     return schemas.TracePage(offset=offset, limit=limit, total=total, attempts=attempts)
+
+
+def platform_window(user: User) -> tuple[schemas.PlatformWindow, list[Assignment]]:
+    """The last window in force, its runs and machines restricted to the DAGs the user may read; 404 when
+    there is none. The assignments are the platform's chart: each task at its time in the window."""
+    try:
+        document = plan_reader().store.window()
+    except AgoraError as exc:
+        raise HTTPException(status.HTTP_500_INTERNAL_SERVER_ERROR, str(exc)) from None
+    if document is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, "no window of many DAGs is in force")
+    readable = authorized_dag_ids(user, "GET")
+    runs = [schemas.WindowRun(**{k: row[k] for k in schemas.WindowRun.model_fields}) for row in document["runs"]]
+    shown = [run for run in runs if run.dag_id in readable]
+    bars = [
+        Assignment(
+            f"{m['run']}/{m['task']}",
+            m["resource"],
+            m["machine"],
+            m["start_s"],
+            m["end_s"],
+            m["cores"],
+            m["memory_bytes"],
+        )
+        for m in document["machines"]
+        if m["dag_id"] in readable
+    ]
+    ways = {
+        name: schemas.WindowWay(
+            cost_usd=way["cost_usd"],
+            late_runs=way["late_runs"],
+            over_counts={kind: over["peak"] for kind, over in way["over_counts"].items()},
+        )
+        for name, way in document["ways"].items()
+    }
+    window = schemas.PlatformWindow(
+        created_at=document["created_at"],
+        start=document["window"]["start"],
+        length_s=document["window"]["length_s"],
+        catalog=document["catalog"],
+        runs=shown,
+        hidden_runs=len(runs) - len(shown),
+        machines=len({a.machine for a in bars}),
+        cost_lower_bound_usd=document["cost_lower_bound_usd"],
+        ways=ways if len(shown) == len(runs) else {},  # the totals would tell of the hidden runs
+    )
+    return window, bars

@@ -239,3 +239,40 @@ class RunPage(BaseModel):
     runs: list[RunRow]
     saving: RealisedSaving
     selected: RunDetail | None = Field(description="The run asked for (default the newest); null without runs.")
+
+
+class WindowRun(BaseModel):
+    """One DAG run of the window in force."""
+
+    run: str
+    dag_id: str
+    run_after: str
+    offset_s: float = Field(description="When the run starts, in seconds after the window's start.")
+    deadline_s: float | None = Field(default=None, description="Seconds after the run's start; none declared: null.")
+    deadline_source: str = ""
+    makespan_s: float
+    cost_usd: float
+    on_time: bool
+
+
+class WindowWay(BaseModel):
+    """One way of planning the window: its cost, its late runs, the types it needs more of at once than their count."""
+
+    cost_usd: float
+    late_runs: list[str]
+    over_counts: dict[str, int] = Field(description="Type -> the most machines leased at once, above its count.")
+
+
+class PlatformWindow(BaseModel):
+    """The last window of many DAG runs put in force (``agora optimize --dags ... --apply``): the runs of the
+    DAGs you may read, and what planning them together saved against planning each alone."""
+
+    created_at: str
+    start: str
+    length_s: float
+    catalog: str
+    runs: list[WindowRun]
+    hidden_runs: int = Field(description="Runs of DAGs you may not read (not shown).")
+    machines: int = Field(description="Machine rows of the platform's chart (for the DAGs you may read).")
+    cost_lower_bound_usd: float
+    ways: dict[str, WindowWay]

@@ -2,7 +2,8 @@
 
 ``/`` lists the plans, ``/dags/{dag_id}`` shows one (Gantt chart, Pareto front, tasks
 predicted against actual, plan history, re-optimize button), ``/dags/{dag_id}/runs`` its recorded
-runs planned against actual ("Plan vs actual"), ``/traces`` is the trace table.
+runs planned against actual ("Plan vs actual"), ``/traces`` is the trace table, ``/platform`` the last
+window of many DAG runs in force (``agora optimize --dags ... --apply``) as one chart of machines.
 The pages are rendered on the server from the same data as the API (:mod:`.queries`);
 long tables and the Gantt chart's machines come a page at a time.
 """
@@ -161,6 +162,29 @@ def run_gantt(dag_id: ReadableDag, run_id: RunId = None, machine_page: MachinePa
     if view.selected is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"DAG {dag_id} has no recorded runs yet")
     return Response(run_gantt_svg(view.selected, machine_page).svg, media_type=SVG)
+
+
+@router.get("/platform", response_class=HTMLResponse)
+def platform_page(request: Request, user: UserDep, machine_page: MachinePage = 0) -> HTMLResponse:
+    """The last window of many DAG runs in force: the platform's machines as one chart, and its runs."""
+    window, bars = queries.platform_window(user)
+    chart = gantt_svg(bars, machine_page)
+    path = f"{base_path(request)}/platform"
+    return HTMLResponse(
+        render(
+            "platform.html",
+            **common(request, user),
+            window=window,
+            gantt=chart,
+            gantt_svg=trusted_svg(chart.svg),
+            page_url=url_maker(path),
+        )
+    )
+
+
+@router.get("/platform/gantt.svg")
+def platform_gantt(user: UserDep, machine_page: MachinePage = 0) -> Response:
+    return Response(gantt_svg(queries.platform_window(user)[1], machine_page).svg, media_type=SVG)
 
 
 @router.get("/traces", response_class=HTMLResponse)

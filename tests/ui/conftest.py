@@ -33,10 +33,14 @@ from typing import Any
 import httpx
 import pytest
 
+from agora_optimizer.cli.window import platform_plan, way_summary
+from agora_optimizer.cli.window import window_document as platform_window_document
 from agora_optimizer.io.catalog_file import load_catalog
+from agora_optimizer.model.catalog import Catalog
 from agora_optimizer.model.plan import Assignment, Objective, Plan, SolverInfo
 from agora_optimizer.model.workflow import Edge, Task, Workflow
 from agora_optimizer.planning.optimize import optimize
+from agora_optimizer.planning.window import WindowRun, cost_lower_bound, plan_first_come, plan_jointly
 from agora_optimizer.plans.store import PlanStore, plan_version
 from agora_optimizer.runs.record import Repair, RunRecord, RunTask
 from agora_optimizer.runs.store import RunStore
@@ -267,6 +271,36 @@ def example_run_records(plan: Plan, version: str) -> list[RunRecord]:
     return records
 
 
+WINDOW_START = "2026-12-03T00:00:00+00:00"
+
+
+def window_document(catalog: Catalog) -> dict[str, Any]:
+    """A window in force (as ``agora optimize --dags ... --apply`` keeps it): a run of the example DAG and,
+    ten minutes later, one of agora_other, planned together by the real planner."""
+    other = Workflow.create(OTHER, [Task("first", 120.0, 1, GIB, "x"), Task("second", 60.0, 1, GIB, "x")],
+                            [Edge("first", "second")])  # fmt: skip
+    runs = [
+        WindowRun(f"{EXAMPLE}@{WINDOW_START}", example_workflow(), 0.0, 3600.0),
+        WindowRun(f"{OTHER}@2026-12-03T00:10:00+00:00", other, 600.0, None),
+    ]
+    joint = plan_jointly(runs, catalog, 2.0)
+    rows = [
+        {"run": p.run.name, "dag_id": p.run.name.split("@")[0], "run_after": p.run.name.split("@")[1],
+         "offset_s": p.run.offset_s, "deadline_s": p.run.deadline_s, "deadline_source": "test",
+         "makespan_s": p.makespan_s, "cost_usd": p.cost_usd, "on_time": p.on_time}
+        for p in joint.plans
+    ]  # fmt: skip
+    summary = {
+        "window": {"start": WINDOW_START, "length_s": 86400.0},
+        "catalog": str(AWS_CATALOG),
+        "runs": rows,
+        "cost_lower_bound_usd": cost_lower_bound(runs, catalog),
+        "ways": {s.method: way_summary(s, catalog) for s in (joint, plan_first_come(runs, catalog, 2.0))},
+    }
+    picture, dag_of = platform_plan(joint, catalog, str(AWS_CATALOG), 0.0)
+    return platform_window_document(summary, picture, dag_of)
+
+
 def write_data(root: Path) -> dict[str, str]:
     """Plans, traces and DAG files under ``root``; the [agora] settings that point at them."""
     dags = root / "dags"
@@ -282,6 +316,7 @@ def write_data(root: Path) -> dict[str, str]:
     plans.save(OTHER, html_plan())
     plans.save(BIG, big_plan())
     plans.save(UNICODE, replace(html_plan(), workflow=UNICODE))
+    plans.save_window(window_document(catalog))
     plans.current_path(CORRUPT).parent.mkdir()
     plans.current_path(CORRUPT).write_text('{"format": "agora-plan/1", "assignments": [', encoding="utf-8")
     store_url = f"sqlite:///{root / 'traces.db'}"

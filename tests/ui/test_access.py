@@ -338,3 +338,26 @@ def test_an_editor_puts_a_point_of_the_pareto_front_in_force(agora_ui: AgoraUi, 
     finally:
         store.save(EXAMPLE, load_plan(original))  # the other tests' plan back, byte for byte
     assert store.current_path(EXAMPLE).read_bytes() == original.read_bytes()
+
+
+def test_the_platforms_window_shows_each_user_the_runs_of_the_dags_they_may_read(agora_ui: AgoraUi) -> None:
+    whole = agora_ui.get("/api/platform", "admin").json()
+    assert [r["dag_id"] for r in whole["runs"]] == [EXAMPLE, OTHER] and whole["hidden_runs"] == 0
+    assert [r["offset_s"] for r in whole["runs"]] == [0.0, 600.0] and whole["runs"][0]["deadline_s"] == 3600.0
+    assert set(whole["ways"]) == {"joint", "first come"} and whole["machines"] >= 1
+    assert whole["ways"]["joint"]["cost_usd"] >= whole["cost_lower_bound_usd"] - 1e-9
+    assert whole["ways"]["joint"]["cost_usd"] == pytest.approx(sum(r["cost_usd"] for r in whole["runs"]))
+    page = agora_ui.get("/platform", "admin")
+    assert page.status_code == 200 and 'id="gantt"' in page.text and 'id="ways"' in page.text
+    assert f'data-run="{EXAMPLE}@' in page.text and f'data-run="{OTHER}@' in page.text
+    chart = agora_ui.get("/platform/gantt.svg", "admin")
+    assert chart.headers["content-type"] == "image/svg+xml" and OTHER in chart.text
+    ET.fromstring(chart.text)
+    assert 'id="platform-link"' in agora_ui.get("/", "admin").text
+    # A reader of the example DAG alone: its run, not agora_other's, and no totals that would tell of it.
+    part = agora_ui.get("/api/platform", "reader").json()
+    assert [r["dag_id"] for r in part["runs"]] == [EXAMPLE] and part["hidden_runs"] == 1 and part["ways"] == {}
+    assert part["machines"] <= whole["machines"]
+    hidden = agora_ui.get("/platform/gantt.svg", "reader").text
+    assert OTHER not in hidden and EXAMPLE in hidden
+    assert "1 more runs of DAGs you may not read" in agora_ui.get("/platform", "reader").text
