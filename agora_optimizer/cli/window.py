@@ -27,7 +27,7 @@ from agora_optimizer.errors import AgoraError
 from agora_optimizer.model.catalog import Catalog
 from agora_optimizer.model.plan import Assignment, Objective, Plan
 from agora_optimizer.model.workflow import Workflow
-from agora_optimizer.planning.window import RunPlan, WindowRun, WindowSchedule
+from agora_optimizer.planning.window import RunPlan, UnplannableWindowError, WindowRun, WindowSchedule
 
 JOINT_SHARE = 0.6  # of the time limit; the rest plans each run alone, for the report
 
@@ -109,7 +109,10 @@ def plan_window(
     left = max(time_limit_s - (time.perf_counter() - started), 1.0)
     joint = plan_jointly(runs, catalog, left * JOINT_SHARE)
     first_come = plan_first_come(runs, catalog, left * (1 - JOINT_SHARE) / 4)
-    alone = None if impossible else plan_each_alone(runs, catalog, left * (1 - JOINT_SHARE) * 3 / 4, catalog_label)
+    try:  # the report's third way; none where a run's deadline cannot be met even alone
+        alone = None if impossible else plan_each_alone(runs, catalog, left * (1 - JOINT_SHARE) * 3 / 4)
+    except UnplannableWindowError:
+        alone = None
     out_dir.mkdir(parents=True, exist_ok=True)
     by_name = {item.dag_id + "@" + item.run_after.isoformat(): item for item in scheduled}
     rows: list[dict[str, Any]] = []

@@ -24,16 +24,13 @@ from agora_optimizer.planning.timeline import MachineTimeline, SkippingTimeline
 INSERTION_WINDOW = 48  # with pruned candidates (very large workflows), gaps are searched this far back
 
 
-@dataclass(eq=False)
-class PlannedMachine:
-    """A machine of the schedule being built: its type, its usage over time and its lease so far."""
+class GrowingLease:
+    """A machine's lease as tasks are added to it (``resource``, ``lease_start_s``: None before its first
+    task, ``lease_end_s``): what it becomes, and what that adds to its cost."""
 
-    id: str
     resource: Resource
-    timeline: MachineTimeline
-    lease_start_s: float | None = None
-    lease_end_s: float = 0.0
-    tasks: list[str] = field(default_factory=list)
+    lease_start_s: float | None
+    lease_end_s: float
 
     def lease_after(self, start_s: float, end_s: float) -> tuple[float, float]:
         """Its lease once it also holds a task over [start_s, end_s) (a lease begins with the boot)."""
@@ -46,6 +43,18 @@ class PlannedMachine:
         first, last = self.lease_after(start_s, end_s)
         old = 0.0 if self.lease_start_s is None else self.resource.lease_cost_usd(self.lease_end_s - self.lease_start_s)
         return self.resource.lease_cost_usd(last - first) - old
+
+
+@dataclass(eq=False)
+class PlannedMachine(GrowingLease):
+    """A machine of the schedule being built: its type, its usage over time and its lease so far."""
+
+    id: str
+    resource: Resource
+    timeline: MachineTimeline
+    lease_start_s: float | None = None
+    lease_end_s: float = 0.0
+    tasks: list[str] = field(default_factory=list)
 
 
 class TypePools:

@@ -46,7 +46,7 @@ from agora_optimizer.model.plan import Assignment, Plan, machine_type
 from agora_optimizer.model.workflow import Task, Workflow, parents_first
 from agora_optimizer.planning.arrivals import Arrivals
 from agora_optimizer.planning.bounds import fastest_runtime_s
-from agora_optimizer.planning.list_schedule import upward_ranks
+from agora_optimizer.planning.list_schedule import GrowingLease, upward_ranks
 from agora_optimizer.planning.problem import Bounds, Problem
 from agora_optimizer.planning.timeline import SkippingTimeline
 
@@ -115,7 +115,7 @@ class Replan:
 
 
 @dataclass(eq=False)
-class _Machine:
+class _Machine(GrowingLease):
     """One machine of the re-planned run.
 
     ``leased``: its lease began before now, so no new lease waits for it; ``floor_s`` is the
@@ -130,17 +130,6 @@ class _Machine:
     leased: bool
     lease_start_s: float | None = None
     lease_end_s: float = 0.0
-
-    def lease_after(self, start_s: float, end_s: float) -> tuple[float, float]:
-        boot = self.resource.boot_s  # a lease begins with the boot before its first task
-        if self.lease_start_s is None:
-            return start_s - boot, end_s
-        return min(self.lease_start_s, start_s - boot), max(self.lease_end_s, end_s)
-
-    def added_cost_usd(self, start_s: float, end_s: float) -> float:
-        first, last = self.lease_after(start_s, end_s)
-        old = 0.0 if self.lease_start_s is None else self.resource.lease_cost_usd(self.lease_end_s - self.lease_start_s)
-        return self.resource.lease_cost_usd(last - first) - old
 
     def take(self, start_s: float, end_s: float, cores: int, memory_bytes: int) -> None:
         self.timeline.add(start_s, end_s, cores, memory_bytes)

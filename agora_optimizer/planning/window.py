@@ -45,6 +45,7 @@ SEPARATOR = "/"  # merged task ids: RUN/TASK
 MIN_BETA = 0.05
 BISECTIONS = 6
 NEIGHBOURHOOD = 3  # runs planned again together by one step of the joint search
+ALONE_SHARE = 0.35  # of the time limit: each run's own plan from the portfolio, the first choice where it fits
 TIME_TOLERANCE_S = 1e-6
 
 
@@ -279,10 +280,12 @@ def plan_jointly(
     budget = TimeBudget(time_limit_s)
     window = _Window(runs, catalog)
     names = [run.name for run in runs]
-    # Starting points: the runs one by one in the order they start, and in the order of their deadlines.
-    by_start = _first_come(window, names, budget.share(4))
+    # Starting points: the runs one by one in the order they start, and in the order of their deadlines,
+    # each with its own plan from the portfolio where that fits beside the runs before it.
+    alone = _portfolio_plans(runs, catalog, TimeBudget(budget.remaining_s() * ALONE_SHARE))
+    by_start = _first_come(window, names, budget.share(4), preferred=alone)
     due = {r.name: r.offset_s + (r.deadline_s if r.deadline_s is not None else math.inf) for r in runs}
-    by_deadline = _first_come(window, names, budget.share(3), key=lambda n: due[n])
+    by_deadline = _first_come(window, names, budget.share(3), key=lambda n: due[n], preferred=alone)
     best = by_deadline if _better(by_deadline, by_start) else by_start
     # Large-neighbourhood search: take out a few runs that overlap in time, plan them again one by one in
     # a random order on what the others leave, keep the window where it is cheaper (on time first).
@@ -310,27 +313,40 @@ def plan_jointly(
 
 
 def plan_first_come(runs: Sequence[WindowRun], catalog: Catalog, time_limit_s: float = 60.0) -> WindowSchedule:
-    """Each run alone, in the order the runs start, on what the runs before it left."""
-    check_runs(runs, catalog)
-    window = _Window(runs, catalog)
-    return _first_come(window, [run.name for run in runs], TimeBudget(time_limit_s))
-
-
-def plan_each_alone(
-    runs: Sequence[WindowRun], catalog: Catalog, time_limit_s: float = 60.0, catalog_label: str = "catalog"
-) -> WindowSchedule:
-    """Each run planned alone on the whole catalog with agora's portfolio (``agora optimize``), its time
-    limit shared out; together the plans may exceed a type's count (:func:`over_counts`)."""
-    from agora_optimizer.planning.optimize import optimize
-
+    """Each run alone, in the order the runs start, on what the runs before it left: its own plan from the
+    portfolio where that fits, else the deadline-aware search on what is left."""
     check_runs(runs, catalog)
     budget = TimeBudget(time_limit_s)
-    plans = []
+    window = _Window(runs, catalog)
+    alone = _portfolio_plans(runs, catalog, TimeBudget(time_limit_s * ALONE_SHARE))
+    return _first_come(window, [run.name for run in runs], budget, preferred=alone)
+
+
+def plan_each_alone(runs: Sequence[WindowRun], catalog: Catalog, time_limit_s: float = 60.0) -> WindowSchedule:
+    """Each run planned alone on the whole catalog with agora's portfolio (``agora optimize``), its time
+    limit shared out; together the plans may exceed a type's count (:func:`over_counts`). A run whose
+    deadline the portfolio cannot meet is refused (:class:`UnplannableWindowError`, naming it)."""
+    check_runs(runs, catalog)
+    plans = _portfolio_plans(runs, catalog, TimeBudget(time_limit_s))
+    missing = [run.name for run in runs if run.name not in plans]
+    if missing:
+        raise UnplannableWindowError(f"no plan alone meets the deadline of DAG run(s) {', '.join(missing)}")
+    return WindowSchedule("each alone", tuple(plans[run.name] for run in runs))
+
+
+def _portfolio_plans(runs: Sequence[WindowRun], catalog: Catalog, budget: TimeBudget) -> dict[str, RunPlan]:
+    """Each run's plan alone on the whole catalog from the portfolio, where one meets its deadline."""
+    from agora_optimizer.planning.optimize import optimize
+
+    plans = {}
     for i, run in enumerate(runs):
         objective = Objective(kind="cost", deadline_s=run.deadline_s)
-        plan = optimize(run.workflow, catalog, objective, catalog_label, budget.remaining_s() / (len(runs) - i))
-        plans.append(RunPlan(run, plan.assignments, plan.makespan_s, plan.cost_usd))
-    return WindowSchedule("each alone", tuple(plans))
+        try:
+            plan = optimize(run.workflow, catalog, objective, "catalog", budget.remaining_s() / (len(runs) - i))
+        except AgoraError:  # its deadline cannot be met alone: the window's search tries all the same
+            continue
+        plans[run.name] = RunPlan(run, plan.assignments, plan.makespan_s, plan.cost_usd)
+    return plans
 
 
 def plans_of(schedule: WindowSchedule) -> dict[str, RunPlan]:
@@ -338,17 +354,39 @@ def plans_of(schedule: WindowSchedule) -> dict[str, RunPlan]:
 
 
 def _first_come(
-    window: _Window, names: Sequence[str], budget: TimeBudget, key: Callable[[str], float] | None = None
+    window: _Window,
+    names: Sequence[str],
+    budget: TimeBudget,
+    key: Callable[[str], float] | None = None,
+    preferred: Mapping[str, RunPlan] | None = None,
 ) -> WindowSchedule:
-    """The runs one by one (in the order they start, or of ``key``), each on what those before it left."""
+    """The runs one by one (in the order they start, or of ``key``), each on what those before it left:
+    its ``preferred`` plan where its leases fit there, else the deadline-aware search."""
     ledger = CountLedger(window.catalog)
     plans: dict[str, RunPlan] = {}
     order_key = key or (lambda n: window.runs[n].offset_s)
     ordered = sorted(names, key=lambda n: (order_key(n), names.index(n)))
     for i, name in enumerate(ordered):
+        own = (preferred or {}).get(name)
+        fitted = None if own is None else _fitted(ledger, own, window.catalog)
+        if own is not None and fitted is not None:
+            plans[name], ledger = own, fitted
+            continue
         planned, ledger = window.search([name], ledger, budget.share(len(ordered) - i))
         plans[name] = planned[name]
     return WindowSchedule("first come", tuple(plans[n] for n in names))
+
+
+def _fitted(ledger: CountLedger, plan: RunPlan, catalog: Catalog) -> CountLedger | None:
+    """The ledger with ``plan``'s leases too, or None where one of them would exceed its type's count."""
+    twin = ledger.copy()
+    shift = plan.run.offset_s
+    for lease in leases(plan.assignments, catalog):
+        if not twin.fits(lease.resource.name, lease.start_s + shift, lease.end_s + shift):
+            return None
+        twin.place(lease.resource.name, f"{plan.run.name}{SEPARATOR}{lease.machine}", lease.start_s + shift,
+                   lease.end_s + shift)  # fmt: skip
+    return twin
 
 
 def _enter(ledger: CountLedger, plan: RunPlan, catalog: Catalog) -> None:

@@ -121,6 +121,9 @@ def test_the_nightly_dags_runs_are_planned_together_within_the_counts_and_put_in
     assert summary["ways"]["joint"]["over_counts"] == {}
     assert summary["ways"]["joint"]["cost_usd"] >= summary["cost_lower_bound_usd"] - 1e-9
     assert (tmp_path / "day.png").stat().st_size > 0
+    kept = json.loads((tmp_path / "plans" / "@platform" / "window.json").read_text())  # for the agora view
+    assert kept["format"] == "agora-window/1" and kept["runs"] == summary["runs"]
+    assert {m["dag_id"] for m in kept["machines"]} == {"nightly_a", "nightly_b"}
     for dag_id in ("nightly_a", "nightly_b"):  # in force: the plan store's current plan of each DAG
         current = json.loads((tmp_path / "plans" / dag_id / "current.json").read_text())
         assert current["objective"]["deadline_s"] == runs[dag_id]["deadline_s"]
