@@ -24,7 +24,7 @@ BASE = """<!doctype html>
 <script src="{{ base }}/assets/agora.js" defer></script>
 </head>
 <body>
-<nav><a href="{{ base }}/">Plans</a><a href="{{ base }}/traces">Traces</a>
+<nav><a href="{{ base }}/">Plans</a><a href="{{ base }}/platform">Platform</a><a href="{{ base }}/traces">Traces</a>
 <span class="muted">signed in as {{ user_name }}</span></nav>
 {% block body %}{% endblock %}
 </body>

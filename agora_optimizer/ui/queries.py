@@ -247,7 +247,7 @@ def platform_window(user: User) -> tuple[schemas.PlatformWindow, list[Assignment
         created_at=document["created_at"],
         start=document["window"]["start"],
         length_s=document["window"]["length_s"],
-        catalog=document["catalog"],
+        catalog=Path(str(document["catalog"])).name,  # the file, not the server's directories
         runs=shown,
         hidden_runs=len(runs) - len(shown),
         machines=len({a.machine for a in bars}),

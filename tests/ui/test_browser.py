@@ -131,6 +131,15 @@ def test_log_in_open_agora_from_the_navigation_and_reoptimize_the_example_dag(ag
         view.locator("table#traces").wait_for()
         assert view.locator("table#traces img").count() == 0 and view.locator("table#traces b").count() == 0
         page.screenshot(path=str(folder / "agora-ui-traces.png"), full_page=True)
+
+        view.get_by_role("link", name="Platform", exact=True).click()  # the window of many DAG runs in force
+        platform = view.locator("svg#gantt")
+        platform.wait_for()
+        drawn = platform.inner_html()  # each bar titled with its run and task: both DAGs' runs are drawn
+        assert platform.locator("rect.task").count() >= 2 and f"{EXAMPLE}@" in drawn and f"{OTHER}@" in drawn
+        assert view.locator("table#window-runs tr[data-run]").count() == 2
+        assert view.locator("table#ways tr[data-way]").count() == 2
+        page.screenshot(path=str(folder / "agora-ui-platform.png"), full_page=True)
         assert dialogs == []  # no script from a name ever ran
     except Exception:
         page.screenshot(path=str(folder / "agora-ui-failure.png"), full_page=True)
