@@ -38,6 +38,7 @@ sys.path.insert(0, str(ROOT))
 def plan_case(workflow_path: str, catalog_path: str, factors: list[float], args: argparse.Namespace) -> dict[str, Any]:
     from agora_optimizer.engines.deadline_list import DeadlineListEngine
     from agora_optimizer.engines.portfolio import default_stages
+    from agora_optimizer.errors import InfeasibleObjectiveError
     from agora_optimizer.io.catalog_file import load_catalog
     from agora_optimizer.io.wfformat import load_workflow
     from agora_optimizer.model.plan import Objective
@@ -58,9 +59,14 @@ def plan_case(workflow_path: str, catalog_path: str, factors: list[float], args:
         variants = [("agora", None), *([("without-deadline-list", without)] if args.compare else [])]
         for name, stages in variants:
             began = time.perf_counter()
-            plan = optimize(
-                workflow, catalog, Objective(kind="cost", deadline_s=deadline), catalog_path, args.time_limit_s, stages
-            )
+            goal = Objective(kind="cost", deadline_s=deadline)
+            try:
+                plan = optimize(workflow, catalog, goal, catalog_path, args.time_limit_s, stages)
+            except InfeasibleObjectiveError as exc:  # no plan within the deadline found in the time limit
+                wall_s = round(time.perf_counter() - began, 1)
+                row[name] = {"cost_usd": None, "makespan_s": None, "ratio": None, "met": False, "method": "none",
+                             "wall_s": wall_s, "violations": 0, "error": str(exc)}  # fmt: skip
+                continue
             wall = time.perf_counter() - began
             violations = validate_plan(plan, workflow, catalog)
             row[name] = {
@@ -129,6 +135,9 @@ def write_markdown(results: list[dict[str, Any]], args: argparse.Namespace, out:
             cells = []
             for v in variants:
                 r = row[v]
+                if r["cost_usd"] is None:
+                    cells.append(f"no plan within the deadline in {r['wall_s']} s ({r['error'].split('; ')[-1]})")
+                    continue
                 late = "" if r["met"] else " LATE"
                 bad = f" {r['violations']} VIOLATIONS" if r["violations"] else ""
                 cells.append(f"{r['cost_usd']:.4f}, {r['ratio']:.3f}, {r['method']}, {r['wall_s']}{late}{bad}")
@@ -180,17 +189,12 @@ def main() -> int:
                 result = json.loads(done.stdout.strip().splitlines()[-1])
                 results.append(result)
                 for row in result["rows"]:
-                    agora = row["agora"]
-                    print(
-                        f"{catalog} {workflow.stem} x{row['factor']}: cost/bound {agora['ratio']:.3f} "
-                        f"({agora['method']}, met {agora['met']})"
-                        + (
-                            f", without deadline-list {row['without-deadline-list']['ratio']:.3f}"
-                            if args.compare
-                            else ""
-                        ),
-                        flush=True,
-                    )
+                    shown = [f"{catalog} {workflow.stem} x{row['factor']}:"]
+                    for variant in ("agora", *(["without-deadline-list"] if args.compare else [])):
+                        r = row[variant]
+                        ratio = "no plan within the deadline" if r["ratio"] is None else f"{r['ratio']:.3f}"
+                        shown.append(f"{variant} cost/bound {ratio} ({r['method']}, met {r['met']})")
+                    print(" ".join(shown), flush=True)
     out = ROOT / args.out
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
