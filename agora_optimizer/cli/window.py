@@ -99,11 +99,13 @@ def plan_window(
         workflows[dag_id], origin = predicted_dag_workflow(dag_id, catalog, dag_folder, store, model)
         say(f"agora: {dag_id}: predictions: {origin}", err=True)
     runs: list[WindowRun] = []
+    by_name = {}  # each run's name: its scheduled run
     for item in scheduled:
         name = f"{item.dag_id}@{item.run_after.isoformat()}"
         if item.deadline_s is None and item.deadline_source:
             say(f"agora: {name}: no deadline: {item.deadline_source}", err=True)
         runs.append(WindowRun(name, workflows[item.dag_id], item.offset_s, item.deadline_s))
+        by_name[name] = item
     bounds = {r.name: makespan_lower_bound_s(r.workflow, catalog) for r in runs}
     impossible = {r.name for r in runs if r.deadline_s is not None and r.deadline_s < bounds[r.name] - 1e-6}
     left = max(time_limit_s - (time.perf_counter() - started), 1.0)
@@ -114,14 +116,13 @@ def plan_window(
     except UnplannableWindowError:
         alone = None
     out_dir.mkdir(parents=True, exist_ok=True)
-    by_name = {item.dag_id + "@" + item.run_after.isoformat(): item for item in scheduled}
-    rows: list[dict[str, Any]] = []
-    for plan in joint.plans:
-        document = _plan_document(plan, catalog, catalog_label, started)
-        path = out_dir / f"{_file_name(plan.run.name)}.plan.json"
-        from agora_optimizer.io.plan_file import write_plan
+    from agora_optimizer.io.plan_file import write_plan
 
-        write_plan(document, path)
+    rows: list[dict[str, Any]] = []
+    documents = {plan.run.name: _plan_document(plan, catalog, catalog_label, started) for plan in joint.plans}
+    for plan in joint.plans:
+        path = out_dir / f"{_file_name(plan.run.name)}.plan.json"
+        write_plan(documents[plan.run.name], path)
         item = by_name[plan.run.name]
         rows.append(
             {
@@ -146,11 +147,12 @@ def plan_window(
         "ways": {way.method: way_summary(way, catalog) for way in (joint, first_come, alone) if way is not None},
     }
     (out_dir / "window.json").write_text(json.dumps(summary, indent=1) + "\n")
+    if gantt is not None or apply:  # the platform's machines: drawn, and kept for the agora view
+        picture, dag_of = platform_plan(joint, catalog, catalog_label, started)
     if gantt is not None:
         from agora_optimizer.gantt import draw_gantt
 
-        merged, categories = platform_plan(joint, catalog, catalog_label, started)
-        draw_gantt(merged, gantt, categories)
+        draw_gantt(picture, gantt, dag_of)
     late = [r for r in rows if not r["on_time"]]
     if late:
         reasons = []
@@ -166,13 +168,10 @@ def plan_window(
         from agora_optimizer.cli.plans import plan_store
 
         store_ = plan_store(plan_dir)
-        picture, dag_of = platform_plan(joint, catalog, catalog_label, started)
         store_.save_window(window_document(summary, picture, dag_of))
         for plan in joint.plans:
             dag_id = by_name[plan.run.name].dag_id
-            stored = store_.save(
-                dag_id, _plan_document(plan, catalog, catalog_label, started), workflow=workflows[dag_id]
-            )
+            stored = store_.save(dag_id, documents[plan.run.name], workflow=workflows[dag_id])
             say(f"agora: plan in force for {stored.dag_id} ({stored.path})", err=True)
     return summary
 

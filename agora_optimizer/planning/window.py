@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
 
@@ -93,7 +93,12 @@ class WindowSchedule:
         return [plan.run.name for plan in self.plans if not plan.on_time]
 
     def lateness_s(self) -> float:
-        return sum(max(p.makespan_s - (p.run.deadline_s or math.inf), 0.0) for p in self.plans)
+        return lateness_s(self.plans)
+
+
+def lateness_s(plans: Iterable[RunPlan]) -> float:
+    """How long, in all, the runs end after their deadlines."""
+    return sum(max(p.makespan_s - (p.run.deadline_s or math.inf), 0.0) for p in plans)
 
 
 def check_runs(runs: Sequence[WindowRun], catalog: Catalog) -> None:
@@ -123,9 +128,8 @@ def count_peaks(plans: Sequence[RunPlan], catalog: Catalog) -> dict[str, tuple[i
     (in the window) at which that many are. Above the count, the plans cannot all run as planned."""
     events: dict[str, list[tuple[float, int]]] = {}
     for plan in plans:
-        for lease in leases(plan.assignments, catalog):
-            shift = plan.run.offset_s
-            events.setdefault(lease.resource.name, []).extend([(lease.start_s + shift, 1), (lease.end_s + shift, -1)])
+        for resource, _, start, end in _window_leases(plan, catalog):
+            events.setdefault(resource, []).extend([(start, 1), (end, -1)])
     peaks: dict[str, tuple[int, float]] = {}
     for name, steps in events.items():
         running, peak = 0, (0, 0.0)
@@ -237,8 +241,7 @@ class _Window:
             filled = ledger.copy()
             with budget:
                 plans = self.schedule(names, trial, filled, shared_cost)
-            key = (sum(max(p.makespan_s - (p.run.deadline_s or math.inf), 0.0) for p in plans.values()),
-                   sum(p.cost_usd for p in plans.values()))  # fmt: skip
+            key = (lateness_s(plans.values()), sum(p.cost_usd for p in plans.values()))
             if best is None or key < best[0]:
                 best = (key, plans, filled)
             return plans
@@ -380,20 +383,25 @@ def _first_come(
 def _fitted(ledger: CountLedger, plan: RunPlan, catalog: Catalog) -> CountLedger | None:
     """The ledger with ``plan``'s leases too, or None where one of them would exceed its type's count."""
     twin = ledger.copy()
-    shift = plan.run.offset_s
-    for lease in leases(plan.assignments, catalog):
-        if not twin.fits(lease.resource.name, lease.start_s + shift, lease.end_s + shift):
+    for resource, machine, start, end in _window_leases(plan, catalog):
+        if not twin.fits(resource, start, end):
             return None
-        twin.place(lease.resource.name, f"{plan.run.name}{SEPARATOR}{lease.machine}", lease.start_s + shift,
-                   lease.end_s + shift)  # fmt: skip
+        twin.place(resource, machine, start, end)
     return twin
 
 
 def _enter(ledger: CountLedger, plan: RunPlan, catalog: Catalog) -> None:
-    for lease in leases(plan.assignments, catalog):
-        shift = plan.run.offset_s
-        ledger.place(lease.resource.name, f"{plan.run.name}{SEPARATOR}{lease.machine}", lease.start_s + shift,
-                     lease.end_s + shift)  # fmt: skip
+    for resource, machine, start, end in _window_leases(plan, catalog):
+        ledger.place(resource, machine, start, end)
+
+
+def _window_leases(plan: RunPlan, catalog: Catalog) -> list[tuple[str, str, float, float]]:
+    """The run's leases in the window's time: (type, ``RUN/TYPE#N`` as the ledger names it, start, end)."""
+    shift = plan.run.offset_s
+    return [
+        (lease.resource.name, f"{plan.run.name}{SEPARATOR}{lease.machine}", lease.start_s + shift, lease.end_s + shift)
+        for lease in leases(plan.assignments, catalog)
+    ]
 
 
 def _better(a: WindowSchedule, b: WindowSchedule, margin: float = 0.0) -> bool:
