@@ -21,6 +21,7 @@ from agora_optimizer.model.workflow import Task
 from agora_optimizer.planning.list_schedule import PlannedMachine, TypePools
 
 TIME_TOLERANCE_S = 1e-6
+SEPARATOR = "/"  # RUN/TASK in the window's workflow, RUN/TYPE#N in the ledger
 
 
 class _Profile:
@@ -170,4 +171,4 @@ class RunPools(TypePools):
 
     def key(self, task: Task, machine: PlannedMachine) -> str:
         """The machine's name in the ledger: ``RUN/TYPE#N`` (a ledger may hold other pools' runs)."""
-        return f"{self.run_of[task.id]}/{machine.id}"
+        return f"{self.run_of[task.id]}{SEPARATOR}{machine.id}"

@@ -38,10 +38,9 @@ from agora_optimizer.planning.bounds import cost_lower_bound_usd, fastest_runtim
 from agora_optimizer.planning.leases import cost_usd, leases, makespan_s
 from agora_optimizer.planning.list_schedule import list_schedule, upward_ranks
 from agora_optimizer.planning.problem import written_assignments
-from agora_optimizer.planning.shared_counts import CountLedger, RunPools
+from agora_optimizer.planning.shared_counts import SEPARATOR, CountLedger, RunPools
 from agora_optimizer.planning.time_budget import TimeBudget
 
-SEPARATOR = "/"  # merged task ids: RUN/TASK
 MIN_BETA = 0.05
 BISECTIONS = 6
 NEIGHBOURHOOD = 3  # runs planned again together by one step of the joint search
