@@ -4,6 +4,11 @@ Runs the memory-aware, cost-aware list scheduler of
 :mod:`agora_optimizer.planning.list_schedule` for the objective's own weight first,
 then for the other weights of :data:`SWEEP_ALPHAS` while the time limit allows, and
 keeps the schedule that ranks best (within the limits first, then by score).
+
+Under a deadline with no timely schedule yet (no warm start, or a late one), the fastest weight
+(1: makespan alone) comes first instead: on a large workflow the time limit may afford one
+schedule, and a plan that meets the deadline at a higher cost beats none at all (the cost objective's
+own weight, 0, is late under any deadline that matters).
 """
 
 from __future__ import annotations
@@ -18,12 +23,14 @@ LARGE_WORKFLOW_TASKS = 4000  # beyond it, each task tries only the first-idle ma
 SWEEP_ALPHAS = (1.0, 0.95, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.05, 0.0)
 
 
-def sweep_order(objective: Objective) -> list[float]:
-    """The objective's own weight first, then the rest; time alone needs no sweep."""
-    first = {"time": 1.0, "cost": 0.0, "balanced": objective.alpha}[objective.kind]
+def sweep_order(objective: Objective, fastest_first: bool = False) -> list[float]:
+    """The objective's own weight first (the fastest first when ``fastest_first``), then the rest;
+    time alone needs no sweep."""
+    own = {"time": 1.0, "cost": 0.0, "balanced": objective.alpha}[objective.kind]
     if objective.kind == "time" and objective.budget_usd is None:
-        return [first]
-    return [first, *(a for a in SWEEP_ALPHAS if a != first)]
+        return [own]
+    first = 1.0 if fastest_first else own
+    return [first, *dict.fromkeys(a for a in (own, *SWEEP_ALPHAS) if a != first)]
 
 
 class ListSchedulingEngine(Engine):
@@ -34,7 +41,10 @@ class ListSchedulingEngine(Engine):
     ) -> EngineResult | None:
         budget = TimeBudget(time_limit_s)
         best: tuple[tuple[float, float, float], list[Assignment]] | None = None
-        for alpha in sweep_order(problem.objective):
+        late = problem.objective.deadline_s is not None and (
+            warm_start is None or problem.excess(*problem.evaluate(warm_start.assignments)) > 0
+        )
+        for alpha in sweep_order(problem.objective, fastest_first=late):
             if best is not None and not budget.affords():
                 break
             with budget:

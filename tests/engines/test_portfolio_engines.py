@@ -107,6 +107,26 @@ def test_sweep_order_starts_with_the_objectives_own_weight() -> None:
     assert sweep_order(Objective(kind="cost"))[0] == 0.0
     balanced = sweep_order(Objective(kind="balanced", alpha=0.33))
     assert balanced[0] == 0.33 and len(balanced) == len(set(balanced))
+    late = sweep_order(Objective(kind="cost", deadline_s=100.0), fastest_first=True)
+    assert late[:2] == [1.0, 0.0] and sorted(late) == sorted(sweep_order(Objective(kind="cost")))
+
+
+def test_under_a_deadline_without_a_timely_plan_the_first_schedule_is_the_fastest() -> None:
+    # A time limit that affords one schedule: with a late warm start (or none) that one is the
+    # fastest (it meets a deadline the cost objective's own weight misses); with a timely warm
+    # start the sweep keeps the objective's own weight first.
+    workflow = load_workflow(BUNDLED / "blast-chameleon-small-001.json")
+    fastest = ListSchedulingEngine().solve(Problem.create(workflow, AWS, Objective(kind="time")), 0.0)
+    assert fastest is not None
+    deadline = max(a.end_s for a in fastest.assignments)
+    problem = Problem.create(workflow, AWS, Objective(kind="cost", deadline_s=deadline))
+    late = OneTypeDefaultEngine().solve(problem, 1.0)
+    assert late is not None and problem.excess(*problem.evaluate(late.assignments)) > 0
+    for warm in (None, late):
+        first = ListSchedulingEngine().solve(problem, 0.0, warm_start=warm)
+        assert first is not None and problem.excess(*problem.evaluate(first.assignments)) == 0
+    cheapest = ListSchedulingEngine().solve(problem, 0.0, warm_start=fastest)
+    assert cheapest is not None and problem.excess(*problem.evaluate(cheapest.assignments)) > 0
 
 
 def test_default_type_is_the_cheapest_that_fits_all() -> None:
