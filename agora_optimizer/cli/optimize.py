@@ -131,7 +131,7 @@ def optimize(
         typer.Option(
             help="Add each resource's platform latency (task ready to running, plus done to slot free) to "
             "every task's duration: its median, p90, or none. Learned from the trace store, else the "
-            "measured defaults; for airflow:DAG_ID, or a WfFormat WORKFLOW with --store (else none)."
+            "measured defaults; for airflow:DAG_ID, --dags, or a WfFormat WORKFLOW with --store (else none)."
         ),
     ] = PlatformLatencyKind.median,
     model: Annotated[
@@ -167,7 +167,7 @@ def optimize(
     started = time.perf_counter()  # the time limit counts loading and bounding too
     if dags:
         _optimize_window(dags, window, window_start, catalog, out, time_limit_s, dag_folder, store, model, apply,
-                         plan_dir, gantt, as_json)  # fmt: skip
+                         plan_dir, gantt, as_json, platform_latency.value)  # fmt: skip
         return
     with user_errors():
         if workflow is None:
@@ -243,6 +243,7 @@ def _optimize_window(
     plan_dir: Path | None,
     gantt: Path | None,
     as_json: bool,
+    platform_latency: str,
 ) -> None:
     """``--dags``: plan every run of the window together (:mod:`agora_optimizer.cli.window`)."""
     from agora_optimizer.cli.window import plan_window
@@ -254,7 +255,7 @@ def _optimize_window(
         with _stdout_to_stderr():  # Airflow logs to stdout while it parses: stdout is the command's output
             summary = plan_window(selectors, window, window_start, cat, str(catalog), out, time_limit_s,
                                   dag_folder=dag_folder, store=store, model=model, apply=apply, plan_dir=plan_dir,
-                                  gantt=gantt)  # fmt: skip
+                                  gantt=gantt, platform_latency=platform_latency)  # fmt: skip
     if as_json:
         out_console.print_json(json.dumps(summary))
         return

@@ -28,6 +28,7 @@ from agora_optimizer.model.catalog import Catalog
 from agora_optimizer.model.plan import Assignment, Objective, Plan
 from agora_optimizer.model.workflow import Workflow
 from agora_optimizer.planning.window import RunPlan, UnplannableWindowError, WindowRun, WindowSchedule
+from agora_optimizer.predict.latency import PlatformLatency
 
 JOINT_SHARE = 0.6  # of the time limit; the rest plans each run alone, for the report
 
@@ -64,6 +65,7 @@ def plan_window(
     apply: bool = False,
     plan_dir: Path | None = None,
     gantt: Path | None = None,
+    platform_latency: str = "median",
 ) -> dict[str, Any]:
     """Plan the window, write its plans and summary; the summary. Raises :class:`WindowPlanError`
     (after writing everything) when a run misses its deadline."""
@@ -71,8 +73,10 @@ def plan_window(
     from agora_optimizer.integration.window_runs import dags_without_runs, parse_window, runs_in_window, select_dags
     from agora_optimizer.planning.bounds import makespan_lower_bound_s
     from agora_optimizer.planning.window import cost_lower_bound, plan_each_alone, plan_first_come, plan_jointly
+    from agora_optimizer.predict.latency import statistic_of, with_platform_latency
 
     started = time.perf_counter()
+    statistic = statistic_of(platform_latency)
     window_s = parse_window(window)
     start = parse_start(start_text)
     if gantt is not None:
@@ -98,6 +102,8 @@ def plan_window(
     for dag_id in sorted({r.dag_id for r in scheduled}):
         workflows[dag_id], origin = predicted_dag_workflow(dag_id, catalog, dag_folder, store, model)
         say(f"agora: {dag_id}: predictions: {origin}", err=True)
+    latency = _platform_latency(statistic, store, workflows)
+    file_catalog, catalog = catalog, with_platform_latency(catalog, latency, statistic)  # each task's hold longer
     runs: list[WindowRun] = []
     by_name = {}  # each run's name: its scheduled run
     for item in scheduled:
@@ -145,6 +151,10 @@ def plan_window(
         "dags_without_runs": idle,
         "cost_lower_bound_usd": cost_lower_bound(runs, catalog),
         "ways": {way.method: way_summary(way, catalog) for way in (joint, first_come, alone) if way is not None},
+        "platform_latency": {
+            "statistic": statistic,
+            "resources": {r.name: latency.for_resource(r).as_dict(statistic) for r in file_catalog.resources},
+        },
     }
     (out_dir / "window.json").write_text(json.dumps(summary, indent=1) + "\n")
     if gantt is not None or apply:  # the platform's machines: drawn, and kept for the agora view
@@ -210,10 +220,25 @@ def way_summary(schedule: WindowSchedule, catalog: Catalog) -> dict[str, Any]:
 
 
 def _plan_document(plan: RunPlan, catalog: Catalog, catalog_label: str, started: float) -> Plan:
+    """A run's plan of the spec: the platform's latency planned in, each task's own duration written."""
     from agora_optimizer.planning.optimize import build_plan
+    from agora_optimizer.planning.problem import written_assignments
 
     objective = Objective(kind="cost", deadline_s=plan.run.deadline_s)
-    return build_plan(plan.run.workflow, catalog, objective, catalog_label, plan.assignments, "window:joint", started)
+    written = written_assignments(plan.assignments, plan.run.workflow, catalog)
+    return build_plan(plan.run.workflow, catalog, objective, catalog_label, written, "window:joint", started)
+
+
+def _platform_latency(statistic: str, store: str | None, workflows: dict[str, Workflow]) -> PlatformLatency:
+    """The latency each resource adds, learned from the trace store with every DAG's edges (the measured
+    defaults where a type has too few samples)."""
+    from agora_optimizer.integration.airflow_dag import learned_platform_latency
+
+    if statistic == "none":
+        return PlatformLatency({})
+    return learned_platform_latency(
+        store, {dag_id: [(e.parent, e.child) for e in wf.edges] for dag_id, wf in workflows.items()}
+    )
 
 
 def _file_name(run: str) -> str:

@@ -110,11 +110,23 @@ def test_the_nightly_dags_runs_are_planned_together_within_the_counts_and_put_in
     assert (
         runs["nightly_b"]["deadline_s"] == 10 * 3600.0 and "[agora] deadlines" in runs["nightly_b"]["deadline_source"]
     )
+    latency = summary["platform_latency"]  # no traces yet: the measured defaults, planned into each hold
+    assert latency["statistic"] == "median" and set(latency["resources"]) == {"fast", "slow"}
+    added = {name: kind["added_s"] for name, kind in latency["resources"].items()}
+    assert all(seconds > 0 for seconds in added.values())
+    speed = {"fast": 2.0, "slow": 1.0}
     for row in runs.values():
         plan = load_plan(row["plan"])
         assert row["on_time"] and plan.makespan_s <= row["deadline_s"]
         assert plan.objective.deadline_s == row["deadline_s"] and plan.objective.kind == "cost"
-        assert {a.task for a in plan.assignments} == {"extract", "work_0", "work_1", "work_2"}
+        placed = {a.task: a for a in plan.assignments}
+        assert set(placed) == {"extract", "work_0", "work_1", "work_2"}
+        for a in placed.values():  # each task's own run written (runtime / speed), at the end of its hold
+            runtime_s = 300 if a.task == "extract" else 600
+            assert a.end_s - a.start_s == pytest.approx(runtime_s / speed[a.resource])
+        for task in ("work_0", "work_1", "work_2"):  # the hold before a child's run: its type's latency
+            child = placed[task]
+            assert child.start_s >= placed["extract"].end_s + added[child.resource] - 1e-6
     peaks = _leases_at_once(summary)
     assert all(peaks[kind] <= {"fast": 1, "slow": 2}[kind] for kind in peaks), peaks
     assert set(summary["ways"]) == {"joint", "first come", "each alone"}
