@@ -58,6 +58,10 @@ class Stage:
     # A fast list scheduler (a few schedules, in seconds even for 30,000 tasks): while no plan meets
     # the deadline and budget, it runs even past the time limit.
     fast: bool = False
+    # It completes its first schedule whatever its time limit (list scheduling, deadline-aware list
+    # scheduling), so it needs no longer limit for one; an engine that gives up at its limit (HEFT,
+    # PEFT) gets one long enough for a whole schedule.
+    completes_one: bool = False
 
 
 @dataclass
@@ -73,8 +77,8 @@ def default_stages() -> list[Stage]:
     return [
         # First where it applies (a deadline): under a deadline it is the cheapest fast plan by far, and the
         # first engine always completes; without one it returns at once.
-        Stage(DeadlineListEngine(), share=0.3, objectives=("cost", "balanced"), fast=True),
-        Stage(ListSchedulingEngine(), share=0.25, fast=True),
+        Stage(DeadlineListEngine(), share=0.3, objectives=("cost", "balanced"), fast=True, completes_one=True),
+        Stage(ListSchedulingEngine(), share=0.25, fast=True, completes_one=True),
         Stage(HeftEngine(), share=0.3, fast=True),
         Stage(PeftEngine(), share=0.3, fast=True),
         Stage(PartitionEngine(), share=0.3, objectives=("time",)),
@@ -118,9 +122,12 @@ def run_portfolio(
         # that one schedule outran the first share, a later engine (most build whole schedules too)
         # starts only if its share is at least as long.
         budget = max(remaining * stage.share, 0.01)
-        if best is not None and not within_limits and stage.fast:
-            budget = max(budget, 1.0 + 2 * one_schedule_s)  # one whole schedule of a fast engine
-        elif best is not None and budget < one_schedule_s:
+        rescue = best is not None and not within_limits and stage.fast  # it runs: a plan beats an error
+        if rescue and not stage.completes_one:
+            # One whole schedule of a fast engine that would give up at its limit; one that completes
+            # its first schedule anyway keeps its share, lest it sweep on far past the time limit.
+            budget = max(budget, 1.0 + 2 * one_schedule_s)
+        elif best is not None and not rescue and budget < one_schedule_s:
             continue
         started = time.perf_counter()
         try:

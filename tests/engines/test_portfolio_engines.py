@@ -184,6 +184,47 @@ def test_a_stage_runs_only_for_its_objectives() -> None:
     assert first.calls == 3
 
 
+class _LateAndSlow(OneTypeDefaultEngine):
+    """A first engine whose one schedule outruns its share and misses the deadline."""
+
+    name = "late-and-slow"
+
+    def solve(self, problem, time_limit_s, warm_start=None):  # type: ignore[no-untyped-def]
+        time.sleep(0.3)
+        return super().solve(problem, time_limit_s, warm_start)
+
+
+class _Limits(ListSchedulingEngine):
+    """Records the time limit it was given; finds nothing."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name  # type: ignore[misc]
+        self.limits: list[float] = []
+
+    def solve(self, problem, time_limit_s, warm_start=None):  # type: ignore[no-untyped-def]
+        self.limits.append(time_limit_s)
+        return None
+
+
+def test_while_no_plan_is_timely_only_an_engine_that_would_give_up_gets_a_whole_schedules_time() -> None:
+    workflow = load_workflow(BUNDLED / "blast-chameleon-small-001.json")
+    default = OneTypeDefaultEngine().solve(Problem.create(workflow, AWS, Objective()), 1.0)
+    assert default is not None
+    problem = Problem.create(
+        workflow, AWS, Objective(kind="cost", deadline_s=max(a.end_s for a in default.assignments) / 2)
+    )
+    completes, gives_up = _Limits("completes"), _Limits("gives-up")
+    stages = [
+        Stage(_LateAndSlow(), 0.3, fast=True, completes_one=True),
+        Stage(completes, 0.3, fast=True, completes_one=True),
+        Stage(gives_up, 0.3, fast=True),
+    ]
+    outcome = run_portfolio(problem, 0.2, stages)
+    assert problem.excess(*problem.evaluate(outcome.best.assignments)) > 0  # nothing timely: every fast stage ran
+    assert completes.limits == [0.01]  # past the limit: it completes its one schedule without more time
+    assert gives_up.limits[0] >= 1.0 + 2 * 0.3  # one whole schedule as long as the first engine's, and more
+
+
 class _BoundOnly(ListSchedulingEngine):
     """An exact engine that ran out of time: a worse plan, but a proven bound equal to the best plan's value."""
 
