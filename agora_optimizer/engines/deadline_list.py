@@ -18,6 +18,13 @@ rule). Each place's added cost is counted at the task's share of the machine (th
 the time is there for the tasks that follow), which opens large machines that are cheap per core;
 where the tasks that follow do not fill them, counting it in full is cheaper, so the best ``beta``
 is tried that way too. The cheapest timely schedule wins; without one, the least late.
+
+The search runs first with each type's ``count`` bounding its machines over the whole schedule
+(the list scheduler's own pools), then, while the time limit allows, again with the count held at
+every instant, as the spec says (:meth:`~agora_optimizer.planning.shared_counts.RunPools.one_run`):
+a lease that has ended leaves room for another of its type, so a dear type can be leased for each
+burst of work instead of for the idle span between bursts (on hpc-36, cycles-1k at a deadline of
+1.5 x: 1.39 x the cost bound against 1.64 with the whole-schedule count, at the same ``beta``).
 """
 
 from __future__ import annotations
@@ -28,14 +35,19 @@ from agora_optimizer.model.plan import Assignment
 from agora_optimizer.planning.bounds import fastest_runtime_s
 from agora_optimizer.planning.list_schedule import list_schedule, upward_ranks
 from agora_optimizer.planning.problem import Problem
+from agora_optimizer.planning.shared_counts import RunPools
 from agora_optimizer.planning.time_budget import TimeBudget
 
 BISECTIONS = 6  # steps between the last late beta and the last timely one
+INSTANT_MACHINES_PER_TYPE = 3
 MIN_BETA = 0.05
 
 
 class DeadlineListEngine(Engine):
     name = "deadline-list"
+
+    def __init__(self, instant_counts: bool = True) -> None:
+        self.instant_counts = instant_counts  # the second search, with counts held at every instant
 
     def solve(
         self, problem: Problem, time_limit_s: float, warm_start: EngineResult | None = None
@@ -49,11 +61,15 @@ class DeadlineListEngine(Engine):
         large = len(workflow.tasks) > LARGE_WORKFLOW_TASKS
         budget = TimeBudget(time_limit_s)
         best: tuple[tuple[float, float, float], list[Assignment]] | None = None
+        per_type = 3 if large else None
 
-        def schedule(beta: float, shared_cost: bool = True) -> float:
+        def schedule(beta: float, shared_cost: bool, instant: bool) -> float:
             """Schedule for ``beta``; its makespan. Keeps the best schedule seen."""
             nonlocal best
             latest = {task_id: beta * deadline - tail for task_id, tail in tails.items()}
+            # With instant counts a type may have many machines over time: each task tries the few that
+            # fall idle first and its parents' (all of them made one schedule 10 to 25 times slower).
+            pools = RunPools.one_run(workflow, catalog, INSTANT_MACHINES_PER_TYPE) if instant else None
             with budget:
                 assignments = list_schedule(
                     workflow,
@@ -61,9 +77,10 @@ class DeadlineListEngine(Engine):
                     0.0,
                     problem.bounds.makespan_s,
                     problem.bounds.cost_usd,
-                    machines_per_type=3 if large else None,
+                    machines_per_type=per_type,
                     latest_end_s=latest,
                     shared_cost=shared_cost,
+                    pools=pools,
                 )
             makespan, cost = problem.evaluate(assignments)
             key = problem.rank(makespan, cost)
@@ -71,27 +88,33 @@ class DeadlineListEngine(Engine):
                 best = (key, assignments)
             return makespan
 
-        late_beta, timely_beta = None, None
-        beta = 1.0
-        while budget.affords() or best is None:
-            makespan = schedule(beta)
-            if makespan <= deadline + 1e-6:
-                timely_beta = beta
-                break
-            late_beta = beta
-            beta = beta * deadline / makespan * 0.99
-            if beta < MIN_BETA:
-                break
-        if timely_beta is not None and late_beta is not None:
-            for _ in range(BISECTIONS):
-                if not budget.affords():
+        def search(instant: bool) -> None:
+            """The beta search of the module's text, on pools of one kind."""
+            late_beta, timely_beta = None, None
+            beta = 1.0
+            while budget.affords() or best is None:
+                makespan = schedule(beta, True, instant)
+                if makespan <= deadline + 1e-6:
+                    timely_beta = beta
                     break
-                middle = (timely_beta + late_beta) / 2
-                if schedule(middle) <= deadline + 1e-6:
-                    timely_beta = middle
-                else:
-                    late_beta = middle
-        if timely_beta is not None and budget.affords():  # the best beta, each lease counted in full
-            schedule(timely_beta, shared_cost=False)
+                late_beta = beta
+                beta = beta * deadline / makespan * 0.99
+                if beta < MIN_BETA:
+                    break
+            if timely_beta is not None and late_beta is not None:
+                for _ in range(BISECTIONS):
+                    if not budget.affords():
+                        break
+                    middle = (timely_beta + late_beta) / 2
+                    if schedule(middle, True, instant) <= deadline + 1e-6:
+                        timely_beta = middle
+                    else:
+                        late_beta = middle
+            if timely_beta is not None and budget.affords():  # the best beta, each lease counted in full
+                schedule(timely_beta, False, instant)
+
+        search(instant=False)
+        if self.instant_counts and budget.affords():  # again with each count held at every instant: leases by burst
+            search(instant=True)
         assert best is not None
         return EngineResult(tuple(best[1]), self.name)

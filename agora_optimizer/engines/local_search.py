@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import random
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from agora_optimizer.engines.base import Engine, EngineResult
-from agora_optimizer.model.catalog import Resource
+from agora_optimizer.model.catalog import Catalog, Resource
 from agora_optimizer.model.plan import Assignment, machine_type
 from agora_optimizer.planning.problem import Problem
 from agora_optimizer.planning.retime import retime, start_order
@@ -47,6 +47,8 @@ class LocalSearchEngine(Engine):
     ) -> EngineResult | None:
         if warm_start is None or len(problem.workflow.tasks) > self.max_tasks:
             return None
+        if _leases_by_burst(warm_start.assignments, problem.catalog):
+            return None  # its moves keep a plan valid by keeping the machines of a type within its count
         search = _Search(problem, list(warm_start.assignments), TimeBudget(time_limit_s), random.Random(self.seed))
         improved = search.run()
         if not improved:
@@ -55,6 +57,15 @@ class LocalSearchEngine(Engine):
             warm_start.method if warm_start.method.endswith(f"+{self.name}") else f"{warm_start.method}+{self.name}"
         )
         return EngineResult(tuple(search.assignments), method)
+
+
+def _leases_by_burst(assignments: Sequence[Assignment], catalog: Catalog) -> bool:
+    """Whether the schedule has more machines of some type than its ``count`` (leased one after another,
+    as deadline-aware list scheduling may plan them): a retimed move could make them overlap."""
+    machines: dict[str, set[str]] = defaultdict(set)
+    for a in assignments:
+        machines[a.resource].add(a.machine)
+    return any((catalog.by_name[name].count or len(ids)) < len(ids) for name, ids in machines.items())
 
 
 class _Search:

@@ -37,6 +37,7 @@ from agora_optimizer.engines.partition.icpp24 import PartitionEngine
 from agora_optimizer.engines.peft import PeftEngine
 from agora_optimizer.engines.pool_search import PoolSearchEngine
 from agora_optimizer.planning.problem import Problem
+from agora_optimizer.planning.validate import count_violations
 
 log = logging.getLogger(__name__)
 # CP-SAT's size limit, measured on the first n tasks of the bundled workflows (the catalog of
@@ -148,6 +149,10 @@ def run_portfolio(
                 stage.engine.name,
                 early[0].task,
             )
+            continue
+        over = count_violations(result.assignments, problem.catalog)
+        if over:  # an engine's bug, as above: no plan may lease more machines of a type at once than its count
+            log.error("engine %s: %s; result dropped", stage.engine.name, over[0].message)
             continue
         outcome_results[stage.engine.name] = result
         makespan, cost = problem.evaluate(result.assignments)

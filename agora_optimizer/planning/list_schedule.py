@@ -71,16 +71,23 @@ class TypePools:
     def candidates(
         self, task: Task, resource: Resource, parent_machines: dict[int, PlannedMachine]
     ) -> list[PlannedMachine]:
-        pool, machines_per_type = self.machines[resource.name], self.machines_per_type
-        if machines_per_type is None or len(pool) <= machines_per_type:
-            chosen = list(pool)
-        else:
-            chosen = heapq.nsmallest(machines_per_type, pool, key=lambda m: m.lease_end_s)
-            seen = {id(m) for m in chosen}
-            chosen += [m for key, m in parent_machines.items() if m.resource is resource and key not in seen]
+        pool = self.machines[resource.name]
+        chosen = self.idle_first(pool, resource, parent_machines)
         if resource.count is None or len(pool) < resource.count:
             chosen.append(self.new_machine(resource, f"{resource.name}#{len(pool)}"))
         return chosen
+
+    def idle_first(
+        self, pool: list[PlannedMachine], resource: Resource, parent_machines: dict[int, PlannedMachine]
+    ) -> list[PlannedMachine]:
+        """Of ``pool``, the ``machines_per_type`` that fall idle first and those that hold the task's
+        parents (all of them when ``machines_per_type`` is None or the pool is no larger)."""
+        machines_per_type = self.machines_per_type
+        if machines_per_type is None or len(pool) <= machines_per_type:
+            return list(pool)
+        chosen = heapq.nsmallest(machines_per_type, pool, key=lambda m: m.lease_end_s)
+        seen = {id(m) for m in chosen}
+        return chosen + [m for key, m in parent_machines.items() if m.resource is resource and key not in seen]
 
     def new_machine(self, resource: Resource, machine_id: str) -> PlannedMachine:
         window = None if self.machines_per_type is None else INSERTION_WINDOW

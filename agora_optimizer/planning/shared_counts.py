@@ -17,7 +17,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Mapping
 
 from agora_optimizer.model.catalog import Catalog, Resource
-from agora_optimizer.model.workflow import Task
+from agora_optimizer.model.workflow import Task, Workflow
 from agora_optimizer.planning.list_schedule import PlannedMachine, TypePools
 
 TIME_TOLERANCE_S = 1e-6
@@ -123,7 +123,20 @@ class RunPools(TypePools):
 
     ``run_of`` maps each task to its run; ``run_start_s`` each run to its start (no lease before
     it). Machine ids are ``TYPE#N``, numbered over all runs (a run's plan renumbers its own).
+    ``machines_per_type``: of a run's machines of a type, only those that hold the task's parents
+    and the this-many that fall idle first (all when ``None``), as :class:`TypePools` does.
+
+    One run alone is one DAG whose type counts hold at every instant rather than over the whole
+    schedule (:meth:`one_run`): a machine whose lease has ended leaves room for a new one of its
+    type, so a dear type can be leased for each burst of work instead of for the span between them.
     """
+
+    @classmethod
+    def one_run(cls, workflow: Workflow, catalog: Catalog, machines_per_type: int | None = None) -> RunPools:
+        """Pools for one DAG alone, from time 0, with the counts held at every instant."""
+        run_of = dict.fromkeys((t.id for t in workflow.tasks), "")
+        memory = min(t.memory_bytes for t in workflow.tasks)
+        return cls(catalog, run_of, {"": 0.0}, CountLedger(catalog), memory, machines_per_type)
 
     def __init__(
         self,
@@ -132,8 +145,9 @@ class RunPools(TypePools):
         run_start_s: Mapping[str, float],
         ledger: CountLedger,
         min_task_memory_bytes: int,
+        machines_per_type: int | None = None,
     ) -> None:
-        super().__init__(catalog, None, min_task_memory_bytes)
+        super().__init__(catalog, machines_per_type, min_task_memory_bytes)
         self.run_of = run_of
         self.run_start_s = run_start_s
         self.ledger = ledger
@@ -143,10 +157,11 @@ class RunPools(TypePools):
     def candidates(
         self, task: Task, resource: Resource, parent_machines: dict[int, PlannedMachine]
     ) -> list[PlannedMachine]:
-        own = list(self.by_run.get((self.run_of[task.id], resource.name), ()))
+        own = self.by_run.get((self.run_of[task.id], resource.name), [])
+        chosen = self.idle_first(own, resource, parent_machines)
         if resource.count == 0:
-            return own
-        return [*own, self.new_machine(resource, f"{resource.name}#{self.made[resource.name]}")]
+            return chosen
+        return [*chosen, self.new_machine(resource, f"{resource.name}#{self.made[resource.name]}")]
 
     def start_on(self, machine: PlannedMachine, task: Task, ready_s: float, duration_s: float) -> float | None:
         resource = machine.resource

@@ -176,6 +176,11 @@ def _check_precedence(by_task: dict[str, Assignment], workflow: Workflow, catalo
     return found
 
 
+def count_violations(assignments: Iterable[Assignment], catalog: Catalog) -> list[Violation]:
+    """Where the schedule leases more machines of a type at once than its ``count``."""
+    return [v for v in _check_leases(leases(assignments, catalog)) if v.rule == "count"]
+
+
 def _check_leases(lease_list: list[Lease]) -> list[Violation]:
     found = []
     per_type: dict[str, list[Lease]] = defaultdict(list)

@@ -16,6 +16,9 @@ from agora_optimizer.engines.portfolio import Stage, run_portfolio
 from agora_optimizer.io.catalog_file import load_catalog
 from agora_optimizer.io.wfformat import load_workflow
 from agora_optimizer.model import Objective
+from agora_optimizer.model.catalog import GIB, Billing, Catalog, Resource
+from agora_optimizer.model.plan import Assignment
+from agora_optimizer.model.workflow import Task, Workflow
 from agora_optimizer.planning.optimize import build_plan
 from agora_optimizer.planning.problem import Problem
 from agora_optimizer.planning.retime import retime, start_order
@@ -223,6 +226,31 @@ def test_while_no_plan_is_timely_only_an_engine_that_would_give_up_gets_a_whole_
     assert problem.excess(*problem.evaluate(outcome.best.assignments)) > 0  # nothing timely: every fast stage ran
     assert completes.limits == [0.01]  # past the limit: it completes its one schedule without more time
     assert gives_up.limits[0] >= 1.0 + 2 * 0.3  # one whole schedule as long as the first engine's, and more
+
+
+class _OverCount(ListSchedulingEngine):
+    """A buggy engine: every task at time 0 on a machine of its own, whatever the type's count."""
+
+    name = "over-count"
+
+    def solve(self, problem, time_limit_s, warm_start=None):  # type: ignore[no-untyped-def]
+        resource = problem.catalog.resources[0]
+        placed = []
+        for i, t in enumerate(problem.workflow.tasks):
+            runtime_s = resource.runtime_s(t)
+            placed.append(
+                Assignment(t.id, resource.name, f"{resource.name}#{i}", 0.0, runtime_s, t.cores, t.memory_bytes)
+            )
+        return EngineResult(tuple(placed), self.name)
+
+
+def test_a_plan_over_a_types_count_at_some_instant_is_dropped() -> None:
+    cheap = Resource("cheap", "aws", 1, 4, 1.0, 0.01, 1, Billing(1.0, 0.0), boot_s=0.0)
+    tasks = [Task(f"t{i}", 100.0, 1, GIB, "t") for i in range(3)]
+    problem = Problem.create(Workflow.create("three", tasks, []), Catalog((cheap,), 1e9), Objective(kind="time"))
+    outcome = run_portfolio(problem, 2.0, [Stage(ListSchedulingEngine(), 0.5), Stage(_OverCount(), 0.5)])
+    assert set(outcome.results) == {"list-scheduling"}  # 100 s, three machines at once: faster, but not valid
+    assert problem.evaluate(outcome.best.assignments)[0] == 300.0
 
 
 class _BoundOnly(ListSchedulingEngine):
