@@ -15,7 +15,9 @@ and kept only when the schedule ranks better (within the limits first, then by s
 
 Moves are tried in a seeded random order (first improvement) until a pass finds no
 improvement or the time budget runs out. It never makes a schedule worse and keeps
-every rule of the model: the number of machines of a type never exceeds its ``count``.
+every rule of the model: the number of machines of a type never exceeds its ``count``, or, where
+the schedule it starts from leases more machines of a type one after another (deadline-aware list
+scheduling with counts held at every instant), no move is kept that leases more at once.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from agora_optimizer.model.plan import Assignment, machine_type
 from agora_optimizer.planning.problem import Problem
 from agora_optimizer.planning.retime import retime, start_order
 from agora_optimizer.planning.time_budget import TimeBudget
+from agora_optimizer.planning.validate import count_violations
 
 Mapping_ = dict[str, str]  # task -> machine id
 Move = tuple[Mapping_, list[str] | None]  # a mapping, and the re-timing order (None: by start time)
@@ -47,8 +50,6 @@ class LocalSearchEngine(Engine):
     ) -> EngineResult | None:
         if warm_start is None or len(problem.workflow.tasks) > self.max_tasks:
             return None
-        if _leases_by_burst(warm_start.assignments, problem.catalog):
-            return None  # its moves keep a plan valid by keeping the machines of a type within its count
         search = _Search(problem, list(warm_start.assignments), TimeBudget(time_limit_s), random.Random(self.seed))
         improved = search.run()
         if not improved:
@@ -61,7 +62,8 @@ class LocalSearchEngine(Engine):
 
 def _leases_by_burst(assignments: Sequence[Assignment], catalog: Catalog) -> bool:
     """Whether the schedule has more machines of some type than its ``count`` (leased one after another,
-    as deadline-aware list scheduling may plan them): a retimed move could make them overlap."""
+    as deadline-aware list scheduling may plan them): a retimed move could make them overlap, so each
+    improving move is checked against the counts at every instant."""
     machines: dict[str, set[str]] = defaultdict(set)
     for a in assignments:
         machines[a.resource].add(a.machine)
@@ -75,6 +77,7 @@ class _Search:
         self.rng = rng
         self.assignments = assignments
         self.key = problem.rank(*problem.evaluate(assignments))
+        self.check_counts = _leases_by_burst(assignments, problem.catalog)
 
     def run(self) -> bool:
         improved_any = False
@@ -98,7 +101,7 @@ class _Search:
                 order = start_order(self.assignments, self.problem.workflow)
             candidate = retime(self.problem.workflow, self.problem.catalog, machine_of, order)
             key = self.problem.rank(*self.problem.evaluate(candidate))
-        if key < self.key:
+        if key < self.key and not (self.check_counts and count_violations(candidate, self.problem.catalog)):
             self.assignments, self.key = candidate, key
             return True
         return False

@@ -136,5 +136,8 @@ def test_a_dear_type_is_leased_for_each_burst_when_its_count_holds_at_every_inst
     assert problem.evaluate(whole.assignments)[1] == pytest.approx((1200 * 1.0 + 1200 * 10.0) / 3600)
     from agora_optimizer.engines.local_search import LocalSearchEngine
 
-    # Local search keeps plans valid by keeping a type's machines within its count: it leaves this one be.
-    assert LocalSearchEngine().solve(problem, 2.0, warm_start=by_burst) is None
+    # Local search checks each move of such a plan against the counts at every instant.
+    improved = LocalSearchEngine().solve(problem, 2.0, warm_start=by_burst)
+    assert improved is None or (
+        violations(problem, improved.assignments) == [] and problem.meets_limits(improved.assignments)
+    )
