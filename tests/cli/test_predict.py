@@ -98,6 +98,7 @@ def test_train_errors(tmp_path: Path) -> None:
     assert not (tmp_path / "m").exists()
 
 
+@pytest.mark.slow  # plans for seconds
 def test_simulate_a_plan_made_from_predictions(model_dir: Path, tmp_path: Path) -> None:
     from agora_optimizer.io.catalog_file import load_catalog
     from agora_optimizer.io.plan_file import write_plan

@@ -51,6 +51,7 @@ def _wait_for(shell: subprocess.Popen[str], word: str) -> None:
     raise AssertionError(f"the workload ended without printing {word!r}")
 
 
+@pytest.mark.slow  # burns CPU in real processes for seconds
 def test_the_sampler_sees_a_descendant_that_allocates_200_mib_and_burns_cpu() -> None:
     sampler, shell = _follow(f'"$PY" -c {_quote(ALLOCATE_AND_BURN)}; true', interval_s=0.05)  # bash stays the root
     try:
@@ -66,6 +67,7 @@ def test_the_sampler_sees_a_descendant_that_allocates_200_mib_and_burns_cpu() ->
     assert sample.samples >= 3
 
 
+@pytest.mark.slow  # burns CPU in real processes for seconds
 def test_children_that_live_between_two_samples_still_count_their_cpu() -> None:
     burn = _quote(BURN.format(seconds=0.3))
     script = f'for i in 1 2 3; do "$PY" -c {burn}; done; echo end; read -r _'
