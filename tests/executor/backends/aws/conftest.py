@@ -39,6 +39,7 @@ from agora_optimizer.executor.backends.aws_batch import AwsBatchBackend, Infrast
 from agora_optimizer.io.catalog_file import load_catalog
 from agora_optimizer.model.catalog import Catalog, Resource
 from tests.conftest import AWS_CATALOG
+from tests.executor.backends.aws.canned import CannedServer, serve
 
 REGION = "us-east-1"
 IMAGE = "agora:test"
@@ -154,6 +155,13 @@ def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer]:
     server = start_moto(tmp_path_factory.mktemp("moto"))
     yield server
     server.stop()
+
+
+@pytest.fixture
+def canned() -> Iterator[CannedServer]:
+    """A loopback server for the errors moto cannot produce: the test sets its ``answer`` (canned.py)."""
+    with serve() as server:
+        yield server
 
 
 @pytest.fixture(scope="package", autouse=True)
