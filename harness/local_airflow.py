@@ -40,6 +40,7 @@ import psutil
 PASSWORD = "agora-test"
 AIRFLOW = str(Path(sys.executable).with_name("airflow"))
 AGORA_EXECUTOR = "agora:agora_optimizer.executor.agora_executor.AgoraExecutor"
+EXECUTORS = f"LocalExecutor,{AGORA_EXECUTOR}"  # a deployment's [core] executor unless told
 ORPHANS_GRACE_S = 5.0  # SIGTERM to SIGKILL for what a killed scheduler left running
 
 
@@ -53,7 +54,7 @@ def free_port() -> int:
 class AirflowDeployment:
     home: Path
     dags_folder: Path
-    executor: str = f"LocalExecutor,{AGORA_EXECUTOR}"
+    executor: str = EXECUTORS
     extra_env: Mapping[str, str] = field(default_factory=dict)
     port: int = field(default_factory=free_port)
     log_server_port: int = field(default_factory=free_port)  # the scheduler's serve-logs; not 8793 for all
@@ -247,6 +248,36 @@ class AirflowDeployment:
     def tries(self, dag_id: str, run_id: str, task_id: str) -> list[dict[str, Any]]:
         answer = self.request("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/tries")
         return list(answer["task_instances"])
+
+
+def agora_deployment(
+    root: Path,
+    catalog: str | Path,
+    trace_store_url: str | None = None,
+    *,
+    dags_folder: Path | None = None,
+    executor: str = EXECUTORS,
+    extra_env: Mapping[str, str] | None = None,
+) -> AirflowDeployment:
+    """An Airflow under ``root`` with the settings of agora that the tests' deployments share.
+
+    Its home is ``root/home`` and its DAGs ``dags_folder`` (default ``root/dags``); agora reads
+    ``catalog`` (a file, or several joined by commas), keeps its plans in ``root/plans`` and the
+    executor's job directories in ``root/jobs``, and records to ``trace_store_url`` (default:
+    SQLite in ``root/traces.db``). ``extra_env`` adds settings, or overrides these.
+    """
+    settings = {
+        "AIRFLOW__AGORA__CATALOG": str(catalog),
+        "AIRFLOW__AGORA__PLAN_DIR": str(root / "plans"),
+        "AIRFLOW__AGORA__STATE_DIR": str(root / "jobs"),
+        "AIRFLOW__AGORA__TRACE_STORE_URL": trace_store_url or f"sqlite:///{root / 'traces.db'}",
+    }
+    return AirflowDeployment(
+        home=root / "home",
+        dags_folder=dags_folder or root / "dags",
+        executor=executor,
+        extra_env={**settings, **(extra_env or {})},
+    )
 
 
 def api_token(api_url: str, user: str, password: str, timeout_s: float = 30) -> str:
