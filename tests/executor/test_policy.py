@@ -58,13 +58,14 @@ print("REPORT" + json.dumps(out))
 """
 
 
-def plan(tasks: dict[str, str]) -> Plan:
+def plan(tasks: dict[str, str], workflow: str = "w") -> Plan:
+    """A plan of ``tasks`` (task id -> resource), one after the other, each on machine 0 of its resource."""
     assignments = tuple(
         Assignment(task, resource, f"{resource}#0", float(i), float(i + 1), 1, GIB)
         for i, (task, resource) in enumerate(tasks.items())
     )
     return Plan(
-        workflow="w",
+        workflow=workflow,
         catalog="catalogs/local.yaml",
         objective=Objective(),
         makespan_s=float(len(tasks)),
