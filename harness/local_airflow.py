@@ -45,6 +45,7 @@ ORPHANS_GRACE_S = 5.0  # SIGTERM to SIGKILL for what a killed scheduler left run
 
 
 def free_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])

@@ -38,6 +38,7 @@ import pytest
 from agora_optimizer.executor.backends.aws_batch import AwsBatchBackend, Infrastructure
 from agora_optimizer.io.catalog_file import load_catalog
 from agora_optimizer.model.catalog import Catalog, Resource
+from harness.local_airflow import free_port
 from tests.conftest import AWS_CATALOG
 from tests.executor.backends.aws.canned import CannedServer, serve
 
@@ -51,13 +52,6 @@ START_TIMEOUT_S = 30.0
 def fake_session() -> boto3.session.Session:
     """A session with moto's kind of credentials (any key works), shared: it caches Batch's API model."""
     return boto3.session.Session(aws_access_key_id="testing", aws_secret_access_key="testing")
-
-
-def free_port() -> int:
-    """A loopback port nothing listens on (bound, then released)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @dataclass

@@ -36,6 +36,7 @@ from agora_optimizer.executor.backends.aws_batch import (
 from agora_optimizer.executor.backends.aws_provisioning import wait_valid
 from agora_optimizer.executor.jobs import BackendError, JobSpec, JobStatus, job_key
 from agora_optimizer.model.catalog import GIB, Catalog
+from harness.local_airflow import free_port
 from tests.executor.backends.aws.canned import CannedServer, batch_error
 from tests.executor.backends.aws.conftest import (
     IMAGE,
@@ -44,7 +45,6 @@ from tests.executor.backends.aws.conftest import (
     MotoServer,
     Network,
     fake_session,
-    free_port,
     setup_infrastructure,
 )
 

@@ -23,9 +23,10 @@ from agora_optimizer.executor.backends.aws_batch import AwsBatchBackend, Infrast
 from agora_optimizer.executor.jobs import OOM_EXIT_CODE, BackendError, JobResult, JobSpec, job_key, read_result
 from agora_optimizer.executor.remote_files import RemoteFileNotFound, RemoteFiles, job_urls
 from agora_optimizer.model.catalog import GIB
+from harness.local_airflow import free_port
 from tests.conftest import AWS_CATALOG
 from tests.executor.backends.aws.canned import CannedServer, s3_error
-from tests.executor.backends.aws.conftest import REGION, MotoServer, client, fake_session, free_port
+from tests.executor.backends.aws.conftest import REGION, MotoServer, client, fake_session
 
 # The executor tests build an AgoraExecutor, which needs Airflow configured before its first import
 # (as tests/executor/conftest.py does when that folder runs too).
