@@ -127,7 +127,7 @@ class AirflowDeployment:
                 self.launch(component, [AIRFLOW, *args])
                 started.append(component)
             if "api-server" in self.processes and (not components or "api-server" in components):
-                self._wait_healthy(180)
+                wait_healthy(self.api_url, self.processes["api-server"], 180, lambda: self.log("api-server"))
         except BaseException:
             for component in started:
                 self.stop(component, timeout_s=10)
@@ -200,22 +200,6 @@ class AirflowDeployment:
 
     # -- REST API ------------------------------------------------------------------------------
 
-    def _wait_healthy(self, deadline_s: float) -> None:
-        deadline = time.monotonic() + deadline_s
-        server = self.processes["api-server"]
-        while time.monotonic() < deadline:
-            if server.poll() is not None:
-                raise AssertionError(
-                    f"airflow api-server exited with {server.returncode}:\n{self.log('api-server')[-3000:]}"
-                )
-            try:
-                if httpx.get(f"{self.api_url}/api/v2/monitor/health", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
-        raise AssertionError(f"airflow api-server not healthy within {deadline_s} s")
-
     def request(self, method: str, path: str, **kwargs: Any) -> Any:
         if not self._token:
             self._token = api_token(self.api_url, "admin", PASSWORD)
@@ -279,6 +263,25 @@ def agora_deployment(
         executor=executor,
         extra_env={**settings, **(extra_env or {})},
     )
+
+
+def wait_healthy(
+    api_url: str, server: subprocess.Popen[bytes], deadline_s: float, log: Callable[[], str] | None = None
+) -> None:
+    """Wait for the api-server ``server`` at ``api_url`` to answer its health check; AssertionError when it
+    exits first (with the end of ``log()``, its log) or is not healthy within ``deadline_s``."""
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            tail = f":\n{log()[-3000:]}" if log is not None else ""
+            raise AssertionError(f"airflow api-server exited with {server.returncode}{tail}")
+        try:
+            if httpx.get(f"{api_url}/api/v2/monitor/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise AssertionError(f"airflow api-server not healthy within {deadline_s} s")
 
 
 def api_token(api_url: str, user: str, password: str, timeout_s: float = 30) -> str:
