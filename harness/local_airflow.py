@@ -40,10 +40,12 @@ import psutil
 PASSWORD = "agora-test"
 AIRFLOW = str(Path(sys.executable).with_name("airflow"))
 AGORA_EXECUTOR = "agora:agora_optimizer.executor.agora_executor.AgoraExecutor"
+EXECUTORS = f"LocalExecutor,{AGORA_EXECUTOR}"  # a deployment's [core] executor unless told
 ORPHANS_GRACE_S = 5.0  # SIGTERM to SIGKILL for what a killed scheduler left running
 
 
 def free_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
@@ -53,7 +55,7 @@ def free_port() -> int:
 class AirflowDeployment:
     home: Path
     dags_folder: Path
-    executor: str = f"LocalExecutor,{AGORA_EXECUTOR}"
+    executor: str = EXECUTORS
     extra_env: Mapping[str, str] = field(default_factory=dict)
     port: int = field(default_factory=free_port)
     log_server_port: int = field(default_factory=free_port)  # the scheduler's serve-logs; not 8793 for all
@@ -125,7 +127,7 @@ class AirflowDeployment:
                 self.launch(component, [AIRFLOW, *args])
                 started.append(component)
             if "api-server" in self.processes and (not components or "api-server" in components):
-                self._wait_healthy(180)
+                wait_healthy(self.api_url, self.processes["api-server"], 180, lambda: self.log("api-server"))
         except BaseException:
             for component in started:
                 self.stop(component, timeout_s=10)
@@ -198,22 +200,6 @@ class AirflowDeployment:
 
     # -- REST API ------------------------------------------------------------------------------
 
-    def _wait_healthy(self, deadline_s: float) -> None:
-        deadline = time.monotonic() + deadline_s
-        server = self.processes["api-server"]
-        while time.monotonic() < deadline:
-            if server.poll() is not None:
-                raise AssertionError(
-                    f"airflow api-server exited with {server.returncode}:\n{self.log('api-server')[-3000:]}"
-                )
-            try:
-                if httpx.get(f"{self.api_url}/api/v2/monitor/health", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
-        raise AssertionError(f"airflow api-server not healthy within {deadline_s} s")
-
     def request(self, method: str, path: str, **kwargs: Any) -> Any:
         if not self._token:
             self._token = api_token(self.api_url, "admin", PASSWORD)
@@ -247,6 +233,55 @@ class AirflowDeployment:
     def tries(self, dag_id: str, run_id: str, task_id: str) -> list[dict[str, Any]]:
         answer = self.request("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/tries")
         return list(answer["task_instances"])
+
+
+def agora_deployment(
+    root: Path,
+    catalog: str | Path,
+    trace_store_url: str | None = None,
+    *,
+    dags_folder: Path | None = None,
+    executor: str = EXECUTORS,
+    extra_env: Mapping[str, str] | None = None,
+) -> AirflowDeployment:
+    """An Airflow under ``root`` with the settings of agora that the tests' deployments share.
+
+    Its home is ``root/home`` and its DAGs ``dags_folder`` (default ``root/dags``); agora reads
+    ``catalog`` (a file, or several joined by commas), keeps its plans in ``root/plans`` and the
+    executor's job directories in ``root/jobs``, and records to ``trace_store_url`` (default:
+    SQLite in ``root/traces.db``). ``extra_env`` adds settings, or overrides these.
+    """
+    settings = {
+        "AIRFLOW__AGORA__CATALOG": str(catalog),
+        "AIRFLOW__AGORA__PLAN_DIR": str(root / "plans"),
+        "AIRFLOW__AGORA__STATE_DIR": str(root / "jobs"),
+        "AIRFLOW__AGORA__TRACE_STORE_URL": trace_store_url or f"sqlite:///{root / 'traces.db'}",
+    }
+    return AirflowDeployment(
+        home=root / "home",
+        dags_folder=dags_folder or root / "dags",
+        executor=executor,
+        extra_env={**settings, **(extra_env or {})},
+    )
+
+
+def wait_healthy(
+    api_url: str, server: subprocess.Popen[bytes], deadline_s: float, log: Callable[[], str] | None = None
+) -> None:
+    """Wait for the api-server ``server`` at ``api_url`` to answer its health check; AssertionError when it
+    exits first (with the end of ``log()``, its log) or is not healthy within ``deadline_s``."""
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            tail = f":\n{log()[-3000:]}" if log is not None else ""
+            raise AssertionError(f"airflow api-server exited with {server.returncode}{tail}")
+        try:
+            if httpx.get(f"{api_url}/api/v2/monitor/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise AssertionError(f"airflow api-server not healthy within {deadline_s} s")
 
 
 def api_token(api_url: str, user: str, password: str, timeout_s: float = 30) -> str:

@@ -81,7 +81,8 @@ SERVICE_MARKERS = {
     "moto": "needs a moto server (the AWS stand-in)",
     "browser": "drives a real browser (scripts/install_browser.sh)",
     "docker": "needs a Compose client (scripts/install_compose.sh)",
-    "slow": "plans real workflows with the solvers for seconds per test (not in make test-fast)",
+    "slow": "takes seconds per test: plans with the solvers, starts a Python that imports Airflow, or waits on "
+    "real processes (not in make test-fast)",
 }
 SERVICE_FIXTURES = {
     "slurm_cluster": "slurm",

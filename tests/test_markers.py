@@ -6,7 +6,11 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import REPO
+
+pytestmark = pytest.mark.slow  # each test collects the suite in a pytest of its own: seconds
 
 MODULES = [
     "tests/traces/test_store.py",

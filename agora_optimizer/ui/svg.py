@@ -105,6 +105,41 @@ class GanttPage:
     machines: int
 
 
+@dataclass(frozen=True)
+class _Paged:
+    """The machines of a chart, ``per_page`` a page, and the page shown (the one asked for, within those there are)."""
+
+    machines: Sequence[str]
+    page: int
+    pages: int
+    first: int  # the index of the page's first machine
+    shown: Sequence[str]
+
+    @classmethod
+    def of(cls, machines: Sequence[str], page: int, per_page: int) -> _Paged:
+        pages = max(1, math.ceil(len(machines) / per_page))
+        page = min(max(page, 0), pages - 1)
+        first = page * per_page
+        return cls(machines, page, pages, first, machines[first : first + per_page])
+
+    def chart(self, svg_id: str, title: str, width_px: int, height: int, parts: Sequence[str]) -> GanttPage:
+        """The page as an SVG of that size: ``parts`` under ``title`` and the range of machines shown."""
+        return GanttPage(
+            "".join(
+                [
+                    f'<svg xmlns="http://www.w3.org/2000/svg" id="{svg_id}" class="chart gantt" role="img" '
+                    f'width="{width_px}" height="{height}" viewBox="0 0 {width_px} {height}" {FONT}>',
+                    f"<title>{title} (machines {self.first + 1}-{self.first + len(self.shown)})</title>",
+                    *parts,
+                    "</svg>",
+                ]
+            ),
+            self.page,
+            self.pages,
+            len(self.machines),
+        )
+
+
 @dataclass
 class _Bar:
     start_px: float
@@ -122,10 +157,8 @@ def gantt_svg(
     A machine with several cores runs tasks side by side: each gets a lane of the machine's row.
     """
     machines = sorted({a.machine for a in assignments}, key=machine_key)
-    pages = max(1, math.ceil(len(machines) / per_page))
-    page = min(max(page, 0), pages - 1)
-    shown = machines[page * per_page : (page + 1) * per_page]
-    by_machine: dict[str, list[Assignment]] = {machine: [] for machine in shown}
+    paged = _Paged.of(machines, page, per_page)
+    by_machine: dict[str, list[Assignment]] = {machine: [] for machine in paged.shown}
     for a in assignments:
         if a.machine in by_machine:
             by_machine[a.machine].append(a)
@@ -137,27 +170,11 @@ def gantt_svg(
     plot_w = width_px - left - right
     y = legend_h + 8
     rows = []
-    for machine in shown:
+    for machine in paged.shown:
         rows.append(_machine_row(machine, lanes[machine], y, left, plot_w / span_s, colours))
         y += LANE_PX * max(len(lanes[machine]), 1) + ROW_GAP_PX
-    height = y + 34
-    return GanttPage(
-        "".join(
-            [
-                f'<svg xmlns="http://www.w3.org/2000/svg" id="gantt" class="chart gantt" role="img" '
-                f'width="{width_px}" height="{height}" viewBox="0 0 {width_px} {height}" {FONT}>',
-                f"<title>Gantt chart: {len(assignments)} tasks on {len(machines)} machines "
-                f"(machines {page * per_page + 1}-{page * per_page + len(shown)})</title>",
-                legend,
-                *rows,
-                _time_axis(left, plot_w, span_s, y),
-                "</svg>",
-            ]
-        ),
-        page,
-        pages,
-        len(machines),
-    )
+    title = f"Gantt chart: {len(assignments)} tasks on {len(machines)} machines"
+    return paged.chart("gantt", title, width_px, y + 34, [legend, *rows, _time_axis(left, plot_w, span_s, y)])
 
 
 def _lanes(tasks: Sequence[Assignment]) -> list[list[Assignment]]:
@@ -203,14 +220,18 @@ def _bars(ordered: Sequence[Assignment], left: float, px_per_s: float) -> list[_
     return bars
 
 
-def _bar_svg(bar: _Bar, y: float, colours: dict[str, str]) -> str:
+def _bar_title(bar: _Bar) -> str:
+    """What a bar holds (a task, or the tasks merged into it), where and when: its tooltip."""
     a = bar.first
     what = esc(a.task) if bar.tasks == 1 else f"{bar.tasks} tasks from {esc(a.task)}"
-    title = f"{what} on {esc(a.machine)} ({esc(a.resource)}): {a.start_s:,.1f}-{bar.last_end_s:,.1f} s"
+    return f"{what} on {esc(a.machine)} ({esc(a.resource)}): {a.start_s:,.1f}-{bar.last_end_s:,.1f} s"
+
+
+def _bar_svg(bar: _Bar, y: float, colours: dict[str, str]) -> str:
     width = max(bar.end_px - bar.start_px, 0.8)
     return (
         f'<rect class="task" x="{bar.start_px:.1f}" y="{y + 1}" width="{width:.1f}" height="{LANE_PX - 2}" '
-        f'fill="{colours[a.resource]}" stroke="#333" stroke-width="0.3"><title>{title}</title></rect>'
+        f'fill="{colours[bar.first.resource]}" stroke="#333" stroke-width="0.3"><title>{_bar_title(bar)}</title></rect>'
     )
 
 
@@ -274,9 +295,7 @@ def run_gantt_svg(
             bar = Assignment(t.key, t.actual_resource or "?", where, t.actual_start_s, end_s, 1, 0)
             actual.setdefault(where, []).append(bar)
     machines = sorted(planned.keys() | actual.keys(), key=machine_key)
-    pages = max(1, math.ceil(len(machines) / per_page))
-    page = min(max(page, 0), pages - 1)
-    shown = machines[page * per_page : (page + 1) * per_page]
+    paged = _Paged.of(machines, page, per_page)
     every = [a for bars in (*planned.values(), *actual.values()) for a in bars]
     span_s = max((a.end_s for a in every), default=0.0) or 1.0
     left, right = 230, 20
@@ -284,29 +303,14 @@ def run_gantt_svg(
     legend = _run_legend(left)
     y = 28.0
     rows = []
-    for machine in shown:
+    for machine in paged.shown:
         lanes = [("planned", lane) for lane in _lanes(planned.get(machine, []))] or [("planned", [])]
         lanes += [("actual", lane) for lane in _lanes(actual.get(machine, []))] or [("actual", [])]
         rows.append(_run_row(machine, lanes, y, left, plot_w / span_s, states))
         y += LANE_PX * len(lanes) + ROW_GAP_PX * 2
-    height = int(y) + 34
-    return GanttPage(
-        "".join(
-            [
-                f'<svg xmlns="http://www.w3.org/2000/svg" id="run-gantt" class="chart gantt" role="img" '
-                f'width="{width_px}" height="{height}" viewBox="0 0 {width_px} {height}" {FONT}>',
-                f"<title>Plan vs actual of run {esc(record.run_id)}: {len(record.tasks)} tasks on "
-                f"{len(machines)} machines (machines {page * per_page + 1}-{page * per_page + len(shown)})</title>",
-                HATCH,
-                legend,
-                *rows,
-                _time_axis(left, plot_w, span_s, y),
-                "</svg>",
-            ]
-        ),
-        page,
-        pages,
-        len(machines),
+    title = f"Plan vs actual of run {esc(record.run_id)}: {len(record.tasks)} tasks on {len(machines)} machines"
+    return paged.chart(
+        "run-gantt", title, width_px, int(y) + 34, [HATCH, legend, *rows, _time_axis(left, plot_w, span_s, y)]
     )
 
 
@@ -337,14 +341,11 @@ def _run_row(
 
 
 def _run_bar_svg(bar: _Bar, y: float, kind: str, fill: str) -> str:
-    a = bar.first
-    what = esc(a.task) if bar.tasks == 1 else f"{bar.tasks} tasks from {esc(a.task)}"
-    title = f"{kind}: {what} on {esc(a.machine)} ({esc(a.resource)}): {a.start_s:,.1f}-{bar.last_end_s:,.1f} s"
     width = max(bar.end_px - bar.start_px, 0.8)
     return (
-        f'<rect class="{kind}" data-task="{esc(a.task)}" data-tasks="{bar.tasks}" '
-        f'x="{bar.start_px:.1f}" y="{y + 1}" width="{width:.1f}" '
-        f'height="{LANE_PX - 2}" fill="{fill}" stroke="#333" stroke-width="0.3"><title>{title}</title></rect>'
+        f'<rect class="{kind}" data-task="{esc(bar.first.task)}" data-tasks="{bar.tasks}" '
+        f'x="{bar.start_px:.1f}" y="{y + 1}" width="{width:.1f}" height="{LANE_PX - 2}" fill="{fill}" '
+        f'stroke="#333" stroke-width="0.3"><title>{kind}: {_bar_title(bar)}</title></rect>'
     )
 
 

@@ -7,6 +7,8 @@ import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
+
 from agora_optimizer.traces.records import TaskAttempt
 from agora_optimizer.traces.store import TraceStore
 from tests.conftest import REPO
@@ -23,6 +25,7 @@ def _attempt(task: str, run: str, started_s: float, ended_s: float) -> TaskAttem
     )  # fmt: skip
 
 
+@pytest.mark.slow  # runs the script in a Python that imports Airflow
 def test_a_child_counts_from_its_parents_end_and_a_machines_next_task_from_the_one_before(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'traces.db'}"
     with TraceStore(url) as store:

@@ -41,6 +41,7 @@ def test_every_command_and_group_is_mounted(capsys: pytest.CaptureFixture[str]) 
     assert main(["no-such-command"]) == 2
 
 
+@pytest.mark.slow  # a Python of its own per module
 @pytest.mark.parametrize("first", ["agora_optimizer.cli.traces", "agora_optimizer.cli.common", "agora_optimizer"])
 def test_any_cli_module_imports_first_and_python_m_runs_the_app(first: str) -> None:
     """No module of the package imports the app back (tests/test_import_cycles.py checks the whole package)."""

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from agora_optimizer.cli.config import airflow_cfg, markdown
 from agora_optimizer.settings import SETTINGS
 from tests.conftest import REPO
@@ -33,6 +35,7 @@ def test_every_key_the_code_reads_is_declared_and_every_declared_key_is_read() -
     assert declared - read == set()  # a documented key that nothing reads
 
 
+@pytest.mark.slow  # starts a Python that imports Airflow
 def test_the_cfg_section_parses_and_airflow_reads_it(tmp_path: Path) -> None:
     parser = configparser.ConfigParser(interpolation=None)
     parser.read_string(airflow_cfg())
@@ -56,6 +59,7 @@ def test_the_cfg_section_parses_and_airflow_reads_it(tmp_path: Path) -> None:
     assert values["trace_store_url"] == "***" and "s3cret" not in shown  # a sensitive value is not printed
 
 
+@pytest.mark.slow  # starts a Python that imports Airflow
 def test_airflow_knows_the_agora_section_through_the_provider_entry_point(tmp_path: Path) -> None:
     import json
 
@@ -80,6 +84,7 @@ def test_airflow_knows_the_agora_section_through_the_provider_entry_point(tmp_pa
     assert answer.returncode == 0 and answer.stdout.strip() == "agora", answer.stderr[-2000:]
 
 
+@pytest.mark.slow  # starts a Python that imports Airflow
 def test_a_sensitive_setting_may_come_from_a_command(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")} | {"AIRFLOW_HOME": str(tmp_path)}
     env["AIRFLOW__AGORA__TRACE_STORE_URL_CMD"] = "echo postgresql+psycopg://agora:from-a-vault@db/traces"

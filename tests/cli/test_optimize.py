@@ -70,9 +70,10 @@ def test_validate_exits_1_and_lists_each_violation(tmp_path: Path, capsys) -> No
         (["optimize", "missing.json", "-c", AWS_CATALOG], "missing.json: no such file"),
         (["optimize", BLAST, "-c", BUNDLED / "README.md"], "README.md"),
         (["optimize", BLAST, "-c", AWS_CATALOG, "--deadline-s", "1"], "deadline 1.0 s is below"),
-        (
+        pytest.param(  # searches the whole time limit for a plan within the budget
             ["optimize", BLAST, "-c", AWS_CATALOG, "--objective", "time", "--budget-usd", "0.00001", *QUICK],
             "best achievable",
+            marks=pytest.mark.slow,
         ),
     ],
 )

@@ -35,6 +35,7 @@ def invoke(*args: object) -> tuple[int, str, str]:
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A model trained through the CLI: seconds, so its tests are ``slow``."""
     directory = tmp_path_factory.mktemp("cli") / "model"
     code, out, err = invoke("train", "--wfinstances", BLAST_1, "--wfinstances", SRA_1, "--out", directory)
     assert code == 0, err
@@ -42,6 +43,7 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return directory
 
 
+@pytest.mark.slow  # the model_dir fixture trains a model
 def test_train_writes_a_model_with_held_out_metrics(model_dir: Path) -> None:
     metadata = json.loads((model_dir / "metadata.json").read_text())
     assert metadata["training_data"]["sources"] == [BLAST_1.name, SRA_1.name]
@@ -49,6 +51,7 @@ def test_train_writes_a_model_with_held_out_metrics(model_dir: Path) -> None:
     assert held_out["runs"] == 2 and held_out["runtime"]["tasks"] > 0
 
 
+@pytest.mark.slow  # the model_dir fixture trains a model
 def test_predict_json_shape_on_a_stripped_workflow(model_dir: Path, tmp_path: Path) -> None:
     bare = stripped(SRA_2, tmp_path / SRA_2.name)
     code, out, err = invoke("predict", bare, "--catalog", AWS_CATALOG, "--model", model_dir, "--json")
@@ -64,6 +67,7 @@ def test_predict_json_shape_on_a_stripped_workflow(model_dir: Path, tmp_path: Pa
         assert task["runtime_source"] == "category"
 
 
+@pytest.mark.slow  # the model_dir fixture trains a model
 def test_predict_table_and_type_filter(model_dir: Path) -> None:
     code, out, _ = invoke("predict", SRA_2, "-c", AWS_CATALOG, "-m", model_dir, "-t", "c5.large", "--json")
     assert code == 0
@@ -72,6 +76,7 @@ def test_predict_table_and_type_filter(model_dir: Path) -> None:
     assert code == 0 and "bowtie2" in out
 
 
+@pytest.mark.slow  # the model_dir fixture trains a model
 def test_predict_errors_are_one_line_and_exit_2(model_dir: Path, tmp_path: Path) -> None:
     code, _, err = invoke("predict", SRA_2, "-c", AWS_CATALOG, "-m", model_dir, "-t", "x9.mega")
     assert code == 2 and "unknown resource type 'x9.mega'" in err and "Traceback" not in err
@@ -98,6 +103,7 @@ def test_train_errors(tmp_path: Path) -> None:
     assert not (tmp_path / "m").exists()
 
 
+@pytest.mark.slow  # plans for seconds
 def test_simulate_a_plan_made_from_predictions(model_dir: Path, tmp_path: Path) -> None:
     from agora_optimizer.io.catalog_file import load_catalog
     from agora_optimizer.io.plan_file import write_plan

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from agora_optimizer.executor.environment import is_scheduler_secret, job_environment
 
 SECRET_NAMES = (
@@ -46,6 +48,7 @@ def test_every_name_of_a_scheduler_secret_is_excluded_and_the_rest_kept() -> Non
     assert set(job_environment(given)) == set(KEPT_NAMES)
 
 
+@pytest.mark.slow  # starts a Python that imports Airflow
 def test_the_deprecated_names_excluded_are_the_ones_airflow_honours(tmp_path: Path) -> None:
     """Airflow itself reads the deprecated names as the database URL and the secret key."""
     code = (

@@ -58,13 +58,14 @@ print("REPORT" + json.dumps(out))
 """
 
 
-def plan(tasks: dict[str, str]) -> Plan:
+def plan(tasks: dict[str, str], workflow: str = "w") -> Plan:
+    """A plan of ``tasks`` (task id -> resource), one after the other, each on machine 0 of its resource."""
     assignments = tuple(
         Assignment(task, resource, f"{resource}#0", float(i), float(i + 1), 1, GIB)
         for i, (task, resource) in enumerate(tasks.items())
     )
     return Plan(
-        workflow="w",
+        workflow=workflow,
         catalog="catalogs/local.yaml",
         objective=Objective(),
         makespan_s=float(len(tasks)),
@@ -109,6 +110,7 @@ def parsed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return parse(root)
 
 
+@pytest.mark.slow  # Airflow parses the DAGs in a Python of its own (the parsed fixture)
 def test_planned_tasks_go_to_the_agora_executor_on_their_planned_resource(parsed: dict[str, Any]) -> None:
     a, b = parsed["tasks"]["planned.a"], parsed["tasks"]["planned.b"]
     assert (a["executor"], a["queue"], b["executor"], b["queue"]) == ("agora", "local-small", "agora", "local-large")
@@ -122,6 +124,7 @@ def test_planned_tasks_go_to_the_agora_executor_on_their_planned_resource(parsed
     assert b["config"]["agora"]["memory_gib"] == 2  # the author's hints are kept beside the placement
 
 
+@pytest.mark.slow  # Airflow parses the DAGs in a Python of its own (the parsed fixture)
 def test_a_task_missing_from_the_plan_runs_on_the_default_resource_with_its_hints(parsed: dict[str, Any]) -> None:
     new = parsed["tasks"]["planned.new"]
     assert new["executor"] == "agora" and new["queue"] == "local-large"
@@ -129,6 +132,7 @@ def test_a_task_missing_from_the_plan_runs_on_the_default_resource_with_its_hint
     assert placement["source"] == "default" and placement["memory_bytes"] == int(0.75 * GIB)
 
 
+@pytest.mark.slow  # Airflow parses the DAGs in a Python of its own (the parsed fixture)
 def test_a_task_that_waits_without_a_worker_runs_on_the_smallest_resource_as_a_wait(parsed: dict[str, Any]) -> None:
     # the planner made the deferrable sensor's wait a release time of its children: it is not in the plan
     deferred, poking = parsed["tasks"]["waiting.deferred"], parsed["tasks"]["waiting.poking"]
@@ -138,12 +142,14 @@ def test_a_task_that_waits_without_a_worker_runs_on_the_smallest_resource_as_a_w
     assert poking["config"]["agora"]["placement"]["source"] == "plan"  # a poking sensor holds its worker: work
 
 
+@pytest.mark.slow  # Airflow parses the DAGs in a Python of its own (the parsed fixture)
 def test_a_dag_without_a_plan_is_left_alone(parsed: dict[str, Any]) -> None:
     for task in ("a", "b", "new"):
         entry = parsed["tasks"][f"unplanned.{task}"]
         assert entry["executor"] is None and "placement" not in (entry["config"].get("agora") or {})
 
 
+@pytest.mark.slow  # Airflow parses the DAGs in a Python of its own (the parsed fixture)
 def test_a_plan_naming_an_unknown_resource_leaves_the_dag_alone_and_says_why_once(parsed: dict[str, Any]) -> None:
     assert parsed["errors"] == {}  # a stale plan never stops the DAG
     for task in ("a", "b", "new"):  # the whole DAG stays on its declared executor
@@ -156,6 +162,7 @@ def test_a_plan_naming_an_unknown_resource_leaves_the_dag_alone_and_says_why_onc
     assert "stale/current.json" in lines[0] and " a " in lines[0]  # the plan file and the task it misplaces
 
 
+@pytest.mark.slow  # starts a Python that imports Airflow
 def test_nothing_is_routed_when_the_agora_executor_is_not_configured(tmp_path: Path) -> None:
     (tmp_path / "dags").mkdir()
     (tmp_path / "dags" / "three.py").write_text(DAGS)
@@ -209,6 +216,7 @@ def test_agora_plans_apply_checks_resources_against_the_catalog(tmp_path: Path) 
     assert json.loads(shown.output)["assignments"][0]["resource"] == "local-small"
 
 
+@pytest.mark.slow  # starts a Python that imports Airflow
 def test_airflow_pools_named_after_resources_when_asked(tmp_path: Path) -> None:
     (tmp_path / "dags").mkdir()
     (tmp_path / "dags" / "three.py").write_text(DAGS)

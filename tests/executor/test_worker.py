@@ -62,6 +62,7 @@ def test_the_exit_code_of_a_failing_command_is_kept(tmp_path: Path) -> None:
     assert done.returncode == 3 and result is not None and result.exit_code == 3 and "code 3" in result.reason
 
 
+@pytest.mark.slow  # waits on a real task for seconds
 def test_a_task_past_its_time_limit_is_terminated(tmp_path: Path) -> None:
     started = time.monotonic()
     done = worker(tmp_path, "--time-limit-s", "1", command="import time; time.sleep(30)")
@@ -85,6 +86,7 @@ def test_a_cpu_set_the_machine_lacks_is_a_clear_error(tmp_path: Path) -> None:
     assert done.returncode == 2 and "cannot pin to CPUs '4096'" in done.stderr
 
 
+@pytest.mark.slow  # waits on a real task for seconds
 def test_sigterm_to_the_worker_cancels_the_task_and_is_recorded(tmp_path: Path) -> None:
     process = subprocess.Popen(
         [

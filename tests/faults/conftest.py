@@ -15,7 +15,6 @@ import contextlib
 import json
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -26,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from harness.local_airflow import free_port
 from tests.conftest import REPO
 
 FIGURES = REPO / "bench" / "results" / "faults.json"
@@ -39,19 +39,13 @@ def _pg_bin() -> Path | None:
     return Path(found).parent if found else None
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @dataclass
 class PrivatePostgres:
     """A PostgreSQL server in a temporary data directory on its own port (trust auth, loopback only)."""
 
     root: Path
     bin: Path
-    port: int = field(default_factory=_free_port)
+    port: int = field(default_factory=free_port)
 
     @property
     def data(self) -> Path:

@@ -31,7 +31,7 @@ from agora_optimizer.io.plan_file import load_plan
 from agora_optimizer.model.plan import Plan
 from agora_optimizer.traces.records import TaskAttempt
 from agora_optimizer.traces.store import TraceStore
-from harness.local_airflow import AGORA_EXECUTOR, AIRFLOW, AirflowDeployment, wait_until
+from harness.local_airflow import AIRFLOW, EXECUTORS, AirflowDeployment, agora_deployment, wait_until
 from tests import leftovers
 from tests.conftest import CATALOGS
 from tests.redis_server import RedisServer, redis_server
@@ -171,15 +171,12 @@ def celery_run(tmp_path_factory: pytest.TempPathFactory, redis_server: RedisServ
     catalog = tmp / CATALOG.name
     shutil.copy(CATALOG, catalog)
     store_url = f"sqlite:///{tmp / 'traces.db'}"
-    airflow = AirflowDeployment(
-        home=tmp / "home",
-        dags_folder=dags,
-        executor=f"LocalExecutor,{AGORA_EXECUTOR},CeleryExecutor",
+    airflow = agora_deployment(
+        tmp,
+        catalog,
+        store_url,
+        executor=f"{EXECUTORS},CeleryExecutor",
         extra_env={
-            "AIRFLOW__AGORA__CATALOG": str(catalog),
-            "AIRFLOW__AGORA__PLAN_DIR": str(tmp / "plans"),
-            "AIRFLOW__AGORA__STATE_DIR": str(tmp / "jobs"),
-            "AIRFLOW__AGORA__TRACE_STORE_URL": store_url,
             "AIRFLOW__CELERY__BROKER_URL": redis_server.database(0),
             "AIRFLOW__CELERY__RESULT_BACKEND": redis_server.database(1),
             "AIRFLOW__CELERY_BROKER_TRANSPORT_OPTIONS__VISIBILITY_TIMEOUT": "3600",

@@ -106,6 +106,7 @@ def dags(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+@pytest.mark.slow  # Airflow parses the DAGs in a Python of its own
 def test_the_policy_routes_the_planned_celery_task_to_celery_and_the_others_to_agora(dags: Path) -> None:
     report = parse(dags, core__executor=WITH_CELERY, agora__catalog=BOTH_CATALOGS)
     a, b, new = (report["tasks"][f"planned.{task}"] for task in ("a", "b", "new"))
@@ -118,6 +119,7 @@ def test_the_policy_routes_the_planned_celery_task_to_celery_and_the_others_to_a
     assert [line for line in report["log"].splitlines() if "agora policy" in line] == []
 
 
+@pytest.mark.slow  # Airflow parses the DAGs in a Python of its own
 def test_without_the_celery_executor_the_celery_task_is_left_as_written_with_one_log_line(dags: Path) -> None:
     report = parse(dags, core__executor=WITHOUT_CELERY, agora__catalog=BOTH_CATALOGS)
     assert report["errors"] == {}  # never an import error

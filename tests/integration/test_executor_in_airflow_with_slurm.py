@@ -30,7 +30,7 @@ from agora_optimizer.plans.store import PlanStore
 from agora_optimizer.queue_wait.recorder import QueueWaitStore
 from agora_optimizer.traces.records import TaskAttempt
 from agora_optimizer.traces.store import TraceStore
-from harness.local_airflow import AirflowDeployment, wait_until
+from harness.local_airflow import AirflowDeployment, agora_deployment, wait_until
 from tests.conftest import CATALOGS, REPO
 from tests.slurm_cluster import slurm_cluster_or_skip
 
@@ -149,14 +149,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     catalog = CATALOGS / "local.yaml"
     catalogs = f"{catalog},{CATALOGS / 'slurm-loopback.yaml'}"
     store_url = f"sqlite:///{root / 'traces.db'}"
-    airflow = AirflowDeployment(
-        home=root / "home",
-        dags_folder=dags,
+    airflow = agora_deployment(
+        root,
+        catalogs,
+        store_url,
         extra_env={
-            "AIRFLOW__AGORA__CATALOG": catalogs,
-            "AIRFLOW__AGORA__PLAN_DIR": str(root / "plans"),
-            "AIRFLOW__AGORA__STATE_DIR": str(root / "jobs"),
-            "AIRFLOW__AGORA__TRACE_STORE_URL": store_url,
             "AIRFLOW__AGORA__AIRFLOW_POOLS": "True",
             "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT": str(QUEUED_TIMEOUT_S),
             "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT_CHECK_INTERVAL": "3",

@@ -24,7 +24,7 @@ from agora_optimizer.io.plan_file import load_plan
 from agora_optimizer.plans.store import PlanStore
 from agora_optimizer.traces.records import TaskAttempt
 from agora_optimizer.traces.store import TraceStore
-from harness.local_airflow import AirflowDeployment
+from harness.local_airflow import agora_deployment
 from tests.conftest import CATALOGS
 
 pytestmark = pytest.mark.airflow
@@ -81,14 +81,11 @@ def test_each_planned_instance_runs_on_its_planned_machine_and_the_rest_on_the_o
     store = f"sqlite:///{tmp_path / 'traces.db'}"
     with TraceStore(store) as traces:
         traces.add(past_runs())
-    airflow = AirflowDeployment(
-        home=tmp_path / "home",
-        dags_folder=dags,
+    airflow = agora_deployment(
+        tmp_path,
+        tmp_path / "local.yaml",
+        store,
         extra_env={
-            "AIRFLOW__AGORA__CATALOG": str(tmp_path / "local.yaml"),
-            "AIRFLOW__AGORA__PLAN_DIR": str(tmp_path / "plans"),
-            "AIRFLOW__AGORA__STATE_DIR": str(tmp_path / "jobs"),
-            "AIRFLOW__AGORA__TRACE_STORE_URL": store,
             "AIRFLOW__AGORA__DEFAULT_RESOURCE": "local-large",
             "AIRFLOW__AGORA__REPLAN_SLACK": "0",  # no repair: each instance where the plan put it
         },

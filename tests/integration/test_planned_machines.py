@@ -17,7 +17,7 @@ import pytest
 
 from agora_optimizer.model.plan import Assignment, Objective, Plan, SolverInfo
 from agora_optimizer.plans.store import PlanStore
-from harness.local_airflow import AirflowDeployment
+from harness.local_airflow import agora_deployment
 from tests.conftest import CATALOGS
 
 pytestmark = pytest.mark.airflow
@@ -67,17 +67,8 @@ def test_tasks_run_on_their_planned_machines_cpus_in_the_planned_order(tmp_path:
     dags.mkdir()
     (dags / "agora_machines.py").write_text(DAG)
     shutil.copy(CATALOGS / "local.yaml", tmp_path / "local.yaml")
-    airflow = AirflowDeployment(
-        home=tmp_path / "home",
-        dags_folder=dags,
-        extra_env={
-            "AIRFLOW__AGORA__CATALOG": str(tmp_path / "local.yaml"),
-            "AIRFLOW__AGORA__PLAN_DIR": str(tmp_path / "plans"),
-            "AIRFLOW__AGORA__STATE_DIR": str(tmp_path / "jobs"),
-            "AIRFLOW__AGORA__TRACE_STORE_URL": f"sqlite:///{tmp_path / 'traces.db'}",
-            "AIRFLOW__AGORA__AIRFLOW_POOLS": "False",  # every task reaches the executor at once: the order is its
-        },
-    )
+    # No Airflow pools: every task reaches the executor at once, and the order is the executor's.
+    airflow = agora_deployment(tmp_path, tmp_path / "local.yaml", extra_env={"AIRFLOW__AGORA__AIRFLOW_POOLS": "False"})
     airflow.migrate()
     PlanStore(tmp_path / "plans").save("agora_machines", _plan())
     reports = tmp_path / "reports"

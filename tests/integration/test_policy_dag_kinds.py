@@ -21,16 +21,15 @@ from typing import Any
 
 import pytest
 
-from agora_optimizer.model.plan import Assignment, Objective, Plan, SolverInfo
 from agora_optimizer.plans.store import PlanStore
 from tests.conftest import CATALOGS
+from tests.executor.test_policy import plan
 
 pytestmark = pytest.mark.airflow
 
 DAG_FILE = Path(__file__).parent / "policy_dags" / "all_kinds.py"
 DAG_ID = "agora_kinds"
 UNICODE_DAG_ID = "données_été"
-GIB = 2**30
 # Tasks that are mapped (by .expand() or inside the mapped task group per_item).
 MAPPED = {"double", "bash_mapped", "per_item.scale", "per_item.report"}
 PLANNED_INSTANCES = {"double[0]", "double[1]", "double[2]", "per_item.scale[0]", "per_item.scale[1]"}
@@ -79,23 +78,6 @@ print("REPORT" + json.dumps(out, default=str))
 """
 
 
-def plan(tasks: dict[str, str]) -> Plan:
-    assignments = tuple(
-        Assignment(task, resource, f"{resource}#0", float(i), float(i + 1), 1, GIB)
-        for i, (task, resource) in enumerate(tasks.items())
-    )
-    return Plan(
-        workflow=DAG_ID,
-        catalog="catalogs/local.yaml",
-        objective=Objective(),
-        makespan_s=float(len(tasks)),
-        cost_usd=0.0,
-        assignments=assignments,
-        solver=SolverInfo("test", "heuristic", None, 0.0),
-        created_at="2026-11-30T00:00:00Z",
-    )
-
-
 def parse(root: Path, plans: Path) -> dict[str, Any]:
     """One parse of the DAG file by the dag-processor's parsing function, in a fresh process."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
@@ -124,9 +106,9 @@ def parse(root: Path, plans: Path) -> dict[str, Any]:
 def parses(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
     """The same file parsed with no plan, with a plan in force, and with a corrupt plan."""
     root = tmp_path_factory.mktemp("kinds")
-    PlanStore(root / "planned").save(DAG_ID, plan(PLANNED))
+    PlanStore(root / "planned").save(DAG_ID, plan(PLANNED, DAG_ID))
     corrupt = PlanStore(root / "corrupt")
-    corrupt.save(DAG_ID, plan(PLANNED))
+    corrupt.save(DAG_ID, plan(PLANNED, DAG_ID))
     corrupt.current_path(DAG_ID).write_text('{"format": "agora-plan/1", "assignments": [')
     return {name: parse(root, root / name) for name in ("none", "planned", "corrupt")}
 

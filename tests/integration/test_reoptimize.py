@@ -62,6 +62,7 @@ def stale_plan() -> Plan:
     )
 
 
+@pytest.mark.slow  # trains three models
 def test_retrain_skips_when_nothing_new_was_recorded(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'traces.db'}"
     models = tmp_path / "model"

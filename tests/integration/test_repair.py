@@ -22,7 +22,7 @@ from agora_optimizer.model.plan import Assignment, Objective, Plan, SolverInfo
 from agora_optimizer.model.workflow import Edge, Task, Workflow
 from agora_optimizer.plans.store import PlanStore
 from agora_optimizer.runs.store import RunStore
-from harness.local_airflow import AirflowDeployment
+from harness.local_airflow import agora_deployment
 from tests.conftest import CATALOGS
 
 pytestmark = pytest.mark.airflow
@@ -80,16 +80,8 @@ def test_a_slowed_task_gets_its_run_repaired_and_the_repair_recorded(tmp_path: P
     (dags / f"{DAG_ID}.py").write_text(DAG)
     shutil.copy(CATALOGS / "local.yaml", tmp_path / "local.yaml")
     store_url = f"sqlite:///{tmp_path / 'traces.db'}"
-    airflow = AirflowDeployment(
-        home=tmp_path / "home",
-        dags_folder=dags,
-        extra_env={
-            "AIRFLOW__AGORA__CATALOG": str(tmp_path / "local.yaml"),
-            "AIRFLOW__AGORA__PLAN_DIR": str(tmp_path / "plans"),
-            "AIRFLOW__AGORA__STATE_DIR": str(tmp_path / "jobs"),
-            "AIRFLOW__AGORA__TRACE_STORE_URL": store_url,
-            "AIRFLOW__AGORA__AIRFLOW_POOLS": "False",
-        },
+    airflow = agora_deployment(
+        tmp_path, tmp_path / "local.yaml", store_url, extra_env={"AIRFLOW__AGORA__AIRFLOW_POOLS": "False"}
     )
     airflow.migrate()
     PlanStore(tmp_path / "plans").save(DAG_ID, *_plan_and_workflow())

@@ -22,7 +22,7 @@ import pytest
 from agora_optimizer.io.plan_file import load_plan
 from agora_optimizer.traces.records import TaskAttempt
 from agora_optimizer.traces.store import TraceStore
-from harness.local_airflow import AirflowDeployment
+from harness.local_airflow import agora_deployment
 
 pytestmark = pytest.mark.airflow
 
@@ -99,17 +99,11 @@ def test_a_deferrable_sensor_frees_its_core_and_its_wait_releases_its_child(tmp_
     store = f"sqlite:///{tmp_path / 'traces.db'}"
     with TraceStore(store) as traces:
         traces.add(past_runs())
-    airflow = AirflowDeployment(
-        home=tmp_path / "home",
-        dags_folder=dags,
-        extra_env={
-            "AIRFLOW__AGORA__CATALOG": str(catalog),
-            "AIRFLOW__AGORA__PLAN_DIR": str(tmp_path / "plans"),
-            "AIRFLOW__AGORA__STATE_DIR": str(tmp_path / "jobs"),
-            "AIRFLOW__AGORA__TRACE_STORE_URL": store,
-            "AIRFLOW__AGORA__DEFAULT_RESOURCE": "local-small",
-            "AIRFLOW__AGORA__REPLAN_SLACK": "0",
-        },
+    airflow = agora_deployment(
+        tmp_path,
+        catalog,
+        store,
+        extra_env={"AIRFLOW__AGORA__DEFAULT_RESOURCE": "local-small", "AIRFLOW__AGORA__REPLAN_SLACK": "0"},
     )
     airflow.migrate()
     optimize = [

@@ -25,7 +25,7 @@ import json
 import re
 import tempfile
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -547,9 +547,14 @@ def _workflow_damage(draw: st.DrawFn, document: Any) -> None:
 # --------------------------------------------------------------------------- properties: workflows
 
 
-def _scratch(tmp_path: Path) -> tempfile.TemporaryDirectory[str]:
-    """A fresh folder per hypothesis example (tmp_path is shared by all examples of a test)."""
-    return tempfile.TemporaryDirectory(dir=tmp_path)
+@contextlib.contextmanager
+def _written(tmp_path: Path, name: str, data: bytes) -> Iterator[Path]:
+    """The file ``name``, holding ``data``, in a fresh folder per hypothesis example (tmp_path is
+    shared by all examples of a test)."""
+    with tempfile.TemporaryDirectory(dir=tmp_path) as scratch:
+        path = Path(scratch) / name
+        path.write_bytes(data)
+        yield path
 
 
 def _check_workflow(path: Path, data: bytes) -> AgoraError | None:
@@ -573,16 +578,7 @@ def _check_workflow(path: Path, data: bytes) -> AgoraError | None:
 def test_mangled_wfformat_15_is_loaded_or_refused_clearly(
     data: bytes, baseline: Baseline, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    with _scratch(tmp_path) as scratch:
-        folder = Path(scratch)
-        workflow = folder / BLAST.name  # same stem, so the baseline plan is "for" it
-        workflow.write_bytes(data)
-        error = _check_workflow(workflow, data)
-        run = _optimize(capsys, workflow, CATALOG, folder)
-        if error is not None:
-            assert run.code == 2 and str(workflow.stem) in run.err
-        checked = _validate(capsys, baseline.blast_plan, workflow, CATALOG)
-        assert checked.code == 2 if error is not None else checked.code in (0, 1)
+    _mangled_workflow_is_planned_or_refused(data, BLAST.name, baseline.blast_plan, capsys, tmp_path)
 
 
 @FUZZ
@@ -590,15 +586,20 @@ def test_mangled_wfformat_15_is_loaded_or_refused_clearly(
 def test_mangled_wfformat_14_is_loaded_or_refused_clearly(
     data: bytes, baseline: Baseline, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    with _scratch(tmp_path) as scratch:
-        folder = Path(scratch)
-        workflow = folder / f"{V14_NAME}.json"
-        workflow.write_bytes(data)
+    _mangled_workflow_is_planned_or_refused(data, f"{V14_NAME}.json", baseline.v14_plan, capsys, tmp_path)
+
+
+def _mangled_workflow_is_planned_or_refused(
+    data: bytes, name: str, plan: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """``agora optimize`` and ``agora validate`` of ``plan`` (made for a workflow of that stem) on the mangled
+    ``data`` as the workflow file ``name``: both work, or both refuse it clearly."""
+    with _written(tmp_path, name, data) as workflow:
         error = _check_workflow(workflow, data)
-        run = _optimize(capsys, workflow, CATALOG, folder)
+        run = _optimize(capsys, workflow, CATALOG, workflow.parent)
         if error is not None:
             assert run.code == 2 and str(workflow.stem) in run.err
-        checked = _validate(capsys, baseline.v14_plan, workflow, CATALOG)
+        checked = _validate(capsys, plan, workflow, CATALOG)
         assert checked.code == 2 if error is not None else checked.code in (0, 1)
 
 
@@ -615,9 +616,7 @@ def _back_edge(draw: st.DrawFn, document: Any) -> tuple[bytes, str, str]:
 @given(case=st.one_of(_back_edge(BLAST_DOC), _back_edge(V14_DOC)))
 def test_an_edge_back_to_an_ancestor_is_reported_as_a_cycle(case: tuple[bytes, str, str], tmp_path: Path) -> None:
     data, ancestor, descendant = case
-    with _scratch(tmp_path) as scratch:
-        path = Path(scratch) / "wf.json"
-        path.write_bytes(data)
+    with _written(tmp_path, "wf.json", data) as path:
         with pytest.raises(CyclicWorkflowError) as caught:
             load_workflow(path)
         error = _check_workflow(path, data)
@@ -636,12 +635,9 @@ def test_mangled_catalog_is_loaded_or_refused_clearly(
     fmt: Format, choice: st.DataObject, baseline: Baseline, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     data = choice.draw(mangled(CATALOG_DOC, fmt), label="catalog")
-    with _scratch(tmp_path) as scratch:
-        folder = Path(scratch)
-        catalog = folder / f"catalog.{fmt}"
-        catalog.write_bytes(data)
+    with _written(tmp_path, f"catalog.{fmt}", data) as catalog:
         _, error = _load_or_error(load_catalog, catalog)
-        run = _optimize(capsys, BLAST, catalog, folder)
+        run = _optimize(capsys, BLAST, catalog, catalog.parent)
         if error is not None:
             assert run.code == 2 and str(catalog) in run.err
         checked = _validate(capsys, baseline.blast_plan, BLAST, catalog)
@@ -676,11 +672,9 @@ def test_extreme_catalog_numbers_are_planned_or_refused(
             resource["billing"][field.removeprefix("billing.")] = value
         elif field in resource:
             resource[field] = value
-    with _scratch(tmp_path) as scratch:
-        catalog = Path(scratch) / "catalog.yaml"
-        catalog.write_text(yaml.safe_dump(document), encoding="utf-8")
+    with _written(tmp_path, "catalog.yaml", yaml.safe_dump(document).encode("utf-8")) as catalog:
         _, error = _load_or_error(load_catalog, catalog)
-        run = _optimize(capsys, BLAST, catalog, Path(scratch))
+        run = _optimize(capsys, BLAST, catalog, catalog.parent)
         assert error is None or run.code == 2
         _validate(capsys, baseline.blast_plan, BLAST, catalog)
 
@@ -699,11 +693,9 @@ def test_extreme_task_numbers_are_planned_or_refused(
     records = spec["files"] if field == "sizeInBytes" else execution["tasks"]
     for record in records if everywhere else records[:1]:
         record[field] = value
-    with _scratch(tmp_path) as scratch:
-        workflow = Path(scratch) / BLAST.name
-        workflow.write_text(json.dumps(document), encoding="utf-8")
+    with _written(tmp_path, BLAST.name, json.dumps(document).encode("utf-8")) as workflow:
         _, error = _load_or_error(load_workflow, workflow)
-        run = _optimize(capsys, workflow, CATALOG, Path(scratch))
+        run = _optimize(capsys, workflow, CATALOG, workflow.parent)
         assert error is None or run.code == 2
         _validate(capsys, baseline.blast_plan, workflow, CATALOG)
 
@@ -717,9 +709,7 @@ def test_mangled_plan_is_loaded_or_refused_clearly(
     choice: st.DataObject, baseline: Baseline, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     data = choice.draw(mangled(baseline.blast_plan_doc, "json"), label="plan")
-    with _scratch(tmp_path) as scratch:
-        plan = Path(scratch) / "plan.json"
-        plan.write_bytes(data)
+    with _written(tmp_path, "plan.json", data) as plan:
         loaded, error = _load_or_error(load_plan, plan)
         run = _validate(capsys, plan, BLAST, CATALOG)
         if error is not None:
@@ -737,11 +727,9 @@ def test_mangled_plan_is_drawn_or_refused_clearly(
     choice: st.DataObject, baseline: Baseline, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     data = choice.draw(mangled(baseline.blast_plan_doc, "json"), label="plan")
-    with _scratch(tmp_path) as scratch:
-        plan = Path(scratch) / "plan.json"
-        plan.write_bytes(data)
+    with _written(tmp_path, "plan.json", data) as plan:
         _, error = _load_or_error(load_plan, plan)
-        out = Path(scratch) / "chart" / "gantt.png"
+        out = plan.parent / "chart" / "gantt.png"
         run = _cli(capsys, "gantt", plan, "-o", out, "-w", BLAST)
         assert run.code in (0, 2)
         if run.code == 2:

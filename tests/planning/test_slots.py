@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -21,6 +22,7 @@ TASKS = st.tuples(
 )
 
 
+@pytest.mark.slow  # 300 examples
 @settings(max_examples=300, deadline=None)
 @given(st.lists(TASKS, min_size=1, max_size=30))
 def test_skipping_timeline_places_tasks_where_the_plain_one_does(tasks: list[tuple[float, float, int, int]]) -> None:

@@ -74,6 +74,7 @@ def test_the_ledger_counts_leases_at_each_instant_and_finds_where_a_new_one_fits
     assert ledger.fits("a", 4.0, 5.0)
 
 
+@pytest.mark.slow  # plans for seconds
 def test_runs_that_start_together_share_a_count_of_one_and_both_meet_their_deadlines() -> None:
     catalog = Catalog((_resource("only", 1.0, 3.6, count=1),), 1e9)
     runs = [WindowRun(f"run{i}", _chain(f"wf{i}", [10.0, 10.0]), offset_s=0.0, deadline_s=60.0) for i in range(2)]
@@ -87,6 +88,7 @@ def test_runs_that_start_together_share_a_count_of_one_and_both_meet_their_deadl
     assert count_peaks(joint.plans, catalog) == {"only": (1, pytest.approx(spans[0][0]))}
 
 
+@pytest.mark.slow  # plans for seconds
 def test_planned_each_alone_the_runs_exceed_the_count_that_joint_planning_keeps() -> None:
     catalog = Catalog((_resource("fast", 2.0, 7.2, count=1), _resource("slow", 1.0, 3.0, count=None)), 1e9)
     runs = [WindowRun(f"run{i}", _chain(f"wf{i}", [20.0, 20.0]), offset_s=5.0 * i, deadline_s=25.0) for i in range(2)]
@@ -100,6 +102,7 @@ def test_planned_each_alone_the_runs_exceed_the_count_that_joint_planning_keeps(
     assert first_come.late_runs == ["run1"]  # the later one finds the fast machine taken
 
 
+@pytest.mark.slow  # plans for seconds
 def test_joint_planning_costs_no_more_than_first_come_and_gives_each_run_its_own_machines() -> None:
     catalog = Catalog(
         (_resource("cheap", 1.0, 1.0, count=2), _resource("dear", 1.0, 4.0, count=None)),

@@ -168,6 +168,7 @@ def test_a_dag_id_that_airflow_refuses_or_that_is_a_path_is_refused(tmp_path: Pa
     assert list(tmp_path.iterdir()) == []  # nothing written anywhere
 
 
+@pytest.mark.slow  # Airflow parses the DAGs in a Python of its own
 def test_the_policy_routes_a_unicode_dag_by_its_plan_and_logs_no_error_for_one_without(tmp_path: Path) -> None:
     (tmp_path / "dags").mkdir()
     (tmp_path / "dags" / "unicode.py").write_text(UNICODE_DAGS, encoding="utf-8")

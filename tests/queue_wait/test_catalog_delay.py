@@ -108,7 +108,7 @@ def test_catalog_waits_from_a_model_and_a_queue(mixed: Catalog) -> None:
     assert predict_catalog_waits(medians, aws_only, queue, None) == {}
 
 
-@pytest.mark.parametrize("kind", ["time", "cost"])
+@pytest.mark.parametrize("kind", ["time", pytest.param("cost", marks=pytest.mark.slow)])  # cost: plans for seconds
 def test_a_planned_queue_wait_delays_the_leases_and_is_not_billed(tmp_path: Path, kind: str) -> None:
     """Issue 15's reproduction: blast on the loopback cluster with a 120 s wait on both partitions.
 

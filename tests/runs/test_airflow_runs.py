@@ -21,7 +21,7 @@ from agora_optimizer.model.plan import Assignment, Objective, Plan, SolverInfo
 from agora_optimizer.plans.store import PlanStore, plan_version
 from agora_optimizer.runs.record import RunRecord
 from agora_optimizer.runs.store import RunStore
-from harness.local_airflow import AirflowDeployment, wait_until
+from harness.local_airflow import AirflowDeployment, agora_deployment, wait_until
 from tests.conftest import CATALOGS
 
 pytestmark = pytest.mark.airflow
@@ -79,16 +79,7 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
     dags.mkdir()
     (dags / "agora_runs.py").write_text(DAGS)
     store_url = f"sqlite:///{root / 'traces.db'}"
-    airflow = AirflowDeployment(
-        home=root / "home",
-        dags_folder=dags,
-        extra_env={
-            "AIRFLOW__AGORA__CATALOG": str(CATALOGS / "local.yaml"),
-            "AIRFLOW__AGORA__PLAN_DIR": str(root / "plans"),
-            "AIRFLOW__AGORA__STATE_DIR": str(root / "jobs"),
-            "AIRFLOW__AGORA__TRACE_STORE_URL": store_url,
-        },
-    )
+    airflow = agora_deployment(root, CATALOGS / "local.yaml", store_url)
     airflow.migrate()
     stored = PlanStore(root / "plans").save(PLANNED, PLAN)
     try:

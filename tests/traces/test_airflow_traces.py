@@ -13,17 +13,14 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
-import httpx
 import pytest
 from typer.testing import CliRunner
 
@@ -31,7 +28,7 @@ from agora_optimizer.cli.traces import traces_app
 from agora_optimizer.traces.airflow_import import AirflowApiError, import_airflow_history
 from agora_optimizer.traces.records import TaskAttempt
 from agora_optimizer.traces.store import TraceStore
-from harness.local_airflow import migrate_database
+from harness.local_airflow import free_port, migrate_database, wait_healthy
 
 pytestmark = pytest.mark.airflow
 
@@ -129,12 +126,6 @@ class AirflowRun:
     log: str
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def _airflow_env(home: Path, store_url: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
     env.update(
@@ -150,20 +141,6 @@ def _airflow_env(home: Path, store_url: str) -> dict[str, str]:
     return env
 
 
-def _wait_healthy(api_url: str, server: subprocess.Popen[bytes], deadline_s: float) -> None:
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise AssertionError(f"airflow api-server exited with {server.returncode}")
-        try:
-            if httpx.get(f"{api_url}/api/v2/monitor/health", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    raise AssertionError(f"airflow api-server not healthy within {deadline_s} s")
-
-
 @pytest.fixture(scope="module")
 def airflow_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowRun]:
     home = tmp_path_factory.mktemp("airflow-home")
@@ -176,7 +153,7 @@ def airflow_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowRun
     airflow = str(Path(sys.executable).with_name("airflow"))
     migrate_database(env)
 
-    port = _free_port()
+    port = free_port()
     api_url = f"http://127.0.0.1:{port}"
     server_log = open(home / "api-server.log", "wb")  # noqa: SIM115 - closed in the finally below
     server = subprocess.Popen(
@@ -198,7 +175,7 @@ def airflow_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowRun
         assert runner.returncode == 0, log[-5000:]
         lines = [line.split() for line in runner.stdout.splitlines()]
         states = {parts[1]: parts[2] for parts in lines if parts[:1] == ["STATE"]}
-        _wait_healthy(api_url, server, 180)
+        wait_healthy(api_url, server, 180)
         yield AirflowRun(home=home, store_url=store_url, api_url=api_url, states=states, log=log)
     finally:
         os.killpg(server.pid, signal.SIGTERM)

@@ -31,15 +31,21 @@ ALLOCATE_AND_BURN = textwrap.dedent(
 BURN = "import time\nt = time.process_time()\nwhile time.process_time() - t < {seconds}: pass\n"
 
 
-def _follow(script: str, interval_s: float) -> tuple[ProcessTreeSampler, subprocess.Popen[str]]:
-    """Start ``bash -c script`` (the root; its Python children are grandchildren of this test) and follow it."""
-    shell = subprocess.Popen(
+def _shell(script: str) -> subprocess.Popen[str]:
+    """``bash -c script``, talking through pipes, with this Python as ``$PY`` (its Python children are
+    grandchildren of this test)."""
+    return subprocess.Popen(
         ["bash", "-c", script],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
         env={**os.environ, "PY": sys.executable},
     )
+
+
+def _follow(script: str, interval_s: float) -> tuple[ProcessTreeSampler, subprocess.Popen[str]]:
+    """Start :func:`_shell` of ``script`` (the root) and follow it."""
+    shell = _shell(script)
     return ProcessTreeSampler(shell.pid, interval_s=interval_s).start(), shell
 
 
@@ -51,6 +57,7 @@ def _wait_for(shell: subprocess.Popen[str], word: str) -> None:
     raise AssertionError(f"the workload ended without printing {word!r}")
 
 
+@pytest.mark.slow  # burns CPU in real processes for seconds
 def test_the_sampler_sees_a_descendant_that_allocates_200_mib_and_burns_cpu() -> None:
     sampler, shell = _follow(f'"$PY" -c {_quote(ALLOCATE_AND_BURN)}; true', interval_s=0.05)  # bash stays the root
     try:
@@ -66,6 +73,7 @@ def test_the_sampler_sees_a_descendant_that_allocates_200_mib_and_burns_cpu() ->
     assert sample.samples >= 3
 
 
+@pytest.mark.slow  # burns CPU in real processes for seconds
 def test_children_that_live_between_two_samples_still_count_their_cpu() -> None:
     burn = _quote(BURN.format(seconds=0.3))
     script = f'for i in 1 2 3; do "$PY" -c {burn}; done; echo end; read -r _'
@@ -81,14 +89,7 @@ def test_children_that_live_between_two_samples_still_count_their_cpu() -> None:
 
 def test_cpu_time_counts_only_from_start() -> None:
     burn = _quote(BURN.format(seconds=0.5))
-    script = f'"$PY" -c {burn}; echo burnt; read -r _; echo end; read -r _'
-    shell = subprocess.Popen(
-        ["bash", "-c", script],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PY": sys.executable},
-    )
+    shell = _shell(f'"$PY" -c {burn}; echo burnt; read -r _; echo end; read -r _')
     try:
         _wait_for(shell, "burnt")  # 0.5 s of CPU already spent before the sampler starts
         sampler = ProcessTreeSampler(shell.pid, interval_s=0.05).start()

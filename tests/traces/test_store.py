@@ -241,6 +241,7 @@ def test_sqlite_runs_in_wal_mode(tmp_path: Path) -> None:
     engine.dispose()
 
 
+@pytest.mark.slow  # starts a Python that imports Airflow
 def test_the_default_store_is_sqlite_under_airflow_home_unless_configured(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
     env.update({"AIRFLOW_HOME": str(tmp_path), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"})

@@ -59,7 +59,7 @@ def test_after_a_rollback_the_history_shows_the_rolled_back_to_plan_first(tmp_pa
 def test_the_plan_rebuilds_its_workflow_and_its_one_type_default() -> None:
     catalog = load_catalog(AWS_CATALOG)
     workflow = example_workflow()
-    planned = optimize(workflow, catalog, Objective(kind="cost"), "aws", 2.0)
+    planned = optimize(workflow, catalog, Objective(kind="cost"), "aws", 0.5)  # any plan will do
     edges = (*((e.parent, e.child) for e in workflow.edges), ("extract", "not-planned"))
     rebuilt = plan_workflow(planned, catalog, DagStructure(frozenset(t.id for t in workflow.tasks), edges))
     for task in workflow.tasks:

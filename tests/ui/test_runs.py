@@ -113,7 +113,7 @@ class Data:
         self.plans = PlanStore(root / "plans")
         workflow = example_workflow()
         self.catalog = load_catalog(AWS_CATALOG)
-        self.plan = optimize(replace(workflow, name=DAG), self.catalog, Objective(kind="cost"), str(AWS_CATALOG), 2.0)
+        self.plan = optimize(replace(workflow, name=DAG), self.catalog, Objective(kind="cost"), str(AWS_CATALOG), 0.5)
         stored = self.plans.save(DAG, self.plan)
         self.version = plan_version(stored.path.read_bytes())
         self.plans.save(EMPTY, replace(self.plan, workflow=EMPTY))

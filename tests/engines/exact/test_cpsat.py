@@ -39,6 +39,9 @@ from tests.engines.exact.test_milp import (
     violations,
 )
 
+# Cases that take a second or more each (the oracle's or the solver's): make test runs them, make test-fast not.
+SLOW = pytest.mark.slow
+
 
 def real_problem(name: str, n: int, kind: ObjectiveKind) -> Problem:
     return Problem.create(first_tasks(BUNDLED / f"{name}.json", n), SMALL_CATALOG, Objective(kind=kind))
@@ -54,7 +57,8 @@ def assert_proven(problem: Problem, result: EngineResult | None, optimum: float)
     assert result.gap is not None and result.gap <= 1e-6
 
 
-@pytest.mark.parametrize("seed", [*range(24), 595])  # 595: a 5 s minimum billed in 3 s steps
+# 595: a 5 s minimum billed in 3 s steps; make test-fast solves ten seeds and that one, make test all
+@pytest.mark.parametrize("seed", [*range(10), *(pytest.param(seed, marks=SLOW) for seed in range(10, 24)), 595])
 def test_optimum_equals_the_brute_force_optimum_on_tiny_instances(seed: int) -> None:
     problem = tiny_problem(seed)
     oracle = tiny_oracle(seed)
@@ -62,7 +66,7 @@ def test_optimum_equals_the_brute_force_optimum_on_tiny_instances(seed: int) -> 
     assert_proven(problem, CpSatEngine().solve(problem, time_limit_s=20), oracle[0])
 
 
-@pytest.mark.parametrize("seed", [1, 4, 6, 9, 16, 595])
+@pytest.mark.parametrize("seed", [1, 4, pytest.param(6, marks=SLOW), 9, 16, 595])  # 6: seconds
 def test_a_forced_inexact_tick_still_proves_the_optimum(seed: int) -> None:
     """A forced tick that the engine treats as inexact: both rounded models, "down" then "up" if needed."""
     problem = tiny_problem(seed)
@@ -73,7 +77,7 @@ def test_a_forced_inexact_tick_still_proves_the_optimum(seed: int) -> None:
     assert engine.last_phases[0].direction == "down"
 
 
-@pytest.mark.parametrize("seed", range(24, 32))
+@pytest.mark.parametrize("seed", [24, 25, 26, *(pytest.param(seed, marks=SLOW) for seed in range(27, 32))])
 def test_deadline_and_budget_are_honoured_and_optimal_under_them(seed: int) -> None:
     for problem, oracle in limited_cases(seed):
         result = CpSatEngine().solve(problem, time_limit_s=20)
@@ -128,8 +132,8 @@ def test_a_type_of_count_one_is_leased_again_after_a_gap_when_that_is_cheaper() 
     ("name", "n", "kind"),
     [
         ("blast-chameleon-small-001", 12, "time"),
-        ("montage-chameleon-2mass-01d-001", 8, "cost"),
-        ("bacass-dirt02-001", 8, "balanced"),
+        pytest.param("montage-chameleon-2mass-01d-001", 8, "cost", marks=SLOW),
+        pytest.param("bacass-dirt02-001", 8, "balanced", marks=SLOW),
     ],
 )
 def test_real_durations_give_the_milp_optimum(name: str, n: int, kind: ObjectiveKind) -> None:
@@ -193,6 +197,7 @@ def test_ticks_are_exact_on_whole_seconds_and_fine_enough_otherwise() -> None:
     assert to_ticks(0.1 * 3, 10, "up") == 4
 
 
+@SLOW  # runs its 2 s limit
 def test_a_run_cut_short_is_valid_within_its_time_and_never_worse_than_the_warm_start() -> None:
     problem = real_problem("1000genome-chameleon-2ch-100k-001", 12, "balanced")
     bounds = problem.bounds

@@ -50,6 +50,7 @@ def test_a_passed_deadline_stops_both_model_builders(big_model_problem: Problem)
     assert cpsat_model.build_model(build_data(problem, "down", ticks, warm), TimeBudget()).x  # no deadline
 
 
+@pytest.mark.slow  # the model takes seconds to build, by design
 @pytest.mark.parametrize("engine", [MilpEngine(), CpSatEngine()], ids=["milp", "cpsat"])
 def test_a_short_limit_is_kept_though_the_model_takes_longer_to_build(
     big_model_problem: Problem, engine: MilpEngine | CpSatEngine

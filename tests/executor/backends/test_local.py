@@ -63,6 +63,7 @@ def backend() -> LocalBackend:
     return LocalBackend({"small": LocalPool("small", 1, 400 * MIB, (0,)), "wide": LocalPool("wide", 2, 400 * MIB)})
 
 
+@pytest.mark.slow  # waits on real jobs for seconds (and forks them from the warm server)
 def test_a_one_core_pool_runs_its_jobs_one_after_the_other(tmp_path: Path, backend: LocalBackend) -> None:
     ids = [backend.submit(job(tmp_path, f"j{i}", "import time; time.sleep(0.8)")) for i in range(3)]
     assert [s.phase for s in backend.status(ids).values()] == ["running", "pending", "pending"]
@@ -72,12 +73,14 @@ def test_a_one_core_pool_runs_its_jobs_one_after_the_other(tmp_path: Path, backe
     assert all(previous[1] <= following[0] for previous, following in itertools.pairwise(spans))
 
 
+@pytest.mark.slow  # waits on real jobs for seconds
 def test_a_pool_with_room_for_two_runs_two_at_once(tmp_path: Path, backend: LocalBackend) -> None:
     ids = [backend.submit(job(tmp_path, f"w{i}", "import time; time.sleep(1.5)", pool="wide")) for i in range(2)]
     assert [s.phase for s in backend.status(ids).values()] == ["running", "running"]
     wait_all(backend, ids)
 
 
+@pytest.mark.slow  # forks from the warm server, which imports Airflow first: seconds
 def test_memory_limits_admission_too(tmp_path: Path, backend: LocalBackend) -> None:
     ids = [
         backend.submit(job(tmp_path, f"m{i}", "import time; time.sleep(0.5)", pool="wide", memory_mib=300))
@@ -95,6 +98,7 @@ def test_a_job_the_pool_can_never_hold_is_refused_naming_it(tmp_path: Path, back
         backend.submit(job(tmp_path, "gpu", "pass", pool="gpu"))
 
 
+@pytest.mark.slow  # forks from the warm server, which imports Airflow first: seconds
 def test_oom_and_exit_codes_come_back_from_the_result_file(tmp_path: Path, backend: LocalBackend) -> None:
     # It holds its memory for a moment: a spike shorter than the worker's sampling interval, ended by the
     # task itself, is not killed (a loaded CI run saw the task exit before a sample passed the limit).
@@ -106,6 +110,7 @@ def test_oom_and_exit_codes_come_back_from_the_result_file(tmp_path: Path, backe
     assert statuses[bad].exit_code == 5 and not statuses[bad].succeeded
 
 
+@pytest.mark.slow  # forks from the warm server, which imports Airflow first: seconds
 def test_cancel_stops_a_running_job_and_drops_a_queued_one(tmp_path: Path, backend: LocalBackend) -> None:
     running = backend.submit(job(tmp_path, "r", "import time; time.sleep(60)"))
     queued = backend.submit(job(tmp_path, "q", "import time; time.sleep(60)"))
@@ -118,6 +123,7 @@ def test_cancel_stops_a_running_job_and_drops_a_queued_one(tmp_path: Path, backe
     assert not (tmp_path / "q" / "local.json").exists()  # it never ran
 
 
+@pytest.mark.slow  # waits on real jobs for seconds
 def test_a_new_backend_adopts_a_running_job_and_reads_its_result(tmp_path: Path, backend: LocalBackend) -> None:
     spec = job(tmp_path, "long", "import time; time.sleep(2); print('finished')")
     external_id = backend.submit(spec)
@@ -135,6 +141,7 @@ def test_a_new_backend_adopts_a_running_job_and_reads_its_result(tmp_path: Path,
     assert (spec.job_dir / "task.log").read_text().count("finished") == 1  # ran once
 
 
+@pytest.mark.slow  # forks from the warm server, which imports Airflow first: seconds
 def test_try_2_of_a_long_task_id_gets_its_own_exit_code_not_try_1s(tmp_path: Path, backend: LocalBackend) -> None:
     task_id = "extract_" + "x" * 250
     first = job(tmp_path, "try1", "raise SystemExit(3)", key=job_key("etl", task_id, "manual__1", 1, -1))
@@ -156,6 +163,7 @@ def _report_inherited_state(answers: multiprocessing.SimpleQueue[tuple[int, list
     answers.put((gc.get_freeze_count(), [name for name in WARM_MODULES if name not in sys.modules]))
 
 
+@pytest.mark.slow  # forks from the warm server, which imports Airflow first: seconds
 def test_workers_are_forked_with_the_task_path_loaded_and_the_collector_frozen() -> None:
     context = fork_context()
     answers: multiprocessing.SimpleQueue[tuple[int, list[str]]] = context.SimpleQueue()
@@ -176,6 +184,7 @@ def test_warm_up_names_what_it_could_not_import_and_still_freezes() -> None:
         gc.unfreeze()
 
 
+@pytest.mark.slow  # starts a Python that imports Airflow
 def test_the_fork_server_module_drops_the_working_directory_then_warms_up(tmp_path: Path) -> None:
     probe = (
         "import gc, sys; import agora_optimizer.executor.backends.fork_server; "
@@ -216,6 +225,7 @@ print(json.dumps(wait_all(backend, [backend.submit(spec)])[spec.key].succeeded))
 """
 
 
+@pytest.mark.slow  # starts a Python that imports Airflow
 def test_a_job_forked_from_the_warm_server_gets_no_scheduler_secret(tmp_path: Path) -> None:
     environment = {**os.environ, **SCHEDULER_SECRETS, "AGORA_KEPT": "1"}
     done = subprocess.run(
@@ -231,6 +241,7 @@ def test_a_job_forked_from_the_warm_server_gets_no_scheduler_secret(tmp_path: Pa
     assert "AGORA_KEPT" in seen and not set(SCHEDULER_SECRETS) & seen
 
 
+@pytest.mark.slow  # waits on real jobs for seconds
 def test_a_long_lived_backend_keeps_only_the_newest_finished_statuses(tmp_path: Path) -> None:
     backend = LocalBackend({"small": LocalPool("small", 1, 400 * MIB)}, warm=False, done_max=2)
     ids = []
@@ -242,6 +253,7 @@ def test_a_long_lived_backend_keeps_only_the_newest_finished_statuses(tmp_path: 
     assert statuses[ids[1]].succeeded and statuses[ids[2]].succeeded
 
 
+@pytest.mark.slow  # waits on real jobs for seconds
 def test_a_try_submitted_again_after_its_job_finished_gets_the_new_jobs_status(
     tmp_path: Path, backend: LocalBackend
 ) -> None:

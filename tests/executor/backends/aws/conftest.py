@@ -38,7 +38,9 @@ import pytest
 from agora_optimizer.executor.backends.aws_batch import AwsBatchBackend, Infrastructure
 from agora_optimizer.io.catalog_file import load_catalog
 from agora_optimizer.model.catalog import Catalog, Resource
+from harness.local_airflow import free_port
 from tests.conftest import AWS_CATALOG
+from tests.executor.backends.aws.canned import CannedServer, serve
 
 REGION = "us-east-1"
 IMAGE = "agora:test"
@@ -50,13 +52,6 @@ START_TIMEOUT_S = 30.0
 def fake_session() -> boto3.session.Session:
     """A session with moto's kind of credentials (any key works), shared: it caches Batch's API model."""
     return boto3.session.Session(aws_access_key_id="testing", aws_secret_access_key="testing")
-
-
-def free_port() -> int:
-    """A loopback port nothing listens on (bound, then released)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @dataclass
@@ -154,6 +149,13 @@ def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer]:
     server = start_moto(tmp_path_factory.mktemp("moto"))
     yield server
     server.stop()
+
+
+@pytest.fixture
+def canned() -> Iterator[CannedServer]:
+    """A loopback server for the errors moto cannot produce: the test sets its ``answer`` (canned.py)."""
+    with serve() as server:
+        yield server
 
 
 @pytest.fixture(scope="package", autouse=True)

@@ -9,14 +9,12 @@ from __future__ import annotations
 import json
 import re
 import sys
-import threading
 import time
 import types
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -38,6 +36,8 @@ from agora_optimizer.executor.backends.aws_batch import (
 from agora_optimizer.executor.backends.aws_provisioning import wait_valid
 from agora_optimizer.executor.jobs import BackendError, JobSpec, JobStatus, job_key
 from agora_optimizer.model.catalog import GIB, Catalog
+from harness.local_airflow import free_port
+from tests.executor.backends.aws.canned import CannedServer, batch_error
 from tests.executor.backends.aws.conftest import (
     IMAGE,
     REGION,
@@ -45,7 +45,6 @@ from tests.executor.backends.aws.conftest import (
     MotoServer,
     Network,
     fake_session,
-    free_port,
     setup_infrastructure,
 )
 
@@ -451,34 +450,6 @@ def test_an_unreachable_endpoint_is_transient_and_fails_within_seconds() -> None
     assert time.monotonic() - started < 6
 
 
-class _Canned(BaseHTTPRequestHandler):
-    """Answers every request with the status and JSON error body the server was given."""
-
-    def do_POST(self) -> None:
-        self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        status, code, message = self.server.answer  # type: ignore[attr-defined]
-        body = json.dumps({"__type": code, "message": message}).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("x-amzn-ErrorType", code)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
-@pytest.fixture
-def canned() -> Iterator[ThreadingHTTPServer]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Canned)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
-
-
 @pytest.mark.parametrize(
     ("status", "code", "transient"),
     [
@@ -490,14 +461,10 @@ def canned() -> Iterator[ThreadingHTTPServer]:
         (400, "ValidationException", False),
     ],
 )
-def test_errors_as_aws_sends_them(canned: ThreadingHTTPServer, status: int, code: str, transient: bool) -> None:
-    canned.answer = (status, code, "as AWS says it")  # type: ignore[attr-defined]
-    host, port = canned.server_address[:2]
+def test_errors_as_aws_sends_them(canned: CannedServer, status: int, code: str, transient: bool) -> None:
+    canned.answer = batch_error(status, code, "as AWS says it")
     backend = AwsBatchBackend(
-        session=fake_session(),
-        region_name=REGION,
-        endpoint_url=f"http://{host!s}:{port}",
-        max_attempts=1,
+        session=fake_session(), region_name=REGION, endpoint_url=canned.endpoint_url, max_attempts=1
     )
     with pytest.raises(BackendError) as caught:
         backend.submit(spec("canned", "r5.large"))

@@ -12,11 +12,8 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +23,10 @@ from agora_optimizer.executor.backends.aws_batch import AwsBatchBackend, Infrast
 from agora_optimizer.executor.jobs import OOM_EXIT_CODE, BackendError, JobResult, JobSpec, job_key, read_result
 from agora_optimizer.executor.remote_files import RemoteFileNotFound, RemoteFiles, job_urls
 from agora_optimizer.model.catalog import GIB
+from harness.local_airflow import free_port
 from tests.conftest import AWS_CATALOG
-from tests.executor.backends.aws.conftest import REGION, MotoServer, client, fake_session, free_port
+from tests.executor.backends.aws.canned import CannedServer, s3_error
+from tests.executor.backends.aws.conftest import REGION, MotoServer, client, fake_session
 
 # The executor tests build an AgoraExecutor, which needs Airflow configured before its first import
 # (as tests/executor/conftest.py does when that folder runs too).
@@ -119,33 +118,6 @@ def test_a_round_trip_and_clear_errors_for_a_missing_object_or_bucket(
     assert not no_bucket.value.transient and not isinstance(no_bucket.value, RemoteFileNotFound)
 
 
-class _CannedS3(BaseHTTPRequestHandler):
-    """Answers every request with the status and S3 XML error the server was given."""
-
-    def do_GET(self) -> None:
-        status, code = self.server.answer  # type: ignore[attr-defined]
-        body = f"<?xml version='1.0' encoding='UTF-8'?><Error><Code>{code}</Code><Message>as S3 says it</Message>"
-        data = (body + "<RequestId>1</RequestId></Error>").encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/xml")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
-@pytest.fixture
-def canned_s3() -> Iterator[ThreadingHTTPServer]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _CannedS3)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
-
-
 @pytest.mark.parametrize(
     ("status", "code", "transient", "says"),
     [
@@ -156,16 +128,13 @@ def canned_s3() -> Iterator[ThreadingHTTPServer]:
         (400, "RequestTimeout", True, "RequestTimeout: as S3 says it"),
     ],
 )
-def test_s3_errors_as_s3_sends_them(
-    canned_s3: ThreadingHTTPServer, status: int, code: str, transient: bool, says: str
-) -> None:
-    canned_s3.answer = (status, code)  # type: ignore[attr-defined]
-    host, port = canned_s3.server_address[:2]
-    canned = RemoteFiles.from_session(
-        fake_session(), region_name=REGION, endpoint_url=f"http://{host!s}:{port}", max_attempts=1
+def test_s3_errors_as_s3_sends_them(canned: CannedServer, status: int, code: str, transient: bool, says: str) -> None:
+    canned.answer = s3_error(status, code, "as S3 says it")
+    files = RemoteFiles.from_session(
+        fake_session(), region_name=REGION, endpoint_url=canned.endpoint_url, max_attempts=1
     )
     with pytest.raises(BackendError) as caught:
-        canned.read(f"s3://{BUCKET}/k/result.json")
+        files.read(f"s3://{BUCKET}/k/result.json")
     assert caught.value.transient is transient and caught.value.backend == "s3"
     assert caught.value.reason.startswith(f"cannot read s3://{BUCKET}/k/result.json: {says}")
 
