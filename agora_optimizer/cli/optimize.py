@@ -218,10 +218,7 @@ def optimize(
     releases = {r.name: r.release_s for r in cat.resources if r.release_s > 0}
     if releases:  # the predicted queue waits: when each type's first lease may begin
         summary["release_s"] = releases
-    summary["platform_latency"] = {
-        "statistic": statistic,
-        "resources": {r.name: latency.for_resource(r).as_dict(statistic) for r in cat.resources},
-    }
+    summary["platform_latency"] = latency.summary(cat, statistic)
     summary["platform_latency_lines"] = [latency.for_resource(r).describe(statistic) for r in cat.resources]
     if as_json:  # the lines are for people: the JSON has the numbers under "platform_latency"
         out_console.print_json(json.dumps({k: v for k, v in summary.items() if k != "platform_latency_lines"}))

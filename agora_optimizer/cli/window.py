@@ -151,10 +151,7 @@ def plan_window(
         "dags_without_runs": idle,
         "cost_lower_bound_usd": cost_lower_bound(runs, catalog),
         "ways": {way.method: way_summary(way, catalog) for way in (joint, first_come, alone) if way is not None},
-        "platform_latency": {
-            "statistic": statistic,
-            "resources": {r.name: latency.for_resource(r).as_dict(statistic) for r in file_catalog.resources},
-        },
+        "platform_latency": latency.summary(file_catalog, statistic),
     }
     (out_dir / "window.json").write_text(json.dumps(summary, indent=1) + "\n")
     if gantt is not None or apply:  # the platform's machines: drawn, and kept for the agora view

@@ -173,6 +173,13 @@ class PlatformLatency:
         start, end = self.learned.get((resource.backend, resource.name), (None, None))
         return ResourceLatency(resource.name, resource.backend, start, end, default_latency(resource.backend))
 
+    def summary(self, catalog: Catalog, statistic: Statistic) -> dict[str, object]:
+        """What a plan's summary states of the latency used: the statistic and each type's numbers."""
+        return {
+            "statistic": statistic,
+            "resources": {r.name: self.for_resource(r).as_dict(statistic) for r in catalog.resources},
+        }
+
 
 def statistic_of(value: str) -> Statistic:
     """``value`` as a :data:`Statistic`, or an error naming the option."""
