@@ -30,7 +30,7 @@ burst of work instead of for the idle span between bursts (on hpc-36, cycles-1k 
 from __future__ import annotations
 
 from agora_optimizer.engines.base import Engine, EngineResult
-from agora_optimizer.engines.list_scheduling import LARGE_WORKFLOW_TASKS
+from agora_optimizer.engines.list_scheduling import LARGE_MACHINES_PER_TYPE, machines_per_type
 from agora_optimizer.model.plan import Assignment
 from agora_optimizer.planning.bounds import fastest_runtime_s
 from agora_optimizer.planning.list_schedule import list_schedule, upward_ranks
@@ -39,7 +39,6 @@ from agora_optimizer.planning.shared_counts import RunPools
 from agora_optimizer.planning.time_budget import TimeBudget
 
 BISECTIONS = 6  # steps between the last late beta and the last timely one
-INSTANT_MACHINES_PER_TYPE = 3
 MIN_BETA = 0.05
 
 
@@ -58,10 +57,9 @@ class DeadlineListEngine(Engine):
         workflow, catalog = problem.workflow, problem.catalog
         rank = upward_ranks(workflow, catalog)
         tails = {t.id: rank[t.id] - fastest_runtime_s(t, problem.options[t.id]) for t in workflow.tasks}
-        large = len(workflow.tasks) > LARGE_WORKFLOW_TASKS
         budget = TimeBudget(time_limit_s)
         best: tuple[tuple[float, float, float], list[Assignment]] | None = None
-        per_type = 3 if large else None
+        per_type = machines_per_type(workflow)
 
         def schedule(beta: float, shared_cost: bool, instant: bool) -> float:
             """Schedule for ``beta``; its makespan. Keeps the best schedule seen."""
@@ -69,7 +67,7 @@ class DeadlineListEngine(Engine):
             latest = {task_id: beta * deadline - tail for task_id, tail in tails.items()}
             # With instant counts a type may have many machines over time: each task tries the few that
             # fall idle first and its parents' (all of them made one schedule 10 to 25 times slower).
-            pools = RunPools.one_run(workflow, catalog, INSTANT_MACHINES_PER_TYPE) if instant else None
+            pools = RunPools.one_run(workflow, catalog, LARGE_MACHINES_PER_TYPE) if instant else None
             with budget:
                 assignments = list_schedule(
                     workflow,

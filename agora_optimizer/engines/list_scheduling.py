@@ -15,11 +15,20 @@ from __future__ import annotations
 
 from agora_optimizer.engines.base import Engine, EngineResult
 from agora_optimizer.model.plan import Assignment, Objective
+from agora_optimizer.model.workflow import Workflow
 from agora_optimizer.planning.list_schedule import list_schedule
 from agora_optimizer.planning.problem import Problem
 from agora_optimizer.planning.time_budget import TimeBudget
 
 LARGE_WORKFLOW_TASKS = 4000  # beyond it, each task tries only the first-idle machines of a type
+LARGE_MACHINES_PER_TYPE = 3  # how many: those and its parents' machines
+
+
+def machines_per_type(workflow: Workflow) -> int | None:
+    """How many machines of a type a task tries, besides its parents' (None: all)."""
+    return LARGE_MACHINES_PER_TYPE if len(workflow.tasks) > LARGE_WORKFLOW_TASKS else None
+
+
 SWEEP_ALPHAS = (1.0, 0.95, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.05, 0.0)
 
 
@@ -54,7 +63,7 @@ class ListSchedulingEngine(Engine):
                     alpha,
                     problem.bounds.makespan_s,
                     problem.bounds.cost_usd,
-                    machines_per_type=3 if len(problem.workflow.tasks) > LARGE_WORKFLOW_TASKS else None,
+                    machines_per_type=machines_per_type(problem.workflow),
                 )
             key = problem.rank(*problem.evaluate(assignments))
             if best is None or key < best[0]:
