@@ -62,37 +62,43 @@ def makespan_lower_bound_s(workflow: Workflow, catalog: Catalog) -> float:
     )
 
 
+TaskClass = tuple[tuple[str, ...], int, int]  # the types its tasks fit (names, sorted), cores, memory bytes
+
+
+def task_classes(workflow: Workflow, options: dict[str, list[Resource]], max_columns: int) -> dict[TaskClass, float]:
+    """Tasks alike for a work bound, with their reference seconds summed (``runtime_s``, before speed).
+
+    Tasks that fit the same types with the same cores and memory are one class; when that gives
+    more than ``max_columns`` (class, type) pairs, classes merge by types and cores and keep their
+    least memory (which only weakens a bound, never breaks it).
+    """
+    exact: dict[TaskClass, float] = {}
+    for task in workflow.tasks:
+        key = (tuple(sorted(r.name for r in options[task.id])), task.cores, task.memory_bytes)
+        exact[key] = exact.get(key, 0.0) + task.runtime_s
+    if sum(len(key[0]) for key in exact) <= max_columns:
+        return exact
+    merged: dict[tuple[tuple[str, ...], int], tuple[float, int]] = {}
+    for (names, cores, memory), total in exact.items():
+        seconds, least = merged.get((names, cores), (0.0, memory))
+        merged[(names, cores)] = (seconds + total, min(least, memory))
+    return {(names, cores, memory): total for (names, cores), (total, memory) in merged.items()}
+
+
 def _balanced_work_s(workflow: Workflow, options: dict[str, list[Resource]]) -> float:
     """The shortest time in which all machines, sharing the work perfectly, could do it.
 
     ``z_(g,k)`` reference seconds of task class g run on type k, taking ``z / speed_k``
     seconds there with the class's cores and memory; type k offers ``vcpus_k * count_k``
     cores and ``memory_k * count_k`` bytes at every instant. Minimise T such that, on every
-    type, core-seconds <= T * cores and byte-seconds <= T * bytes: a linear programme.
-    Tasks that fit the same types with the same cores and memory are one class; when that
-    gives too many variables, classes merge by types and cores and keep their least memory
-    (which only weakens the bound, never breaks it).
+    type, core-seconds <= T * cores and byte-seconds <= T * bytes: a linear programme over the
+    classes of :func:`task_classes`.
     """
     import numpy as np
     from scipy.optimize import linprog
     from scipy.sparse import coo_matrix
 
-    def classes(exact_memory: bool) -> dict[tuple[tuple[str, ...], int, int], float]:
-        merged: dict[tuple[tuple[str, ...], int], tuple[float, int]] = {}
-        exact: dict[tuple[tuple[str, ...], int, int], float] = {}
-        for task in workflow.tasks:
-            names = tuple(sorted(r.name for r in options[task.id]))
-            if exact_memory:
-                key = (names, task.cores, task.memory_bytes)
-                exact[key] = exact.get(key, 0.0) + task.runtime_s
-            else:
-                total, least = merged.get((names, task.cores), (0.0, task.memory_bytes))
-                merged[(names, task.cores)] = (total + task.runtime_s, min(least, task.memory_bytes))
-        return exact if exact_memory else {(n, c, m): total for (n, c), (total, m) in merged.items()}
-
-    groups = classes(exact_memory=True)
-    if sum(len(key[0]) for key in groups) > LP_MAX_VARIABLES:
-        groups = classes(exact_memory=False)
+    groups = task_classes(workflow, options, LP_MAX_VARIABLES)
     types = {r.name: r for rs in options.values() for r in rs}
     names = sorted(types)
     index = {name: k for k, name in enumerate(names)}
@@ -171,19 +177,24 @@ def cost_lower_bound_usd(workflow: Workflow, catalog: Catalog, deadline_s: float
     }
     if any(not rs for rs in within.values()):
         return max(plain, minimum)  # the deadline is infeasible; the optimizer says so
-    packed = _packed_work_cost_usd(workflow, within, factor)
+    capacity = {  # machine-seconds a type can give before the deadline, all its machines busy throughout
+        r.name: r.count * (deadline_s - r.earliest_start_s) for r in used if r.name in factor and r.count is not None
+    }
+    packed = _packed_work_cost_usd(workflow, within, factor, capacity)
     return max(plain, minimum, packed, whole_machines_cost_usd(workflow, within, deadline_s))
 
 
-def _packed_work_cost_usd(workflow: Workflow, options: dict[str, list[Resource]], factor: dict[str, float]) -> float:
+def _packed_work_cost_usd(
+    workflow: Workflow,
+    options: dict[str, list[Resource]],
+    factor: dict[str, float],
+    capacity_s: dict[str, float] | None = None,
+) -> float:
     per_dimension = max(
         sum(min(_dimension_cost(t, r, "cores") * factor[r.name] for r in options[t.id]) for t in workflow.tasks),
         sum(min(_dimension_cost(t, r, "memory") * factor[r.name] for r in options[t.id]) for t in workflow.tasks),
     )
-    n_variables = sum(len(rs) for rs in options.values())
-    if n_variables > LP_MAX_VARIABLES:
-        return per_dimension
-    return max(per_dimension, _lp_work_cost_usd(workflow, options, factor))
+    return max(per_dimension, _lp_work_cost_usd(workflow, options, factor, capacity_s or {}))
 
 
 def _dimension_cost(task: Task, resource: Resource, dimension: str) -> float:
@@ -191,47 +202,76 @@ def _dimension_cost(task: Task, resource: Resource, dimension: str) -> float:
     return resource.price_per_hour_usd / 3600.0 * resource.runtime_s(task) * share
 
 
-def _lp_work_cost_usd(workflow: Workflow, options: dict[str, list[Resource]], factor: dict[str, float]) -> float:
-    """min sum_k f_k price_k S_k  s.t.  S_k >= core-s_k / vcpus_k,  S_k >= byte-s_k / memory_k,  sum_k x_ik = 1."""
+def _work_columns(
+    workflow: Workflow, options: dict[str, list[Resource]], max_columns: int
+) -> tuple[list[tuple[int, Resource, float, float]], int]:
+    """The columns of the work programmes, and their number of rows: ``(row, type, core-s / vcpus,
+    byte-s / memory)``, the machine-seconds a row's work takes on the type by each dimension.
+
+    A row is a task (its runtime on the type, the platform's latency included) where that makes at
+    most ``max_columns`` columns; else a class of :func:`task_classes` (its reference seconds over
+    the type's speed, the latency left out): both bound the same cost, the classes a little lower.
+    """
+    if sum(len(options[t.id]) for t in workflow.tasks) <= max_columns:
+        columns = [
+            (row, r, seconds * task.cores / r.vcpus, seconds * task.memory_bytes / r.memory_bytes)
+            for row, task in enumerate(workflow.tasks)
+            for r in options[task.id]
+            for seconds in [r.runtime_s(task)]
+        ]
+        return columns, len(workflow.tasks)
+    types = {r.name: r for rs in options.values() for r in rs}
+    classes = task_classes(workflow, options, max_columns)
+    columns = [
+        (row, r, seconds * cores / r.vcpus, seconds * memory / r.memory_bytes)
+        for row, ((names, cores, memory), reference_s) in enumerate(classes.items())
+        for r in (types[name] for name in names)
+        for seconds in [reference_s / r.speed]
+    ]
+    return columns, len(classes)
+
+
+def _lp_work_cost_usd(
+    workflow: Workflow, options: dict[str, list[Resource]], factor: dict[str, float], capacity_s: dict[str, float]
+) -> float:
+    """min sum_k f_k price_k S_k  s.t.  S_k >= core-s_k / vcpus_k,  S_k >= byte-s_k / memory_k,  sum_k x_ik = 1,
+    S_k <= capacity_k (where given); 0 when the programme is too large or has no solution."""
     import numpy as np
     from scipy.optimize import linprog
     from scipy.sparse import coo_matrix
 
-    types = sorted({r.name: r for rs in options.values() for r in rs}.values(), key=lambda r: r.name)
+    columns, n_rows = _work_columns(workflow, options, LP_MAX_VARIABLES)
+    if len(columns) > LP_MAX_VARIABLES:
+        return 0.0
+    types = sorted({r.name: r for _, r, _, _ in columns}.values(), key=lambda r: r.name)
     index = {r.name: k for k, r in enumerate(types)}
-    n_x = sum(len(options[t.id]) for t in workflow.tasks)
+    n_x = len(columns)
     n_var = n_x + len(types)
     cost = np.zeros(n_var)
     cost[n_x:] = [r.price_per_hour_usd / 3600.0 * factor[r.name] for r in types]
     ub_rows, ub_cols, ub_vals = [], [], []
-    eq_rows, eq_cols = [], []
-    column = 0
-    for i, task in enumerate(workflow.tasks):
-        for r in options[task.id]:
-            k = index[r.name]
-            seconds = r.runtime_s(task)
-            ub_rows += [2 * k, 2 * k + 1]
-            ub_cols += [column, column]
-            ub_vals += [seconds * task.cores / r.vcpus, seconds * task.memory_bytes / r.memory_bytes]
-            eq_rows.append(i)
-            eq_cols.append(column)
-            column += 1
+    for column, (_, r, core_s, byte_s) in enumerate(columns):
+        k = index[r.name]
+        ub_rows += [2 * k, 2 * k + 1]
+        ub_cols += [column, column]
+        ub_vals += [core_s, byte_s]
     for k in range(len(types)):
         ub_rows += [2 * k, 2 * k + 1]
         ub_cols += [n_x + k, n_x + k]
         ub_vals += [-1.0, -1.0]
     a_ub = coo_matrix((ub_vals, (ub_rows, ub_cols)), shape=(2 * len(types), n_var)).tocsr()
-    a_eq = coo_matrix(([1.0] * n_x, (eq_rows, eq_cols)), shape=(len(workflow.tasks), n_var)).tocsr()
+    eq_rows = [row for row, _, _, _ in columns]
+    a_eq = coo_matrix(([1.0] * n_x, (eq_rows, range(n_x))), shape=(n_rows, n_var)).tocsr()
     result = linprog(
         cost,
         A_ub=a_ub,
         b_ub=np.zeros(2 * len(types)),
         A_eq=a_eq,
-        b_eq=np.ones(len(workflow.tasks)),
-        bounds=(0, None),
+        b_eq=np.ones(n_rows),
+        bounds=[(0, None)] * n_x + [(0, capacity_s.get(r.name)) for r in types],
         method="highs",
     )
-    if result.status != 0:  # the LP always has a solution; be safe and fall back
+    if result.status != 0:  # no solution: the counts cannot hold the work by the deadline (the optimizer says so)
         return 0.0
     return float(result.fun) * (1 - 1e-7)  # stay on the safe side of floating-point optimality
 
@@ -252,13 +292,14 @@ def whole_machines_cost_usd(workflow: Workflow, options: dict[str, list[Resource
     from scipy.optimize import Bounds, LinearConstraint, milp
     from scipy.sparse import coo_matrix
 
-    types = sorted({r.name: r for rs in options.values() for r in rs}.values(), key=lambda r: r.name)
-    n_x = sum(len(options[t.id]) for t in workflow.tasks)
+    columns, n_rows = _work_columns(workflow, options, MACHINES_MAX_VARIABLES)
+    types = sorted({r.name: r for _, r, _, _ in columns}.values(), key=lambda r: r.name)
+    n_x = len(columns)
     if n_x > MACHINES_MAX_VARIABLES or not types:
         return 0.0
     index = {r.name: k for k, r in enumerate(types)}
     n_types = len(types)
-    n_var = n_x + 2 * n_types  # x (task shares), then n_k (machines), then cost_k
+    n_var = n_x + 2 * n_types  # x (row shares), then n_k (machines), then cost_k
     rows: list[int] = []
     cols: list[int] = []
     vals: list[float] = []
@@ -275,15 +316,12 @@ def whole_machines_cost_usd(workflow: Workflow, options: dict[str, list[Resource
         upper.append(high)
 
     per_type: list[list[tuple[int, float, float]]] = [[] for _ in types]  # (column, core-s share, byte-s share)
-    column = 0
-    for task in workflow.tasks:
-        row([(column + j, 1.0) for j in range(len(options[task.id]))], 1.0, 1.0)
-        for r in options[task.id]:
-            seconds = r.runtime_s(task)
-            per_type[index[r.name]].append(
-                (column, seconds * task.cores / r.vcpus, seconds * task.memory_bytes / r.memory_bytes)
-            )
-            column += 1
+    shares: list[list[tuple[int, float]]] = [[] for _ in range(n_rows)]
+    for column, (share_row, r, core_s, byte_s) in enumerate(columns):
+        shares[share_row].append((column, 1.0))
+        per_type[index[r.name]].append((column, core_s, byte_s))
+    for entries in shares:
+        row(entries, 1.0, 1.0)
     for k, r in enumerate(types):
         machines, cost = n_x + k, n_x + n_types + k
         per_second = r.price_per_hour_usd / 3600.0

@@ -10,8 +10,8 @@ instant (insertion into the machine's usage profile).
 
 from __future__ import annotations
 
-import heapq
-from collections.abc import Mapping, Sequence
+from bisect import bisect_left, insort
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from agora_optimizer.model.catalog import Catalog, Resource
@@ -57,6 +57,37 @@ class PlannedMachine(GrowingLease):
     tasks: list[str] = field(default_factory=list)
 
 
+class IdlePool:
+    """A type's machines in the order they were made, and in the order they fall idle (lease end,
+    then the order made: what sorting the machines by lease end gives), kept as leases grow."""
+
+    def __init__(self) -> None:
+        self.machines: list[PlannedMachine] = []
+        self._by_end: list[tuple[float, int]] = []  # (lease end, index in machines), sorted
+        self._index: dict[int, int] = {}
+
+    def __len__(self) -> int:
+        return len(self.machines)
+
+    def __iter__(self) -> Iterator[PlannedMachine]:
+        return iter(self.machines)
+
+    def add(self, machine: PlannedMachine) -> None:
+        index = self._index[id(machine)] = len(self.machines)
+        self.machines.append(machine)
+        insort(self._by_end, (machine.lease_end_s, index))
+
+    def moved(self, machine: PlannedMachine, old_end_s: float) -> None:
+        """``machine``'s lease, which ended at ``old_end_s``, now ends at its ``lease_end_s``."""
+        index = self._index[id(machine)]
+        del self._by_end[bisect_left(self._by_end, (old_end_s, index))]
+        insort(self._by_end, (machine.lease_end_s, index))
+
+    def idle_first(self, count: int) -> list[PlannedMachine]:
+        """The ``count`` machines whose leases end first."""
+        return [self.machines[index] for _, index in self._by_end[:count]]
+
+
 class TypePools:
     """Which machines a task may go on: per type, the machines that hold its parents, the
     ``machines_per_type`` machines that fall idle first (all of them when ``None``), and one new
@@ -64,7 +95,7 @@ class TypePools:
     the whole schedule, a little stricter than the spec's "at no instant")."""
 
     def __init__(self, catalog: Catalog, machines_per_type: int | None, min_task_memory_bytes: int) -> None:
-        self.machines: dict[str, list[PlannedMachine]] = {r.name: [] for r in catalog.resources}
+        self.machines: dict[str, IdlePool] = {r.name: IdlePool() for r in catalog.resources}
         self.machines_per_type = machines_per_type
         self.min_task_memory_bytes = min_task_memory_bytes
 
@@ -78,14 +109,14 @@ class TypePools:
         return chosen
 
     def idle_first(
-        self, pool: list[PlannedMachine], resource: Resource, parent_machines: dict[int, PlannedMachine]
+        self, pool: IdlePool, resource: Resource, parent_machines: dict[int, PlannedMachine]
     ) -> list[PlannedMachine]:
         """Of ``pool``, the ``machines_per_type`` that fall idle first and those that hold the task's
         parents (all of them when ``machines_per_type`` is None or the pool is no larger)."""
         machines_per_type = self.machines_per_type
         if machines_per_type is None or len(pool) <= machines_per_type:
             return list(pool)
-        chosen = heapq.nsmallest(machines_per_type, pool, key=lambda m: m.lease_end_s)
+        chosen = pool.idle_first(machines_per_type)
         seen = {id(m) for m in chosen}
         return chosen + [m for key, m in parent_machines.items() if m.resource is resource and key not in seen]
 
@@ -100,10 +131,14 @@ class TypePools:
         return machine.timeline.earliest_start(ready, duration_s, task.cores, task.memory_bytes)
 
     def place(self, machine: PlannedMachine, task: Task, start_s: float, end_s: float) -> None:
-        if machine.lease_start_s is None:
-            self.machines[machine.resource.name].append(machine)
+        made, old_end = machine.lease_start_s is None, machine.lease_end_s
         machine.timeline.add(start_s, end_s, task.cores, task.memory_bytes)
         machine.lease_start_s, machine.lease_end_s = machine.lease_after(start_s, end_s)
+        pool = self.machines[machine.resource.name]
+        if made:
+            pool.add(machine)
+        else:
+            pool.moved(machine, old_end)
 
 
 def upward_ranks(workflow: Workflow, catalog: Catalog) -> dict[str, float]:

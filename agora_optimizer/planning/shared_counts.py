@@ -18,10 +18,11 @@ from collections.abc import Mapping
 
 from agora_optimizer.model.catalog import Catalog, Resource
 from agora_optimizer.model.workflow import Task, Workflow
-from agora_optimizer.planning.list_schedule import PlannedMachine, TypePools
+from agora_optimizer.planning.list_schedule import IdlePool, PlannedMachine, TypePools
 
 TIME_TOLERANCE_S = 1e-6
 SEPARATOR = "/"  # RUN/TASK in the window's workflow, RUN/TYPE#N in the ledger
+_NO_MACHINES = IdlePool()  # a run's machines of a type before its first (never added to)
 
 
 class _Profile:
@@ -151,13 +152,13 @@ class RunPools(TypePools):
         self.run_of = run_of
         self.run_start_s = run_start_s
         self.ledger = ledger
-        self.by_run: dict[tuple[str, str], list[PlannedMachine]] = {}
+        self.by_run: dict[tuple[str, str], IdlePool] = {}
         self.made = dict.fromkeys(self.machines, 0)
 
     def candidates(
         self, task: Task, resource: Resource, parent_machines: dict[int, PlannedMachine]
     ) -> list[PlannedMachine]:
-        own = self.by_run.get((self.run_of[task.id], resource.name), [])
+        own = self.by_run.get((self.run_of[task.id], resource.name), _NO_MACHINES)
         chosen = self.idle_first(own, resource, parent_machines)
         if resource.count == 0:
             return chosen
@@ -177,11 +178,15 @@ class RunPools(TypePools):
         return start if self.ledger.fits(resource.name, first, last, self.key(task, machine)) else None
 
     def place(self, machine: PlannedMachine, task: Task, start_s: float, end_s: float) -> None:
-        if machine.lease_start_s is None:
-            self.by_run.setdefault((self.run_of[task.id], machine.resource.name), []).append(machine)
-            self.made[machine.resource.name] += 1
+        made, old_end = machine.lease_start_s is None, machine.lease_end_s
         super().place(machine, task, start_s, end_s)
         assert machine.lease_start_s is not None
+        own = self.by_run.setdefault((self.run_of[task.id], machine.resource.name), IdlePool())
+        if made:
+            own.add(machine)
+            self.made[machine.resource.name] += 1
+        else:
+            own.moved(machine, old_end)
         self.ledger.place(machine.resource.name, self.key(task, machine), machine.lease_start_s, machine.lease_end_s)
 
     def key(self, task: Task, machine: PlannedMachine) -> str:

@@ -79,6 +79,37 @@ def test_cost_bound_pays_packed_work_boot_and_deadline_overheads() -> None:
     assert cost_lower_bound_usd(five, two, deadline_s=40.0) == pytest.approx(per_second * 75 * 60 / 30)
 
 
+def test_cost_bound_fills_cheap_types_only_as_far_as_their_counts_reach_by_the_deadline() -> None:
+    # Eight tasks of 30 s on one core: 240 machine-seconds. One cheap machine (1 USD/h) can be busy for
+    # at most the deadline's 60 s, so 180 s go on the dear type (2 USD/h), whatever the plan.
+    cheap = Resource("cheap", "local", vcpus=1, memory_gib=1, speed=1.0, price_per_hour_usd=1.0, count=1)
+    dear = Resource("dear", "local", vcpus=1, memory_gib=1, speed=1.0, price_per_hour_usd=2.0, count=None)
+    workflow = _independent(8, runtime_s=30.0)
+    assert cost_lower_bound_usd(workflow, _catalog(cheap, dear), deadline_s=60.0) == pytest.approx(
+        (60 * 1.0 + 180 * 2.0) / 3600, rel=1e-6
+    )
+    assert cost_lower_bound_usd(workflow, _catalog(cheap, dear)) == pytest.approx(240 / 3600, rel=1e-6)  # no deadline
+    # A boot of 20 s leaves the cheap machine 40 busy seconds before the deadline.
+    booted = replace(cheap, boot_s=20.0)
+    assert cost_lower_bound_usd(workflow, _catalog(booted, dear), deadline_s=60.0) >= (40 * 1.0 + 200 * 2.0) / 3600
+
+
+def test_cost_bound_of_alike_tasks_in_classes_equals_the_bound_task_by_task(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Very large workflows are bounded over classes of alike tasks: the same value where the tasks are alike."""
+    import agora_optimizer.planning.bounds as bounds
+
+    catalog = _catalog(
+        Resource("cheap", "local", vcpus=2, memory_gib=1, speed=1.0, price_per_hour_usd=1.0, count=1),
+        Resource("fast", "local", vcpus=4, memory_gib=8, speed=2.0, price_per_hour_usd=5.0, count=2, boot_s=5.0),
+        Resource("big", "local", vcpus=8, memory_gib=2, speed=1.5, price_per_hour_usd=3.0, count=None),
+    )
+    tasks = [Task(f"t{i}", 10.0 + i % 7, 1 + i % 2, 2**29 * (1 + i % 3), "t") for i in range(60)]
+    workflow = Workflow.create("w", tasks, [])
+    task_by_task = cost_lower_bound_usd(workflow, catalog, deadline_s=40.0)
+    monkeypatch.setattr(bounds, "LP_MAX_VARIABLES", 20)  # 60 tasks x 2 or 3 types: classes instead
+    assert cost_lower_bound_usd(workflow, catalog, deadline_s=40.0) == pytest.approx(task_by_task, rel=1e-6)
+
+
 def test_window_bound_counts_whole_tasks_between_a_split_and_a_join() -> None:
     # split (2 s) -> 4 maps of 6 s -> join (3 s) on 3 identical one-core machines: one machine
     # must run two maps back to back, so no plan ends before 2 + 12 + 3 = 17 s. Perfect work
