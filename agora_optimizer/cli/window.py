@@ -10,7 +10,9 @@ whole catalog as if it were alone (which may exceed the counts together).
 Written to ``--out DIR``: one plan of the spec per run (``DAG_ID@RUN_AFTER.plan.json``, times from
 the run's start, the cost objective under the run's deadline) and ``window.json`` (the runs, the
 ways side by side, the cost lower bound); with ``--gantt FILE``, the platform's window as one
-chart of machines. ``--apply`` puts each DAG's plan in force (one run per DAG in the window).
+chart of machines. ``--apply`` keeps each run's plan in the plan store as that run's own (by its
+``run_after``: the executor runs the run's tasks at its placements, :mod:`agora_optimizer.executor.run_plans`),
+and puts each DAG's first run's plan in force as the DAG's current plan (the cluster policy's, at parse time).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import time
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agora_optimizer.cli.common import say
 from agora_optimizer.errors import AgoraError
@@ -29,6 +31,10 @@ from agora_optimizer.model.plan import Assignment, Objective, Plan
 from agora_optimizer.model.workflow import Workflow
 from agora_optimizer.planning.window import RunPlan, UnplannableWindowError, WindowRun, WindowSchedule
 from agora_optimizer.predict.latency import PlatformLatency
+
+if TYPE_CHECKING:
+    from agora_optimizer.integration.window_runs import ScheduledRun
+    from agora_optimizer.plans.store import PlanStore
 
 JOINT_SHARE = 0.6  # of the time limit; the rest plans each run alone, for the report
 
@@ -90,14 +96,6 @@ def plan_window(
         say(f"agora: DAG {dag_id} has no run in the window: {why}", err=True)
     if not scheduled:
         raise AgoraError(f"no DAG run in the window {start.isoformat()} + {window} ({', '.join(sorted(idle))})")
-    if apply:
-        several = sorted({r.dag_id for r in scheduled if sum(s.dag_id == r.dag_id for s in scheduled) > 1})
-        if several:
-            raise AgoraError(
-                "--apply puts one plan in force per DAG, and these DAGs have several runs in the window: "
-                + ", ".join(several)
-                + " (plan a shorter window, or leave --apply out)"
-            )
     workflows: dict[str, Workflow] = {}
     for dag_id in sorted({r.dag_id for r in scheduled}):
         workflows[dag_id], origin = predicted_dag_workflow(dag_id, catalog, dag_folder, store, model)
@@ -176,11 +174,22 @@ def plan_window(
 
         store_ = plan_store(plan_dir)
         store_.save_window(window_document(summary, picture, dag_of))
-        for plan in joint.plans:
-            dag_id = by_name[plan.run.name].dag_id
-            stored = store_.save(dag_id, documents[plan.run.name], workflow=workflows[dag_id])
-            say(f"agora: plan in force for {stored.dag_id} ({stored.path})", err=True)
+        apply_runs(store_, [(by_name[p.run.name], documents[p.run.name]) for p in joint.plans], workflows)
     return summary
+
+
+def apply_runs(store: PlanStore, runs: list[tuple[ScheduledRun, Plan]], workflows: dict[str, Workflow]) -> None:
+    """Keep each run's plan as its run plan (the executor runs its tasks so), and make each DAG's first run's
+    plan the DAG's current plan (the policy routes its tasks from it when it parses the DAG)."""
+    first: set[str] = set()
+    for item, plan in sorted(runs, key=lambda pair: pair[0].run_after):
+        workflow = workflows[item.dag_id]
+        kept = store.save_run(item.dag_id, item.run_after, plan, workflow=workflow)
+        if item.dag_id not in first:
+            first.add(item.dag_id)
+            stored = store.save(item.dag_id, plan, workflow=workflow)
+            say(f"agora: plan in force for {stored.dag_id} ({stored.path})", err=True)
+        say(f"agora: run {item.dag_id}@{item.run_after.isoformat()} follows {kept.path}", err=True)
 
 
 def window_document(summary: dict[str, Any], picture: Plan, dag_of: dict[str, str]) -> dict[str, Any]:

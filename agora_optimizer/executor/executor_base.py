@@ -22,8 +22,10 @@ from agora_optimizer.executor.lifecycle import Action, Event, Job, LifecycleConf
 from agora_optimizer.executor.machine_order import MachineOrder, ReplacedMachine, RunBook
 from agora_optimizer.executor.placement import Placement
 from agora_optimizer.executor.repair import Repairer, RunReports
+from agora_optimizer.executor.run_plans import RunPlans, airflow_run_times
 from agora_optimizer.model.catalog import Resource
 from agora_optimizer.model.instances import instance_id
+from agora_optimizer.plans.store import default_plan_store
 from agora_optimizer.runs.lease_record import LeaseRecord
 
 if TYPE_CHECKING:
@@ -116,6 +118,9 @@ class ExecutorBase(BaseExecutor):
         self._repairer = Repairer()  # off until start() reads [agora] replan_slack
         self._reports = RunReports()  # released leases and repairs on their way to the run store
         self._leases = Leases(self._backend, self._reports)
+        self._run_plans = RunPlans(
+            default_plan_store, airflow_run_times, self.log
+        )  # a run's own plan, where it has one
 
     @property
     def replaced_machines(self) -> list[ReplacedMachine]:

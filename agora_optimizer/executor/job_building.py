@@ -1,5 +1,5 @@
-"""From Airflow's workload to a job: the placement lookup (the plan's, a repair's, the default), the job
-directory, the worker's command and environment (:class:`JobBuilding`).
+"""From Airflow's workload to a job: the placement lookup (the plan's, the run's own plan's, a repair's, the
+default), the job directory, the worker's command and environment (:class:`JobBuilding`).
 
 Each workload becomes a :class:`~agora_optimizer.executor.jobs.JobSpec` for the backend of its
 resource; the job runs the agora worker, which runs Airflow's own ``execute_workload`` under the
@@ -26,7 +26,7 @@ from agora_optimizer.executor.job_dirs import set_aside
 from agora_optimizer.executor.job_record import JobRecord
 from agora_optimizer.executor.jobs import JobSpec, read_result
 from agora_optimizer.executor.lifecycle import Job
-from agora_optimizer.executor.placement import Placement, placement_from_config
+from agora_optimizer.executor.placement import Placement, placement_environment, placement_from_config
 from agora_optimizer.executor.remote_files import CONTAINER_JOB_ROOT, job_urls, split_s3_url
 from agora_optimizer.executor.state_files import write_private
 from agora_optimizer.model.catalog import Resource
@@ -39,11 +39,15 @@ class JobBuilding(ExecutorBase):
     """Builds each workload's job at its placement."""
 
     def _job_for(self, workload: workloads.ExecuteTask, *, write: bool = True) -> Job:
-        """The job of ``workload`` at its placement (a repair's for its run, else its ``executor_config``'s);
+        """The job of ``workload`` at its placement (a repair's for its run, else its run plan's, else its
+        ``executor_config``'s: :mod:`~agora_optimizer.executor.run_plans`);
         ``write``: its workload and ``job.json`` are written (a moved held job's are written by its ``Moved``)."""
         ti = workload.ti
         label = f"{ti.dag_id}.{plan_task(ti)}"
-        placement = placement_from_config(ti.executor_config, label, ti.map_index) or self._default_placement(label)
+        parsed = placement_from_config(ti.executor_config, label, ti.map_index)
+        run_plan = self._run_plans.of_run(ti.dag_id, ti.run_id, self._resources)
+        followed = run_plan.placement(plan_task(ti), parsed) if run_plan is not None else None
+        placement = followed or parsed or self._default_placement(label)
         placement = self._repaired_placement(ti, placement)
         resource = self._resources.get(placement.resource)
         if resource is None:
@@ -82,7 +86,7 @@ class JobBuilding(ExecutorBase):
             command=tuple(worker_command(resource, placement, job_dir, s3_prefix=s3_prefix)),
             job_dir=job_dir,
             options=dict(resource.extra),
-            environment=self._worker_environment(),
+            environment={**self._worker_environment(), **placement_environment(placement, resource.backend)},
             lease=lease,
         )
         if write:

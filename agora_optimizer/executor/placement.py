@@ -19,6 +19,12 @@ PLACEMENT_KEY = "placement"
 INSTANCES_KEY = "instances"  # a mapped task's planned instances' placements, by map index (a string)
 OVERFLOW = "overflow"  # the placement source of a mapped task's instances beyond its planned width
 WAIT = "wait"  # the placement source of a task that waits without a worker (its wait is a release in the plan)
+# Where the AgoraExecutor ran a task, in the task's environment: the trace listener's row says so (the
+# executor may run it elsewhere than executor_config says: a run's own plan, a repair).
+RESOURCE_ENV = "AGORA_RESOURCE_TYPE"
+BACKEND_ENV = "AGORA_BACKEND"
+MACHINE_ENV = "AGORA_MACHINE"
+PLAN_VERSION_ENV = "AGORA_PLAN_VERSION"
 
 
 @dataclass(frozen=True)
@@ -46,6 +52,16 @@ class Placement:
             "source": self.source,
             "plan_version": self.plan_version,
         }
+
+
+def placement_environment(placement: Placement, backend: str) -> dict[str, str]:
+    """The variables that tell a task's process where the executor runs it (the trace listener reads them)."""
+    return {
+        RESOURCE_ENV: placement.resource,
+        BACKEND_ENV: backend,
+        MACHINE_ENV: placement.machine,
+        PLAN_VERSION_ENV: placement.plan_version,
+    }
 
 
 def placement_from_config(

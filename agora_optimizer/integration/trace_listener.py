@@ -14,7 +14,8 @@ and the executor's row for the same attempt, written when the worker's result is
 fills them with the worker's measure (:func:`agora_optimizer.executor.job_record.executor_attempt`).
 
 Where the attempt ran: ``$AGORA_RESOURCE_TYPE`` / ``$AGORA_BACKEND`` when the
-machine's environment says so (the agora executor sets them), else the task's
+machine's environment says so (the agora executor sets them, and ``$AGORA_MACHINE`` and
+``$AGORA_PLAN_VERSION``: where it ran the task, which a run's own plan or a repair may change), else the task's
 ``executor_config={"agora": {"resource_type": ..., "backend": ...}}``, else a
 non-default queue name as the resource type. The host is the machine's, except under a Celery
 worker, whose name it is (``pool_small@node1``: :func:`agora_optimizer.integration.celery_pools.worker_name`).
@@ -35,14 +36,14 @@ from typing import Any
 
 from airflow.listeners import hookimpl
 
+from agora_optimizer.executor.placement import BACKEND_ENV, MACHINE_ENV, PLAN_VERSION_ENV
+from agora_optimizer.executor.placement import RESOURCE_ENV as RESOURCE_TYPE_ENV
 from agora_optimizer.integration.celery_pools import worker_name
 from agora_optimizer.traces.records import AttemptState, TaskAttempt, TraceRecordError
 from agora_optimizer.traces.sampler import SAMPLED_BY_WORKER_ENV, ProcessTreeSampler, Sample
 
 log = logging.getLogger(__name__)
 
-RESOURCE_TYPE_ENV = "AGORA_RESOURCE_TYPE"
-BACKEND_ENV = "AGORA_BACKEND"
 EXECUTOR_CONFIG_KEY = "agora"
 MAX_ERROR_CHARS = 4000
 LISTENER_REPLAY_ROWS = 20  # spooled rows a task process writes after its own, once the store answers
@@ -182,10 +183,13 @@ def attempt_from_task_instance(
 
 
 def _planned(task_instance: Any) -> dict[str, str]:
-    """The planned ``machine`` and ``plan_version`` of the attempt, from the placement the policy wrote
-    (a mapped task's instance: its own, else the mapped task's overflow placement)."""
+    """The planned ``machine`` and ``plan_version`` of the attempt: the AgoraExecutor's (``$AGORA_PLAN_VERSION``,
+    ``$AGORA_MACHINE``), else from the placement the policy wrote (a mapped task's instance: its own, else the
+    mapped task's overflow placement)."""
     from agora_optimizer.executor.placement import placement_node
 
+    if PLAN_VERSION_ENV in os.environ:
+        return {"machine": os.environ.get(MACHINE_ENV, ""), "plan_version": os.environ[PLAN_VERSION_ENV]}
     placement = placement_node(_agora_config(task_instance), _map_index(task_instance))
     if not isinstance(placement, dict):
         return {}

@@ -1,4 +1,4 @@
-"""A directory of plans: ``<root>/<dag_id>/current.json`` and ``history/<seq>-applied-<time>.json``.
+"""A directory of plans: ``<root>/<dag_id>/current.json``, ``history/<seq>-applied-<time>.json``, ``runs/...``.
 
 The cluster policy reads the current plan of a DAG at parse time, the rerun DAG writes a
 new one after each re-optimization, and the UI lists the history. Plans are spec files
@@ -17,6 +17,13 @@ entry appears, so an entry saved with one is never seen without it; entries save
 
 History written before the numbering (``<created_at>-<index>.json``) is still read: those
 entries come first, in the order their files were written.
+
+A planned DAG run may have a plan of its own (``runs/<run_after>.json``, :meth:`PlanStore.save_run`): a
+window of many runs planned together (``agora optimize --dags ... --window 24h --apply``) gives each run
+of a DAG its own plan. The policy routes at parse time from the current plan; the executor runs a run's
+tasks at its run plan's placements (:mod:`agora_optimizer.executor.run_plans`). Run plans are not
+history (nothing was put in force for the DAG); :meth:`PlanStore.find` and :meth:`PlanStore.workflow` find
+them by version as they find history entries, so a run's machine order, repairs and record use its plan.
 
 A plan names resources of the catalogs in ``[agora] catalog``; the policy refuses to apply a
 plan whose resources the executor does not know (see
@@ -56,6 +63,7 @@ _ENTRY = re.compile(r"^(\d+)-applied-(\d{8}T\d{6}\d{6})Z\.json$")
 FILE_MODE = 0o644
 DIRECTORY_MODE = 0o755
 WORKFLOW_SUFFIX = ".workflow.json"
+RUNS_DIR = "runs"  # under a DAG's directory: the plan of each planned run, named by its run_after
 WINDOW_DIR = "@platform"  # the last window of many DAG runs put in force
 WINDOW_FORMAT = "agora-window/1"  # beside a history entry: the workflow its plan was made from
 
@@ -128,6 +136,55 @@ class PlanStore:
             raise PlanStoreError(f"plan of DAG {dag_id!r} not saved: {exc}") from None
         return StoredPlan(dag_id, entry, plan)
 
+    def run_path(self, dag_id: str, run_after: datetime) -> Path:
+        """Where the plan of the DAG's run at ``run_after`` is kept (:func:`run_stamp`)."""
+        return self._dag_dir(dag_id) / RUNS_DIR / f"{run_stamp(run_after)}.json"
+
+    def save_run(self, dag_id: str, run_after: datetime, plan: Plan, workflow: Workflow | None = None) -> StoredPlan:
+        """Keep ``plan`` as the plan of the DAG's run at ``run_after`` (replacing one kept before), with
+        ``workflow`` (the one it was made from) beside it when given, written first."""
+        path = self.run_path(dag_id, run_after)
+        try:
+            text = plan_json(plan, str(path))
+            sidecar = None
+            if workflow is not None:
+                ensure_plan_matches(plan, workflow)
+                sidecar = workflow_json(workflow, str(workflow_path(path)))
+        except AgoraError as exc:
+            raise PlanStoreError(f"plan of DAG {dag_id!r} run {run_after.isoformat()} not saved: {exc}") from None
+        try:
+            _make_directories(path.parent)
+            if sidecar is None:
+                workflow_path(path).unlink(missing_ok=True)
+            else:
+                write_text_atomically(workflow_path(path), sidecar, FILE_MODE, durable=True)
+            write_text_atomically(path, text, FILE_MODE, durable=True)
+        except (OSError, AgoraError) as exc:
+            raise PlanStoreError(
+                f"plan of DAG {dag_id!r} run {run_after.isoformat()} not saved in {path.parent}: {exc}"
+            ) from None
+        return StoredPlan(dag_id, path, plan)
+
+    def run_plan(self, dag_id: str, run_after: datetime) -> StoredPlan | None:
+        """The plan of the DAG's run at ``run_after``, None if it has none; an unreadable one raises PlanStoreError
+        naming its file."""
+        path = self.run_path(dag_id, run_after)
+        if not path.exists():
+            return None
+        try:
+            return StoredPlan(dag_id, path, load_plan(path))
+        except AgoraError as exc:
+            raise PlanStoreError(f"plan of DAG {dag_id!r} run {run_after.isoformat()} unreadable: {exc}") from None
+
+    def run_plans(self, dag_id: str) -> list[Path]:
+        """The DAG's run plans, by run_after (their names sort so)."""
+        runs = self._dag_dir(dag_id) / RUNS_DIR
+        if not runs.is_dir():
+            return []
+        return sorted(
+            p for p in runs.glob("*.json") if not p.name.startswith(".") and not p.name.endswith(WORKFLOW_SUFFIX)
+        )
+
     def current(self, dag_id: str) -> StoredPlan | None:
         """The DAG's current plan, or None if it has none. An unreadable plan raises PlanStoreError."""
         path = self.current_path(dag_id)
@@ -148,10 +205,10 @@ class PlanStore:
 
     def find(self, dag_id: str, version: str) -> StoredPlan | None:
         """The plan of the DAG whose :func:`plan_version` is ``version`` (current first, then history, newest
-        first), or None; an unreadable match raises PlanStoreError."""
+        first, then run plans, latest run first), or None; an unreadable match raises PlanStoreError."""
         if not version:
             return None
-        for path in [self.current_path(dag_id), *reversed(self.history(dag_id))]:
+        for path in [self.current_path(dag_id), *self._entries(dag_id)]:
             try:
                 data = path.read_bytes()
             except OSError:
@@ -164,11 +221,11 @@ class PlanStore:
         return None
 
     def workflow(self, dag_id: str, version: str) -> Workflow | None:
-        """The workflow the DAG's plan ``version`` was made from, or None (no such plan, or saved without
-        one); an unreadable one raises PlanStoreError naming its file."""
+        """The workflow the DAG's plan ``version`` (a history entry or a run plan) was made from, or None (no
+        such plan, or saved without one); an unreadable one raises PlanStoreError naming its file."""
         if not version:
             return None
-        for path in reversed(self.history(dag_id)):
+        for path in self._entries(dag_id):
             try:
                 data = path.read_bytes()
             except OSError:
@@ -183,6 +240,10 @@ class PlanStore:
             except AgoraError as exc:
                 raise PlanStoreError(f"workflow of plan {version} of DAG {dag_id!r} unreadable: {exc}") from None
         return None
+
+    def _entries(self, dag_id: str) -> list[Path]:
+        """History newest first, then run plans, latest run first: where a plan version is looked for."""
+        return [*reversed(self.history(dag_id)), *reversed(self.run_plans(dag_id))]
 
     @property
     def window_path(self) -> Path:
@@ -222,6 +283,14 @@ def plan_version(data: bytes) -> str:
     """A plan file's version: the first 12 hex digits of the SHA-256 of its bytes (the current plan and
     its history entry are the same bytes, so they have the same version)."""
     return hashlib.sha256(data).hexdigest()[:12]
+
+
+def run_stamp(run_after: datetime) -> str:
+    """A run plan's file name stem: the run's ``run_after`` in UTC to the microsecond (``20261203T010000000000Z``),
+    so that names sort by time; a time without a zone raises PlanStoreError."""
+    if run_after.tzinfo is None:
+        raise PlanStoreError(f"run_after {run_after.isoformat()} has no time zone")
+    return run_after.astimezone(UTC).strftime("%Y%m%dT%H%M%S%fZ")
 
 
 def workflow_path(entry: Path) -> Path:

@@ -117,12 +117,12 @@ def build_run_record(
     for name in sorted(assignments.keys() - seen):  # planned, never run (skipped, beyond a mapped task's width)
         a = assignments[name]
         task_id, map_index = split_instance(name)
-        state = "not run" if never_ran is None else never_ran.get(name, NOT_IN_RUN)
+        why = "not run" if never_ran is None else never_ran.get(name, NOT_IN_RUN)
         tasks.append(
             RunTask(
                 task_id,
                 map_index,
-                state=state,
+                state=why,
                 planned_resource=a.resource,
                 planned_machine=a.machine,
                 planned_start_s=a.start_s,

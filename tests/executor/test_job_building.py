@@ -83,3 +83,43 @@ def test_a_retry_after_an_oom_kill_reserves_more_memory_than_the_try_that_died(
     assert f"--memory-bytes {reserved_mib * MIB} " in " ".join(job.spec.command)  # the worker's limit too
     second = tmp_path / "jobs" / job_key("unit", "t", "r1", 2, -1)
     assert json.loads((second / "job.json").read_text())["memory_bytes"] == reserved_mib * MIB
+
+
+def test_a_task_of_a_run_with_its_own_plan_runs_on_that_plans_machine_and_says_so_to_the_task(
+    executor: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agora_optimizer.executor.run_plans import RunPlans
+    from agora_optimizer.model.plan import Assignment, Objective, Plan, SolverInfo
+    from agora_optimizer.plans.store import PlanStore, plan_version
+
+    monkeypatch.setenv("AIRFLOW__AGORA__PLAN_DIR", str(tmp_path / "plans"))  # where the machine order is read
+    run_after = datetime(2026, 12, 3, 1, tzinfo=UTC)
+    placed = (Assignment("t", "local-large", "local-large#0", 5.0, 10.0, 1, 300 * MIB),)
+    solver = SolverInfo("window:joint", "heuristic", None, 0.0)
+    own = Plan("unit", "local", Objective(), 10.0, 0.0, placed, solver, "2026-12-01T00:00:00Z")
+    store = PlanStore(tmp_path / "plans")
+    version = plan_version(store.save_run("unit", run_after, own).path.read_bytes())
+    dates = {"r1": (run_after, run_after)}  # r2: a run the window did not plan
+    executor._run_plans = RunPlans(lambda: store, lambda d, r: dates.get(r, (None, None)), executor.log)
+    parsed = {**placement("local-small"), "machine": "local-small#0", "plan_version": "parsed", "time_limit_s": 60}
+    item = workload("t", parsed, tmp_path)
+    job = executor._job_for(item, write=False)
+    assert (job.record.resource, job.record.machine, job.record.plan_version) == (
+        "local-large",
+        "local-large#0",
+        version,
+    )
+    assert job.record.memory_bytes == 300 * MIB and job.spec.time_limit_s == 60  # the task's own limit
+    assert job.spec.lease is not None and job.spec.lease.machine == "local-large#0"  # its run plan's machine order
+    told = {k: v for k, v in job.spec.environment.items() if k.startswith("AGORA_")}
+    assert told == {
+        "AGORA_RESOURCE_TYPE": "local-large", "AGORA_BACKEND": "local", "AGORA_MACHINE": "local-large#0",
+        "AGORA_PLAN_VERSION": version,
+    }  # fmt: skip
+    other = item.model_copy(update={"ti": item.ti.model_copy(update={"run_id": "r2"})})
+    job = executor._job_for(other, write=False)
+    assert (job.record.resource, job.record.machine, job.record.plan_version) == (
+        "local-small",
+        "local-small#0",
+        "parsed",
+    )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import stat
 import threading
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -272,3 +273,46 @@ def test_a_workflow_that_cannot_be_written_leaves_no_entry(tmp_path: Path, monke
     assert current is not None and current.plan.solver.method == "first"
     history = store.root / "etl" / "history"
     assert sorted(p.name.endswith(".workflow.json") for p in history.iterdir()) == [False, True]  # first's two
+
+
+# A run's own plan (a window of many runs put in force), by its run_after.
+
+RUN_AT = datetime(2026, 12, 3, 1, 0, tzinfo=UTC)
+
+
+def test_a_run_plan_is_kept_by_its_run_after_and_found_by_version_with_its_workflow(tmp_path: Path) -> None:
+    store = PlanStore(tmp_path)
+    store.save("etl", plan("current"), workflow=ETL)
+    later = RUN_AT + timedelta(hours=1)
+    kept = store.save_run("etl", later, plan("second run"), workflow=ETL)
+    store.save_run("etl", RUN_AT.astimezone(timezone(timedelta(hours=2))), plan("first run"))  # any zone: UTC
+    assert kept.path == tmp_path / "etl" / "runs" / "20261203T020000000000Z.json"
+    assert store.run_plans("etl") == [store.run_path("etl", RUN_AT), kept.path]  # by run_after
+    first = store.run_plan("etl", RUN_AT)
+    assert first is not None and first.plan.solver.method == "first run"
+    assert store.run_plan("etl", RUN_AT + timedelta(seconds=1)) is None and store.run_plan("other", RUN_AT) is None
+    assert methods(store) == ["current"]  # a run plan is no history entry, nor the current plan
+    found = store.find("etl", version_of(kept.path))
+    assert found is not None and found.path == kept.path
+    assert store.workflow("etl", version_of(kept.path)) == ETL  # the executor's re-plan of that run
+    assert store.workflow("etl", version_of(first.path)) is None  # saved without one
+
+
+def test_a_run_plan_saved_again_replaces_the_first_and_its_workflow(tmp_path: Path) -> None:
+    store = PlanStore(tmp_path)
+    store.save_run("etl", RUN_AT, plan("first"), workflow=ETL)
+    again = store.save_run("etl", RUN_AT, plan("again"))
+    assert store.run_plans("etl") == [again.path]
+    assert not store_module.workflow_path(again.path).exists()  # the first plan's workflow went with it
+    found = store.run_plan("etl", RUN_AT)
+    assert found is not None and found.plan.solver.method == "again"
+
+
+def test_a_broken_run_plan_names_its_file_and_a_time_without_zone_is_refused(tmp_path: Path) -> None:
+    store = PlanStore(tmp_path)
+    path = store.save_run("etl", RUN_AT, plan("first")).path
+    path.write_text("{not json")
+    with pytest.raises(PlanStoreError, match=rf"run 2026-12-03T01:00:00\+00:00 unreadable: {path}"):
+        store.run_plan("etl", RUN_AT)
+    with pytest.raises(PlanStoreError, match="has no time zone"):
+        store.save_run("etl", datetime(2026, 12, 3), plan("first"))

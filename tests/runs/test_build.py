@@ -174,3 +174,4 @@ def test_mapped_instances_meet_their_planned_rows_and_tasks_that_never_ran_say_w
     assert tasks["add[2]"].state == "not in run"  # the run expanded add to 0, 1 and 3 only
     assert (tasks["branch_b"].state, tasks["after"].state) == ("skipped", "upstream_failed")
     assert build(attempts, the_plan).tasks[2].state == "not run"  # no word from Airflow
+    assert record.state == "success"  # the DAG run's own state, not the last never-run task's
