@@ -3,15 +3,17 @@
 Usage:
   python bench/run_deadline_cost.py [--sizes 1k,10k] [--recipes cycles,genome,soykb,srasearch,bwa]
       [--catalogs aws-us-east-1,hpc-36,memory-tight] [--factors 1.2,1.5,2.0]
-      [--time-plan-s 20] [--time-limit-s 60] [--compare] [--out bench/results/deadline-cost]
+      [--time-plan-s 20] [--time-limit-s 60] [--objective cost|balanced] [--compare]
+      [--out bench/results/deadline-cost]
 
 Workflows: ``bench/data/{recipe}-{size}.json``, written by ``bench/generate_workflows.py`` (WfChef
 recipes other than the engine benchmark's montage, blast, epigenomics and seismology). For every
 (catalog, workflow) the time objective is planned first (``--time-plan-s``); its makespan T sets
-the deadlines ``factor * T``. Under each deadline the cost objective is planned with the whole
-portfolio (``--time-limit-s``), and its cost is divided by the cost lower bound under that same
-deadline (:func:`agora_optimizer.planning.bounds.cost_lower_bound_usd`): 1.00 is the bound itself,
-which no plan beats and few reach. ``--compare`` plans each case twice more, side by side in the
+the deadlines ``factor * T``. Under each deadline the cost objective (or the balanced one,
+``--objective balanced``) is planned with the whole portfolio (``--time-limit-s``), and its cost is
+divided by the cost lower bound under that same deadline
+(:func:`agora_optimizer.planning.bounds.cost_lower_bound_usd`): 1.00 is the bound itself, which no
+plan beats and few reach; its makespan is divided by T. ``--compare`` plans each case twice more, side by side in the
 same run: with the portfolio without the deadline-aware list scheduler (``engines/deadline_list.py``),
 and with that scheduler searching only with each type's count over the whole schedule (not also
 with the count held at every instant). Each (catalog, workflow) runs in a subprocess of its own,
@@ -68,7 +70,7 @@ def plan_case(workflow_path: str, catalog_path: str, factors: list[float], args:
         variants = [("agora", None), *(((name, compared[name]) for name in COMPARED) if args.compare else [])]
         for name, stages in variants:
             began = time.perf_counter()
-            goal = Objective(kind="cost", deadline_s=deadline)
+            goal = Objective(kind=args.objective, deadline_s=deadline)
             try:
                 plan = optimize(workflow, catalog, goal, catalog_path, args.time_limit_s, stages)
             except InfeasibleObjectiveError as exc:  # no plan within the deadline found in the time limit
@@ -82,6 +84,7 @@ def plan_case(workflow_path: str, catalog_path: str, factors: list[float], args:
                 "cost_usd": plan.cost_usd,
                 "makespan_s": plan.makespan_s,
                 "ratio": plan.cost_usd / bound if bound > 0 else None,
+                "makespan_ratio": plan.makespan_s / fastest.makespan_s if fastest.makespan_s > 0 else None,
                 "met": plan.makespan_s <= deadline + 1e-6,
                 "method": plan.solver.method,
                 "wall_s": round(wall, 1),
@@ -107,16 +110,19 @@ def median(values: list[float]) -> float | None:
 def write_markdown(results: list[dict[str, Any]], args: argparse.Namespace, out: Path) -> None:
     variants = ["agora", *(COMPARED if args.compare else [])]
     lines = [
-        "# Cost under a deadline, at scale",
+        f"# The {args.objective} objective under a deadline, at scale",
         "",
         f"Command: `python bench/run_deadline_cost.py {' '.join(sys.argv[1:])}`  ",
-        f"Date: {time.strftime('%Y-%m-%d')}; 2 shared cores. Cost objective under the deadline factor x the time",
-        "objective's own makespan; cost over the cost lower bound under that deadline (1.00 = the bound).",
+        f"Date: {time.strftime('%Y-%m-%d')}; 2 shared cores. The {args.objective} objective under the deadline factor",
+        "x the time objective's own makespan T; cost over the cost lower bound under that deadline (1.00 = the",
+        "bound); makespan over T.",
         "",
         "## Medians",
         "",
-        "| catalog | tasks | factor | " + " | ".join(f"{v}: cost / bound" for v in variants) + " | deadlines met |",
-        "|---|---|---|" + "---|" * len(variants) + "---|",
+        "| catalog | tasks | factor | "
+        + " | ".join(f"{v}: cost / bound" for v in variants)
+        + " | agora: makespan / T | deadlines met |",
+        "|---|---|---|" + "---|" * len(variants) + "---|---|",
     ]
     groups: dict[tuple[str, str, float], list[dict[str, Any]]] = {}
     for result in results:
@@ -129,13 +135,17 @@ def write_markdown(results: list[dict[str, Any]], args: argparse.Namespace, out:
             m = median([r[v]["ratio"] for r in rows if r[v]["ratio"] is not None])
             medians.append("-" if m is None else f"{m:.3f}")
         met = sum(all(r[v]["met"] for v in variants) for r in rows)
-        lines.append(f"| {catalog} | {size} | {factor} | " + " | ".join(medians) + f" | {met} of {len(rows)} |")
+        span = median([r["agora"]["makespan_ratio"] for r in rows if r["agora"].get("makespan_ratio") is not None])
+        spans = "-" if span is None else f"{span:.3f}"
+        lines.append(
+            f"| {catalog} | {size} | {factor} | " + " | ".join(medians) + f" | {spans} | {met} of {len(rows)} |"
+        )
     lines += [
         "",
         "## Every case",
         "",
         "| catalog | workflow | tasks | factor | deadline (s) | bound (USD) | "
-        + " | ".join(f"{v}: cost (USD), ratio, method, wall (s)" for v in variants)
+        + " | ".join(f"{v}: cost (USD), ratio, makespan, method, wall (s)" for v in variants)
         + " | peak RSS (MiB) |",
         "|---|---|---|---|---|---|" + "---|" * len(variants) + "---|",
     ]
@@ -149,7 +159,8 @@ def write_markdown(results: list[dict[str, Any]], args: argparse.Namespace, out:
                     continue
                 late = "" if r["met"] else " LATE"
                 bad = f" {r['violations']} VIOLATIONS" if r["violations"] else ""
-                cells.append(f"{r['cost_usd']:.4f}, {r['ratio']:.3f}, {r['method']}, {r['wall_s']}{late}{bad}")
+                span = "" if r.get("makespan_ratio") is None else f", T x {r['makespan_ratio']:.2f}"
+                cells.append(f"{r['cost_usd']:.4f}, {r['ratio']:.3f}{span}, {r['method']}, {r['wall_s']}{late}{bad}")
             lines.append(
                 f"| {result['catalog']} | {result['workflow']} | {result['tasks']} | {row['factor']} | "
                 f"{row['deadline_s']:,.0f} | {row['cost_bound_usd']:.4f} | "
@@ -167,6 +178,7 @@ def main() -> int:
     parser.add_argument("--factors", default="1.2,1.5,2.0")
     parser.add_argument("--time-plan-s", type=float, default=20.0)
     parser.add_argument("--time-limit-s", type=float, default=60.0)
+    parser.add_argument("--objective", choices=("cost", "balanced"), default="cost")
     parser.add_argument("--compare", action="store_true")
     parser.add_argument("--out", default="bench/results/deadline-cost")
     parser.add_argument("--worker", nargs=2, metavar=("WORKFLOW", "CATALOG"), help=argparse.SUPPRESS)
