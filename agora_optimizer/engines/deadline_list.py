@@ -14,7 +14,9 @@ Tails on the fastest types are optimistic (a cheaper type makes the tail longer)
 can still end after D. ``beta`` is searched: from 1, while the schedule ends late, it shrinks in
 proportion to the overrun; once a schedule ends in time, bisection between the last late
 ``beta`` and the last timely one looks for more slack (the larger ``beta``, the cheaper, as a
-rule). Each place's added cost is counted at the task's share of the machine (the rest of
+rule). A late first schedule is followed by the second even past the time limit: a late plan is
+no answer, and where the limit affords one schedule (30,000 tasks) the first is often late.
+Each place's added cost is counted at the task's share of the machine (the rest of
 the time is there for the tasks that follow), which opens large machines that are cheap per core;
 where the tasks that follow do not fill them, counting it in full is cheaper, so the best ``beta``
 is tried that way too. The cheapest timely schedule wins; without one, the least late.
@@ -90,7 +92,12 @@ class DeadlineListEngine(Engine):
             """The beta search of the module's text, on pools of one kind."""
             late_beta, timely_beta = None, None
             beta = 1.0
-            while budget.affords() or best is None:
+            # A late schedule is no answer: when the first is late, the first search makes the second, with
+            # the overrun's beta, even past its time limit (at 30,000 tasks the limit's share affords one
+            # schedule, and at beta 1 it often ends late; the overrun's beta is timely, as a rule).
+            tries = 0
+            while budget.affords() or (tries < 2 and not instant):  # the first search: at least two tries
+                tries += 1
                 makespan = schedule(beta, True, instant)
                 if makespan <= deadline + 1e-6:
                     timely_beta = beta

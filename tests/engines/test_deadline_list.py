@@ -141,3 +141,26 @@ def test_a_dear_type_is_leased_for_each_burst_when_its_count_holds_at_every_inst
     assert improved is None or (
         violations(problem, improved.assignments) == [] and problem.meets_limits(improved.assignments)
     )
+
+
+def test_a_late_first_schedule_is_followed_by_one_with_less_slack_even_when_the_time_is_spent(monkeypatch) -> None:
+    """Where the time limit affords one schedule (30,000 tasks), a late one would be all there is."""
+    import agora_optimizer.engines.deadline_list as deadline_list
+
+    latest_ends: list[dict[str, float]] = []
+    schedule = deadline_list.list_schedule
+
+    def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
+        latest_ends.append(dict(kwargs["latest_end_s"]))
+        return schedule(*args, **kwargs)
+
+    monkeypatch.setattr(deadline_list, "list_schedule", spy)
+    workflow = load_workflow(ENGINE_WORKFLOWS[0])  # 1000genome: on hpc-36 at 1.2 x, the first schedule is late
+    problem = _deadline_problem(workflow, load_catalog(CATALOGS / "hpc-36.yaml"), 1.2)
+    DeadlineListEngine(instant_counts=False).solve(problem, 1e-9)
+    assert len(latest_ends) == 2
+    assert all(latest_ends[1][task] < latest_ends[0][task] for task in latest_ends[0])
+    latest_ends.clear()
+    problem = _deadline_problem(workflow, load_catalog(CATALOGS / "aws-us-east-1.yaml"), 1.2)  # timely at once
+    result = DeadlineListEngine(instant_counts=False).solve(problem, 1e-9)
+    assert len(latest_ends) == 1 and result is not None and problem.meets_limits(result.assignments)
