@@ -121,15 +121,16 @@ def run_portfolio(
             break
         # Each engine gets its share; the first one always completes a schedule even past it. When
         # that one schedule outran the first share, a later engine (most build whole schedules too)
-        # starts only if its share is at least as long.
+        # starts only if its share is at least as long, or, one that completes its first schedule
+        # anyway (list scheduling), if the time left is.
         budget = max(remaining * stage.share, 0.01)
         rescue = best is not None and not within_limits and stage.fast  # it runs: a plan beats an error
         if rescue and not stage.completes_one:
             # One whole schedule of a fast engine that would give up at its limit; one that completes
             # its first schedule anyway keeps its share, lest it sweep on far past the time limit.
             budget = max(budget, 1.0 + 2 * one_schedule_s)
-        elif best is not None and not rescue and budget < one_schedule_s:
-            continue
+        elif best is not None and not rescue and (remaining if stage.completes_one else budget) < one_schedule_s:
+            continue  # one schedule would not fit: in the time left (one that completes one anyway), in its share
         started = time.perf_counter()
         try:
             result = stage.engine.solve(problem, budget, warm_start=best)

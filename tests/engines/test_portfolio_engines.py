@@ -228,6 +228,33 @@ def test_while_no_plan_is_timely_only_an_engine_that_would_give_up_gets_a_whole_
     assert gives_up.limits[0] >= 1.0 + 2 * 0.3  # one whole schedule as long as the first engine's, and more
 
 
+class _OutrunsItsShare(OneTypeDefaultEngine):
+    """A first engine whose one schedule outruns its share (0.4 s)."""
+
+    name = "outruns-its-share"
+
+    def solve(self, problem, time_limit_s, warm_start=None):  # type: ignore[no-untyped-def]
+        time.sleep(0.4)
+        return super().solve(problem, time_limit_s, warm_start)
+
+
+@pytest.mark.parametrize(("limit_s", "runs"), [(1.2, True), (0.6, False)])
+def test_after_a_schedule_longer_than_a_share_one_that_completes_a_schedule_runs_if_the_time_left_holds_it(
+    limit_s: float, runs: bool
+) -> None:
+    """At 30,000 tasks the first engine's schedule outruns its share; list scheduling's still fits the minute."""
+    workflow = load_workflow(BUNDLED / "blast-chameleon-small-001.json")
+    completes, gives_up = _Limits("completes"), _Limits("gives-up")
+    stages = [
+        Stage(_OutrunsItsShare(), 0.3, fast=True, completes_one=True),
+        Stage(completes, 0.25, fast=True, completes_one=True),
+        Stage(gives_up, 0.25, fast=True),
+    ]
+    run_portfolio(Problem.create(workflow, AWS, Objective(kind="cost")), limit_s, stages)
+    assert bool(completes.limits) == runs  # its share (under 0.25 x 0.8 s) holds no 0.4 s schedule; 0.8 s left does
+    assert gives_up.limits == []  # its share holds none either way
+
+
 class _OverCount(ListSchedulingEngine):
     """A buggy engine: every task at time 0 on a machine of its own, whatever the type's count."""
 
