@@ -20,6 +20,9 @@ measure). With an explicit command (tests, benchmarks) it follows the command's 
 - Time: past ``--time-limit-s`` the tree gets SIGTERM, then SIGKILL after a grace period.
 - SIGTERM or SIGINT to the worker (a cancel, ``scancel``) is passed on to the tree.
 
+A task that begins and ends between two looks (a tiny task on a busy machine) is measured by the
+kernel instead: the command's tree's largest peak RSS and its CPU time, once the command is reaped.
+
 The moment the followed task process has exited, the worker writes ``DIR/task-ended``
 (:data:`~agora_optimizer.executor.jobs.TASK_ENDED_MARK`, the time in it): Airflow's supervisor
 goes on reporting to the API server for up to seconds, and a local pool frees the task's cores
@@ -42,6 +45,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -239,7 +243,7 @@ def run(
             time.sleep(POLL_S)
         if not ended_marked:
             _mark_task_ended(job_dir)
-        sample = watch.finish()
+        sample = watch.finish() or _reaped_tree_usage()
         returncode = watch.process.returncode if watch.process.returncode is not None else 1
     finally:
         os.close(log_fd)
@@ -265,6 +269,24 @@ def run(
         peak_rss_bytes=0 if sample is None else sample.peak_rss_bytes,
         cpu_time_s=0.0 if sample is None else round(sample.cpu_time_s, 3),
         memory_limit_bytes=memory_bytes,
+    )
+
+
+def _reaped_tree_usage() -> Sample:
+    """The measure of a task the worker never saw (it began and ended between two polls): the kernel's.
+
+    Once the command is reaped, ``getrusage(RUSAGE_CHILDREN)`` holds its whole tree (each process
+    waited for by its parent): the largest process's peak RSS (the supervisor's or the task's, one
+    forked from the other) and all their CPU time. A forked child starts from zero, so in the
+    worker this is the one command's tree.
+    """
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return Sample(
+        peak_rss_bytes=usage.ru_maxrss * 1024,  # kibibytes on Linux
+        cpu_time_s=usage.ru_utime + usage.ru_stime,
+        wall_s=0.0,
+        samples=0,
+        processes_seen=0,
     )
 
 

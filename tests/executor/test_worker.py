@@ -126,3 +126,20 @@ def test_a_corrupt_result_file_is_a_clear_error_naming_it(tmp_path: Path, conten
 
 def test_no_result_file_yet_reads_as_none(tmp_path: Path) -> None:
     assert read_result(tmp_path / "result.json") is None
+
+
+def test_a_task_the_worker_never_saw_is_measured_by_the_kernel(tmp_path: Path) -> None:
+    # Airflow's entry on a workload it cannot read ends before it forks a task process: the
+    # worker has nothing to follow, as when a tiny task begins and ends between two looks.
+    (tmp_path / "workload.json").write_text("{not a workload")
+    done = subprocess.run(
+        [sys.executable, "-m", "agora_optimizer.executor.worker", "--job-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    result = read_result(tmp_path / "result.json")
+    assert result is not None and done.returncode == result.exit_code != 0
+    assert result.peak_rss_bytes > 30 * 2**20  # the supervisor's process, with Airflow imported
+    assert result.cpu_time_s > 0.1
