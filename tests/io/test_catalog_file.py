@@ -95,3 +95,30 @@ def test_a_misspelt_backend_is_named_with_the_known_ones(tmp_path: Path) -> None
     doc = {"network": {"bandwidth_bytes_per_s": 10}, "resources": [resource("a", backend="Celery")]}
     with pytest.raises(FieldError, match=r"resources\[0\]\.backend.*aws, slurm, local, celery, got 'Celery'"):
         load_catalog(write_yaml(tmp_path / "c.yaml", doc))
+
+
+def test_gpu_fields_are_read_with_their_defaults(tmp_path: Path) -> None:
+    gpu = resource("g", gpus=4, gpu_model="A10G", gpu_memory_gib=24)
+    catalog = load_catalog(
+        write_yaml(tmp_path / "c.yaml", {"network": {"bandwidth_bytes_per_s": 10}, "resources": [resource("a"), gpu]})
+    )
+    plain, accelerated = catalog.resources
+    assert (plain.gpus, plain.gpu_model, plain.gpu_memory_gib) == (0, None, None)
+    assert (accelerated.gpus, accelerated.gpu_model, accelerated.gpu_memory_gib) == (4, "A10G", 24.0)
+    assert "gpus" not in accelerated.extra and "gpu_model" not in accelerated.extra
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"gpus": -1}, r"resources\[1\]\.gpus': must be >= 0"),
+        ({"gpus": 1.5}, r"resources\[1\]\.gpus': expected a whole number"),
+        ({"gpus": "two"}, r"resources\[1\]\.gpus': expected a number"),
+        ({"gpu_model": ""}, r"resources\[1\]\.gpu_model"),
+        ({"gpu_memory_gib": 0}, r"resources\[1\]\.gpu_memory_gib"),
+    ],
+)
+def test_a_bad_gpu_field_names_the_file_and_field(change: dict, field: str, tmp_path: Path) -> None:
+    doc = {"network": {"bandwidth_bytes_per_s": 10}, "resources": [resource("a"), resource("b") | change]}
+    with pytest.raises(FieldError, match=r"c\.yaml: field '" + field):
+        load_catalog(write_yaml(tmp_path / "c.yaml", doc))
