@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from agora_optimizer.errors import UnplaceableTaskError
+from agora_optimizer.errors import TooManyGpusError, UnplaceableTaskError
 from agora_optimizer.model.catalog import GIB, Catalog, Resource
 from agora_optimizer.model.workflow import Task, Workflow
 from agora_optimizer.planning.window_bound import window_bound_s
 
 
 def feasible_types(workflow: Workflow, catalog: Catalog) -> dict[str, list[Resource]]:
-    """The resource types each task fits on; raises ``UnplaceableTaskError`` for a task with none."""
+    """The resource types each task fits on; raises ``UnplaceableTaskError`` for a task with none
+    (``TooManyGpusError``, one of them, when no type has as many GPUs as the task needs)."""
     return feasible_types_of(workflow.tasks, catalog)
 
 
@@ -21,12 +22,17 @@ def feasible_types_of(tasks: Iterable[Task], catalog: Catalog) -> dict[str, list
     for task in tasks:
         options = catalog.feasible(task)
         if not options:
+            most = catalog.most_gpus()
+            if task.gpus > most.gpus:
+                raise TooManyGpusError(task.id, task.gpus, most.name, most.gpus)
             largest = catalog.largest()
+            gpus = f", {largest.gpus} GPUs" if task.gpus else ""
             raise UnplaceableTaskError(
                 task.id,
                 task.cores,
                 task.memory_bytes,
-                f"{largest.name} ({largest.vcpus} vcpus, {largest.memory_bytes} bytes)",
+                f"{largest.name} ({largest.vcpus} vcpus, {largest.memory_bytes} bytes{gpus})",
+                task.gpus,
             )
         result[task.id] = options
     return result
@@ -144,7 +150,8 @@ def cost_lower_bound_usd(workflow: Workflow, catalog: Catalog, deadline_s: float
     """A bound no plan can beat: perfectly packed machines, plus what leases must pay.
 
     Work: on a machine of type k, the leased seconds are at least the core-seconds of its
-    tasks over ``vcpus`` and at least their byte-seconds over its memory. The cheapest
+    tasks over ``vcpus``, at least their byte-seconds over its memory and at least their
+    GPU-seconds over its GPUs (the last by the per-dimension sums only). The cheapest
     fractional split of the tasks over the types under both (a linear programme, or the
     larger of the two per-dimension sums for very large workflows) bounds the cost of
     the busy time. Every plan of a workflow with tasks also leases at least one machine,
@@ -191,14 +198,21 @@ def _packed_work_cost_usd(
     capacity_s: dict[str, float] | None = None,
 ) -> float:
     per_dimension = max(
-        sum(min(_dimension_cost(t, r, "cores") * factor[r.name] for r in options[t.id]) for t in workflow.tasks),
-        sum(min(_dimension_cost(t, r, "memory") * factor[r.name] for r in options[t.id]) for t in workflow.tasks),
+        sum(min(_dimension_cost(t, r, dimension) * factor[r.name] for r in options[t.id]) for t in workflow.tasks)
+        for dimension in ("cores", "memory", "gpus")
     )
     return max(per_dimension, _lp_work_cost_usd(workflow, options, factor, capacity_s or {}))
 
 
 def _dimension_cost(task: Task, resource: Resource, dimension: str) -> float:
-    share = task.cores / resource.vcpus if dimension == "cores" else task.memory_bytes / resource.memory_bytes
+    """What ``task`` costs on ``resource`` by one dimension: its share of the machine's cores, memory
+    or GPUs (a machine is leased at least its tasks' GPU-seconds over its GPUs), times its run."""
+    if dimension == "cores":
+        share = task.cores / resource.vcpus
+    elif dimension == "memory":
+        share = task.memory_bytes / resource.memory_bytes
+    else:
+        share = task.gpus / resource.gpus if task.gpus else 0.0
     return resource.price_per_hour_usd / 3600.0 * resource.runtime_s(task) * share
 
 
