@@ -17,6 +17,7 @@ class DagTask:
     operator: str
     upstream: tuple[str, ...]
     cores: int = 1
+    gpus: int = 0  # declared: the GPUs the task needs (section 5 of the spec)
     runtime_hint_s: float | None = None
     memory_hint_bytes: int | None = None
     mapped: bool = False  # expanded at run time: an ``.expand()``, or a task of a mapped task group

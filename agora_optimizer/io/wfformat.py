@@ -91,7 +91,7 @@ def _read_v15(workflow_node: Node) -> tuple[dict[str, _RawTask], dict[str, int]]
         if record is None:
             raise item.fail(f"task '{task_id}' has no record in workflow.execution.tasks (no runtimeInSeconds)")
         task = _raw_task(task_id, item.get("category", None).value or category_of(name), record, cores_key="coreCount")
-        task.gpus = _gpus(task_id, record if record.has("gpus") else item)
+        task.gpus = task_gpus(task_id, record if record.has("gpus") else item)
         task.inputs = _file_refs(item.get("inputFiles", []))
         task.outputs = _file_refs(item.get("outputFiles", []))
         task.parents = _task_refs(item.get("parents", []))
@@ -108,7 +108,7 @@ def _read_v14(workflow_node: Node) -> tuple[dict[str, _RawTask], dict[str, int]]
         if task_id in raw:
             raise item.get("name").fail(f"duplicate task name '{task_id}'")
         task = _raw_task(task_id, item.get("category", None).value or category_of(task_id), item, cores_key="cores")
-        task.gpus = _gpus(task_id, item)
+        task.gpus = task_gpus(task_id, item)
         for file_node in item.get("files", []).items():
             file_name = file_node.get("name").string()
             link = file_node.get("link").string()
@@ -142,7 +142,7 @@ def _raw_task(task_id: str, category: object, record: Node, cores_key: str) -> _
     )
 
 
-def _gpus(task_id: str, node: Node) -> int:
+def task_gpus(task_id: str, node: Node) -> int:
     """The task's ``gpus`` key in ``node`` (0 where absent or null); an error names the task."""
     value = node.get("gpus", None)
     if value.value is None:

@@ -27,6 +27,7 @@ class TaskShape:
     input_bytes: int = 0
     output_bytes: int = 0
     cores: int = 1
+    gpus: int = 0  # the GPUs the task needs, as declared (none are predicted)
     dag_id: str = ""
     hint_runtime_s: float | None = None
     hint_memory_bytes: int | None = None
