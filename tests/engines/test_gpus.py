@@ -161,6 +161,8 @@ def test_each_packing_engine_plans_a_mixed_workflow_validly(name: str, objective
         assert CATALOG.by_name[a.resource].gpus >= a.gpus
     plan = build_plan(workflow, CATALOG, objective, "catalog.yaml", result.assignments, result.method, 0.0)
     assert spec_checker.check_plan(plan_to_dict(plan), *spec_files(workflow, CATALOG, tmp_path)) == []
+    makespan, cost = problem.evaluate(result.assignments)  # no plan beats the lower bounds, GPUs counted
+    assert makespan >= problem.bounds.makespan_s * (1 - 1e-9) and cost >= problem.bounds.cost_usd * (1 - 1e-9)
 
 
 @pytest.mark.parametrize("name", list(DECLINING))

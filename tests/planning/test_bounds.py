@@ -202,3 +202,26 @@ def test_a_task_needing_more_gpus_than_any_type_names_the_largest_offer() -> Non
     with pytest.raises(UnplaceableTaskError, match=r"task 'wide' \(cores=64, memory_bytes=1, gpus=2\)") as caught:
         feasible_types(wide, _catalog(four))
     assert not isinstance(caught.value, TooManyGpusError)
+
+
+def test_makespan_bound_counts_gpu_seconds_over_a_types_gpus() -> None:
+    # Three 10 s tasks of one GPU on the one 2-GPU machine there is: 30 GPU-seconds over 2 GPUs is
+    # 15 s (cores alone give 30 core-seconds over 16 cores); the best plan takes 20 s.
+    two = Resource("g", "aws", 16, 64, 1.0, 1.0, 1, Billing(1.0, 0.0), 0.0, gpus=2)
+    tasks = [Task(f"t{i}", 10.0, 1, 1, "t", gpus=1) for i in range(3)]
+    assert 15.0 * (1 - 1e-6) <= makespan_lower_bound_s(Workflow.create("w", tasks, []), _catalog(two)) <= 20.0
+
+
+def test_cost_bounds_with_gpus_never_exceed_a_plan_of_them() -> None:
+    # Under a deadline too, where the LP and the whole-machines MILP count GPU-seconds per type.
+    cpu = Resource("c", "aws", 4, 16, 1.0, 0.4, 4, Billing(1.0, 0.0), 0.0)
+    gpu = Resource("g", "aws", 8, 32, 1.0, 3.6, 2, Billing(1.0, 60.0), 30.0, gpus=2)
+    tasks = [Task(f"t{i}", 10.0, 1, 1, "t", gpus=1) for i in range(4)] + [Task("p", 40.0, 4, 1, "p")]
+    workflow = Workflow.create("w", tasks, [])
+    # a plan: the four GPU tasks two by two on g#0 from 30 s to 50 s (lease 0-50 s, billed 60 s),
+    # p on c#0 (40 s): 60 * 0.001 + 40 * 0.4 / 3600
+    plan_cost = 60 * 3.6 / 3600 + 40 * 0.4 / 3600
+    for deadline in (None, 50.0, 100.0):
+        assert cost_lower_bound_usd(workflow, _catalog(cpu, gpu), deadline) <= plan_cost * (1 + 1e-9)
+    # by GPUs alone: 40 GPU-seconds over 2 GPUs is 20 s of g at 0.001 USD/s, beyond its 30 s of boot
+    assert cost_lower_bound_usd(workflow, _catalog(cpu, gpu), 50.0) >= (20 + 30) * 3.6 / 3600 * (1 - 1e-6)
