@@ -27,10 +27,10 @@ class TaskShape:
     input_bytes: int = 0
     output_bytes: int = 0
     cores: int = 1
-    gpus: int = 0  # the GPUs the task needs, as declared (none are predicted)
     dag_id: str = ""
     hint_runtime_s: float | None = None
     hint_memory_bytes: int | None = None
+    gpus: int = 0  # the GPUs the task needs, as declared (none are predicted)
 
     @property
     def key(self) -> tuple[str, str]:
