@@ -46,11 +46,21 @@ class CyclicWorkflowError(AgoraError):
 class UnplaceableTaskError(AgoraError):
     """A task fits on no resource of the catalog."""
 
-    def __init__(self, task: str, cores: int, memory_bytes: int, largest: str) -> None:
+    def __init__(self, task: str, cores: int, memory_bytes: int, largest: str, gpus: int = 0) -> None:
         self.task = task
-        super().__init__(
-            f"task '{task}' (cores={cores}, memory_bytes={memory_bytes}) fits on no "
-            f"resource of the catalog; the largest is {largest}"
+        needs = f"cores={cores}, memory_bytes={memory_bytes}" + (f", gpus={gpus}" if gpus else "")
+        super().__init__(f"task '{task}' ({needs}) fits on no resource of the catalog; the largest is {largest}")
+
+
+class TooManyGpusError(UnplaceableTaskError):
+    """A task needs more GPUs than any resource type of the catalog has."""
+
+    def __init__(self, task: str, gpus: int, most: str, most_gpus: int) -> None:
+        self.task = task
+        AgoraError.__init__(
+            self,
+            f"task '{task}' needs {gpus} GPUs, more than any resource of the catalog has; "
+            f"the most is {most} with {most_gpus}",
         )
 
 

@@ -1,6 +1,7 @@
 """Independent checker for agora plans ("agora-plan/1").
 
-Written from the contract page ``docs/spec/agora-model.md`` (the repository's copy of the shared spec) (sections 1-4)
+Written from the contract page ``docs/spec/agora-model.md`` (the repository's copy of the shared spec) (sections 1-5;
+section 5's GPUs: a WfFormat task's ``gpus`` key in its execution record, else in its specification entry, else 0)
 and the WfFormat 1.5 input files alone: it deliberately imports nothing from the
 project, so that a plan which passes here is checkable by an outsider with only
 the spec page, the workflow file and the catalog file.
@@ -78,6 +79,7 @@ class Task:
     runtime_s: float
     cores: float
     memory_bytes: float | None  # None = not recorded (missing or 0)
+    gpus: float = 0.0  # section 5
 
 
 @dataclass(frozen=True)
@@ -97,6 +99,7 @@ class Resource:
     granularity_s: float
     minimum_s: float
     boot_s: float
+    gpus: float = 0.0  # section 5
 
 
 @dataclass(frozen=True)
@@ -138,6 +141,7 @@ def load_workflow(path: str | Path) -> Workflow:
         if et is None or et.get("runtimeInSeconds") is None:
             raise ValueError(f"{path}: task {tid} has no recorded runtimeInSeconds")
         core_count = et.get("coreCount")
+        gpus = et.get("gpus", st.get("gpus"))
         memory = et.get("memoryInBytes")
         memory = _number(memory, f"{tid}.memoryInBytes") if memory is not None else 0.0
         tasks[tid] = Task(
@@ -145,6 +149,7 @@ def load_workflow(path: str | Path) -> Workflow:
             runtime_s=_number(et["runtimeInSeconds"], f"{tid}.runtimeInSeconds"),
             cores=_number(core_count, f"{tid}.coreCount") if core_count is not None else 1.0,
             memory_bytes=memory if memory > 0 else None,
+            gpus=_number(gpus, f"{tid}.gpus") if gpus is not None else 0.0,
         )
 
     by_id = {st["id"]: st for st in spec_tasks}
@@ -228,6 +233,7 @@ def _resource(entry: dict[str, Any], path: Any) -> Resource:
         granularity_s=_number(billing["granularity_s"], f"{name}.billing.granularity_s"),
         minimum_s=_number(billing["minimum_s"], f"{name}.billing.minimum_s"),
         boot_s=_number(entry["boot_s"], f"{name}.boot_s"),
+        gpus=_number(entry.get("gpus", 0), f"{name}.gpus"),
     )
 
 
@@ -245,6 +251,7 @@ class Placement:
     end: float
     cores: float
     memory: float
+    gpus: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -408,7 +415,7 @@ def _placement(index: int, a: Any, wf: Workflow, cat: Catalog, seen: set[str], o
     task = wf.tasks[tid]
 
     ok = not missing
-    bad_numbers = [k for k in ("start_s", "end_s", "cores", "memory_bytes") if k in a and not _is_number(a[k])]
+    bad_numbers = [k for k in ("start_s", "end_s", "cores", "memory_bytes", "gpus") if k in a and not _is_number(a[k])]
     if bad_numbers:
         out.append(f"[assignment] {where}: {bad_numbers} must be finite numbers")
         ok = False
@@ -432,6 +439,7 @@ def _placement(index: int, a: Any, wf: Workflow, cat: Catalog, seen: set[str], o
         end=float(a["end_s"]),
         cores=float(a["cores"]),
         memory=float(a["memory_bytes"]),
+        gpus=float(a.get("gpus", 0)),
     )
 
 
@@ -472,6 +480,11 @@ def _check_task_fit(task: Task, res: Resource, a: dict[str, Any], where: str, ou
         )
     if memory > res.memory_bytes:
         out.append(f"[memory] {where}: memory_bytes {_fmt(memory)} > {res.name} memory {_fmt(res.memory_bytes)} bytes")
+    gpus = a.get("gpus", 0)  # section 5: absent means 0
+    if gpus < task.gpus:
+        out.append(f"[gpus] {where}: gpus {gpus} < the task's gpus {_fmt(task.gpus)}")
+    if gpus > res.gpus:
+        out.append(f"[gpus] {where}: gpus {gpus} > gpus {_fmt(res.gpus)} of {res.name}")
 
 
 # --------------------------------------------------------------------------- schedule checks
@@ -519,6 +532,7 @@ def _check_capacity(placed: dict[str, Placement], out: list[str]) -> None:
         for rule, field, cap in (
             ("capacity-cores", "cores", res.vcpus),
             ("capacity-memory", "memory", res.memory_bytes),
+            ("capacity-gpus", "gpus", res.gpus),
         ):
             hit = _first_overload(((p.start, p.end, getattr(p, field), p.task) for p in ps), cap)
             if hit:

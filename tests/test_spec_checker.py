@@ -647,3 +647,25 @@ def test_real_workflow_asap_plan_with_transfers(tmp_path, name):
     a["start_s"] -= shift
     a["end_s"] -= shift
     assert "precedence" in rules(sc.check_plan(plan, wf, cat))
+
+
+def test_gpus_of_section_5(tmp_path):
+    doc = make_workflow()
+    doc["workflow"]["execution"]["tasks"][0]["gpus"] = 1  # A, in its record
+    doc["workflow"]["specification"]["tasks"][1]["gpus"] = 1  # B, in its entry
+    wf = tmp_path / "w.json"
+    wf.write_text(json.dumps(doc))
+    cat = tmp_path / "c.yaml"
+    cat.write_text(CATALOG_YAML.replace("    boot_s: 5\n", "    boot_s: 5\n    gpus: 2\n", 1))
+    plan = make_plan()
+    assignment(plan, "A")["gpus"] = 1
+    assignment(plan, "B")["gpus"] = 1
+    assert sc.check_plan(plan, wf, cat) == []  # two 1-GPU tasks at once on a 2-GPU machine
+    assignment(plan, "B")["gpus"] = 2
+    violations = sc.check_plan(plan, wf, cat)
+    assert rules(violations) == {"capacity-gpus"} and "small#0" in violations[0] and "A, B" in violations[0]
+    del assignment(plan, "B")["gpus"]  # absent: 0, below B's 1
+    assert rules(sc.check_plan(plan, wf, cat)) == {"gpus"}
+    assignment(plan, "B")["gpus"] = 1
+    assignment(plan, "D")["gpus"] = 1  # fast has none
+    assert rules(sc.check_plan(plan, wf, cat)) == {"gpus", "capacity-gpus"}

@@ -276,7 +276,9 @@ def platform_plan(
                 task = f"{plan.run.name}/{a.task}"
                 categories[task] = plan.run.name.split("@", 1)[0]
                 start, end = a.start_s + shift, a.end_s + shift
-                moved.append(Assignment(task, a.resource, f"{a.resource}#{slot}", start, end, a.cores, a.memory_bytes))
+                moved.append(
+                    Assignment(task, a.resource, f"{a.resource}#{slot}", start, end, a.cores, a.memory_bytes, a.gpus)
+                )
     nothing = Workflow.create("window", [], [])  # the picture names no workflow of its own
     picture = build_plan(nothing, catalog, Objective(kind="cost"), catalog_label, moved, "window:joint", started)
     return replace(picture, cost_usd=schedule.cost_usd), categories  # the runs' own leases, not the rows' spans

@@ -6,8 +6,9 @@ way the DAG processor does. A DAG author may declare what a task needs in its
 
     PythonOperator(task_id="train", ..., executor_config={"agora": {"cores": 4, "memory_gib": 8, "runtime_s": 600}})
 
-Declared values are hints: the predictor prefers what the task's own history says and
-falls back to them (see :mod:`agora_optimizer.predict.fallback`).
+and ``"gpus": 1`` for a task that needs accelerators (a need, not a hint: the plan puts it only on
+a type with as many GPUs, section 5 of the spec). Declared runtime and memory are hints: the
+predictor prefers what the task's own history says and falls back to them (see :mod:`agora_optimizer.predict.fallback`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from agora_optimizer.errors import AgoraError, FieldError
 from agora_optimizer.integration.dag_shape import DagShape, DagTask
 from agora_optimizer.integration.waits import release_waits, waits_without_worker
 from agora_optimizer.model.catalog import GIB
+from agora_optimizer.model.limits import MAX_GPUS
 from agora_optimizer.model.workflow import MAX_CORES, MAX_MEMORY_BYTES, MAX_RUNTIME_S, check_number
 
 if TYPE_CHECKING:
@@ -71,7 +73,7 @@ def _first_line(error: object) -> str:
 # What a DAG author may declare, plus what agora itself writes there ("placement", by the policy).
 # "resource_type" and "backend" say where a task ran when no agora executor did (the trace listener reads them).
 _HINT_KEYS = frozenset(
-    {"cores", "memory_gib", "memory_bytes", "runtime_s", "category", "placement", "resource_type", "backend"}
+    {"cores", "gpus", "memory_gib", "memory_bytes", "runtime_s", "category", "placement", "resource_type", "backend"}
 )
 
 
@@ -87,6 +89,7 @@ def _dag_task(fileloc: str, task: Any, mapped_group: Any = None) -> DagTask:
         raise FieldError(fileloc, f"{where}.{unknown[0]}", f"unknown key (known: {known})")
     cores_value = hints.get("cores", 1)
     cores = int(check_number(fileloc, f"{where}.cores", cores_value, minimum=1, maximum=MAX_CORES, integer=True))
+    gpus = int(check_number(fileloc, f"{where}.gpus", hints.get("gpus", 0), maximum=MAX_GPUS, integer=True))
     runtime = hints.get("runtime_s")
     if runtime is not None:
         runtime = check_number(fileloc, f"{where}.runtime_s", runtime, maximum=MAX_RUNTIME_S, strictly_positive=True)
@@ -104,6 +107,7 @@ def _dag_task(fileloc: str, task: Any, mapped_group: Any = None) -> DagTask:
         operator=getattr(task, "task_type", type(task).__name__),
         upstream=tuple(sorted(task.upstream_task_ids)),
         cores=cores,
+        gpus=gpus,
         runtime_hint_s=runtime,
         memory_hint_bytes=int(memory) if memory is not None else None,
         mapped=mapped_group is not None or bool(getattr(task, "is_mapped", False)),
@@ -212,6 +216,7 @@ def workflow_shape(shape: DagShape) -> WorkflowShape:
             category=task.category or task_stem(task.task_id),
             operator=task.operator,
             cores=task.cores,
+            gpus=task.gpus,
             dag_id=shape.dag_id,
             hint_runtime_s=task.runtime_hint_s,
             hint_memory_bytes=task.memory_hint_bytes,

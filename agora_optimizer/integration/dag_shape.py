@@ -24,6 +24,7 @@ class DagTask:
     literal_width: int | None = None  # a mapped task's width when Airflow knows it at parse time
     map_group: str = ""  # the closest mapped task group's id: its tasks' instance i follow each other's i
     waits: bool = False  # waits without a worker (deferrable, or a reschedule-mode sensor): a release, not work
+    gpus: int = 0  # declared: the GPUs the task needs (section 5 of the spec)
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,8 @@ from agora_optimizer.model.limits import (  # lower limits too: below them durat
     MAX_BOOT_S,
     MAX_CORES,
     MAX_COUNT,
+    MAX_GPU_MEMORY_GIB,
+    MAX_GPUS,
     MAX_MACHINE_MEMORY_GIB,
     MAX_PRICE_PER_HOUR_USD,
     MAX_SPEED,
@@ -32,6 +34,9 @@ _KNOWN_KEYS = {
     "count",
     "billing",
     "boot_s",
+    "gpus",
+    "gpu_model",
+    "gpu_memory_gib",
 }
 
 
@@ -71,6 +76,8 @@ def _resource(item: Node) -> Resource:
     count = item.get("count", None).optional()
     billing = item.get("billing", {})
     billing.mapping()
+    gpu_model = item.get("gpu_model", None).optional()
+    gpu_memory = item.get("gpu_memory_gib", None).optional()
     return Resource(
         name=name,
         backend=backend,
@@ -84,5 +91,10 @@ def _resource(item: Node) -> Resource:
             minimum_s=billing.get("minimum_s", 0).number(maximum=MAX_BILLING_S),
         ),
         boot_s=item.get("boot_s", 0).number(maximum=MAX_BOOT_S),
+        gpus=item.get("gpus", 0).integer(maximum=MAX_GPUS),
+        gpu_model=None if gpu_model is None else gpu_model.string(),
+        gpu_memory_gib=None
+        if gpu_memory is None
+        else gpu_memory.number(strictly_positive=True, maximum=MAX_GPU_MEMORY_GIB),
         extra=MappingProxyType({k: v for k, v in item.mapping().items() if k not in _KNOWN_KEYS}),
     )

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from agora_optimizer.io.documents import Node, read_document, write_text_atomically
-from agora_optimizer.model.limits import MAX_CORES, MAX_MEMORY_BYTES, MAX_TIME_S, MAX_USD
+from agora_optimizer.model.limits import MAX_CORES, MAX_GPUS, MAX_MEMORY_BYTES, MAX_TIME_S, MAX_USD
 from agora_optimizer.model.plan import (
     OBJECTIVE_KINDS,
     PLAN_FORMAT,
@@ -32,10 +32,19 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
         "objective": asdict(plan.objective),
         "makespan_s": plan.makespan_s,
         "cost_usd": plan.cost_usd,
-        "assignments": [asdict(a) for a in plan.assignments],
+        "assignments": [_assignment_dict(a) for a in plan.assignments],
         "solver": asdict(plan.solver),
         "created_at": plan.created_at,
     }
+
+
+def _assignment_dict(assignment: Assignment) -> dict[str, Any]:
+    """An assignment's keys; ``gpus`` only where it reserves some (section 5: absent means 0), so
+    that a plan without GPUs reads as it did before them."""
+    document = asdict(assignment)
+    if not assignment.gpus:
+        del document["gpus"]
+    return document
 
 
 def write_plan(plan: Plan, path: str | Path) -> None:
@@ -106,6 +115,7 @@ def _assignment(node: Node) -> Assignment:
         end_s=end,
         cores=node.get("cores").integer(minimum=1, maximum=MAX_CORES),
         memory_bytes=node.get("memory_bytes").integer(maximum=MAX_MEMORY_BYTES),
+        gpus=node.get("gpus", 0).integer(maximum=MAX_GPUS),
     )
 
 

@@ -6,6 +6,11 @@ Memory rule, for tasks whose source records no peak memory (absent, null or 0):
 2. otherwise ``default_memory_bytes`` (1 GiB unless the caller says otherwise;
    ``memory_source = "default"``).
 Plans record the value reserved for every task in ``assignments[].memory_bytes``.
+
+GPU rule (section 5 of the spec; WfFormat itself has no field for a task's accelerators): a
+task's ``gpus`` key, a whole number >= 0, read from its record in ``workflow.execution.tasks``
+(1.5), else from its entry in ``workflow.specification.tasks`` (1.5) or ``workflow.tasks`` (1.4);
+0 where neither has one.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from pathlib import Path
 
 from agora_optimizer.errors import FieldError
 from agora_optimizer.io.documents import Node, read_document
+from agora_optimizer.model.limits import MAX_GPUS
 from agora_optimizer.model.workflow import (
     MAX_CORES,
     MAX_MEMORY_BYTES,
@@ -33,12 +39,15 @@ DEFAULT_MEMORY_BYTES = 2**30
 class _RawTask:
     """What one file says of a task before the memory rule is applied."""
 
-    def __init__(self, task_id: str, category: str, runtime_s: float, cores: int, memory_bytes: int | None):
+    def __init__(
+        self, task_id: str, category: str, runtime_s: float, cores: int, memory_bytes: int | None, gpus: int = 0
+    ):
         self.id = task_id
         self.category = category
         self.runtime_s = runtime_s
         self.cores = cores
         self.memory_bytes = memory_bytes
+        self.gpus = gpus
         self.inputs: set[str] = set()
         self.outputs: set[str] = set()
         self.parents: set[str] = set()
@@ -82,6 +91,7 @@ def _read_v15(workflow_node: Node) -> tuple[dict[str, _RawTask], dict[str, int]]
         if record is None:
             raise item.fail(f"task '{task_id}' has no record in workflow.execution.tasks (no runtimeInSeconds)")
         task = _raw_task(task_id, item.get("category", None).value or category_of(name), record, cores_key="coreCount")
+        task.gpus = task_gpus(task_id, record if record.has("gpus") else item)
         task.inputs = _file_refs(item.get("inputFiles", []))
         task.outputs = _file_refs(item.get("outputFiles", []))
         task.parents = _task_refs(item.get("parents", []))
@@ -98,6 +108,7 @@ def _read_v14(workflow_node: Node) -> tuple[dict[str, _RawTask], dict[str, int]]
         if task_id in raw:
             raise item.get("name").fail(f"duplicate task name '{task_id}'")
         task = _raw_task(task_id, item.get("category", None).value or category_of(task_id), item, cores_key="cores")
+        task.gpus = task_gpus(task_id, item)
         for file_node in item.get("files", []).items():
             file_name = file_node.get("name").string()
             link = file_node.get("link").string()
@@ -131,6 +142,17 @@ def _raw_task(task_id: str, category: object, record: Node, cores_key: str) -> _
     )
 
 
+def task_gpus(task_id: str, node: Node) -> int:
+    """The task's ``gpus`` key in ``node`` (0 where absent or null); an error names the task."""
+    value = node.get("gpus", None)
+    if value.value is None:
+        return 0
+    try:
+        return value.integer(maximum=MAX_GPUS)
+    except FieldError as error:
+        raise FieldError(error.source, error.field, f"task '{task_id}': {error.reason}") from None
+
+
 def _file_sizes(files: Node, name_key: str) -> dict[str, int]:
     sizes: dict[str, int] = {}
     for file_node in files.items():
@@ -160,7 +182,7 @@ def _apply_memory_rule(raw: dict[str, _RawTask], default_memory_bytes: int) -> l
             memory, origin = medians[task.category], "category-median"
         else:
             memory, origin = default_memory_bytes, "default"
-        tasks.append(Task(task.id, task.runtime_s, task.cores, memory, task.category, origin))  # type: ignore[arg-type]
+        tasks.append(Task(task.id, task.runtime_s, task.cores, memory, task.category, origin, gpus=task.gpus))  # type: ignore[arg-type]
     return tasks
 
 

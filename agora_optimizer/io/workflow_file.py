@@ -7,10 +7,11 @@ the plan store keeps that workflow as it was, in this small JSON::
 
     {"format": "agora-workflow/1", "name": "etl",
      "tasks": [{"id": "a", "runtime_s": 10.0, "cores": 1, "memory_bytes": 1073741824,
-                "category": "extract", "memory_source": "recorded"}, ...],
+                "category": "extract", "memory_source": "recorded", "gpus": 1}, ...],
      "edges": [{"parent": "a", "child": "b", "bytes": 0}, ...]}
 
-Reading checks every field and the DAG as :meth:`Workflow.create` does; errors name the file and
+A task's ``gpus`` (section 5 of the spec) is written only where it needs some and reads as 0 where
+absent. Reading checks every field and the DAG as :meth:`Workflow.create` does; errors name the file and
 the field.
 """
 
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any, get_args
 
 from agora_optimizer.io.documents import Node, read_document, write_text_atomically
-from agora_optimizer.model.limits import MAX_CORES, MAX_MEMORY_BYTES, MAX_RUNTIME_S
+from agora_optimizer.model.limits import MAX_CORES, MAX_GPUS, MAX_MEMORY_BYTES, MAX_RUNTIME_S
 from agora_optimizer.model.workflow import Edge, MemorySource, Task, Workflow
 
 WORKFLOW_FORMAT = "agora-workflow/1"
@@ -41,6 +42,7 @@ def workflow_to_dict(workflow: Workflow) -> dict[str, Any]:
                 "memory_bytes": t.memory_bytes,
                 "category": t.category,
                 "memory_source": t.memory_source,
+                **({"gpus": t.gpus} if t.gpus else {}),
             }
             for t in workflow.tasks
         ],
@@ -94,6 +96,7 @@ def _task(node: Node) -> Task:
         memory_bytes=node.get("memory_bytes").integer(maximum=MAX_MEMORY_BYTES),
         category=_text(node.get("category")),
         memory_source=origin,  # type: ignore[arg-type]  # checked against MemorySource above
+        gpus=node.get("gpus", 0).integer(maximum=MAX_GPUS),
     )
 
 

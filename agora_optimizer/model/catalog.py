@@ -47,6 +47,10 @@ class Resource:
     for ``runtime_s(task)``, which includes it, and writes the plan with the task's own
     ``runtime_s / speed`` at the end of that hold (:func:`agora_optimizer.planning.problem.written_assignments`),
     so that the plan file keeps the spec's durations.
+
+    ``gpus`` are the accelerators of one machine (section 5 of the spec): a task fits only where its
+    ``gpus`` are no more, and the tasks sharing a machine hold no more at any instant. ``gpu_model``
+    and ``gpu_memory_gib`` are for people (no rule reads them yet).
     """
 
     name: str
@@ -60,6 +64,9 @@ class Resource:
     boot_s: float = 0.0
     release_s: float = 0.0
     added_latency_s: float = 0.0
+    gpus: int = 0
+    gpu_model: str | None = None
+    gpu_memory_gib: float | None = None
     extra: Mapping[str, object] = field(default_factory=lambda: MappingProxyType({}), compare=False)
 
     @property
@@ -77,7 +84,7 @@ class Resource:
         return int(self.memory_gib * GIB)
 
     def fits(self, task: Task) -> bool:
-        return task.cores <= self.vcpus and task.memory_bytes <= self.memory_bytes
+        return task.cores <= self.vcpus and task.memory_bytes <= self.memory_bytes and task.gpus <= self.gpus
 
     def runtime_s(self, task: Task) -> float:
         """How long ``task`` holds a machine of this type: ``runtime_s / speed`` (the spec's duration),
@@ -108,7 +115,7 @@ class Catalog:
         return {resource.name: resource for resource in self.resources}
 
     def feasible(self, task: Task) -> list[Resource]:
-        """The types that can run ``task`` at all (cores and memory)."""
+        """The types that can run ``task`` at all (cores, memory and GPUs)."""
         return [resource for resource in self.resources if resource.fits(task)]
 
     def transfer_s(self, nbytes: int) -> float:
@@ -116,6 +123,10 @@ class Catalog:
 
     def largest(self) -> Resource:
         return max(self.resources, key=lambda r: (r.memory_bytes, r.vcpus))
+
+    def most_gpus(self) -> Resource:
+        """The type with the most GPUs (the first in the catalog on a tie)."""
+        return max(self.resources, key=lambda r: r.gpus)
 
     def restricted_to(self, names: list[str]) -> Catalog:
         return Catalog(

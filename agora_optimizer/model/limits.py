@@ -10,6 +10,7 @@ from __future__ import annotations
 
 MAX_RUNTIME_S = 1e8  # a task's runtime on a reference core: about three years
 MAX_CORES = 4096
+MAX_GPUS = 1024  # accelerators a task needs or a machine has (section 5 of the spec)
 MAX_MEMORY_BYTES = 2**50  # 1 PiB
 MAX_MACHINE_MEMORY_GIB = 65536.0  # one machine's memory (and the memory reserved for a task without a record)
 MAX_TIME_S = 1e12  # any instant or duration of a plan (deadline, start, end, makespan); 1e8 s at speed 0.001 is 1e11
@@ -21,6 +22,7 @@ MAX_SPEED = 1000.0  # per-core speed relative to the reference core
 MIN_SPEED = 1e-3  # a thousandth of the reference core: below it durations overflow to infinity
 MAX_PRICE_PER_HOUR_USD = 10_000.0
 MAX_COUNT = 1_000_000  # machines of one type at once
+MAX_GPU_MEMORY_GIB = 4096.0  # one accelerator's memory (for people: no rule reads it)
 MAX_BILLING_S = 31 * 86400.0  # a billing granularity or minimum: a month
 MIN_GRANULARITY_S = 1e-3
 MAX_BOOT_S = 86400.0

@@ -35,6 +35,7 @@ class Assignment:
     end_s: float
     cores: int
     memory_bytes: int
+    gpus: int = 0  # GPUs reserved (section 5 of the spec): at least the task's, at most the type's
 
 
 @dataclass(frozen=True)

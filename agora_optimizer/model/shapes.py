@@ -30,6 +30,7 @@ class TaskShape:
     dag_id: str = ""
     hint_runtime_s: float | None = None
     hint_memory_bytes: int | None = None
+    gpus: int = 0  # the GPUs the task needs, as declared (none are predicted)
 
     @property
     def key(self) -> tuple[str, str]:

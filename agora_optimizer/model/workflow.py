@@ -15,7 +15,7 @@ from functools import cached_property
 from typing import Any, Literal, TypeVar
 
 from agora_optimizer.errors import CyclicWorkflowError, FieldError
-from agora_optimizer.model.limits import MAX_CORES, MAX_MEMORY_BYTES, MAX_RUNTIME_S
+from agora_optimizer.model.limits import MAX_CORES, MAX_GPUS, MAX_MEMORY_BYTES, MAX_RUNTIME_S
 
 MemorySource = Literal["recorded", "category-median", "default", "predicted", "declared"]
 Node = TypeVar("Node")
@@ -85,6 +85,8 @@ class Task:
     # wait (:mod:`agora_optimizer.integration.waits`). A plan that honours it is still a plan of the
     # spec's (releases only delay), so the spec's checker needs no word of it.
     release_s: float = 0.0
+    # Accelerators the task holds while it runs (section 5 of the spec); 0: none.
+    gpus: int = 0
 
 
 @dataclass(frozen=True)
@@ -147,6 +149,7 @@ class Workflow:
             check_number(source, f"{where}.cores", task.cores, minimum=1, maximum=MAX_CORES, integer=True)
             check_number(source, f"{where}.memory_bytes", task.memory_bytes, maximum=MAX_MEMORY_BYTES, integer=True)
             check_number(source, f"{where}.release_s", task.release_s, maximum=MAX_RUNTIME_S)
+            check_number(source, f"{where}.gpus", task.gpus, maximum=MAX_GPUS, integer=True)
         merged: dict[tuple[str, str], int] = {}
         for edge in edges:
             for end in (edge.parent, edge.child):
@@ -169,6 +172,11 @@ class Workflow:
     @cached_property
     def by_id(self) -> dict[str, Task]:
         return {task.id: task for task in self.tasks}
+
+    @cached_property
+    def uses_gpus(self) -> bool:
+        """Whether some task needs a GPU (engines that cannot pack GPUs decline such a workflow)."""
+        return any(task.gpus for task in self.tasks)
 
     @cached_property
     def parents(self) -> dict[str, list[Edge]]:

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from agora_optimizer.errors import UnplaceableTaskError
+from agora_optimizer.errors import TooManyGpusError, UnplaceableTaskError
 from agora_optimizer.model.catalog import GIB, Catalog, Resource
 from agora_optimizer.model.workflow import Task, Workflow
 from agora_optimizer.planning.window_bound import window_bound_s
 
 
 def feasible_types(workflow: Workflow, catalog: Catalog) -> dict[str, list[Resource]]:
-    """The resource types each task fits on; raises ``UnplaceableTaskError`` for a task with none."""
+    """The resource types each task fits on; raises ``UnplaceableTaskError`` for a task with none
+    (``TooManyGpusError``, one of them, when no type has as many GPUs as the task needs)."""
     return feasible_types_of(workflow.tasks, catalog)
 
 
@@ -21,12 +22,17 @@ def feasible_types_of(tasks: Iterable[Task], catalog: Catalog) -> dict[str, list
     for task in tasks:
         options = catalog.feasible(task)
         if not options:
+            most = catalog.most_gpus()
+            if task.gpus > most.gpus:
+                raise TooManyGpusError(task.id, task.gpus, most.name, most.gpus)
             largest = catalog.largest()
+            gpus = f", {largest.gpus} GPUs" if task.gpus else ""
             raise UnplaceableTaskError(
                 task.id,
                 task.cores,
                 task.memory_bytes,
-                f"{largest.name} ({largest.vcpus} vcpus, {largest.memory_bytes} bytes)",
+                f"{largest.name} ({largest.vcpus} vcpus, {largest.memory_bytes} bytes{gpus})",
+                task.gpus,
             )
         result[task.id] = options
     return result
@@ -62,27 +68,27 @@ def makespan_lower_bound_s(workflow: Workflow, catalog: Catalog) -> float:
     )
 
 
-TaskClass = tuple[tuple[str, ...], int, int]  # the types its tasks fit (names, sorted), cores, memory bytes
+TaskClass = tuple[tuple[str, ...], int, int, int]  # the types its tasks fit (names, sorted), cores, memory, GPUs
 
 
 def task_classes(workflow: Workflow, options: dict[str, list[Resource]], max_columns: int) -> dict[TaskClass, float]:
     """Tasks alike for a work bound, with their reference seconds summed (``runtime_s``, before speed).
 
-    Tasks that fit the same types with the same cores and memory are one class; when that gives
-    more than ``max_columns`` (class, type) pairs, classes merge by types and cores and keep their
-    least memory (which only weakens a bound, never breaks it).
+    Tasks that fit the same types with the same cores, memory and GPUs are one class; when that
+    gives more than ``max_columns`` (class, type) pairs, classes merge by types and cores and keep
+    their least memory and least GPUs (which only weakens a bound, never breaks it).
     """
     exact: dict[TaskClass, float] = {}
     for task in workflow.tasks:
-        key = (tuple(sorted(r.name for r in options[task.id])), task.cores, task.memory_bytes)
+        key = (tuple(sorted(r.name for r in options[task.id])), task.cores, task.memory_bytes, task.gpus)
         exact[key] = exact.get(key, 0.0) + task.runtime_s
     if sum(len(key[0]) for key in exact) <= max_columns:
         return exact
-    merged: dict[tuple[tuple[str, ...], int], tuple[float, int]] = {}
-    for (names, cores, memory), total in exact.items():
-        seconds, least = merged.get((names, cores), (0.0, memory))
-        merged[(names, cores)] = (seconds + total, min(least, memory))
-    return {(names, cores, memory): total for (names, cores), (total, memory) in merged.items()}
+    merged: dict[tuple[tuple[str, ...], int], tuple[float, int, int]] = {}
+    for (names, cores, memory, gpus), total in exact.items():
+        seconds, least, fewest = merged.get((names, cores), (0.0, memory, gpus))
+        merged[(names, cores)] = (seconds + total, min(least, memory), min(fewest, gpus))
+    return {(names, cores, memory, gpus): total for (names, cores), (total, memory, gpus) in merged.items()}
 
 
 def _balanced_work_s(workflow: Workflow, options: dict[str, list[Resource]]) -> float:
@@ -91,8 +97,8 @@ def _balanced_work_s(workflow: Workflow, options: dict[str, list[Resource]]) -> 
     ``z_(g,k)`` reference seconds of task class g run on type k, taking ``z / speed_k``
     seconds there with the class's cores and memory; type k offers ``vcpus_k * count_k``
     cores and ``memory_k * count_k`` bytes at every instant. Minimise T such that, on every
-    type, core-seconds <= T * cores and byte-seconds <= T * bytes: a linear programme over the
-    classes of :func:`task_classes`.
+    type, core-seconds <= T * cores and byte-seconds <= T * bytes (and, where a task needs GPUs,
+    GPU-seconds <= T * GPUs): a linear programme over the classes of :func:`task_classes`.
     """
     import numpy as np
     from scipy.optimize import linprog
@@ -108,23 +114,32 @@ def _balanced_work_s(workflow: Workflow, options: dict[str, list[Resource]]) -> 
     cost[-1] = 1.0
     rows, cols, values = [], [], []
     keys = list(groups)
+    dims = 3 if workflow.uses_gpus else 2  # cores, memory[, GPUs]: rows dims * k ...
     for column, (g, name) in enumerate(pairs):
-        _, cores, memory = keys[g]
+        _, cores, memory, gpus = keys[g]
         speed = types[name].speed
-        rows += [2 * index[name], 2 * index[name] + 1]
+        rows += [dims * index[name], dims * index[name] + 1]
         cols += [column, column]
         values += [cores / speed, memory / GIB / speed]  # GiB keeps the LP well scaled
+        if dims == 3 and gpus:
+            rows.append(dims * index[name] + 2)
+            cols.append(column)
+            values.append(gpus / speed)
     for name, k in index.items():
         count = types[name].count or 0
-        rows += [2 * k, 2 * k + 1]
+        rows += [dims * k, dims * k + 1]
         cols += [n - 1, n - 1]
         values += [-float(types[name].vcpus * count), -types[name].memory_bytes / GIB * count]
-    a_ub = coo_matrix((values, (rows, cols)), shape=(2 * len(names), n)).tocsr()
+        if dims == 3:
+            rows.append(dims * k + 2)
+            cols.append(n - 1)
+            values.append(-float(types[name].gpus * count))
+    a_ub = coo_matrix((values, (rows, cols)), shape=(dims * len(names), n)).tocsr()
     a_eq = coo_matrix(([1.0] * len(pairs), ([g for g, _ in pairs], range(len(pairs)))), shape=(len(groups), n))
     result = linprog(
         cost,
         A_ub=a_ub,
-        b_ub=np.zeros(2 * len(names)),
+        b_ub=np.zeros(dims * len(names)),
         A_eq=a_eq.tocsr(),
         b_eq=list(groups.values()),
         bounds=(0, None),
@@ -144,7 +159,8 @@ def cost_lower_bound_usd(workflow: Workflow, catalog: Catalog, deadline_s: float
     """A bound no plan can beat: perfectly packed machines, plus what leases must pay.
 
     Work: on a machine of type k, the leased seconds are at least the core-seconds of its
-    tasks over ``vcpus`` and at least their byte-seconds over its memory. The cheapest
+    tasks over ``vcpus``, at least their byte-seconds over its memory and at least their
+    GPU-seconds over its GPUs (the last by the per-dimension sums only). The cheapest
     fractional split of the tasks over the types under both (a linear programme, or the
     larger of the two per-dimension sums for very large workflows) bounds the cost of
     the busy time. Every plan of a workflow with tasks also leases at least one machine,
@@ -191,22 +207,35 @@ def _packed_work_cost_usd(
     capacity_s: dict[str, float] | None = None,
 ) -> float:
     per_dimension = max(
-        sum(min(_dimension_cost(t, r, "cores") * factor[r.name] for r in options[t.id]) for t in workflow.tasks),
-        sum(min(_dimension_cost(t, r, "memory") * factor[r.name] for r in options[t.id]) for t in workflow.tasks),
+        sum(min(_dimension_cost(t, r, dimension) * factor[r.name] for r in options[t.id]) for t in workflow.tasks)
+        for dimension in ("cores", "memory", "gpus")
     )
     return max(per_dimension, _lp_work_cost_usd(workflow, options, factor, capacity_s or {}))
 
 
 def _dimension_cost(task: Task, resource: Resource, dimension: str) -> float:
-    share = task.cores / resource.vcpus if dimension == "cores" else task.memory_bytes / resource.memory_bytes
+    """What ``task`` costs on ``resource`` by one dimension: its share of the machine's cores, memory
+    or GPUs (a machine is leased at least its tasks' GPU-seconds over its GPUs), times its run."""
+    if dimension == "cores":
+        share = task.cores / resource.vcpus
+    elif dimension == "memory":
+        share = task.memory_bytes / resource.memory_bytes
+    else:
+        share = task.gpus / resource.gpus if task.gpus else 0.0
     return resource.price_per_hour_usd / 3600.0 * resource.runtime_s(task) * share
 
 
-def _work_columns(
-    workflow: Workflow, options: dict[str, list[Resource]], max_columns: int
-) -> tuple[list[tuple[int, Resource, float, float]], int]:
+Column = tuple[int, Resource, float, float, float]  # row, type, core-s / vcpus, byte-s / memory, GPU-s / GPUs
+
+
+def _gpu_share(gpus: int, resource: Resource) -> float:
+    return gpus / resource.gpus if gpus else 0.0
+
+
+def _work_columns(workflow: Workflow, options: dict[str, list[Resource]], max_columns: int) -> tuple[list[Column], int]:
     """The columns of the work programmes, and their number of rows: ``(row, type, core-s / vcpus,
-    byte-s / memory)``, the machine-seconds a row's work takes on the type by each dimension.
+    byte-s / memory, GPU-s / GPUs)``, the machine-seconds a row's work takes on the type by each
+    dimension (the last 0 for work without GPUs).
 
     A row is a task (its runtime on the type, the platform's latency included) where that makes at
     most ``max_columns`` columns; else a class of :func:`task_classes` (its reference seconds over
@@ -214,7 +243,13 @@ def _work_columns(
     """
     if sum(len(options[t.id]) for t in workflow.tasks) <= max_columns:
         columns = [
-            (row, r, seconds * task.cores / r.vcpus, seconds * task.memory_bytes / r.memory_bytes)
+            (
+                row,
+                r,
+                seconds * task.cores / r.vcpus,
+                seconds * task.memory_bytes / r.memory_bytes,
+                seconds * _gpu_share(task.gpus, r),
+            )
             for row, task in enumerate(workflow.tasks)
             for r in options[task.id]
             for seconds in [r.runtime_s(task)]
@@ -223,8 +258,8 @@ def _work_columns(
     types = {r.name: r for rs in options.values() for r in rs}
     classes = task_classes(workflow, options, max_columns)
     columns = [
-        (row, r, seconds * cores / r.vcpus, seconds * memory / r.memory_bytes)
-        for row, ((names, cores, memory), reference_s) in enumerate(classes.items())
+        (row, r, seconds * cores / r.vcpus, seconds * memory / r.memory_bytes, seconds * _gpu_share(gpus, r))
+        for row, ((names, cores, memory, gpus), reference_s) in enumerate(classes.items())
         for r in (types[name] for name in names)
         for seconds in [reference_s / r.speed]
     ]
@@ -235,7 +270,8 @@ def _lp_work_cost_usd(
     workflow: Workflow, options: dict[str, list[Resource]], factor: dict[str, float], capacity_s: dict[str, float]
 ) -> float:
     """min sum_k f_k price_k S_k  s.t.  S_k >= core-s_k / vcpus_k,  S_k >= byte-s_k / memory_k,  sum_k x_ik = 1,
-    S_k <= capacity_k (where given); 0 when the programme is too large or has no solution."""
+    S_k <= capacity_k (where given), and S_k >= GPU-s_k / gpus_k where a task needs GPUs; 0 when the
+    programme is too large or has no solution."""
     import numpy as np
     from scipy.optimize import linprog
     from scipy.sparse import coo_matrix
@@ -243,29 +279,34 @@ def _lp_work_cost_usd(
     columns, n_rows = _work_columns(workflow, options, LP_MAX_VARIABLES)
     if len(columns) > LP_MAX_VARIABLES:
         return 0.0
-    types = sorted({r.name: r for _, r, _, _ in columns}.values(), key=lambda r: r.name)
+    types = sorted({column[1].name: column[1] for column in columns}.values(), key=lambda r: r.name)
     index = {r.name: k for k, r in enumerate(types)}
     n_x = len(columns)
     n_var = n_x + len(types)
     cost = np.zeros(n_var)
     cost[n_x:] = [r.price_per_hour_usd / 3600.0 * factor[r.name] for r in types]
+    dims = 3 if workflow.uses_gpus else 2  # rows dims * k + (cores, memory[, GPUs])
     ub_rows, ub_cols, ub_vals = [], [], []
-    for column, (_, r, core_s, byte_s) in enumerate(columns):
+    for column, (_, r, core_s, byte_s, gpu_s) in enumerate(columns):
         k = index[r.name]
-        ub_rows += [2 * k, 2 * k + 1]
+        ub_rows += [dims * k, dims * k + 1]
         ub_cols += [column, column]
         ub_vals += [core_s, byte_s]
+        if gpu_s:
+            ub_rows.append(dims * k + 2)
+            ub_cols.append(column)
+            ub_vals.append(gpu_s)
     for k in range(len(types)):
-        ub_rows += [2 * k, 2 * k + 1]
-        ub_cols += [n_x + k, n_x + k]
-        ub_vals += [-1.0, -1.0]
-    a_ub = coo_matrix((ub_vals, (ub_rows, ub_cols)), shape=(2 * len(types), n_var)).tocsr()
-    eq_rows = [row for row, _, _, _ in columns]
+        ub_rows += [dims * k + d for d in range(dims)]
+        ub_cols += [n_x + k] * dims
+        ub_vals += [-1.0] * dims
+    a_ub = coo_matrix((ub_vals, (ub_rows, ub_cols)), shape=(dims * len(types), n_var)).tocsr()
+    eq_rows = [column[0] for column in columns]
     a_eq = coo_matrix(([1.0] * n_x, (eq_rows, range(n_x))), shape=(n_rows, n_var)).tocsr()
     result = linprog(
         cost,
         A_ub=a_ub,
-        b_ub=np.zeros(2 * len(types)),
+        b_ub=np.zeros(dims * len(types)),
         A_eq=a_eq,
         b_eq=np.ones(n_rows),
         bounds=[(0, None)] * n_x + [(0, capacity_s.get(r.name)) for r in types],
@@ -279,8 +320,8 @@ def _lp_work_cost_usd(
 def whole_machines_cost_usd(workflow: Workflow, options: dict[str, list[Resource]], deadline_s: float) -> float:
     """The packed-work bound with whole machines, under a deadline D (0 when not computed).
 
-    A machine of type k hosts at most ``(D - release_k - boot_k)`` seconds of its cores' and of its memory's
-    capacity, and its lease costs at least ``max(minimum_k, boot_k + busy)``. So with n_k machines
+    A machine of type k hosts at most ``(D - release_k - boot_k)`` seconds of its cores', its memory's
+    (and its GPUs') capacity, and its lease costs at least ``max(minimum_k, boot_k + busy)``. So with n_k machines
     of type k (an integer, at most ``count_k``) and the tasks' core-seconds S_k over ``vcpus_k``
     and byte-seconds over memory placed fractionally:
     ``n_k (D - release_k - boot_k) >= S_k``, ``cost_k >= price_k n_k minimum_k`` and
@@ -293,7 +334,7 @@ def whole_machines_cost_usd(workflow: Workflow, options: dict[str, list[Resource
     from scipy.sparse import coo_matrix
 
     columns, n_rows = _work_columns(workflow, options, MACHINES_MAX_VARIABLES)
-    types = sorted({r.name: r for _, r, _, _ in columns}.values(), key=lambda r: r.name)
+    types = sorted({column[1].name: column[1] for column in columns}.values(), key=lambda r: r.name)
     n_x = len(columns)
     if n_x > MACHINES_MAX_VARIABLES or not types:
         return 0.0
@@ -315,17 +356,18 @@ def whole_machines_cost_usd(workflow: Workflow, options: dict[str, list[Resource
         lower.append(low)
         upper.append(high)
 
-    per_type: list[list[tuple[int, float, float]]] = [[] for _ in types]  # (column, core-s share, byte-s share)
+    per_type: list[list[tuple[int, float, float, float]]] = [[] for _ in types]  # (column, core-s, byte-s, GPU-s)
     shares: list[list[tuple[int, float]]] = [[] for _ in range(n_rows)]
-    for column, (share_row, r, core_s, byte_s) in enumerate(columns):
+    for column, (share_row, r, core_s, byte_s, gpu_s) in enumerate(columns):
         shares[share_row].append((column, 1.0))
-        per_type[index[r.name]].append((column, core_s, byte_s))
+        per_type[index[r.name]].append((column, core_s, byte_s, gpu_s))
     for entries in shares:
         row(entries, 1.0, 1.0)
     for k, r in enumerate(types):
         machines, cost = n_x + k, n_x + n_types + k
         per_second = r.price_per_hour_usd / 3600.0
-        for dimension in (1, 2):  # cores, memory: S_k <= n_k (D - release - boot_k); cost_k >= price (n_k boot + S_k)
+        # cores, memory (and GPUs): S_k <= n_k (D - release - boot_k); cost_k >= price (n_k boot + S_k)
+        for dimension in (1, 2, 3) if workflow.uses_gpus and r.gpus else (1, 2):
             work = [(c, entry[dimension]) for entry in per_type[k] for c in [entry[0]]]
             row([*work, (machines, -(deadline_s - r.earliest_start_s))], -np.inf, 0.0)
             row(

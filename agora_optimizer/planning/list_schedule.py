@@ -4,7 +4,7 @@ Tasks are taken in decreasing upward rank (Topcuoglu et al., IEEE TPDS 2002), ea
 placed on the machine and start time that minimise
 ``alpha * est_makespan / T_lb + (1 - alpha) * added_cost / C_lb``, where a machine is
 an existing lease of any feasible type or a new one where the type's ``count``
-allows. Several tasks share a machine whenever their cores and memory fit at every
+allows. Several tasks share a machine whenever their cores, memory and GPUs fit at every
 instant (insertion into the machine's usage profile).
 """
 
@@ -122,17 +122,19 @@ class TypePools:
 
     def new_machine(self, resource: Resource, machine_id: str) -> PlannedMachine:
         window = None if self.machines_per_type is None else INSERTION_WINDOW
-        timeline = SkippingTimeline(resource.vcpus, resource.memory_bytes, self.min_task_memory_bytes, window)
+        timeline = SkippingTimeline(
+            resource.vcpus, resource.memory_bytes, self.min_task_memory_bytes, window, resource.gpus
+        )
         return PlannedMachine(machine_id, resource, timeline)
 
     def start_on(self, machine: PlannedMachine, task: Task, ready_s: float, duration_s: float) -> float | None:
         """The earliest start of ``task`` on ``machine`` from ``ready_s`` (None: not on this machine)."""
         ready = max(ready_s, machine.resource.earliest_start_of(task))
-        return machine.timeline.earliest_start(ready, duration_s, task.cores, task.memory_bytes)
+        return machine.timeline.earliest_start(ready, duration_s, task.cores, task.memory_bytes, task.gpus)
 
     def place(self, machine: PlannedMachine, task: Task, start_s: float, end_s: float) -> None:
         made, old_end = machine.lease_start_s is None, machine.lease_end_s
-        machine.timeline.add(start_s, end_s, task.cores, task.memory_bytes)
+        machine.timeline.add(start_s, end_s, task.cores, task.memory_bytes, task.gpus)
         machine.lease_start_s, machine.lease_end_s = machine.lease_after(start_s, end_s)
         pool = self.machines[machine.resource.name]
         if made:
@@ -168,10 +170,11 @@ def list_schedule(
     With ``latest_end_s`` (a latest end per task, from a deadline), ``alpha`` is not used: each
     task goes where it adds the least cost among the places where it ends by its latest end, or,
     when it can end by it nowhere, where it ends least late. The cost a place adds (a new lease,
-    or a lease made longer) is counted at the task's share of the machine (the larger of its
-    cores over the type's vCPUs and its memory over the type's): the rest of that time is there
-    for the tasks that follow (``shared_cost``; else counted in full, and a new large machine is
-    never opened for one small task, so that small types dear per core win).
+    or a lease made longer) is counted at the task's share of the machine (the largest of its
+    cores over the type's vCPUs, its memory over the type's and its GPUs over the type's): the
+    rest of that time is there for the tasks that follow (``shared_cost``; else counted in full,
+    and a new large machine is never opened for one small task, so that small types dear per core
+    win).
 
     Per type, a task considers the machines that hold its parents, the
     ``machines_per_type`` machines that fall idle first (all of them when ``None``), and
@@ -204,7 +207,9 @@ def list_schedule(
         latest = None if latest_end_s is None else latest_end_s[task_id]
         if latest is not None:
             share = {
-                r.name: max(task.cores / r.vcpus, task.memory_bytes / r.memory_bytes) if shared_cost else 1.0
+                r.name: max(task.cores / r.vcpus, task.memory_bytes / r.memory_bytes, task.gpus / max(r.gpus, 1))
+                if shared_cost
+                else 1.0
                 for r in options[task_id]
             }
         best: tuple[tuple[float, float, float], PlannedMachine, float, float] | None = None
@@ -242,6 +247,7 @@ def list_schedule(
                 end_s=end,
                 cores=task.cores,
                 memory_bytes=task.memory_bytes,
+                gpus=task.gpus,
             )
         )
     return assignments

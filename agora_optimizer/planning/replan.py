@@ -37,10 +37,10 @@ from __future__ import annotations
 import operator
 import time
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from agora_optimizer.errors import AgoraError, UnplaceableTaskError
+from agora_optimizer.errors import AgoraError, TooManyGpusError, UnplaceableTaskError
 from agora_optimizer.model.catalog import Catalog, Resource
 from agora_optimizer.model.plan import Assignment, Plan, machine_type
 from agora_optimizer.model.workflow import Task, Workflow, parents_first
@@ -131,8 +131,8 @@ class _Machine(GrowingLease):
     lease_start_s: float | None = None
     lease_end_s: float = 0.0
 
-    def take(self, start_s: float, end_s: float, cores: int, memory_bytes: int) -> None:
-        self.timeline.add(start_s, end_s, cores, memory_bytes)
+    def take(self, start_s: float, end_s: float, cores: int, memory_bytes: int, gpus: int = 0) -> None:
+        self.timeline.add(start_s, end_s, cores, memory_bytes, gpus)
         self.lease_start_s, self.lease_end_s = self.lease_after(start_s, end_s)
 
 
@@ -163,7 +163,9 @@ class _Fleet:
                 f"machine '{machine_id}' is not TYPE#N of a resource type of catalog {self.catalog.source}"
             )
         floor = self.now_s if leased else max(self.now_s, resource.release_s) + resource.boot_s
-        timeline = SkippingTimeline(resource.vcpus, resource.memory_bytes, self.min_task_memory_bytes)
+        timeline = SkippingTimeline(
+            resource.vcpus, resource.memory_bytes, self.min_task_memory_bytes, gpus=resource.gpus
+        )
         made = self.by_id[machine_id] = _Machine(machine_id, resource, timeline, floor, leased)
         self.next_index[head] = max(self.next_index[head], int(index) + 1)
         return made
@@ -176,11 +178,13 @@ class _Fleet:
         self.spare[resource.name][machine_id] = None
         return self.machine(machine_id, leased=False)
 
-    def take(self, machine: _Machine, start_s: float, end_s: float, cores: int, memory_bytes: int) -> None:
+    def take(
+        self, machine: _Machine, start_s: float, end_s: float, cores: int, memory_bytes: int, gpus: int = 0
+    ) -> None:
         if machine.lease_start_s is None:
             self.active[machine.resource.name].append(machine)
             self.spare[machine.resource.name].pop(machine.id, None)
-        machine.take(start_s, end_s, cores, memory_bytes)
+        machine.take(start_s, end_s, cores, memory_bytes, gpus)
 
     def count_allows(self, machine: _Machine, start_s: float, end_s: float) -> bool:
         """Whether ``machine``'s lease, grown to hold [start_s, end_s), keeps its type within ``count``."""
@@ -337,7 +341,7 @@ def _prepare(
                 raise ReplanError(f"task '{task.id}' runs since {status.start_s} s, after now ({now_s} s)")
             start, end = status.start_s, max(now_s, status.start_s + duration)
             memory = max(memory, status.memory_bytes or 0)
-        placed = Assignment(task.id, resource.name, status.machine, start, end, task.cores, memory)
+        placed = Assignment(task.id, resource.name, status.machine, start, end, task.cores, memory, task.gpus)
         run.fixed.append(placed)
     return run
 
@@ -353,12 +357,19 @@ def _leased_by_plan(plan: Plan, catalog: Catalog, now_s: float) -> set[str]:
 
 
 def _fitting(task: Task, memory_bytes: int, catalog: Catalog) -> list[Resource]:
-    options = [r for r in catalog.resources if task.cores <= r.vcpus and memory_bytes <= r.memory_bytes]
+    options = [r for r in catalog.resources if r.fits(replace(task, memory_bytes=memory_bytes))]
     options.sort(key=lambda r: (r.runtime_s(task), r.price_per_hour_usd))  # fastest first: the rest prune early
     if not options:
+        most = catalog.most_gpus()
+        if task.gpus > most.gpus:
+            raise TooManyGpusError(task.id, task.gpus, most.name, most.gpus)
         largest = catalog.largest()
         raise UnplaceableTaskError(
-            task.id, task.cores, memory_bytes, f"{largest.name} ({largest.vcpus} vcpus, {largest.memory_bytes} bytes)"
+            task.id,
+            task.cores,
+            memory_bytes,
+            f"{largest.name} ({largest.vcpus} vcpus, {largest.memory_bytes} bytes, {largest.gpus} GPUs)",
+            task.gpus,
         )
     return options
 
@@ -380,7 +391,7 @@ def _base_fleet(run: _Run) -> tuple[_Fleet, dict[str, tuple[_Machine, float]]]:
     ends: dict[str, tuple[_Machine, float]] = {}
     for placed in run.fixed:
         machine = fleet.machine(placed.machine, leased=True)
-        fleet.take(machine, placed.start_s, placed.end_s, placed.cores, placed.memory_bytes)
+        fleet.take(machine, placed.start_s, placed.end_s, placed.cores, placed.memory_bytes, placed.gpus)
         ends[placed.task] = (machine, placed.end_s)
     first: dict[str, float] = {}
     for planned in run.plan.assignments:
@@ -454,10 +465,12 @@ def _schedule(
         if best is None:
             raise ReplanError(f"task '{task_id}' fits on no machine within the catalog's counts")
         _, machine, start, end = best
-        fleet.take(machine, start, end, task.cores, memory)
+        fleet.take(machine, start, end, task.cores, memory, task.gpus)
         ends[task_id] = (machine, end)
         estimated = max(estimated, end + tail)
-        assignments.append(Assignment(task_id, machine.resource.name, machine.id, start, end, task.cores, memory))
+        assignments.append(
+            Assignment(task_id, machine.resource.name, machine.id, start, end, task.cores, memory, task.gpus)
+        )
     makespan = max([0.0, *(a.end_s for a in assignments), *(a.end_s for a in run.fixed)])
     return assignments, makespan, fleet.cost_usd()
 
@@ -507,7 +520,7 @@ class _Placer:
         ready = max(machine.floor_s, task.release_s, self.arrivals.on(machine))
         if machine is not self.planned and self._beaten(ready + duration):
             return
-        start = machine.timeline.earliest_start(ready, duration, task.cores, self.memory_bytes)
+        start = machine.timeline.earliest_start(ready, duration, task.cores, self.memory_bytes, task.gpus)
         end = start + duration
         if machine is not self.planned and self._beaten(end):
             return

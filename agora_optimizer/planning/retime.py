@@ -1,7 +1,7 @@
 """Re-timing: given which machine runs each task, start every task as early as it can.
 
 Tasks are taken in a fixed topological order; each starts at the earliest instant at
-which its parents' data has arrived and its machine has the cores and memory free for
+which its parents' data has arrived and its machine has the cores, memory and GPUs free for
 its whole run (insertion into the machine's usage profile). Local search moves tasks
 between machines and calls this to get the schedule that follows.
 """
@@ -39,10 +39,10 @@ def retime(
             ready = max(ready, arrival)
         timeline = timelines.get(machine)
         if timeline is None:
-            timeline = timelines[machine] = MachineTimeline(resource.vcpus, resource.memory_bytes)
+            timeline = timelines[machine] = MachineTimeline(resource.vcpus, resource.memory_bytes, gpus=resource.gpus)
         duration = resource.runtime_s(task)
-        start = timeline.earliest_start(ready, duration, task.cores, task.memory_bytes)
-        timeline.add(start, start + duration, task.cores, task.memory_bytes)
+        start = timeline.earliest_start(ready, duration, task.cores, task.memory_bytes, task.gpus)
+        timeline.add(start, start + duration, task.cores, task.memory_bytes, task.gpus)
         placed[task_id] = Assignment(
             task=task_id,
             resource=resource.name,
@@ -51,5 +51,6 @@ def retime(
             end_s=start + duration,
             cores=task.cores,
             memory_bytes=task.memory_bytes,
+            gpus=task.gpus,
         )
     return [placed[task_id] for task_id in order]

@@ -4,7 +4,7 @@ A list scheduler in the HEFT family works on a fixed set of processors. Here a
 processor is a machine slot ``TYPE#N`` with ``N < count`` (a bounded number for a
 type without a count), so a schedule never leases more machines of a type than the
 catalog allows: each slot is one lease, from its first task's start to its last
-task's end. Tasks share a slot when their cores and memory fit at every instant
+task's end. Tasks share a slot when their cores, memory and GPUs fit at every instant
 (:class:`~agora_optimizer.planning.timeline.MachineTimeline`, with insertion into idle
 capacity). A slot that has no task yet is interchangeable with every other unused slot
 of its type, so a scheduler only ever needs to look at the first unused one.
@@ -75,18 +75,18 @@ class SlotPool:
             return used
         fresh = self._fresh.get(resource.name)
         if fresh is None:
-            timeline = SkippingTimeline(resource.vcpus, resource.memory_bytes, self._min_memory)
+            timeline = SkippingTimeline(resource.vcpus, resource.memory_bytes, self._min_memory, gpus=resource.gpus)
             fresh = MachineSlot(f"{resource.name}#{len(used)}", resource, timeline)
             self._fresh[resource.name] = fresh
         return [*used, fresh]
 
     def occupy(self, task: Task, placement: SlotChoice) -> None:
-        """Reserve the task's cores and memory on its slot."""
+        """Reserve the task's cores, memory and GPUs on its slot."""
         slot = placement.slot
         if self._fresh.get(slot.resource.name) is slot:
             del self._fresh[slot.resource.name]
             self._used[slot.resource.name].append(slot)
-        slot.timeline.add(placement.start_s, placement.end_s, task.cores, task.memory_bytes)
+        slot.timeline.add(placement.start_s, placement.end_s, task.cores, task.memory_bytes, task.gpus)
 
 
 def arrivals_for(workflow: Workflow, catalog: Catalog, task_id: str, placements: dict[str, SlotChoice]) -> Arrivals:
@@ -126,7 +126,7 @@ def best_placement(
             ready = max(arrivals.on(slot), resource.earliest_start_of(task))
             if best is not None and (ready + duration + extra, type_rank, number) >= best[0]:
                 continue  # cannot beat the best even without waiting for capacity
-            start = slot.timeline.earliest_start(ready, duration, task.cores, task.memory_bytes)
+            start = slot.timeline.earliest_start(ready, duration, task.cores, task.memory_bytes, task.gpus)
             key = (start + duration + extra, type_rank, number)
             if best is None or key < best[0]:
                 best = (key, SlotChoice(slot, start, start + duration))
@@ -144,4 +144,5 @@ def assignment(task: Task, placement: SlotChoice) -> Assignment:
         end_s=placement.end_s,
         cores=task.cores,
         memory_bytes=task.memory_bytes,
+        gpus=task.gpus,
     )

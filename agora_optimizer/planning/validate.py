@@ -113,6 +113,10 @@ def _check_placements(assignments: Iterable[Assignment], workflow: Workflow, cat
                     f"task '{a.task}' reserves {a.memory_bytes} bytes, {a.resource} has {resource.memory_bytes}",
                 )
             )
+        if a.gpus < task.gpus:
+            found.append(Violation("gpus", f"task '{a.task}' needs {task.gpus} GPUs, plan gives {a.gpus}"))
+        if a.gpus > resource.gpus:
+            found.append(Violation("gpus", f"task '{a.task}' takes {a.gpus} GPUs, {a.resource} has {resource.gpus}"))
     return found
 
 
@@ -151,6 +155,16 @@ def _check_capacity(assignments: list[Assignment], catalog: Catalog) -> list[Vio
             found.append(
                 Violation(
                     "capacity", f"machine '{machine}' holds more than {resource.memory_bytes} bytes at t={when:.6f} s"
+                )
+            )
+        when = _overloads([(a.start_s, a.end_s, a.gpus) for a in items if a.gpus], resource.gpus)
+        if when is not None:
+            running = sorted(a.task for a in items if a.gpus and a.start_s <= when < a.end_s)
+            found.append(
+                Violation(
+                    "capacity",
+                    f"machine '{machine}' runs more than {resource.gpus} GPUs at t={when:.6f} s "
+                    f"(tasks {', '.join(running)})",
                 )
             )
     return found

@@ -248,6 +248,7 @@ class Predictor:
                     memory_bytes=memory,
                     category=shape.category,
                     memory_source="predicted",
+                    gpus=shape.gpus,
                 )
             )
         if cut:

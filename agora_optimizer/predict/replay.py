@@ -93,11 +93,14 @@ def replay(plan: Plan, actual: Workflow, catalog: Catalog) -> Replay:
             ready = max(ready, parent.end_s + transfer)
         timeline = timelines.get(planned.machine)
         if timeline is None:
-            timeline = timelines[planned.machine] = MachineTimeline(resource.vcpus, resource.memory_bytes)
+            timeline = timelines[planned.machine] = MachineTimeline(
+                resource.vcpus, resource.memory_bytes, gpus=resource.gpus
+            )
         duration = resource.runtime_s(task)
         cores, memory = min(planned.cores, resource.vcpus), min(planned.memory_bytes, resource.memory_bytes)
-        start = timeline.earliest_start(ready, duration, cores, memory)
-        timeline.add(start, start + duration, cores, memory)
+        gpus = min(planned.gpus, resource.gpus)
+        start = timeline.earliest_start(ready, duration, cores, memory, gpus)
+        timeline.add(start, start + duration, cores, memory, gpus)
         last_start[planned.machine] = start
         placed[task.id] = Assignment(
             task=task.id,
@@ -107,6 +110,7 @@ def replay(plan: Plan, actual: Workflow, catalog: Catalog) -> Replay:
             end_s=start + duration,
             cores=planned.cores,
             memory_bytes=planned.memory_bytes,
+            gpus=planned.gpus,
         )
     items = [placed[a.task] for a in order]
     oom = tuple(

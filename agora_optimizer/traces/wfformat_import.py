@@ -25,6 +25,7 @@ from typing import Any
 
 from agora_optimizer.errors import FieldError
 from agora_optimizer.io.documents import Node, is_finite_number, read_document
+from agora_optimizer.io.wfformat import task_gpus
 from agora_optimizer.model.shapes import TaskShape, WorkflowShape
 from agora_optimizer.model.workflow import MAX_CORES, Edge, category_of
 from agora_optimizer.traces.records import TaskAttempt, TraceRecordError
@@ -49,6 +50,7 @@ class _RawTask:
     inputs: set[str] = field(default_factory=set)
     outputs: set[str] = field(default_factory=set)
     record: dict[str, Any] | None = None
+    gpus: int = 0  # the task's ``gpus`` key (the rule of :mod:`agora_optimizer.io.wfformat`)
 
 
 @dataclass(frozen=True)
@@ -104,6 +106,7 @@ def read_workflow_shape(path: str | Path, hints: bool = False) -> WorkflowShape:
                 input_bytes=_input_bytes(task, sizes, record),
                 output_bytes=_output_bytes(task, sizes, record),
                 cores=_cores(record),
+                gpus=task.gpus,
                 dag_id=dag_id,
                 hint_runtime_s=_positive(record.get("runtimeInSeconds")) if hints else None,
                 hint_memory_bytes=_int_or_none(_positive(record.get("memoryInBytes"))) if hints else None,
@@ -141,8 +144,10 @@ def _read_v15(workflow: Node) -> tuple[dict[str, _RawTask], dict[str, int]]:
     spec = workflow.get("specification")
     sizes = {f.get("id").string(): _size(f) for f in spec.get("files", []).items()}
     records: dict[str, dict[str, Any]] = {}
+    record_nodes: dict[str, Node] = {}
     for item in workflow.get("execution", {}).get("tasks", []).items():
         records[item.get("id").string()] = item.mapping()
+        record_nodes[item.get("id").string()] = item
     tasks: dict[str, _RawTask] = {}
     for item in spec.get("tasks").items():
         task_id = item.get("id").string()
@@ -157,6 +162,8 @@ def _read_v15(workflow: Node) -> tuple[dict[str, _RawTask], dict[str, int]]:
         task.parents = {ref.string() for ref in item.get("parents", []).items()}
         task.children = {ref.string() for ref in item.get("children", []).items()}
         task.record = record
+        record_node = record_nodes.get(task_id)
+        task.gpus = task_gpus(task_id, record_node if record_node is not None and record_node.has("gpus") else item)
         tasks[task_id] = task
     return tasks, sizes
 
@@ -185,6 +192,7 @@ def _read_v14(workflow: Node) -> tuple[dict[str, _RawTask], dict[str, int]]:
         task.parents = {ref.string() for ref in item.get("parents", []).items()}
         task.children = {ref.string() for ref in item.get("children", []).items()}
         task.record = record
+        task.gpus = task_gpus(task_id, item)
         tasks[task_id] = task
     return tasks, sizes
 

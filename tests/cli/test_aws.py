@@ -17,7 +17,7 @@ from agora_optimizer.cli import main
 from tests.conftest import AWS_CATALOG, CATALOGS
 from tests.executor.backends.aws.conftest import REGION, MotoServer, Network, client
 
-FAMILIES = ("c5", "c6i", "c7i", "m5", "m6i", "m7i", "r5", "r6i", "r7i")
+FAMILIES = ("c5", "c6i", "c7i", "m5", "m6i", "m7i", "r5", "r6i", "r7i", "g5", "g6", "p4d", "p5")
 CONNECTION = "agora_moto"
 
 
@@ -64,7 +64,7 @@ def test_provision_creates_once_and_a_dry_run_creates_nothing(
     assert {f"would create job queue {queue}" for queue in queues} <= set(lines)
     assert "would create job definition agora-worker" in lines
     assert lines[-1] == (
-        f"AWS Batch in {REGION} (Airflow connection {connection}): 19 to create, 0 to update, 0 already there; "
+        f"AWS Batch in {REGION} (Airflow connection {connection}): 27 to create, 0 to update, 0 already there; "
         "dry run, nothing was changed"
     )
     assert _names(batch) == (set(), set(), [])
@@ -75,7 +75,7 @@ def test_provision_creates_once_and_a_dry_run_creates_nothing(
     assert {f"created compute environment {queue}" for queue in queues} <= set(lines)
     assert {f"created job queue {queue}" for queue in queues} <= set(lines)
     assert any(line.startswith("created job definition arn:aws:batch:") for line in lines)
-    assert lines[-1].endswith(": 19 created, 0 updated, 0 already there")
+    assert lines[-1].endswith(": 27 created, 0 updated, 0 already there")
     assert _names(batch) == (queues, queues, ["agora:1"])
     c5 = batch.describe_compute_environments(computeEnvironments=["agora-c5"])["computeEnvironments"][0]
     assert sorted(c5["computeResources"]["instanceTypes"]) == ["c5.2xlarge", "c5.large", "c5.xlarge"]
@@ -84,7 +84,7 @@ def test_provision_creates_once_and_a_dry_run_creates_nothing(
     code, out, err = _provision(capsys, network, *common)
     assert code == 0, err
     assert all(line.startswith("already there ") for line in out.splitlines()[:-1])
-    assert out.splitlines()[-1].endswith(": 0 created, 0 updated, 10 already there")  # 9 queues, 1 definition
+    assert out.splitlines()[-1].endswith(": 0 created, 0 updated, 14 already there")  # 13 queues, 1 definition
     assert _names(batch) == (queues, queues, ["agora:1"])
 
     common = (*common[:-1], "agora:2")

@@ -265,3 +265,13 @@ def test_a_workflow_with_no_tasks_gets_an_empty_plan_every_command_reads(tmp_pat
     assert _run(capsys, "optimize", workflow, "-c", AWS_CATALOG, "-o", out, "--objective", "time", *QUICK)[0] == 0
     assert _run(capsys, "pareto", workflow, "-c", AWS_CATALOG, "-o", tmp_path / "front.json", *QUICK)[0] == 0
     assert [p["makespan_s"] for p in json.loads((tmp_path / "front.json").read_text())["points"]] == [0.0]
+
+
+def test_a_task_needing_more_gpus_than_any_type_is_one_line_naming_the_largest_offer(tmp_path: Path, capsys) -> None:
+    doc = wfformat_15([{"id": "prep", "runtime": 1.0}, {"id": "train", "runtime": 60.0, "parents": ["prep"]}])
+    doc["workflow"]["execution"]["tasks"][1]["gpus"] = 16
+    path = write_json(tmp_path / "train.json", doc)
+    code, _, stderr = _run(capsys, "optimize", path, "-c", AWS_CATALOG, "-o", tmp_path / "p.json")
+    assert code == 2 and "Traceback" not in stderr
+    assert "task 'train' needs 16 GPUs" in stderr and "the most is p4d.24xlarge with 8" in stderr
+    assert not (tmp_path / "p.json").exists()

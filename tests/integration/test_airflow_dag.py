@@ -180,3 +180,39 @@ def test_a_dag_with_no_tasks_gets_the_empty_plan_and_it_can_be_put_in_force(tmp_
     assert plan.makespan_s == 0.0 and plan.cost_usd == 0.0
     stored = PlanStore(plans).current("agora_empty")
     assert stored is not None and stored.plan == plan
+
+
+def test_a_declared_gpus_need_is_planned_onto_a_gpu_type_and_reserved(tmp_path: Path) -> None:
+    folder = tmp_path / "dags"
+    folder.mkdir()
+    (folder / "train.py").write_text(
+        "from datetime import datetime\n"
+        "from airflow.sdk import DAG\n"
+        "from airflow.providers.standard.operators.empty import EmptyOperator\n"
+        "with DAG('train', schedule=None, start_date=datetime(2026, 1, 1)):\n"
+        "    prep = EmptyOperator(task_id='prep', executor_config={'agora': {'runtime_s': 10}})\n"
+        "    fit = EmptyOperator(task_id='fit', executor_config={'agora': {'runtime_s': 60, 'gpus': 2}})\n"
+        "    prep >> fit\n"
+    )
+    catalog = tmp_path / "catalog.yaml"
+    catalog.write_text(
+        "network: {bandwidth_bytes_per_s: 1.0e9}\nresources:\n"
+        "  - {name: cpu, backend: aws, vcpus: 2, memory_gib: 8, speed: 1, price_per_hour_usd: 0.1, count: 2}\n"
+        "  - {name: gpu, backend: aws, vcpus: 8, memory_gib: 32, speed: 1, price_per_hour_usd: 1.0, count: 1,"
+        " gpus: 4, gpu_model: NVIDIA L4, gpu_memory_gib: 24}\n"
+    )
+    out = tmp_path / "plan.json"
+    result = _agora(
+        tmp_path, "optimize", "airflow:train", "--catalog", str(catalog), "--dag-folder", str(folder),
+        "--store", f"sqlite:///{tmp_path / 't.db'}", "-o", str(out), "--objective", "cost", "--time-limit-s", "5",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    by_task = {a["task"]: a for a in json.loads(out.read_text())["assignments"]}
+    assert (by_task["fit"]["resource"], by_task["fit"]["gpus"]) == ("gpu", 2)
+    assert by_task["prep"]["resource"] == "cpu" and "gpus" not in by_task["prep"]
+    (folder / "train.py").write_text((folder / "train.py").read_text().replace("'gpus': 2", "'gpus': 'two'"))
+    result = _agora(
+        tmp_path, "optimize", "airflow:train", "--catalog", str(catalog), "--dag-folder", str(folder),
+        "--store", f"sqlite:///{tmp_path / 't.db'}", "-o", str(tmp_path / "bad.json"),
+    )  # fmt: skip
+    assert result.returncode == 2 and "fit.executor_config.agora.gpus" in result.stderr

@@ -19,15 +19,27 @@ def test_shipped_catalogs_load(path: Path) -> None:
 
 def test_aws_catalog_covers_c_m_r_families_across_generations() -> None:
     catalog = load_catalog(AWS_CATALOG)
-    assert len(catalog.resources) >= 12
-    families = {re.match(r"([a-z]+)(\d+)", r.name).groups() for r in catalog.resources}  # type: ignore[union-attr]
-    assert {f for f, _ in families} >= {"c", "m", "r"}
+    cpu = [r for r in catalog.resources if r.gpus == 0]
+    assert len(cpu) >= 12
+    families = {re.match(r"([a-z]+)(\d+)", r.name).groups() for r in cpu}  # type: ignore[union-attr]
+    assert {f for f, _ in families} == {"c", "m", "r"}
     for family in ("c", "m", "r"):
         assert len({g for f, g in families if f == family}) >= 2
-    memory_per_vcpu = {r.name[0]: r.memory_gib / r.vcpus for r in catalog.resources}
+    memory_per_vcpu = {r.name[0]: r.memory_gib / r.vcpus for r in cpu}
     assert memory_per_vcpu == {"c": 2, "m": 4, "r": 8}
     assert all(r.backend == "aws" and r.price_per_hour_usd > 0 for r in catalog.resources)
     assert "2026" in AWS_CATALOG.read_text()  # the prices carry their date and source
+
+
+def test_aws_catalog_has_gpu_types_of_four_models() -> None:
+    catalog = load_catalog(AWS_CATALOG)
+    gpu = {r.name: r for r in catalog.resources if r.gpus}
+    dearest_cpu = max(r.price_per_hour_usd / r.vcpus for r in catalog.resources if not r.gpus)
+    assert {r.gpu_model for r in gpu.values()} == {"NVIDIA A10G", "NVIDIA L4", "NVIDIA A100", "NVIDIA H100"}
+    assert (gpu["p4d.24xlarge"].gpus, gpu["p4d.24xlarge"].gpu_memory_gib) == (8, 40)
+    assert (gpu["p5.48xlarge"].gpus, gpu["p5.48xlarge"].gpu_memory_gib) == (8, 80)
+    for r in gpu.values():  # dearer per vCPU than every CPU type (CPU-only work is cheaper elsewhere)
+        assert r.price_per_hour_usd / r.vcpus > dearest_cpu and r.gpu_memory_gib is not None
 
 
 def test_yaml_reads_exponent_numbers_and_backend_keys(tmp_path: Path) -> None:
@@ -94,4 +106,31 @@ def test_a_celery_pool_is_a_resource_of_backend_celery() -> None:
 def test_a_misspelt_backend_is_named_with_the_known_ones(tmp_path: Path) -> None:
     doc = {"network": {"bandwidth_bytes_per_s": 10}, "resources": [resource("a", backend="Celery")]}
     with pytest.raises(FieldError, match=r"resources\[0\]\.backend.*aws, slurm, local, celery, got 'Celery'"):
+        load_catalog(write_yaml(tmp_path / "c.yaml", doc))
+
+
+def test_gpu_fields_are_read_with_their_defaults(tmp_path: Path) -> None:
+    gpu = resource("g", gpus=4, gpu_model="A10G", gpu_memory_gib=24)
+    catalog = load_catalog(
+        write_yaml(tmp_path / "c.yaml", {"network": {"bandwidth_bytes_per_s": 10}, "resources": [resource("a"), gpu]})
+    )
+    plain, accelerated = catalog.resources
+    assert (plain.gpus, plain.gpu_model, plain.gpu_memory_gib) == (0, None, None)
+    assert (accelerated.gpus, accelerated.gpu_model, accelerated.gpu_memory_gib) == (4, "A10G", 24.0)
+    assert "gpus" not in accelerated.extra and "gpu_model" not in accelerated.extra
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"gpus": -1}, r"resources\[1\]\.gpus': must be >= 0"),
+        ({"gpus": 1.5}, r"resources\[1\]\.gpus': expected a whole number"),
+        ({"gpus": "two"}, r"resources\[1\]\.gpus': expected a number"),
+        ({"gpu_model": ""}, r"resources\[1\]\.gpu_model"),
+        ({"gpu_memory_gib": 0}, r"resources\[1\]\.gpu_memory_gib"),
+    ],
+)
+def test_a_bad_gpu_field_names_the_file_and_field(change: dict, field: str, tmp_path: Path) -> None:
+    doc = {"network": {"bandwidth_bytes_per_s": 10}, "resources": [resource("a"), resource("b") | change]}
+    with pytest.raises(FieldError, match=r"c\.yaml: field '" + field):
         load_catalog(write_yaml(tmp_path / "c.yaml", doc))

@@ -811,7 +811,7 @@ def test_a_task_that_is_its_own_parent_is_a_cycle(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("cores", "memory_bytes"),
-    [(64, 2**29), (2, 2**40), (4096, 2**45)],
+    [(256, 2**29), (2, 2**42), (4096, 2**45)],  # beyond the largest type, p5.48xlarge (192 vCPUs, 2 TiB)
     ids=["too-many-cores", "too-much-memory", "both"],
 )
 def test_a_task_too_big_for_every_resource_is_named_with_the_largest_resource(

@@ -98,3 +98,19 @@ def test_a_plan_the_reader_would_refuse_is_never_written(change, field: str, pla
     assert not out.exists() and list(tmp_path.iterdir()) == []
     with pytest.raises(FieldError):
         plan_json(bad, "plans/x/current.json")  # the plan store writes through the same check
+
+
+def test_gpus_are_written_only_where_reserved_and_read_back(plan_path: Path, tmp_path: Path) -> None:
+    plan = load_plan(plan_path)
+    assert all(a.gpus == 0 for a in plan.assignments)  # absent: 0
+    first = replace(plan.assignments[0], gpus=2)
+    with_gpus = replace(plan, assignments=(first, *plan.assignments[1:]))
+    write_plan(with_gpus, tmp_path / "gpu.json")
+    document = json.loads((tmp_path / "gpu.json").read_text())
+    assert document["assignments"][0]["gpus"] == 2
+    assert all("gpus" not in a for a in document["assignments"][1:])
+    assert load_plan(tmp_path / "gpu.json") == with_gpus
+    document["assignments"][0]["gpus"] = 1.5
+    (tmp_path / "bad.json").write_text(json.dumps(document))
+    with pytest.raises(FieldError, match=r"bad\.json: field 'assignments\[0\]\.gpus': expected a whole number"):
+        load_plan(tmp_path / "bad.json")

@@ -118,3 +118,25 @@ def test_every_shared_instance_loads_as_a_dag(path: Path) -> None:
     workflow = load_workflow(path)
     assert len(workflow.topological_order) == len(workflow.tasks) > 0
     assert all(t.memory_bytes > 0 for t in workflow.tasks)
+
+
+def test_a_task_gpus_key_is_read_from_its_record_then_its_entry(tmp_path: Path) -> None:
+    doc = wfformat_15([{"id": "a", "runtime": 1.0}, {"id": "b", "runtime": 1.0}, {"id": "c", "runtime": 1.0}])
+    doc["workflow"]["execution"]["tasks"][0]["gpus"] = 2
+    doc["workflow"]["specification"]["tasks"][1]["gpus"] = 1
+    workflow = load_workflow(write_json(tmp_path / "w.json", doc))
+    assert [workflow.by_id[t].gpus for t in "abc"] == [2, 1, 0]  # c: none stated, the rule's 0
+
+
+@pytest.mark.parametrize("bad", [-1, 0.5, "one", True])
+def test_a_bad_gpus_key_names_the_task(bad: object, tmp_path: Path) -> None:
+    doc = wfformat_15([{"id": "a", "runtime": 1.0}, {"id": "b", "runtime": 1.0}])
+    doc["workflow"]["execution"]["tasks"][1]["gpus"] = bad
+    with pytest.raises(FieldError, match=r"w\.json: field 'workflow\.execution\.tasks\[1\]\.gpus': task 'b': "):
+        load_workflow(write_json(tmp_path / "w.json", doc))
+
+
+def test_wfformat_14_reads_a_task_gpus_key(tmp_path: Path) -> None:
+    task = {"name": "train_1", "type": "compute", "parents": [], "runtimeInSeconds": 2.0, "gpus": 4, "files": []}
+    doc = {"name": "old", "schemaVersion": "1.4", "workflow": {"tasks": [task]}}
+    assert load_workflow(write_json(tmp_path / "old.json", doc)).by_id["train_1"].gpus == 4

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -47,3 +48,19 @@ def test_a_cycle_is_refused(tmp_path: Path) -> None:
     path.write_text(json.dumps(document))
     with pytest.raises(CyclicWorkflowError, match="'loop'"):
         load_workflow_file(path)
+
+
+def test_gpus_are_written_where_a_task_needs_some_and_read_back(tmp_path: Path) -> None:
+    workflow = load_workflow(ENGINE_WORKFLOWS[0])
+    first = workflow.tasks[0]
+    gpu_workflow = replace(workflow, tasks=(replace(first, gpus=2), *workflow.tasks[1:]))
+    document = workflow_to_dict(gpu_workflow)
+    assert document["tasks"][0]["gpus"] == 2
+    assert all("gpus" not in task for task in document["tasks"][1:])
+    write_workflow(gpu_workflow, tmp_path / "w.json")
+    again = load_workflow_file(tmp_path / "w.json")
+    assert again.by_id[first.id].gpus == 2 and again == gpu_workflow
+    document["tasks"][0]["gpus"] = -1
+    (tmp_path / "bad.json").write_text(json.dumps(document))
+    with pytest.raises(FieldError, match=r"bad\.json: field 'tasks\[0\]\.gpus': must be >= 0"):
+        load_workflow_file(tmp_path / "bad.json")

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from agora_optimizer.model import Billing, Resource, Task
+from agora_optimizer.model import Billing, Catalog, Resource, Task
 
 
 @pytest.mark.parametrize(
@@ -28,3 +28,15 @@ def test_resource_runtime_fit_and_lease_cost() -> None:
     assert not r.fits(Task("t", 1.0, 1, 2**30 + 1, "t"))
     assert r.lease_cost_usd(30.0) == pytest.approx(0.06)  # 60 s minimum at 0.001 $/s
     assert r.lease_cost_usd(100.5) == pytest.approx(0.101)
+
+
+def test_a_task_fits_a_type_only_with_as_many_gpus() -> None:
+    cpu = Resource("c", "aws", vcpus=8, memory_gib=32, speed=1.0, price_per_hour_usd=1.0)
+    gpu = Resource("g", "aws", vcpus=8, memory_gib=32, speed=1.0, price_per_hour_usd=1.0, gpus=2, gpu_model="L4")
+    plain, one, three = (Task("t", 1.0, 1, 2**30, "t", gpus=n) for n in (0, 1, 3))
+    assert cpu.gpus == 0 and cpu.fits(plain) and not cpu.fits(one)
+    assert gpu.fits(plain) and gpu.fits(one) and not gpu.fits(three)
+    catalog = Catalog((cpu, gpu), 1.0)
+    assert catalog.feasible(one) == [gpu]
+    assert catalog.feasible(three) == []
+    assert catalog.most_gpus() is gpu

@@ -66,3 +66,12 @@ def test_absurd_runtimes_are_refused(runtime: float) -> None:
 def test_parallel_edges_merge_keeping_the_larger_transfer() -> None:
     workflow = Workflow.create("w", [_task("a"), _task("b")], [Edge("a", "b", 5), Edge("a", "b", 9)])
     assert workflow.edges == (Edge("a", "b", 9),)
+
+
+def test_gpus_default_to_none_and_are_checked() -> None:
+    plain = Workflow.create("w", [_task("a")], [])
+    assert plain.tasks[0].gpus == 0 and not plain.uses_gpus
+    assert Workflow.create("w", [_task("a"), Task("g", 1.0, 1, 1, "g", gpus=2)], []).uses_gpus
+    for bad in (-1, 1.5, 10**6):
+        with pytest.raises(FieldError, match=r"tasks\[g\]\.gpus"):
+            Workflow.create("w", [Task("g", 1.0, 1, 1, "g", gpus=bad)], [])  # type: ignore[arg-type]

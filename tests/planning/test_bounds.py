@@ -6,8 +6,14 @@ from dataclasses import replace
 
 import pytest
 
+from agora_optimizer.errors import TooManyGpusError, UnplaceableTaskError
 from agora_optimizer.model import Billing, Catalog, Edge, Resource, Task, Workflow
-from agora_optimizer.planning.bounds import cost_lower_bound_usd, makespan_lower_bound_s, whole_machines_cost_usd
+from agora_optimizer.planning.bounds import (
+    cost_lower_bound_usd,
+    feasible_types,
+    makespan_lower_bound_s,
+    whole_machines_cost_usd,
+)
 
 # The exhaustive optimum takes up to seconds per seed: make test-fast checks the first ten, make test all 40.
 SEEDS = [*range(10), *(pytest.param(seed, marks=pytest.mark.slow) for seed in range(10, 40))]
@@ -172,3 +178,50 @@ def test_a_workflow_with_no_tasks_has_bounds_of_zero(deadline_s: float | None) -
     catalog = _catalog(Resource("A", "local", vcpus=2, memory_gib=1, speed=1.0, price_per_hour_usd=1.0, boot_s=5))
     assert makespan_lower_bound_s(_independent(0), catalog) == 0.0
     assert cost_lower_bound_usd(_independent(0), catalog, deadline_s) == 0.0
+
+
+def test_cost_bound_counts_gpu_seconds_over_a_types_gpus() -> None:
+    # Four 10 s tasks of one core and one GPU on a 64-core type with one GPU at 1 $/s: by cores the
+    # work is 0.625 s of a machine, by GPUs 40 s, which the one machine running them in turn takes.
+    one_gpu = Resource("g", "aws", 64, 512, 1.0, 3600.0, None, Billing(1.0, 0.0), 0.0, gpus=1)
+    tasks = [Task(f"t{i}", 10.0, 1, 1, "t", gpus=1) for i in range(4)]
+    assert cost_lower_bound_usd(Workflow.create("w", tasks, []), _catalog(one_gpu)) == pytest.approx(40.0, rel=1e-6)
+
+
+def test_a_task_needing_more_gpus_than_any_type_names_the_largest_offer() -> None:
+    cpu = Resource("c", "aws", 96, 768, 1.0, 4.0)
+    four = Resource("g5.12xlarge", "aws", 48, 192, 1.0, 5.672, gpus=4)
+    eight = Resource("p4d.24xlarge", "aws", 96, 1152, 1.0, 21.96, gpus=8)
+    greedy = Workflow.create("w", [Task("a", 1.0, 1, 1, "t"), Task("train", 1.0, 1, 1, "t", gpus=16)], [])
+    with pytest.raises(TooManyGpusError, match=r"task 'train' needs 16 GPUs.*the most is p4d\.24xlarge with 8"):
+        feasible_types(greedy, _catalog(cpu, four, eight))
+    with pytest.raises(UnplaceableTaskError):  # still one of them, for whoever catches those
+        feasible_types(greedy, _catalog(cpu))
+    # GPUs enough, but not beside that many cores: the general error, GPUs named
+    wide = Workflow.create("w", [Task("wide", 1.0, 64, 1, "t", gpus=2)], [])
+    with pytest.raises(UnplaceableTaskError, match=r"task 'wide' \(cores=64, memory_bytes=1, gpus=2\)") as caught:
+        feasible_types(wide, _catalog(four))
+    assert not isinstance(caught.value, TooManyGpusError)
+
+
+def test_makespan_bound_counts_gpu_seconds_over_a_types_gpus() -> None:
+    # Three 10 s tasks of one GPU on the one 2-GPU machine there is: 30 GPU-seconds over 2 GPUs is
+    # 15 s (cores alone give 30 core-seconds over 16 cores); the best plan takes 20 s.
+    two = Resource("g", "aws", 16, 64, 1.0, 1.0, 1, Billing(1.0, 0.0), 0.0, gpus=2)
+    tasks = [Task(f"t{i}", 10.0, 1, 1, "t", gpus=1) for i in range(3)]
+    assert 15.0 * (1 - 1e-6) <= makespan_lower_bound_s(Workflow.create("w", tasks, []), _catalog(two)) <= 20.0
+
+
+def test_cost_bounds_with_gpus_never_exceed_a_plan_of_them() -> None:
+    # Under a deadline too, where the LP and the whole-machines MILP count GPU-seconds per type.
+    cpu = Resource("c", "aws", 4, 16, 1.0, 0.4, 4, Billing(1.0, 0.0), 0.0)
+    gpu = Resource("g", "aws", 8, 32, 1.0, 3.6, 2, Billing(1.0, 60.0), 30.0, gpus=2)
+    tasks = [Task(f"t{i}", 10.0, 1, 1, "t", gpus=1) for i in range(4)] + [Task("p", 40.0, 4, 1, "p")]
+    workflow = Workflow.create("w", tasks, [])
+    # a plan: the four GPU tasks two by two on g#0 from 30 s to 50 s (lease 0-50 s, billed 60 s),
+    # p on c#0 (40 s): 60 * 0.001 + 40 * 0.4 / 3600
+    plan_cost = 60 * 3.6 / 3600 + 40 * 0.4 / 3600
+    for deadline in (None, 50.0, 100.0):
+        assert cost_lower_bound_usd(workflow, _catalog(cpu, gpu), deadline) <= plan_cost * (1 + 1e-9)
+    # by GPUs alone: 40 GPU-seconds over 2 GPUs is 20 s of g at 0.001 USD/s, beyond its 30 s of boot
+    assert cost_lower_bound_usd(workflow, _catalog(cpu, gpu), 50.0) >= (20 + 30) * 3.6 / 3600 * (1 - 1e-6)

@@ -162,13 +162,13 @@ def test_task_that_fits_nowhere_is_named(tmp_path: Path) -> None:
             wfformat_15(
                 [
                     {"id": "small", "runtime": 1.0, "memory": 1},
-                    {"id": "huge", "runtime": 1.0, "memory": 2**40, "cores": 3},
+                    {"id": "huge", "runtime": 1.0, "memory": 2**42, "cores": 3},  # 4 TiB: more than any type
                 ]
             ),
         )
     )
     with pytest.raises(
-        UnplaceableTaskError, match=r"'huge' \(cores=3, memory_bytes=1099511627776\).*largest is m5.2xlarge"
+        UnplaceableTaskError, match=r"'huge' \(cores=3, memory_bytes=4398046511104\).*largest is p5\.48xlarge"
     ):
         optimize(workflow, AWS, Objective(), "aws")
 

@@ -375,3 +375,25 @@ def test_a_machine_held_for_its_planned_tasks_is_paid_up_to_now_so_a_retry_stays
     check(wf, cat, result, objective, tmp_path)
     assert [(a.task, a.machine, a.start_s) for a in result.assignments] == [("b", "m#0", 50.0)]
     assert result.cost_usd == pytest.approx(3.6 / 3600 * 60.0)  # m#0 from 0 to 60 s
+
+
+def test_a_re_plan_packs_gpus_beside_the_tasks_that_run() -> None:
+    # One 2-GPU machine: two 1-GPU tasks run past their planned end; the third, planned after them,
+    # must wait for a GPU though the machine has cores and memory for it now.
+    gpu = resource("g", vcpus=8, memory_gib=32.0, gpus=2, count=1)
+    cat = catalog(gpu)
+    tasks = [Task(f"t{k}", 10.0, 1, GIB, "train", gpus=1) for k in range(3)]
+    wf = Workflow.create("wf", tasks, [])
+    rows = [Assignment(t.id, "g", "g#0", s, s + 10.0, 1, GIB, 1) for t, s in zip(tasks, (0.0, 0.0, 10.0), strict=True)]
+    objective = Objective(kind="time")
+    plan = whole_plan(rows, cat, objective)
+    assert validate_plan(plan, wf, cat) == []
+    state: dict[str, TaskState] = {"t0": Running("g#0", 0.0), "t1": Running("g#0", 0.0)}
+    result = replan(wf, cat, plan, state, now_s=15.0)
+    placed = by_task(result)
+    assert placed["t2"].gpus == 1 and placed["t2"].start_s == pytest.approx(15.0)  # when t0 and t1 are expected to end
+    assert [
+        str(v) for v in validate_plan(whole_plan(result.schedule, cat, objective), as_run(wf, cat, result), cat)
+    ] == []
+    with pytest.raises(UnplaceableTaskError, match=r"task 'big' needs 4 GPUs.*the most is g with 2"):
+        replan(Workflow.create("wf", [Task("big", 1.0, 1, GIB, "t", gpus=4)], []), cat, plan, {}, now_s=0.0)

@@ -194,3 +194,45 @@ def test_plan_for_another_workflow_is_refused(case: tuple[Path, Path]) -> None:
     plan = plan_from_document(_with({"workflow": "montage"}), "plan.json")
     with pytest.raises(PlanMismatchError, match="montage"):
         ensure_plan_matches(plan, load_workflow(case[0]))
+
+
+def _gpu_case(gpus: tuple[int, ...], starts: tuple[float, ...], given: tuple[int, ...] | None = None) -> list[str]:
+    """Tasks needing ``gpus`` on one machine of a 2-GPU type, each started at its start for 10 s."""
+    from agora_optimizer.model import Billing, Catalog, Objective, Resource, Task, Workflow
+    from agora_optimizer.model.plan import Assignment, Plan, SolverInfo
+
+    tasks = [Task(f"t{i}", 10.0, 1, GIB, "t", gpus=n) for i, n in enumerate(gpus)]
+    workflow = Workflow.create("gpu", tasks, [])
+    catalog = Catalog((Resource("g", "aws", 8, 32, 1.0, 3.6, None, Billing(), 0.0, gpus=2),), 1e9)
+    rows = tuple(
+        Assignment(t.id, "g", "g#0", start, start + 10.0, 1, GIB, t.gpus if given is None else given[i])
+        for i, (t, start) in enumerate(zip(tasks, starts, strict=True))
+    )
+    plan = Plan(
+        "gpu",
+        "c",
+        Objective(),
+        makespan_s(rows),
+        cost_usd(rows, catalog),
+        rows,
+        SolverInfo("m", "heuristic", None, 0),
+        "2026-01-01T00:00:00Z",
+    )
+    return [str(v) for v in validate_plan(plan, workflow, catalog)]
+
+
+def test_two_one_gpu_tasks_share_a_two_gpu_machine_three_do_not() -> None:
+    assert _gpu_case((1, 1), (0.0, 0.0)) == []
+    assert _gpu_case((1, 1, 1), (0.0, 0.0, 10.0)) == []  # the third after them
+    found = _gpu_case((1, 1, 1), (0.0, 0.0, 5.0))
+    assert found == ["capacity: machine 'g#0' runs more than 2 GPUs at t=5.000000 s (tasks t0, t1, t2)"]
+    assert _gpu_case((2, 0), (0.0, 0.0)) == []  # a task without GPUs shares the machine all the same
+
+
+def test_an_assignment_must_reserve_the_tasks_gpus_and_no_more_than_the_types() -> None:
+    assert _gpu_case((1,), (0.0,), given=(0,)) == ["gpus: task 't0' needs 1 GPUs, plan gives 0"]
+    assert _gpu_case((1,), (0.0,), given=(3,)) == [
+        "gpus: task 't0' takes 3 GPUs, g has 2",
+        "capacity: machine 'g#0' runs more than 2 GPUs at t=0.000000 s (tasks t0)",
+    ]
+    assert _gpu_case((0,), (0.0,), given=(1,)) == []  # more than it needs, within the type: allowed

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -159,3 +160,12 @@ def test_what_a_category_used_never_undercuts_the_declared_memory(trained: Predi
     tasks = trained.predict(WorkflowShape("two", (more, less), ()), catalog).tasks
     assert [t.memory_source for t in tasks] == ["category", "category"]
     assert tasks[0].memory_bytes >= learned * 4 and tasks[1].memory_bytes == learned
+
+
+def test_a_predicted_workflow_keeps_the_gpus_its_tasks_declare(trained: Predictor, catalog: Catalog) -> None:
+    shape = read_workflow_shape(SRA_2)
+    first = shape.tasks[0]
+    declared = WorkflowShape(shape.name, (replace(first, gpus=1), *shape.tasks[1:]), shape.edges, shape.source)
+    workflow = trained.predicted_workflow(declared, catalog)
+    assert workflow.by_id[first.task_id].gpus == 1
+    assert all(t.gpus == 0 for t in workflow.tasks if t.id != first.task_id)

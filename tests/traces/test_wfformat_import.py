@@ -117,3 +117,10 @@ def test_not_a_workflow_is_a_clear_error(tmp_path: Path, document: object) -> No
         read_workflow_shape(path)
     with pytest.raises(AgoraError, match=re.escape("x.json")):
         import_wfformat(path)
+
+
+def test_a_task_gpus_key_reaches_its_shape(tmp_path: Path) -> None:
+    doc = wfformat_15([{"id": "a", "runtime": 1.0}, {"id": "b", "runtime": 2.0}])
+    doc["workflow"]["execution"]["tasks"][1]["gpus"] = 2
+    shape = read_workflow_shape(write_json(tmp_path / "w.json", doc))
+    assert [t.gpus for t in shape.tasks] == [0, 2]

@@ -147,6 +147,7 @@ def to_assignments(
                 end_s=starts[i] + resource.runtime_s(task),
                 cores=task.cores,
                 memory_bytes=task.memory_bytes,
+                gpus=task.gpus,
             )
         )
     return result
@@ -164,5 +165,5 @@ def lift_pruned(
             continue
         end = a.start_s + target.runtime_s(workflow.by_id[a.task])
         machine = f"{target.name}#pruned-{a.machine}"
-        result.append(Assignment(a.task, target.name, machine, a.start_s, end, a.cores, a.memory_bytes))
+        result.append(Assignment(a.task, target.name, machine, a.start_s, end, a.cores, a.memory_bytes, a.gpus))
     return result

@@ -104,7 +104,10 @@ SPLIT_MERGE_TARGETS = 2
 
 
 class PartitionEngine(BlockPlanEngine):
-    """The heterogeneity-aware four-step heuristic (partition, fit and map, split/merge, swaps)."""
+    """The heterogeneity-aware four-step heuristic (partition, fit and map, split/merge, swaps).
+
+    Declines a workflow with a task that needs GPUs (:class:`BlockPlanEngine`).
+    """
 
     name = "partition"
 

@@ -57,11 +57,18 @@ class BlockPlan:
 
 
 class BlockPlanEngine(Engine):
-    """An engine that makes one :class:`BlockPlan`: its schedule is the result."""
+    """An engine that makes one :class:`BlockPlan`: its schedule is the result.
+
+    A workflow with a task that needs GPUs gets None: the machine-local list schedule
+    (:mod:`~agora_optimizer.engines.partition.simulation`) shares cores and memory only, so its
+    plan could over-subscribe a machine's GPUs.
+    """
 
     def solve(
         self, problem: Problem, time_limit_s: float, warm_start: EngineResult | None = None
     ) -> EngineResult | None:
+        if problem.workflow.uses_gpus:
+            return None
         plan = self.plan(problem, time_limit_s)
         return None if plan is None else plan.result(self.name)
 

@@ -271,7 +271,9 @@ class CpSatEngine(Engine):
     ``ticks_per_s``: None chooses the tick (:func:`~agora_optimizer.engines.exact.cpsat.data.choose_ticks`);
     a number forces it, treated as inexact (rounded both ways). ``margin_s``: time kept
     back from ``time_limit_s`` for reading and re-timing. ``seed``: CP-SAT's random seed.
-    ``last_phases`` tells what the last run did.
+    ``last_phases`` tells what the last run did. A workflow with a task that needs GPUs returns None
+    at once: the model packs cores and memory only (GPUs are section 5 of the spec), so a plan of
+    it could over-subscribe a machine's GPUs.
     """
 
     name = "cpsat"
@@ -296,6 +298,8 @@ class CpSatEngine(Engine):
     ) -> EngineResult | None:
         started = time.perf_counter()
         self.last_phases = []
+        if problem.workflow.uses_gpus:
+            return None  # the model has no GPU capacity (see the class docstring)
         if len(problem.workflow.tasks) > self.max_tasks or time_limit_s <= 0 or proven_infeasible(problem):
             return None
         warm = best_warm_start(

@@ -143,6 +143,8 @@ class MilpEngine(Engine):
     20,000 rows a second and CBC's root node grows with them). ``threads``: the solver's threads
     (None: its default). ``margin_s``: time kept back from ``time_limit_s`` for reading and
     repairing the solution. ``solver``: "highs", "cbc", or "auto" (HiGHS where installed).
+    A workflow with a task that needs GPUs returns None at once: the model packs cores and memory
+    only (GPUs are section 5 of the spec), so a plan of it could over-subscribe a machine's GPUs.
     """
 
     name = "milp"
@@ -178,6 +180,8 @@ class MilpEngine(Engine):
     ) -> EngineResult | None:
         started = time.perf_counter()
         self.last_outcome = None
+        if problem.workflow.uses_gpus:
+            return None  # the model has no GPU capacity (see the class docstring)
         if len(problem.workflow.tasks) > self.max_tasks or time_limit_s <= 0 or proven_infeasible(problem):
             return None
         deadline = TimeBudget.until(started + time_limit_s - self.margin_s - _MIN_CBC_S)  # for building: CBC needs time

@@ -49,7 +49,7 @@ from tests.executor.backends.aws.conftest import (
 )
 
 WORKER = ("python", "-m", "agora_optimizer.executor.worker", "--job-dir", "/var/lib/agora/jobs/k")
-FAMILIES = ("c5", "c6i", "c7i", "m5", "m6i", "m7i", "r5", "r6i", "r7i")
+FAMILIES = ("c5", "c6i", "c7i", "m5", "m6i", "m7i", "r5", "r6i", "r7i", "g5", "g6", "p4d", "p5")
 JOB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")  # Batch's rule for job names
 
 
