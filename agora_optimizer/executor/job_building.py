@@ -88,6 +88,7 @@ class JobBuilding(ExecutorBase):
             options=dict(resource.extra),
             environment={**self._worker_environment(), **placement_environment(placement, resource.backend)},
             lease=lease,
+            gpus=placement.gpus,
         )
         if write:
             write_private(spec.workload_path, workload.model_dump_json())

@@ -61,6 +61,7 @@ class MachineLease:
     tasks: int
     planned_start_s: float = 0.0
     planned_end_s: float = 0.0
+    gpus: int = 0  # the machine type's GPUs (section 5 of the spec), all of them the allocation's
 
     def record(
         self, backend: str, external_id: str, started_at: datetime, ended_at: datetime, source: str
@@ -106,6 +107,7 @@ class JobSpec:
     options: Mapping[str, object] = field(default_factory=lambda: MappingProxyType({}))
     environment: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     lease: MachineLease | None = None  # the planned machine it runs on, when its plan placed it on one
+    gpus: int = 0  # the GPUs it reserves (its plan's; section 5 of the spec)
 
     @property
     def result_path(self) -> Path:

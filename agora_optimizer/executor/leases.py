@@ -128,6 +128,7 @@ class Leases:
             tasks=len(machine.tasks),
             planned_start_s=machine.planned_start_s,
             planned_end_s=machine.planned_end_s,
+            gpus=machine.gpus,
         )
         try:
             self._backend(backend).open_lease(lease)

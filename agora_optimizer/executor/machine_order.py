@@ -54,6 +54,7 @@ class PlannedTask:
     end_s: float
     cores: int
     memory_bytes: int
+    gpus: int = 0
 
     @property
     def duration_s(self) -> float:
@@ -69,6 +70,7 @@ class MachinePlan:
     cores: int
     memory_bytes: int
     tasks: tuple[PlannedTask, ...]
+    gpus: int = 0  # the type's (section 5 of the spec)
 
     @property
     def planned_start_s(self) -> float:
@@ -101,13 +103,13 @@ class MachineOrder:
         for a in assignments:
             if not a.machine or machine_type(a.machine) not in resources:
                 continue
-            task = PlannedTask(a.task, a.machine, a.start_s, a.end_s, a.cores, a.memory_bytes)
+            task = PlannedTask(a.task, a.machine, a.start_s, a.end_s, a.cores, a.memory_bytes, a.gpus)
             grouped.setdefault(a.machine, []).append(task)
         machines: dict[str, MachinePlan] = {}
         for machine, tasks in grouped.items():
             kind = resources[machine_type(machine)]
             ordered = tuple(sorted(tasks, key=lambda t: (t.start_s, t.end_s, t.task_id)))
-            machines[machine] = MachinePlan(machine, kind.name, kind.vcpus, kind.memory_bytes, ordered)
+            machines[machine] = MachinePlan(machine, kind.name, kind.vcpus, kind.memory_bytes, ordered, kind.gpus)
         by_task = {task.task_id: task for plan_ in machines.values() for task in plan_.tasks}
         return cls(machines, by_task)
 
@@ -249,7 +251,11 @@ def _to_expand(name: str, states: Mapping[str, str]) -> bool:
 
 def _fits(plan: MachinePlan, tasks: Iterable[PlannedTask]) -> bool:
     tasks = list(tasks)
-    return sum(t.cores for t in tasks) <= plan.cores and sum(t.memory_bytes for t in tasks) <= plan.memory_bytes
+    return (
+        sum(t.cores for t in tasks) <= plan.cores
+        and sum(t.memory_bytes for t in tasks) <= plan.memory_bytes
+        and sum(t.gpus for t in tasks) <= plan.gpus
+    )
 
 
 def may_start(book: RunBook, task_id: str, now_s: float, held_s: float, hold_max_s: float) -> Decision:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agora_optimizer.errors import FieldError
+from agora_optimizer.model.limits import MAX_GPUS
 from agora_optimizer.model.workflow import MAX_CORES, MAX_MEMORY_BYTES
 
 PLACEMENT_KEY = "placement"
@@ -40,6 +41,7 @@ class Placement:
     # "plan", "default", "overflow" (a mapped task's instance the plan did not expect) or "wait"
     source: str = "plan"
     plan_version: str = ""  # which plan placed it (:func:`agora_optimizer.plans.store.plan_version`)
+    gpus: int = 0  # the GPUs it reserves (section 5 of the spec)
 
     def to_config(self) -> dict[str, Any]:
         return {
@@ -51,6 +53,7 @@ class Placement:
             "planned_start_s": self.planned_start_s,
             "source": self.source,
             "plan_version": self.plan_version,
+            "gpus": self.gpus,
         }
 
 
@@ -98,8 +101,12 @@ def placement_from_config(
     start = node.get("planned_start_s")
     if start is not None:
         start = _number(node, "planned_start_s", where, field, 0, 1e12)
+    gpus = node.get("gpus")
+    if gpus is not None:
+        gpus = _number(node, "gpus", where, field, 0, MAX_GPUS)
     return Placement(
         resource=resource,
+        gpus=0 if gpus is None else int(gpus),
         cores=int(cores),
         memory_bytes=int(memory),
         time_limit_s=None if limit is None else float(limit),

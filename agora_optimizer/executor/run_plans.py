@@ -57,6 +57,7 @@ class RunPlan:
             resource=assignment.resource,
             cores=assignment.cores,
             memory_bytes=assignment.memory_bytes,
+            gpus=assignment.gpus,
             time_limit_s=parse_time.time_limit_s if parse_time is not None else None,
             machine=assignment.machine,
             planned_start_s=assignment.start_s,

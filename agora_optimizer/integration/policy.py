@@ -155,6 +155,7 @@ def _overflow(instances: Mapping[int, Assignment], limit: float | None, version:
         resource=resource,
         cores=max(a.cores for a in on_it),
         memory_bytes=max(a.memory_bytes for a in on_it),
+        gpus=max(a.gpus for a in on_it),
         time_limit_s=limit,
         source=OVERFLOW,
         plan_version=version,
@@ -267,6 +268,7 @@ def _planned(assignment: Assignment, limit: float | None, version: str) -> Place
         resource=assignment.resource,
         cores=assignment.cores,
         memory_bytes=assignment.memory_bytes,
+        gpus=assignment.gpus,
         time_limit_s=limit,
         machine=assignment.machine,
         planned_start_s=assignment.start_s,
@@ -296,12 +298,15 @@ def _placement(task: Any, plan: _DagPlan) -> Placement | None:
     resource = plan.resources.get(default)
     if resource is None:
         raise AgoraError(f"[agora] default_resource {default!r} is not a resource of [agora] catalog")
-    if cores > resource.vcpus or memory > resource.memory_bytes:
+    gpus = _hinted_gpus(task)
+    if cores > resource.vcpus or memory > resource.memory_bytes or gpus > resource.gpus:
         raise AgoraError(
-            f"task {task.task_id} (not in the plan) needs {cores} cores and {memory} bytes; "
-            f"default resource {default} has {resource.vcpus} and {resource.memory_bytes}"
+            f"task {task.task_id} (not in the plan) needs {cores} cores, {memory} bytes and {gpus} GPUs; "
+            f"default resource {default} has {resource.vcpus}, {resource.memory_bytes} and {resource.gpus}"
         )
-    return Placement(resource=default, cores=cores, memory_bytes=memory, time_limit_s=limit, source="default")
+    return Placement(
+        resource=default, cores=cores, memory_bytes=memory, gpus=gpus, time_limit_s=limit, source="default"
+    )
 
 
 def _hinted_need(task: Any) -> tuple[int, int]:
@@ -311,6 +316,12 @@ def _hinted_need(task: Any) -> tuple[int, int]:
     cores = int(hints.get("cores", 1))
     memory = int(hints.get("memory_bytes") or float(hints.get("memory_gib") or 0) * GIB or DEFAULT_MEMORY_BYTES)
     return cores, memory
+
+
+def _hinted_gpus(task: Any) -> int:
+    """The GPUs a task the plan does not name needs (its ``gpus``, a need), else 0."""
+    hints = (task.executor_config or {}).get("agora") or {}
+    return int(hints.get("gpus") or 0)
 
 
 def _plan_assignments(dag_id: str) -> _Read | None:

@@ -232,3 +232,16 @@ def test_a_valid_plan_runs_to_its_end_in_any_upstream_order() -> None:
             break
     assert done == {"a", "b", "c", "d"}
     assert started.index("b") < started.index("d")  # d (ready at once) waited for b, planned first on small#1
+
+
+def test_two_tasks_that_need_the_one_gpu_of_a_machine_do_not_run_at_once() -> None:
+    gpu = Resource("gpu", "local", vcpus=8, memory_gib=16, speed=1.0, price_per_hour_usd=0.0, gpus=1)
+    first = Assignment("first", "gpu", "gpu#0", 0, 10, 1, GIB, gpus=1)
+    second = Assignment("second", "gpu", "gpu#0", 10, 20, 1, GIB, gpus=1)
+    run = RunBook(MachineOrder.from_plan(plan(first, second), {"gpu": gpu}), origin_s=100.0)
+    assert run.order.machines["gpu#0"].gpus == 1 and run.order.by_task["second"].gpus == 1
+    run.start("first")  # cores and memory would hold both; the GPU holds one
+    full = may_start(run, "second", 101.0, 1.0, HOLD_S)
+    assert not full.start and "full" in full.reason
+    run.end("first")
+    assert may_start(run, "second", 102.0, 2.0, HOLD_S).start

@@ -1,0 +1,26 @@
+"""A task's placement in its executor_config (executor/placement.py): what the policy writes, the executor reads."""
+
+from __future__ import annotations
+
+import pytest
+
+from agora_optimizer.errors import FieldError
+from agora_optimizer.executor.placement import Placement, placement_from_config
+
+
+def test_a_placement_reads_back_as_written_gpus_included() -> None:
+    placement = Placement("gpu-node", 4, 2**30, 60.0, "gpu-node#1", 5.0, "plan", "abc", gpus=2)
+    assert placement_from_config({"agora": {"placement": placement.to_config()}}, "d.t") == placement
+
+
+def test_a_placement_written_before_gpus_reads_as_none_reserved() -> None:
+    config = {"agora": {"placement": {"resource": "small", "cores": 1, "memory_bytes": 2**20}}}
+    found = placement_from_config(config, "d.t")
+    assert found is not None and found.gpus == 0
+
+
+@pytest.mark.parametrize("gpus", [-1, 1.5e9, "two", True])
+def test_a_bad_gpus_value_is_an_error_naming_the_task_and_field(gpus: object) -> None:
+    config = {"agora": {"placement": {"resource": "small", "cores": 1, "memory_bytes": 2**20, "gpus": gpus}}}
+    with pytest.raises(FieldError, match=r"task d\.t.*executor_config\.agora\.placement\.gpus"):
+        placement_from_config(config, "d.t")
