@@ -68,6 +68,24 @@ def written_assignments(assignments: Iterable[Assignment], workflow: Workflow, c
     return written
 
 
+def planned_catalog(workflow: Workflow, catalog: Catalog) -> Catalog:
+    """The types agora plans ``workflow`` with: without the GPU types when no task needs a GPU and every
+    task fits a type without one; else all of them.
+
+    GPU machines are kept for the work that needs them. A plan may put CPU work on them (the spec
+    allows it), but a time plan would then lease them for work they hardly speed up, at several
+    times the price per core (on the AWS catalog, the cycles 10,000-task time plan put a third of
+    its tasks on GPU types for the same makespan at three times the cost). A workflow with GPU tasks
+    keeps every type, so that CPU tasks may use the free cores of the GPU machines it leases.
+    """
+    if workflow.uses_gpus or not any(r.gpus for r in catalog.resources):
+        return catalog
+    without = tuple(r for r in catalog.resources if not r.gpus)
+    if not all(any(r.fits(task) for r in without) for task in workflow.tasks):
+        return catalog
+    return replace(catalog, resources=without)
+
+
 @dataclass(frozen=True)
 class Problem:
     """One planning question. Build it with :meth:`create` (checks every task fits somewhere)."""
@@ -80,6 +98,7 @@ class Problem:
     @classmethod
     def create(cls, workflow: Workflow, catalog: Catalog, objective: Objective) -> Problem:
         feasible_types(workflow, catalog)
+        catalog = planned_catalog(workflow, catalog)
         return cls(workflow, catalog, objective, lower_bounds(workflow, catalog, objective.deadline_s))
 
     @cached_property

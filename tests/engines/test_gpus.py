@@ -8,6 +8,7 @@ models, the partition heuristics) decline the workflow.
 from __future__ import annotations
 
 from collections.abc import Callable
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -194,3 +195,38 @@ def test_a_cpu_workflow_keeps_planning_as_before_beside_gpu_types() -> None:
     assert result is not None and violations(problem, result.assignments) == []
     assert {a.resource for a in result.assignments} == {"cpu"}  # the cheapest type that fits, no GPU paid for
     assert all(a.gpus == 0 for a in result.assignments)
+
+
+def _cpu_only(*tasks: Task) -> Workflow:
+    return Workflow.create("cpu", list(tasks), [Edge(a.id, b.id, 0) for a, b in pairwise(tasks)])
+
+
+FAST_GPU = Catalog(
+    (
+        Resource("cpu", "aws", 4, 16, 1.0, 0.2, 1, Billing(1.0, 0.0), 0.0),
+        Resource("gpu", "aws", 8, 64, 2.0, 3.0, 4, Billing(1.0, 0.0), 0.0, gpus=1, gpu_model="L4"),
+    ),
+    1e8,
+)
+
+
+def test_a_workflow_without_gpu_tasks_is_planned_without_the_gpu_types_even_when_they_are_faster() -> None:
+    workflow = Workflow.create("cpu", [Task(f"t{k}", 60.0, 4, GIB, "t") for k in range(4)], [])
+    problem = Problem.create(workflow, FAST_GPU, Objective(kind="time"))
+    assert [r.name for r in problem.catalog.resources] == ["cpu"]
+    plan = run_portfolio(problem, TIME_LIMIT_S).best
+    assert {a.resource for a in plan.assignments} == {"cpu"}  # four in a row, not in parallel on the GPU types
+
+
+def test_a_cpu_task_that_fits_only_a_gpu_type_keeps_every_type() -> None:
+    workflow = _cpu_only(Task("small", 10.0, 1, GIB, "t"), Task("big", 10.0, 8, 32 * GIB, "t"))
+    problem = Problem.create(workflow, FAST_GPU, Objective(kind="time"))
+    assert [r.name for r in problem.catalog.resources] == ["cpu", "gpu"]
+
+
+def test_a_workflow_with_gpu_tasks_keeps_every_type_for_its_cpu_tasks() -> None:
+    assert [r.name for r in Problem.create(mixed_workflow(), CATALOG, Objective()).catalog.resources] == [
+        "cpu",
+        "gpu1",
+        "gpu2",
+    ]
