@@ -63,7 +63,7 @@ def makespan_lower_bound_s(workflow: Workflow, catalog: Catalog) -> float:
         return critical_path  # some task may use unlimited machines: only the path binds
     return max(
         critical_path,
-        _balanced_work_s(workflow, options),
+        _balanced_work_s(workflow, options, critical_path),
         window_bound_s(workflow, options),
     )
 
@@ -91,14 +91,18 @@ def task_classes(workflow: Workflow, options: dict[str, list[Resource]], max_col
     return {(names, cores, memory, gpus): total for (names, cores), (total, memory, gpus) in merged.items()}
 
 
-def _balanced_work_s(workflow: Workflow, options: dict[str, list[Resource]]) -> float:
+def _balanced_work_s(workflow: Workflow, options: dict[str, list[Resource]], floor_s: float = 0.0) -> float:
     """The shortest time in which all machines, sharing the work perfectly, could do it.
 
     ``z_(g,k)`` reference seconds of task class g run on type k, taking ``z / speed_k``
     seconds there with the class's cores and memory; type k offers ``vcpus_k * count_k``
-    cores and ``memory_k * count_k`` bytes at every instant. Minimise T such that, on every
-    type, core-seconds <= T * cores and byte-seconds <= T * bytes (and, where a task needs GPUs,
-    GPU-seconds <= T * GPUs): a linear programme over the classes of :func:`task_classes`.
+    cores and ``memory_k * count_k`` bytes at every instant from its ``earliest_start_s`` e_k
+    (no lease before 0: its release plus its boot). Minimise T such that, on every type,
+    core-seconds <= (T - m_k) * cores and byte-seconds <= (T - m_k) * bytes (and, where a task
+    needs GPUs, GPU-seconds <= (T - m_k) * GPUs): a linear programme over the classes of
+    :func:`task_classes`. With ``floor_s`` a makespan already known to be a bound (the critical
+    path), ``m_k = min(e_k, floor_s)`` keeps it linear and valid: for every T >= floor_s a type
+    is usable for at most max(0, T - e_k) <= T - m_k seconds.
     """
     import numpy as np
     from scipy.optimize import linprog
@@ -125,21 +129,23 @@ def _balanced_work_s(workflow: Workflow, options: dict[str, list[Resource]]) -> 
             rows.append(dims * index[name] + 2)
             cols.append(column)
             values.append(gpus / speed)
+    offered = np.zeros(dims * len(names))  # capacity per unit time, then b_ub = -capacity * m_k
     for name, k in index.items():
         count = types[name].count or 0
-        rows += [dims * k, dims * k + 1]
-        cols += [n - 1, n - 1]
-        values += [-float(types[name].vcpus * count), -types[name].memory_bytes / GIB * count]
+        capacities = [float(types[name].vcpus * count), types[name].memory_bytes / GIB * count]
         if dims == 3:
-            rows.append(dims * k + 2)
+            capacities.append(float(types[name].gpus * count))
+        for d, capacity in enumerate(capacities):
+            rows.append(dims * k + d)
             cols.append(n - 1)
-            values.append(-float(types[name].gpus * count))
+            values.append(-capacity)
+            offered[dims * k + d] = -capacity * min(types[name].earliest_start_s, floor_s)
     a_ub = coo_matrix((values, (rows, cols)), shape=(dims * len(names), n)).tocsr()
     a_eq = coo_matrix(([1.0] * len(pairs), ([g for g, _ in pairs], range(len(pairs)))), shape=(len(groups), n))
     result = linprog(
         cost,
         A_ub=a_ub,
-        b_ub=np.zeros(dims * len(names)),
+        b_ub=offered,
         A_eq=a_eq.tocsr(),
         b_eq=list(groups.values()),
         bounds=(0, None),

@@ -135,6 +135,28 @@ def test_window_bound_counts_how_many_tasks_fit_in_a_machines_memory() -> None:
     assert makespan_lower_bound_s(Workflow.create("w", tasks, []), catalog) == pytest.approx(30.0)
 
 
+def test_work_bound_leaves_out_each_types_boot() -> None:
+    # One 1-core machine that boots in 100 s, two independent tasks of 50 s: the path says 150 s,
+    # the work (100 core-seconds from 100 s on) says 200 s, which the only plan takes.
+    catalog = _catalog(
+        Resource("m", "aws", vcpus=1, memory_gib=1, speed=1.0, price_per_hour_usd=1, count=1, boot_s=100),
+    )
+    assert makespan_lower_bound_s(_independent(2, runtime_s=50.0), catalog) == pytest.approx(200.0)
+
+
+def test_work_bound_counts_a_type_that_boots_after_the_path_from_the_path_on() -> None:
+    # fast: 4 machines, ready at 0; late: 4 machines that boot in 1,000 s. 40 tasks of 10 s: the path
+    # is 10 s, and by then late has no capacity, but a bound must not assume it never helps:
+    # (T - 0) * 4 + (T - 10) * 4 >= 400 gives T >= 55, whereas fast alone would need 100 s.
+    catalog = _catalog(
+        Resource("fast", "aws", vcpus=1, memory_gib=1, speed=1.0, price_per_hour_usd=1, count=4, boot_s=0),
+        Resource("late", "aws", vcpus=1, memory_gib=1, speed=1.0, price_per_hour_usd=1, count=4, boot_s=1000),
+    )
+    bound = makespan_lower_bound_s(_independent(40, runtime_s=10.0), catalog)
+    assert bound == pytest.approx(55.0)
+    assert bound <= 100.0  # the optimum: fast alone, ten tasks each, before late is up
+
+
 @pytest.mark.parametrize("seed", SEEDS)
 def test_makespan_bound_never_exceeds_the_exact_optimum(seed: int) -> None:
     from dataclasses import replace
@@ -144,8 +166,11 @@ def test_makespan_bound_never_exceeds_the_exact_optimum(seed: int) -> None:
     from tests.engines.exact.test_milp import brute_force, tiny_problem
 
     problem = tiny_problem(seed, Objective(kind="time"))
-    counted = Catalog(
-        tuple(replace(r, count=r.count or 1 + seed % 2) for r in problem.catalog.resources),
+    counted = Catalog(  # odd seeds: boots of their own per type, which the work bound leaves out
+        tuple(
+            replace(r, count=r.count or 1 + seed % 2, boot_s=r.boot_s + (3.0 * k if seed % 2 else 0.0))
+            for k, r in enumerate(problem.catalog.resources)
+        ),
         problem.catalog.bandwidth_bytes_per_s,
     )
     problem = Problem.create(problem.workflow, counted, Objective(kind="time"))
