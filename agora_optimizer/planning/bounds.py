@@ -170,7 +170,8 @@ def cost_lower_bound_usd(workflow: Workflow, catalog: Catalog, deadline_s: float
     fractional split of the tasks over the types under both (a linear programme, or the
     larger of the two per-dimension sums for very large workflows) bounds the cost of
     the busy time. Every plan of a workflow with tasks also leases at least one machine,
-    which pays its boot time and at least its billing minimum (with no tasks: no lease, 0).
+    which pays its boot time and at least its billing minimum (with no tasks: no lease, 0): for
+    each task, one of the types it fits; the largest of those least payments over the tasks.
 
     With a deadline D, a machine of type k is busy at most ``D - release_k - boot_k`` seconds
     (its tasks run within [release_k + boot_k, D]) and is billed at least
@@ -182,8 +183,11 @@ def cost_lower_bound_usd(workflow: Workflow, catalog: Catalog, deadline_s: float
     if not workflow.tasks:
         return 0.0  # no task, no lease: an empty workflow's plan (Airflow runs an empty DAG) costs nothing
     used = {r.name: r for rs in options.values() for r in rs}.values()
-    one_lease = min(r.price_per_hour_usd / 3600.0 * r.boot_s for r in used)
-    minimum = min(r.price_per_hour_usd / 3600.0 * max(r.billing.minimum_s, r.boot_s) for r in used)
+    kinds = {tuple(r.name for r in rs): rs for rs in options.values()}.values()  # each task's types, once
+    # Each task's machine is leased, so one of its types pays a boot (and a billing minimum): the
+    # dearest such least payment over the tasks (a GPU task's on the GPU types) is one lease's.
+    one_lease = max(min(r.price_per_hour_usd / 3600.0 * r.boot_s for r in rs) for rs in kinds)
+    minimum = max(min(r.price_per_hour_usd / 3600.0 * max(r.billing.minimum_s, r.boot_s) for r in rs) for rs in kinds)
     plain = _packed_work_cost_usd(workflow, options, {r.name: 1.0 for r in used}) + one_lease
     if deadline_s is None:
         return max(plain, minimum)

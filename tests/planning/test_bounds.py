@@ -8,6 +8,7 @@ import pytest
 
 from agora_optimizer.errors import TooManyGpusError, UnplaceableTaskError
 from agora_optimizer.model import Billing, Catalog, Edge, Resource, Task, Workflow
+from agora_optimizer.model.catalog import GIB
 from agora_optimizer.planning.bounds import (
     cost_lower_bound_usd,
     feasible_types,
@@ -250,3 +251,13 @@ def test_cost_bounds_with_gpus_never_exceed_a_plan_of_them() -> None:
         assert cost_lower_bound_usd(workflow, _catalog(cpu, gpu), deadline) <= plan_cost * (1 + 1e-9)
     # by GPUs alone: 40 GPU-seconds over 2 GPUs is 20 s of g at 0.001 USD/s, beyond its 30 s of boot
     assert cost_lower_bound_usd(workflow, _catalog(cpu, gpu), 50.0) >= (20 + 30) * 3.6 / 3600 * (1 - 1e-6)
+
+
+def test_cost_bound_pays_the_boot_of_a_gpu_machine_when_a_task_needs_one() -> None:
+    cpu = Resource("cpu", "aws", vcpus=4, memory_gib=8, speed=1.0, price_per_hour_usd=0.36, count=4, boot_s=30)
+    gpu = Resource("gpu", "aws", vcpus=4, memory_gib=16, speed=1.0, price_per_hour_usd=3.6, count=1, boot_s=100, gpus=1)
+    tasks = [Task("prep", 100.0, 4, GIB, "t"), Task("train", 100.0, 4, GIB, "t", gpus=1)]
+    workflow = Workflow.create("w", tasks, [Edge("prep", "train")])
+    # The work: prep on cpu (100 s x 0.0001 USD/s), train on gpu (100 s x 0.001 USD/s); the gpu
+    # machine that train needs boots for 100 s whatever else is leased.
+    assert cost_lower_bound_usd(workflow, _catalog(cpu, gpu)) == pytest.approx(0.01 + 0.1 + 0.1)
