@@ -16,6 +16,7 @@ import pytest
 
 from agora_optimizer.executor.backends.local import LocalBackend, LocalPool, machine_gpus
 from agora_optimizer.executor.jobs import BackendError, JobSpec, MachineLease, lease_key
+from agora_optimizer.io.catalog_file import load_catalog
 from agora_optimizer.model.catalog import Resource
 from tests.executor.backends.test_local import MIB, job, wait_all
 
@@ -154,6 +155,30 @@ def test_gpus_and_gpu_ids_come_from_the_catalog_and_errors_name_resource_and_fie
     cpu_only = Resource("cpu", "local", 1, 4, 1.0, 0.0, extra={"gpu_ids": [0]})
     with pytest.raises(BackendError, match="resource cpu: gpu_ids must list the pool's 0 GPUs"):
         LocalPool.from_resource(cpu_only)
+
+
+CATALOG = """
+network: {bandwidth_bytes_per_s: 2000000000}
+resources:
+  - {name: cpu-box, backend: local, vcpus: 1, memory_gib: 4, speed: 1.0, price_per_hour_usd: 0.0, count: 1,
+     billing: {granularity_s: 1, minimum_s: 0}, boot_s: 0, cpu_set: [0]}
+  - {name: gpu-box, backend: local, vcpus: 2, memory_gib: 8, speed: 1.0, price_per_hour_usd: 0.0, count: 2,
+     billing: {granularity_s: 1, minimum_s: 0}, boot_s: 0, cpu_set: [0, 1], gpus: 1, gpu_model: NVIDIA L4,
+     gpu_ids: [1, 0]}
+"""
+
+
+def test_a_catalog_files_gpus_and_gpu_ids_make_the_pool(tmp_path: Path) -> None:
+    path = tmp_path / "catalog.yaml"
+    path.write_text(CATALOG)
+    pools = {resource.name: LocalPool.from_resource(resource) for resource in load_catalog(path).resources}
+    assert (pools["gpu-box"].gpus, pools["gpu-box"].devices) == (2, (1, 0))
+    assert (pools["cpu-box"].gpus, pools["cpu-box"].devices) == (0, ())
+    backend = LocalBackend(pools, warm=False)
+    machines = [replace(machine(f"gpu-box#{k}", 1, cores=2), resource="gpu-box") for k in range(2)]
+    for each in machines:
+        backend.open_lease(each)
+    assert [backend.lease_gpus(each.key) for each in machines] == [(1,), (0,)]  # the k-th of the ids listed
 
 
 def test_pools_claiming_one_device_and_tasks_reserving_more_than_there_is_are_refused(
