@@ -25,9 +25,9 @@ CPUs this process may use when it has none), wrapping around when the pool has f
 its machines need (:func:`machine_cpus`), the type's memory, and its GPU slice, the k-th run of the
 type's ``gpus`` devices (:func:`machine_gpus`). A job of the machine runs pinned to that slice and
 starts when it fits both its machine (the type's cores and memory, counting the machine's running
-jobs, and free devices of its GPU slice) and its pool. A job stops counting against either the moment its task
-process has exited (the worker's ``task-ended`` mark), not when Airflow's supervisor exits after
-reporting, up to seconds later.
+jobs, and free devices of its GPU slice) and its pool. A job stops counting against either the
+moment its task process has exited (the worker's ``task-ended`` mark), not when Airflow's
+supervisor exits after reporting, up to seconds later.
 
 Each job runs in its own session, so it survives a scheduler restart: the pid and start
 time are written to ``JOB_DIR/local.json``, and a new backend :meth:`LocalBackend.adopt`\\ s
