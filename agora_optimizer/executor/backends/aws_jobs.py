@@ -122,8 +122,8 @@ def resource_requirements(cores: int, memory_bytes: int, gpus: int = 0) -> list[
     """Batch's ``resourceRequirements`` for a job: its VCPU and MEMORY (MiB), and its GPU only when it
     reserves GPUs (section 5 of the spec).
 
-    Batch gives a container the instance's GPUs only through a GPU requirement (ECS then exposes
-    those devices, and no others, to it); a job without one is given none.
+    Batch and ECS assign a GPU to a container only through a GPU requirement (each GPU to one
+    container); a job without one is assigned none.
     """
     requirements = [
         {"type": "VCPU", "value": str(cores)},
