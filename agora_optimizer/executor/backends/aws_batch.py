@@ -17,8 +17,9 @@ needs it (with a :class:`ComputeNetwork`; idempotent, by name). A catalog ``job_
 the user's choice and is used as it is. :meth:`AwsBatchBackend.finished_leases` reports each
 closed lease from its first job's start to its last job's stop (Batch's job records).
 
-A job runs the agora worker as its container command with the task's cores and memory as
-resource requirements; Batch's own records give its state, exit code, reason and times.
+A job runs the agora worker as its container command with the task's cores and memory, and the
+GPUs it reserves if any (Batch's ``GPU`` requirement; a job without GPUs carries none), as resource
+requirements; Batch's own records give its state, exit code, reason and times.
 With an ``s3_prefix`` the job's workload and result go through S3
 (:mod:`~agora_optimizer.executor.remote_files`): ``submit`` uploads the workload to the
 worker's ``--workload-url``, and ``status`` completes a finished job with the result the
@@ -63,6 +64,7 @@ from agora_optimizer.executor.backends.aws_jobs import (
     family_of,
     memory_mib,
     queue_name,
+    resource_requirements,
     status_from_description,
     status_with_result,
     type_queue_name,
@@ -99,6 +101,7 @@ __all__ = [
     "family_of",
     "memory_mib",
     "queue_name",
+    "resource_requirements",
     "session_from_connection",
     "status_from_description",
     "status_with_result",
@@ -240,6 +243,13 @@ class AwsBatchBackend(Backend):
                 f"{job.label}: Batch refuses an empty command or argument: {list(job.command)!r}",
                 transient=False,
             )
+        known = self.resources.get(job.resource)
+        if known is not None and job.gpus > known.gpus:  # Batch would hold it RUNNABLE for ever
+            raise BackendError(
+                BACKEND,
+                f"{job.label}: reserves {job.gpus} GPUs, resource {job.resource} has {known.gpus}",
+                transient=False,
+            )
         request: dict[str, Any] = {
             "jobName": batch_job_name(job.key),
             "jobQueue": self._queue_of(job),
@@ -247,10 +257,7 @@ class AwsBatchBackend(Backend):
             "containerOverrides": {
                 "command": list(job.command),
                 "environment": container_environment(job.environment, self.environment_exclude),
-                "resourceRequirements": [
-                    {"type": "VCPU", "value": str(job.cores)},
-                    {"type": "MEMORY", "value": str(memory_mib(job.memory_bytes))},
-                ],
+                "resourceRequirements": resource_requirements(job.cores, job.memory_bytes, job.gpus),
             },
             "tags": {"agora-key": job.key, "agora-resource": job.resource},
         }

@@ -118,6 +118,22 @@ def memory_mib(memory_bytes: int) -> int:
     return max(1, math.ceil(memory_bytes / MIB))
 
 
+def resource_requirements(cores: int, memory_bytes: int, gpus: int = 0) -> list[dict[str, str]]:
+    """Batch's ``resourceRequirements`` for a job: its VCPU and MEMORY (MiB), and its GPU only when it
+    reserves GPUs (section 5 of the spec).
+
+    Batch and ECS assign a GPU to a container only through a GPU requirement (each GPU to one
+    container); a job without one is assigned none.
+    """
+    requirements = [
+        {"type": "VCPU", "value": str(cores)},
+        {"type": "MEMORY", "value": str(memory_mib(memory_bytes))},
+    ]
+    if gpus > 0:
+        requirements.append({"type": "GPU", "value": str(gpus)})
+    return requirements
+
+
 def attempt_duration_s(time_limit_s: float | None, grace_s: float = TIMEOUT_GRACE_S) -> int | None:
     """Batch's ``attemptDurationSeconds`` for a task time limit: limit + grace, at least 60 s.
 

@@ -37,6 +37,11 @@ log = logging.getLogger(__name__)
 
 
 MANAGED_TAG = {"agora-managed": "true"}
+# The ECS-optimized AMIs of a compute environment (``ec2Configuration``), Amazon Linux 2023: Batch's
+# default for new environments since January 2026, and the only Batch-provided one for new
+# environments after June 2026, when Batch stopped creating them on Amazon Linux 2.
+CPU_IMAGE_TYPE = "ECS_AL2023"
+GPU_IMAGE_TYPE = "ECS_AL2023_NVIDIA"  # with the NVIDIA driver and ECS's GPU support
 _COMPUTE_ENVIRONMENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{1,126}[A-Za-z0-9]$")
 
 
@@ -90,7 +95,8 @@ class Provisioner:
         Per job queue of ``groups`` (the catalog's ``aws`` resources by the queue they run on): a
         managed compute environment (named as the queue) of on-demand EC2 instances of the queue's
         types, ``minvCpus`` 0 and ``maxvCpus`` the catalog's ``count`` x ``vcpus`` summed over its types
-        (``default_max_vcpus`` when a type has no count), then the queue. And the container job
+        (``default_max_vcpus`` when a type has no count), the GPU AMI type where a type has GPUs
+        (:func:`ec2_configuration`), then the queue. And the container job
         definition ``job_definition`` with ``image`` (a new revision unless the newest active one, which
         jobs get, already has that image and job role). Existing queues and compute environments are
         used as they are. ``instance_role`` is the ECS instance profile;
@@ -123,6 +129,7 @@ class Provisioner:
                     **template,
                     "maxvCpus": _max_vcpus(members, default_max_vcpus),
                     "instanceTypes": sorted(resource.name for resource in members),
+                    **ec2_configuration(members),
                 }
                 created += self.create_compute_environment(queue, compute, service_role, existing, dry_run=dry_run)
         if missing and dry_run:
@@ -179,6 +186,7 @@ class Provisioner:
             "securityGroupIds": list(network.security_group_ids),
             "instanceRole": network.instance_role,
             "tags": dict(MANAGED_TAG),
+            **ec2_configuration([resource]),
         }
         self.create_compute_environment(queue, compute, network.service_role, [])
         [environment] = wait_valid(
@@ -323,6 +331,22 @@ def wait_valid(
         if time.monotonic() > deadline:
             raise BackendError(BACKEND, f"{kind}s {', '.join(waiting)} not VALID after {timeout_s:g} s", transient=True)
         time.sleep(poll_s)
+
+
+def ec2_configuration(resources: Sequence[Resource]) -> dict[str, list[dict[str, str]]]:
+    """The ``ec2Configuration`` of a compute environment of ``resources``: none (Batch's default) when no
+    type has GPUs, the GPU AMI type when every type has, and both (Batch matches each instance type
+    to one) when the environment mixes them (a catalog ``job_queue`` shared by CPU and GPU types).
+
+    Batch would pick the GPU AMI for GPU families by itself today; saying so keeps the environment's
+    instances able to run GPU jobs when Batch's defaults change again, as they did in 2026.
+    """
+    with_gpus = [resource for resource in resources if resource.gpus > 0]
+    if not with_gpus:
+        return {}
+    if len(with_gpus) == len(resources):
+        return {"ec2Configuration": [{"imageType": GPU_IMAGE_TYPE}]}
+    return {"ec2Configuration": [{"imageType": CPU_IMAGE_TYPE}, {"imageType": GPU_IMAGE_TYPE}]}
 
 
 def _max_vcpus(resources: Sequence[Resource], default: int) -> int:

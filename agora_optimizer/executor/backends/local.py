@@ -6,6 +6,13 @@ puts ``--cpu-set`` into the worker command, and the worker pins itself and every
 process). Jobs start in submission order as soon as their cores and memory fit the
 pool's free capacity; the worker kills a task that goes over its memory.
 
+GPUs: a pool of a type with ``gpus`` holds ``gpus`` x ``count`` of them, the host's devices
+``gpu_ids`` (default ``0 .. gpus x count - 1``). A job that reserves GPUs starts only when that
+many of its devices are free, and runs with ``CUDA_VISIBLE_DEVICES`` set to them, so that the
+jobs running at once never share a device; every other job of a GPU pool runs with
+``CUDA_VISIBLE_DEVICES`` empty and sees no GPU. A pool without GPUs leaves the variable as the
+scheduler has it.
+
 Workers start warm: a fork server (one per scheduler, started with the executor) forks
 them after importing Airflow's task path and freezing the garbage collector
 (:func:`warm_up`), as the LocalExecutor forks its workers from a scheduler that has
@@ -15,11 +22,12 @@ Airflow loaded; a task then pays neither for imports nor for scanning what it in
 Planned machines (:class:`~agora_optimizer.executor.jobs.MachineLease`): machine ``TYPE#k`` of a
 pool gets its own CPU slice, the k-th run of ``vcpus`` CPUs of the pool's ``cpu_set`` (or of the
 CPUs this process may use when it has none), wrapping around when the pool has fewer CPUs than
-its machines need (:func:`machine_cpus`), and the type's memory. A job of the machine runs pinned
-to that slice and starts when it fits both its machine (the type's cores and memory, counting the
-machine's running jobs) and its pool. A job stops counting against either the moment its task
-process has exited (the worker's ``task-ended`` mark), not when Airflow's supervisor exits after
-reporting, up to seconds later.
+its machines need (:func:`machine_cpus`), the type's memory, and its GPU slice, the k-th run of the
+type's ``gpus`` devices (:func:`machine_gpus`). A job of the machine runs pinned to that slice and
+starts when it fits both its machine (the type's cores and memory, counting the machine's running
+jobs, and free devices of its GPU slice) and its pool. A job stops counting against either the
+moment its task process has exited (the worker's ``task-ended`` mark), not when Airflow's
+supervisor exits after reporting, up to seconds later.
 
 Each job runs in its own session, so it survives a scheduler restart: the pid and start
 time are written to ``JOB_DIR/local.json``, and a new backend :meth:`LocalBackend.adopt`\\ s
@@ -36,7 +44,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from multiprocessing.connection import wait as wait_for_sentinels
@@ -72,22 +80,45 @@ PUMP_WAIT_S = 0.25  # how often the pump looks for a task-ended mark between wor
 
 @dataclass(frozen=True)
 class LocalPool:
-    """The capacity of one local resource."""
+    """The capacity of one local resource: cores, memory and GPUs, and the host's ids of its CPUs and GPUs."""
 
     name: str
     cores: int
     memory_bytes: int
     cpu_set: tuple[int, ...] = ()
+    gpus: int = 0
+    gpu_ids: tuple[int, ...] = ()  # the host's device ids of its GPUs; empty: 0 .. gpus - 1
+
+    @property
+    def devices(self) -> tuple[int, ...]:
+        """The host's device ids of the pool's GPUs (``CUDA_VISIBLE_DEVICES`` numbers)."""
+        return self.gpu_ids or tuple(range(self.gpus))
 
     @classmethod
     def from_resource(cls, resource: Resource) -> LocalPool:
         machines = resource.count or 1
-        raw = resource.extra.get("cpu_set", ())
-        if not isinstance(raw, list | tuple) or not all(isinstance(cpu, int) and cpu >= 0 for cpu in raw):
+        cpus = _ids(resource, "cpu_set", "CPU")
+        gpus = resource.gpus * machines
+        gpu_ids = _ids(resource, "gpu_ids", "GPU device")
+        if gpu_ids and (len(gpu_ids) != gpus or len(set(gpu_ids)) != gpus):
             raise BackendError(
-                "local", f"resource {resource.name}: cpu_set must be a list of CPU ids, got {raw!r}", transient=False
+                "local",
+                f"resource {resource.name}: gpu_ids must list the pool's {gpus} GPUs (gpus x count), "
+                f"each once, got {list(gpu_ids)}",
+                transient=False,
             )
-        return cls(resource.name, resource.vcpus * machines, resource.memory_bytes * machines, tuple(raw))
+        return cls(resource.name, resource.vcpus * machines, resource.memory_bytes * machines, cpus, gpus, gpu_ids)
+
+
+def _ids(resource: Resource, key: str, what: str) -> tuple[int, ...]:
+    raw = resource.extra.get(key, ())
+    if not isinstance(raw, list | tuple) or not all(
+        isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in raw
+    ):
+        raise BackendError(
+            "local", f"resource {resource.name}: {key} must be a list of {what} ids, got {raw!r}", transient=False
+        )
+    return tuple(raw)
 
 
 def machine_cpus(pool_cpus: Sequence[int], machine: str, vcpus: int) -> tuple[int, ...]:
@@ -100,12 +131,24 @@ def machine_cpus(pool_cpus: Sequence[int], machine: str, vcpus: int) -> tuple[in
         raise BackendError(
             "local", f"machine {machine}: no CPUs to give it ({list(pool_cpus)}, {vcpus} vcpus)", transient=False
         )
+    return _slice(pool_cpus, machine, vcpus)
+
+
+def machine_gpus(pool_gpus: Sequence[int], machine: str, gpus: int) -> tuple[int, ...]:
+    """The GPUs of planned machine ``TYPE#k``: the k-th run of ``gpus`` of ``pool_gpus``, as :func:`machine_cpus`
+    slices CPUs; none for a type without GPUs. The pool never lends one device to two tasks at once, so
+    machines that share a device when the pool has too few (it wraps) wait for each other."""
+    if gpus < 1 or not pool_gpus:
+        return ()
+    return _slice(pool_gpus, machine, gpus)
+
+
+def _slice(ids: Sequence[int], machine: str, size: int) -> tuple[int, ...]:
     try:
         index = int(machine.rsplit("#", 1)[1])
     except (IndexError, ValueError):
         index = 0
-    cpus = list(pool_cpus)
-    picked = [cpus[(index * vcpus + offset) % len(cpus)] for offset in range(vcpus)]
+    picked = [ids[(index * size + offset) % len(ids)] for offset in range(size)]
     return tuple(sorted(set(picked)))
 
 
@@ -116,6 +159,7 @@ class _Lease:
     lease: MachineLease
     cpus: tuple[int, ...]
     opened_at: datetime
+    gpu_ids: tuple[int, ...] = ()
     first_start_at: datetime | None = None
     last_end_at: datetime | None = None
 
@@ -132,7 +176,8 @@ class _Running:
     process: subprocess.Popen[bytes] | BaseProcess | None = None  # None when adopted from an earlier scheduler
     cancel_at: float | None = None
     lease_key: str = ""
-    task_ended_at: datetime | None = None  # the worker's task-ended mark: its cores and memory are free
+    task_ended_at: datetime | None = None  # the worker's task-ended mark: its cores, memory and GPUs are free
+    gpu_ids: tuple[int, ...] = ()  # the GPU devices it holds (its CUDA_VISIBLE_DEVICES)
 
     @property
     def holds_capacity(self) -> bool:
@@ -150,6 +195,7 @@ class LocalBackend(Backend):
         how many finished jobs' statuses are kept for polls (the oldest are forgotten, and then
         reported unknown, as to a restarted scheduler)."""
         self.pools = dict(pools)
+        _check_disjoint_gpus(self.pools.values())
         self.warm = warm
         self._lock = threading.RLock()
         self._pump: threading.Thread | None = None
@@ -184,10 +230,12 @@ class LocalBackend(Backend):
                 self.name, f"no local pool named {job.resource!r} (known: {sorted(self.pools)})", transient=False
             )
         _check_fits(job.label, job.cores, job.memory_bytes, f"pool {pool.name}", pool.cores, pool.memory_bytes)
+        _check_gpus(job.label, job.gpus, f"pool {pool.name}", pool.gpus)
         if job.lease is not None:
             held = self._open_lease(job.lease).lease  # a lease the executor did not open (a restart) is opened here
             where = f"its machine {held.machine}"
             _check_fits(job.label, job.cores, job.memory_bytes, where, held.cores, held.memory_bytes)
+            _check_gpus(job.label, job.gpus, where, held.gpus)
         if job.key in self._running or any(queued.key == job.key for queued, _ in self._queue):
             return job.key
         # A finished job of the same key is an earlier run of this try (a deferred task that resumes,
@@ -242,7 +290,7 @@ class LocalBackend(Backend):
     # -- planned machines ----------------------------------------------------------------------
 
     def open_lease(self, lease: MachineLease) -> None:
-        """Give the planned machine its CPU slice; BackendError if its pool cannot hold its type."""
+        """Give the planned machine its CPU and GPU slices; BackendError if its pool cannot hold its type."""
         with self._lock:
             self._open_lease(lease)
 
@@ -257,8 +305,9 @@ class LocalBackend(Backend):
             )
         what = f"machine {lease.machine}"
         _check_fits(what, lease.cores, lease.memory_bytes, f"pool {pool.name}", pool.cores, pool.memory_bytes)
+        _check_gpus(what, lease.gpus, f"pool {pool.name}", pool.gpus)
         cpus = machine_cpus(pool.cpu_set or sorted(os.sched_getaffinity(0)), lease.machine, lease.cores)
-        held = _Lease(lease, cpus, datetime.now(UTC))
+        held = _Lease(lease, cpus, datetime.now(UTC), machine_gpus(pool.devices, lease.machine, lease.gpus))
         self._leases[lease.key] = held
         return held
 
@@ -267,6 +316,12 @@ class LocalBackend(Backend):
         with self._lock:
             held = self._leases.get(lease_key)
             return held.cpus if held is not None else ()
+
+    def lease_gpus(self, lease_key: str) -> tuple[int, ...]:
+        """The GPU devices of an open lease (empty when it is not open, or its type has none)."""
+        with self._lock:
+            held = self._leases.get(lease_key)
+            return held.gpu_ids if held is not None else ()
 
     def close_lease(self, lease: MachineLease) -> None:
         with self._lock:
@@ -303,12 +358,13 @@ class LocalBackend(Backend):
             cores, memory = int(state["cores"]), int(state["memory_bytes"])
             queued_at = datetime.fromisoformat(state["queued_at"])
             lease_key = str(state.get("lease_key") or "")
+            gpu_ids = tuple(int(device) for device in state.get("gpu_ids") or ())
         except (OSError, ValueError, KeyError, TypeError):
             return False
         if resource not in self.pools:
             return False
         self._running[external_id] = _Running(
-            resource, job_dir, cores, memory, pid, create_time, queued_at, lease_key=lease_key
+            resource, job_dir, cores, memory, pid, create_time, queued_at, lease_key=lease_key, gpu_ids=gpu_ids
         )
         return True
 
@@ -346,11 +402,27 @@ class LocalBackend(Backend):
         ]
         return sum(run.cores for run in runs), sum(run.memory_bytes for run in runs)
 
+    def _free_gpus(self, pool: LocalPool, job: JobSpec) -> tuple[int, ...] | None:
+        """The devices ``job`` would get now (the first free ones of its machine's slice, else of its pool),
+        None while fewer than its GPUs are free."""
+        if job.gpus < 1:
+            return ()
+        candidates = self._open_lease(job.lease).gpu_ids if job.lease is not None else pool.devices
+        taken = {
+            device
+            for run in self._running.values()
+            if run.resource == pool.name and run.holds_capacity
+            for device in run.gpu_ids
+        }
+        free = [device for device in candidates if device not in taken]
+        return tuple(free[: job.gpus]) if len(free) >= job.gpus else None
+
     def _start_what_fits(self) -> None:
         """Start queued jobs in order while the first one of each pool, and of each machine, fits.
 
         No overtaking within a pool, nor within a machine; a job that waits for its machine's
-        room holds back only its machine's later jobs, not the pool's other machines.
+        room (cores, memory or free GPUs of its slice) holds back only its machine's later jobs,
+        not the pool's other machines.
         """
         blocked: set[str] = set()
         waiting: list[tuple[JobSpec, datetime]] = []
@@ -361,6 +433,7 @@ class LocalBackend(Backend):
                 blocked.add(pool.name)
                 waiting.append((job, queued_at))
                 continue
+            devices = self._free_gpus(pool, job)
             if job.lease is not None:
                 lease = job.lease
                 cores, memory = self._used(pool.name, lease.key)
@@ -368,15 +441,22 @@ class LocalBackend(Backend):
                     lease.key in blocked
                     or cores + job.cores > lease.cores
                     or memory + job.memory_bytes > lease.memory_bytes
+                    or devices is None
                 ):
                     blocked.add(lease.key)
                     waiting.append((job, queued_at))
                     continue
-            self._start(job, queued_at)
+            elif devices is None:
+                blocked.add(pool.name)
+                waiting.append((job, queued_at))
+                continue
+            self._start(job, queued_at, devices)
         self._queue = waiting
 
-    def _start(self, job: JobSpec, queued_at: datetime) -> None:
+    def _start(self, job: JobSpec, queued_at: datetime, devices: tuple[int, ...] = ()) -> None:
         lease_key = ""
+        if self.pools[job.resource].gpus > 0:
+            job = replace(job, environment=gpu_environment(job.environment, devices))
         if job.lease is not None:
             held = self._open_lease(job.lease)
             lease_key = job.lease.key
@@ -400,6 +480,7 @@ class LocalBackend(Backend):
             "memory_bytes": job.memory_bytes,
             "queued_at": queued_at.isoformat(),
             "lease_key": lease_key,
+            "gpu_ids": list(devices),
         }
         write_private(job.job_dir / "local.json", json.dumps(state))
         self._running[job.key] = _Running(
@@ -412,6 +493,7 @@ class LocalBackend(Backend):
             queued_at,
             process,
             lease_key=lease_key,
+            gpu_ids=devices,
         )
 
     def _task_ended(self, run: _Running) -> None:
@@ -449,6 +531,38 @@ def _check_fits(what: str, cores: int, memory_bytes: int, where: str, has_cores:
             f"{has_memory_bytes} bytes",
             transient=False,
         )
+
+
+def _check_gpus(what: str, gpus: int, where: str, has_gpus: int) -> None:
+    """Refuse (BackendError, not transient) ``what`` when it reserves more GPUs than ``where`` has."""
+    if gpus > has_gpus:
+        raise BackendError("local", f"{what} reserves {gpus} GPUs; {where} has {has_gpus}", transient=False)
+
+
+def _check_disjoint_gpus(pools: Iterable[LocalPool]) -> None:
+    """Refuse pools that claim one GPU device twice: the backend would lend it to two tasks at once."""
+    owner: dict[int, str] = {}
+    for pool in pools:
+        for device in pool.devices:
+            if device in owner:
+                raise BackendError(
+                    "local",
+                    f"pools {owner[device]} and {pool.name} both hold GPU {device}; give them disjoint gpu_ids",
+                    transient=False,
+                )
+            owner[device] = pool.name
+
+
+def gpu_environment(environment: Mapping[str, str], devices: Sequence[int]) -> dict[str, str]:
+    """``environment`` with ``CUDA_VISIBLE_DEVICES`` set to ``devices`` (empty: the task sees no GPU), and
+    ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` unless the scheduler or the job sets an order, so that the ids mean the
+    devices ``nvidia-smi`` numbers so (CUDA's own default order is fastest first)."""
+    order = environment.get("CUDA_DEVICE_ORDER") or os.environ.get("CUDA_DEVICE_ORDER") or "PCI_BUS_ID"
+    return {
+        **environment,
+        "CUDA_VISIBLE_DEVICES": ",".join(str(device) for device in devices),
+        "CUDA_DEVICE_ORDER": order,
+    }
 
 
 def pinned(command: Sequence[str], cpus: Sequence[int]) -> tuple[str, ...]:

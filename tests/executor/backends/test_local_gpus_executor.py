@@ -1,0 +1,80 @@
+"""The AgoraExecutor hands a planned GPU task's GPUs to its local pool, which gives it its own devices.
+
+The executor runs in this process on a real local GPU pool of a catalog written here (this
+machine has no GPU: the pool names devices 0 and 1); the plan is a real plan file in a real plan
+store. What each task was told is read where the pool starts its worker.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agora_optimizer.executor.backends import local
+from agora_optimizer.executor.jobs import JobSpec
+from agora_optimizer.model.plan import Assignment
+from tests.executor.test_agora_executor import MIB, workload
+from tests.executor.test_executor_machines import cancel, heartbeat_until, save_plan
+
+GIB = 2**30
+CATALOG = """
+network: {bandwidth_bytes_per_s: 2000000000}
+resources:
+  - {name: gpu-box, backend: local, vcpus: 3, memory_gib: 4, speed: 1.0, price_per_hour_usd: 0.0, count: 1,
+     billing: {granularity_s: 1, minimum_s: 0}, boot_s: 0, cpu_set: [0, 1], gpus: 2, gpu_model: NVIDIA L4}
+"""
+# Three tasks at once on one 3-core, 2-GPU machine: two take a GPU each, the third none.
+PLANNED = (
+    Assignment("train_a", "gpu-box", "gpu-box#0", 0.0, 10.0, 1, GIB // 2, gpus=1),
+    Assignment("train_b", "gpu-box", "gpu-box#0", 0.0, 10.0, 1, GIB // 2, gpus=1),
+    Assignment("report", "gpu-box", "gpu-box#0", 0.0, 2.0, 1, GIB // 2),
+)
+
+
+@pytest.fixture
+def executor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    from agora_optimizer.executor.agora_executor import AgoraExecutor
+
+    catalog = tmp_path / "gpu-catalog.yaml"
+    catalog.write_text(CATALOG)
+    monkeypatch.setenv("AIRFLOW__AGORA__CATALOG", str(catalog))
+    monkeypatch.setenv("AIRFLOW__AGORA__STATE_DIR", str(tmp_path / "jobs"))
+    monkeypatch.setenv("AIRFLOW__AGORA__TRACE_STORE_URL", f"sqlite:///{tmp_path / 'traces.db'}")
+    monkeypatch.setenv("AIRFLOW__AGORA__PLAN_DIR", str(tmp_path / "plans"))
+    monkeypatch.setenv("AIRFLOW__AGORA__BACKOFF_MAX_S", "0.2")
+    executor = AgoraExecutor()
+    executor.start()
+    return executor
+
+
+@pytest.mark.slow  # starts real workers, then stops them (there is no Airflow API for their tasks here)
+def test_planned_gpu_tasks_get_their_own_devices_and_a_cpu_task_none(
+    executor: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    told: dict[str, dict[str, str]] = {}
+    start_worker = local.start_worker
+
+    def recording(job: JobSpec, warm: bool) -> Any:
+        told[job.key] = {name: job.environment[name] for name in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")}
+        return start_worker(job, warm)
+
+    monkeypatch.setattr(local, "start_worker", recording)
+    version = save_plan(tmp_path / "plans", PLANNED)
+    items = []
+    for a in PLANNED:
+        placement = {"resource": a.resource, "cores": a.cores, "memory_bytes": 512 * MIB, "gpus": a.gpus}
+        items.append(workload(a.task, {**placement, "machine": a.machine, "plan_version": version}, tmp_path))
+    for item in items:
+        executor.queued_tasks[item.ti.key] = item
+    executor._process_workloads(items)
+    jobs = {job.record.task_id: job for job in executor._jobs.values()}
+    assert {task: job.spec.gpus for task, job in jobs.items()} == {"train_a": 1, "train_b": 1, "report": 0}
+    assert jobs["train_a"].spec.lease.gpus == 2  # the machine's type's
+    heartbeat_until(executor, lambda: len(told) == len(PLANNED))  # every worker started
+    cancel(executor, items)
+    by_task = {task: told[job.spec.key] for task, job in jobs.items()}
+    assert sorted(by_task[task]["CUDA_VISIBLE_DEVICES"] for task in ("train_a", "train_b")) == ["0", "1"]
+    assert by_task["report"]["CUDA_VISIBLE_DEVICES"] == ""
+    assert {told["CUDA_DEVICE_ORDER"] for told in by_task.values()} == {"PCI_BUS_ID"}
