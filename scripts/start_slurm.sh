@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A real one-host SLURM cluster on loopback with two node types and two partitions, with
+# A real one-host SLURM cluster on loopback with three node types and three partitions, with
 # accounting (slurmdbd + MariaDB), for the tests, the queue-wait collector and the SLURM
 # executor. No systemd, no cgroups.
 #
@@ -11,14 +11,23 @@
 # the logs and the pid files. Clients need SLURM_CONF=STATE_DIR/slurm.conf, which the script
 # prints; when /etc/slurm/slurm.conf is absent (or is our link), it is linked there too.
 #
-# The cluster: two nodes, each its own slurmd (`slurmd -N NAME`) on this host at 127.0.0.1 with
+# The cluster: three nodes, each its own slurmd (`slurmd -N NAME`) on this host at 127.0.0.1 with
 # its own port, spool, pid and log file (%n in slurm.conf):
 #   agora-small  AGORA_SLURM_SMALL_CPUS (8) CPUs, AGORA_SLURM_SMALL_MEMORY_MB (8192) MiB, slurmd
 #                port AGORA_SLURM_SLURMD_PORT (6818); the only node of partition `debug` (default)
 #   agora-large  AGORA_SLURM_LARGE_CPUS (16) CPUs, AGORA_SLURM_LARGE_MEMORY_MB (32768) MiB, slurmd
 #                port AGORA_SLURM_LARGE_PORT (6820); the only node of partition `compute`
+#   agora-gpu    AGORA_SLURM_GPU_CPUS (4) CPUs, AGORA_SLURM_GPU_MEMORY_MB (8192) MiB and
+#                AGORA_SLURM_GPUS (2) GPUs (generic resource gpu:loopback), slurmd port
+#                AGORA_SLURM_GPU_PORT (6821); the only node of partition `accel`
+# The GPUs are placeholders, not devices: gres.conf points each at a link to /dev/null in
+# STATE_DIR/gpu (gpu0, gpu1 ...; slurmd 22.05 drops a File= that is not a character or block
+# device, and with it the job's CUDA_VISIBLE_DEVICES), which is all SLURM needs to count them,
+# allocate them to jobs (--gres=gpu[:loopback]:N) and set a job's CUDA_VISIBLE_DEVICES and
+# SLURM_JOB_GPUS to the indices it got. Accounting tracks them (AccountingStorageTRES=gres/gpu:
+# sacct's AllocTRES has gres/gpu=N).
 # Both claim more than the machine may have, which SLURM accepts with
-# SlurmdParameters=config_overrides; catalogs/slurm-loopback.yaml describes the same two types.
+# SlurmdParameters=config_overrides; catalogs/slurm-loopback.yaml describes the same three types.
 # Memory is a consumable resource (CR_Core_Memory, DefMemPerCPU=500), so a partition's queue
 # builds up as soon as its requests exceed its node. jobacct_gather/linux samples each job's
 # processes every second, so sacct reports MaxRSS.
@@ -40,10 +49,15 @@ SMALL_CPUS="${AGORA_SLURM_SMALL_CPUS:-8}"
 SMALL_MEMORY_MB="${AGORA_SLURM_SMALL_MEMORY_MB:-8192}"
 LARGE_CPUS="${AGORA_SLURM_LARGE_CPUS:-16}"
 LARGE_MEMORY_MB="${AGORA_SLURM_LARGE_MEMORY_MB:-32768}"
+GPU_CPUS="${AGORA_SLURM_GPU_CPUS:-4}"
+GPU_MEMORY_MB="${AGORA_SLURM_GPU_MEMORY_MB:-8192}"
+GPUS="${AGORA_SLURM_GPUS:-2}"
+GPU_TYPE=loopback
 CTLD_PORT="${AGORA_SLURM_CTLD_PORT:-6817}"
 SLURMD_PORT="${AGORA_SLURM_SLURMD_PORT:-6818}"
 LARGE_PORT="${AGORA_SLURM_LARGE_PORT:-6820}"
-NODES=(agora-small agora-large)
+GPU_PORT="${AGORA_SLURM_GPU_PORT:-6821}"
+NODES=(agora-small agora-large agora-gpu)
 DBD_PORT="${AGORA_SLURM_DBD_PORT:-6819}"
 DB_PORT="${AGORA_SLURM_DB_PORT:-3307}"
 CLUSTER="agora"
@@ -135,7 +149,8 @@ PATH="/usr/sbin:/sbin:$PATH"
 VERSION="$(slurmctld -V | awk '{print $2}')"
 
 # ---- configuration -----------------------------------------------------------------------
-mkdir -p "$STATE"/{run,log,spool,ctld,mysql}
+mkdir -p "$STATE"/{run,log,spool,ctld,mysql,gpu}
+for ((i = 0; i < GPUS; i++)); do ln -sfn /dev/null "$STATE/gpu/gpu$i"; done  # gres.conf's placeholder devices
 chmod 755 "$STATE"
 SLURM_USER=root
 
@@ -150,7 +165,7 @@ write_if_changed() {  # write_if_changed FILE MODE: stdin to FILE; echo "changed
 changed=""
 changed+="$(write_if_changed "$STATE/slurm.conf" 644 <<EOF
 # Written by scripts/start_slurm.sh for a one-host cluster on loopback (SLURM $VERSION):
-# two slurmd (-N agora-small, -N agora-large) on 127.0.0.1, each with its own port.
+# three slurmd (-N agora-small, -N agora-large, -N agora-gpu) on 127.0.0.1, each with its own port.
 ClusterName=$CLUSTER
 SlurmctldHost=$HOST(127.0.0.1)
 SlurmctldPort=$CTLD_PORT
@@ -173,6 +188,8 @@ TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/linux
 JobAcctGatherFrequency=1
 MpiDefault=none
+# GPUs as generic resources (placeholder files, see gres.conf beside this file).
+GresTypes=gpu
 SwitchType=switch/none
 ReturnToService=2
 # Reject at submission what a partition could never run (time above MaxTime ...).
@@ -192,12 +209,20 @@ Waittime=0
 AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=127.0.0.1
 AccountingStoragePort=$DBD_PORT
+AccountingStorageTRES=gres/gpu
 JobCompType=jobcomp/filetxt
 JobCompLoc=$STATE/jobcomp.txt
 NodeName=agora-small NodeHostname=$HOST NodeAddr=127.0.0.1 Port=$SLURMD_PORT CPUs=$SMALL_CPUS RealMemory=$SMALL_MEMORY_MB State=UNKNOWN
 NodeName=agora-large NodeHostname=$HOST NodeAddr=127.0.0.1 Port=$LARGE_PORT CPUs=$LARGE_CPUS RealMemory=$LARGE_MEMORY_MB State=UNKNOWN
+NodeName=agora-gpu NodeHostname=$HOST NodeAddr=127.0.0.1 Port=$GPU_PORT CPUs=$GPU_CPUS RealMemory=$GPU_MEMORY_MB Gres=gpu:$GPU_TYPE:$GPUS State=UNKNOWN
 PartitionName=debug Nodes=agora-small Default=YES MaxTime=1:00:00 State=UP
 PartitionName=compute Nodes=agora-large Default=NO MaxTime=1-00:00:00 State=UP
+PartitionName=accel Nodes=agora-gpu Default=NO MaxTime=1-00:00:00 State=UP
+EOF
+)"
+changed+="$(write_if_changed "$STATE/gres.conf" 644 <<EOF
+# Written by scripts/start_slurm.sh: agora-gpu's GPUs, links to /dev/null standing in for /dev/nvidia0 ...
+NodeName=agora-gpu Name=gpu Type=$GPU_TYPE File=$STATE/gpu/gpu[0-$((GPUS - 1))]
 EOF
 )"
 changed+="$(write_if_changed "$STATE/slurmdbd.conf" 600 <<EOF

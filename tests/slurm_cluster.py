@@ -12,9 +12,10 @@ In CI (``CI=true``) a cluster that cannot start fails the test; elsewhere it ski
 script's last words as the reason. The first start on a fresh machine installs Debian's
 slurm-wlm, munge and MariaDB (about 1.5 minutes); later starts take seconds.
 
-The cluster has two node types, one per partition (:data:`NODES`, as the script's defaults and
-``catalogs/slurm-loopback.yaml`` size them): ``debug`` runs on ``agora-small`` only and
-``compute`` on ``agora-large`` only, so the two partitions queue independently.
+The cluster has three node types, one per partition (:data:`NODES`, as the script's defaults and
+``catalogs/slurm-loopback.yaml`` size them): ``debug`` runs on ``agora-small`` only,
+``compute`` on ``agora-large`` only and ``accel`` on ``agora-gpu`` only (with two placeholder GPUs,
+generic resource ``gpu:loopback``), so the partitions queue independently.
 """
 
 from __future__ import annotations
@@ -44,11 +45,13 @@ class SlurmNode:
     partition: str
     cpus: int
     memory_mib: int
+    gpus: int = 0  # generic resource gpu:loopback
 
 
 NODES = {
     "debug": SlurmNode("agora-small", "debug", cpus=8, memory_mib=8192),
     "compute": SlurmNode("agora-large", "compute", cpus=16, memory_mib=32768),
+    "accel": SlurmNode("agora-gpu", "accel", cpus=4, memory_mib=8192, gpus=2),
 }
 
 

@@ -110,13 +110,13 @@ def test_catalog_waits_from_a_model_and_a_queue(mixed: Catalog) -> None:
 
 @pytest.mark.parametrize("kind", ["time", pytest.param("cost", marks=pytest.mark.slow)])  # cost: plans for seconds
 def test_a_planned_queue_wait_delays_the_leases_and_is_not_billed(tmp_path: Path, kind: str) -> None:
-    """Issue 15's reproduction: blast on the loopback cluster with a 120 s wait on both partitions.
+    """Issue 15's reproduction: blast on the loopback cluster with a 120 s wait on every partition.
 
     The plan names the catalog file; its claimed cost must be what its leases cost there, and
     both ``agora validate`` and the independent checker must accept it."""
     wait_s = 120.0
     catalog = load_catalog(LOOPBACK)
-    delayed = with_queue_wait(catalog, {"debug": wait_s, "compute": wait_s})
+    delayed = with_queue_wait(catalog, {str(r.slurm_partition): wait_s for r in catalog.resources})
     plan = optimize(load_workflow(BLAST), delayed, Objective(kind=kind), str(LOOPBACK), time_limit_s=5.0)
     out = tmp_path / "plan.json"
     write_plan(plan, out)

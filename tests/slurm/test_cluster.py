@@ -55,19 +55,27 @@ def test_a_missing_slurm_binary_says_how_to_get_one(monkeypatch: pytest.MonkeyPa
         read_snapshot("format")
 
 
-def test_two_node_types_one_per_partition_as_the_catalog_says(slurm_cluster: SlurmCluster) -> None:
-    rows = run_slurm(["sinfo", "--Node", "--noheader", "--format=%N %P %c %m"]).split("\n")
+def test_node_types_one_per_partition_as_the_catalog_says(slurm_cluster: SlurmCluster) -> None:
+    rows = run_slurm(["sinfo", "--Node", "--noheader", "--format=%N %P %c %m %G"]).split("\n")
     seen = {tuple(row.split()) for row in rows if row.strip()}
     default = {"debug": "debug*"}  # sinfo marks the default partition
     assert seen == {
-        (n.name, default.get(n.partition, n.partition), str(n.cpus), str(n.memory_mib)) for n in NODES.values()
+        (
+            n.name,
+            default.get(n.partition, n.partition),
+            str(n.cpus),
+            str(n.memory_mib),
+            f"gpu:loopback:{n.gpus}" if n.gpus else "(null)",
+        )
+        for n in NODES.values()
     }
     catalog = load_catalog(LOOPBACK_CATALOG)
     for resource in catalog.resources:
         node = NODES[str(resource.extra["partition"])]
-        assert (resource.backend, resource.vcpus, resource.memory_bytes) == (
+        assert (resource.backend, resource.vcpus, resource.memory_bytes, resource.gpus) == (
             "slurm",
             node.cpus,
             node.memory_mib * 2**20,
+            node.gpus,
         )
         assert resource.count == 1

@@ -91,7 +91,8 @@ class SlurmBackend(SlurmLeases):
             if job.lease is not None:
                 return self._submit_leased(job, job.lease)
             limit = job.time_limit_s
-            if self.pilot_max_tasks >= 2 and limit is not None and limit <= self.pilot_max_time_limit_s:
+            short = limit is not None and limit <= self.pilot_max_time_limit_s
+            if self.pilot_max_tasks >= 2 and short and not job.gpus:  # a pilot sums cores and memory, not GPUs
                 return self._submit_packed(job, partition)
             return self._submit_single(job, partition)
 

@@ -1,17 +1,18 @@
 """Planned machines: one SLURM allocation per machine of a plan, run by the pilot driver.
 
-Planned machines (:meth:`SlurmBackend.open_lease`): a plan's machine ``TYPE#N`` is one
-allocation sized as its type (its vcpus and memory, in its catalog resource's partition), run
-by the same driver as a pilot, in a directory named by the lease key (under ``lease_root``).
-It starts empty; each task ``submit`` hands it (a ``JobSpec`` whose ``lease`` is it) becomes
-its next ``task.I.sh``, and the driver runs them in that order, several at once while their
-cores and memory fit the machine. :meth:`SlurmBackend.close_lease` writes ``closed``: the driver
-ends once its running tasks have, and SLURM releases the allocation, whose Start and End in
-accounting :meth:`SlurmBackend.finished_leases` reports. A partition that is not up, or has
-no node that can run, or an sbatch SLURM refuses, is a BackendError from ``open_lease``. A
-restarted scheduler takes an open allocation over by its job name (``agora-<lease key>``).
-A driver that saw no task for ``lease_idle_s`` ends by itself (its scheduler may be gone); a
-task handed over after that goes to a new allocation of the machine.
+Planned machines (:meth:`SlurmBackend.open_lease`): a plan's machine ``TYPE#N`` is one allocation
+sized as its type (its vcpus and memory, and its GPUs as ``--gres=gpu[:TYPE]:N`` with the resource's
+``gres_type``, in its catalog resource's partition), run by the same driver as a pilot, in a
+directory named by the lease key (under ``lease_root``). It starts empty; each task ``submit`` hands
+it (a ``JobSpec`` whose ``lease`` is it) becomes its next ``task.I.sh``, and the driver runs them in
+that order, several at once while their cores, memory and GPUs fit the machine, each with its own of
+the allocation's GPUs as ``CUDA_VISIBLE_DEVICES``. :meth:`SlurmBackend.close_lease` writes
+``closed``: the driver ends once its running tasks have, and SLURM releases the allocation, whose
+Start and End in accounting :meth:`SlurmBackend.finished_leases` reports. A partition that is not
+up, or has no node that can run, or no node with the machine's GPUs, or an sbatch SLURM refuses, is
+a BackendError from ``open_lease``. A restarted scheduler takes an open allocation over by its job
+name (``agora-<lease key>``). A driver that saw no task for ``lease_idle_s`` ends by itself (its
+scheduler may be gone); a task handed over after that goes to a new allocation of the machine.
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ class SlurmLeases(SlurmPilots):
 
         An allocation of this lease that a scheduler before a restart opened and never closed is
         taken over (found by its job name). BackendError, naming the machine and SLURM's words,
-        when the partition is unknown, not up, or has no node that can run, or sbatch refuses."""
+        when the partition is unknown, not up, or has no node that can run (or none with the machine's
+        GPUs), or sbatch refuses."""
         with self._lock:
             if lease.key in self._leases:
                 return
@@ -140,6 +142,12 @@ class SlurmLeases(SlurmPilots):
         if not any(node.usable for node in nodes):
             said = ", ".join(f"{node.name} {node.state}" for node in sorted(nodes, key=lambda node: node.name))
             raise BackendError(self.name, f"{what}: no node can run ({said}, sinfo)", transient=False)
+        if lease.gpus > 0:
+            self._check_gpus(what, partition, lease.gpus, self._lease_gres_type(lease))
+
+    def _lease_gres_type(self, lease: MachineLease) -> str | None:
+        resource = self.resources.get(lease.resource)
+        return None if resource is None else self._gres_type(lease.resource, resource.extra)
 
     def _allocate(self, lease: MachineLease, partition: str) -> Pilot:
         """sbatch the lease's driver, sized as the machine; its directory is the first free of
@@ -171,7 +179,15 @@ class SlurmLeases(SlurmPilots):
                 directory=directory,
                 script=directory / "pilot.sbatch",
                 options=(f"--comment={comment}",),
-                arguments=("lease", str(lease.cores), str(memory_mib), str(math.ceil(self.lease_idle_s))),
+                arguments=(
+                    "lease",
+                    str(lease.cores),
+                    str(memory_mib),
+                    str(math.ceil(self.lease_idle_s)),
+                    str(lease.gpus),
+                ),
+                gpus=lease.gpus,
+                gres_type=self._lease_gres_type(lease) if lease.gpus > 0 else None,
             )
             pilot.write([])
         except BackendError:
@@ -185,8 +201,8 @@ class SlurmLeases(SlurmPilots):
         self._pilot_dirs[pilot.job_id] = directory
         if self.submissions is not None:
             self.submissions.submitted(pilot.job_id, partition, lease.cores, memory_mib * MIB, None)
-        log.info("SLURM: allocation %s for machine %s (%d cores, %d MiB)", pilot.job_id, lease.machine,
-                 lease.cores, memory_mib)  # fmt: skip
+        log.info("SLURM: allocation %s for machine %s (%d cores, %d MiB, %d GPUs)", pilot.job_id, lease.machine,
+                 lease.cores, memory_mib, lease.gpus)  # fmt: skip
         return pilot
 
     def _find_lease(self, lease: MachineLease) -> Pilot | None:
@@ -219,11 +235,11 @@ class SlurmLeases(SlurmPilots):
 
     def _submit_leased(self, job: JobSpec, lease: MachineLease) -> str:
         """Hand the task to its machine's allocation: the next index, claimed with ``mkdir slot.INDEX``."""
-        if job.cores > lease.cores or mib(job.memory_bytes) > mib(lease.memory_bytes):
+        if job.cores > lease.cores or mib(job.memory_bytes) > mib(lease.memory_bytes) or job.gpus > lease.gpus:
             raise BackendError(
                 self.name,
-                f"{job.label}: needs {job.cores} cores and {mib(job.memory_bytes)} MiB, more than machine "
-                f"{lease.machine} has ({lease.cores} cores, {mib(lease.memory_bytes)} MiB)",
+                f"{job.label}: needs {job.cores} cores, {mib(job.memory_bytes)} MiB and {job.gpus} GPUs, more than "
+                f"machine {lease.machine} has ({lease.cores} cores, {mib(lease.memory_bytes)} MiB, {lease.gpus} GPUs)",
                 transient=False,
             )
         if lease.key not in self._leases:

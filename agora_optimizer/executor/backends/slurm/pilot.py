@@ -3,7 +3,8 @@
 Pilot mode (``pilot_max_tasks`` >= 2), in the spirit of Balsam's pilot jobs: a job with a time
 limit of at most ``pilot_max_time_limit_s`` is not submitted alone but gathered with the other
 such jobs of its partition into one allocation, whose script runs all their commands at once,
-each in its own job directory, each writing its own ``result.json``.
+each in its own job directory, each writing its own ``result.json``. A job that needs GPUs is
+never gathered: it is a batch job of its own, with its ``--gres``.
 
 - The first job of a gathering opens a pilot: a directory (under ``pilot_root``, by default
   beside the first job's directory) and an ``sbatch --hold`` job, so its SLURM id exists from
@@ -105,8 +106,16 @@ class SlurmPilots(SlurmSubmission):
         if job.environment:
             command = ["env", "--", *(f"{k}={v}" for k, v in job.environment.items()), *command]
         memory = mib(job.memory_bytes)
-        line = f"run_task {index} {job.cores} {memory} {shlex.quote(str(job.job_dir))} {shlex.join(command)}\n"
-        return PilotTask(index, job.key, job.label, job.resource, job.job_dir, job.cores, memory, minutes, line)
+        # A task without GPUs keeps the line every driver reads; one with GPUs names them (run_gpu_task).
+        start = (
+            f"run_gpu_task {index} {job.cores} {memory} {job.gpus}"
+            if job.gpus
+            else f"run_task {index} {job.cores} {memory}"
+        )
+        line = f"{start} {shlex.quote(str(job.job_dir))} {shlex.join(command)}\n"
+        return PilotTask(
+            index, job.key, job.label, job.resource, job.job_dir, job.cores, memory, minutes, line, gpus=job.gpus
+        )
 
     def _open_pilot(self, job: JobSpec, partition: str, task_minutes: int, capacity: Capacity) -> Pilot:
         root = self.pilot_root or job.job_dir.parent

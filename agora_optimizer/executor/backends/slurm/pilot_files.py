@@ -29,45 +29,67 @@ REAP_SESSION = 'pkill -KILL -s "$1" 2>/dev/null; while pgrep -s "$1" >/dev/null 
 
 PILOT_DRIVER = """#!/bin/bash
 # agora allocation driver, written by agora_optimizer.executor.backends.slurm, for a pilot and for a
-# planned machine's lease alike. Usage: pilot.sbatch MODE CORES MEMORY_MIB IDLE_S, in the allocation's
-# directory (--chdir). It runs task.0.sh, task.1.sh ... (each one run_task line) in that order, each in
-# its own job directory, several at once while their cores and memory fit CORES and MEMORY_MIB (0: no
-# limit); a task that does not fit yet waits, and so do the ones after it. MODE pilot: every task was
-# written before the allocation started, so it is closed from the start. MODE lease: tasks keep coming
-# until the file "closed" appears, or none came for IDLE_S seconds. To end, the driver claims the next
+# planned machine's lease alike. Usage: pilot.sbatch MODE CORES MEMORY_MIB IDLE_S [GPUS], in the
+# allocation's directory (--chdir). It runs task.0.sh, task.1.sh ... (each one run_task or run_gpu_task
+# line) in that order, each in its own job directory, several at once while their cores, memory and GPUs
+# fit CORES, MEMORY_MIB (0: no limit) and GPUS (default 0); a task that does not fit yet waits, and so do
+# the ones after it. An allocation with GPUS > 0 hands each task its own GPUs as CUDA_VISIBLE_DEVICES
+# (and GPU_DEVICE_ORDINAL), disjoint among the tasks running at once, none to a task without GPUs: they
+# are taken from the allocation's list as SLURM set it (CUDA_VISIBLE_DEVICES, else SLURM_JOB_GPUS), or
+# 0 .. GPUS-1 where SLURM set none (count-only GPUs). MODE pilot: every task was written before the
+# allocation started, so it is closed from the start. MODE lease: tasks keep coming until the file
+# "closed" appears, or none came for IDLE_S seconds. To end, the driver claims the next
 # index with mkdir slot.NEXT: agora claims an index the same way before writing its task file, so a task
 # is either run here or known by agora never to be. A task is skipped when cancel.INDEX exists before it
 # starts, and gets SIGTERM when cancel.INDEX appears while it runs; its exit status goes to exit.INDEX.
-# A task's cores and memory are free again once its worker writes JOB_DIR/task-ended (the task process
-# has exited; Airflow's supervisor may report for seconds more), or at its exit without that mark.
+# A task's cores, memory and GPUs are free again once its worker writes JOB_DIR/task-ended (the task
+# process has exited; Airflow's supervisor may report for seconds more), or at its exit without that mark.
 set -u
-mode="${1:-pilot}" free_cores="${2:-0}" free_memory="${3:-0}" idle_s="${4:-0}"
+mode="${1:-pilot}" free_cores="${2:-0}" free_memory="${3:-0}" idle_s="${4:-0}" gpus="${5:-0}"
 [ "$free_cores" -gt 0 ] || free_cores=1000000000
 [ "$free_memory" -gt 0 ] || free_memory=1000000000000
 [ "$mode" = pilot ] && : >closed
-declare -A running=() cores_of=() memory_of=() dir_of=() freed=()
+free_gpus=()
+if [ "$gpus" -gt 0 ]; then
+  visible="${CUDA_VISIBLE_DEVICES:-${SLURM_JOB_GPUS:-}}"
+  if [ -n "$visible" ]; then IFS=, read -r -a free_gpus <<<"$visible"; else free_gpus=($(seq 0 $((gpus - 1)))); fi
+fi
+declare -A running=() cores_of=() memory_of=() gpus_of=() dir_of=() freed=()
 reap_session() { @REAP_SESSION@; }
-run_task() {  # run_task INDEX CORES MEMORY_MIB JOB_DIR COMMAND...; status 1: it does not fit yet
-  local index="$1" cores="$2" memory="$3" dir="$4"
-  shift 4
+run_task() {  # run_task INDEX CORES MEMORY_MIB JOB_DIR COMMAND...: a task without GPUs
+  run_gpu_task "$1" "$2" "$3" 0 "${@:4}"
+}
+run_gpu_task() {  # run_gpu_task INDEX CORES MEMORY_MIB GPUS JOB_DIR COMMAND...; status 1: it does not fit yet
+  local index="$1" cores="$2" memory="$3" wanted="$4" dir="$5" devices
+  shift 5
   if [ -e "cancel.$index" ]; then : >"skipped.$index"; return 0; fi
-  if [ "${#running[@]}" -gt 0 ] && { [ "$cores" -gt "$free_cores" ] || [ "$memory" -gt "$free_memory" ]; }; then
+  if [ "${#running[@]}" -gt 0 ] && { [ "$cores" -gt "$free_cores" ] || [ "$memory" -gt "$free_memory" ] \
+    || [ "$wanted" -gt "${#free_gpus[@]}" ]; }; then
     return 1
   fi
+  local mine=("${free_gpus[@]:0:wanted}")
+  free_gpus=("${free_gpus[@]:wanted}")
+  devices="$(IFS=,; echo "${mine[*]}")"
   mkdir -p "$dir"
-  (cd "$dir" && exec setsid "$@") >>"$dir/slurm-${SLURM_JOB_ID:-pilot}.log" 2>&1 </dev/null &
+  (
+    cd "$dir" || exit 1
+    [ "$gpus" -gt 0 ] && export CUDA_VISIBLE_DEVICES="$devices" GPU_DEVICE_ORDINAL="$devices"
+    exec setsid "$@"
+  ) >>"$dir/slurm-${SLURM_JOB_ID:-pilot}.log" 2>&1 </dev/null &
   running[$index]=$!
   cores_of[$index]=$cores
   memory_of[$index]=$memory
+  gpus_of[$index]="${mine[*]}"
   dir_of[$index]=$dir
   free_cores=$((free_cores - cores))
   free_memory=$((free_memory - memory))
   echo "$!" >"pid.$index"
 }
-free_task() {  # free_task INDEX: its cores and memory go back, once
+free_task() {  # free_task INDEX: its cores, memory and GPUs go back, once
   [ -n "${freed[$1]:-}" ] && return 0
   free_cores=$((free_cores + cores_of[$1]))
   free_memory=$((free_memory + memory_of[$1]))
+  free_gpus+=(${gpus_of[$1]})
   freed[$1]=1
 }
 stopping=0
@@ -90,7 +112,7 @@ while :; do
       echo "$status" >"exit.$index"
       [ "$status" = 0 ] || failed=1
       free_task "$index"
-      unset "running[$index]" "cores_of[$index]" "memory_of[$index]" "dir_of[$index]" "freed[$index]"
+      unset "running[$index]" "cores_of[$index]" "memory_of[$index]" "gpus_of[$index]" "dir_of[$index]" "freed[$index]"
       idle_since=$SECONDS
       continue
     fi
@@ -127,7 +149,8 @@ class PilotTask:
     cores: int
     memory_mib: int
     minutes: int
-    line: str  # its run_task line, the whole of its task.INDEX.sh
+    line: str  # its run_task (or run_gpu_task) line, the whole of its task.INDEX.sh
+    gpus: int = 0
 
 
 @dataclass
@@ -169,6 +192,7 @@ class Pilot:
                         "cores": task.cores,
                         "memory_mib": task.memory_mib,
                         "minutes": task.minutes,
+                        "gpus": task.gpus,
                     }
                     for task in tasks
                 ],
@@ -195,6 +219,7 @@ def _lease_fields(lease: MachineLease) -> dict[str, object]:
         "resource": lease.resource,
         "cores": lease.cores,
         "memory_bytes": lease.memory_bytes,
+        "gpus": lease.gpus,
         "tasks": lease.tasks,
         "planned_start_s": lease.planned_start_s,
         "planned_end_s": lease.planned_end_s,
@@ -231,6 +256,7 @@ class Manifest:
                     int(task["memory_mib"]),
                     int(task["minutes"]),
                     line="",  # written already
+                    gpus=int(task.get("gpus", 0)),  # absent in the manifests of agora before GPUs
                 )
                 for task in raw["tasks"]
             )

@@ -45,6 +45,7 @@ from agora_optimizer.model.catalog import Resource
 from agora_optimizer.slurm.commands import run_slurm, this_user
 from agora_optimizer.slurm.errors import SlurmCommandError, SlurmOutputError
 from agora_optimizer.slurm.jobs import SlurmRecord, sacct_jobs, squeue_jobs
+from agora_optimizer.slurm.nodes import partition_gpus
 from agora_optimizer.slurm.values import mib
 
 if TYPE_CHECKING:
@@ -71,6 +72,7 @@ LEASE_IDLE_S = 120.0  # a lease's allocation with no task for this long ends (it
 REMEMBER_MAX = 10_000  # job and pilot directories a backend remembers; the oldest are found again from SLURM
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 UNSAFE_CHARS = re.compile(r"[^A-Za-z0-9_.-]+")
+GRES_TYPE = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
 @dataclass(frozen=True)
@@ -104,13 +106,22 @@ def one_line(text: str) -> str:
     return " ".join(text.split())
 
 
+def gres_option(gpus: int, gres_type: str | None) -> str:
+    """sbatch's request for ``gpus`` GPUs on the node, of ``gres_type`` when given."""
+    return f"--gres=gpu:{gres_type}:{gpus}" if gres_type else f"--gres=gpu:{gpus}"
+
+
 def single_script(job: JobSpec) -> str:
+    # SLURM sets CUDA_VISIBLE_DEVICES for GPUs with device files; count-only GPUs get their job's indices.
+    devices = ",".join(str(index) for index in range(job.gpus))
+    visible = f'[ -n "${{CUDA_VISIBLE_DEVICES:-}}" ] || export CUDA_VISIBLE_DEVICES="${{SLURM_JOB_GPUS:-{devices}}}"\n'
     return (
         "#!/bin/bash\n"
         f"# agora job {one_line(job.key)}: {one_line(job.label)}\n"
         f"# resource {one_line(job.resource)}; written by agora_optimizer.executor.backends.slurm\n"
         f"reap_session() {{ {REAP_SESSION}; }}\n"
-        f"setsid {shlex.join(job.command)} &\n"  # the worker leads a session of its own: its pid is the session id
+        + (visible if job.gpus > 0 else "")
+        + f"setsid {shlex.join(job.command)} &\n"  # the worker leads a session of its own: its pid is the session id
         "worker=$!\n"
         "trap 'kill -TERM \"$worker\" 2>/dev/null' TERM INT  # a cancel or time limit reaches the worker\n"
         'while :; do wait "$worker"; status=$?; kill -0 "$worker" 2>/dev/null || break; done\n'
@@ -209,12 +220,16 @@ class SlurmSubmission(Backend):
         if earlier is not None:
             self._job_dirs[earlier] = job.job_dir
             return earlier
+        what = task_described(job, partition)
+        gres_type = self._gres_type(job.resource, job.options) if job.gpus > 0 else None
+        if job.gpus > 0:
+            self._check_gpus(what, partition, job.gpus, gres_type)
         job.job_dir.mkdir(parents=True, exist_ok=True)
         script = job.job_dir / "job.sbatch"
         write_private(script, single_script(job), mode=0o700)
         minutes = self._minutes(job.time_limit_s)
         job_id = self._sbatch(
-            task_described(job, partition),
+            what,
             name,
             partition=partition,
             cores=job.cores,
@@ -223,6 +238,8 @@ class SlurmSubmission(Backend):
             script=script,
             minutes=minutes,
             environment=job.environment,
+            gpus=job.gpus,
+            gres_type=gres_type,
         )
         self._job_dirs[job_id] = job.job_dir
         if self.submissions is not None:
@@ -245,10 +262,13 @@ class SlurmSubmission(Backend):
         options: Sequence[str] = (),
         arguments: Sequence[str] = (),
         environment: Mapping[str, str] | None = None,
+        gpus: int = 0,
+        gres_type: str | None = None,
     ) -> str:
         """Submit ``script`` as one job of one task on one node, running and logging in ``directory``;
         return its id. ``what`` names the resource, partition and task (or machine) in errors; the job
-        gets ``environment`` (its names in ``--export``, its values from sbatch's environment)."""
+        gets ``environment`` (its names in ``--export``, its values from sbatch's environment) and
+        ``gpus`` GPUs of the node (``--gres``, of ``gres_type`` when given)."""
         environment = environment or {}
         argv = [
             "sbatch",
@@ -260,6 +280,7 @@ class SlurmSubmission(Backend):
             f"--cpus-per-task={cores}",
             f"--mem={memory_mib}M",
             *([f"--time={minutes}"] if minutes is not None else []),
+            *([gres_option(gpus, gres_type)] if gpus > 0 else []),
             f"--output={directory}/slurm-%j.log",
             f"--chdir={directory}",
             *options,
@@ -282,6 +303,39 @@ class SlurmSubmission(Backend):
         if not job_id.isdigit():
             raise BackendError(self.name, f"{what}: sbatch printed no job id: {out.strip()!r}", transient=True)
         return job_id
+
+    def _gres_type(self, resource: str, options: Mapping[str, object]) -> str | None:
+        """The resource's ``gres_type`` (the GPU type its nodes declare, asked for as ``--gres=gpu:TYPE:N``);
+        None without one (any GPU of the node)."""
+        value = options.get("gres_type")
+        if value is None:
+            return None
+        if not isinstance(value, str) or not GRES_TYPE.match(value):
+            raise BackendError(
+                self.name,
+                f"resource {resource!r}: 'gres_type' must be a SLURM GPU type such as a100 ([A-Za-z0-9_.-]), "
+                f"got {value!r}",
+                transient=False,
+            )
+        return value
+
+    def _check_gpus(self, what: str, partition: str, gpus: int, gres_type: str | None) -> None:
+        """BackendError naming the partition and the GPUs of its nodes unless one has ``gpus`` (sbatch would
+        refuse with no more than "Requested node configuration is not available")."""
+        try:
+            with self._slurm_errors():
+                nodes = partition_gpus(partition, gres_type, self.command_timeout_s)
+        except BackendError as exc:
+            raise BackendError(self.name, f"{what}: {exc.reason}", transient=exc.transient) from None
+        if nodes and max(nodes.values()) >= gpus:
+            return
+        kind = f"GPUs of type {gres_type}" if gres_type else "GPUs"
+        has = ", ".join(f"{node} has {count}" for node, count in sorted(nodes.items())) or "it has no nodes"
+        raise BackendError(
+            self.name,
+            f"{what}: needs {gpus} {kind} on one node, more than partition {partition} has ({has}; sinfo)",
+            transient=False,
+        )
 
     def _cancel_unanswered(self, name: str) -> None:
         """Cancel what a timed-out sbatch of ``name`` may have made (a held pilot, an allocation that
