@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from agora_optimizer.engines.pool_search import PoolSearchEngine
 from agora_optimizer.io.catalog_file import load_catalog
 from agora_optimizer.io.plan_file import plan_from_document, plan_to_dict
 from agora_optimizer.io.wfformat import load_workflow
@@ -14,7 +15,7 @@ from agora_optimizer.model import Objective
 from agora_optimizer.model.catalog import Catalog
 from agora_optimizer.model.workflow import Workflow
 from agora_optimizer.planning.leases import cost_usd, makespan_s
-from agora_optimizer.planning.optimize import optimize
+from agora_optimizer.planning.optimize import build_plan, optimize
 from agora_optimizer.planning.problem import Problem
 from agora_optimizer.planning.spot import (
     expected_cost_usd,
@@ -118,3 +119,21 @@ def test_a_plan_of_a_real_workflow_on_the_spot_catalog_passes_both_checkers() ->
     assert plan.spot.worst_case_makespan_s <= deadline + 1e-6
     assert validate_plan(plan, workflow, catalog) == []
     assert spec_checker.check_plan(plan_to_dict(plan), workflow_path, catalog_path) == []
+
+
+def test_a_part_of_a_catalog_keeps_its_spot_types_fallbacks() -> None:
+    catalog = calm_catalog(0.1)
+    spot_only = catalog.restricted_to(["od-spot"])
+    assert [r.name for r in spot_only.resources] == ["od-spot"]
+    assert spot_only.fallback_of(spot_only.by_name["od-spot"]) is catalog.by_name["od"]
+    problem = Problem.create(slack_workflow(), catalog, Objective(kind="cost", deadline_s=1000.0))
+    result = PoolSearchEngine().solve(problem, 1.0)  # it plans on pools of a few types: spot ones alone too
+    assert (
+        result is not None
+        and validate_plan(
+            build_plan(problem.workflow, catalog, problem.objective, "c", result.assignments, result.method, 0.0),
+            problem.workflow,
+            catalog,
+        )
+        == []
+    )
