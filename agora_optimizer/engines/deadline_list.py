@@ -27,6 +27,10 @@ every instant, as the spec says (:meth:`~agora_optimizer.planning.shared_counts.
 a lease that has ended leaves room for another of its type, so a dear type can be leased for each
 burst of work instead of for the idle span between bursts (on hpc-36, cycles-1k at a deadline of
 1.5 x: 1.39 x the cost bound against 1.64 with the whole-schedule count, at the same ``beta``).
+
+With spot types (``docs/spot.md``) a schedule is on time when its worst case is (one spot task
+interrupted at the last moment and re-run on demand); where the worst case is late, the re-run's
+length (the worst case less the planned makespan) comes off the deadline in the next ``beta``.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from agora_optimizer.engines.base import Engine, EngineResult
 from agora_optimizer.engines.list_scheduling import LARGE_MACHINES_PER_TYPE, machines_per_type
 from agora_optimizer.model.plan import Assignment
 from agora_optimizer.planning.bounds import fastest_runtime_s
+from agora_optimizer.planning.leases import makespan_s
 from agora_optimizer.planning.list_schedule import list_schedule, upward_ranks
 from agora_optimizer.planning.problem import Problem
 from agora_optimizer.planning.shared_counts import RunPools
@@ -63,8 +68,9 @@ class DeadlineListEngine(Engine):
         best: tuple[tuple[float, float, float], list[Assignment]] | None = None
         per_type = machines_per_type(workflow)
 
-        def schedule(beta: float, shared_cost: bool, instant: bool) -> float:
-            """Schedule for ``beta``; its makespan. Keeps the best schedule seen."""
+        def schedule(beta: float, shared_cost: bool, instant: bool) -> tuple[float, float]:
+            """Schedule for ``beta``; its makespan as the problem evaluates it (with spot types, the worst
+            case) and as planned. Keeps the best schedule seen."""
             nonlocal best
             latest = {task_id: beta * deadline - tail for task_id, tail in tails.items()}
             # With instant counts a type may have many machines over time: each task tries the few that
@@ -86,7 +92,7 @@ class DeadlineListEngine(Engine):
             key = problem.rank(makespan, cost)
             if best is None or key < best[0]:
                 best = (key, assignments)
-            return makespan
+            return makespan, makespan_s(assignments)
 
         def search(instant: bool) -> None:
             """The beta search of the module's text, on pools of one kind."""
@@ -98,12 +104,14 @@ class DeadlineListEngine(Engine):
             tries = 0
             while budget.affords() or (tries < 2 and not instant):  # the first search: at least two tries
                 tries += 1
-                makespan = schedule(beta, True, instant)
+                makespan, planned = schedule(beta, True, instant)
                 if makespan <= deadline + 1e-6:
                     timely_beta = beta
                     break
                 late_beta = beta
-                beta = beta * deadline / makespan * 0.99
+                # The overrun of the plan itself shrinks beta in proportion; a re-run's (spot types: the
+                # worst case less the planned makespan) is a length added to it, and is taken off the deadline.
+                beta = beta * (deadline - (makespan - planned)) / planned * 0.99
                 if beta < MIN_BETA:
                     break
             if timely_beta is not None and late_beta is not None:
@@ -111,7 +119,7 @@ class DeadlineListEngine(Engine):
                     if not budget.affords():
                         break
                     middle = (timely_beta + late_beta) / 2
-                    if schedule(middle, True, instant) <= deadline + 1e-6:
+                    if schedule(middle, True, instant)[0] <= deadline + 1e-6:
                         timely_beta = middle
                     else:
                         late_beta = middle

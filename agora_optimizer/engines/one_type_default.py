@@ -1,6 +1,7 @@
 """The one-type default: what most Airflow deployments run, and a floor no plan should be worse than.
 
-Every task on the cheapest resource type that fits all of them, list-scheduled for
+Every task on the cheapest on-demand resource type (spot capacity is not what deployments run by
+default) that fits all of them, list-scheduled for
 time on as many machines of it as its ``count`` allows.
 """
 
@@ -16,8 +17,8 @@ from agora_optimizer.planning.problem import Problem
 
 
 def default_type(workflow: Workflow, catalog: Catalog) -> Resource | None:
-    """The cheapest type that fits every task (the faster on a tie), or ``None``."""
-    fitting = [r for r in catalog.resources if all(r.fits(t) for t in workflow.tasks)]
+    """The cheapest on-demand type that fits every task (the faster on a tie), or ``None``."""
+    fitting = [r for r in catalog.resources if not r.spot and all(r.fits(t) for t in workflow.tasks)]
     if not fitting:
         return None
     return min(fitting, key=lambda r: (r.price_per_hour_usd, -r.speed))

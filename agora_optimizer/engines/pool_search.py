@@ -27,11 +27,7 @@ Pool = tuple[tuple[str, int], ...]  # (type name, machines), sorted by name, cou
 
 def pool_catalog(catalog: Catalog, pool: Pool) -> Catalog:
     sizes = dict(pool)
-    return Catalog(
-        resources=tuple(replace(r, count=sizes[r.name]) for r in catalog.resources if r.name in sizes),
-        bandwidth_bytes_per_s=catalog.bandwidth_bytes_per_s,
-        source=catalog.source,
-    )
+    return catalog.part(tuple(replace(r, count=sizes[r.name]) for r in catalog.resources if r.name in sizes))
 
 
 def _sizes(limit: int) -> list[int]:

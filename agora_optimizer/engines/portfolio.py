@@ -36,6 +36,7 @@ from agora_optimizer.engines.one_type_default import OneTypeDefaultEngine
 from agora_optimizer.engines.partition.icpp24 import PartitionEngine
 from agora_optimizer.engines.peft import PeftEngine
 from agora_optimizer.engines.pool_search import PoolSearchEngine
+from agora_optimizer.engines.spot_guard import SpotGuardEngine
 from agora_optimizer.planning.problem import Problem
 from agora_optimizer.planning.validate import count_violations
 
@@ -82,6 +83,9 @@ def default_stages() -> list[Stage]:
         Stage(ListSchedulingEngine(), share=0.25, fast=True, completes_one=True),
         Stage(HeftEngine(), share=0.3, fast=True),
         Stage(PeftEngine(), share=0.3, fast=True),
+        # Spot types and a deadline only: the best plan so far with the spot machines whose re-runs would
+        # break the deadline moved onto on-demand capacity.
+        Stage(SpotGuardEngine(), share=0.3, fast=True, completes_one=True),
         Stage(PartitionEngine(), share=0.3, objectives=("time",)),
         Stage(OneTypeDefaultEngine(), share=0.05),
         Stage(PoolSearchEngine(), share=0.5, max_tasks=20_000),

@@ -1,7 +1,16 @@
-"""Load a catalog file (YAML or JSON, section 2 of the spec) into a :class:`Catalog`."""
+"""Load a catalog file (YAML or JSON, section 2 of the spec) into a :class:`Catalog`.
+
+Spot capacity (``docs/spot.md``): a resource with ``spot: true`` must give
+``interruption_rate_per_hour`` (>= 0) and may name its ``fallback``, the on-demand type an
+interrupted task re-runs on (default: the cheapest on-demand type of its backend with at least its
+vCPUs, memory and GPUs, the faster on a tie). A rate or a fallback on a type that is not spot is
+refused (a ``spot: true`` forgotten would otherwise plan it as on-demand capacity), and so is a
+fallback that is missing, spot itself, or smaller than the spot type.
+"""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType
 
@@ -16,6 +25,7 @@ from agora_optimizer.model.limits import (  # lower limits too: below them durat
     MAX_COUNT,
     MAX_GPU_MEMORY_GIB,
     MAX_GPUS,
+    MAX_INTERRUPTION_RATE_PER_HOUR,
     MAX_MACHINE_MEMORY_GIB,
     MAX_PRICE_PER_HOUR_USD,
     MAX_SPEED,
@@ -37,6 +47,9 @@ _KNOWN_KEYS = {
     "gpus",
     "gpu_model",
     "gpu_memory_gib",
+    "spot",
+    "interruption_rate_per_hour",
+    "fallback",
 }
 
 
@@ -56,13 +69,15 @@ def load_catalog(path: str | Path) -> Catalog:
         .number(minimum=MIN_BANDWIDTH_BYTES_PER_S, maximum=MAX_BANDWIDTH_BYTES_PER_S)
     )
     resources: list[Resource] = []
-    for item in root.get("resources").items():
+    items = list(root.get("resources").items())
+    for item in items:
         resource = _resource(item)
         if any(r.name == resource.name for r in resources):
             raise item.get("name").fail(f"duplicate resource name '{resource.name}'")
         resources.append(resource)
     if not resources:
         raise root.get("resources").fail("lists no resource")
+    resources = [_with_fallback(item, resource, resources) for item, resource in zip(items, resources, strict=True)]
     return Catalog(resources=tuple(resources), bandwidth_bytes_per_s=bandwidth, source=source)
 
 
@@ -78,6 +93,19 @@ def _resource(item: Node) -> Resource:
     billing.mapping()
     gpu_model = item.get("gpu_model", None).optional()
     gpu_memory = item.get("gpu_memory_gib", None).optional()
+    spot = item.get("spot", False).boolean()
+    rate_node = item.get("interruption_rate_per_hour", None)
+    fallback_node = item.get("fallback", None)
+    if spot and rate_node.optional() is None:
+        raise rate_node.fail(
+            "is required for a spot type (spot: true): the rate at which its machines are taken back, "
+            "per hour of running (0 for none)"
+        )
+    if not spot:
+        for node in (rate_node, fallback_node):
+            if node.optional() is not None:
+                raise node.fail(f"is only for a spot type, and '{name}' does not say spot: true")
+    rate = None if rate_node.optional() is None else rate_node.number(maximum=MAX_INTERRUPTION_RATE_PER_HOUR)
     return Resource(
         name=name,
         backend=backend,
@@ -96,5 +124,41 @@ def _resource(item: Node) -> Resource:
         gpu_memory_gib=None
         if gpu_memory is None
         else gpu_memory.number(strictly_positive=True, maximum=MAX_GPU_MEMORY_GIB),
+        spot=spot,
+        interruption_rate_per_hour=rate,
+        fallback=None if fallback_node.optional() is None else fallback_node.string(),
         extra=MappingProxyType({k: v for k, v in item.mapping().items() if k not in _KNOWN_KEYS}),
     )
+
+
+def _with_fallback(item: Node, resource: Resource, resources: list[Resource]) -> Resource:
+    """A spot type with its fallback checked, or chosen by the module's default rule."""
+    if not resource.spot:
+        return resource
+    node = item.get("fallback", None)
+    if resource.fallback is None:
+        larger = [r for r in resources if not r.spot and r.backend == resource.backend and _holds(r, resource)]
+        if not larger:
+            raise node.fail(
+                f"spot type '{resource.name}' names no fallback, and no on-demand type of backend "
+                f"'{resource.backend}' has its vCPUs, memory and GPUs; name the type an interrupted task re-runs on"
+            )
+        chosen = min(larger, key=lambda r: (r.price_per_hour_usd, -r.speed))
+        return replace(resource, fallback=chosen.name)
+    fallback = next((r for r in resources if r.name == resource.fallback), None)
+    if fallback is None:
+        raise node.fail(f"names '{resource.fallback}', which is not a resource of this catalog")
+    if fallback.spot:
+        raise node.fail(f"names '{fallback.name}', a spot type: an interrupted task re-runs on on-demand capacity")
+    if not _holds(fallback, resource):
+        raise node.fail(
+            f"names '{fallback.name}' ({fallback.vcpus} vCPUs, {fallback.memory_gib} GiB, {fallback.gpus} GPUs), "
+            f"smaller than '{resource.name}' ({resource.vcpus} vCPUs, {resource.memory_gib} GiB, "
+            f"{resource.gpus} GPUs): every task of the spot type must fit its fallback"
+        )
+    return resource
+
+
+def _holds(larger: Resource, smaller: Resource) -> bool:
+    """Whether every task that fits ``smaller`` fits ``larger``."""
+    return larger.vcpus >= smaller.vcpus and larger.memory_bytes >= smaller.memory_bytes and larger.gpus >= smaller.gpus

@@ -18,6 +18,7 @@ from agora_optimizer.model.plan import (
     Plan,
     SolverInfo,
     SolverStatus,
+    SpotFigures,
 )
 
 _STATUSES: tuple[SolverStatus, ...] = ("optimal", "feasible", "heuristic")
@@ -35,6 +36,7 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
         "assignments": [_assignment_dict(a) for a in plan.assignments],
         "solver": asdict(plan.solver),
         "created_at": plan.created_at,
+        **({} if plan.spot is None else {"spot": asdict(plan.spot)}),
     }
 
 
@@ -85,6 +87,19 @@ def plan_from_document(document: Any, source: str) -> Plan:
         assignments=tuple(_assignment(item) for item in root.get("assignments").items()),
         solver=_solver(root.get("solver")),
         created_at=created_at,
+        spot=_spot(root.get("spot", None)),
+    )
+
+
+def _spot(node: Node) -> SpotFigures | None:
+    """The optional ``spot`` figures (``docs/spot.md``): absent in plans without spot tasks."""
+    if node.optional() is None:
+        return None
+    return SpotFigures(
+        spot_tasks=node.get("spot_tasks").integer(maximum=1e9),
+        expected_reruns=node.get("expected_reruns").number(maximum=1e9),
+        expected_cost_usd=node.get("expected_cost_usd").number(maximum=MAX_USD),
+        worst_case_makespan_s=node.get("worst_case_makespan_s").number(maximum=MAX_TIME_S),
     )
 
 

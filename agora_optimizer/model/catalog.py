@@ -51,6 +51,12 @@ class Resource:
     ``gpus`` are the accelerators of one machine (section 5 of the spec): a task fits only where its
     ``gpus`` are no more, and the tasks sharing a machine hold no more at any instant. ``gpu_model``
     and ``gpu_memory_gib`` are for people (no rule reads them yet).
+
+    ``spot`` capacity (``docs/spot.md``, not in the spec): a machine of the type may be taken back
+    at any time, interruptions arriving as a Poisson process at ``interruption_rate_per_hour``; its
+    ``price_per_hour_usd`` is the spot price. A task interrupted on it re-runs on a new machine of
+    ``fallback``, an on-demand type of the same catalog that fits every task the spot type fits.
+    For a plan's schedule (the spec's rules) a spot type is a type like any other.
     """
 
     name: str
@@ -67,6 +73,9 @@ class Resource:
     gpus: int = 0
     gpu_model: str | None = None
     gpu_memory_gib: float | None = None
+    spot: bool = False
+    interruption_rate_per_hour: float | None = None
+    fallback: str | None = None
     extra: Mapping[str, object] = field(default_factory=lambda: MappingProxyType({}), compare=False)
 
     @property
@@ -104,11 +113,15 @@ class Resource:
 
 @dataclass(frozen=True)
 class Catalog:
-    """The resource types of a platform and the bandwidth between two machines."""
+    """The resource types of a platform and the bandwidth between two machines.
+
+    ``fallbacks``: the on-demand types that spot types re-run on where this catalog is a part of
+    another that left them out (a pool of some types), by name."""
 
     resources: tuple[Resource, ...]
     bandwidth_bytes_per_s: float
     source: str = field(default="<memory>", compare=False)
+    fallbacks: Mapping[str, Resource] = field(default_factory=lambda: MappingProxyType({}), compare=False)
 
     @cached_property
     def by_name(self) -> dict[str, Resource]:
@@ -128,9 +141,37 @@ class Catalog:
         """The type with the most GPUs (the first in the catalog on a tie)."""
         return max(self.resources, key=lambda r: r.gpus)
 
-    def restricted_to(self, names: list[str]) -> Catalog:
+    @cached_property
+    def has_spot(self) -> bool:
+        """Whether some type is spot capacity (its interruptions then count in expected costs)."""
+        return any(r.spot for r in self.resources)
+
+    def fallback_of(self, resource: Resource) -> Resource:
+        """The on-demand type an interrupted task of spot type ``resource`` re-runs on."""
+        if resource.fallback is None:
+            raise ValueError(f"resource type '{resource.name}' is not spot capacity: it has no fallback")
+        found = self.by_name.get(resource.fallback) or self.fallbacks.get(resource.fallback)
+        if found is None:
+            raise ValueError(f"spot type '{resource.name}': its fallback '{resource.fallback}' is not in the catalog")
+        return found
+
+    def part(self, resources: tuple[Resource, ...]) -> Catalog:
+        """A catalog of ``resources`` (some of this one's, perhaps changed) that keeps their spot fallbacks."""
+        fallbacks = {r.fallback: self.fallback_of(r) for r in resources if r.spot and r.fallback is not None}
         return Catalog(
-            resources=tuple(r for r in self.resources if r.name in names),
+            resources=resources,
+            bandwidth_bytes_per_s=self.bandwidth_bytes_per_s,
+            source=self.source,
+            fallbacks=MappingProxyType(fallbacks),
+        )
+
+    def without_spot(self) -> Catalog:
+        """The catalog without its spot types (what the same platform offers on demand)."""
+        return Catalog(
+            resources=tuple(r for r in self.resources if not r.spot),
             bandwidth_bytes_per_s=self.bandwidth_bytes_per_s,
             source=self.source,
         )
+
+    def restricted_to(self, names: list[str]) -> Catalog:
+        return self.part(tuple(r for r in self.resources if r.name in names))

@@ -26,5 +26,6 @@ MAX_GPU_MEMORY_GIB = 4096.0  # one accelerator's memory (for people: no rule rea
 MAX_BILLING_S = 31 * 86400.0  # a billing granularity or minimum: a month
 MIN_GRANULARITY_S = 1e-3
 MAX_BOOT_S = 86400.0
+MAX_INTERRUPTION_RATE_PER_HOUR = 3600.0  # a spot type's interruptions: one a second is a unit error
 MIN_BANDWIDTH_BYTES_PER_S = 1.0
 MAX_BANDWIDTH_BYTES_PER_S = 1e13

@@ -47,6 +47,18 @@ class SolverInfo:
 
 
 @dataclass(frozen=True)
+class SpotFigures:
+    """A plan's figures with spot capacity (``docs/spot.md``; not in the spec, which ignores them):
+    the tasks on spot types, their expected re-runs, the expected cost with those re-runs, and the
+    makespan were every spot task interrupted at the last moment (what the deadline holds)."""
+
+    spot_tasks: int
+    expected_reruns: float
+    expected_cost_usd: float
+    worst_case_makespan_s: float
+
+
+@dataclass(frozen=True)
 class Plan:
     workflow: str
     catalog: str
@@ -57,6 +69,7 @@ class Plan:
     solver: SolverInfo
     created_at: str
     format: str = PLAN_FORMAT
+    spot: SpotFigures | None = None  # only where some task is on a spot type
 
 
 def machine_type(machine: str) -> str:

@@ -6,6 +6,12 @@ placed on the machine and start time that minimise
 an existing lease of any feasible type or a new one where the type's ``count``
 allows. Several tasks share a machine whenever their cores, memory and GPUs fit at every
 instant (insertion into the machine's usage profile).
+
+On a spot type (``docs/spot.md``) a place's added cost includes the task's expected re-run cost
+(its chance of an interruption times its re-run's lease on the fallback type), and under latest
+ends (a deadline) the place counts as ending when a re-run would, were the task interrupted at
+the last moment: its end, then the fallback's boot, its inputs sent again and its run there. A task
+without that slack stays on demand.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from agora_optimizer.model.plan import Assignment
 from agora_optimizer.model.workflow import Task, Workflow
 from agora_optimizer.planning.arrivals import Arrivals
 from agora_optimizer.planning.bounds import fastest_runtime_s, feasible_types
+from agora_optimizer.planning.spot import expected_rerun_cost_usd, fallback_s
 from agora_optimizer.planning.timeline import MachineTimeline, SkippingTimeline
 
 INSERTION_WINDOW = 48  # with pruned candidates (very large workflows), gaps are searched this far back
@@ -215,21 +222,26 @@ def list_schedule(
         best: tuple[tuple[float, float, float], PlannedMachine, float, float] | None = None
         for resource in options[task_id]:
             duration = resource.runtime_s(task)
+            rerun_s, rerun_usd = 0.0, 0.0  # a spot type's worst-case extra time and expected extra cost
+            if resource.spot:
+                resend_s = max((catalog.transfer_s(e.bytes) for e in workflow.parents[task_id]), default=0.0)
+                rerun_s = fallback_s(task, resource, catalog) + resend_s
+                rerun_usd = expected_rerun_cost_usd(task, resource, catalog, duration)
             for machine in pools.candidates(task, resource, parent_machines):
                 found = pools.start_on(machine, task, arrivals.on(machine), duration)
                 if found is None:
                     continue
                 start, end = found, found + duration
                 if latest is not None:
-                    late = max(end - latest, 0.0)
+                    late = max(end + rerun_s - latest, 0.0)
                     if best is not None and late > best[0][0] + 1e-9:
                         continue  # later than a place already found
-                    key = (late, machine.added_cost_usd(start, end) * share[resource.name], end)
+                    key = (late, machine.added_cost_usd(start, end) * share[resource.name] + rerun_usd, end)
                 else:
                     makespan_part = alpha * max(estimated_makespan, end + tail) / t_scale
                     if best is not None and makespan_part > best[0][0] + 1e-12:
                         continue  # cannot win: its cost term is never negative
-                    added = machine.added_cost_usd(start, end)
+                    added = machine.added_cost_usd(start, end) + rerun_usd
                     key = (makespan_part + (1.0 - alpha) * added / c_scale, end, added)
                 if best is None or key < best[0]:
                     best = (key, machine, start, end)

@@ -21,6 +21,7 @@ from agora_optimizer.model.plan import Assignment, Objective, Plan, SolverInfo, 
 from agora_optimizer.model.workflow import Workflow
 from agora_optimizer.planning.leases import cost_usd, makespan_s
 from agora_optimizer.planning.problem import Problem, lower_bounds, score, written_assignments
+from agora_optimizer.planning.spot_replay import spot_summary
 
 __all__ = ["default_plan", "lower_bounds", "one_type_default_assignments", "optimize", "optimize_problem", "score"]
 
@@ -95,7 +96,8 @@ def build_plan(
     status: SolverStatus = "heuristic",
     gap: float | None = None,
 ) -> Plan:
-    """A plan in the spec's format, with makespan and cost recomputed from the assignments."""
+    """A plan in the spec's format, with makespan and cost recomputed from the assignments (and, where
+    tasks are on spot types, the plan's spot figures: ``docs/spot.md``)."""
     items = sorted(assignments, key=lambda a: (a.start_s, a.task))
     return Plan(
         workflow=workflow.name,
@@ -111,6 +113,7 @@ def build_plan(
             wall_s=round(time.perf_counter() - started, 6),
         ),
         created_at=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        spot=spot_summary(items, workflow, catalog) if catalog.has_spot else None,
     )
 
 

@@ -11,6 +11,8 @@ from agora_optimizer.model.plan import Assignment, Objective
 from agora_optimizer.model.workflow import Workflow
 from agora_optimizer.planning.bounds import cost_lower_bound_usd, feasible_types, makespan_lower_bound_s
 from agora_optimizer.planning.leases import cost_usd, makespan_s
+from agora_optimizer.planning.spot import expected_cost_usd
+from agora_optimizer.planning.spot_replay import worst_case_makespan_s
 
 
 @dataclass(frozen=True)
@@ -107,8 +109,18 @@ class Problem:
         return feasible_types(self.workflow, self.catalog)
 
     def evaluate(self, assignments: Iterable[Assignment]) -> tuple[float, float]:
-        """(makespan_s, cost_usd) of a schedule, recomputed from its assignments."""
+        """(makespan_s, cost_usd) of a schedule, recomputed from its assignments.
+
+        With spot types in the catalog (``docs/spot.md``): the worst-case makespan (every spot task
+        interrupted at its attempt's end and re-run on its fallback), which the deadline holds, and
+        the expected cost (the leases plus each spot task's chance of a re-run times its cost), which
+        the objective and the budget see. Without, the spec's makespan and cost."""
         items = list(assignments)
+        if self.catalog.has_spot:
+            return (
+                worst_case_makespan_s(items, self.workflow, self.catalog),
+                expected_cost_usd(items, self.workflow, self.catalog),
+            )
         return makespan_s(items), cost_usd(items, self.catalog)
 
     def written(self, assignments: Iterable[Assignment]) -> list[Assignment]:

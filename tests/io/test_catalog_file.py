@@ -134,3 +134,90 @@ def test_a_bad_gpu_field_names_the_file_and_field(change: dict, field: str, tmp_
     doc = {"network": {"bandwidth_bytes_per_s": 10}, "resources": [resource("a"), resource("b") | change]}
     with pytest.raises(FieldError, match=r"c\.yaml: field '" + field):
         load_catalog(write_yaml(tmp_path / "c.yaml", doc))
+
+
+def _spot_doc(*resources: dict) -> dict:
+    return {"network": {"bandwidth_bytes_per_s": 10}, "resources": list(resources)}
+
+
+def test_spot_fields_are_read_and_an_on_demand_type_has_none(tmp_path: Path) -> None:
+    spot = resource("a-spot", price_per_hour_usd=0.1, spot=True, interruption_rate_per_hour=0.05, fallback="a")
+    catalog = load_catalog(write_yaml(tmp_path / "c.yaml", _spot_doc(resource("a"), spot)))
+    plain, interruptible = catalog.resources
+    assert (plain.spot, plain.interruption_rate_per_hour, plain.fallback) == (False, None, None)
+    assert (interruptible.spot, interruptible.interruption_rate_per_hour, interruptible.fallback) == (True, 0.05, "a")
+    assert catalog.fallback_of(interruptible) is plain and catalog.has_spot
+    assert "spot" not in interruptible.extra and "fallback" not in interruptible.extra
+    assert [r.name for r in catalog.without_spot().resources] == ["a"]
+
+
+def test_a_spot_type_without_a_fallback_gets_the_cheapest_on_demand_type_that_holds_it(tmp_path: Path) -> None:
+    doc = _spot_doc(
+        resource("small", vcpus=1, price_per_hour_usd=0.01),  # too small
+        resource("dear", vcpus=4, price_per_hour_usd=0.9),
+        resource("cheap", vcpus=2, price_per_hour_usd=0.3),
+        resource("cheap-slurm", backend="slurm", vcpus=2, price_per_hour_usd=0.0),  # another backend
+        resource("s", spot=True, interruption_rate_per_hour=0.0),
+    )
+    catalog = load_catalog(write_yaml(tmp_path / "c.yaml", doc))
+    assert catalog.by_name["s"].fallback == "cheap"
+
+
+@pytest.mark.parametrize(
+    ("spot", "message"),
+    [
+        ({"spot": True}, r"resources\[1\]\.interruption_rate_per_hour': is required for a spot type"),
+        (
+            {"spot": True, "interruption_rate_per_hour": None},
+            r"resources\[1\]\.interruption_rate_per_hour': is required",
+        ),
+        (
+            {"spot": True, "interruption_rate_per_hour": -0.1},
+            r"resources\[1\]\.interruption_rate_per_hour': must be >= 0",
+        ),
+        ({"spot": True, "interruption_rate_per_hour": 1e6}, r"resources\[1\]\.interruption_rate_per_hour': must be <="),
+        (
+            {"spot": True, "interruption_rate_per_hour": "often"},
+            r"resources\[1\]\.interruption_rate_per_hour': expected",
+        ),
+        ({"interruption_rate_per_hour": 0.1}, r"resources\[1\]\.interruption_rate_per_hour': is only for a spot type"),
+        ({"fallback": "a"}, r"resources\[1\]\.fallback': is only for a spot type"),
+        ({"spot": "yes", "interruption_rate_per_hour": 0.1}, r"resources\[1\]\.spot': expected true or false"),
+        (
+            {"spot": True, "interruption_rate_per_hour": 0.1, "fallback": "z"},
+            r"resources\[1\]\.fallback': names 'z', which",
+        ),
+        (
+            {"spot": True, "interruption_rate_per_hour": 0.1, "fallback": "b"},
+            r"resources\[1\]\.fallback': names 'b', a spot",
+        ),
+        (
+            {"spot": True, "interruption_rate_per_hour": 0.1, "fallback": "a", "vcpus": 8},
+            r"resources\[1\]\.fallback': names 'a' \(2 vCPUs.*smaller than 'b'",
+        ),
+        (
+            {"spot": True, "interruption_rate_per_hour": 0.1, "backend": "slurm"},
+            r"resources\[1\]\.fallback': spot type 'b' names no fallback, and no on-demand type of backend 'slurm'",
+        ),
+    ],
+)
+def test_a_bad_spot_field_names_the_file_and_field(spot: dict, message: str, tmp_path: Path) -> None:
+    doc = _spot_doc(resource("a"), resource("b") | spot)
+    with pytest.raises(FieldError, match=r"c\.yaml: field '" + message):
+        load_catalog(write_yaml(tmp_path / "c.yaml", doc))
+
+
+def test_the_spot_catalog_pairs_each_spot_type_with_its_on_demand_twin() -> None:
+    spot_catalog = CATALOGS / "aws-us-east-1-spot.yaml"
+    catalog = load_catalog(spot_catalog)
+    on_demand = {r.name: r for r in load_catalog(AWS_CATALOG).resources}
+    spot = [r for r in catalog.resources if r.spot]
+    assert {r.name for r in spot} == {f"{f}.{s}-spot" for f in ("c7i", "m7i", "r7i") for s in ("large", "xlarge")}
+    for r in spot:
+        twin = catalog.fallback_of(r)
+        assert twin.name == r.name.removesuffix("-spot") and twin == on_demand[twin.name]
+        assert (r.vcpus, r.memory_gib, r.speed, r.boot_s) == (twin.vcpus, twin.memory_gib, twin.speed, twin.boot_s)
+        assert r.price_per_hour_usd == pytest.approx(0.35 * twin.price_per_hour_usd, rel=1e-3)
+        assert 0 < (r.interruption_rate_per_hour or 0) < 0.01
+    assert all(r == on_demand[r.name] for r in catalog.resources if not r.spot)  # the on-demand types as bundled
+    assert "ILLUSTRATIVE" in spot_catalog.read_text() and "2026-12-03" in spot_catalog.read_text()

@@ -300,6 +300,8 @@ class CpSatEngine(Engine):
         self.last_phases = []
         if problem.workflow.uses_gpus:
             return None  # the model has no GPU capacity (see the class docstring)
+        if problem.catalog.has_spot:
+            return None  # the model knows no interruptions: its optimum and bound would be of the wrong cost
         if len(problem.workflow.tasks) > self.max_tasks or time_limit_s <= 0 or proven_infeasible(problem):
             return None
         warm = best_warm_start(

@@ -182,6 +182,8 @@ class MilpEngine(Engine):
         self.last_outcome = None
         if problem.workflow.uses_gpus:
             return None  # the model has no GPU capacity (see the class docstring)
+        if problem.catalog.has_spot:
+            return None  # the model knows no interruptions: its optimum and bound would be of the wrong cost
         if len(problem.workflow.tasks) > self.max_tasks or time_limit_s <= 0 or proven_infeasible(problem):
             return None
         deadline = TimeBudget.until(started + time_limit_s - self.margin_s - _MIN_CBC_S)  # for building: CBC needs time
