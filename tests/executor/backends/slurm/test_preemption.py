@@ -102,6 +102,23 @@ def test_a_spot_job_preempted_by_a_compute_job_finishes_interrupted(tmp_path: Pa
     assert SlurmBackend().status([spot])[spot].interrupted
 
 
+def test_the_tasks_of_a_preempted_spot_pilot_are_interrupted(tmp_path: Path, tracked: Tracked) -> None:
+    backend = SlurmBackend(pilot_max_tasks=2, pilot_window_s=5)  # two short jobs packed into one allocation
+    half = SPOT.cpus // 2
+    ids = [
+        tracked.submit(backend, job(tmp_path, f"t{i}", SLEEP.format(120), partition="spot", cores=half)) for i in (0, 1)
+    ]
+    pilot = SlurmJobRef.parse(ids[0]).job_id  # type: ignore[union-attr]
+    assert all(external_id.startswith(f"{pilot}+") for external_id in ids)
+    wait_running(backend, ids)
+    tracked.ids.add(take_back_spot_node())
+    statuses = wait_finished(backend, ids, timeout_s=60)
+    for index, external_id in enumerate(ids):
+        status = statuses[external_id]
+        assert status.phase == "finished" and status.interrupted and status.exit_code != 0, status
+        assert f"task {index} of pilot SLURM job {pilot} was preempted on SLURM partition spot" in status.reason
+
+
 def test_a_spot_job_that_ends_fails_or_is_cancelled_by_agora_is_not_interrupted(
     tmp_path: Path, tracked: Tracked
 ) -> None:
