@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A real one-host SLURM cluster on loopback with three node types and three partitions, with
+# A real one-host SLURM cluster on loopback with three node types and four partitions, with
 # accounting (slurmdbd + MariaDB), for the tests, the queue-wait collector and the SLURM
 # executor. No systemd, no cgroups.
 #
@@ -20,6 +20,10 @@
 #   agora-gpu    AGORA_SLURM_GPU_CPUS (4) CPUs, AGORA_SLURM_GPU_MEMORY_MB (8192) MiB and
 #                AGORA_SLURM_GPUS (2) GPUs (generic resource gpu:loopback), slurmd port
 #                AGORA_SLURM_GPU_PORT (6821); the only node of partition `accel`
+# and a fourth partition, `spot`: preemptible capacity on agora-large (PriorityTier 0 below
+# compute's 1, PreemptType=preempt/partition_prio, PreemptMode=CANCEL). A compute job that needs
+# the cores or memory of a running spot job makes slurmctld cancel it (SIGTERM, SIGKILL after
+# KillWait; state PREEMPTED), as an owner takes its machine back (docs/spot-slurm.md).
 # The GPUs are placeholders, not devices: gres.conf points each at a link to /dev/null in
 # STATE_DIR/gpu (gpu0, gpu1 ...; slurmd 22.05 drops a File= that is not a character or block
 # device, and with it the job's CUDA_VISIBLE_DEVICES), which is all SLURM needs to count them,
@@ -165,7 +169,8 @@ write_if_changed() {  # write_if_changed FILE MODE: stdin to FILE; echo "changed
 changed=""
 changed+="$(write_if_changed "$STATE/slurm.conf" 644 <<EOF
 # Written by scripts/start_slurm.sh for a one-host cluster on loopback (SLURM $VERSION):
-# three slurmd (-N agora-small, -N agora-large, -N agora-gpu) on 127.0.0.1, each with its own port.
+# three slurmd (-N agora-small, -N agora-large, -N agora-gpu) on 127.0.0.1, each with its own port;
+# partition spot is preemptible capacity on agora-large.
 ClusterName=$CLUSTER
 SlurmctldHost=$HOST(127.0.0.1)
 SlurmctldPort=$CTLD_PORT
@@ -200,6 +205,10 @@ SchedulerType=sched/backfill
 SchedulerParameters=bf_interval=5,sched_min_interval=100000,batch_sched_delay=0
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
+# Preemption by partition: a job of a higher PriorityTier may cancel the running jobs of a lower
+# tier on its nodes. Only spot (tier 0; the others keep the default 1) shares a node, compute's.
+PreemptType=preempt/partition_prio
+PreemptMode=CANCEL
 DefMemPerCPU=500
 MinJobAge=300
 KillWait=5
@@ -218,6 +227,9 @@ NodeName=agora-gpu NodeHostname=$HOST NodeAddr=127.0.0.1 Port=$GPU_PORT CPUs=$GP
 PartitionName=debug Nodes=agora-small Default=YES MaxTime=1:00:00 State=UP
 PartitionName=compute Nodes=agora-large Default=NO MaxTime=1-00:00:00 State=UP
 PartitionName=accel Nodes=agora-gpu Default=NO MaxTime=1-00:00:00 State=UP
+# Preemptible capacity on compute's node: a compute job that needs the cores or memory of a
+# running spot job makes SLURM cancel it (state PREEMPTED), as an owner takes its machine back.
+PartitionName=spot Nodes=agora-large Default=NO MaxTime=1-00:00:00 PriorityTier=0 PreemptMode=CANCEL State=UP
 EOF
 )"
 changed+="$(write_if_changed "$STATE/gres.conf" 644 <<EOF

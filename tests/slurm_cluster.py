@@ -15,7 +15,9 @@ slurm-wlm, munge and MariaDB (about 1.5 minutes); later starts take seconds.
 The cluster has three node types, one per partition (:data:`NODES`, as the script's defaults and
 ``catalogs/slurm-loopback.yaml`` size them): ``debug`` runs on ``agora-small`` only,
 ``compute`` on ``agora-large`` only and ``accel`` on ``agora-gpu`` only (with two placeholder GPUs,
-generic resource ``gpu:loopback``), so the partitions queue independently.
+generic resource ``gpu:loopback``), so the partitions queue independently. A fourth partition,
+``spot`` (:data:`SPOT`), is preemptible capacity on ``compute``'s node: a compute job that needs
+the cores or memory of a running spot job makes SLURM cancel it (state ``PREEMPTED``).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ START_SCRIPT = REPO / "scripts" / "start_slurm.sh"
 STATE_DIR = Path(os.environ.get("AGORA_SLURM_STATE", "/tmp/agora-slurm"))
 TEST_JOB_NAME = "agora-test"
 LOOPBACK_CATALOG = REPO / "catalogs" / "slurm-loopback.yaml"
+LOOPBACK_SPOT_CATALOG = REPO / "catalogs" / "slurm-loopback-spot.yaml"  # the same and slurm-spot
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,9 @@ NODES = {
     "compute": SlurmNode("agora-large", "compute", cpus=16, memory_mib=32768),
     "accel": SlurmNode("agora-gpu", "accel", cpus=4, memory_mib=8192, gpus=2),
 }
+# The preemptible partition (PriorityTier 0, PreemptMode=CANCEL) on the node of compute (tier 1).
+SPOT = SlurmNode("agora-large", "spot", cpus=16, memory_mib=32768)
+PARTITIONS = {**NODES, SPOT.partition: SPOT}  # every partition, by name
 
 
 @dataclass(frozen=True)

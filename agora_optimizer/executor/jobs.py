@@ -148,6 +148,9 @@ class JobStatus:
     peak_rss_bytes: int | None = None
     cpu_time_s: float | None = None
     task_ended_at: datetime | None = None
+    # The provider took the machine back under the job (a spot instance reclaimed, a SLURM
+    # preemption): the task did not fail, its capacity vanished; it re-runs on its type's fallback.
+    interrupted: bool = False
 
     @property
     def succeeded(self) -> bool:

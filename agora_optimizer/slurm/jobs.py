@@ -21,8 +21,12 @@ from agora_optimizer.slurm.errors import SlurmCommandError, SlurmOutputError
 
 log = logging.getLogger(__name__)
 
-SQUEUE_FIELDS = ("JobID", "State", "Reason", "NodeList", "SubmitTime", "StartTime", "EndTime", "exit_code", "WorkDir")
-SACCT_FIELDS = ("JobID", "State", "ExitCode", "MaxRSS", "Submit", "Start", "End", "NodeList", "Reason", "WorkDir")
+SQUEUE_FIELDS = (
+    "JobID", "State", "Reason", "NodeList", "SubmitTime", "StartTime", "EndTime", "exit_code", "Partition", "WorkDir"
+)  # fmt: skip
+SACCT_FIELDS = (
+    "JobID", "State", "ExitCode", "MaxRSS", "Submit", "Start", "End", "NodeList", "Reason", "Partition", "WorkDir"
+)  # fmt: skip
 SQUEUE_FORMAT = "--Format=" + format_fields(SQUEUE_FIELDS)
 
 
@@ -34,6 +38,7 @@ class SlurmRecord:
     state: str  # SLURM's word: RUNNING, TIMEOUT, OUT_OF_MEMORY ...
     reason: str = ""
     node: str = ""
+    partition: str = ""
     work_dir: Path | None = None
     submitted_at: datetime | None = None
     started_at: datetime | None = None
@@ -61,9 +66,10 @@ def parse_squeue(text: str) -> dict[str, SlurmRecord]:
         if len(parts) != len(SQUEUE_FIELDS):
             log.warning("squeue: skipped a line with %d fields: %r", len(parts), line)
             continue
-        job_id, state, reason, node, submit, start, end, status, work_dir = (part.strip() for part in parts)
+        job_id, state, reason, node, submit, start, end, status, partition, work_dir = (part.strip() for part in parts)
         times = (submit, start, end)
-        records[job_id] = _record(job_id, state, reason, node, work_dir, times, values.wait_status_exit_code(status))
+        exit_code = values.wait_status_exit_code(status)
+        records[job_id] = _record(job_id, state, reason, node, partition, work_dir, times, exit_code)
     return records
 
 
@@ -84,12 +90,13 @@ def parse_sacct(text: str) -> dict[str, SlurmRecord]:
             rows[job_id] = parts
     records: dict[str, SlurmRecord] = {}
     for job_id, parts in rows.items():
-        _, state, exit_code, max_rss, submit, start, end, node, reason, work_dir = parts
+        _, state, exit_code, max_rss, submit, start, end, node, reason, partition, work_dir = parts
         records[job_id] = _record(
             job_id,
             state,
             reason,
             node,
+            partition,
             work_dir,
             (submit, start, end),
             values.sacct_exit_code(exit_code),
@@ -104,6 +111,7 @@ def _record(
     state: str,
     reason: str,
     node: str,
+    partition: str,
     work_dir: str,
     times: tuple[str, str, str],
     exit_code: int | None,
@@ -116,6 +124,7 @@ def _record(
         state=values.state(state),
         reason=values.nothing_as_empty(reason),
         node=values.nothing_as_empty(node),
+        partition=partition.strip(),
         work_dir=Path(work_dir) if work_dir.startswith("/") else None,
         submitted_at=values.epoch_time_or_none(submit),
         started_at=values.epoch_time_or_none(start),

@@ -6,8 +6,12 @@ shows and the ended ones without a result file. The worker's ``result.json`` is 
 for exit code, OOM kill, peak RSS and CPU time; SLURM's own records give the state, the node
 and the submit, start and end times. ``OUT_OF_MEMORY`` means ``oom_killed``; ``TIMEOUT``,
 ``CANCELLED``, ``NODE_FAIL`` and ``FAILED`` finish with a nonzero exit code and a reason; an id
-neither squeue nor sacct knows is ``lost``. An error reaching SLURM raises a transient
-:class:`~agora_optimizer.executor.jobs.BackendError` (every command has a timeout, so nothing hangs).
+neither squeue nor sacct knows is ``lost``. ``PREEMPTED`` (a job of a higher-priority partition
+took the node, ``docs/spot-slurm.md``) finishes ``interrupted``: the job, or a task of a planned
+machine's allocation that had not ended well before, lost its capacity; it did not fail. Only that
+state says so: agora's own scancel is ``CANCELLED``, a lost node ``NODE_FAIL``. An error reaching
+SLURM raises a transient :class:`~agora_optimizer.executor.jobs.BackendError` (every command has
+a timeout, so nothing hangs).
 
 Adoption: the backend keeps no state that a new instance needs. It finds a job's directory
 from SLURM's record of it (``WorkDir``, squeue's or sacct's, which is the job directory
@@ -23,7 +27,7 @@ import logging
 import signal
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from agora_optimizer.executor.backends.slurm.leases import SlurmLeases
@@ -46,6 +50,10 @@ from agora_optimizer.slurm.jobs import SlurmRecord
 log = logging.getLogger(__name__)
 
 CANCEL_EXIT = 143  # 128 + SIGTERM
+PREEMPTED = "PREEMPTED"
+# SLURM's end time is to the second: a lease's task that failed at most this long before its
+# allocation's preemption counts as ended by it (SIGTERM reaches the task first, then the driver).
+PREEMPTION_SLACK = timedelta(seconds=1)
 
 # SLURM job states that are not final, as the executor sees them.
 _ACTIVE_PHASES: Mapping[str, JobPhase] = {
@@ -249,21 +257,26 @@ class SlurmBackend(SlurmLeases):
             # handed over when its task file was written, started when its pid file was.
             what = f"task {ref.index} of machine {lease.machine} (SLURM job {ref.job_id})"
             queued_at, started_at = _mtime(directory / f"task.{ref.index}.sh"), _mtime(directory / f"pid.{ref.index}")
+        cancelled, started = marker("cancel"), marker("pid")
         if result is not None:
             status = result.status()
+            if not status.succeeded and not cancelled and record is not None and record.state == "COMPLETING":
+                # Its allocation is ending under it: a preemption shows only once SLURM has ended it.
+                return JobStatus("running", host=host, queued_at=queued_at, started_at=started_at)
+            interrupted = _interrupted(record, status.exit_code or 0, status.ended_at)
             return JobStatus(
                 "finished",
                 exit_code=status.exit_code,
                 oom_killed=status.oom_killed,
-                reason=status.reason,
+                reason=_preempted(what, record) if interrupted else status.reason,
                 host=host or status.host,
                 queued_at=queued_at,
                 started_at=started_at or status.started_at,
                 ended_at=status.ended_at,
                 peak_rss_bytes=status.peak_rss_bytes,
                 cpu_time_s=status.cpu_time_s,
+                interrupted=interrupted,
             )
-        cancelled, started = marker("cancel"), marker("pid")
         allocated = record is not None and _ACTIVE_PHASES.get(record.state) == "running"
         if marker("skipped") or (cancelled and not started and not allocated):
             return JobStatus(
@@ -272,15 +285,20 @@ class SlurmBackend(SlurmLeases):
         exit_file = directory / f"exit.{ref.index}" if directory is not None else None
         code = _read_int(exit_file) if exit_file is not None else None
         if exit_file is not None and code is not None:
+            ended_at = datetime.fromtimestamp(exit_file.stat().st_mtime, UTC)
+            if not cancelled and record is not None and record.state == "COMPLETING":
+                return JobStatus("running", host=host, queued_at=queued_at, started_at=started_at)
+            interrupted = not cancelled and _interrupted(record, code or 1, ended_at)
             why = "was cancelled" if cancelled else f"exited with code {code}{_signal_name(code)}"
             return JobStatus(
                 "finished",
                 exit_code=code or 1,
-                reason=f"{what} {why}, and {missing}",
+                reason=_preempted(what, record) if interrupted else f"{what} {why}, and {missing}",
                 host=host,
                 queued_at=queued_at,
                 started_at=started_at,
-                ended_at=datetime.fromtimestamp(exit_file.stat().st_mtime, UTC),
+                ended_at=ended_at,
+                interrupted=interrupted,
             )
         if record is None:
             return JobStatus("lost", reason=f"SLURM knows no job {ref.job_id} (neither squeue nor sacct)")
@@ -340,6 +358,9 @@ def _final_status(what: str, record: SlurmRecord, result: JobResult | None, miss
         peak, cpu = record.max_rss_bytes, None
     if oom_killed and exit_code == 0:
         exit_code = OOM_EXIT_CODE
+    interrupted = _interrupted(record, exit_code, None)
+    if interrupted:
+        reason = _preempted(what, record)
     return JobStatus(
         "finished",
         exit_code=exit_code,
@@ -351,6 +372,28 @@ def _final_status(what: str, record: SlurmRecord, result: JobResult | None, miss
         ended_at=record.ended_at or (result.ended_at if result is not None else None),
         peak_rss_bytes=peak,
         cpu_time_s=cpu,
+        interrupted=interrupted,
+    )
+
+
+def _interrupted(record: SlurmRecord | None, exit_code: int, ended_at: datetime | None) -> bool:
+    """Whether SLURM's preemption of the allocation ended a job (or a lease's task) that exited
+    ``exit_code`` at ``ended_at`` (None: when the allocation did). Not a job that exited 0: its work
+    is done. Not a task that ended before the preemption (its allocation ran on after it)."""
+    if record is None or record.state != PREEMPTED or exit_code == 0:
+        return False
+    if ended_at is None or record.ended_at is None:
+        return True
+    return ended_at >= record.ended_at - PREEMPTION_SLACK
+
+
+def _preempted(what: str, record: SlurmRecord | None) -> str:
+    """The reason of an interrupted job: the partition and node SLURM took back."""
+    partition = record.partition if record is not None and record.partition else "(unknown)"
+    node = f" (node {record.node})" if record is not None and record.node else ""
+    return (
+        f"{what} was preempted on SLURM partition {partition}{node}: SLURM gave its node to a job of a "
+        "higher-priority partition (state PREEMPTED); the capacity vanished, the task did not fail"
     )
 
 

@@ -6,7 +6,8 @@ and submits it with ``sbatch`` with the task's cores (``--cpus-per-task``), memo
 (``--mem``, MiB rounded up) and time limit (``--time``: the task's limit plus
 ``time_grace_s``, rounded up to minutes; none: the partition's default), named
 ``agora-<key>``, running in the job directory (``--chdir``), its output in
-``JOB_DIR/slurm-<id>.log``. ``--export`` names a few variables of this process (``PATH``,
+``JOB_DIR/slurm-<id>.log``, never requeued (``--no-requeue``: a preempted job ends as
+``PREEMPTED`` even where PreemptMode=REQUEUE). ``--export`` names a few variables of this process (``PATH``,
 ``HOME`` ...) and the job's own environment, whose values sbatch takes from its own
 environment (never from its command line, where a comma would split a value).
 
@@ -283,6 +284,9 @@ class SlurmSubmission(Backend):
             *([gres_option(gpus, gres_type)] if gpus > 0 else []),
             f"--output={directory}/slurm-%j.log",
             f"--chdir={directory}",
+            # Never requeued (by a preemption with PreemptMode=REQUEUE, or a node failure): SLURM
+            # then ends the job (PREEMPTED, NODE_FAIL) and agora decides where it re-runs.
+            "--no-requeue",
             *options,
             self._export(environment),
             str(script),
