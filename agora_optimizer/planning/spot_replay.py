@@ -138,9 +138,12 @@ def rerun_makespans_s(assignments: Iterable[Assignment], workflow: Workflow, cat
     ``gap`` the slack between them in the plan), a re-run of ``i`` that ends at ``E_i`` ends the
     replay at ``max(M, E_i, E_i + transfer_ic + R_c - start_c)`` over its children ``c``.
     """
-    position = {task_id: i for i, task_id in enumerate(workflow.topological_order)}
-    items = sorted(assignments, key=lambda a: (a.start_s, a.end_s, position[a.task]))
     by_name = catalog.by_name
+    listed = list(assignments)
+    if not any(by_name[a.resource].spot for a in listed):
+        return {}  # nothing can be interrupted: no pass needed
+    position = {task_id: i for i, task_id in enumerate(workflow.topological_order)}
+    items = sorted(listed, key=lambda a: (a.start_s, a.end_s, position[a.task]))
     placed = {a.task: a for a in items}
     makespan = max((a.end_s for a in items), default=0.0)
     reach: dict[str, float] = {}  # task -> R (above)
