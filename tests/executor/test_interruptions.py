@@ -194,3 +194,40 @@ def test_requeue_task_instance_says_why_without_airflows_database(monkeypatch: p
 
     monkeypatch.setattr(airflow_settings, "Session", None)
     assert requeue_task_instance(uuid.uuid4(), 1) == "no Airflow metadata database in this process"
+
+
+def test_requeue_task_instance_puts_a_running_try_back_to_queued_and_nothing_else(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Against Airflow's own TaskInstance table (alone, in an in-memory SQLite): the statement the executor
+    runs on the scheduler's metadata database."""
+    import sqlalchemy as sa
+    from airflow import settings as airflow_settings
+    from airflow.models import import_all_models
+    from airflow.models.taskinstance import TaskInstance
+    from sqlalchemy.orm import scoped_session, sessionmaker
+
+    from agora_optimizer.executor.interruptions import requeue_task_instance
+
+    import_all_models()  # the table's foreign keys name the others
+    engine = sa.create_engine("sqlite://", poolclass=sa.pool.StaticPool)
+    table = TaskInstance.__table__
+    table.create(engine)
+    monkeypatch.setattr(airflow_settings, "Session", scoped_session(sessionmaker(bind=engine)))
+    ids = {state: uuid.uuid4() for state in ("running", "queued", "failed")}
+    with engine.begin() as connection:
+        for state, ti_id in ids.items():
+            row = {
+                "id": ti_id, "task_id": state, "dag_id": "unit", "run_id": "r1", "map_index": -1, "try_number": 1,
+                "state": state, "pool": "default_pool", "pool_slots": 1, "queue": "default", "priority_weight": 1,
+                "max_tries": 1, "hostname": "spot-node", "unixname": "", "dag_version_id": uuid.uuid4(),
+            }  # fmt: skip
+            connection.execute(sa.insert(table).values(**{k: v for k, v in row.items() if k in table.c}))
+
+    assert requeue_task_instance(ids["running"], 1) == ""
+    assert requeue_task_instance(ids["queued"], 1) == ""  # the job never started its task: as good
+    assert requeue_task_instance(ids["failed"], 1).startswith("Airflow no longer has try 1 running or queued")
+    assert requeue_task_instance(ids["running"], 2).startswith("Airflow no longer has try 2")  # another try
+    with engine.begin() as connection:
+        states = dict(connection.execute(sa.select(table.c.task_id, table.c.state)).all())
+    assert states == {"running": "queued", "queued": "queued", "failed": "failed"}
