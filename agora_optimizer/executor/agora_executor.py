@@ -16,7 +16,9 @@ pools, SLURM, AWS Batch). The job runs the agora worker, which runs Airflow's ow
 Task state belongs to Airflow: the task process reports success or failure through the
 Execution API, and ``execute_workload`` exits 0 either way. The executor reports a job
 that exited 0 as success, and a job that died (OOM kill, signal, timeout, lost) as
-failed with the reason, which Airflow then applies (retry or fail). ``sync()`` never
+failed with the reason, which Airflow then applies (retry or fail); a job of a spot type whose
+machine the provider took back re-runs its try on the type's fallback instead, unreported
+(:mod:`~agora_optimizer.executor.interruptions`). ``sync()`` never
 raises: a backend error is retried with capped exponential backoff, and only after
 ``[agora] submit_retries`` attempts (or ``backend_outage_s`` of failed status polls) does
 the task fail, with the backend's message.
@@ -360,7 +362,7 @@ class AgoraExecutor(Adoption, PlannedRuns, JobBuilding, JobDirectories, Tracing,
         if status.interrupted and self._rerun_after_interruption(job, status):
             return  # the same try runs again on the spot type's fallback: Airflow hears of its end only
         self._write_trace(job.record, status)
-        self._fallback_ended(job.record)
+        self._fallback_ended(job.record, status)
         if status.succeeded:
             self.success(job.key, job.full_external_id)  # type: ignore[arg-type]
             return

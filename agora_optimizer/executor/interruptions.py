@@ -28,11 +28,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from agora_optimizer.errors import AgoraError
-from agora_optimizer.executor.executor_base import ExecutorBase
+from agora_optimizer.executor.executor_base import ExecutorBase, clock_now
 from agora_optimizer.executor.job_record import JobRecord
 from agora_optimizer.executor.jobs import JobStatus
 from agora_optimizer.executor.lifecycle import Accepted, Job
 from agora_optimizer.executor.placement import Placement
+from agora_optimizer.executor.repair import clock_at
 from agora_optimizer.model.catalog import Resource
 from agora_optimizer.runs.record import Repair
 
@@ -156,10 +157,21 @@ class Interruptions(ExecutorBase):
         self._feed(rerun, Accepted())
         return True
 
-    def _fallback_ended(self, record: JobRecord) -> None:
-        """A job of the task instance ended for good: later runs of it follow their plan again."""
-        if record.resource == self._on_fallback.get(instance_of(record)):
-            del self._on_fallback[instance_of(record)]
+    def _fallback_ended(self, record: JobRecord, status: JobStatus) -> None:
+        """A job of the task instance ended for good; if it was the fallback's, later runs of the task follow
+        their plan again, and a planned run's book and repair state learn when the re-run ended (the re-run
+        has no planned machine, whose end would tell them)."""
+        instance = instance_of(record)
+        if record.resource != self._on_fallback.get(instance):
+            return
+        del self._on_fallback[instance]
+        run = self._repairer.runs.get((record.dag_id, record.run_id))
+        if run is not None:
+            run.started(record.plan_task)  # no longer a retry to come for the re-planner
+        book = self._books.get((record.dag_id, record.run_id))
+        if book is not None and record.plan_task in book.ended_s:
+            now = clock_now()
+            book.ended_s[record.plan_task] = clock_at(book, now.monotonic_s, now.wall, status.ended_at)
 
     def _fresh_token(self, workload: Any) -> Any:
         """The workload with a new Execution API token (the try's may be near its end after a long run)."""

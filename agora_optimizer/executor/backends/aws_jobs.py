@@ -178,7 +178,8 @@ def status_from_description(description: Mapping[str, Any]) -> JobStatus:
 
     Finished jobs: the container's ``exitCode``; a FAILED job without one (it never ran,
     or was terminated) gets 1, a SUCCEEDED one 0. ``oom_killed`` when Batch or ECS says
-    ``OutOfMemoryError``. Times are epoch milliseconds.
+    ``OutOfMemoryError``; ``interrupted`` when a FAILED job lost its host (:func:`host_terminated`,
+    a reclaimed Spot Instance). Times are epoch milliseconds.
     """
     state = str(description.get("status", ""))
     phase = STATE_MAPPINGS.get(state, UNKNOWN_STATE_PHASE)
