@@ -59,6 +59,7 @@ class Spot:
     catalog: Catalog
     backend: AwsBatchBackend
     batch: Any
+    network: tuple[str, str, str, str]  # subnet, security group, instance profile, service role
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +84,7 @@ def spot(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Spot]:
             catalog.resources, image=IMAGE, subnets=[subnet], security_group_ids=[group],
             instance_role=profile, service_role=role, poll_s=0.05,
         )  # fmt: skip
-        yield Spot(server, catalog_path, catalog, backend, client(server, "batch"))
+        yield Spot(server, catalog_path, catalog, backend, client(server, "batch"), (subnet, group, profile, role))
     finally:
         server.stop()
 
@@ -125,6 +126,35 @@ def test_a_spot_type_gets_a_spot_compute_environment_and_its_twin_an_on_demand_o
     assert on_demand["type"] == "EC2" and on_demand["allocationStrategy"] == "BEST_FIT_PROGRESSIVE"
     queues = spot.batch.describe_job_queues(jobQueues=["agora-c7i-spot"])["jobQueues"]
     assert [queue["state"] for queue in queues] == ["ENABLED"]
+
+
+def test_agora_aws_provision_makes_spot_queues_for_the_bundled_spot_catalog(
+    spot: Spot, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from agora_optimizer.cli import main
+    from tests.conftest import CATALOGS
+
+    extra = {"region_name": REGION, "endpoint_url": spot.moto.url}
+    connection = {"conn_type": "aws", "login": "testing", "password": "testing", "extra": extra}
+    monkeypatch.setenv("AIRFLOW_CONN_AGORA_SPOT", json.dumps(connection))
+    subnet, group, profile, role = spot.network
+    code = main(
+        ["aws", "provision", "--catalog", str(CATALOGS / "aws-us-east-1-spot.yaml"), "--conn-id", "agora_spot",
+         "--image", IMAGE, "--subnets", subnet, "--security-group-ids", group, "--instance-role", profile,
+         "--service-role", role]
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert {"created job queue agora-m7i-spot", "created job queue agora-r7i-spot"} <= set(out.splitlines())
+    assert "already there job queue agora-c7i-spot" in out.splitlines()  # the module's, from its own catalog
+    [m7i] = spot.batch.describe_compute_environments(computeEnvironments=["agora-m7i-spot"])["computeEnvironments"]
+    resources = m7i["computeResources"]
+    assert (resources["type"], resources["allocationStrategy"]) == ("SPOT", "SPOT_PRICE_CAPACITY_OPTIMIZED")
+    assert resources["instanceTypes"] == ["m7i.large", "m7i.xlarge"]
+    [m7i_on_demand] = spot.batch.describe_compute_environments(computeEnvironments=["agora-m7i"])["computeEnvironments"]
+    assert m7i_on_demand["computeResources"]["type"] == "EC2"
 
 
 def test_a_planned_machine_of_a_spot_type_gets_a_spot_compute_environment_of_its_own(spot: Spot) -> None:
