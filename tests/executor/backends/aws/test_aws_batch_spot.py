@@ -7,14 +7,16 @@
   reason AWS writes for a lost host, ``Host EC2 (instance i-...) terminated.``, and fails when its
   container's start fails (the engine's socket closed): Batch's FAILED job with that ``statusReason``.
   The backend reads it from DescribeJobs as an interruption; a job that fails otherwise stays a failure.
-- The executor, with the real backend on that server: the interrupted try re-runs on the fallback's
-  queue, Airflow hears one success, the trace row names the fallback and the run's repairs say why.
+- The executor, with the Batch backend it makes itself from the catalog and an Airflow connection to
+  that server: the interrupted try re-runs on the fallback's queue, Airflow hears one success, the
+  trace row names the fallback and the run's repairs say why.
 
 AWS itself cannot be reached from here: Batch's real reclaim is not exercised, only its documented words.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 import time
@@ -131,8 +133,6 @@ def test_a_spot_type_gets_a_spot_compute_environment_and_its_twin_an_on_demand_o
 def test_agora_aws_provision_makes_spot_queues_for_the_bundled_spot_catalog(
     spot: Spot, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import json
-
     from agora_optimizer.cli import main
     from tests.conftest import CATALOGS
 
@@ -256,13 +256,12 @@ def test_the_executor_reruns_a_reclaimed_spot_task_on_its_fallback_and_airflow_s
     monkeypatch.setenv("AIRFLOW__AGORA__STATE_DIR", str(tmp_path / "jobs"))
     monkeypatch.setenv("AIRFLOW__AGORA__TRACE_STORE_URL", f"sqlite:///{tmp_path / 'traces.db'}")
     monkeypatch.setenv("AIRFLOW__AGORA__AWS_S3_PREFIX", f"s3://{BUCKET}/{uuid.uuid4().hex[:8]}/")
+    extra = {"region_name": REGION, "endpoint_url": spot.moto.url}
+    connection = {"conn_type": "aws", "login": "testing", "password": "testing", "extra": extra}
+    monkeypatch.setenv("AIRFLOW_CONN_AGORA_SPOT", json.dumps(connection))
+    monkeypatch.setenv("AIRFLOW__AGORA__AWS_CONN_ID", "agora_spot")
     executor = AgoraExecutor()
-    executor.start()
-    backend = AwsBatchBackend(
-        session=fake_session(), region_name=REGION, endpoint_url=spot.moto.url, resources=spot.catalog.by_name,
-        s3_prefix=os.environ["AIRFLOW__AGORA__AWS_S3_PREFIX"], s3_endpoint_url=spot.moto.url,
-    )  # fmt: skip
-    executor._backends["aws"] = backend
+    executor.start()  # its Batch backend is its own, made from the catalog and the connection
     item = workload("t", "c7i.large-spot")
     executor.queued_tasks[item.ti.key] = item
 
@@ -274,6 +273,8 @@ def test_the_executor_reruns_a_reclaimed_spot_task_on_its_fallback_and_airflow_s
     executor._process_workloads([item])
     spot_id = executor._jobs[item.ti.key].external_id
     assert executor._jobs[item.ti.key].record.resource == "c7i.large-spot"
+    [described] = spot.batch.describe_jobs(jobs=[spot_id])["jobs"]
+    assert described["jobQueue"].endswith("job-queue/agora-c7i-spot")
     spot.moto.reset_recording()
     spot.batch.terminate_job(jobId=spot_id, reason=RECLAIMED)
     spot.moto.batch_runs_containers(False)  # the fallback's job succeeds at submit
