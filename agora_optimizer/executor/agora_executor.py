@@ -16,7 +16,9 @@ pools, SLURM, AWS Batch). The job runs the agora worker, which runs Airflow's ow
 Task state belongs to Airflow: the task process reports success or failure through the
 Execution API, and ``execute_workload`` exits 0 either way. The executor reports a job
 that exited 0 as success, and a job that died (OOM kill, signal, timeout, lost) as
-failed with the reason, which Airflow then applies (retry or fail). ``sync()`` never
+failed with the reason, which Airflow then applies (retry or fail); a job of a spot type whose
+machine the provider took back re-runs its try on the type's fallback instead, unreported
+(:mod:`~agora_optimizer.executor.interruptions`). ``sync()`` never
 raises: a backend error is retried with capped exponential backoff, and only after
 ``[agora] submit_retries`` attempts (or ``backend_outage_s`` of failed status polls) does
 the task fail, with the backend's message.
@@ -33,7 +35,8 @@ worker command), :mod:`~agora_optimizer.executor.planned_runs` (planned machines
 repairs), :mod:`~agora_optimizer.executor.adoption` (a restarted scheduler takes over running jobs,
 by the ``agora|<backend>|<resource>|<id>`` external id Airflow stores),
 :mod:`~agora_optimizer.executor.job_dirs` (tracing jobs that ended while no scheduler watched, and
-expiring old job directories) and :mod:`~agora_optimizer.executor.tracing` (the trace rows);
+expiring old job directories), :mod:`~agora_optimizer.executor.tracing` (the trace rows) and
+:mod:`~agora_optimizer.executor.interruptions` (a spot job interrupted re-runs on its fallback);
 :mod:`~agora_optimizer.executor.executor_base` holds the tables they share.
 """
 
@@ -50,6 +53,7 @@ from agora_optimizer.errors import AgoraError
 from agora_optimizer.executor.adoption import Adoption
 from agora_optimizer.executor.backends.registry import check_backend_settings, make_backend
 from agora_optimizer.executor.executor_base import EXPIRE_INTERVAL_S, SWEEP_INTERVAL_S, ExecutorConfig, clock_now
+from agora_optimizer.executor.interruptions import Interruptions
 from agora_optimizer.executor.job_building import JobBuilding, unwritable, worker_command
 from agora_optimizer.executor.job_dirs import JobDirectories
 from agora_optimizer.executor.job_record import JobRecord
@@ -108,7 +112,7 @@ __all__ = [
 _LOG_LEVELS = {"info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 
 
-class AgoraExecutor(Adoption, PlannedRuns, JobBuilding, JobDirectories, Tracing):
+class AgoraExecutor(Adoption, PlannedRuns, JobBuilding, JobDirectories, Tracing, Interruptions):
     """Routes each task to a local pool, a SLURM partition or an AWS Batch queue."""
 
     is_local = False
@@ -355,12 +359,16 @@ class AgoraExecutor(Adoption, PlannedRuns, JobBuilding, JobDirectories, Tracing)
         return float(self.conf.get("scheduler", "task_queued_timeout", fallback="600") or 600)
 
     def _report(self, job: Job, status: JobStatus) -> None:
+        if status.interrupted and self._rerun_after_interruption(job, status):
+            return  # the same try runs again on the spot type's fallback: Airflow hears of its end only
         self._write_trace(job.record, status)
+        self._fallback_ended(job.record, status)
         if status.succeeded:
             self.success(job.key, job.full_external_id)  # type: ignore[arg-type]
             return
         reason = status.reason or f"exit code {status.exit_code}"
         what = "out of memory" if status.oom_killed else ("lost" if status.phase == "lost" else "failed")
+        what = "interrupted (its capacity was taken back)" if status.interrupted else what
         message = f"agora: {job.record.label} on {job.record.resource or '?'} {what}: {reason}"
         self.log.error("%s", message)
         self.fail(job.key, message)  # type: ignore[arg-type]

@@ -40,6 +40,7 @@ OOM_RETRY_GROWTH = 1.5  # a retry after an OOM kill reserves this much more than
 REPLAY_INTERVAL_S = 5.0  # how often rows spooled while the trace store was down are written again
 PLANS_MAX = 256  # (dag_id, plan_version) orders kept; a plan is read once per pair
 RUNS_MAX = 1024  # DAG runs whose machine book is kept
+FALLBACKS_MAX = 4096  # task instances an interruption moved off spot, kept until their fallback's job ends
 
 
 @dataclass(frozen=True)
@@ -118,6 +119,8 @@ class ExecutorBase(BaseExecutor):
         self._repairer = Repairer()  # off until start() reads [agora] replan_slack
         self._reports = RunReports()  # released leases and repairs on their way to the run store
         self._leases = Leases(self._backend, self._reports)
+        # task instances (dag_id, task_id, run_id, map_index) an interruption moved off spot: their fallback
+        self._on_fallback: BoundedDict[tuple[str, str, str, int], str] = BoundedDict(FALLBACKS_MAX)
         self._run_plans = RunPlans(
             default_plan_store, airflow_run_times, self.log
         )  # a run's own plan, where it has one
@@ -146,6 +149,11 @@ class ExecutorBase(BaseExecutor):
 
     def _repaired_placement(self, ti: Any, placement: Placement) -> Placement:
         """The placement a repair of the task's run gave it (:mod:`~agora_optimizer.executor.planned_runs`)."""
+        raise NotImplementedError
+
+    def _off_spot(self, ti: Any, placement: Placement) -> Placement:
+        """The fallback's placement of a task an interruption moved off spot
+        (:mod:`~agora_optimizer.executor.interruptions`)."""
         raise NotImplementedError
 
     def _write_trace(self, record: JobRecord, status: JobStatus) -> None:

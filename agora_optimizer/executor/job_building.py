@@ -49,6 +49,7 @@ class JobBuilding(ExecutorBase):
         followed = run_plan.placement(plan_task(ti), parsed) if run_plan is not None else None
         placement = followed or parsed or self._default_placement(label)
         placement = self._repaired_placement(ti, placement)
+        placement = self._off_spot(ti, placement)  # an interruption moved it to its spot type's fallback
         resource = self._resources.get(placement.resource)
         if resource is None:
             raise AgoraError(

@@ -21,6 +21,7 @@ from agora_optimizer.executor.jobs import JobStatus, job_key
 from agora_optimizer.executor.state_files import write_private
 from agora_optimizer.model.instances import instance_id
 from agora_optimizer.traces.records import AttemptState, TaskAttempt
+from agora_optimizer.traces.spool import BACKEND_FAILURES
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,8 @@ def attempt_state(status: JobStatus) -> AttemptState:
     """The trace state of a job that ended (``success`` here means the process exited 0)."""
     if status.phase == "lost":
         return "lost"
+    if status.interrupted:  # the provider took the machine back (spot, preemption): not the task's failure
+        return "interrupted"
     if status.oom_killed:
         return "oom_killed"
     if status.exit_code in (130, 143) and "cancel" in status.reason.lower():
@@ -95,7 +98,7 @@ def executor_attempt(record: JobRecord, status: JobStatus, existing: TaskAttempt
         cpu_time_s=status.cpu_time_s,
         state=state,
     )
-    backend_failure = state in ("oom_killed", "lost", "cancelled") or (state == "failed" and existing is None)
+    backend_failure = state in BACKEND_FAILURES or (state == "failed" and existing is None)
     return replace(
         base,
         resource_type=record.resource,

@@ -287,7 +287,9 @@ class Repairer:
         after an OOM kill) is pending for the re-planner until it starts."""
         if not self.on or task_id not in book.order.by_task:
             return
-        if status.oom_killed:
+        if status.interrupted:
+            what = "was interrupted (its capacity was taken back)"
+        elif status.oom_killed:
             what = "was killed for memory (OOM)"
         elif status.phase == "lost":
             what = "was lost"

@@ -17,7 +17,7 @@ from typing import Literal, get_args
 from agora_optimizer.errors import AgoraError
 from agora_optimizer.model.limits import MAX_CORES, MAX_RUNTIME_S, MAX_SPEED
 
-AttemptState = Literal["success", "failed", "oom_killed", "cancelled", "lost"]
+AttemptState = Literal["success", "failed", "oom_killed", "cancelled", "lost", "interrupted"]
 ATTEMPT_STATES: tuple[AttemptState, ...] = get_args(AttemptState)
 
 MAX_BYTES = 2**60

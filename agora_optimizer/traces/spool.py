@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 
 Source = Literal["listener", "executor"]
 SPOOL_NAME = ".trace-spool"
-BACKEND_FAILURES = ("oom_killed", "lost", "cancelled")  # what only the executor can tell of an attempt
+BACKEND_FAILURES = ("oom_killed", "lost", "cancelled", "interrupted")  # what only the executor can tell of an attempt
 _EXECUTOR_FIELDS = ("resource_type", "backend", "host", "requested_cores", "requested_memory_bytes", "queued_at")
 _TIMES = {f.name for f in fields(TaskAttempt) if f.name in ("queued_at", "started_at", "ended_at")}
 

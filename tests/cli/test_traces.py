@@ -68,7 +68,7 @@ def test_an_unknown_state_is_one_line_and_exit_2(tmp_path: Path) -> None:
     assert result.exit_code == 2
     assert result.output.strip().splitlines() == [
         "agora: error: --state: field 'state': must be one of success, failed, oom_killed, cancelled, lost, "
-        "got 'exploded'"
+        "interrupted, got 'exploded'"
     ]
 
 

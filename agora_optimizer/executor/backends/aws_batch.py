@@ -57,6 +57,7 @@ from agora_optimizer.executor.backends.aws_errors import BACKEND, call, classify
 from agora_optimizer.executor.backends.aws_jobs import (
     DEFAULT_QUEUE_PATTERN,
     MIB,
+    SPOT_SUFFIX,
     TIMEOUT_GRACE_S,
     attempt_duration_s,
     batch_job_name,
@@ -229,7 +230,16 @@ class AwsBatchBackend(Backend):
         )
 
     def queue_for(self, resource: str, options: Mapping[str, object]) -> str:
-        return queue_name(resource, options, self.queue_pattern)
+        """The resource's job queue; a spot type's is its family's with ``-spot`` (its compute environment is
+        of Spot Instances, never shared with on-demand types), unless the catalog names one."""
+        known = self.resources.get(resource)
+        return self._queue(resource, options, spot=known is not None and known.spot)
+
+    def _queue(self, resource: str, options: Mapping[str, object], *, spot: bool) -> str:
+        name = queue_name(resource, options, self.queue_pattern)
+        if spot and "job_queue" not in options and not name.endswith(SPOT_SUFFIX):
+            name = queue_name(resource, {"job_queue": f"{name}{SPOT_SUFFIX}"})
+        return name
 
     # -- the three calls of the executor -------------------------------------------------------
 
@@ -444,7 +454,8 @@ class AwsBatchBackend(Backend):
         groups: dict[str, list[Resource]] = {}
         for resource in resources:
             if resource.backend == BACKEND:
-                groups.setdefault(self.queue_for(resource.name, resource.extra), []).append(resource)
+                queue = self._queue(resource.name, resource.extra, spot=resource.spot)  # the catalog's, not ours
+                groups.setdefault(queue, []).append(resource)
         return self.provisioner.ensure_infrastructure(groups, **options)
 
     @property

@@ -44,6 +44,11 @@ STATE_MAPPINGS: Mapping[str, JobPhase] = {
 UNKNOWN_STATE_PHASE: JobPhase = "pending"
 
 OOM_MARKER = "OutOfMemoryError"  # ECS: "OutOfMemoryError: Container killed due to memory usage"
+# Batch's words for a job whose instance went away under it, e.g. a Spot Instance reclaimed:
+# "Host EC2 (instance i-08784105ffff56b4f) terminated." (older accounts: "Host EC2 Terminated"), in the
+# job's statusReason and its attempts' statusReason. On a spot type it is an interruption, not a failure.
+HOST_TERMINATED = re.compile(r"\bHost EC2 (\(instance [^)]*\) )?terminated\b", re.IGNORECASE)
+SPOT_SUFFIX = "-spot"  # a catalog name's suffix for the spot variant of an EC2 type (c7i.large-spot)
 
 _JOB_NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
 _JOB_NAME_MAX = 128
@@ -51,6 +56,15 @@ _QUEUE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
 
 
 # -- names and sizes -------------------------------------------------------------------------
+
+
+def instance_type(resource: str, options: Mapping[str, object]) -> str:
+    """The EC2 instance type of a catalog resource: its ``instance_type`` option, else its name without
+    the spot variant's :data:`SPOT_SUFFIX` (``c7i.large`` for ``c7i.large-spot``)."""
+    option = options.get("instance_type")
+    if isinstance(option, str) and option:
+        return option
+    return resource.removesuffix(SPOT_SUFFIX)
 
 
 def family_of(resource: str) -> str:
@@ -164,7 +178,8 @@ def status_from_description(description: Mapping[str, Any]) -> JobStatus:
 
     Finished jobs: the container's ``exitCode``; a FAILED job without one (it never ran,
     or was terminated) gets 1, a SUCCEEDED one 0. ``oom_killed`` when Batch or ECS says
-    ``OutOfMemoryError``. Times are epoch milliseconds.
+    ``OutOfMemoryError``; ``interrupted`` when a FAILED job lost its host (:func:`host_terminated`,
+    a reclaimed Spot Instance). Times are epoch milliseconds.
     """
     state = str(description.get("status", ""))
     phase = STATE_MAPPINGS.get(state, UNKNOWN_STATE_PHASE)
@@ -185,11 +200,12 @@ def status_from_description(description: Mapping[str, Any]) -> JobStatus:
         or ""
     )
     exit_code: int | None = None
-    oom_killed = False
+    oom_killed = interrupted = False
     if phase == "finished":
         raw = container.get("exitCode", last_attempt.get("exitCode"))
         exit_code = int(raw) if raw is not None else (0 if state == "SUCCEEDED" else 1)
         oom_killed = OOM_MARKER in reason
+        interrupted = state == "FAILED" and host_terminated(description)
     if phase == "pending" and state not in STATE_MAPPINGS:
         reason = f"unknown Batch state {state!r}" + (f": {reason}" if reason else "")
     return JobStatus(
@@ -201,7 +217,17 @@ def status_from_description(description: Mapping[str, Any]) -> JobStatus:
         queued_at=_moment(description.get("createdAt")),
         started_at=_moment(description.get("startedAt")),
         ended_at=_moment(description.get("stoppedAt")) if phase == "finished" else None,
+        interrupted=interrupted,
     )
+
+
+def host_terminated(description: Mapping[str, Any]) -> bool:
+    """Whether Batch says the job's last attempt lost its instance (:data:`HOST_TERMINATED`): the job's
+    ``statusReason``, or its last attempt's (a job retried by Batch keeps each attempt's reason)."""
+    attempts = description.get("attempts") or []
+    last = mapping(attempts[-1]) if attempts else {}
+    texts = (description.get("statusReason"), last.get("statusReason"), mapping(last.get("container")).get("reason"))
+    return any(isinstance(text, str) and HOST_TERMINATED.search(text) for text in texts)
 
 
 def status_with_result(status: JobStatus, result: JobResult) -> JobStatus:
@@ -219,6 +245,7 @@ def status_with_result(status: JobStatus, result: JobResult) -> JobStatus:
         reason=result.reason or status.reason,
         peak_rss_bytes=result.peak_rss_bytes,
         cpu_time_s=result.cpu_time_s,
+        interrupted=False,  # the worker wrote its result: the task ran to its end before any host went away
     )
 
 

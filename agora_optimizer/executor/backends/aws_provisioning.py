@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from mypy_boto3_batch import BatchClient
 
 from agora_optimizer.executor.backends.aws_errors import BACKEND, call, classify_error
+from agora_optimizer.executor.backends.aws_jobs import instance_type
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +67,7 @@ class ComputeNetwork:
     instance_role: str  # the ECS instance profile
     service_role: str | None = None  # None: Batch's service-linked role
     default_max_vcpus: int = 256  # a type without a catalog count
+    spot_fleet_role: str | None = None  # the Spot Fleet role of a spot type's compute environment, where needed
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,7 @@ class Provisioner:
         service_role: str | None = None,
         job_role_arn: str | None = None,
         default_max_vcpus: int = 256,
+        spot_fleet_role: str | None = None,
         wait_timeout_s: float = 600.0,
         poll_s: float = 5.0,
         dry_run: bool = False,
@@ -116,8 +119,6 @@ class Provisioner:
         missing = {queue: members for queue, members in groups.items() if queue not in known}
         if missing:
             template = {
-                "type": "EC2",  # on demand, as the catalog's prices
-                "allocationStrategy": "BEST_FIT_PROGRESSIVE",
                 "minvCpus": 0,
                 "subnets": list(subnets),
                 "securityGroupIds": list(security_group_ids),
@@ -126,9 +127,10 @@ class Provisioner:
             }
             for queue, members in missing.items():
                 compute = {
+                    **purchase(queue, members, spot_fleet_role),
                     **template,
                     "maxvCpus": _max_vcpus(members, default_max_vcpus),
-                    "instanceTypes": sorted(resource.name for resource in members),
+                    "instanceTypes": sorted({instance_type(r.name, r.extra) for r in members}),
                     **ec2_configuration(members),
                 }
                 created += self.create_compute_environment(queue, compute, service_role, existing, dry_run=dry_run)
@@ -177,11 +179,10 @@ class Provisioner:
     def create_type_queue(self, resource: Resource, queue: str, network: ComputeNetwork, timeout_s: float) -> None:
         """The compute environment (exactly ``resource``'s type) and queue named ``queue``, each unless it exists."""
         compute = {
-            "type": "EC2",  # on demand, as the catalog's prices
-            "allocationStrategy": "BEST_FIT_PROGRESSIVE",
+            **purchase(queue, [resource], network.spot_fleet_role),
             "minvCpus": 0,
             "maxvCpus": _max_vcpus([resource], network.default_max_vcpus),
-            "instanceTypes": [resource.name],
+            "instanceTypes": [instance_type(resource.name, resource.extra)],
             "subnets": list(network.subnets),
             "securityGroupIds": list(network.security_group_ids),
             "instanceRole": network.instance_role,
@@ -331,6 +332,27 @@ def wait_valid(
         if time.monotonic() > deadline:
             raise BackendError(BACKEND, f"{kind}s {', '.join(waiting)} not VALID after {timeout_s:g} s", transient=True)
         time.sleep(poll_s)
+
+
+def purchase(queue: str, members: Sequence[Resource], spot_fleet_role: str | None = None) -> dict[str, str]:
+    """How a compute environment of ``members`` buys its instances: on demand (``EC2``, as the catalog's
+    prices), or Spot Instances for spot types (``SPOT``, ``SPOT_PRICE_CAPACITY_OPTIMIZED``: pools least
+    likely to be interrupted, at the lowest price; no ``bidPercentage``: up to the on-demand price).
+    A queue mixes neither: an interrupted job re-runs on its fallback, and an on-demand job is never
+    interrupted."""
+    spot = sorted(r.name for r in members if r.spot)
+    if spot and len(spot) < len(members):
+        on_demand = sorted(r.name for r in members if not r.spot)
+        raise BackendError(
+            BACKEND,
+            f"job queue {queue} would hold spot types ({', '.join(spot)}) and on-demand types "
+            f"({', '.join(on_demand)}): give them different job_queue options",
+            transient=False,
+        )
+    if not spot:
+        return {"type": "EC2", "allocationStrategy": "BEST_FIT_PROGRESSIVE"}
+    chosen = {"type": "SPOT", "allocationStrategy": "SPOT_PRICE_CAPACITY_OPTIMIZED"}
+    return {**chosen, "spotIamFleetRole": spot_fleet_role} if spot_fleet_role else chosen
 
 
 def ec2_configuration(resources: Sequence[Resource]) -> dict[str, list[dict[str, str]]]:

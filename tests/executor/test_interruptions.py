@@ -1,0 +1,233 @@
+"""The executor's side of spot capacity, on a backend that reports what the test tells it (no processes).
+
+The real path (a reclaimed Spot Instance on AWS Batch, the real backend, the executor) is
+tests/executor/backends/aws/test_aws_batch_spot.py against moto; here are the executor's decisions:
+when it re-runs on the fallback, when Airflow hears of the interruption instead, and what is recorded.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agora_optimizer.executor.backends.base import Backend
+from agora_optimizer.executor.jobs import JobSpec, JobStatus
+
+MIB = 2**20
+CATALOG = """
+network: {bandwidth_bytes_per_s: 2000000000}
+resources:
+  - {name: local-large, backend: local, vcpus: 2, memory_gib: 8, speed: 1.0, price_per_hour_usd: 0.1, count: 1}
+  - {name: local-spot, backend: local, vcpus: 2, memory_gib: 8, speed: 1.0, price_per_hour_usd: 0.03, count: 1,
+     spot: true, interruption_rate_per_hour: 0.01, fallback: local-large}
+"""
+RECLAIMED = "node taken back by its provider"
+
+
+class Scripted(Backend):
+    """Runs nothing: each job ends at its second poll, interrupted while it runs on one of ``interrupting``."""
+
+    name = "local"
+
+    def __init__(self, interrupting: set[str]) -> None:
+        self.interrupting = interrupting
+        self.submitted: list[tuple[str, str]] = []  # (resource, key)
+        self.polls: dict[str, int] = {}
+
+    def submit(self, job: JobSpec) -> str:
+        external_id = f"job-{len(self.submitted)}"
+        self.submitted.append((job.resource, job.key))
+        self.polls[external_id] = 0
+        return external_id
+
+    def status(self, external_ids: Sequence[str]) -> Mapping[str, JobStatus]:
+        statuses = {}
+        for external_id in external_ids:
+            self.polls[external_id] += 1
+            resource = self.submitted[int(external_id.split("-")[1])][0]
+            if self.polls[external_id] < 2:
+                statuses[external_id] = JobStatus("running", host="node-1")
+            elif resource in self.interrupting:
+                statuses[external_id] = JobStatus("finished", exit_code=1, reason=RECLAIMED, interrupted=True)
+            else:
+                statuses[external_id] = JobStatus("finished", exit_code=0)
+        return statuses
+
+    def cancel(self, external_id: str) -> None:
+        pass
+
+
+@pytest.fixture
+def executor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    from agora_optimizer.executor.agora_executor import AgoraExecutor
+
+    catalog = tmp_path / "spot.yaml"
+    catalog.write_text(CATALOG)
+    monkeypatch.setenv("AIRFLOW__AGORA__CATALOG", str(catalog))
+    monkeypatch.setenv("AIRFLOW__AGORA__STATE_DIR", str(tmp_path / "jobs"))
+    monkeypatch.setenv("AIRFLOW__AGORA__TRACE_STORE_URL", f"sqlite:///{tmp_path / 'traces.db'}")
+    monkeypatch.setenv("AIRFLOW__AGORA__AIRFLOW_POOLS", "False")
+    executor = AgoraExecutor()
+    executor._start_local_pools = lambda: None  # no fork server: the scripted backend runs nothing
+    executor.start()
+    return executor
+
+
+@pytest.fixture
+def requeued(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, int]]:
+    """Airflow's metadata database, played: every try may go back to QUEUED (the calls are recorded)."""
+    from agora_optimizer.executor import interruptions
+
+    calls: list[tuple[Any, int]] = []
+    monkeypatch.setattr(interruptions, "requeue_task_instance", lambda ti_id, n: calls.append((ti_id, n)) or "")
+    return calls
+
+
+def workload(resource: str, try_number: int = 1, task_id: str = "t") -> Any:
+    from airflow.executors.workloads import ExecuteTask
+    from airflow.executors.workloads.base import BundleInfo
+    from airflow.executors.workloads.task import TaskInstanceDTO
+
+    placement = {"resource": resource, "cores": 1, "memory_bytes": 256 * MIB}
+    ti = TaskInstanceDTO(
+        id=uuid.uuid4(), dag_version_id=uuid.uuid4(), task_id=task_id, dag_id="unit", run_id="r1",
+        try_number=try_number, map_index=-1, pool_slots=1, priority_weight=1, queue="default",
+        executor_config={"agora": {"placement": placement}},
+    )  # fmt: skip
+    return ExecuteTask(
+        ti=ti, dag_rel_path="unit.py", token="first", log_path=None, bundle_info=BundleInfo(name="dags-folder")
+    )
+
+
+def run(executor: Any, backend: Scripted, item: Any, syncs: int = 8) -> list[tuple[Any, Any]]:
+    """Hand ``item`` over and sync; the task's final events, in order (QUEUED ones left out)."""
+    from airflow.utils.state import TaskInstanceState
+
+    executor._backends["local"] = backend
+    executor.queued_tasks[item.ti.key] = item
+    executor._process_workloads([item])
+    events: list[tuple[Any, Any]] = []
+    for _ in range(syncs):
+        executor.sync()
+        for key, event in executor.get_event_buffer().items():
+            if key == item.ti.key and event[0] != TaskInstanceState.QUEUED:
+                events.append(event)
+    return events
+
+
+def traces(tmp_path: Path) -> tuple[list[Any], list[Any]]:
+    from agora_optimizer.runs.store import RunStore
+
+    with RunStore(f"sqlite:///{tmp_path / 'traces.db'}") as store:
+        return store.attempts(dag_id="unit"), store.repairs("unit", "r1")
+
+
+def test_an_interrupted_spot_task_reruns_its_try_on_the_fallback_and_airflow_sees_one_success(
+    executor: Any, requeued: list[tuple[Any, int]], tmp_path: Path
+) -> None:
+    from airflow.utils.state import TaskInstanceState
+
+    backend = Scripted({"local-spot"})
+    item = workload("local-spot")
+    events = run(executor, backend, item)
+    assert [state for state, _ in events] == [TaskInstanceState.SUCCESS]
+    assert [resource for resource, _ in backend.submitted] == ["local-spot", "local-large"]
+    assert backend.submitted[0][1] == backend.submitted[1][1]  # the same try: the same job key and directory
+    assert requeued == [(item.ti.id, 1)] and item.ti.key not in executor.running
+    (attempt,), (repair,) = traces(tmp_path)
+    assert attempt.resource_type == "local-large" and attempt.state == "success" and attempt.try_number == 1
+    assert repair.reason == f"task t interrupted on spot local-spot: {RECLAIMED}"
+    assert repair.detail.startswith("local job job-0;") and repair.tasks == ("t",)
+    assert repair.detail.endswith("re-run on local-large (on demand), the same try 1")
+    assert not executor._on_fallback  # the fallback's job ended: later runs follow their plan again
+
+
+def test_a_try_airflow_no_longer_runs_fails_with_the_interruption_and_its_next_try_runs_on_the_fallback(
+    executor: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from airflow.utils.state import TaskInstanceState
+
+    from agora_optimizer.executor import interruptions
+
+    gone = "Airflow no longer has try 1 running or queued (it may have failed it already)"
+    monkeypatch.setattr(interruptions, "requeue_task_instance", lambda ti_id, n: gone)
+    backend = Scripted({"local-spot"})
+    [(state, info)] = run(executor, backend, workload("local-spot"))
+    assert state == TaskInstanceState.FAILED
+    assert info == (f"agora: unit.t run r1 try 1 on local-spot interrupted (its capacity was taken back): {RECLAIMED}")
+    [(state, _)] = run(executor, backend, workload("local-spot", try_number=2))  # Airflow's retry
+    assert state == TaskInstanceState.SUCCESS
+    assert [resource for resource, _ in backend.submitted] == ["local-spot", "local-large"]
+    attempts, (repair,) = traces(tmp_path)
+    assert [(a.try_number, a.resource_type, a.state) for a in attempts] == [
+        (1, "local-spot", "interrupted"),
+        (2, "local-large", "success"),
+    ]
+    assert "reported to Airflow as try 1's failure; its next try runs on local-large (on demand)" in repair.detail
+
+
+def test_a_rerun_on_the_fallback_is_not_rerun_again_and_other_types_fail_as_before(
+    executor: Any, requeued: list[tuple[Any, int]], tmp_path: Path
+) -> None:
+    from airflow.utils.state import TaskInstanceState
+
+    backend = Scripted({"local-spot", "local-large"})  # a backend that says its on-demand capacity went too
+    [(state, info)] = run(executor, backend, workload("local-spot"))
+    assert state == TaskInstanceState.FAILED and "try 1 on local-large interrupted" in info
+    assert [resource for resource, _ in backend.submitted] == ["local-spot", "local-large"]  # one re-run, no more
+
+    [(state, info)] = run(executor, backend, workload("local-large", task_id="u"))
+    assert state == TaskInstanceState.FAILED and "unit.u run r1 try 1 on local-large interrupted" in info
+    assert len(requeued) == 1  # only the spot try went back to Airflow's queue
+    attempts, repairs = traces(tmp_path)
+    assert len(repairs) == 1 and {a.task_id: a.state for a in attempts} == {"t": "interrupted", "u": "interrupted"}
+
+
+def test_requeue_task_instance_says_why_without_airflows_database(monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow import settings as airflow_settings
+
+    from agora_optimizer.executor.interruptions import requeue_task_instance
+
+    monkeypatch.setattr(airflow_settings, "Session", None)
+    assert requeue_task_instance(uuid.uuid4(), 1) == "no Airflow metadata database in this process"
+
+
+def test_requeue_task_instance_puts_a_running_try_back_to_queued_and_nothing_else(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Against Airflow's own TaskInstance table (alone, in an in-memory SQLite): the statement the executor
+    runs on the scheduler's metadata database."""
+    import sqlalchemy as sa
+    from airflow import settings as airflow_settings
+    from airflow.models import import_all_models
+    from airflow.models.taskinstance import TaskInstance
+    from sqlalchemy.orm import scoped_session, sessionmaker
+
+    from agora_optimizer.executor.interruptions import requeue_task_instance
+
+    import_all_models()  # the table's foreign keys name the others
+    engine = sa.create_engine("sqlite://", poolclass=sa.pool.StaticPool)
+    table = TaskInstance.__table__
+    table.create(engine)
+    monkeypatch.setattr(airflow_settings, "Session", scoped_session(sessionmaker(bind=engine)))
+    ids = {state: uuid.uuid4() for state in ("running", "queued", "failed")}
+    with engine.begin() as connection:
+        for state, ti_id in ids.items():
+            row = {
+                "id": ti_id, "task_id": state, "dag_id": "unit", "run_id": "r1", "map_index": -1, "try_number": 1,
+                "state": state, "pool": "default_pool", "pool_slots": 1, "queue": "default", "priority_weight": 1,
+                "max_tries": 1, "hostname": "spot-node", "unixname": "", "dag_version_id": uuid.uuid4(),
+            }  # fmt: skip
+            connection.execute(sa.insert(table).values(**{k: v for k, v in row.items() if k in table.c}))
+
+    assert requeue_task_instance(ids["running"], 1) == ""
+    assert requeue_task_instance(ids["queued"], 1) == ""  # the job never started its task: as good
+    assert requeue_task_instance(ids["failed"], 1).startswith("Airflow no longer has try 1 running or queued")
+    assert requeue_task_instance(ids["running"], 2).startswith("Airflow no longer has try 2")  # another try
+    with engine.begin() as connection:
+        states = dict(connection.execute(sa.select(table.c.task_id, table.c.state)).all())
+    assert states == {"running": "queued", "queued": "queued", "failed": "failed"}
