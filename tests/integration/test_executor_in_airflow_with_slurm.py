@@ -95,7 +95,10 @@ class Cluster:
                 return {a.task_id: a for a in store.attempts(dag_id=dag_id)}
 
         wait_until(
-            lambda: sum(1 for a in read().values() if a.backend) >= tasks, 60, f"executor trace rows of {dag_id}"
+            # requested memory is the executor's part (the listener's row names the backend too)
+            lambda: sum(1 for a in read().values() if a.backend and a.requested_memory_bytes) >= tasks,
+            60,
+            f"executor trace rows of {dag_id}",
         )
         return read()
 
