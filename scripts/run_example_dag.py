@@ -22,7 +22,9 @@ import argparse
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -34,7 +36,6 @@ def main() -> int:
     args = parser.parse_args()
     sys.path.insert(0, str(REPO))  # the harness is beside the package, not in it
     from agora_optimizer.io.plan_file import load_plan
-    from agora_optimizer.traces.store import TraceStore
     from harness.local_airflow import AirflowDeployment
 
     out = args.out.resolve()
@@ -63,10 +64,9 @@ def main() -> int:
         airflow.wait_for_dag("agora_example_etl")
         run_id = airflow.trigger("agora_example_etl", {"report_dir": str(out / "report")})
         state = airflow.wait_for_run("agora_example_etl", run_id, timeout_s=600)
-    applied = load_plan(out / "plan.json")  # the plan put in force above
-    planned = {a.task: a.resource for a in applied.assignments}
-    with TraceStore(store_url) as store:
-        attempts = {a.task_id: a for a in store.attempts(dag_id="agora_example_etl") if a.run_id == run_id}
+        applied = load_plan(out / "plan.json")  # the plan put in force above
+        planned = {a.task: a.resource for a in applied.assignments}
+        attempts = _executor_rows(store_url, run_id, set(planned))  # before the scheduler (the executor) stops
     print(f"\nrun {run_id}: {state}")
     print(f"{'task':<10} {'planned pool':<13} {'CPUs seen':<10} {'runtime s':>9} {'peak MiB':>9}")
     for task, resource in sorted(planned.items()):
@@ -78,6 +78,23 @@ def main() -> int:
         print(f"{task:<10} {resource:<13} {cpus!s:<10} {runtime:>9} {peak:>9}")
     _print_record(agora, airflow.env, run_id, out / "run.svg")
     return 0 if state == "success" else 1
+
+
+def _executor_rows(store_url: str, run_id: str, tasks: set[str], timeout_s: float = 30.0) -> dict[str, Any]:
+    """The run's trace rows once the executor has added its part (peak memory, requested memory) to each.
+
+    The task's own listener writes its half of a row as the task ends, and Airflow may mark the run done
+    before the executor, which hears of the job's end at its next poll, writes the other half.
+    """
+    from agora_optimizer.traces.store import TraceStore
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with TraceStore(store_url) as store:
+            rows = {a.task_id: a for a in store.attempts(dag_id="agora_example_etl") if a.run_id == run_id}
+        if all(task in rows and rows[task].requested_memory_bytes for task in tasks) or time.monotonic() > deadline:
+            return rows
+        time.sleep(0.5)
 
 
 def _print_record(agora: str, env: dict[str, str], run_id: str, chart: Path) -> None:

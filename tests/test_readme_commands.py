@@ -37,8 +37,9 @@ def test_demo_optimizes_checks_draws_and_runs_the_example_dag_on_local_pools(tmp
     assert re.search(r"run manual__\S+: success", result.stdout)  # the example DAG ran in a real Airflow
     for task in ("extract", "clean", "aggregate", "profile", "load"):
         # each task ran on the CPU of the pool its plan chose (local.yaml: small = CPU 0, large = CPU 1)
-        assert re.search(rf"^{task} +(local-small +\[0\]|local-large +\[1\])", result.stdout, re.MULTILINE), (
-            result.stdout[-2500:]
-        )
+        # and its row has a runtime and the worker's peak memory (the executor's half of the row, not only the task's)
+        assert re.search(
+            rf"^{task} +(local-small +\[0\]|local-large +\[1\]) +\d+\.\d +\d+$", result.stdout, re.MULTILINE
+        ), result.stdout[-2500:]
     assert (tmp_path / "airflow" / "traces.db").is_file()
     assert f"demo output: {tmp_path}" in result.stdout
