@@ -27,6 +27,7 @@ from agora_optimizer.executor.job_record import JobRecord
 from agora_optimizer.executor.jobs import JobSpec, read_result
 from agora_optimizer.executor.lifecycle import Job
 from agora_optimizer.executor.placement import Placement, placement_environment, placement_from_config
+from agora_optimizer.executor.preemption import SPOT_ENV
 from agora_optimizer.executor.remote_files import CONTAINER_JOB_ROOT, job_urls, split_s3_url
 from agora_optimizer.executor.state_files import write_private
 from agora_optimizer.model.catalog import Resource
@@ -87,7 +88,11 @@ class JobBuilding(ExecutorBase):
             command=tuple(worker_command(resource, placement, job_dir, s3_prefix=s3_prefix)),
             job_dir=job_dir,
             options=dict(resource.extra),
-            environment={**self._worker_environment(), **placement_environment(placement, resource.backend)},
+            environment={
+                **self._worker_environment(),
+                **placement_environment(placement, resource.backend),
+                **({SPOT_ENV: "1"} if resource.spot else {}),  # the worker tells a preemption from a cancel
+            },
             lease=lease,
             gpus=placement.gpus,
         )

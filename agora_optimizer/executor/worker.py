@@ -19,6 +19,11 @@ measure). With an explicit command (tests, benchmarks) it follows the command's 
 - CPU: ``--cpu-set`` pins the worker and so every process it starts (``sched_setaffinity``).
 - Time: past ``--time-limit-s`` the tree gets SIGTERM, then SIGKILL after a grace period.
 - SIGTERM or SIGINT to the worker (a cancel, ``scancel``) is passed on to the tree.
+- On spot capacity (``$AGORA_SPOT``), a SIGTERM first stops Airflow's supervisor where it stands and asks
+  the platform whether the job was preempted (:mod:`~agora_optimizer.executor.preemption`): if so, the
+  tree is killed before the supervisor can report the task's failure (the try stays running in Airflow
+  and the executor re-runs it on the fallback; the result's reason starts with ``preempted``), else the
+  supervisor goes on and the SIGTERM is handled as above.
 
 A task that begins and ends between two looks (a tiny task on a busy machine) is measured by the
 kernel instead: the command's tree's largest peak RSS and its CPU time, once the command is reaped.
@@ -59,6 +64,7 @@ from pathlib import Path
 import psutil
 
 from agora_optimizer.executor.jobs import OOM_EXIT_CODE, TASK_ENDED_MARK, BackendError, JobResult
+from agora_optimizer.executor.preemption import probe_for
 from agora_optimizer.executor.state_files import open_log, write_private
 from agora_optimizer.traces.sampler import (
     SAMPLED_BY_WORKER_ENV,
@@ -175,6 +181,15 @@ class _Watch:
             except psutil.Error:
                 continue
 
+    def hold(self) -> None:
+        """Stop the command's root where it stands: Airflow's supervisor, the one process that reports to Airflow."""
+        with contextlib.suppress(OSError):
+            os.kill(self.process.pid, signal.SIGSTOP)
+
+    def release(self) -> None:
+        with contextlib.suppress(OSError):
+            os.kill(self.process.pid, signal.SIGCONT)
+
     def kill_all(self, sig: int) -> None:
         """Signal the command and everything under it (not the worker itself)."""
         try:
@@ -201,9 +216,15 @@ def run(
     started_at = datetime.now(UTC)
     job_dir.mkdir(parents=True, exist_ok=True)
     stopping: list[int] = []
+    probe = probe_for(os.environ)  # None unless the job is on spot capacity of a platform that can tell
+    watching: list[_Watch] = []
+    held: list[int] = []
 
     def _on_signal(signum: int, _frame: object) -> None:
         stopping.append(signum)
+        if probe is not None and signum == signal.SIGTERM and watching and not held:
+            watching[0].hold()  # before the task's failure (its shell child got the SIGTERM too) reaches Airflow
+            held.append(signum)
 
     log_path = job_dir / "task.log"
     try:
@@ -211,20 +232,33 @@ def run(
     except OSError as exc:
         return _not_started(f"agora worker cannot open its log {log_path}: {exc.strerror or exc}", memory_bytes)
     previous = {sig: signal.signal(sig, _on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
-    oom_killed = timed_out = False
+    oom_killed = timed_out = preempted = decided = False
     reason = ""
     deadline = None if time_limit_s is None else time.monotonic() + time_limit_s
     kill_at: float | None = None
     ended_marked = False
     try:
         watch = _Watch(job_dir / "workload.json" if command is None else command, log_handle=log_fd)
+        watching.append(watch)
         while watch.process.poll() is None:
             watch.attach()
             if not ended_marked and watch.task_exited():
                 ended_marked = _mark_task_ended(job_dir)
             peak = watch.peak_rss_bytes()
             now = time.monotonic()
-            if memory_bytes is not None and peak > memory_bytes and not oom_killed:
+            if held and not decided and probe is not None:
+                decided = True
+                preempted_by = probe()
+                if preempted_by:  # Airflow hears nothing: its try is still running, the executor re-runs it
+                    preempted = True
+                    reason = f"preempted: {preempted_by}; the task was stopped before it reported to Airflow"
+                    watch.kill_all(signal.SIGKILL)
+                    kill_at = now
+                else:  # a cancel or a time limit: the supervisor goes on, and the SIGTERM is handled as ever
+                    watch.release()
+            if preempted:
+                pass  # killed already: no other reason applies
+            elif memory_bytes is not None and peak > memory_bytes and not oom_killed:
                 oom_killed = True
                 reason = f"out of memory: peak RSS {peak} bytes > limit {memory_bytes} bytes; killed"
                 watch.kill_task(signal.SIGKILL)
@@ -249,14 +283,16 @@ def run(
         os.close(log_fd)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    if stopping and not (oom_killed or timed_out):
+    if stopping and not (oom_killed or timed_out or preempted):
         reason = f"cancelled by signal {signal.Signals(stopping[0]).name}"
     if returncode < 0 and not reason:
         reason = f"killed by signal {signal.Signals(-returncode).name}"
     elif returncode > 0 and not reason:
         reason = f"exited with code {returncode}"
     exit_code = OOM_EXIT_CODE if oom_killed else (128 - returncode if returncode < 0 else returncode)
-    if stopping and exit_code == 0:
+    if preempted:
+        exit_code = 128 + signal.SIGTERM  # as SLURM's own record of a preempted job says
+    elif stopping and exit_code == 0:
         exit_code = 128 + stopping[0]
     return JobResult(
         exit_code=exit_code,

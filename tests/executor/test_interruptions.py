@@ -16,6 +16,7 @@ import pytest
 
 from agora_optimizer.executor.backends.base import Backend
 from agora_optimizer.executor.jobs import JobSpec, JobStatus
+from agora_optimizer.executor.preemption import SPOT_ENV
 
 MIB = 2**20
 CATALOG = """
@@ -36,11 +37,13 @@ class Scripted(Backend):
     def __init__(self, interrupting: set[str]) -> None:
         self.interrupting = interrupting
         self.submitted: list[tuple[str, str]] = []  # (resource, key)
+        self.environments: list[Mapping[str, str]] = []
         self.polls: dict[str, int] = {}
 
     def submit(self, job: JobSpec) -> str:
         external_id = f"job-{len(self.submitted)}"
         self.submitted.append((job.resource, job.key))
+        self.environments.append(job.environment)
         self.polls[external_id] = 0
         return external_id
 
@@ -137,6 +140,10 @@ def test_an_interrupted_spot_task_reruns_its_try_on_the_fallback_and_airflow_see
     assert [state for state, _ in events] == [TaskInstanceState.SUCCESS]
     assert [resource for resource, _ in backend.submitted] == ["local-spot", "local-large"]
     assert backend.submitted[0][1] == backend.submitted[1][1]  # the same try: the same job key and directory
+    spot, fallback = backend.environments  # the worker on spot capacity tells a preemption from a cancel
+    assert (spot.get(SPOT_ENV), spot["AGORA_RESOURCE_TYPE"]) == ("1", "local-spot")
+    assert SPOT_ENV not in fallback and fallback["AGORA_RESOURCE_TYPE"] == "local-large"
+    assert fallback["AGORA_MACHINE"] == ""  # no planned machine: the trace row names none
     assert requeued == [(item.ti.id, 1)] and item.ti.key not in executor.running
     (attempt,), (repair,) = traces(tmp_path)
     assert attempt.resource_type == "local-large" and attempt.state == "success" and attempt.try_number == 1

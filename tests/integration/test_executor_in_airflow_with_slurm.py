@@ -6,7 +6,9 @@ task must land where its plan put it, as the operating system (CPU affinity, see
 task itself) and SLURM (``sacct``: partition and node of the job) record it. A second DAG has a
 task that exceeds its memory, one that raises, and two long tasks during which the
 scheduler is killed and restarted. A third waits in a SLURM partition that another job holds
-for longer than Airflow's ``task_queued_timeout``, and must run once, on its first job.
+for longer than Airflow's ``task_queued_timeout``, and must run once, on its first job. A fourth
+has a shell task (no retries) on the preemptible partition ``spot`` (``slurm-loopback-spot.yaml``):
+SLURM preempts it, and its same try must run again on the fallback and succeed.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from agora_optimizer.io.catalog_file import load_catalog
 from agora_optimizer.model.plan import Assignment, Objective, Plan, SolverInfo
 from agora_optimizer.plans.store import PlanStore
 from agora_optimizer.queue_wait.recorder import QueueWaitStore
+from agora_optimizer.runs.store import RunStore
 from agora_optimizer.traces.records import TaskAttempt
 from agora_optimizer.traces.store import TraceStore
 from harness.local_airflow import AirflowDeployment, agora_deployment, wait_until
@@ -76,6 +79,14 @@ with DAG(dag_id="agora_patient", schedule=None, start_date=datetime(2026, 1, 1),
         return "ran after its queue wait"
 
     patient()
+
+with DAG(dag_id="agora_spot", schedule=None, start_date=datetime(2026, 1, 1), catchup=False):
+    @task.bash(retries=0)
+    def crunch():
+        # a shell child, as most tasks have: SLURM's SIGTERM at a preemption reaches it too
+        return 'echo "$SLURM_JOB_PARTITION $AGORA_RESOURCE_TYPE" >> {{ dag_run.conf["report"] }}; sleep 20'
+
+    crunch()
 """
 QUEUED_TIMEOUT_S = 20  # Airflow's [scheduler] task_queued_timeout here: short, so a SLURM queue outlasts it
 
@@ -150,7 +161,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     shutil.copy(REPO / "dags" / "agora_example_etl.py", dags)
     (dags / "agora_faults.py").write_text(FAULTS)
     catalog = CATALOGS / "local.yaml"
-    catalogs = f"{catalog},{CATALOGS / 'slurm-loopback.yaml'}"
+    catalogs = f"{catalog},{CATALOGS / 'slurm-loopback-spot.yaml'}"  # slurm-loopback.yaml and a spot type
     store_url = f"sqlite:///{root / 'traces.db'}"
     airflow = agora_deployment(
         root,
@@ -168,12 +179,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     plans.save("agora_faults", _plan({"hog": ("local-small", 512 * MIB), "boom": ("local-large", 512 * MIB)}))
     plans.save("agora_slow", _plan({"slow_a": ("slurm-debug", 512 * MIB), "slow_b": ("local-large", 512 * MIB)}))
     plans.save("agora_patient", _plan({"patient": ("slurm-debug", 256 * MIB)}))
+    plans.save("agora_spot", _plan({"crunch": ("slurm-spot", 256 * MIB)}))
     try:
         airflow.start("api-server")
         # A pool the operator made before agora: left as it is.
         airflow.request("POST", "/pools", json={"name": "agora_local-large", "slots": 7, "description": "mine"})
         airflow.start("dag-processor", "scheduler")
-        for dag_id in ("agora_example_etl", "agora_faults", "agora_slow", "agora_patient"):
+        for dag_id in ("agora_example_etl", "agora_faults", "agora_slow", "agora_patient", "agora_spot"):
             airflow.wait_for_dag(dag_id)
         yield Cluster(airflow, store_url, plans, catalog)
     finally:
@@ -311,3 +323,41 @@ def test_a_slurm_queue_wait_longer_than_airflows_queued_timeout_runs_the_task_on
     events = airflow.request("GET", "/eventLogs", params={"dag_id": "agora_patient", "limit": 100})
     assert not [e for e in events["event_logs"] if "stuck in queued" in (e["event"] or "")]
     assert cluster.attempts("agora_patient", 1)["patient"].state == "success"
+
+
+def test_a_task_preempted_on_spot_runs_its_same_try_again_on_its_fallback(cluster: Cluster, tmp_path: Path) -> None:
+    """SLURM preempts the spot allocation under a running shell task (with no retries): the executor re-runs
+    the same try on the spot type's fallback, Airflow sees one try and its success, the trace row and the
+    run's repair say what happened."""
+    airflow = cluster.airflow
+    report = tmp_path / "crunch.txt"
+    run_id = airflow.trigger("agora_spot", {"report": str(report)})
+    spot = job_name(lease_key("agora_spot", run_id, "slurm-spot#0"))  # crunch's planned machine
+    wait_until(
+        lambda: report.exists() and [j["State"] for j in sacct_jobs(spot)] == ["RUNNING"],
+        120,
+        "crunch to run on its spot machine",
+        airflow,
+    )
+    owner = subprocess.run(  # an owner takes its node back: a compute job that needs all of agora-large's cores
+        ["sbatch", "--parsable", "-p", "compute", "-c", "16", "-J", "agora-test-owner", "-o", "/dev/null",
+         "--wrap", "sleep 2"],
+        capture_output=True, text=True, timeout=30, check=True,
+    ).stdout.strip().split(";")[0]  # fmt: skip
+    assert airflow.wait_for_run("agora_spot", run_id, timeout_s=240) == "success"
+    assert [t["try_number"] for t in airflow.tries("agora_spot", run_id, "crunch")] == [1]  # no retry spent
+    assert [j["State"] for j in sacct_jobs(spot)] == ["PREEMPTED"]
+    assert [j["State"] for j in sacct_jobs("agora-test-owner") if j["JobID"] == owner] == ["COMPLETED"]
+    ran = [line.split() for line in report.read_text().splitlines()]  # written by the task, once per run of it
+    assert [(partition, resource) for partition, resource in ran] == [
+        ("spot", "slurm-spot"),
+        ("compute", "slurm-compute"),
+    ]
+    attempt = cluster.attempts("agora_spot", 1)["crunch"]
+    where = (attempt.resource_type, attempt.backend, attempt.machine)
+    assert where == ("slurm-compute", "slurm", "") and attempt.state == "success"
+    assert attempt.try_number == 1 and attempt.peak_rss_bytes and attempt.runtime_s and attempt.runtime_s >= 20
+    with RunStore(cluster.store_url) as runs:
+        (repair,) = [r for r in runs.repairs("agora_spot", run_id) if "interrupted" in r.reason]
+    assert "crunch interrupted on spot slurm-spot" in repair.reason and "PREEMPTED" in repair.reason
+    assert "re-run on slurm-compute (on demand), the same try 1" in repair.detail

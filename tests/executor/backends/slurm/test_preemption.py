@@ -4,6 +4,7 @@ a reason naming the partition; a spot job that ends, fails or that agora cancels
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import replace
@@ -14,7 +15,8 @@ import pytest
 
 from agora_optimizer.executor.backends.slurm import SlurmBackend, SlurmJobRef
 from agora_optimizer.executor.backends.slurm.backend import _final_status, _interrupted
-from agora_optimizer.executor.jobs import JobResult, JobSpec, JobStatus, MachineLease, lease_key
+from agora_optimizer.executor.jobs import JobResult, JobSpec, JobStatus, MachineLease, lease_key, read_result
+from agora_optimizer.executor.preemption import SPOT_ENV, probe_for, slurm_preempted
 from agora_optimizer.model.catalog import Resource
 from agora_optimizer.slurm.commands import run_slurm
 from agora_optimizer.slurm.jobs import SlurmRecord
@@ -136,6 +138,63 @@ def test_a_spot_job_that_ends_fails_or_is_cancelled_by_agora_is_not_interrupted(
     assert statuses[done].succeeded and statuses[failed].exit_code == 3, statuses
     assert statuses[cancelled].exit_code != 0 and "preempted" not in statuses[cancelled].reason
     assert not any(s.interrupted for s in statuses.values()), statuses
+
+
+# A stand-in for Airflow's supervisor: at a SIGTERM it reports the task's failure to Airflow a moment
+# later (the real one takes tens of milliseconds: its task's shell child died, it logs, it calls the API).
+REPORTS_AT_SIGTERM = """
+import pathlib, signal, sys, time
+def report(*_):
+    time.sleep(0.5)
+    pathlib.Path({mark!r}).write_text("failed")
+    sys.exit(1)
+signal.signal(signal.SIGTERM, report)
+pathlib.Path({mark!r}).write_text("running")
+time.sleep(120)
+"""
+
+
+def test_a_preempted_spot_worker_stops_the_supervisor_before_it_reports(tmp_path: Path, tracked: Tracked) -> None:
+    """On spot capacity ($AGORA_SPOT) the worker holds the supervisor at SLURM's SIGTERM and asks SLURM: a
+    preemption kills it unheard (Airflow's try stays running, for the executor to re-run); agora's own
+    cancel lets it go on and report, as on any partition."""
+    backend = SlurmBackend()
+    marks = {name: tmp_path / f"{name}.reported" for name in ("cancelled", "preempted")}
+
+    def spot_job(name: str) -> str:
+        code = REPORTS_AT_SIGTERM.format(mark=str(marks[name]))
+        spec = job(tmp_path, name, code, partition="spot", cores=SPOT.cpus, time_limit_s=None)
+        return tracked.submit(backend, replace(spec, environment={**spec.environment, SPOT_ENV: "1"}))
+
+    def wait_task(name: str) -> None:
+        wait_until(lambda: marks[name].exists(), 60, f"the {name} job's stand-in to start")
+
+    cancelled = spot_job("cancelled")
+    wait_task("cancelled")
+    backend.cancel(cancelled)
+    [cancelled_status] = wait_finished(backend, [cancelled]).values()
+    assert not cancelled_status.interrupted and "cancelled by signal SIGTERM" in cancelled_status.reason
+    assert marks["cancelled"].read_text() == "failed"  # let go: it reported, as it would without spot
+    preempted = spot_job("preempted")
+    wait_task("preempted")
+    tracked.ids.add(take_back_spot_node())
+    [status] = wait_finished(backend, [preempted], timeout_s=60).values()
+    assert status.interrupted and status.exit_code == 143, status
+    written = read_result(tmp_path / "preempted" / "result.json")
+    assert written is not None and written.reason.startswith(f"preempted: SLURM preempted job {preempted} at ")
+    assert f"(partition spot, node {SPOT.name})" in written.reason
+    time.sleep(1.0)  # twice the stand-in's delay: a supervisor let go would have reported by now
+    assert marks["preempted"].read_text() == "running"  # never reported: killed while held
+
+
+def test_the_probe_reads_slurms_preempt_time_and_needs_spot_and_a_slurm_job() -> None:
+    assert probe_for({SPOT_ENV: "1"}) is None  # no SLURM job: no way to ask (AWS Batch: not yet)
+    assert probe_for({"SLURM_JOB_ID": "7"}) is None  # not on spot capacity: a SIGTERM is a cancel
+    assert probe_for({SPOT_ENV: "1", "SLURM_JOB_ID": "7"}) is not None
+
+
+def test_the_probe_of_a_job_slurm_does_not_know_says_not_preempted(slurm_cluster: SlurmCluster) -> None:
+    assert slurm_preempted("999999999") == ""
 
 
 @pytest.fixture
