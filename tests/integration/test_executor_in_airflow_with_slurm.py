@@ -87,6 +87,18 @@ with DAG(dag_id="agora_spot", schedule=None, start_date=datetime(2026, 1, 1), ca
         return 'echo "$SLURM_JOB_PARTITION $AGORA_RESOURCE_TYPE" >> {{ dag_run.conf["report"] }}; sleep 20'
 
     crunch()
+
+with DAG(dag_id="agora_gpu", schedule=None, start_date=datetime(2026, 1, 1), catchup=False):
+    @task(retries=0)
+    def train(**context):
+        import json, os
+
+        seen = {name: os.environ.get(name, "") for name in
+                ("SLURM_JOB_ID", "SLURM_JOB_PARTITION", "CUDA_VISIBLE_DEVICES", "AGORA_RESOURCE_TYPE")}
+        with open(context["dag_run"].conf["report"], "w") as out:
+            json.dump(seen, out)
+
+    train()
 """
 QUEUED_TIMEOUT_S = 20  # Airflow's [scheduler] task_queued_timeout here: short, so a SLURM queue outlasts it
 
@@ -114,9 +126,10 @@ class Cluster:
         return read()
 
 
-def _plan(tasks: dict[str, tuple[str, int]]) -> Plan:
+def _plan(tasks: dict[str, tuple[str, int]], gpus: dict[str, int] | None = None) -> Plan:
     assignments = tuple(
-        Assignment(task, resource, f"{resource}#0", 0.0, 30.0, 1, memory) for task, (resource, memory) in tasks.items()
+        Assignment(task, resource, f"{resource}#0", 0.0, 30.0, 1, memory, (gpus or {}).get(task, 0))
+        for task, (resource, memory) in tasks.items()
     )
     return Plan(
         "faults",
@@ -180,12 +193,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     plans.save("agora_slow", _plan({"slow_a": ("slurm-debug", 512 * MIB), "slow_b": ("local-large", 512 * MIB)}))
     plans.save("agora_patient", _plan({"patient": ("slurm-debug", 256 * MIB)}))
     plans.save("agora_spot", _plan({"crunch": ("slurm-spot", 256 * MIB)}))
+    plans.save("agora_gpu", _plan({"train": ("slurm-gpu", 256 * MIB)}, gpus={"train": 1}))
     try:
         airflow.start("api-server")
         # A pool the operator made before agora: left as it is.
         airflow.request("POST", "/pools", json={"name": "agora_local-large", "slots": 7, "description": "mine"})
         airflow.start("dag-processor", "scheduler")
-        for dag_id in ("agora_example_etl", "agora_faults", "agora_slow", "agora_patient", "agora_spot"):
+        for dag_id in ("agora_example_etl", "agora_faults", "agora_slow", "agora_patient", "agora_spot", "agora_gpu"):
             airflow.wait_for_dag(dag_id)
         yield Cluster(airflow, store_url, plans, catalog)
     finally:
@@ -361,3 +375,31 @@ def test_a_task_preempted_on_spot_runs_its_same_try_again_on_its_fallback(cluste
         (repair,) = [r for r in runs.repairs("agora_spot", run_id) if "interrupted" in r.reason]
     assert "crunch interrupted on spot slurm-spot" in repair.reason and "PREEMPTED" in repair.reason
     assert "re-run on slurm-compute (on demand), the same try 1" in repair.detail
+
+
+def test_a_gpu_task_runs_on_its_planned_gpu_machine_with_one_gpu_of_its_own(cluster: Cluster, tmp_path: Path) -> None:
+    """A task planned with one GPU on ``slurm-gpu#0`` (partition ``accel``, node ``agora-gpu``, two
+    placeholder GPUs): its machine's allocation asks SLURM for the type's GPUs, and the task sees one."""
+    report = tmp_path / "train.json"
+    run_id = cluster.airflow.trigger("agora_gpu", {"report": str(report)})
+    assert cluster.airflow.wait_for_run("agora_gpu", run_id) == "success"
+    seen = json.loads(report.read_text())  # written by the task itself
+    assert (seen["SLURM_JOB_PARTITION"], seen["AGORA_RESOURCE_TYPE"]) == ("accel", "slurm-gpu")
+    assert seen["CUDA_VISIBLE_DEVICES"] in ("0", "1")  # one of the allocation's two, its own
+    name = job_name(lease_key("agora_gpu", run_id, "slurm-gpu#0"))
+    wait_until(lambda: [j["State"] for j in sacct_jobs(name)] == ["COMPLETED"], 60, f"sacct: {name} completed")
+    (job,) = sacct_jobs(name)
+    assert job["JobID"] == seen["SLURM_JOB_ID"] and job["NodeList"] == "agora-gpu"
+    tres = subprocess.run(
+        ["sacct", "-X", "-n", "-P", "-j", job["JobID"], "-o", "AllocTRES"],
+        capture_output=True, text=True, timeout=30, check=True,
+    ).stdout  # fmt: skip
+    assert "gres/gpu=2" in tres  # the machine: its type's two GPUs, shared out among its tasks by agora
+    attempt = cluster.attempts("agora_gpu", 1)["train"]
+    assert (attempt.resource_type, attempt.backend, attempt.machine, attempt.state) == (
+        "slurm-gpu",
+        "slurm",
+        "slurm-gpu#0",
+        "success",
+    )
+    assert attempt.peak_rss_bytes and attempt.requested_memory_bytes == 256 * MIB
