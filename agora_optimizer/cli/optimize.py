@@ -36,7 +36,7 @@ from agora_optimizer.io.catalog_file import load_catalog
 from agora_optimizer.io.plan_file import load_plan, write_plan
 from agora_optimizer.io.wfformat import load_workflow
 from agora_optimizer.model.catalog import GIB, Catalog
-from agora_optimizer.model.plan import Objective, Plan
+from agora_optimizer.model.plan import Objective, Plan, SpotFigures
 
 if TYPE_CHECKING:
     from agora_optimizer.model.workflow import Workflow
@@ -336,7 +336,17 @@ def _summary(plan: Plan, baseline: Plan | None, makespan_lb: float, cost_lb: flo
         "lower_bounds": {"makespan_s": makespan_lb, "cost_usd": cost_lb},
         "agora": row(plan),
         "default": None if baseline is None else {**row(baseline), "resource": baseline.assignments[0].resource},
+        "spot": None if plan.spot is None else plan.spot.__dict__,
     }
+
+
+def spot_line(figures: SpotFigures) -> str:
+    """A plan's spot figures for people (``docs/spot.md``)."""
+    return (
+        f"spot: {figures.spot_tasks} tasks on spot types, {figures.expected_reruns:.4f} expected re-runs; "
+        f"expected cost {figures.expected_cost_usd:.6f} USD with them, worst-case makespan "
+        f"{figures.worst_case_makespan_s:,.3f} s (one interrupted at the worst moment)"
+    )
 
 
 def _print_summary(summary: dict[str, Any]) -> None:
@@ -360,6 +370,8 @@ def _print_summary(summary: dict[str, Any]) -> None:
     bounds = summary["lower_bounds"]
     table.add_row("lower bound", f"{bounds['makespan_s']:,.1f}", f"{bounds['cost_usd']:.4f}", "1.000", "1.000", "")
     out_console.print(table)
+    if summary["spot"]:
+        out_console.print(spot_line(SpotFigures(**summary["spot"])))
     default = summary["default"]
     if default:
         ours = summary["agora"]
@@ -399,6 +411,8 @@ def validate(
         f"{plan}: valid ({len(loaded.assignments)} tasks, makespan {loaded.makespan_s:.3f} s, "
         f"cost {loaded.cost_usd:.6f} USD)"
     )
+    if loaded.spot is not None:  # recomputed by the checker: within 0.5 % of these
+        say(spot_line(loaded.spot))
 
 
 def gantt(

@@ -1,7 +1,8 @@
 """The plan checker: every rule of section 3 of the spec, recomputed from the assignments.
 
 ``validate_plan`` returns one :class:`Violation` per broken rule instance; an empty
-list means the plan is valid. Nothing here trusts the plan's own claims.
+list means the plan is valid. Nothing here trusts the plan's own claims: not even its optional
+``spot`` figures (``docs/spot.md``, outside the spec), which are recomputed when the plan carries them.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from agora_optimizer.model.workflow import Workflow
 from agora_optimizer.planning.leases import Lease, leases
 from agora_optimizer.planning.leases import cost_usd as recompute_cost
 from agora_optimizer.planning.leases import makespan_s as recompute_makespan
+from agora_optimizer.planning.spot_replay import spot_summary
 
 TIME_TOLERANCE_S = 1e-6
 CLAIM_TOLERANCE = 0.005
@@ -49,6 +51,41 @@ def validate_plan(plan: Plan, workflow: Workflow, catalog: Catalog) -> list[Viol
     lease_list = leases(known, catalog)
     found += _check_leases(lease_list)
     found += _check_claims(plan, catalog)
+    if not found:  # the figures need every task placed once, on a type of the catalog
+        found += _check_spot(plan, workflow, catalog)
+    return found
+
+
+def _check_spot(plan: Plan, workflow: Workflow, catalog: Catalog) -> list[Violation]:
+    """The plan's ``spot`` figures against the ones its assignments give (``docs/spot.md``), and its
+    deadline against the worst case of one interruption, which is what the deadline holds with spot."""
+    claimed = plan.spot
+    if claimed is None:
+        return []  # optional: a plan on spot types may leave them out
+    figures = spot_summary(plan.assignments, workflow, catalog)
+    if figures is None:
+        return [Violation("spot", "plan carries spot figures, but none of its tasks is on a spot type")]
+    found = []
+    if claimed.spot_tasks != figures.spot_tasks:
+        found.append(
+            Violation("spot", f"plan claims {claimed.spot_tasks} spot tasks, its assignments have {figures.spot_tasks}")
+        )
+    for name, claim, actual, unit in (
+        ("expected re-runs", claimed.expected_reruns, figures.expected_reruns, ""),
+        ("expected cost", claimed.expected_cost_usd, figures.expected_cost_usd, " USD"),
+        ("worst-case makespan", claimed.worst_case_makespan_s, figures.worst_case_makespan_s, " s"),
+    ):
+        if abs(claim - actual) > CLAIM_TOLERANCE * max(abs(actual), 1e-9) + 1e-9:
+            found.append(Violation("spot", f"plan claims {name} {claim}{unit}, its assignments give {actual}{unit}"))
+    deadline = plan.objective.deadline_s
+    if deadline is not None and figures.worst_case_makespan_s > deadline + TIME_TOLERANCE_S:
+        found.append(
+            Violation(
+                "spot-deadline",
+                f"worst-case makespan {figures.worst_case_makespan_s} s (one spot task interrupted at its end) "
+                f"exceeds the deadline {deadline} s",
+            )
+        )
     return found
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from agora_optimizer.cli import main
-from tests.conftest import AWS_CATALOG, BUNDLED, wfformat_15, write_json
+from tests.conftest import AWS_CATALOG, BUNDLED, CATALOGS, wfformat_15, write_json
 from tests.spec_checker import check_plan
 
 BLAST = BUNDLED / "blast-chameleon-small-001.json"
@@ -275,3 +275,21 @@ def test_a_task_needing_more_gpus_than_any_type_is_one_line_naming_the_largest_o
     assert code == 2 and "Traceback" not in stderr
     assert "task 'train' needs 16 GPUs" in stderr and "the most is p4d.24xlarge with 8" in stderr
     assert not (tmp_path / "p.json").exists()
+
+
+@pytest.mark.slow  # plans for seconds
+def test_a_plan_on_spot_types_shows_its_spot_figures_and_validate_recomputes_them(tmp_path: Path, capsys) -> None:
+    out, catalog = tmp_path / "plan.json", CATALOGS / "aws-us-east-1-spot.yaml"
+    code, stdout, _ = _run(capsys, "optimize", BLAST, "-c", catalog, "--objective", "cost", "-o", out, *QUICK)
+    assert code == 0
+    figures = json.loads(out.read_text())["spot"]
+    assert figures["spot_tasks"] > 0  # no deadline: spot is cheaper in expectation
+    shown = f"spot: {figures['spot_tasks']} tasks on spot types, {figures['expected_reruns']:.4f} expected re-runs"
+    assert shown in stdout
+    code, stdout, _ = _run(capsys, "validate", out, "-w", BLAST, "-c", catalog)
+    assert code == 0 and shown in stdout and f"expected cost {figures['expected_cost_usd']:.6f} USD" in stdout
+    plan = json.loads(out.read_text())
+    plan["spot"]["expected_cost_usd"] /= 2  # a claim the assignments do not give
+    out.write_text(json.dumps(plan))
+    code, stdout, _ = _run(capsys, "validate", out, "-w", BLAST, "-c", catalog)
+    assert code == 1 and "spot: plan claims expected cost" in stdout

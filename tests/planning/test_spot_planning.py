@@ -3,7 +3,9 @@ else; plans that carry their spot figures and pass both checkers (docs/spot.md).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -119,6 +121,37 @@ def test_a_plan_of_a_real_workflow_on_the_spot_catalog_passes_both_checkers() ->
     assert plan.spot.worst_case_makespan_s <= deadline + 1e-6
     assert validate_plan(plan, workflow, catalog) == []
     assert spec_checker.check_plan(plan_to_dict(plan), workflow_path, catalog_path) == []
+
+
+def test_the_checker_recomputes_a_plans_spot_figures_and_holds_its_deadline_to_the_worst_case() -> None:
+    workflow, catalog = slack_workflow(), calm_catalog(rate_per_hour=0.5)
+    plan = optimize(workflow, catalog, Objective(kind="cost", deadline_s=400.0), "spot", time_limit_s=1.0)
+    assert plan.spot is not None and plan.spot.spot_tasks > 0 and validate_plan(plan, workflow, catalog) == []
+    figures = plan.spot
+
+    def problems(**claims: Any) -> list[str]:
+        return [str(v) for v in validate_plan(replace(plan, spot=replace(figures, **claims)), workflow, catalog)]
+
+    [dearer] = problems(expected_cost_usd=figures.expected_cost_usd * 1.01)  # 1 % off: beyond the 0.5 % allowed
+    assert dearer.startswith("spot: plan claims expected cost") and "its assignments give" in dearer
+    assert problems(expected_cost_usd=figures.expected_cost_usd * 1.001) == []  # rounding, within 0.5 %
+    assert problems(spot_tasks=figures.spot_tasks + 1) == [
+        f"spot: plan claims {figures.spot_tasks + 1} spot tasks, its assignments have {figures.spot_tasks}"
+    ]
+    [late] = problems(worst_case_makespan_s=figures.worst_case_makespan_s / 2)
+    assert "worst-case makespan" in late
+    # A deadline that the plan meets as planned, but not with one interruption at the worst moment.
+    between = (plan.makespan_s + figures.worst_case_makespan_s) / 2
+    assert figures.worst_case_makespan_s > plan.makespan_s + 1.0
+    [tight] = [
+        str(v)
+        for v in validate_plan(replace(plan, objective=replace(plan.objective, deadline_s=between)), workflow, catalog)
+    ]
+    assert tight.startswith(f"spot-deadline: worst-case makespan {figures.worst_case_makespan_s} s")
+    on_demand = [replace(a, resource="od", machine=a.machine.replace("od-spot", "od")) for a in plan.assignments]
+    moved = replace(plan, assignments=tuple(on_demand), cost_usd=cost_usd(on_demand, catalog))
+    stray = validate_plan(moved, workflow, catalog)  # valid but for the figures it kept
+    assert [str(v) for v in stray] == ["spot: plan carries spot figures, but none of its tasks is on a spot type"]
 
 
 def test_a_part_of_a_catalog_keeps_its_spot_types_fallbacks() -> None:
