@@ -127,7 +127,13 @@ def _print_record(r: RunRecord, console: Any) -> None:
         f"{r.dag_id} {r.run_id}: {r.state}, {planned}; makespan {number(r.actual_makespan_s, '{:,.1f}')} s "
         f"(planned {number(r.planned_makespan_s, '{:,.1f}')}, ratio {number(r.makespan_ratio, '{:.2f}')}); "
         f"cost {r.actual_cost_usd:.4f} USD (planned {number(r.planned_cost_usd, '{:.4f}')}, "
-        f"ratio {number(r.cost_ratio, '{:.2f}')})",
+        f"ratio {number(r.cost_ratio, '{:.2f}')}"
+        + (
+            f"; expected with spot interruptions {r.planned_expected_cost_usd:.4f}"
+            if r.planned_expected_cost_usd is not None
+            else ""
+        )
+        + ")",
         markup=False,
         highlight=False,
     )

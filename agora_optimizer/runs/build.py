@@ -153,6 +153,7 @@ def build_run_record(
         planned_makespan_s=plan.makespan_s if plan is not None else None,
         actual_makespan_s=actual_makespan_s,
         planned_cost_usd=plan.cost_usd if plan is not None else None,
+        planned_expected_cost_usd=plan.spot.expected_cost_usd if plan is not None and plan.spot is not None else None,
         actual_cost_usd=sum(lease.cost_usd for lease in leases),
         tasks=tuple(sorted(tasks, key=lambda t: (t.task_id, t.map_index))),
         leases=tuple(leases),

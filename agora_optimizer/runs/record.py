@@ -84,6 +84,9 @@ class RunRecord:
 
     ``actual_makespan_s`` is the last task end minus the DAG run's start (None if no task ran);
     ``actual_cost_usd`` is the sum of ``leases``' costs (see ``docs/runs.md``).
+    ``planned_expected_cost_usd`` is the plan's expected cost with its spot tasks' interruptions
+    (``docs/spot.md``; None for a plan without spot tasks): a run without an interruption costs about
+    ``planned_cost_usd``, one with an interruption more, and many runs on average about this.
     """
 
     dag_id: str
@@ -101,6 +104,7 @@ class RunRecord:
     leases: tuple[RunLease, ...] = ()
     repairs: tuple[Repair, ...] = ()
     notes: tuple[str, ...] = ()
+    planned_expected_cost_usd: float | None = None
 
     @property
     def makespan_ratio(self) -> float | None:

@@ -49,6 +49,7 @@ _RUN_FIELDS = (
     "actual_makespan_s",
     "planned_cost_usd",
     "actual_cost_usd",
+    "planned_expected_cost_usd",
 )
 _LEASE_KEY = ("dag_id", "run_id", "backend", "machine", "external_id", "started_at")
 

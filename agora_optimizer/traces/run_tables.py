@@ -1,4 +1,4 @@
-"""The run tables of the trace store's database (schema version 3, :mod:`agora_optimizer.traces.store`).
+"""The run tables of the trace store's database (schema versions 3 and 4, :mod:`agora_optimizer.traces.store`).
 
 They live beside the store because the store owns the database's schema: its migrations create
 every table, whatever reads it; :class:`agora_optimizer.runs.store.RunStore` reads and writes them.
@@ -12,7 +12,8 @@ every table, whatever reads it; :class:`agora_optimizer.runs.store.RunStore` rea
 A record's own rows (run, tasks, priced leases) are replaced together when it is recorded again;
 reported leases and repairs are written by others (backends, the executor's repair logic) and
 are never touched by re-recording. :func:`create_tables_of_3` is the migration's frozen copy:
-a later version changes these tables with a migration of its own.
+a later version changes these tables with a migration of its own (version 4:
+:func:`add_expected_cost_of_4`, the plan's expected cost with spot interruptions).
 """
 
 from __future__ import annotations
@@ -24,8 +25,11 @@ def _run_key() -> list[sa.Column[str]]:
     return [sa.Column("dag_id", sa.String, primary_key=True), sa.Column("run_id", sa.String, primary_key=True)]
 
 
-def _tables(metadata: sa.MetaData) -> tuple[sa.Table, ...]:
-    """The run tables as in schema version 3 (new objects on ``metadata`` at each call)."""
+ADDED_IN_4 = "planned_expected_cost_usd"
+
+
+def _tables(metadata: sa.MetaData, version: int = 4) -> tuple[sa.Table, ...]:
+    """The run tables as in schema version ``version`` (new objects on ``metadata`` at each call)."""
     runs = sa.Table(
         "agora_runs",
         metadata,
@@ -42,6 +46,7 @@ def _tables(metadata: sa.MetaData) -> tuple[sa.Table, ...]:
         sa.Column("notes", sa.Text, nullable=False),  # a JSON list of strings
         sa.Column("recorded_at", sa.DateTime(timezone=True), nullable=False),
         sa.Index("agora_runs_by_start", "started_at"),
+        *([sa.Column(ADDED_IN_4, sa.Float)] if version >= 4 else []),  # None: no spot figures in the plan
     )
     tasks = sa.Table(
         "agora_run_tasks",
@@ -108,5 +113,12 @@ runs_table, run_tasks_table, run_leases_table, lease_records_table, repairs_tabl
 def create_tables_of_3(connection: sa.Connection) -> None:
     """Migration to schema version 3: the run tables (created if absent)."""
     frozen = sa.MetaData()
-    _tables(frozen)
+    _tables(frozen, version=3)
     frozen.create_all(connection, checkfirst=True)
+
+
+def add_expected_cost_of_4(connection: sa.Connection) -> None:
+    """Migration to schema version 4: each run record's planned expected cost (None for the runs before)."""
+    present = {column["name"] for column in sa.inspect(connection).get_columns(runs_table.name)}
+    if ADDED_IN_4 not in present:
+        connection.exec_driver_sql(f"ALTER TABLE {runs_table.name} ADD COLUMN {ADDED_IN_4} FLOAT")

@@ -44,9 +44,9 @@ from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
 
 from agora_optimizer.errors import AgoraError
 from agora_optimizer.traces.records import TaskAttempt, TraceRecordError
-from agora_optimizer.traces.run_tables import create_tables_of_3
+from agora_optimizer.traces.run_tables import add_expected_cost_of_4, create_tables_of_3
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 SQLITE_BUSY_TIMEOUT_MS = 60_000
 KEY_COLUMNS = ("dag_id", "task_id", "run_id", "map_index", "try_number")
 _PG_LOCK_KEY = 0x61676F7261  # "agora": one advisory lock for schema changes
@@ -132,7 +132,12 @@ def _migrate_to_2(connection: Connection) -> None:
             )
 
 
-MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _migrate_to_1, 2: _migrate_to_2, 3: create_tables_of_3}
+MIGRATIONS: dict[int, Callable[[Connection], None]] = {
+    1: _migrate_to_1,
+    2: _migrate_to_2,
+    3: create_tables_of_3,
+    4: add_expected_cost_of_4,
+}
 
 
 @dataclass(frozen=True)

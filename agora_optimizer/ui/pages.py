@@ -242,7 +242,10 @@ are marked.</p>
 <td>{{ r.started_at.strftime("%Y-%m-%d %H:%M:%S") if r.started_at else "-" }}</td>
 <td class="num">{{ m.seconds(r.planned_makespan_s) }}</td><td class="num">{{ m.seconds(r.actual_makespan_s) }}</td>
 {{ m.ratio(r.makespan_ratio, r.makespan_off) }}
-<td class="num">{{ m.usd(r.planned_cost_usd) }}</td><td class="num">{{ m.usd(r.actual_cost_usd) }}</td>
+<td class="num">{{ m.usd(r.planned_cost_usd) }}
+{%- if r.planned_expected_cost_usd is not none %}<br><small class="expected"
+title="expected with its spot tasks' interruptions">expected {{ m.usd(r.planned_expected_cost_usd) }}</small>
+{%- endif %}</td><td class="num">{{ m.usd(r.actual_cost_usd) }}</td>
 {{ m.ratio(r.cost_ratio, r.cost_off) }}
 <td class="num">{{ r.repairs }}</td></tr>
 {% endfor %}

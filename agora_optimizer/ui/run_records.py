@@ -143,6 +143,7 @@ def row(record: RunRecord) -> schemas.RunRow:
         makespan_ratio=record.makespan_ratio,
         makespan_off=is_off(record.makespan_ratio),
         planned_cost_usd=record.planned_cost_usd,
+        planned_expected_cost_usd=record.planned_expected_cost_usd,
         actual_cost_usd=record.actual_cost_usd,
         cost_ratio=record.cost_ratio,
         cost_off=is_off(record.cost_ratio),

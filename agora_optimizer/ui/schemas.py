@@ -189,6 +189,9 @@ class RunRow(BaseModel):
     makespan_ratio: float | None = Field(description="Actual / planned makespan.")
     makespan_off: bool = Field(description="The makespan ratio is more than the threshold off 1.")
     planned_cost_usd: float | None
+    planned_expected_cost_usd: float | None = Field(
+        default=None, description="The plan's expected cost with its spot tasks' interruptions (docs/spot.md)."
+    )
     actual_cost_usd: float
     cost_ratio: float | None = Field(description="Actual / planned cost.")
     cost_off: bool = Field(description="The cost ratio is more than the threshold off 1.")

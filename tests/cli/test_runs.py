@@ -18,6 +18,7 @@ from agora_optimizer.runs.recorder import AirflowTry, record_run
 from agora_optimizer.runs.store import RunStore
 from tests.conftest import CATALOGS
 from tests.runs.conftest import T0, at, placement, planned_etl
+from tests.runs.test_store import record
 
 
 @pytest.fixture
@@ -102,3 +103,16 @@ def test_the_main_cli_has_the_runs_commands() -> None:
     from agora_optimizer.cli import main
 
     assert main(["runs", "--help"]) == 0
+
+
+def test_show_gives_a_spot_plans_expected_cost_beside_the_planned_one(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'traces.db'}"
+    with RunStore(url) as store:
+        store.put(record("spot", planned_cost_usd=0.0029, planned_expected_cost_usd=0.0031))
+        store.put(record("plain", planned_cost_usd=0.0029))
+    runner = CliRunner()
+    spot = runner.invoke(runs_app, ["show", "dag", "spot", "--store", url])
+    assert spot.exit_code == 0, spot.output
+    assert "(planned 0.0029, ratio" in spot.stdout and "; expected with spot interruptions 0.0031)" in spot.stdout
+    plain = runner.invoke(runs_app, ["show", "dag", "plain", "--store", url])
+    assert plain.exit_code == 0 and "expected with spot" not in plain.stdout

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 from agora_optimizer.model.catalog import Billing, Resource
-from agora_optimizer.model.plan import Assignment, Objective, Plan, SolverInfo
+from agora_optimizer.model.plan import Assignment, Objective, Plan, SolverInfo, SpotFigures
 from agora_optimizer.runs.build import build_run_record, last_tries, run_plan_version
 from agora_optimizer.runs.lease_record import LeaseRecord
 from agora_optimizer.runs.record import Repair
@@ -60,6 +61,16 @@ def test_a_planned_run_compares_each_task_and_the_totals_with_its_plan() -> None
     b = next(t for t in record.tasks if t.task_id == "b")
     assert (b.planned_machine, b.planned_start_s, b.planned_end_s) == ("vm#0", 50.0, 100.0)
     assert (b.actual_machine, b.actual_start_s, b.actual_end_s, b.state) == ("vm#0", 75.0, 150.0, "success")
+
+
+def test_a_plan_with_spot_figures_gives_the_record_its_expected_cost_and_one_without_none() -> None:
+    attempts = [attempt("a", 0, 50, resource_type="vm", machine="vm#0")]
+    the_plan = plan(("a", "vm", "vm#0", 0, 50), cost_usd=0.12)
+    assert build(attempts, the_plan).planned_expected_cost_usd is None
+    spot = replace(the_plan, spot=SpotFigures(1, 0.1, 0.135, 80.0))
+    record = build(attempts, spot)
+    assert (record.planned_cost_usd, record.planned_expected_cost_usd) == (0.12, 0.135)
+    assert record.to_json()["planned_expected_cost_usd"] == 0.135
 
 
 def test_a_run_whose_tasks_name_no_plan_is_unplanned_and_each_attempt_is_its_own_lease() -> None:

@@ -120,6 +120,24 @@ def test_a_version_2_store_upgrades_to_the_run_tables_keeping_its_attempts(tmp_p
         connection.exec_driver_sql("UPDATE agora_schema_version SET version = 2")
     engine.dispose()
     with RunStore(url) as store:
-        assert store.schema_version == SCHEMA_VERSION == 3
+        assert store.schema_version == SCHEMA_VERSION >= 3
         store.put(record())
         assert store.get("dag", "r1") == record()
+
+
+def test_a_version_3_store_upgrades_and_its_records_read_with_no_expected_cost(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'traces.db'}"
+    with RunStore(url) as store:
+        store.put(record("old"))
+    engine = sa.create_engine(url)
+    with engine.begin() as connection:  # back to version 3: the runs table without the expected cost
+        connection.exec_driver_sql("ALTER TABLE agora_runs DROP COLUMN planned_expected_cost_usd")
+        connection.exec_driver_sql("UPDATE agora_schema_version SET version = 3")
+    engine.dispose()
+    with RunStore(url) as store:
+        assert store.schema_version == SCHEMA_VERSION == 4
+        old = store.get("dag", "old")
+        assert old is not None and old.planned_expected_cost_usd is None and old.tasks == record().tasks
+        store.put(record("spot", planned_expected_cost_usd=0.0123))
+        spot = store.get("dag", "spot")
+        assert spot is not None and spot.planned_expected_cost_usd == 0.0123

@@ -125,7 +125,8 @@ class Data:
             unplanned_record(2, 50.0, 0.01, state="failed"),  # stopped early: not a measure of the default
             planned_record(self.plan, self.version, 3, 1.05, 1.02),
             planned_record(self.plan, self.version, 4, 1.30, 1.12),
-            planned_record(self.plan, self.version, 5, 0.80, 0.95),
+            # as if its plan had spot tasks: an expected cost with their interruptions beside the planned one
+            replace(planned_record(self.plan, self.version, 5, 0.80, 0.95), planned_expected_cost_usd=0.0123),
         ]
         with RunStore(self.url) as store:
             for record in self.records:
@@ -318,3 +319,13 @@ def test_an_unreachable_trace_store_is_a_503_without_its_password(
         assert "trace store cannot be read" in answer.json()["detail"] and "s3cret" not in answer.text
     page = client.get(f"/dags/{DAG}/runs", headers={"Accept": "text/html"})
     assert page.status_code == 503 and "trace store cannot be read" in page.text
+
+
+def test_a_runs_expected_cost_with_spot_interruptions_is_shown_beside_its_planned_cost(client: TestClient) -> None:
+    runs = {r["run_id"]: r for r in client.get(f"/api/dags/{DAG}/runs").json()["runs"]}
+    assert runs["scheduled__planned5"]["planned_expected_cost_usd"] == 0.0123
+    assert runs["scheduled__planned3"]["planned_expected_cost_usd"] is None
+    page = client.get(f"/dags/{DAG}/runs").text
+    rows = dict(re.findall(r'<tr data-run-id="([^"]+)"[^>]*>(.*?)</tr>', page, re.S))
+    assert 'class="expected"' in rows["scheduled__planned5"] and "expected 0.0123" in rows["scheduled__planned5"]
+    assert "expected" not in rows["scheduled__planned3"]
