@@ -288,12 +288,12 @@ def _platform_latency(statistic: str, workflow: str, wf: Workflow, store: str | 
     DAG's own edges; the measured defaults answer for types with too few samples, and for a WfFormat file."""
     from agora_optimizer.predict.latency import PlatformLatency
 
-    if statistic == "none" or (store is None and not workflow.startswith("airflow:")):
-        return PlatformLatency({})
+    if store is None and not workflow.startswith("airflow:"):
+        return PlatformLatency({})  # a WfFormat file and no store: nothing to learn from
     from agora_optimizer.integration.airflow_dag import learned_platform_latency
 
     edges = {wf.name: [(e.parent, e.child) for e in wf.edges]} if workflow.startswith("airflow:") else {}
-    return learned_platform_latency(store, edges)
+    return learned_platform_latency(store, edges, statistic)
 
 
 def _with_predicted_queue_waits(catalog: Catalog, model_dir: Path, time_limit_s: float) -> Catalog:

@@ -240,11 +240,8 @@ def _platform_latency(statistic: str, store: str | None, workflows: dict[str, Wo
     defaults where a type has too few samples)."""
     from agora_optimizer.integration.airflow_dag import learned_platform_latency
 
-    if statistic == "none":
-        return PlatformLatency({})
-    return learned_platform_latency(
-        store, {dag_id: [(e.parent, e.child) for e in wf.edges] for dag_id, wf in workflows.items()}
-    )
+    edges = {dag_id: [(e.parent, e.child) for e in wf.edges] for dag_id, wf in workflows.items()}
+    return learned_platform_latency(store, edges, statistic)
 
 
 def _file_name(run: str) -> str:

@@ -294,12 +294,18 @@ def _default_map_width(value: str) -> int:
     return width
 
 
-def learned_platform_latency(store_url: str | None, edges: Mapping[str, Sequence[tuple[str, str]]]) -> PlatformLatency:
+def learned_platform_latency(
+    store_url: str | None, edges: Mapping[str, Sequence[tuple[str, str]]], statistic: str = ""
+) -> PlatformLatency:
     """The platform latency learned from the trace store's attempts (every DAG's), with the DAGs' ``edges``
     where known (``{dag_id: [(parent, child), ...]}``; the other DAGs' tasks count from their queued time).
-    A machine's next task counts from its task before's end: the executor frees a machine there."""
-    from agora_optimizer.predict.latency import learn_latency
+    A machine's next task counts from its task before's end: the executor frees a machine there.
+    ``statistic`` "none" (``--platform-latency none``): none learned, no store opened."""
+    from agora_optimizer.predict.latency import PlatformLatency, learn_latency
     from agora_optimizer.traces.store import TraceStore, default_store_url
+
+    if statistic == "none":
+        return PlatformLatency({})
 
     with TraceStore(store_url or default_store_url()) as store:
         attempts = store.attempts()

@@ -112,7 +112,7 @@ def replan(
     """
     from agora_optimizer.integration.airflow_dag import learned_platform_latency, predicted_dag_workflow
     from agora_optimizer.planning.optimize import optimize
-    from agora_optimizer.predict.latency import PlatformLatency, statistic_of, with_platform_latency
+    from agora_optimizer.predict.latency import statistic_of, with_platform_latency
 
     kind = next((k for k in OBJECTIVE_KINDS if k == objective), None)
     if kind is None:
@@ -121,7 +121,7 @@ def replan(
     statistic = statistic_of(platform_latency)
     workflow, _origin = predicted_dag_workflow(dag_id, catalog, folder, store_url, model)
     edges = {dag_id: [(e.parent, e.child) for e in workflow.edges]}
-    latency = learned_platform_latency(store_url, edges) if statistic != "none" else PlatformLatency({})
+    latency = learned_platform_latency(store_url, edges, statistic)
     planned = with_platform_latency(catalog, latency, statistic)
     plan = optimize(workflow, planned, Objective(kind=kind), catalog.source, time_limit_s)
     return plans.save(dag_id, plan, workflow=workflow)
