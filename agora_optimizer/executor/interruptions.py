@@ -17,7 +17,9 @@ At most :data:`MAX_RERUNS_ON_FALLBACK` re-run per task instance and DAG run: the
 demand, and a job interrupted there (a backend that says so of on-demand capacity) fails as any job.
 Each interruption is recorded in the run's repairs (:class:`~agora_optimizer.runs.record.Repair`,
 the reason naming the spot type and the backend's words, the detail the fallback); the re-run's trace
-row names the fallback type.
+row names the fallback type. The interrupted job held its spot machine and was billed for it: where no
+planned machine's lease covers it (a backend reports those itself), it is reported as a lease of its
+own (:data:`INTERRUPTED_SOURCE`), so that the run record's actual cost counts it.
 """
 
 from __future__ import annotations
@@ -35,9 +37,11 @@ from agora_optimizer.executor.lifecycle import Accepted, Job
 from agora_optimizer.executor.placement import Placement
 from agora_optimizer.executor.repair import clock_at
 from agora_optimizer.model.catalog import Resource
+from agora_optimizer.runs.lease_record import LeaseRecord
 from agora_optimizer.runs.record import Repair
 
 MAX_RERUNS_ON_FALLBACK = 1  # per task instance of a run: the fallback is on demand
+INTERRUPTED_SOURCE = "interrupted job"  # the lease source of a same-try re-run's interrupted spot job
 
 
 def fallback_for(resource: Resource | None, resources: Mapping[str, Resource]) -> Resource | None:
@@ -64,6 +68,24 @@ def interruption_repair(record: JobRecord, status: JobStatus, fallback: str, at_
         f"task {record.plan_task} interrupted on spot {record.resource}: {status.reason or 'capacity taken back'}",
         (record.plan_task,),
         f"{record.backend} job {record.external_id}{where}{machine}{ran}; {then}",
+    )
+
+
+def interrupted_lease(record: JobRecord, status: JobStatus) -> LeaseRecord | None:
+    """The spot time an interrupted job of no planned machine held, as a lease of the run (None: the backend
+    gave no times, or the job ran on a planned machine, whose lease the backend reports whole)."""
+    if record.machine or status.started_at is None or status.ended_at is None:
+        return None
+    return LeaseRecord(
+        dag_id=record.dag_id,
+        run_id=record.run_id,
+        machine="",
+        resource=record.resource,
+        backend=record.backend,
+        external_id=record.external_id,
+        started_at=status.started_at,
+        ended_at=max(status.ended_at, status.started_at),
+        source=INTERRUPTED_SOURCE,
     )
 
 
@@ -139,6 +161,8 @@ class Interruptions(ExecutorBase):
             record.run_id,
             interruption_repair(record, status, fallback.name, self._at_s(job), not why_not),
         )
+        if not why_not and (lease := interrupted_lease(record, status)) is not None:
+            self._reports.add_leases([lease])  # the re-run's row replaces the try's: the spot time is counted here
         if why_not:
             self.log.warning(
                 "agora: %s was interrupted on spot %s (%s); not re-run on %s now (%s): Airflow's next try runs there",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,8 @@ resources:
      spot: true, interruption_rate_per_hour: 0.01, fallback: local-large}
 """
 RECLAIMED = "node taken back by its provider"
+T0 = datetime(2026, 12, 3, 7, 0, tzinfo=UTC)
+HELD = timedelta(seconds=42)  # how long the interrupted spot job ran
 
 
 class Scripted(Backend):
@@ -55,7 +58,9 @@ class Scripted(Backend):
             if self.polls[external_id] < 2:
                 statuses[external_id] = JobStatus("running", host="node-1")
             elif resource in self.interrupting:
-                statuses[external_id] = JobStatus("finished", exit_code=1, reason=RECLAIMED, interrupted=True)
+                statuses[external_id] = JobStatus(
+                    "finished", exit_code=1, reason=RECLAIMED, interrupted=True, started_at=T0, ended_at=T0 + HELD
+                )
             else:
                 statuses[external_id] = JobStatus("finished", exit_code=0)
         return statuses
@@ -129,6 +134,13 @@ def traces(tmp_path: Path) -> tuple[list[Any], list[Any]]:
         return store.attempts(dag_id="unit"), store.repairs("unit", "r1")
 
 
+def leases(tmp_path: Path) -> list[Any]:
+    from agora_optimizer.runs.store import RunStore
+
+    with RunStore(f"sqlite:///{tmp_path / 'traces.db'}") as store:
+        return store.leases("unit", "r1")
+
+
 def test_an_interrupted_spot_task_reruns_its_try_on_the_fallback_and_airflow_sees_one_success(
     executor: Any, requeued: list[tuple[Any, int]], tmp_path: Path
 ) -> None:
@@ -148,9 +160,19 @@ def test_an_interrupted_spot_task_reruns_its_try_on_the_fallback_and_airflow_see
     (attempt,), (repair,) = traces(tmp_path)
     assert attempt.resource_type == "local-large" and attempt.state == "success" and attempt.try_number == 1
     assert repair.reason == f"task t interrupted on spot local-spot: {RECLAIMED}"
-    assert repair.detail.startswith("local job job-0;") and repair.tasks == ("t",)
+    assert repair.detail.startswith("local job job-0, ran 2026-12-03T07:00:00+00:00 to 2026-12-03T07:00:42+00:00;")
+    assert repair.tasks == ("t",)
     assert repair.detail.endswith("re-run on local-large (on demand), the same try 1")
     assert not executor._on_fallback  # the fallback's job ended: later runs follow their plan again
+    # The interrupted job's spot time was billed: a lease of the run (the try's row is now the re-run's).
+    [held] = leases(tmp_path)
+    assert (held.machine, held.resource, held.external_id, held.source) == (
+        "",
+        "local-spot",
+        "job-0",
+        "interrupted job",
+    )
+    assert (held.started_at, held.seconds) == (T0, HELD.total_seconds())
 
 
 def test_a_try_airflow_no_longer_runs_fails_with_the_interruption_and_its_next_try_runs_on_the_fallback(
@@ -175,6 +197,7 @@ def test_a_try_airflow_no_longer_runs_fails_with_the_interruption_and_its_next_t
         (2, "local-large", "success"),
     ]
     assert "reported to Airflow as try 1's failure; its next try runs on local-large (on demand)" in repair.detail
+    assert leases(tmp_path) == []  # try 1's own row (interrupted, on local-spot) counts its spot time
 
 
 def test_a_rerun_on_the_fallback_is_not_rerun_again_and_other_types_fail_as_before(

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -375,6 +376,24 @@ def test_a_task_preempted_on_spot_runs_its_same_try_again_on_its_fallback(cluste
         (repair,) = [r for r in runs.repairs("agora_spot", run_id) if "interrupted" in r.reason]
     assert "crunch interrupted on spot slurm-spot" in repair.reason and "PREEMPTED" in repair.reason
     assert "re-run on slurm-compute (on demand), the same try 1" in repair.detail
+    # The run's cost counts both: the preempted spot allocation (SLURM's accounting of the machine's lease)
+    # and the re-run on compute (its attempt); recorded again once the executor has reported the lease.
+
+    def spot_lease_reported() -> bool:
+        with RunStore(cluster.store_url) as runs:
+            return any(lease.machine == "slurm-spot#0" for lease in runs.leases("agora_spot", run_id))
+
+    wait_until(spot_lease_reported, 60, "the executor to report the spot machine's lease")
+    command = [sys.executable, "-m", "agora_optimizer", "runs", "record", "--dag", "agora_spot"]
+    done = subprocess.run(command, env=airflow.env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    with RunStore(cluster.store_url) as runs:
+        record = runs.get("agora_spot", run_id)
+    assert record is not None and record.state == "success"
+    held = {(lease.machine, lease.resource, lease.source) for lease in record.leases}
+    assert held == {("slurm-spot#0", "slurm-spot", "slurm accounting"), ("", "slurm-compute", "attempt")}
+    assert record.actual_cost_usd == pytest.approx(sum(lease.cost_usd for lease in record.leases))
+    assert all(lease.cost_usd > 0 for lease in record.leases)
 
 
 def test_a_gpu_task_runs_on_its_planned_gpu_machine_with_one_gpu_of_its_own(cluster: Cluster, tmp_path: Path) -> None:
