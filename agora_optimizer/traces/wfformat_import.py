@@ -24,17 +24,16 @@ from pathlib import Path
 from typing import Any
 
 from agora_optimizer.errors import FieldError
-from agora_optimizer.io.documents import Node, is_finite_number, read_document
-from agora_optimizer.io.wfformat import task_gpus
+from agora_optimizer.io.documents import Node, is_finite_number
+from agora_optimizer.io.wfformat_structure import MAX_FILE_BYTES, Structure, TaskEntry, edges, read_structure
 from agora_optimizer.model.shapes import TaskShape, WorkflowShape
-from agora_optimizer.model.workflow import MAX_CORES, Edge, category_of
+from agora_optimizer.model.workflow import MAX_CORES, category_of
 from agora_optimizer.traces.records import TaskAttempt, TraceRecordError
 
 log = logging.getLogger(__name__)
 
 RUN_ID = "wfinstance"
 _PLAIN_NAME = re.compile(r"^[A-Za-z][\w.+\-]{0,63}$")
-_MAX_FILE_BYTES = 2**60
 
 
 @dataclass
@@ -45,8 +44,6 @@ class _RawTask:
     name: str
     category: str
     program: str
-    parents: set[str] = field(default_factory=set)
-    children: set[str] = field(default_factory=set)
     inputs: set[str] = field(default_factory=set)
     outputs: set[str] = field(default_factory=set)
     record: dict[str, Any] | None = None
@@ -64,7 +61,8 @@ class ImportResult:
 def import_wfformat(path: str | Path) -> ImportResult:
     """Read the recorded executions of a WfFormat file; bad task records are skipped, not fatal."""
     source = str(path)
-    tasks, sizes, hosts = _read(path)
+    structure, tasks, hosts = _read(path)
+    sizes = structure.sizes
     dag_id = Path(path).stem
     attempts: list[TaskAttempt] = []
     skipped: list[str] = []
@@ -93,7 +91,8 @@ def read_workflow_shape(path: str | Path, hints: bool = False) -> WorkflowShape:
     ``hints``: give each task the runtime and memory its file records as declared hints.
     """
     source = str(path)
-    tasks, sizes, _ = _read(path)
+    structure, tasks, _ = _read(path)
+    sizes = structure.sizes
     dag_id = Path(path).stem
     shapes = []
     for task in tasks.values():
@@ -112,93 +111,31 @@ def read_workflow_shape(path: str | Path, hints: bool = False) -> WorkflowShape:
                 hint_memory_bytes=_int_or_none(_positive(record.get("memoryInBytes"))) if hints else None,
             )
         )
-    return WorkflowShape(dag_id, tuple(shapes), tuple(_edges(tasks, sizes, source)), source=source)
+    return WorkflowShape(dag_id, tuple(shapes), tuple(edges(structure.tasks, sizes, source)), source=source)
 
 
 # --- reading the document -------------------------------------------------------------------
 
 
-def _read(path: str | Path) -> tuple[dict[str, _RawTask], dict[str, int], dict[str, int | None]]:
-    """Tasks by id, file sizes by name, and each machine's core count by node name."""
-    source = str(path)
-    root = Node(read_document(path), source)
-    root.mapping()
-    workflow = root.get("workflow")
-    workflow.mapping()
-    if workflow.has("specification"):
-        tasks, sizes = _read_v15(workflow)
-        hosts = _machines(workflow.get("execution", {}).get("machines", []))
-    elif workflow.has("tasks"):
-        tasks, sizes = _read_v14(workflow)
-        hosts = _machines(workflow.get("machines", []))
-    elif workflow.has("jobs"):
-        raise workflow.fail("WfFormat before 1.4 ('jobs') is not supported; convert it with wfcommons first")
-    else:
-        raise workflow.fail("has neither 'specification' (WfFormat 1.5) nor 'tasks' (WfFormat 1.4)")
-    if not tasks:
-        raise workflow.fail("has no tasks")
-    return tasks, sizes, hosts
+def _read(path: str | Path) -> tuple[Structure, dict[str, _RawTask], dict[str, int | None]]:
+    """The document's structure, its tasks with their records read leniently, and each machine's cores by name."""
+    structure = read_structure(path)
+    if not structure.tasks:
+        raise structure.workflow.fail("has no tasks")
+    tasks = {task_id: _raw(entry) for task_id, entry in structure.tasks.items()}
+    return structure, tasks, _machines(structure.machines)
 
 
-def _read_v15(workflow: Node) -> tuple[dict[str, _RawTask], dict[str, int]]:
-    spec = workflow.get("specification")
-    sizes = {f.get("id").string(): _size(f) for f in spec.get("files", []).items()}
-    records: dict[str, dict[str, Any]] = {}
-    record_nodes: dict[str, Node] = {}
-    for item in workflow.get("execution", {}).get("tasks", []).items():
-        records[item.get("id").string()] = item.mapping()
-        record_nodes[item.get("id").string()] = item
-    tasks: dict[str, _RawTask] = {}
-    for item in spec.get("tasks").items():
-        task_id = item.get("id").string()
-        if task_id in tasks:
-            raise item.get("id").fail(f"duplicate task id '{task_id}'")
-        name = item.get("name", task_id).string()
-        record = records.get(task_id)
-        program = _program((record or {}).get("command"))
-        task = _RawTask(task_id, name, _category(item.get("category", None).value, program, name), program)
-        task.inputs = {ref.string() for ref in item.get("inputFiles", []).items()}
-        task.outputs = {ref.string() for ref in item.get("outputFiles", []).items()}
-        task.parents = {ref.string() for ref in item.get("parents", []).items()}
-        task.children = {ref.string() for ref in item.get("children", []).items()}
-        task.record = record
-        record_node = record_nodes.get(task_id)
-        task.gpus = task_gpus(task_id, record_node if record_node is not None and record_node.has("gpus") else item)
-        tasks[task_id] = task
-    return tasks, sizes
-
-
-def _read_v14(workflow: Node) -> tuple[dict[str, _RawTask], dict[str, int]]:
-    tasks: dict[str, _RawTask] = {}
-    sizes: dict[str, int] = {}
-    for item in workflow.get("tasks").items():
-        task_id = item.get("name").string()
-        if task_id in tasks:
-            raise item.get("name").fail(f"duplicate task name '{task_id}'")
-        record = dict(item.mapping())
+def _raw(entry: TaskEntry) -> _RawTask:
+    record = None if entry.record is None else dict(entry.record.mapping())
+    if record is not None and entry.cores_key == "cores":  # 1.4: its cores and its one machine, as 1.5 says them
         if "cores" in record and "coreCount" not in record:
             record["coreCount"] = record["cores"]
         if isinstance(record.get("machine"), str):
             record["machines"] = [record["machine"]]
-        program = _program(record.get("command"))
-        task = _RawTask(task_id, task_id, _category(record.get("category"), program, task_id), program)
-        for file_node in item.get("files", []).items():
-            file_name = file_node.get("name").string()
-            sizes[file_name] = max(sizes.get(file_name, 0), _size(file_node))
-            link = file_node.get("link").string()
-            if link not in ("input", "output"):
-                raise file_node.get("link").fail(f"expected 'input' or 'output', got {link!r}")
-            (task.inputs if link == "input" else task.outputs).add(file_name)
-        task.parents = {ref.string() for ref in item.get("parents", []).items()}
-        task.children = {ref.string() for ref in item.get("children", []).items()}
-        task.record = record
-        task.gpus = task_gpus(task_id, item)
-        tasks[task_id] = task
-    return tasks, sizes
-
-
-def _size(file_node: Node) -> int:
-    return file_node.get("sizeInBytes", 0).integer(maximum=_MAX_FILE_BYTES)
+    program = _program((record or {}).get("command"))
+    category = _category(entry.declared_category, program, entry.name)
+    return _RawTask(entry.task_id, entry.name, category, program, entry.inputs, entry.outputs, record, entry.gpus)
 
 
 def _machines(machines: Node) -> dict[str, int | None]:
@@ -295,27 +232,11 @@ def _input_bytes(task: _RawTask, sizes: dict[str, int], record: dict[str, Any]) 
     if task.inputs:
         return sum(sizes.get(name, 0) for name in task.inputs)
     read = _number(record.get("readBytes"))
-    return int(read) if read is not None and 0 <= read <= _MAX_FILE_BYTES else 0
+    return int(read) if read is not None and 0 <= read <= MAX_FILE_BYTES else 0
 
 
 def _output_bytes(task: _RawTask, sizes: dict[str, int], record: dict[str, Any]) -> int:
     if task.outputs:
         return sum(sizes.get(name, 0) for name in task.outputs)
     written = _number(record.get("writtenBytes"))
-    return int(written) if written is not None and 0 <= written <= _MAX_FILE_BYTES else 0
-
-
-def _edges(tasks: dict[str, _RawTask], sizes: dict[str, int], source: str) -> list[Edge]:
-    pairs: set[tuple[str, str]] = set()
-    for task in tasks.values():
-        pairs.update((parent, task.task_id) for parent in task.parents)
-        pairs.update((task.task_id, child) for child in task.children)
-    edges = []
-    for parent, child in sorted(pairs):
-        for end in (parent, child):
-            if end not in tasks:
-                other = child if end == parent else parent
-                raise FieldError(source, f"tasks[{other}]", f"refers to unknown task '{end}'")
-        shared = tasks[parent].outputs & tasks[child].inputs
-        edges.append(Edge(parent, child, sum(sizes.get(name, 0) for name in shared)))
-    return edges
+    return int(written) if written is not None and 0 <= written <= MAX_FILE_BYTES else 0
