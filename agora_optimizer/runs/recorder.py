@@ -71,6 +71,9 @@ def merged_attempts(
         state = "success" if ti.state == "success" else (row.state if row and row.state != "success" else "failed")
         queue_resource = ti.queue if ti.queue and ti.queue != "default" else ""
         base = row or TaskAttempt(dag_id=dag_id, task_id=ti.task_id, run_id=run_id)
+        # A row that names where the try ran names its machine too: "" is no machine (a spot task's re-run on
+        # its fallback, a task no plan placed), not a gap for the placement to fill.
+        planned_machine = "" if row is not None and row.resource_type else str(ti.placement.get("machine") or "")
         try:
             attempts.append(
                 replace(
@@ -82,7 +85,7 @@ def merged_attempts(
                     ended_at=ti.ended_at if ti.ended_at and ti.ended_at >= ti.started_at else ti.started_at,
                     runtime_s=None,
                     resource_type=base.resource_type or str(ti.placement.get("resource") or "") or queue_resource,
-                    machine=base.machine or str(ti.placement.get("machine") or ""),
+                    machine=base.machine or planned_machine,
                     plan_version=base.plan_version or str(ti.placement.get("plan_version") or ""),
                 ).checked()
             )

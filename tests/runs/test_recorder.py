@@ -88,3 +88,18 @@ def test_the_run_listener_never_raises_and_says_why_in_one_line(caplog: pytest.L
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 2 and all("cannot record DAG run etl/r9" in line and "\n" not in line for line in lines)
     assert "unsupported database 'mysql'" in lines[0]
+
+
+def test_a_try_whose_row_says_it_ran_on_no_machine_is_not_put_on_its_planned_machine() -> None:
+    """A spot task's same try re-run on its fallback: its row names the fallback and no machine; the
+    placement still names the spot machine, which must not swallow the re-run's time in its lease."""
+    from agora_optimizer.runs.recorder import merged_attempts
+
+    spot = {"resource": "slurm-spot", "machine": "slurm-spot#0", "plan_version": "v1"}
+    rerun = TaskAttempt.create(dag_id="d", task_id="t", run_id="r", started_at=at(14), ended_at=at(35),
+                               resource_type="slurm-compute", machine="")  # fmt: skip
+    tried = AirflowTry("t", -1, 1, "success", at(14), at(35), "slurm-spot", spot)
+    [attempt] = merged_attempts("d", "r", [tried], [rerun])
+    assert (attempt.resource_type, attempt.machine, attempt.plan_version) == ("slurm-compute", "", "v1")
+    [unseen] = merged_attempts("d", "r", [tried], [])  # no row yet: where the placement put it
+    assert (unseen.resource_type, unseen.machine) == ("slurm-spot", "slurm-spot#0")
