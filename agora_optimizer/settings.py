@@ -240,6 +240,13 @@ SETTINGS: tuple[Setting, ...] = (
         "",
         "The service role of those compute environments; empty: AWS Batch's service-linked role.",
     ),
+    Setting(
+        "aws_spot_fleet_role",
+        "",
+        "The Spot Fleet IAM role (ARN) given to the SPOT compute environments of spot types "
+        "(spotIamFleetRole), for accounts that require one; empty: none (with the "
+        "SPOT_PRICE_CAPACITY_OPTIMIZED strategy agora uses, Batch launches Spot capacity through EC2 Fleet).",
+    ),
 )
 
 _BY_KEY = {setting.key: setting for setting in SETTINGS}

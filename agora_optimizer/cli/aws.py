@@ -64,6 +64,12 @@ def provision(
         ),
     ] = None,
     job_role_arn: Annotated[str | None, typer.Option(help="IAM role the jobs' containers run as.")] = None,
+    spot_fleet_role: Annotated[
+        str | None,
+        typer.Option(
+            help="Spot Fleet role of spot types' compute environments (default: setting aws_spot_fleet_role)."
+        ),
+    ] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Say what would be created; create nothing.")] = False,
 ) -> None:
     """Create the catalog's AWS Batch compute environments, job queues and job definition, each unless it exists."""
@@ -109,6 +115,7 @@ def provision(
                 instance_role=network["--instance-role"][0],
                 service_role=service_role or settings.get("aws_service_role") or None,
                 job_role_arn=job_role_arn,
+                spot_fleet_role=spot_fleet_role or settings.get("aws_spot_fleet_role") or None,
                 dry_run=dry_run,
             )
         except BackendError as exc:

@@ -134,6 +134,7 @@ def aws_compute_network() -> ComputeNetwork | None:
         security_group_ids=values["aws_security_group_ids"],
         instance_role=values["aws_instance_role"][0],
         service_role=settings.get("aws_service_role") or None,
+        spot_fleet_role=settings.get("aws_spot_fleet_role") or None,
     )
 
 

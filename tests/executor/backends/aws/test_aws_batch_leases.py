@@ -112,7 +112,7 @@ def test_a_missing_queue_without_a_compute_network_refuses_the_lease(moto: MotoS
 
 
 def test_the_compute_network_is_read_from_the_agora_settings_all_or_none(monkeypatch: pytest.MonkeyPatch) -> None:
-    keys = ("AWS_SUBNETS", "AWS_SECURITY_GROUP_IDS", "AWS_INSTANCE_ROLE", "AWS_SERVICE_ROLE")
+    keys = ("AWS_SUBNETS", "AWS_SECURITY_GROUP_IDS", "AWS_INSTANCE_ROLE", "AWS_SERVICE_ROLE", "AWS_SPOT_FLEET_ROLE")
     for key in keys:
         monkeypatch.delenv(f"AIRFLOW__AGORA__{key}", raising=False)
     assert aws_compute_network() is None  # none set: a type with no queue of its own is re-placed
@@ -125,3 +125,7 @@ def test_the_compute_network_is_read_from_the_agora_settings_all_or_none(monkeyp
     monkeypatch.setenv("AIRFLOW__AGORA__AWS_SERVICE_ROLE", "arn:aws:iam::123456789012:role/batch")
     network = aws_compute_network()
     assert network is not None and network.service_role == "arn:aws:iam::123456789012:role/batch"
+    assert network.spot_fleet_role is None
+    monkeypatch.setenv("AIRFLOW__AGORA__AWS_SPOT_FLEET_ROLE", "arn:aws:iam::123456789012:role/spot-fleet")
+    network = aws_compute_network()
+    assert network is not None and network.spot_fleet_role == "arn:aws:iam::123456789012:role/spot-fleet"

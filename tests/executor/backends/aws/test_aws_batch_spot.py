@@ -35,6 +35,8 @@ from agora_optimizer.io.catalog_file import load_catalog
 from agora_optimizer.model.catalog import GIB, Catalog
 from tests.executor.backends.aws.conftest import IMAGE, REGION, MotoServer, client, fake_session, start_moto
 
+FLEET_ROLE = "arn:aws:iam::123456789012:role/agora-spot-fleet"  # an account that wants one
+
 os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="agora-spot-tests-"))
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 
@@ -143,7 +145,7 @@ def test_agora_aws_provision_makes_spot_queues_for_the_bundled_spot_catalog(
     code = main(
         ["aws", "provision", "--catalog", str(CATALOGS / "aws-us-east-1-spot.yaml"), "--conn-id", "agora_spot",
          "--image", IMAGE, "--subnets", subnet, "--security-group-ids", group, "--instance-role", profile,
-         "--service-role", role]
+         "--service-role", role, "--spot-fleet-role", FLEET_ROLE]
     )  # fmt: skip
     out = capsys.readouterr().out
     assert code == 0, out
@@ -153,8 +155,10 @@ def test_agora_aws_provision_makes_spot_queues_for_the_bundled_spot_catalog(
     resources = m7i["computeResources"]
     assert (resources["type"], resources["allocationStrategy"]) == ("SPOT", "SPOT_PRICE_CAPACITY_OPTIMIZED")
     assert resources["instanceTypes"] == ["m7i.large", "m7i.xlarge"]
+    assert resources["spotIamFleetRole"] == FLEET_ROLE  # as the option (or [agora] aws_spot_fleet_role) says
     [m7i_on_demand] = spot.batch.describe_compute_environments(computeEnvironments=["agora-m7i"])["computeEnvironments"]
     assert m7i_on_demand["computeResources"]["type"] == "EC2"
+    assert "spotIamFleetRole" not in m7i_on_demand["computeResources"]  # on demand: no Spot Fleet
 
 
 def test_a_planned_machine_of_a_spot_type_gets_a_spot_compute_environment_of_its_own(spot: Spot) -> None:
