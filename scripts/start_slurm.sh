@@ -23,7 +23,7 @@
 # and a fourth partition, `spot`: preemptible capacity on agora-large (PriorityTier 0 below
 # compute's 1, PreemptType=preempt/partition_prio, PreemptMode=CANCEL). A compute job that needs
 # the cores or memory of a running spot job makes slurmctld cancel it (SIGTERM, SIGKILL after
-# KillWait; state PREEMPTED), as an owner takes its machine back (docs/spot-slurm.md).
+# KillWait; state PREEMPTED), as an owner takes its machine back (docs/spot.md).
 # The GPUs are placeholders, not devices: gres.conf points each at a link to /dev/null in
 # STATE_DIR/gpu (gpu0, gpu1 ...; slurmd 22.05 drops a File= that is not a character or block
 # device, and with it the job's CUDA_VISIBLE_DEVICES), which is all SLURM needs to count them,

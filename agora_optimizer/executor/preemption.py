@@ -17,10 +17,11 @@ its probe (:func:`probe_for`). Today: SLURM, where ``scontrol show job`` gives a
 
 from __future__ import annotations
 
-import os
-import subprocess
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
+
+from agora_optimizer.slurm.commands import run_slurm
+from agora_optimizer.slurm.errors import SlurmCommandError
 
 SPOT_ENV = "AGORA_SPOT"  # "1" in the environment of a job on a spot type (the executor sets it)
 PROBE_TIMEOUT_S = 3.0  # SLURM's KillWait (30 s by default) must leave the worker time to write its result
@@ -41,17 +42,13 @@ def probe_for(environ: Mapping[str, str]) -> Probe | None:
 def slurm_preempted(job_id: str, *, timeout_s: float = PROBE_TIMEOUT_S) -> str:
     """SLURM's words if job ``job_id`` was preempted (its ``PreemptTime`` is set), else ''. A cluster that
     does not answer in time counts as no preemption: the task then handles its SIGTERM as before."""
-    try:
-        shown = subprocess.run(
-            ["scontrol", "show", "job", "--oneliner", job_id],
-            capture_output=True, text=True, timeout=timeout_s, check=False,
-            env={**os.environ, "SLURM_TIME_FORMAT": "%s"},  # times as POSIX seconds, whatever the site's format
-        )  # fmt: skip
-    except (OSError, subprocess.SubprocessError):
+    try:  # times as POSIX seconds, whatever the site's format
+        shown = run_slurm(["scontrol", "show", "job", "--oneliner", job_id], timeout_s)
+    except (SlurmCommandError, OSError):
         return ""
-    fields = dict(field.split("=", 1) for field in shown.stdout.split() if "=" in field)
+    fields = dict(field.split("=", 1) for field in shown.split() if "=" in field)
     preempted_at = fields.get("PreemptTime", "None")
-    if shown.returncode != 0 or not preempted_at.isdigit() or int(preempted_at) <= 0:
+    if not preempted_at.isdigit() or int(preempted_at) <= 0:
         return ""  # "None" (SLURM's word for never), or a time this probe cannot read
     at = datetime.fromtimestamp(int(preempted_at), UTC).isoformat(timespec="seconds")
     partition, node = fields.get("Partition", "?"), fields.get("NodeList", "?")

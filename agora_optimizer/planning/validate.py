@@ -75,7 +75,7 @@ def _check_spot(plan: Plan, workflow: Workflow, catalog: Catalog) -> list[Violat
         ("expected cost", claimed.expected_cost_usd, figures.expected_cost_usd, " USD"),
         ("worst-case makespan", claimed.worst_case_makespan_s, figures.worst_case_makespan_s, " s"),
     ):
-        if abs(claim - actual) > CLAIM_TOLERANCE * max(abs(actual), 1e-9) + 1e-9:
+        if not _close(claim, actual, 1e-9):
             found.append(Violation("spot", f"plan claims {name} {claim}{unit}, its assignments give {actual}{unit}"))
     deadline = plan.objective.deadline_s
     if deadline is not None and figures.worst_case_makespan_s > deadline + TIME_TOLERANCE_S:

@@ -7,7 +7,7 @@ for exit code, OOM kill, peak RSS and CPU time; SLURM's own records give the sta
 and the submit, start and end times. ``OUT_OF_MEMORY`` means ``oom_killed``; ``TIMEOUT``,
 ``CANCELLED``, ``NODE_FAIL`` and ``FAILED`` finish with a nonzero exit code and a reason; an id
 neither squeue nor sacct knows is ``lost``. ``PREEMPTED`` (a job of a higher-priority partition
-took the node, ``docs/spot-slurm.md``) finishes ``interrupted``: the job, or a task of a planned
+took the node, ``docs/spot.md``) finishes ``interrupted``: the job, or a task of a planned
 machine's allocation that had not ended well before, lost its capacity; it did not fail. Only that
 state says so: agora's own scancel is ``CANCELLED``, a lost node ``NODE_FAIL``. An error reaching
 SLURM raises a transient :class:`~agora_optimizer.executor.jobs.BackendError` (every command has
