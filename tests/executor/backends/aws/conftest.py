@@ -208,6 +208,11 @@ class Network:
 
 @pytest.fixture(scope="package")
 def network(moto: MotoServer) -> Network:
+    return make_network(moto)
+
+
+def make_network(moto: MotoServer) -> Network:
+    """The roles, subnet and security group of an account, made on ``moto``."""
     iam, ec2 = client(moto, "iam"), client(moto, "ec2")
     role = iam.create_role(RoleName="AWSBatchServiceRole", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
     profile = iam.create_instance_profile(InstanceProfileName="ecsInstanceRole")["InstanceProfile"]["Arn"]

@@ -33,7 +33,15 @@ from agora_optimizer.executor.backends.aws_jobs import status_from_description
 from agora_optimizer.executor.jobs import JobSpec, JobStatus
 from agora_optimizer.io.catalog_file import load_catalog
 from agora_optimizer.model.catalog import GIB, Catalog
-from tests.executor.backends.aws.conftest import IMAGE, REGION, MotoServer, client, fake_session, start_moto
+from tests.executor.backends.aws.conftest import (
+    IMAGE,
+    REGION,
+    MotoServer,
+    client,
+    fake_session,
+    make_network,
+    start_moto,
+)
 
 FLEET_ROLE = "arn:aws:iam::123456789012:role/agora-spot-fleet"  # an account that wants one
 
@@ -74,12 +82,8 @@ def spot(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Spot]:
         catalog_path = workdir / "spot.yaml"
         catalog_path.write_text(CATALOG)
         catalog = load_catalog(catalog_path)
-        iam, ec2 = client(server, "iam"), client(server, "ec2")
-        role = iam.create_role(RoleName="AWSBatchServiceRole", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
-        profile = iam.create_instance_profile(InstanceProfileName="ecsInstanceRole")["InstanceProfile"]["Arn"]
-        vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
-        subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.0.0/24")["Subnet"]["SubnetId"]
-        group = ec2.create_security_group(GroupName="agora", Description="agora", VpcId=vpc)["GroupId"]
+        made = make_network(server)
+        role, profile, subnet, group = made.service_role, made.instance_role, made.subnet, made.security_group
         client(server, "s3").create_bucket(Bucket=BUCKET)
         backend = AwsBatchBackend(
             session=fake_session(), region_name=REGION, endpoint_url=server.url, resources=catalog.by_name

@@ -5,7 +5,6 @@ a reason naming the partition; a spot job that ends, fails or that agora cancels
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -15,12 +14,13 @@ import pytest
 
 from agora_optimizer.executor.backends.slurm import SlurmBackend, SlurmJobRef
 from agora_optimizer.executor.backends.slurm.backend import _final_status, _interrupted
-from agora_optimizer.executor.jobs import JobResult, JobSpec, JobStatus, MachineLease, lease_key, read_result
+from agora_optimizer.executor.jobs import JobResult, JobStatus, read_result
 from agora_optimizer.executor.preemption import SPOT_ENV, probe_for, slurm_preempted
 from agora_optimizer.model.catalog import Resource
 from agora_optimizer.slurm.commands import run_slurm
 from agora_optimizer.slurm.jobs import SlurmRecord
 from tests.executor.backends.slurm.test_backend import SLEEP, job, wait_finished
+from tests.executor.backends.slurm.test_leases import lease_of, on
 from tests.slurm_cluster import SPOT, SlurmCluster, sbatch, scancel, wait_until
 from tests.slurm_fixtures import Tracked
 
@@ -204,29 +204,10 @@ def spot_leases(tmp_path: Path, slurm_cluster: SlurmCluster) -> Iterator[SlurmBa
     scancel(*[pilot.job_id for pilot in [*backend._leases.values(), *backend._released.values()]])
 
 
-def spot_lease() -> MachineLease:
-    run_id = f"run-{uuid.uuid4().hex[:8]}"
-    machine = f"{SPOT_MACHINE.name}#0"
-    return MachineLease(
-        key=lease_key("dag", run_id, machine),
-        dag_id="dag",
-        run_id=run_id,
-        machine=machine,
-        resource=SPOT_MACHINE.name,
-        cores=SPOT_MACHINE.vcpus,
-        memory_bytes=SPOT_MACHINE.memory_bytes,
-        tasks=3,
-    )
-
-
-def on(spec: JobSpec, lease: MachineLease) -> JobSpec:
-    return replace(spec, resource=lease.resource, lease=lease)
-
-
 def test_the_running_task_of_a_preempted_spot_machine_is_interrupted_not_the_one_done_before(
     tmp_path: Path, spot_leases: SlurmBackend
 ) -> None:
-    lease = spot_lease()
+    lease = lease_of(SPOT_MACHINE, tasks=3)
     spot_leases.open_lease(lease)
     allocation = spot_leases._leases[lease.key].job_id
     first = spot_leases.submit(on(job(tmp_path, "first", "pass", partition="spot"), lease))
