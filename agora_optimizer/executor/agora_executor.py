@@ -155,12 +155,15 @@ class AgoraExecutor(Adoption, PlannedRuns, JobBuilding, JobDirectories, Tracing,
             )
 
     def _start_local_pools(self) -> None:
-        """Start the local pools' fork server with the executor, as the LocalExecutor starts its workers."""
+        """Make the local pools, and start their fork server with the executor as the LocalExecutor starts its
+        workers. A pool the catalog gets wrong (bad ``gpu_ids``, more GPUs than the scheduler's
+        ``CUDA_VISIBLE_DEVICES`` holds) fails the start with the backend's BackendError, naming the resource."""
         if not any(resource.backend == "local" for resource in self._resources.values()):
             return
+        backend = self._backend("local")
         try:
-            self._backend("local").start()
-        except Exception:  # the first local task starts it (or reports what is wrong) instead
+            backend.start()
+        except Exception:  # the first local task starts it instead
             self.log.exception("Could not start the local pools' fork server ahead of the first task")
 
     def end(self) -> None:

@@ -6,12 +6,14 @@ puts ``--cpu-set`` into the worker command, and the worker pins itself and every
 process). Jobs start in submission order as soon as their cores and memory fit the
 pool's free capacity; the worker kills a task that goes over its memory.
 
-GPUs: a pool of a type with ``gpus`` holds ``gpus`` x ``count`` of them, the host's devices
-``gpu_ids`` (default ``0 .. gpus x count - 1``). A job that reserves GPUs starts only when that
-many of its devices are free, and runs with ``CUDA_VISIBLE_DEVICES`` set to them, so that the
-jobs running at once never share a device; every other job of a GPU pool runs with
-``CUDA_VISIBLE_DEVICES`` empty and sees no GPU. A pool without GPUs leaves the variable as the
-scheduler has it.
+GPUs: a pool of a type with ``gpus`` holds ``gpus`` x ``count`` of them, the devices ``gpu_ids``
+(default ``0 .. gpus x count - 1``): indices into the devices the scheduler may use, which are the
+entries of its own ``CUDA_VISIBLE_DEVICES`` when it has one (host numbers, ``GPU-<uuid>`` or MIG ids,
+passed on as written), else the host's device numbers (:func:`pool_devices`). A job that reserves
+GPUs starts only when that many of its devices are free, and runs with ``CUDA_VISIBLE_DEVICES`` set
+to them, so that the jobs running at once never share a device. While any pool has GPUs, every
+other job (of any pool) runs with ``CUDA_VISIBLE_DEVICES`` empty and sees no GPU; when none has,
+jobs keep the variable as the scheduler has it.
 
 Workers start warm: a fork server (one per scheduler, started with the executor) forks
 them after importing Airflow's task path and freezing the garbage collector
@@ -44,7 +46,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from multiprocessing.connection import wait as wait_for_sentinels
@@ -80,18 +82,19 @@ PUMP_WAIT_S = 0.25  # how often the pump looks for a task-ended mark between wor
 
 @dataclass(frozen=True)
 class LocalPool:
-    """The capacity of one local resource: cores, memory and GPUs, and the host's ids of its CPUs and GPUs."""
+    """The capacity of one local resource: cores, memory and GPUs, the host's ids of its CPUs, and the indices
+    of its GPUs among the devices the scheduler may use (:func:`pool_devices` maps them to devices)."""
 
     name: str
     cores: int
     memory_bytes: int
     cpu_set: tuple[int, ...] = ()
     gpus: int = 0
-    gpu_ids: tuple[int, ...] = ()  # the host's device ids of its GPUs; empty: 0 .. gpus - 1
+    gpu_ids: tuple[int, ...] = ()  # indices into the scheduler's devices; empty: 0 .. gpus - 1
 
     @property
-    def devices(self) -> tuple[int, ...]:
-        """The host's device ids of the pool's GPUs (``CUDA_VISIBLE_DEVICES`` numbers)."""
+    def gpu_indices(self) -> tuple[int, ...]:
+        """The indices of the pool's GPUs among the devices the scheduler may use (``gpu_ids``, or their default)."""
         return self.gpu_ids or tuple(range(self.gpus))
 
     @classmethod
@@ -121,6 +124,50 @@ def _ids(resource: Resource, key: str, what: str) -> tuple[int, ...]:
     return tuple(raw)
 
 
+def scheduler_devices(visible: str | None) -> tuple[str, ...] | None:
+    """The GPUs the scheduler may use, as its ``CUDA_VISIBLE_DEVICES`` (``visible``) names them: host
+    numbers, ``GPU-<uuid>`` or MIG ids, kept as strings; None when it has none (every device of the host).
+
+    Read as CUDA reads it: up to the first entry that is empty or negative, so that ``""`` and ``"-1"``
+    (the usual ways to hide every GPU) mean no GPU at all.
+    """
+    if visible is None:
+        return None
+    devices: list[str] = []
+    for entry in (part.strip() for part in visible.split(",")):
+        if not entry or entry.startswith("-"):
+            break
+        devices.append(entry)
+    return tuple(devices)
+
+
+def pool_devices(pool: LocalPool, visible: tuple[str, ...] | None) -> tuple[str, ...]:
+    """The devices of ``pool``'s GPUs as its jobs' ``CUDA_VISIBLE_DEVICES`` names them: its ``gpu_ids``
+    looked up in ``visible`` (:func:`scheduler_devices`), or the host numbers they are when that is None.
+
+    BackendError (not transient), naming the resource and both lists, when an index reaches past
+    ``visible``: the pool would hand its jobs a device the scheduler was not given.
+    """
+    indices = pool.gpu_indices
+    if visible is None:
+        return tuple(str(index) for index in indices)
+    if indices and not visible:
+        raise BackendError(
+            "local",
+            f"resource {pool.name}: has {pool.gpus} GPUs but the scheduler's CUDA_VISIBLE_DEVICES shows none; "
+            "drop the pool's gpus or give the scheduler its GPUs",
+            transient=False,
+        )
+    if any(index >= len(visible) for index in indices):
+        raise BackendError(
+            "local",
+            f"resource {pool.name}: gpu_ids {list(indices)} reach past the scheduler's CUDA_VISIBLE_DEVICES "
+            f"{list(visible)}; gpu_ids index that list (0 .. {len(visible) - 1})",
+            transient=False,
+        )
+    return tuple(visible[index] for index in indices)
+
+
 def machine_cpus(pool_cpus: Sequence[int], machine: str, vcpus: int) -> tuple[int, ...]:
     """The CPUs of planned machine ``TYPE#k``: the k-th run of ``vcpus`` of ``pool_cpus``, wrapping around.
 
@@ -134,13 +181,14 @@ def machine_cpus(pool_cpus: Sequence[int], machine: str, vcpus: int) -> tuple[in
     return _slice(pool_cpus, machine, vcpus)
 
 
-def machine_gpus(pool_gpus: Sequence[int], machine: str, gpus: int) -> tuple[int, ...]:
-    """The GPUs of planned machine ``TYPE#k``: the k-th run of ``gpus`` of ``pool_gpus``, as :func:`machine_cpus`
-    slices CPUs; none for a type without GPUs. The pool never lends one device to two tasks at once, so
-    machines that share a device when the pool has too few (it wraps) wait for each other."""
+def machine_gpus(pool_gpus: Sequence[str], machine: str, gpus: int) -> tuple[str, ...]:
+    """The GPUs of planned machine ``TYPE#k``: the k-th run of ``gpus`` of ``pool_gpus`` (in the pool's order),
+    as :func:`machine_cpus` slices CPUs; none for a type without GPUs. The pool never lends one device to
+    two tasks at once, so machines that share a device when the pool has too few (it wraps) wait for
+    each other."""
     if gpus < 1 or not pool_gpus:
         return ()
-    return _slice(pool_gpus, machine, gpus)
+    return tuple(pool_gpus[at] for at in _slice(range(len(pool_gpus)), machine, gpus))
 
 
 def _slice(ids: Sequence[int], machine: str, size: int) -> tuple[int, ...]:
@@ -159,7 +207,7 @@ class _Lease:
     lease: MachineLease
     cpus: tuple[int, ...]
     opened_at: datetime
-    gpu_ids: tuple[int, ...] = ()
+    gpu_ids: tuple[str, ...] = ()
     first_start_at: datetime | None = None
     last_end_at: datetime | None = None
 
@@ -177,7 +225,7 @@ class _Running:
     cancel_at: float | None = None
     lease_key: str = ""
     task_ended_at: datetime | None = None  # the worker's task-ended mark: its cores, memory and GPUs are free
-    gpu_ids: tuple[int, ...] = ()  # the GPU devices it holds (its CUDA_VISIBLE_DEVICES)
+    gpu_ids: tuple[str, ...] = ()  # the GPU devices it holds (its CUDA_VISIBLE_DEVICES)
 
     @property
     def holds_capacity(self) -> bool:
@@ -193,9 +241,14 @@ class LocalBackend(Backend):
         """``warm``: start agora workers from a fork server that has Airflow imported (as the
         LocalExecutor forks its workers), instead of a new interpreter per task. ``done_max``:
         how many finished jobs' statuses are kept for polls (the oldest are forgotten, and then
-        reported unknown, as to a restarted scheduler)."""
+        reported unknown, as to a restarted scheduler). The pools' GPUs are looked up in this
+        process's ``CUDA_VISIBLE_DEVICES`` now (:func:`pool_devices`): BackendError for a pool
+        the scheduler's devices cannot hold, or two pools that claim one device."""
         self.pools = dict(pools)
-        _check_disjoint_gpus(self.pools.values())
+        visible = scheduler_devices(os.environ.get("CUDA_VISIBLE_DEVICES"))
+        self._gpus = {name: pool_devices(pool, visible) for name, pool in self.pools.items()}
+        _check_disjoint_gpus(self._gpus)
+        self._hides_gpus = any(self._gpus.values())  # then a job that reserves no GPU is shown none
         self.warm = warm
         self._lock = threading.RLock()
         self._pump: threading.Thread | None = None
@@ -307,7 +360,7 @@ class LocalBackend(Backend):
         _check_fits(what, lease.cores, lease.memory_bytes, f"pool {pool.name}", pool.cores, pool.memory_bytes)
         _check_gpus(what, lease.gpus, f"pool {pool.name}", pool.gpus)
         cpus = machine_cpus(pool.cpu_set or sorted(os.sched_getaffinity(0)), lease.machine, lease.cores)
-        held = _Lease(lease, cpus, datetime.now(UTC), machine_gpus(pool.devices, lease.machine, lease.gpus))
+        held = _Lease(lease, cpus, datetime.now(UTC), machine_gpus(self._gpus[pool.name], lease.machine, lease.gpus))
         self._leases[lease.key] = held
         return held
 
@@ -317,7 +370,7 @@ class LocalBackend(Backend):
             held = self._leases.get(lease_key)
             return held.cpus if held is not None else ()
 
-    def lease_gpus(self, lease_key: str) -> tuple[int, ...]:
+    def lease_gpus(self, lease_key: str) -> tuple[str, ...]:
         """The GPU devices of an open lease (empty when it is not open, or its type has none)."""
         with self._lock:
             held = self._leases.get(lease_key)
@@ -358,7 +411,7 @@ class LocalBackend(Backend):
             cores, memory = int(state["cores"]), int(state["memory_bytes"])
             queued_at = datetime.fromisoformat(state["queued_at"])
             lease_key = str(state.get("lease_key") or "")
-            gpu_ids = tuple(int(device) for device in state.get("gpu_ids") or ())
+            gpu_ids = tuple(str(device) for device in state.get("gpu_ids") or ())
         except (OSError, ValueError, KeyError, TypeError):
             return False
         if resource not in self.pools:
@@ -402,12 +455,12 @@ class LocalBackend(Backend):
         ]
         return sum(run.cores for run in runs), sum(run.memory_bytes for run in runs)
 
-    def _free_gpus(self, pool: LocalPool, job: JobSpec) -> tuple[int, ...] | None:
+    def _free_gpus(self, pool: LocalPool, job: JobSpec) -> tuple[str, ...] | None:
         """The devices ``job`` would get now (the first free ones of its machine's slice, else of its pool),
         None while fewer than its GPUs are free."""
         if job.gpus < 1:
             return ()
-        candidates = self._open_lease(job.lease).gpu_ids if job.lease is not None else pool.devices
+        candidates = self._open_lease(job.lease).gpu_ids if job.lease is not None else self._gpus[pool.name]
         taken = {
             device
             for run in self._running.values()
@@ -453,9 +506,9 @@ class LocalBackend(Backend):
             self._start(job, queued_at, devices)
         self._queue = waiting
 
-    def _start(self, job: JobSpec, queued_at: datetime, devices: tuple[int, ...] = ()) -> None:
+    def _start(self, job: JobSpec, queued_at: datetime, devices: tuple[str, ...] = ()) -> None:
         lease_key = ""
-        if self.pools[job.resource].gpus > 0:
+        if self._hides_gpus:
             job = replace(job, environment=gpu_environment(job.environment, devices))
         if job.lease is not None:
             held = self._open_lease(job.lease)
@@ -539,28 +592,29 @@ def _check_gpus(what: str, gpus: int, where: str, has_gpus: int) -> None:
         raise BackendError("local", f"{what} reserves {gpus} GPUs; {where} has {has_gpus}", transient=False)
 
 
-def _check_disjoint_gpus(pools: Iterable[LocalPool]) -> None:
-    """Refuse pools that claim one GPU device twice: the backend would lend it to two tasks at once."""
-    owner: dict[int, str] = {}
-    for pool in pools:
-        for device in pool.devices:
+def _check_disjoint_gpus(pool_gpus: Mapping[str, Sequence[str]]) -> None:
+    """Refuse pools (by name, their devices) that claim one GPU device twice: the backend would lend it to
+    two tasks at once."""
+    owner: dict[str, str] = {}
+    for pool, devices in pool_gpus.items():
+        for device in devices:
             if device in owner:
                 raise BackendError(
                     "local",
-                    f"pools {owner[device]} and {pool.name} both hold GPU {device}; give them disjoint gpu_ids",
+                    f"pools {owner[device]} and {pool} both hold GPU {device}; give them disjoint gpu_ids",
                     transient=False,
                 )
-            owner[device] = pool.name
+            owner[device] = pool
 
 
-def gpu_environment(environment: Mapping[str, str], devices: Sequence[int]) -> dict[str, str]:
+def gpu_environment(environment: Mapping[str, str], devices: Sequence[str]) -> dict[str, str]:
     """``environment`` with ``CUDA_VISIBLE_DEVICES`` set to ``devices`` (empty: the task sees no GPU), and
     ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` unless the scheduler or the job sets an order, so that the ids mean the
     devices ``nvidia-smi`` numbers so (CUDA's own default order is fastest first)."""
     order = environment.get("CUDA_DEVICE_ORDER") or os.environ.get("CUDA_DEVICE_ORDER") or "PCI_BUS_ID"
     return {
         **environment,
-        "CUDA_VISIBLE_DEVICES": ",".join(str(device) for device in devices),
+        "CUDA_VISIBLE_DEVICES": ",".join(devices),
         "CUDA_DEVICE_ORDER": order,
     }
 

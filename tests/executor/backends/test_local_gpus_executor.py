@@ -1,8 +1,9 @@
 """The AgoraExecutor hands a planned GPU task's GPUs to its local pool, which gives it its own devices.
 
 The executor runs in this process on a real local GPU pool of a catalog written here (this
-machine has no GPU: the pool names devices 0 and 1); the plan is a real plan file in a real plan
-store. What each task was told is read where the pool starts its worker.
+machine has no GPU: the pool names devices 0 and 1, or the 2 and 3 of a scheduler started with
+CUDA_VISIBLE_DEVICES=2,3); the plan is a real plan file in a real plan store. What each task was
+told is read where the pool starts its worker.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 import pytest
 
 from agora_optimizer.executor.backends import local
-from agora_optimizer.executor.jobs import JobSpec
+from agora_optimizer.executor.jobs import BackendError, JobSpec
 from agora_optimizer.model.plan import Assignment
 from tests.executor.test_agora_executor import MIB, workload
 from tests.executor.test_executor_machines import cancel, heartbeat_until, save_plan
@@ -33,8 +34,8 @@ PLANNED = (
 )
 
 
-@pytest.fixture
-def executor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+def unstarted_executor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """An AgoraExecutor on the GPU catalog, with its settings in this process's environment."""
     from agora_optimizer.executor.agora_executor import AgoraExecutor
 
     catalog = tmp_path / "gpu-catalog.yaml"
@@ -44,14 +45,26 @@ def executor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     monkeypatch.setenv("AIRFLOW__AGORA__TRACE_STORE_URL", f"sqlite:///{tmp_path / 'traces.db'}")
     monkeypatch.setenv("AIRFLOW__AGORA__PLAN_DIR", str(tmp_path / "plans"))
     monkeypatch.setenv("AIRFLOW__AGORA__BACKOFF_MAX_S", "0.2")
-    executor = AgoraExecutor()
+    return AgoraExecutor()
+
+
+@pytest.fixture
+def executor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scheduler_gpus: str | None) -> Any:
+    """The started executor of a scheduler whose CUDA_VISIBLE_DEVICES is ``scheduler_gpus`` (None: unset)."""
+    monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
+    if scheduler_gpus is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", scheduler_gpus)
+    executor = unstarted_executor(tmp_path, monkeypatch)
     executor.start()
     return executor
 
 
 @pytest.mark.slow  # starts real workers, then stops them (there is no Airflow API for their tasks here)
+@pytest.mark.parametrize(("scheduler_gpus", "pool_gpus"), [(None, ["0", "1"]), ("2,3", ["2", "3"])])
 def test_planned_gpu_tasks_get_their_own_devices_and_a_cpu_task_none(
-    executor: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    executor: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pool_gpus: list[str]
 ) -> None:
     told: dict[str, dict[str, str]] = {}
     start_worker = local.start_worker
@@ -75,6 +88,15 @@ def test_planned_gpu_tasks_get_their_own_devices_and_a_cpu_task_none(
     heartbeat_until(executor, lambda: len(told) == len(PLANNED))  # every worker started
     cancel(executor, items)
     by_task = {task: told[job.spec.key] for task, job in jobs.items()}
-    assert sorted(by_task[task]["CUDA_VISIBLE_DEVICES"] for task in ("train_a", "train_b")) == ["0", "1"]
+    assert sorted(by_task[task]["CUDA_VISIBLE_DEVICES"] for task in ("train_a", "train_b")) == pool_gpus
     assert by_task["report"]["CUDA_VISIBLE_DEVICES"] == ""
     assert {told["CUDA_DEVICE_ORDER"] for told in by_task.values()} == {"PCI_BUS_ID"}
+
+
+def test_a_gpu_pool_the_schedulers_cuda_visible_devices_cannot_hold_fails_the_executors_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")  # one GPU for a pool of two
+    executor = unstarted_executor(tmp_path, monkeypatch)
+    with pytest.raises(BackendError, match=r"resource gpu-box: gpu_ids \[0, 1\] reach past the scheduler's "):
+        executor.start()
