@@ -401,4 +401,4 @@ class SlurmSubmission(Backend):
 
 
 def task_described(job: JobSpec, partition: str) -> str:
-    return f"resource {job.resource!r} (partition {partition}): {job.label}"
+    return f"resource {shown(job.resource)} (partition {partition}): {job.label}"
