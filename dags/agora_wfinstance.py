@@ -42,7 +42,6 @@ The bundled workflows are WfCommons WfInstances, LGPL-3.0 (``workflows/README.md
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import time
@@ -52,6 +51,7 @@ from typing import Any
 
 from airflow.sdk import DAG, task
 
+from agora_optimizer.io.documents import read_document
 from agora_optimizer.io.wfformat import load_workflow
 
 WORKFLOW_ENV = "AGORA_WFINSTANCE"
@@ -172,7 +172,7 @@ def airflow_task_ids(wf_ids: list[str]) -> dict[str, str]:
 
 def _wf_task_names(path: Path) -> dict[str, str]:
     """WfFormat 1.5 ``specification.tasks[].name`` by id (the reader keeps ids only); 1.4 names are ids."""
-    workflow = json.loads(path.read_text(encoding="utf-8")).get("workflow", {})
+    workflow = read_document(path).get("workflow", {})  # as load_workflow read it, duplicate keys refused
     spec_tasks = workflow.get("specification", {}).get("tasks", [])
     return {str(item["id"]): str(item.get("name", item["id"])) for item in spec_tasks}
 

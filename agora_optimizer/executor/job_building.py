@@ -31,6 +31,7 @@ from agora_optimizer.executor.preemption import SPOT_ENV
 from agora_optimizer.executor.remote_files import CONTAINER_JOB_ROOT, job_urls, split_s3_url
 from agora_optimizer.executor.state_files import write_private
 from agora_optimizer.model.catalog import Resource
+from agora_optimizer.model.workflow import shown
 
 if TYPE_CHECKING:
     from airflow.executors import workloads
@@ -54,7 +55,7 @@ class JobBuilding(ExecutorBase):
         resource = self._resources.get(placement.resource)
         if resource is None:
             raise AgoraError(
-                f"task {label}: resource {placement.resource!r} is not in [agora] catalog "
+                f"task {label}: resource {shown(placement.resource)} is not in [agora] catalog "
                 f"(known: {', '.join(sorted(self._resources)) or 'none'})"
             )
         placement = self._grown_after_oom_kill(placement, resource, ti)

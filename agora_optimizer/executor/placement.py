@@ -14,7 +14,7 @@ from typing import Any
 
 from agora_optimizer.errors import FieldError
 from agora_optimizer.model.limits import MAX_GPUS
-from agora_optimizer.model.workflow import MAX_CORES, MAX_MEMORY_BYTES
+from agora_optimizer.model.workflow import MAX_CORES, MAX_MEMORY_BYTES, shown
 
 PLACEMENT_KEY = "placement"
 INSTANCES_KEY = "instances"  # a mapped task's planned instances' placements, by map index (a string)
@@ -110,10 +110,10 @@ def placement_from_config(
         cores=int(cores),
         memory_bytes=int(memory),
         time_limit_s=None if limit is None else float(limit),
-        machine=str(node.get("machine") or ""),
+        machine=_text(node, "machine", where, field, ""),
         planned_start_s=None if start is None else float(start),
-        source=str(node.get("source") or "plan"),
-        plan_version=str(node.get("plan_version") or ""),
+        source=_text(node, "source", where, field, "plan"),
+        plan_version=_text(node, "plan_version", where, field, ""),
     )
 
 
@@ -129,5 +129,15 @@ def placement_node(agora: Mapping[str, Any], map_index: int = -1) -> Any:
 def _number(node: Mapping[str, Any], key: str, where: str, field: str, low: float, high: float) -> float:
     value = node.get(key)
     if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
-        raise FieldError(where, f"{field}.{key}", f"must be a number in [{low:g}, {high:g}], got {value!r}")
+        raise FieldError(where, f"{field}.{key}", f"must be a number in [{low:g}, {high:g}], got {shown(value)}")
     return float(value)
+
+
+def _text(node: Mapping[str, Any], key: str, where: str, field: str, default: str) -> str:
+    """The string at ``key``, ``default`` where it is absent or empty; anything else raises naming the field."""
+    value = node.get(key)
+    if value is None or value == "":
+        return default
+    if not isinstance(value, str):
+        raise FieldError(where, f"{field}.{key}", f"must be a string, got {shown(value)}")
+    return value

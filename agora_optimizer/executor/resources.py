@@ -5,6 +5,7 @@ from __future__ import annotations
 from agora_optimizer.errors import AgoraError
 from agora_optimizer.io.catalog_file import load_catalog
 from agora_optimizer.model.catalog import Catalog, Resource
+from agora_optimizer.model.workflow import shown
 
 
 def merged_catalog(catalogs: str) -> Catalog:
@@ -22,7 +23,9 @@ def merged_catalog(catalogs: str) -> Catalog:
         bandwidths.append(catalog.bandwidth_bytes_per_s)
         for resource in catalog.resources:
             if resource.name in resources:
-                raise AgoraError(f"[agora] catalog: resource {resource.name!r} is declared twice (again in {path})")
+                raise AgoraError(
+                    f"[agora] catalog: resource {shown(resource.name)} is declared twice (again in {path})"
+                )
             resources[resource.name] = resource
     return Catalog(tuple(resources.values()), min(bandwidths, default=0.0), source=catalogs)
 

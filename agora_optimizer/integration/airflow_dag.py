@@ -23,7 +23,7 @@ from agora_optimizer.integration.dag_shape import DagShape, DagTask
 from agora_optimizer.integration.waits import release_waits, waits_without_worker
 from agora_optimizer.model.catalog import GIB
 from agora_optimizer.model.limits import MAX_GPUS
-from agora_optimizer.model.workflow import MAX_CORES, MAX_MEMORY_BYTES, MAX_RUNTIME_S, check_number
+from agora_optimizer.model.workflow import MAX_CORES, MAX_MEMORY_BYTES, MAX_RUNTIME_S, check_number, shown
 
 if TYPE_CHECKING:
     from agora_optimizer.model.catalog import Catalog
@@ -100,7 +100,7 @@ def _dag_task(fileloc: str, task: Any, mapped_group: Any = None) -> DagTask:
         memory = check_number(fileloc, f"{where}.memory_gib", hints["memory_gib"], maximum=MAX_MEMORY_BYTES / GIB) * GIB
     category = hints.get("category", "")
     if not isinstance(category, str) or (category != "" and not category.strip()):
-        raise FieldError(fileloc, f"{where}.category", f"expected a non-empty string, got {category!r}")
+        raise FieldError(fileloc, f"{where}.category", f"expected a non-empty string, got {shown(category)}")
     return DagTask(
         category=category.strip(),
         task_id=task.task_id,

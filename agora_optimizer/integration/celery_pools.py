@@ -29,6 +29,7 @@ from typing import Any
 from agora_optimizer import settings
 from agora_optimizer.errors import AgoraError
 from agora_optimizer.model.catalog import Resource
+from agora_optimizer.model.workflow import shown
 
 CELERY_BACKEND = "celery"
 WORKER_NAME_ENV = "AGORA_WORKER_NAME"
@@ -50,7 +51,7 @@ def routed(changes: Mapping[str, Any], resource: Resource | None, executors: Col
     executor = settings.get("celery_executor")
     if executor not in executors:
         raise CeleryExecutorNotConfigured(
-            f"it is planned on Celery pool {resource.name!r}, but [agora] celery_executor {executor!r} "
+            f"it is planned on Celery pool {shown(resource.name)}, but [agora] celery_executor {executor!r} "
             f"is not in [core] executor ({', '.join(sorted(executors)) or 'empty'})"
         )
     config = dict(changes.get("executor_config") or {})

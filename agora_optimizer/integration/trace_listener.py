@@ -193,7 +193,7 @@ def _planned(task_instance: Any) -> dict[str, str]:
     placement = placement_node(_agora_config(task_instance), _map_index(task_instance))
     if not isinstance(placement, dict):
         return {}
-    return {name: str(placement.get(name) or "") for name in ("machine", "plan_version")}
+    return {name: _string(placement.get(name)) for name in ("machine", "plan_version")}
 
 
 def _agora_config(task_instance: Any) -> dict[str, Any]:
@@ -214,11 +214,16 @@ def resource_of(task_instance: Any) -> tuple[str, str]:
     task = getattr(task_instance, "task", None)
     agora = _agora_config(task_instance)
     queue = getattr(task, "queue", None) or getattr(task_instance, "queue", None) or ""
-    resource_type = os.environ.get(RESOURCE_TYPE_ENV) or str(agora.get("resource_type") or "")
-    if not resource_type and queue and queue != "default":
-        resource_type = str(queue)
-    backend = os.environ.get(BACKEND_ENV) or str(agora.get("backend") or "")
+    resource_type = os.environ.get(RESOURCE_TYPE_ENV) or _string(agora.get("resource_type"))
+    if not resource_type and queue != "default":
+        resource_type = _string(queue)
+    backend = os.environ.get(BACKEND_ENV) or _string(agora.get("backend"))
     return resource_type, backend
+
+
+def _string(value: object) -> str:
+    """``value`` where it is a string, else "" (a listener never raises: a list in executor_config is no name)."""
+    return value if isinstance(value, str) else ""
 
 
 def _measure(attempt: TaskAttempt) -> str:

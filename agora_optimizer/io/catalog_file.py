@@ -33,6 +33,7 @@ from agora_optimizer.model.limits import (  # lower limits too: below them durat
     MIN_GRANULARITY_S,
     MIN_SPEED,
 )
+from agora_optimizer.model.workflow import shown
 
 _KNOWN_KEYS = {
     "name",
@@ -73,7 +74,7 @@ def load_catalog(path: str | Path) -> Catalog:
     for item in items:
         resource = _resource(item)
         if any(r.name == resource.name for r in resources):
-            raise item.get("name").fail(f"duplicate resource name '{resource.name}'")
+            raise item.get("name").fail(f"duplicate resource name {shown(resource.name)}")
         resources.append(resource)
     if not resources:
         raise root.get("resources").fail("lists no resource")
@@ -84,10 +85,10 @@ def load_catalog(path: str | Path) -> Catalog:
 def _resource(item: Node) -> Resource:
     name = item.get("name").string()
     if "#" in name:
-        raise item.get("name").fail(f"'{name}' contains '#', which separates type and number in machine ids")
+        raise item.get("name").fail(f"{shown(name)} contains '#', which separates type and number in machine ids")
     backend = item.get("backend").string()
     if backend not in BACKENDS:
-        raise item.get("backend").fail(f"expected one of {', '.join(BACKENDS)}, got {backend!r}")
+        raise item.get("backend").fail(f"expected one of {', '.join(BACKENDS)}, got {shown(backend)}")
     count = item.get("count", None).optional()
     billing = item.get("billing", {})
     billing.mapping()
@@ -104,7 +105,7 @@ def _resource(item: Node) -> Resource:
     if not spot:
         for node in (rate_node, fallback_node):
             if node.optional() is not None:
-                raise node.fail(f"is only for a spot type, and '{name}' does not say spot: true")
+                raise node.fail(f"is only for a spot type, and {shown(name)} does not say spot: true")
     rate = None if rate_node.optional() is None else rate_node.number(maximum=MAX_INTERRUPTION_RATE_PER_HOUR)
     return Resource(
         name=name,
@@ -140,20 +141,21 @@ def _with_fallback(item: Node, resource: Resource, resources: list[Resource]) ->
         larger = [r for r in resources if not r.spot and r.backend == resource.backend and _holds(r, resource)]
         if not larger:
             raise node.fail(
-                f"spot type '{resource.name}' names no fallback, and no on-demand type of backend "
-                f"'{resource.backend}' has its vCPUs, memory and GPUs; name the type an interrupted task re-runs on"
+                f"spot type {shown(resource.name)} names no fallback, and no on-demand type of backend "
+                f"{shown(resource.backend)} has its vCPUs, memory and GPUs; "
+                "name the type an interrupted task re-runs on"
             )
         chosen = min(larger, key=lambda r: (r.price_per_hour_usd, -r.speed))
         return replace(resource, fallback=chosen.name)
     fallback = next((r for r in resources if r.name == resource.fallback), None)
     if fallback is None:
-        raise node.fail(f"names '{resource.fallback}', which is not a resource of this catalog")
+        raise node.fail(f"names {shown(resource.fallback)}, which is not a resource of this catalog")
     if fallback.spot:
-        raise node.fail(f"names '{fallback.name}', a spot type: an interrupted task re-runs on on-demand capacity")
+        raise node.fail(f"names {shown(fallback.name)}, a spot type: an interrupted task re-runs on on-demand capacity")
     if not _holds(fallback, resource):
         raise node.fail(
-            f"names '{fallback.name}' ({fallback.vcpus} vCPUs, {fallback.memory_gib} GiB, {fallback.gpus} GPUs), "
-            f"smaller than '{resource.name}' ({resource.vcpus} vCPUs, {resource.memory_gib} GiB, "
+            f"names {shown(fallback.name)} ({fallback.vcpus} vCPUs, {fallback.memory_gib} GiB, {fallback.gpus} GPUs), "
+            f"smaller than {shown(resource.name)} ({resource.vcpus} vCPUs, {resource.memory_gib} GiB, "
             f"{resource.gpus} GPUs): every task of the spot type must fit its fallback"
         )
     return resource

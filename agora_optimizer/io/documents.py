@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,13 +14,18 @@ import yaml
 
 from agora_optimizer.errors import FieldError, InputFileError
 from agora_optimizer.io.atomic import fsync_directory, replace_file
+from agora_optimizer.io.yaml_loader import load_yaml
 from agora_optimizer.model.workflow import check_number, shown
 
 MAX_DOCUMENT_BYTES = 512 * 2**20
 
 
 def read_document(path: str | Path) -> Any:
-    """Parse a JSON or YAML file (by its suffix; anything else is tried as JSON, then YAML)."""
+    """Parse a JSON or YAML file (by its suffix; anything else is tried as JSON, then YAML).
+
+    Either refuses a key said twice in one mapping (a reader would keep only one of them), naming the
+    key and the field path; YAML also an alias bomb (:mod:`agora_optimizer.io.yaml_loader`).
+    """
     path = Path(path)
     try:
         if path.is_dir():
@@ -58,27 +64,32 @@ def _is_text(value: str) -> bool:
     return True
 
 
-def _reject_lone_surrogates(path: Path, document: Any) -> None:
-    """Refuse strings with an unpaired ``\\ud800``-``\\udfff`` escape: they cannot be printed or written as UTF-8."""
-    reason = "contains a lone surrogate (an unpaired \\ud800-\\udfff escape), which is not text"
+def _values(document: Any) -> Iterator[tuple[str, Any]]:
+    """Every value of ``document`` with its field path ("" for the whole), a shared one once."""
     seen: set[int] = set()
     stack: list[tuple[str, Any]] = [("", document)]
     while stack:
         where, value = stack.pop()
-        if isinstance(value, str):
-            if not _is_text(value):
-                raise FieldError(path, where or "<document>", f"{shown(value)} {reason}")
-            continue
+        yield where, value
         if not isinstance(value, dict | list) or id(value) in seen:  # YAML anchors may share or nest values
             continue
         seen.add(id(value))
         if isinstance(value, list):
             stack.extend((f"{where}[{i}]", item) for i, item in enumerate(value))
-            continue
-        for key, item in value.items():
-            if isinstance(key, str) and not _is_text(key):
-                raise FieldError(path, where or "<document>", f"key {shown(key)} {reason}")
-            stack.append((f"{where}.{key}" if where else str(key), item))
+        else:
+            stack.extend((f"{where}.{key}" if where else str(key), item) for key, item in value.items())
+
+
+def _reject_lone_surrogates(path: Path, document: Any) -> None:
+    """Refuse strings with an unpaired ``\\ud800``-``\\udfff`` escape: they cannot be printed or written as UTF-8."""
+    reason = "contains a lone surrogate (an unpaired \\ud800-\\udfff escape), which is not text"
+    for where, value in _values(document):
+        if isinstance(value, str) and not _is_text(value):
+            raise FieldError(path, where or "<document>", f"{shown(value)} {reason}")
+        if isinstance(value, dict):
+            for key in value:
+                if isinstance(key, str) and not _is_text(key):
+                    raise FieldError(path, where or "<document>", f"key {shown(key)} {reason}")
 
 
 def _reject_constant(name: str) -> float:
@@ -86,21 +97,29 @@ def _reject_constant(name: str) -> float:
 
 
 def _parse_json(path: Path, text: str) -> Any:
+    repeated: dict[int, str] = {}  # id of an object that said a key twice -> that key
+
+    def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        found = dict(pairs)
+        if len(found) < len(pairs):
+            repeated[id(found)] = next(key for key, count in Counter(key for key, _ in pairs).items() if count > 1)
+        return found
+
     try:
-        return json.loads(text, parse_constant=_reject_constant)
+        document = json.loads(text, parse_constant=_reject_constant, object_pairs_hook=unique_keys)
     except json.JSONDecodeError as exc:
         raise InputFileError(path, f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
     except (ValueError, RecursionError) as exc:
         raise InputFileError(path, f"invalid JSON: {exc}") from None
-
-
-# libyaml's loader when PyYAML was built with it (8x faster on a catalog), else the Python one.
-_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    if repeated:  # JSON readers keep one of the two (Python's the last): which was meant is unknown
+        where, key = next((where, repeated[id(v)]) for where, v in _values(document) if id(v) in repeated)
+        raise FieldError(path, where or "<document>", f"duplicate key {shown(key)}: say it once")
+    return document
 
 
 def _parse_yaml(path: Path, text: str) -> Any:
     try:
-        return yaml.load(text, Loader=_YAML_LOADER)
+        return load_yaml(text, str(path))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
@@ -179,6 +198,12 @@ class Node:
     def string(self) -> str:
         if not isinstance(self.value, str) or not self.value.strip():
             raise self.fail(f"expected a non-empty string, got {shown(self.value)}")
+        return self.value
+
+    def text(self) -> str:
+        """A string that may be empty (a task's category, when its source gave none)."""
+        if not isinstance(self.value, str):
+            raise self.fail(f"expected a string, got {type(self.value).__name__}")
         return self.value
 
     def optional(self) -> Node | None:

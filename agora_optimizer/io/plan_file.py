@@ -20,6 +20,7 @@ from agora_optimizer.model.plan import (
     SolverStatus,
     SpotFigures,
 )
+from agora_optimizer.model.workflow import shown
 
 _STATUSES: tuple[SolverStatus, ...] = ("optimal", "feasible", "heuristic")
 
@@ -71,12 +72,12 @@ def plan_from_document(document: Any, source: str) -> Plan:
     root.mapping()
     fmt = root.get("format").string()
     if fmt != PLAN_FORMAT:
-        raise root.get("format").fail(f"expected {PLAN_FORMAT!r}, got {fmt!r}")
+        raise root.get("format").fail(f"expected {PLAN_FORMAT!r}, got {shown(fmt)}")
     created_at = root.get("created_at").string()
     try:
         datetime.fromisoformat(created_at.replace("Z", "+00:00"))
     except ValueError:
-        raise root.get("created_at").fail(f"not an ISO 8601 timestamp: {created_at!r}") from None
+        raise root.get("created_at").fail(f"not an ISO 8601 timestamp: {shown(created_at)}") from None
     return Plan(
         format=fmt,
         workflow=root.get("workflow").string(),
@@ -106,7 +107,7 @@ def _spot(node: Node) -> SpotFigures | None:
 def _objective(node: Node) -> Objective:
     kind = node.get("kind").string()
     if kind not in OBJECTIVE_KINDS:
-        raise node.get("kind").fail(f"expected one of {', '.join(OBJECTIVE_KINDS)}, got {kind!r}")
+        raise node.get("kind").fail(f"expected one of {', '.join(OBJECTIVE_KINDS)}, got {shown(kind)}")
     deadline = node.get("deadline_s").optional()
     budget = node.get("budget_usd").optional()
     return Objective(
@@ -137,7 +138,7 @@ def _assignment(node: Node) -> Assignment:
 def _solver(node: Node) -> SolverInfo:
     status = node.get("status").string()
     if status not in _STATUSES:
-        raise node.get("status").fail(f"expected one of {', '.join(_STATUSES)}, got {status!r}")
+        raise node.get("status").fail(f"expected one of {', '.join(_STATUSES)}, got {shown(status)}")
     gap = node.get("gap").optional()
     return SolverInfo(
         method=node.get("method").string(),

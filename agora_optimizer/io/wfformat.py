@@ -23,7 +23,15 @@ from pathlib import Path
 
 from agora_optimizer.io.wfformat_structure import TaskEntry, edges, read_structure
 from agora_optimizer.io.wfformat_structure import task_gpus as task_gpus
-from agora_optimizer.model.workflow import MAX_CORES, MAX_MEMORY_BYTES, MAX_RUNTIME_S, Task, Workflow, category_of
+from agora_optimizer.model.workflow import (
+    MAX_CORES,
+    MAX_MEMORY_BYTES,
+    MAX_RUNTIME_S,
+    Task,
+    Workflow,
+    category_of,
+    shown,
+)
 
 DEFAULT_MEMORY_BYTES = 2**30
 
@@ -53,17 +61,21 @@ def load_workflow(path: str | Path, default_memory_bytes: int = DEFAULT_MEMORY_B
 def _measured(task: TaskEntry) -> _Measured:
     record = task.record
     if record is None:  # 1.5 only: a 1.4 task is its own record
-        raise task.entry.fail(f"task '{task.task_id}' has no record in workflow.execution.tasks (no runtimeInSeconds)")
+        raise task.entry.fail(
+            f"task {shown(task.task_id)} has no record in workflow.execution.tasks (no runtimeInSeconds)"
+        )
     runtime = record.get("runtimeInSeconds", None)
     if runtime.value is None:
-        raise record.fail(f"task '{task.task_id}' has no runtimeInSeconds")
+        raise record.fail(f"task {shown(task.task_id)} has no runtimeInSeconds")
     cores_node = record.get(task.cores_key, None)
     cores = 1 if cores_node.value is None else math.ceil(cores_node.number(strictly_positive=True, maximum=MAX_CORES))
     memory_node = record.get("memoryInBytes", None)
     memory = None if memory_node.value is None else memory_node.number(maximum=MAX_MEMORY_BYTES)
+    declared = task.entry.get("category", None)
+    category = "" if declared.value is None else declared.text()  # a string, never what str() makes of a value
     return _Measured(
         task_id=task.task_id,
-        category=str(task.declared_category or category_of(task.name)),
+        category=category or category_of(task.name),
         runtime_s=runtime.number(maximum=MAX_RUNTIME_S),
         cores=cores,
         memory_bytes=math.ceil(memory) if memory else None,

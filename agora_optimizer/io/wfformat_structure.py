@@ -24,7 +24,7 @@ from pathlib import Path
 from agora_optimizer.errors import FieldError
 from agora_optimizer.io.documents import Node, read_document
 from agora_optimizer.model.limits import MAX_GPUS
-from agora_optimizer.model.workflow import Edge
+from agora_optimizer.model.workflow import Edge, shown
 
 MAX_FILE_BYTES = 2**60
 
@@ -85,7 +85,7 @@ def edges(tasks: dict[str, TaskEntry], sizes: dict[str, int], source: str) -> li
         for end, role in ((parent, "parent"), (child, "child")):
             if end not in tasks:
                 referrer = child if role == "parent" else parent
-                raise FieldError(source, f"tasks[{referrer}]", f"refers to unknown {role} task '{end}'")
+                raise FieldError(source, f"tasks[{referrer}]", f"refers to unknown {role} task {shown(end)}")
         shared = tasks[parent].outputs & tasks[child].inputs
         found.append(Edge(parent, child, sum(sizes.get(name, 0) for name in shared)))
     return found
@@ -99,7 +99,7 @@ def task_gpus(task_id: str, node: Node) -> int:
     try:
         return value.integer(maximum=MAX_GPUS)
     except FieldError as error:
-        raise FieldError(error.source, error.field, f"task '{task_id}': {error.reason}") from None
+        raise FieldError(error.source, error.field, f"task {shown(task_id)}: {error.reason}") from None
 
 
 def _read_v15(workflow: Node) -> tuple[dict[str, TaskEntry], dict[str, int]]:
@@ -110,7 +110,7 @@ def _read_v15(workflow: Node) -> tuple[dict[str, TaskEntry], dict[str, int]]:
     for item in spec.get("tasks").items():
         task_id = item.get("id").string()
         if task_id in tasks:
-            raise item.get("id").fail(f"duplicate task id '{task_id}'")
+            raise item.get("id").fail(f"duplicate task id {shown(task_id)}")
         record = records.get(task_id)
         if record is not None:
             record.mapping()
@@ -131,7 +131,7 @@ def _read_v14(workflow: Node) -> tuple[dict[str, TaskEntry], dict[str, int]]:
     for item in workflow.get("tasks").items():
         task_id = item.get("name").string()
         if task_id in tasks:
-            raise item.get("name").fail(f"duplicate task name '{task_id}'")
+            raise item.get("name").fail(f"duplicate task name {shown(task_id)}")
         item.mapping()
         category = item.get("category", None).value
         task = TaskEntry(task_id, task_id, category, item, item, "cores", task_gpus(task_id, item))
@@ -140,7 +140,7 @@ def _read_v14(workflow: Node) -> tuple[dict[str, TaskEntry], dict[str, int]]:
             sizes[file_name] = max(sizes.get(file_name, 0), _size(file_node))
             link = file_node.get("link").string()
             if link not in ("input", "output"):
-                raise file_node.get("link").fail(f"expected 'input' or 'output', got {link!r}")
+                raise file_node.get("link").fail(f"expected 'input' or 'output', got {shown(link)}")
             (task.inputs if link == "input" else task.outputs).add(file_name)
         task.parents = _names(item.get("parents", []))
         task.children = _names(item.get("children", []))

@@ -23,7 +23,7 @@ from typing import Any, get_args
 
 from agora_optimizer.io.documents import Node, read_document, write_text_atomically
 from agora_optimizer.model.limits import MAX_CORES, MAX_GPUS, MAX_MEMORY_BYTES, MAX_RUNTIME_S
-from agora_optimizer.model.workflow import Edge, MemorySource, Task, Workflow
+from agora_optimizer.model.workflow import Edge, MemorySource, Task, Workflow, shown
 
 WORKFLOW_FORMAT = "agora-workflow/1"
 MAX_EDGE_BYTES = 2**60
@@ -71,7 +71,7 @@ def workflow_from_document(document: Any, source: str) -> Workflow:
     root.mapping()
     fmt = root.get("format").string()
     if fmt != WORKFLOW_FORMAT:
-        raise root.get("format").fail(f"expected {WORKFLOW_FORMAT!r}, got {fmt!r}")
+        raise root.get("format").fail(f"expected {WORKFLOW_FORMAT!r}, got {shown(fmt)}")
     tasks = [_task(item) for item in root.get("tasks").items()]
     edges = [
         Edge(
@@ -88,20 +88,13 @@ def _task(node: Node) -> Task:
     source = node.get("memory_source", "recorded")
     origin = source.string()
     if origin not in _MEMORY_SOURCES:
-        raise source.fail(f"expected one of {', '.join(_MEMORY_SOURCES)}, got {origin!r}")
+        raise source.fail(f"expected one of {', '.join(_MEMORY_SOURCES)}, got {shown(origin)}")
     return Task(
         id=node.get("id").string(),
         runtime_s=node.get("runtime_s").number(maximum=MAX_RUNTIME_S),
         cores=node.get("cores").integer(minimum=1, maximum=MAX_CORES),
         memory_bytes=node.get("memory_bytes").integer(maximum=MAX_MEMORY_BYTES),
-        category=_text(node.get("category")),
+        category=node.get("category").text(),
         memory_source=origin,  # type: ignore[arg-type]  # checked against MemorySource above
         gpus=node.get("gpus", 0).integer(maximum=MAX_GPUS),
     )
-
-
-def _text(node: Node) -> str:
-    """A string that may be empty (a task's category, when its source gave none)."""
-    if not isinstance(node.value, str):
-        raise node.fail(f"expected a string, got {type(node.value).__name__}")
-    return node.value

@@ -12,7 +12,7 @@ from functools import cached_property
 from types import MappingProxyType
 from typing import Literal
 
-from agora_optimizer.model.workflow import Task
+from agora_optimizer.model.workflow import Task, shown
 
 Backend = Literal["aws", "slurm", "local", "celery"]
 BACKENDS: tuple[Backend, ...] = ("aws", "slurm", "local", "celery")
@@ -149,10 +149,12 @@ class Catalog:
     def fallback_of(self, resource: Resource) -> Resource:
         """The on-demand type an interrupted task of spot type ``resource`` re-runs on."""
         if resource.fallback is None:
-            raise ValueError(f"resource type '{resource.name}' is not spot capacity: it has no fallback")
+            raise ValueError(f"resource type {shown(resource.name)} is not spot capacity: it has no fallback")
         found = self.by_name.get(resource.fallback) or self.fallbacks.get(resource.fallback)
         if found is None:
-            raise ValueError(f"spot type '{resource.name}': its fallback '{resource.fallback}' is not in the catalog")
+            raise ValueError(
+                f"spot type {shown(resource.name)}: its fallback {shown(resource.fallback)} is not in the catalog"
+            )
         return found
 
     def part(self, resources: tuple[Resource, ...]) -> Catalog:

@@ -140,10 +140,14 @@ class Workflow:
     ) -> Workflow:
         """Check ids, numbers and acyclicity, then build the workflow."""
         seen: set[str] = set()
-        for task in tasks:
+        for index, task in enumerate(tasks):
+            if not isinstance(task.id, str) or not task.id:
+                raise FieldError(source, f"tasks[{index}].id", f"expected a non-empty string, got {shown(task.id)}")
             where = f"tasks[{task.id}]"
             if task.id in seen:
                 raise FieldError(source, where, "duplicate task id")
+            if not isinstance(task.category, str):
+                raise FieldError(source, f"{where}.category", f"expected a string, got {shown(task.category)}")
             seen.add(task.id)
             check_number(source, f"{where}.runtime_s", task.runtime_s, maximum=MAX_RUNTIME_S)
             check_number(source, f"{where}.cores", task.cores, minimum=1, maximum=MAX_CORES, integer=True)
@@ -154,7 +158,7 @@ class Workflow:
         for edge in edges:
             for end in (edge.parent, edge.child):
                 if end not in seen:
-                    raise FieldError(source, f"edges[{edge.parent}->{edge.child}]", f"unknown task '{end}'")
+                    raise FieldError(source, f"edges[{edge.parent}->{edge.child}]", f"unknown task {shown(end)}")
             if edge.parent == edge.child:
                 raise CyclicWorkflowError(name, [edge.parent])
             check_number(source, f"edges[{edge.parent}->{edge.child}].bytes", edge.bytes, maximum=2**60, integer=True)

@@ -32,6 +32,7 @@ from urllib.parse import quote
 import httpx
 
 from agora_optimizer.errors import AgoraError
+from agora_optimizer.model.workflow import shown
 from agora_optimizer.traces.records import AttemptState, TaskAttempt, TraceRecordError
 
 PAGE_LIMIT = 100
@@ -114,21 +115,21 @@ def attempt_from_record(record: Mapping[str, Any], source: str = "Airflow API") 
     """A ``TaskInstanceResponse`` or ``TaskInstanceHistoryResponse`` as an attempt; raises ``TraceRecordError``."""
     if not isinstance(record, Mapping):
         raise TraceRecordError(f"{source} record", "*", f"not an object but {type(record).__name__}")
-    key = "/".join(str(record.get(name, "?")) for name in ("dag_id", "task_id", "dag_run_id"))
-    key = f"{key}#{record.get('try_number', '?')}"
+    parts = [record.get(name, "?") for name in ("dag_id", "task_id", "dag_run_id", "try_number")]
+    key = "{}/{}/{}#{}".format(*(part if isinstance(part, str | int) else shown(part) for part in parts))
     for name in ("dag_id", "task_id", "dag_run_id"):
         if not isinstance(record.get(name), str) or not record[name]:
-            raise TraceRecordError(key, name, f"missing or not a string: {record.get(name)!r}")
+            raise TraceRecordError(key, name, f"missing or not a string: {shown(record.get(name))}")
     for name in ("try_number", "map_index"):
         value = record.get(name, -1 if name == "map_index" else None)
         if isinstance(value, bool) or not isinstance(value, int):
-            raise TraceRecordError(key, name, f"must be an integer, got {value!r}")
+            raise TraceRecordError(key, name, f"must be an integer, got {shown(value)}")
     state = STATE_MAPPINGS.get(str(record.get("state")))
     if state is None:
-        raise TraceRecordError(key, "state", f"{record.get('state')!r} is not the state of an ended attempt")
+        raise TraceRecordError(key, "state", f"{shown(record.get('state'))} is not the state of an ended attempt")
     duration = record.get("duration")
     if duration is not None and (isinstance(duration, bool) or not isinstance(duration, int | float)):
-        raise TraceRecordError(key, "duration", f"must be a number of seconds, got {duration!r}")
+        raise TraceRecordError(key, "duration", f"must be a number of seconds, got {shown(duration)}")
     resource_type, backend = _resource(record, key)
     return TaskAttempt.create(
         dag_id=record["dag_id"],
@@ -220,13 +221,13 @@ def _time(record: Mapping[str, Any], name: str, key: str) -> datetime | None:
     if value is None:
         return None
     if not isinstance(value, str):
-        raise TraceRecordError(key, name, f"must be an ISO 8601 time, got {value!r}")
+        raise TraceRecordError(key, name, f"must be an ISO 8601 time, got {shown(value)}")
     try:
         parsed = datetime.fromisoformat(value)
     except ValueError:
-        raise TraceRecordError(key, name, f"must be an ISO 8601 time, got {value!r}") from None
+        raise TraceRecordError(key, name, f"must be an ISO 8601 time, got {shown(value)}") from None
     if parsed.tzinfo is None:
-        raise TraceRecordError(key, name, f"has no time zone: {value!r}")
+        raise TraceRecordError(key, name, f"has no time zone: {shown(value)}")
     return parsed
 
 

@@ -16,6 +16,7 @@ from typing import Literal, get_args
 
 from agora_optimizer.errors import AgoraError
 from agora_optimizer.model.limits import MAX_CORES, MAX_RUNTIME_S, MAX_SPEED
+from agora_optimizer.model.workflow import shown
 
 AttemptState = Literal["success", "failed", "oom_killed", "cancelled", "lost", "interrupted"]
 ATTEMPT_STATES: tuple[AttemptState, ...] = get_args(AttemptState)
@@ -87,15 +88,15 @@ class TaskAttempt:
         for name in ("dag_id", "task_id", "run_id"):
             value = getattr(self, name)
             if not isinstance(value, str) or not value:
-                raise TraceRecordError(key, name, f"must be a non-empty string, got {value!r}")
+                raise TraceRecordError(key, name, f"must be a non-empty string, got {shown(value)}")
         if self.state not in ATTEMPT_STATES:
-            raise TraceRecordError(key, "state", f"must be one of {', '.join(ATTEMPT_STATES)}, got {self.state!r}")
+            raise TraceRecordError(key, "state", f"must be one of {', '.join(ATTEMPT_STATES)}, got {shown(self.state)}")
         if self.try_number < 1:
             raise TraceRecordError(key, "try_number", f"must be >= 1, got {self.try_number}")
         for name in ("queued_at", "started_at", "ended_at"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, datetime) or value.tzinfo is None):
-                raise TraceRecordError(key, name, f"must be a timezone-aware datetime, got {value!r}")
+                raise TraceRecordError(key, name, f"must be a timezone-aware datetime, got {shown(value)}")
         if self.started_at and self.ended_at and self.ended_at < self.started_at:
             raise TraceRecordError(key, "ended_at", f"ends ({self.ended_at}) before it starts ({self.started_at})")
         if self.queued_at and self.started_at and self.started_at < self.queued_at:
@@ -115,11 +116,11 @@ class TaskAttempt:
             if value is None:
                 continue
             if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-                raise TraceRecordError(key, name, f"must be a finite number, got {value!r}")
+                raise TraceRecordError(key, name, f"must be a finite number, got {shown(value)}")
             if value < 0 or (name == "speed" and value == 0):
-                raise TraceRecordError(key, name, f"must be {'> 0' if name == 'speed' else '>= 0'}, got {value!r}")
+                raise TraceRecordError(key, name, f"must be {'> 0' if name == 'speed' else '>= 0'}, got {shown(value)}")
             if value > maximum:
-                raise TraceRecordError(key, name, f"must be <= {maximum:g}, got {value!r} (absurd)")
+                raise TraceRecordError(key, name, f"must be <= {maximum:g}, got {shown(value)} (absurd)")
         if self.runtime_s is None and self.started_at and self.ended_at:
             return replace(self, runtime_s=(self.ended_at - self.started_at).total_seconds())
         return self

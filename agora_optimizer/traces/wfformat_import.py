@@ -27,7 +27,7 @@ from agora_optimizer.errors import FieldError
 from agora_optimizer.io.documents import Node, is_finite_number
 from agora_optimizer.io.wfformat_structure import MAX_FILE_BYTES, Structure, TaskEntry, edges, read_structure
 from agora_optimizer.model.shapes import TaskShape, WorkflowShape
-from agora_optimizer.model.workflow import MAX_CORES, category_of
+from agora_optimizer.model.workflow import MAX_CORES, category_of, shown
 from agora_optimizer.traces.records import TaskAttempt, TraceRecordError
 
 log = logging.getLogger(__name__)
@@ -68,7 +68,7 @@ def import_wfformat(path: str | Path) -> ImportResult:
     skipped: list[str] = []
     for task in tasks.values():
         if task.record is None:
-            skipped.append(f"{source}: task '{task.task_id}': no execution record")
+            skipped.append(f"{source}: task {shown(task.task_id)}: no execution record")
             continue
         try:
             attempts.append(_attempt(dag_id, task, sizes, hosts))
@@ -182,7 +182,7 @@ def _attempt(dag_id: str, task: _RawTask, sizes: dict[str, int], hosts: dict[str
     raw_cores = record.get("coreCount")
     cores = _number(raw_cores)
     if raw_cores is not None and (cores is None or not 0 < cores <= MAX_CORES):
-        raise TraceRecordError(key, "coreCount", f"must be a number in (0, {MAX_CORES}], got {raw_cores!r}")
+        raise TraceRecordError(key, "coreCount", f"must be a number in (0, {MAX_CORES}], got {shown(raw_cores)}")
     return TaskAttempt.create(
         dag_id=dag_id,
         task_id=task.task_id,
@@ -205,7 +205,7 @@ def _measure(key: str, record: dict[str, Any], name: str) -> float | None:
         return None
     number = _number(value)
     if number is None or number < 0:
-        raise TraceRecordError(key, name, f"must be a finite number >= 0, got {value!r}")
+        raise TraceRecordError(key, name, f"must be a finite number >= 0, got {shown(value)}")
     return number
 
 

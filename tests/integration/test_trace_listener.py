@@ -74,3 +74,18 @@ def test_an_attempt_under_a_celery_worker_names_the_worker_as_its_host(monkeypat
         _task_stack.pop()
     assert (attempt.host, attempt.resource_type, attempt.backend) == ("pool_large@vm", "pool_large", "celery")
     assert (attempt.machine, attempt.plan_version, attempt.runtime_s) == ("pool_large#0", "v1", 3.0)
+
+
+def test_names_in_executor_config_that_are_not_strings_are_no_names() -> None:
+    """The listener never raises: a list where a name is meant is left out, never turned into text by str()."""
+    from types import SimpleNamespace
+
+    from agora_optimizer.integration.trace_listener import _planned, resource_of
+
+    bad = ["big"] * 1000
+    config = {"agora": {"resource_type": bad, "backend": bad, "placement": {"machine": bad, "plan_version": "v1"}}}
+    ti = SimpleNamespace(task=SimpleNamespace(executor_config=config, queue="default"), map_index=-1)
+    assert resource_of(ti) == ("", "")
+    assert _planned(ti) == {"machine": "", "plan_version": "v1"}
+    config["agora"]["resource_type"] = "big"
+    assert resource_of(ti) == ("big", "")

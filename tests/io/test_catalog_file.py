@@ -85,6 +85,22 @@ def test_malformed_resource_names_the_field_path(change: dict, field: str, tmp_p
         load_catalog(write_yaml(tmp_path / "c.yaml", doc))
 
 
+LONG = "x" * 50_000 + "\nsecond line"
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [({"name": "a#" + LONG}, r"resources\[1\]\.name"), ({"backend": LONG}, r"resources\[1\]\.backend")],
+    ids=["name", "backend"],
+)
+def test_a_bad_value_is_quoted_short_on_one_line(change: dict, field: str, tmp_path: Path) -> None:
+    doc = {"network": {"bandwidth_bytes_per_s": 10}, "resources": [resource("a"), resource("b") | change]}
+    with pytest.raises(FieldError, match=field) as caught:
+        load_catalog(write_yaml(tmp_path / "c.yaml", doc))
+    assert "\n" not in str(caught.value)
+    assert len(str(caught.value)) < 300
+
+
 def test_missing_network_is_named(tmp_path: Path) -> None:
     with pytest.raises(FieldError, match="'network': is required"):
         load_catalog(write_yaml(tmp_path / "c.yaml", {"resources": [resource("a")]}))

@@ -79,6 +79,27 @@ def test_malformed_plan_names_the_field(mangle, field: str, plan_path: Path, tmp
 
 
 @pytest.mark.parametrize(
+    "mangle",
+    [
+        lambda d, long: d.update(format=long),
+        lambda d, long: d.update(created_at=long),
+        lambda d, long: d["objective"].update(kind=long),
+        lambda d, long: d["solver"].update(status=long),
+    ],
+    ids=["format", "created_at", "kind", "status"],
+)
+def test_a_bad_value_is_quoted_short_on_one_line(mangle, plan_path: Path, tmp_path: Path) -> None:
+    document = json.loads(plan_path.read_text())
+    mangle(document, "x" * 50_000 + "\nsecond line")
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(document))
+    with pytest.raises(FieldError) as caught:
+        load_plan(bad)
+    assert "\n" not in str(caught.value)
+    assert len(str(caught.value)) < 300
+
+
+@pytest.mark.parametrize(
     ("change", "field"),
     [
         (lambda p: replace(p, objective=replace(p.objective, budget_usd=math.inf)), "objective.budget_usd"),

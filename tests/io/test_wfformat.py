@@ -1,13 +1,17 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from agora_optimizer.errors import FieldError, InputFileError
 from agora_optimizer.io.wfformat import DEFAULT_MEMORY_BYTES, load_workflow
-from tests.conftest import BUNDLED, shared_instances, wfformat_15, write_json
+from tests.conftest import BUNDLED, CATALOGS, shared_instances, wfformat_15, write_json
+
+LOCAL_CATALOG = CATALOGS / "local.yaml"
 
 MONTAGE = BUNDLED / "montage-chameleon-2mass-01d-001.json"
 
@@ -108,6 +112,16 @@ def test_missing_runtime_names_the_task(tmp_path: Path) -> None:
         load_workflow(write_json(tmp_path / "w.json", doc))
 
 
+def test_a_task_id_in_a_message_is_quoted_short_on_one_line(tmp_path: Path) -> None:
+    long = "t" * 50_000 + "\nsecond line"
+    doc = wfformat_15([{"id": long, "runtime": 1.0}])
+    del doc["workflow"]["execution"]["tasks"][0]["runtimeInSeconds"]
+    with pytest.raises(FieldError, match=r"task 'tttt.*' has no runtimeInSeconds") as caught:
+        load_workflow(write_json(tmp_path / "w.json", doc))
+    assert "\n" not in str(caught.value)
+    assert len(str(caught.value)) < 300
+
+
 def test_missing_file_is_named(tmp_path: Path) -> None:
     with pytest.raises(InputFileError, match=r"nope\.json: no such file"):
         load_workflow(tmp_path / "nope.json")
@@ -140,3 +154,56 @@ def test_wfformat_14_reads_a_task_gpus_key(tmp_path: Path) -> None:
     task = {"name": "train_1", "type": "compute", "parents": [], "runtimeInSeconds": 2.0, "gpus": 4, "files": []}
     doc = {"name": "old", "schemaVersion": "1.4", "workflow": {"tasks": [task]}}
     assert load_workflow(write_json(tmp_path / "old.json", doc)).by_id["train_1"].gpus == 4
+
+
+@pytest.mark.parametrize("bad", [["mProject", "mDiff"], 7, {"name": "x"}, True], ids=lambda v: type(v).__name__)
+def test_a_category_that_is_not_a_string_is_refused_naming_the_field(bad: object, tmp_path: Path) -> None:
+    doc = wfformat_15([{"id": "a_1", "runtime": 1.0}, {"id": "b_1", "runtime": 1.0}])
+    doc["workflow"]["specification"]["tasks"][1]["category"] = bad
+    with pytest.raises(
+        FieldError, match=r"w\.json: field 'workflow\.specification\.tasks\[1\]\.category': expected a string, got"
+    ):
+        load_workflow(write_json(tmp_path / "w.json", doc))
+    doc["workflow"]["specification"]["tasks"][1]["category"] = "b"
+    assert load_workflow(write_json(tmp_path / "w.json", doc)).by_id["b_1"].category == "b"
+
+
+# 528 bytes: nine nested lists of nine aliases in one task's category, 9**9 strings to whatever prints it
+BILLION_LAUGHS = """\
+name: laughs
+schemaVersion: "1.5"
+workflow:
+  specification:
+    tasks:
+    - id: t1
+      name: t1
+      parents: []
+      children: []
+      category: &i [&h [&g [&f [&e [&d [&c [&b [&a [lol,lol,lol,lol,lol,lol,lol,lol,lol],*a,*a,*a,*a,*a,*a,*a,*a],\
+*b,*b,*b,*b,*b,*b,*b,*b],*c,*c,*c,*c,*c,*c,*c,*c],*d,*d,*d,*d,*d,*d,*d,*d],*e,*e,*e,*e,*e,*e,*e,*e],*f,*f,*f,*f,*f,*f,\
+*f,*f],*g,*g,*g,*g,*g,*g,*g,*g],*h,*h,*h,*h,*h,*h,*h,*h]
+    files: []
+  execution:
+    makespanInSeconds: 1
+    tasks:
+    - id: t1
+      runtimeInSeconds: 1
+"""
+
+
+@pytest.mark.slow  # a CLI in a subprocess: a second or two
+def test_agora_optimize_refuses_a_billion_laughs_workflow_at_once(tmp_path: Path) -> None:
+    """It ran for ever (``str()`` of the category); now one line, exit 2, no plan, within seconds."""
+    workflow = tmp_path / "laughs.yaml"
+    workflow.write_text(BILLION_LAUGHS)
+    assert len(BILLION_LAUGHS) < 567
+    plan = tmp_path / "plan.json"
+    command = [sys.executable, "-m", "agora_optimizer", "optimize", str(workflow), "--catalog", str(LOCAL_CATALOG)]
+    try:
+        done = subprocess.run([*command, "-o", str(plan)], capture_output=True, text=True, timeout=30)
+    except subprocess.TimeoutExpired:
+        pytest.fail("agora optimize still ran after 30 s on a 528-byte workflow")
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1
+    assert done.stderr.startswith(f"agora: error: {workflow}: YAML aliases expand its ")
+    assert not plan.exists()

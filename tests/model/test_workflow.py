@@ -57,6 +57,18 @@ def test_duplicate_ids_and_unknown_edge_ends_are_named() -> None:
         Workflow.create("w", [_task("a")], [Edge("a", "ghost")])
 
 
+@pytest.mark.parametrize("bad", [["x"] * 1000, 7, None, {"a": 1}], ids=lambda v: type(v).__name__)
+def test_ids_and_categories_must_be_strings_and_are_quoted_short(bad: object) -> None:
+    """What a loader let through is refused here, naming the field, never turned into text by str()."""
+    with pytest.raises(FieldError, match=r"w\.json: field 'tasks\[a\]\.category': expected a string, got") as caught:
+        Workflow.create("w", [Task("a", 1.0, 1, 1000, bad)], [], source="w.json")  # type: ignore[arg-type]
+    assert len(str(caught.value)) < 200
+    with pytest.raises(FieldError, match=r"w\.json: field 'tasks\[1\]\.id': expected a non-empty string, got"):
+        Workflow.create("w", [_task("a"), Task(bad, 1.0, 1, 1000, "c")], [], source="w.json")  # type: ignore[arg-type]
+    with pytest.raises(FieldError, match=r"field 'tasks\[0\]\.id': expected a non-empty string, got ''"):
+        Workflow.create("w", [Task("", 1.0, 1, 1000, "c")], [], source="w.json")
+
+
 @pytest.mark.parametrize("runtime", [-1.0, math.nan, math.inf, 1e12])
 def test_absurd_runtimes_are_refused(runtime: float) -> None:
     with pytest.raises(FieldError, match="runtime_s"):

@@ -133,3 +133,19 @@ def test_bad_records_are_skipped_and_the_good_ones_kept(http_server: tuple[str, 
     assert [a.task_id for a in found.attempts] == ["align"]
     assert [problem.field for problem in found.skipped] == ["ended_at", "*"]
     assert (found.task_instances, found.not_ended) == (4, 1)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"dag_id": ["d"] * 50_000},
+        {"state": "x" * 50_000},
+        {"duration": {"seconds": list(range(50_000))}},
+        {"start_date": "y" * 50_000},
+    ],
+    ids=["dag_id", "state", "duration", "start_date"],
+)
+def test_a_bad_value_is_quoted_short_on_one_line(overrides: dict[str, Any]) -> None:
+    with pytest.raises(TraceRecordError) as caught:
+        attempt_from_record(record(**overrides))
+    assert len(str(caught.value)) < 400

@@ -24,6 +24,7 @@ from agora_optimizer.executor.jobs import (
     JobResult,
     JobStatus,
 )
+from agora_optimizer.model.workflow import shown
 
 DEFAULT_QUEUE_PATTERN = "agora-{family}"
 MIB = 2**20
@@ -82,7 +83,7 @@ def queue_name(resource: str, options: Mapping[str, object], pattern: str = DEFA
     if option is not None:
         if not isinstance(option, str) or not option:
             raise BackendError(
-                BACKEND, f"resource {resource}: job_queue must be a queue name, got {option!r}", transient=False
+                BACKEND, f"resource {resource}: job_queue must be a queue name, got {shown(option)}", transient=False
             )
         name = option
     else:
@@ -98,7 +99,7 @@ def queue_name(resource: str, options: Mapping[str, object], pattern: str = DEFA
     if not name.startswith("arn:") and not _QUEUE_NAME.match(name):
         raise BackendError(
             BACKEND,
-            f"resource {resource}: job queue name {name!r} is not a Batch name "
+            f"resource {resource}: job queue name {shown(name)} is not a Batch name "
             "(up to 128 letters, digits, '-' and '_', starting with a letter or digit)",
             transient=False,
         )

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from agora_optimizer.executor.backends.base import Backend
 from agora_optimizer.executor.jobs import BackendError, JobSpec, JobStatus
 from agora_optimizer.integration.celery_pools import CELERY_BACKEND
+from agora_optimizer.model.workflow import shown
 
 
 class CeleryPoolRefusal(Backend):
@@ -25,7 +26,7 @@ class CeleryPoolRefusal(Backend):
     def submit(self, job: JobSpec) -> str:
         raise BackendError(
             self.name,
-            f"task {job.label}: resource {job.resource!r} is a Celery pool (backend celery); the AgoraExecutor "
+            f"task {job.label}: resource {shown(job.resource)} is a Celery pool (backend celery); the AgoraExecutor "
             "does not run its tasks. Let the cluster policy route the task (list [agora] celery_executor in "
             "[core] executor and re-parse the DAG), or plan it on a resource of another backend",
             transient=False,

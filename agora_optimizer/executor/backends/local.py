@@ -71,6 +71,7 @@ from agora_optimizer.executor.bounded import BoundedDict
 from agora_optimizer.executor.jobs import BackendError, JobSpec, JobStatus, MachineLease, read_task_ended
 from agora_optimizer.executor.state_files import write_private
 from agora_optimizer.model.catalog import Resource
+from agora_optimizer.model.workflow import shown
 from agora_optimizer.runs.lease_record import LeaseRecord
 
 __all__ = ["FORK_PRELOAD", "WARM_MODULES", "WORKER_MODULE", "LocalBackend", "LocalPool", "fork_context", "warm_up"]
@@ -119,7 +120,7 @@ def _ids(resource: Resource, key: str, what: str) -> tuple[int, ...]:
         isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in raw
     ):
         raise BackendError(
-            "local", f"resource {resource.name}: {key} must be a list of {what} ids, got {raw!r}", transient=False
+            "local", f"resource {resource.name}: {key} must be a list of {what} ids, got {shown(raw)}", transient=False
         )
     return tuple(raw)
 

@@ -60,3 +60,11 @@ def test_the_executor_fails_a_task_placed_on_a_celery_pool_at_once(
     assert state == TaskInstanceState.FAILED
     assert "unit.t" in info and "'pool_small' is a Celery pool" in info and "celery_executor" in info
     assert "after" not in info  # refused once, not retried
+
+
+def test_a_long_pool_name_is_quoted_short_on_one_line(tmp_path: Path) -> None:
+    backend = make_backend("celery", load_catalog(CATALOGS / "celery-loopback.yaml").by_name)
+    name = "pool_" + "x" * 50_000 + "\nsecond line"
+    with pytest.raises(BackendError, match=r"resource 'pool_xxx.*' is a Celery pool") as refused:
+        backend.submit(JobSpec("k", "d.t run r try 1", name, 1, 256 * MIB, None, ("true",), tmp_path))
+    assert "\n" not in str(refused.value) and len(str(refused.value)) < 600

@@ -267,3 +267,13 @@ def test_a_try_submitted_again_after_its_job_finished_gets_the_new_jobs_status(
     assert again == first
     assert backend.status([again])[again].phase != "finished"  # not the deferral's finished job
     assert wait_all(backend, [again])[again].exit_code == 3
+
+
+def test_a_bad_cpu_set_is_named_and_quoted_short_on_one_line() -> None:
+    from agora_optimizer.model.catalog import Resource
+
+    bad = ["x" * 50_000, *range(10_000)]
+    resource = Resource("box", "local", 2, 4, 1.0, 0.0, extra={"cpu_set": bad})
+    with pytest.raises(BackendError, match=r"resource box: cpu_set must be a list of CPU ids, got \['xxx") as caught:
+        LocalPool.from_resource(resource)
+    assert len(str(caught.value)) < 300

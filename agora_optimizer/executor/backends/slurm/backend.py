@@ -44,6 +44,7 @@ from agora_optimizer.executor.jobs import (
     read_result,
     read_task_ended,
 )
+from agora_optimizer.model.workflow import shown
 from agora_optimizer.slurm import values
 from agora_optimizer.slurm.jobs import SlurmRecord
 
@@ -85,7 +86,7 @@ class SlurmBackend(SlurmLeases):
         if not isinstance(partition, str) or not partition:
             raise BackendError(
                 self.name,
-                f"resource {job.resource!r}: no SLURM partition (set 'partition' in the catalog), "
+                f"resource {shown(job.resource)}: no SLURM partition (set 'partition' in the catalog), "
                 f"so {job.label} cannot be submitted",
                 transient=False,
             )

@@ -30,6 +30,7 @@ from agora_optimizer.executor.backends.slurm.pilot_files import PILOT_DRIVER, Ma
 from agora_optimizer.executor.backends.slurm.submission import SlurmJobRef, job_name, one_line
 from agora_optimizer.executor.jobs import BackendError, JobSpec, MachineLease
 from agora_optimizer.executor.state_files import write_private
+from agora_optimizer.model.workflow import shown
 from agora_optimizer.runs.lease_record import LeaseRecord
 from agora_optimizer.slurm.commands import this_user
 from agora_optimizer.slurm.jobs import SQUEUE_FORMAT, parse_squeue
@@ -120,14 +121,14 @@ class SlurmLeases(SlurmPilots):
         if partition is None:
             known = "unknown to this backend" if resource is None else "without a 'partition' in the catalog"
             raise BackendError(
-                self.name, f"machine {lease.machine}: resource {lease.resource!r} is {known}", transient=False
+                self.name, f"machine {lease.machine}: resource {shown(lease.resource)} is {known}", transient=False
             )
         return partition
 
     def _check_partition(self, lease: MachineLease, partition: str) -> None:
         """BackendError unless the partition is up and one of its nodes can run (sbatch queues a job in a
         partition that is down, where it would wait until someone brings it up)."""
-        what = f"machine {lease.machine} (resource {lease.resource!r}, partition {partition})"
+        what = f"machine {lease.machine} (resource {shown(lease.resource)}, partition {partition})"
         try:
             with self._slurm_errors():
                 nodes = partition_nodes(partition, self.command_timeout_s)
@@ -159,7 +160,7 @@ class SlurmLeases(SlurmPilots):
             generation += 1
             directory = root / f"{lease.key}.{generation}"
         memory_mib = mib(lease.memory_bytes)
-        what = f"machine {lease.machine} (resource {lease.resource!r}, partition {partition})"
+        what = f"machine {lease.machine} (resource {shown(lease.resource)}, partition {partition})"
         pilot = Pilot(partition, directory, minutes=0, release_at=time.time(), lease=lease)
         try:
             directory.mkdir(parents=True)

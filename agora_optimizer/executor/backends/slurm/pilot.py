@@ -49,6 +49,7 @@ from agora_optimizer.executor.backends.slurm.submission import (
 )
 from agora_optimizer.executor.jobs import BackendError, JobSpec
 from agora_optimizer.executor.state_files import write_private
+from agora_optimizer.model.workflow import shown
 from agora_optimizer.slurm.jobs import SlurmRecord
 from agora_optimizer.slurm.nodes import partition_nodes
 from agora_optimizer.slurm.values import MIB, mib
@@ -171,7 +172,7 @@ class SlurmPilots(SlurmSubmission):
             self._run_quietly(_update_argv(pilot.job_id, cores=pilot.cores(), memory_mib=pilot.memory_mib()))
             raise BackendError(
                 self.name,
-                f"resource {job.resource!r} (partition {pilot.partition}): {job.label}: cannot join pilot "
+                f"resource {shown(job.resource)} (partition {pilot.partition}): {job.label}: cannot join pilot "
                 f"{pilot.job_id}: {exc.reason}",
                 transient=exc.transient,
             ) from None
@@ -243,7 +244,9 @@ class SlurmPilots(SlurmSubmission):
         ]
         if not nodes:
             raise BackendError(
-                self.name, f"resource {job.resource!r}: partition {partition!r} has no nodes (sinfo)", transient=False
+                self.name,
+                f"resource {shown(job.resource)}: partition {shown(partition)} has no nodes (sinfo)",
+                transient=False,
             )
         self._capacity[partition] = max(nodes, key=lambda node: (node.cpus, node.memory_mib))
         return self._capacity[partition]

@@ -43,6 +43,7 @@ from agora_optimizer.executor.environment import is_scheduler_secret
 from agora_optimizer.executor.jobs import BackendError, JobSpec
 from agora_optimizer.executor.state_files import write_private
 from agora_optimizer.model.catalog import Resource
+from agora_optimizer.model.workflow import shown
 from agora_optimizer.slurm.commands import run_slurm, this_user
 from agora_optimizer.slurm.errors import SlurmCommandError, SlurmOutputError
 from agora_optimizer.slurm.jobs import SlurmRecord, sacct_jobs, squeue_jobs
@@ -317,8 +318,8 @@ class SlurmSubmission(Backend):
         if not isinstance(value, str) or not GRES_TYPE.match(value):
             raise BackendError(
                 self.name,
-                f"resource {resource!r}: 'gres_type' must be a SLURM GPU type such as a100 ([A-Za-z0-9_.-]), "
-                f"got {value!r}",
+                f"resource {shown(resource)}: 'gres_type' must be a SLURM GPU type such as a100 ([A-Za-z0-9_.-]), "
+                f"got {shown(value)}",
                 transient=False,
             )
         return value
@@ -400,4 +401,4 @@ class SlurmSubmission(Backend):
 
 
 def task_described(job: JobSpec, partition: str) -> str:
-    return f"resource {job.resource!r} (partition {partition}): {job.label}"
+    return f"resource {shown(job.resource)} (partition {partition}): {job.label}"
