@@ -12,8 +12,10 @@ with every spot type's ``interruption_rate_per_hour`` multiplied by f (f = 1: th
 declared; a larger f stresses the model with more interruptions). Each spot plan is then replayed
 ``--runs`` times (:mod:`agora_optimizer.planning.spot_replay`): every spot task's first interruption
 drawn from its type's Poisson process (seeded), an interrupted task re-run on a new machine of its
-fallback type, later tasks shifted. Reported: the plan's claimed expected cost against the mean
-cost of the replays (target: within 15 %), how many replays met the deadline, the worst-case
+fallback type, later tasks started as the executor starts them (once their inputs and their turn
+on their machine have come: idle time takes a delay up). Reported: the plan's claimed expected
+cost against the mean cost of the replays (target: within 15 %), how many replays met the
+deadline, the worst-case
 makespans (one interruption, the plan's deadline check; every spot task interrupted) and the saving
 of the mean replayed cost against the on-demand plan. Every plan is checked by
 :func:`agora_optimizer.planning.validate.validate_plan`.

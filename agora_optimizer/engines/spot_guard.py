@@ -1,9 +1,10 @@
 """The spot guard: takes spot capacity away from the tasks whose re-run would break the deadline.
 
 With spot types in the catalog (``docs/spot.md``) a schedule meets the deadline only if its
-worst-case makespan does (every spot task interrupted at the last moment and re-run on its
-fallback: :func:`agora_optimizer.planning.spot_replay.worst_case_makespan_s`). When the best
-schedule so far does not, the guard moves its spot machines onto their fallback types (the
+worst-case makespan does (the latest end of a run in which one spot task is interrupted at the
+last moment and re-runs on its fallback:
+:func:`agora_optimizer.planning.spot_replay.worst_case_makespan_s`). When the best schedule so far
+does not, the guard moves its spot machines onto their fallback types (the
 on-demand types their interrupted tasks would re-run on, which fit all their tasks): every spot
 machine with a task whose re-run alone would end after the deadline at once, then re-times the
 schedule in its order, and again until the worst case ends in time. Where moving them all would

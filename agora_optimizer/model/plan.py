@@ -50,7 +50,8 @@ class SolverInfo:
 class SpotFigures:
     """A plan's figures with spot capacity (``docs/spot.md``; not in the spec, which ignores them):
     the tasks on spot types, their expected re-runs, the expected cost with those re-runs, and the
-    makespan were every spot task interrupted at the last moment (what the deadline holds)."""
+    worst-case makespan: the latest end of a run in which one spot task is interrupted at the last
+    moment (what the deadline holds)."""
 
     spot_tasks: int
     expected_reruns: float

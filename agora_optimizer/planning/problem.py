@@ -111,10 +111,11 @@ class Problem:
     def evaluate(self, assignments: Iterable[Assignment]) -> tuple[float, float]:
         """(makespan_s, cost_usd) of a schedule, recomputed from its assignments.
 
-        With spot types in the catalog (``docs/spot.md``): the worst-case makespan (every spot task
-        interrupted at its attempt's end and re-run on its fallback), which the deadline holds, and
-        the expected cost (the leases plus each spot task's chance of a re-run times its cost), which
-        the objective and the budget see. Without, the spec's makespan and cost."""
+        With spot types in the catalog (``docs/spot.md``): the worst-case makespan (the latest end of a
+        run in which one spot task is interrupted at its attempt's end and re-runs on its fallback),
+        which the deadline holds, and the expected cost (the leases plus each spot task's chance of a
+        re-run times its cost), which the objective and the budget see. Without, the spec's makespan
+        and cost."""
         items = list(assignments)
         if self.catalog.has_spot:
             return (

@@ -1,24 +1,33 @@
 """Replaying a plan whose spot tasks are interrupted: what it then costs and when it ends.
 
 The executor's policy for spot capacity (``docs/spot.md``): a task interrupted on a spot machine
-re-runs once, on a new machine of the spot type's ``fallback`` (on-demand), booted for it, as soon as
-the machine is up and the task's inputs have been sent to it; its outputs then leave from there.
-Every other task keeps its machine and its place in the machine's order and starts at its planned
-start shifted by the delays that reach it: a parent's outputs that arrive later, or a task planned
-before it on its machine (ended by its start) that left the machine later. A task's shift is the
-largest of these, so two tasks share a machine at an instant of the replay only if they overlapped
-in the plan (intervals that meet pairwise meet at one instant): the machines' capacities hold. The
+re-runs once, at once, on a new machine of the spot type's ``fallback`` (on-demand), booted for it,
+as soon as the machine is up and the task's inputs have been sent to it; its outputs then leave
+from there. Every other task keeps its machine and its place in the machine's order, and starts as
+the executor starts it (``executor/machine_order.py``, ``docs/running-plans.md``): once its inputs
+have arrived and the tasks that the plan ended before its start on its machine have left the
+machine, not at its planned start shifted by their delays. Idle time on a machine therefore takes
+up a delay: a task 130 s late that the plan follows with 99 s of idle time delays the machine's
+next task by 31 s. The replay keeps each task's planned start as its earliest (so that a replay
+without interruptions is the plan); the executor may start a task earlier when its turn comes,
+which in this model only brings the ends after it earlier. A task waits for no task that overlapped
+it in the plan, so two tasks share a machine at an instant of the replay only if they overlapped in
+the plan (intervals that meet pairwise meet at one instant): the machines' capacities hold. The
 ``count`` of a type is not re-checked (a replayed lease may overlap the next one of its type where
 the plan leased them one after another).
 
-``interrupted_after_s`` gives, for the tasks whose spot attempt is interrupted, the time from the
-attempt's start to the interruption. :func:`sample_interruptions` draws it from each spot type's
-Poisson process. :func:`worst_case_makespan_s` is the plan's deadline check with spot capacity:
-the latest end of a replay in which one spot task is interrupted at the worst moment, its attempt's
-end (a replay's ends only grow with a later interruption). Delays from several interruptions
-propagate as their largest, so it also holds for any interruptions of which none is delayed by
-another's re-run; :func:`all_interrupted_makespan_s` (every spot task interrupted at the last
-moment) bounds every case, chains of re-runs included.
+Each start is the latest of a few ends and transfers (a longest path), so a replay's ends only
+grow with a later interruption, and an interruption at an attempt's end ends every task at least
+as late as none, or an earlier one, would. ``interrupted_after_s`` gives, for the tasks whose
+spot attempt is interrupted, the time from the attempt's start to the interruption.
+:func:`sample_interruptions` draws it from each spot type's Poisson process.
+:func:`worst_case_makespan_s` is the plan's deadline check with spot capacity: the latest end of a
+replay in which one spot task is interrupted at the worst moment, its attempt's end
+(:func:`rerun_makespans_s` gives each spot task's, in one backward pass over the same model,
+tested equal to a replay per spot task). It also bounds any interruptions of which none is
+delayed by another's re-run (a path through two of them is then no longer than one through the
+later alone); :func:`all_interrupted_makespan_s` (every spot task interrupted at the last moment)
+bounds every case, chains of re-runs included.
 """
 
 from __future__ import annotations
@@ -53,13 +62,15 @@ def replay(
     catalog: Catalog,
     interrupted_after_s: Mapping[str, float],
 ) -> Replay:
-    """Replay the plan with the interruptions given (see the module's text)."""
+    """Replay the plan with the interruptions given: each task starts at the latest of its planned
+    start, its inputs' arrival and the moment the last task that the plan ended before it on its
+    machine left the machine (the module's text)."""
     position = {task_id: i for i, task_id in enumerate(workflow.topological_order)}
     items = sorted(assignments, key=lambda a: (a.start_s, a.end_s, position[a.task]))
     by_name = catalog.by_name
     outputs: dict[str, tuple[float, str | None]] = {}  # task -> (its outputs' time, the machine they are on)
-    pending: dict[str, list[tuple[float, float]]] = {}  # machine -> heap of (planned end, delay it left with)
-    released: dict[str, float] = {}  # machine -> the largest delay of its tasks ended by now (in the plan)
+    pending: dict[str, list[tuple[float, float]]] = {}  # machine -> heap of (planned end, when it left the machine)
+    released: dict[str, float] = {}  # machine -> when the last of its tasks ended by now (in the plan) left it
     leases: dict[str, tuple[float, float]] = {}  # machine -> (first start, last end) in the replay
     cost = 0.0
     reruns: list[str] = []
@@ -70,7 +81,7 @@ def replay(
         heap = pending.setdefault(a.machine, [])
         while heap and heap[0][0] <= a.start_s + EPS_S:
             released[a.machine] = max(released.get(a.machine, 0.0), heapq.heappop(heap)[1])
-        start = a.start_s + released.get(a.machine, 0.0)
+        start = max(a.start_s, released.get(a.machine, 0.0))
         for edge in workflow.parents[a.task]:
             ready_s, machine = outputs[edge.parent]
             start = max(start, ready_s if machine == a.machine else ready_s + catalog.transfer_s(edge.bytes))
@@ -89,7 +100,7 @@ def replay(
         else:
             left = done = start + duration
             outputs[a.task] = (done, a.machine)
-        heapq.heappush(heap, (a.end_s, left - a.end_s))
+        heapq.heappush(heap, (a.end_s, left))
         first, last = leases.get(a.machine, (start, left))
         leases[a.machine] = (min(first, start), max(last, left))
         makespan = max(makespan, done)
@@ -113,8 +124,9 @@ def sample_interruptions(assignments: Iterable[Assignment], catalog: Catalog, rn
 
 
 def all_interrupted_makespan_s(assignments: Iterable[Assignment], workflow: Workflow, catalog: Catalog) -> float:
-    """The makespan were every spot task interrupted at its attempt's end and re-run on its fallback
-    (delays add up along chains of spot tasks: a bound for any number of interruptions)."""
+    """The makespan of the replay in which every spot task is interrupted at its attempt's end and
+    re-runs on its fallback (delays add up along chains of spot tasks: a bound for any number of
+    interruptions at any moments)."""
     items = list(assignments)
     by_name = catalog.by_name
     every = {a.task: a.end_s - a.start_s for a in items if by_name[a.resource].spot}
@@ -123,20 +135,26 @@ def all_interrupted_makespan_s(assignments: Iterable[Assignment], workflow: Work
 
 def worst_case_makespan_s(assignments: Iterable[Assignment], workflow: Workflow, catalog: Catalog) -> float:
     """The largest makespan of the replays in which one spot task is interrupted, at the worst moment
-    (its attempt's end), and re-runs on its fallback; the plan's makespan without spot tasks."""
+    (its attempt's end), and re-runs on its fallback (:func:`rerun_makespans_s`); the plan's
+    makespan without spot tasks."""
     items = list(assignments)
     return max([max((a.end_s for a in items), default=0.0), *rerun_makespans_s(items, workflow, catalog).values()])
 
 
 def rerun_makespans_s(assignments: Iterable[Assignment], workflow: Workflow, catalog: Catalog) -> dict[str, float]:
-    """For each spot task, the makespan of the replay in which it alone is interrupted at the worst
-    moment (its attempt's end) and re-runs on its fallback.
+    """For each spot task, the makespan of :func:`replay` with it alone interrupted at the worst
+    moment (its attempt's end), re-run on its fallback.
 
-    Computed in one backward pass instead of one replay per spot task: with ``M`` the plan's
-    makespan, ``R_j`` the latest end that a delay of task ``j``'s start by ``x`` pushes to ``R_j + x``
-    (``R_j = max(end_j, R_y - gap_jy)`` over its children and the tasks after it on its machine,
-    ``gap`` the slack between them in the plan), a re-run of ``i`` that ends at ``E_i`` ends the
-    replay at ``max(M, E_i, E_i + transfer_ic + R_c - start_c)`` over its children ``c``.
+    Computed in one backward pass instead of one replay per spot task, on the replay's model: a task
+    waits for its parents' outputs and for the tasks the plan ended before its start on its machine,
+    and idle time in the plan between them takes up a delay. With ``M`` the plan's makespan and
+    ``R_j = max(end_j, R_y - gap_jy)`` over ``j``'s children and the tasks after it on its machine
+    (``gap_jy`` the idle time between them in the plan: ``start_y - end_j``, less the transfer to a
+    child on another machine), a delay of ``j``'s start by ``x >= 0`` ends the replay at
+    ``max(M, R_j + x)`` (along a path each idle time takes up what it can; where it takes up all,
+    ``R_j + x <= M``). A re-run of ``i`` that ends at ``E_i`` then ends the replay at
+    ``max(M, E_i, E_i + transfer_ic + R_c - start_c)`` over its children ``c`` (its outputs leave
+    the fallback machine: a child on ``i``'s spot machine gets them over the network too).
     """
     by_name = catalog.by_name
     listed = list(assignments)

@@ -4,26 +4,77 @@ from __future__ import annotations
 
 import random
 import statistics
+import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from agora_optimizer.model.catalog import GIB
+from agora_optimizer.model.plan import Assignment, Objective, machine_type
+from agora_optimizer.model.workflow import Edge, Task, Workflow
 from agora_optimizer.planning.leases import cost_usd, makespan_s
+from agora_optimizer.planning.optimize import build_plan
 from agora_optimizer.planning.spot import (
     expected_cost_usd,
 )
 from agora_optimizer.planning.spot_replay import (
     all_interrupted_makespan_s,
     replay,
+    rerun_makespans_s,
     sample_interruptions,
     worst_case_makespan_s,
 )
+from agora_optimizer.planning.validate import validate_plan
 from tests.planning.spot_fixtures import (
     CATALOG,
     ON_DEMAND,
     SPOT,
+    assignment,
     chain_workflow,
     spot_plan,
+    task,
 )
+
+MACHINES = (f"{SPOT.name}#0", f"{SPOT.name}#1", f"{ON_DEMAND.name}#0", f"{ON_DEMAND.name}#1")
+
+
+@st.composite
+def spot_plans(draw: st.DrawFn) -> tuple[Workflow, list[Assignment]]:
+    """A random workflow (2 to 12 tasks of 2 or 4 cores, up to two parents each, 0, 1 or 3 s of
+    transfer an edge) and a plan of it on two spot and two on-demand machines of 4 cores: the tasks are
+    placed in their order, each at the earliest time, after its inputs and a drawn idle time, at which
+    its cores fit on its drawn machine (so tasks share machines, overlap and leave idle time)."""
+    tasks: list[Task] = []
+    edges: list[Edge] = []
+    placed: list[Assignment] = []
+    for j in range(draw(st.integers(2, 12))):
+        tasks.append(Task(f"t{j}", float(draw(st.integers(10, 100))), draw(st.sampled_from((2, 4))), GIB, "t"))
+        machine = draw(st.sampled_from(MACHINES))
+        ready_s = SPOT.boot_s  # both types boot in 30 s: no lease starts before 0
+        for i in draw(st.sets(st.integers(0, j - 1), max_size=2)) if j else set():
+            edge = Edge(f"t{i}", f"t{j}", draw(st.sampled_from((0, 100_000_000, 300_000_000))))
+            edges.append(edge)
+            parent = placed[i]
+            ready_s = max(
+                ready_s, parent.end_s + (0.0 if parent.machine == machine else CATALOG.transfer_s(edge.bytes))
+            )
+        earliest_s = ready_s + draw(st.integers(0, 60))
+        start_s = _first_fit(placed, machine, tasks[j], earliest_s)
+        end_s = start_s + tasks[j].runtime_s
+        placed.append(Assignment(f"t{j}", machine_type(machine), machine, start_s, end_s, tasks[j].cores, GIB))
+    return Workflow.create("random", tasks, edges), placed
+
+
+def _first_fit(placed: list[Assignment], machine: str, new: Task, earliest_s: float) -> float:
+    """The earliest start from ``earliest_s`` (or an end of a task there) at which ``new`` fits on ``machine``."""
+    there = [a for a in placed if a.machine == machine]
+    for start_s in sorted({earliest_s, *(a.end_s for a in there if a.end_s > earliest_s)}):
+        end_s = start_s + new.runtime_s
+        instants = [start_s, *(a.start_s for a in there if start_s < a.start_s < end_s)]
+        if all(new.cores + sum(a.cores for a in there if a.start_s <= t < a.end_s) <= SPOT.vcpus for t in instants):
+            return start_s
+    raise AssertionError("unreachable: every task fits once the machine's last task has ended")
 
 
 def test_a_replay_without_interruptions_is_the_plan() -> None:
@@ -58,6 +109,62 @@ def test_the_worst_case_is_the_latest_single_rerun_and_below_every_spot_task_int
     assert everything >= worst and everything == pytest.approx(
         replay(plan, workflow, CATALOG, {"a": 100.0, "b": 100.0, "d": 50.0}).makespan_s
     )
+
+
+def test_a_late_task_delays_the_next_task_on_its_machine_only_past_the_idle_time_between_them() -> None:
+    """The executor starts a machine's next task once its turn comes and it fits, not at its planned
+    start shifted by the delay (docs/running-plans.md): idle time on the machine takes a delay up."""
+    workflow = Workflow.create(
+        "gap", [task("a", 100.0), task("b", 100.0), task("c", 100.0)], [Edge("a", "b", int(1e8))]
+    )
+    plan = [
+        assignment("a", SPOT, 0, 30.0, 130.0),
+        assignment("b", ON_DEMAND, 0, 131.0, 231.0),
+        assignment("c", ON_DEMAND, 0, 330.0, 430.0),  # 99 s idle on od#0 after b
+    ]
+    # a interrupted at its end (130 s): its re-run is up at 160 s, done at 260 s; b runs 261-361 s, and c,
+    # 31 s late to start, runs 361-461 s (not 460-560 s: b's 130 s delay less od#0's 99 s of idle time).
+    result = replay(plan, workflow, CATALOG, {"a": 100.0})
+    assert result.makespan_s == pytest.approx(461.0)
+    assert worst_case_makespan_s(plan, workflow, CATALOG) == pytest.approx(461.0)
+    od_lease = ON_DEMAND.lease_cost_usd(461.0 - 261.0 + 30.0)
+    rerun = ON_DEMAND.lease_cost_usd(30.0 + 100.0)
+    assert result.cost_usd == pytest.approx(SPOT.lease_cost_usd(100.0 + 30.0) + rerun + od_lease)
+
+
+@pytest.mark.slow  # 300 plans
+@settings(max_examples=300, deadline=None)
+@given(spot_plans())
+def test_the_backward_pass_gives_the_replay_of_each_spot_task_interrupted_at_its_end(
+    drawn: tuple[Workflow, list[Assignment]],
+) -> None:
+    workflow, plan = drawn
+    assert (
+        validate_plan(
+            build_plan(workflow, CATALOG, Objective(), "c", plan, "drawn", time.perf_counter()), workflow, CATALOG
+        )
+        == []
+    )
+    ends = rerun_makespans_s(plan, workflow, CATALOG)
+    spot = [a for a in plan if a.resource == SPOT.name]
+    assert ends.keys() == {a.task for a in spot}
+    for a in spot:
+        assert ends[a.task] == pytest.approx(replay(plan, workflow, CATALOG, {a.task: a.end_s - a.start_s}).makespan_s)
+
+
+@pytest.mark.slow  # 300 plans
+@settings(max_examples=300, deadline=None)
+@given(spot_plans(), st.data())
+def test_a_replay_ends_no_later_than_the_worst_case_and_the_worst_case_no_later_than_every_spot_task_interrupted(
+    drawn: tuple[Workflow, list[Assignment]], data: st.DataObject
+) -> None:
+    workflow, plan = drawn
+    spot = [a for a in plan if a.resource == SPOT.name]
+    chosen = data.draw(st.lists(st.sampled_from(spot), max_size=1) if spot else st.just([]))
+    interrupted = {a.task: data.draw(st.floats(0.0, 1.0)) * (a.end_s - a.start_s) for a in chosen}
+    worst = worst_case_makespan_s(plan, workflow, CATALOG)
+    assert makespan_s(plan) <= replay(plan, workflow, CATALOG, interrupted).makespan_s <= worst + 1e-6
+    assert worst <= all_interrupted_makespan_s(plan, workflow, CATALOG) + 1e-6
 
 
 def test_the_expected_cost_is_close_to_the_mean_of_many_replays() -> None:
