@@ -321,29 +321,28 @@ class AwsBatchBackend(Backend):
         resource = self.resources.get(lease.resource)
         options = resource.extra if resource is not None else {}
         queue = self.lease_queue(lease.resource, options)
-        what = f"machine {lease.machine} (resource {lease.resource}, job queue {queue})"
-        found = call(self.client.describe_job_queues, f"{what}: cannot look up its queue", jobQueues=[queue])
-        queues = found.get("jobQueues", [])
+        try:
+            self._ready_queue(queue, resource, named_by_catalog="job_queue" in options)
+        except BackendError as exc:
+            what = f"machine {lease.machine} (resource {lease.resource}, job queue {queue})"
+            raise BackendError(BACKEND, f"{what}: {exc.reason}", transient=exc.transient) from None
+        self._leases[lease.key] = _BatchLease(lease, queue)
+
+    def _ready_queue(self, queue: str, resource: Resource | None, *, named_by_catalog: bool) -> None:
+        """:meth:`open_lease`'s look at ``queue``: there (or made now) and enabled."""
+        queues = call(self.client.describe_job_queues, "cannot look up its queue", jobQueues=[queue])["jobQueues"]
         if not queues:
-            if "job_queue" in options:
-                raise BackendError(BACKEND, f"{what}: the catalog's job queue does not exist", transient=False)
+            if named_by_catalog:
+                raise BackendError(BACKEND, "the catalog's job queue does not exist", transient=False)
             if resource is None or self.compute_network is None:
                 why = "unknown to this backend" if resource is None else "no compute network is configured"
-                raise BackendError(
-                    BACKEND, f"{what}: the queue does not exist and cannot be created ({why})", transient=False
-                )
-            try:
-                self.provisioner.create_type_queue(resource, queue, self.compute_network, self.create_timeout_s)
-            except BackendError as exc:
-                raise BackendError(BACKEND, f"{what}: {exc.reason}", transient=exc.transient) from None
-            queues = call(self.client.describe_job_queues, f"{what}: cannot look up its queue", jobQueues=[queue])
-            queues = queues["jobQueues"]
+                raise BackendError(BACKEND, f"the queue does not exist and cannot be created ({why})", transient=False)
+            queues = [self.provisioner.create_type_queue(resource, queue, self.compute_network, self.create_timeout_s)]
         for described in queues:
             state, status = described.get("state"), described.get("status")
             if state != "ENABLED" or status == "INVALID":
                 reason = described.get("statusReason") or "no reason given"
-                raise BackendError(BACKEND, f"{what}: the queue is {state} and {status} ({reason})", transient=False)
-        self._leases[lease.key] = _BatchLease(lease, queue)
+                raise BackendError(BACKEND, f"the queue is {state} and {status} ({reason})", transient=False)
 
     def close_lease(self, lease: MachineLease) -> None:
         """No more jobs come; the lease is reported once its jobs have ended. Never raises."""

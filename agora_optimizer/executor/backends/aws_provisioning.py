@@ -7,6 +7,9 @@ queue of exactly one instance type when a planned machine needs it (with a :clas
 Everything is named, so creating is idempotent, and tagged ``agora-managed``. With ``dry_run``
 :meth:`Provisioner.ensure_infrastructure` only describes, and reports what it would create
 (``agora aws provision --dry-run``).
+
+Batch's Describe calls are eventually consistent: what was just created may be missing from the next
+answers, so :func:`wait_valid` waits until every item it asked for is listed, and VALID.
 """
 
 from __future__ import annotations
@@ -137,16 +140,7 @@ class Provisioner:
         if missing and dry_run:
             created += [f"job queue {queue}" for queue in missing]
         elif missing:
-            environments = wait_valid(
-                lambda: self.client.describe_compute_environments(computeEnvironments=list(missing))[
-                    "computeEnvironments"
-                ],
-                "computeEnvironmentName",
-                "compute environment",
-                wait_timeout_s,
-                poll_s,
-            )
-            arns = {str(item["computeEnvironmentName"]): str(item["computeEnvironmentArn"]) for item in environments}
+            environments = self.wait_environments(list(missing), wait_timeout_s, poll_s)
             for queue in missing:
                 call(
                     self.client.create_job_queue,
@@ -154,17 +148,13 @@ class Provisioner:
                     jobQueueName=queue,
                     state="ENABLED",
                     priority=1,
-                    computeEnvironmentOrder=[{"order": 1, "computeEnvironment": arns[queue]}],
+                    computeEnvironmentOrder=[
+                        {"order": 1, "computeEnvironment": environments[queue]["computeEnvironmentArn"]}
+                    ],
                     tags=dict(MANAGED_TAG),
                 )
                 created.append(f"job queue {queue}")
-            wait_valid(
-                lambda: self.client.describe_job_queues(jobQueues=list(missing))["jobQueues"],
-                "jobQueueName",
-                "job queue",
-                wait_timeout_s,
-                poll_s,
-            )
+            self.wait_queues(list(missing), wait_timeout_s, poll_s)
         arn, outcome = self.ensure_job_definition(image, job_role_arn, dry_run=dry_run)
         {"created": created, "updated": updated, "existing": existing}[outcome].append(f"job definition {arn}")
         return Infrastructure(
@@ -176,8 +166,11 @@ class Provisioner:
             dry_run=dry_run,
         )
 
-    def create_type_queue(self, resource: Resource, queue: str, network: ComputeNetwork, timeout_s: float) -> None:
-        """The compute environment (exactly ``resource``'s type) and queue named ``queue``, each unless it exists."""
+    def create_type_queue(
+        self, resource: Resource, queue: str, network: ComputeNetwork, timeout_s: float
+    ) -> Mapping[str, Any]:
+        """The compute environment (exactly ``resource``'s type) and queue named ``queue``, each unless it exists;
+        the queue once Batch lists it VALID (its DescribeJobQueues entry)."""
         compute = {
             **purchase(queue, [resource], network.spot_fleet_role),
             "minvCpus": 0,
@@ -190,13 +183,7 @@ class Provisioner:
             **ec2_configuration([resource]),
         }
         self.create_compute_environment(queue, compute, network.service_role, [])
-        [environment] = wait_valid(
-            lambda: self.client.describe_compute_environments(computeEnvironments=[queue])["computeEnvironments"],
-            "computeEnvironmentName",
-            "compute environment",
-            timeout_s,
-            1.0,
-        )
+        environment = self.wait_environments([queue], timeout_s, 1.0)[queue]
         try:
             self.client.create_job_queue(
                 jobQueueName=queue,
@@ -210,14 +197,31 @@ class Provisioner:
                 raise classify_error(exc, f"cannot create job queue {queue}") from None
         except BotoCoreError as exc:
             raise classify_error(exc, f"cannot create job queue {queue}") from None
-        wait_valid(
-            lambda: self.client.describe_job_queues(jobQueues=[queue])["jobQueues"],
+        described = self.wait_queues([queue], timeout_s, 1.0)[queue]
+        log.info("AWS Batch: created job queue and compute environment %s for %s", queue, resource.name)
+        return described
+
+    def wait_environments(self, names: Sequence[str], timeout_s: float, poll_s: float) -> dict[str, Mapping[str, Any]]:
+        """The compute environments ``names``, once Batch lists each of them VALID (:func:`wait_valid`)."""
+        return wait_valid(
+            lambda: self.client.describe_compute_environments(computeEnvironments=list(names))["computeEnvironments"],
+            names,
+            "computeEnvironmentName",
+            "compute environment",
+            timeout_s,
+            poll_s,
+        )
+
+    def wait_queues(self, names: Sequence[str], timeout_s: float, poll_s: float) -> dict[str, Mapping[str, Any]]:
+        """The job queues ``names``, once Batch lists each of them VALID (:func:`wait_valid`)."""
+        return wait_valid(
+            lambda: self.client.describe_job_queues(jobQueues=list(names))["jobQueues"],
+            names,
             "jobQueueName",
             "job queue",
             timeout_s,
-            1.0,
+            poll_s,
         )
-        log.info("AWS Batch: created job queue and compute environment %s for %s", queue, resource.name)
 
     def create_compute_environment(
         self,
@@ -307,30 +311,35 @@ class Provisioner:
 
 def wait_valid(
     describe: Callable[[], Sequence[Mapping[str, Any]]],
+    names: Sequence[str],
     name_key: str,
     kind: str,
     timeout_s: float,
     poll_s: float,
-) -> Sequence[Mapping[str, Any]]:
-    """Wait until every described item is VALID (and return them); an INVALID one raises."""
+) -> dict[str, Mapping[str, Any]]:
+    """Wait until ``describe`` lists each of ``names`` (by ``name_key``) VALID; their entries, by name.
+
+    Batch's Describe calls are eventually consistent: an item created a moment ago may be missing from the
+    answers for a while, so an item not listed is waited for as one still CREATING is. An INVALID one
+    raises at once with Batch's ``statusReason``; one not listed, or not VALID, within ``timeout_s`` raises
+    naming it and what Batch last said (transient: a later call may find it)."""
     deadline = time.monotonic() + timeout_s
     while True:
-        items = call(describe, f"cannot describe {kind}s")
-        waiting = []
-        for item in items:
-            status = item.get("status")
-            if status == "INVALID":
-                raise BackendError(
-                    BACKEND,
-                    f"{kind} {item[name_key]} is INVALID: {item.get('statusReason', 'no reason given')}",
-                    transient=False,
-                )
+        listed = {str(item.get(name_key)): item for item in call(describe, f"cannot describe {kind}s")}
+        waiting: dict[str, str] = {}
+        for name in names:
+            item = listed.get(name)
+            status = None if item is None else item.get("status")
+            if item is not None and status == "INVALID":
+                reason = item.get("statusReason") or "no reason given"
+                raise BackendError(BACKEND, f"{kind} {name} is INVALID: {reason}", transient=False)
             if status != "VALID":
-                waiting.append(str(item[name_key]))
+                waiting[name] = "not listed by AWS Batch" if item is None else f"still {status or 'without a status'}"
         if not waiting:
-            return items
+            return {name: listed[name] for name in names}
         if time.monotonic() > deadline:
-            raise BackendError(BACKEND, f"{kind}s {', '.join(waiting)} not VALID after {timeout_s:g} s", transient=True)
+            late = "; ".join(f"{kind} {name} {why}" for name, why in waiting.items())
+            raise BackendError(BACKEND, f"{late} after {timeout_s:g} s", transient=True)
         time.sleep(poll_s)
 
 
