@@ -70,7 +70,7 @@ from agora_optimizer.executor.backends.aws_jobs import (
     status_with_result,
     type_queue_name,
 )
-from agora_optimizer.executor.backends.aws_provisioning import ComputeNetwork, Infrastructure, Provisioner
+from agora_optimizer.executor.backends.aws_provisioning import ComputeNetwork, Infrastructure, Provisioner, purchase
 from agora_optimizer.executor.backends.base import Backend
 from agora_optimizer.executor.jobs import (
     BackendError,
@@ -315,7 +315,9 @@ class AwsBatchBackend(Backend):
         type, ``maxvCpus`` the catalog's count x vcpus) are created once, by whichever lease needs
         them first; both are named by the type, so creating is idempotent. BackendError, naming the
         machine and Batch's words, when the queue is disabled or invalid, or missing and cannot be
-        created (a catalog ``job_queue``, or no :class:`ComputeNetwork`)."""
+        created (a catalog ``job_queue``, or no :class:`ComputeNetwork`), or when a compute environment
+        of an existing queue buys other capacity than the type's (SPOT for a spot type, EC2 for the
+        rest: :meth:`~agora_optimizer.executor.backends.aws_provisioning.Provisioner.check_queue`)."""
         if lease.key in self._leases:
             return
         resource = self.resources.get(lease.resource)
@@ -329,8 +331,10 @@ class AwsBatchBackend(Backend):
         self._leases[lease.key] = _BatchLease(lease, queue)
 
     def _ready_queue(self, queue: str, resource: Resource | None, *, named_by_catalog: bool) -> None:
-        """:meth:`open_lease`'s look at ``queue``: there (or made now) and enabled."""
+        """:meth:`open_lease`'s look at ``queue``: there (or made now), enabled, and, if it was there, of
+        compute environments that buy the capacity ``resource`` wants."""
         queues = call(self.client.describe_job_queues, "cannot look up its queue", jobQueues=[queue])["jobQueues"]
+        reused = bool(queues)
         if not queues:
             if named_by_catalog:
                 raise BackendError(BACKEND, "the catalog's job queue does not exist", transient=False)
@@ -343,6 +347,8 @@ class AwsBatchBackend(Backend):
             if state != "ENABLED" or status == "INVALID":
                 reason = described.get("statusReason") or "no reason given"
                 raise BackendError(BACKEND, f"the queue is {state} and {status} ({reason})", transient=False)
+            if reused and resource is not None:
+                self.provisioner.check_queue(described, [resource], purchase(queue, [resource])["type"])
 
     def close_lease(self, lease: MachineLease) -> None:
         """No more jobs come; the lease is reported once its jobs have ended. Never raises."""

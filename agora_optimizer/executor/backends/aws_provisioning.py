@@ -8,8 +8,12 @@ Everything is named, so creating is idempotent, and tagged ``agora-managed``. Wi
 :meth:`Provisioner.ensure_infrastructure` only describes, and reports what it would create
 (``agora aws provision --dry-run``).
 
-Batch's Describe calls are eventually consistent: what was just created may be missing from the next
-answers, so :func:`wait_valid` waits until every item it asked for is listed, and VALID.
+Two things of AWS's the provisioner does not take on trust. Batch's Describe calls are eventually
+consistent: what was just created may be missing from the next answers, so :func:`wait_valid` waits
+until every item it asked for is listed, and VALID. And what exists is reused only when it buys the
+capacity its catalog types are priced at (:func:`check_capacity`): a queue or compute environment made
+by hand, or by another tool, that runs a spot type on on-demand instances, or an on-demand type on
+Spot Instances (where an interruption has no fallback), is refused naming both kinds.
 """
 
 from __future__ import annotations
@@ -47,6 +51,15 @@ MANAGED_TAG = {"agora-managed": "true"}
 CPU_IMAGE_TYPE = "ECS_AL2023"
 GPU_IMAGE_TYPE = "ECS_AL2023_NVIDIA"  # with the NVIDIA driver and ECS's GPU support
 _COMPUTE_ENVIRONMENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{1,126}[A-Za-z0-9]$")
+# What a compute environment buys, by its ``computeResources.type`` (``UNMANAGED``: an unmanaged environment,
+# whose instances its owner launches); agora's types want EC2 (on demand) or SPOT (:func:`purchase`).
+CAPACITY = {
+    "EC2": "on-demand EC2 instances",
+    "SPOT": "EC2 Spot Instances",
+    "FARGATE": "Fargate, on demand",
+    "FARGATE_SPOT": "Fargate Spot",
+    "UNMANAGED": "instances Batch does not manage",
+}
 
 
 @dataclass(frozen=True)
@@ -105,7 +118,8 @@ class Provisioner:
         (:func:`ec2_configuration`), then the queue. And the container job
         definition ``job_definition`` with ``image`` (a new revision unless the newest active one, which
         jobs get, already has that image and job role). Existing queues and compute environments are
-        used as they are. ``instance_role`` is the ECS instance profile;
+        used as they are if they buy the capacity their types want (:func:`check_capacity`: SPOT for spot
+        types, EC2 for the rest), else refused. ``instance_role`` is the ECS instance profile;
         ``service_role`` may be omitted where Batch's service-linked role exists. ``dry_run``: the same
         look-ups, no create or register call, no wait; ``created`` and ``updated`` say what would be.
         """
@@ -114,11 +128,13 @@ class Provisioner:
         created: list[str] = []
         existing: list[str] = []
         updated: list[str] = []
+        bought = {queue: purchase(queue, members, spot_fleet_role) for queue, members in groups.items()}
         found = call(self.client.describe_job_queues, "cannot list job queues", jobQueues=list(groups))
-        known = {queue["jobQueueName"] for queue in found["jobQueues"]} | {
-            queue["jobQueueArn"] for queue in found["jobQueues"]
-        }
-        existing += [f"job queue {queue}" for queue in groups if queue in known]
+        known = {key: queue for queue in found["jobQueues"] for key in (queue["jobQueueName"], queue["jobQueueArn"])}
+        for queue, members in groups.items():
+            if queue in known:
+                self.check_queue(known[queue], members, bought[queue]["type"])
+                existing.append(f"job queue {queue}")
         missing = {queue: members for queue, members in groups.items() if queue not in known}
         if missing:
             template = {
@@ -130,13 +146,15 @@ class Provisioner:
             }
             for queue, members in missing.items():
                 compute = {
-                    **purchase(queue, members, spot_fleet_role),
+                    **bought[queue],
                     **template,
                     "maxvCpus": _max_vcpus(members, default_max_vcpus),
                     "instanceTypes": sorted({instance_type(r.name, r.extra) for r in members}),
                     **ec2_configuration(members),
                 }
-                created += self.create_compute_environment(queue, compute, service_role, existing, dry_run=dry_run)
+                created += self.create_compute_environment(
+                    queue, members, compute, service_role, existing, dry_run=dry_run
+                )
         if missing and dry_run:
             created += [f"job queue {queue}" for queue in missing]
         elif missing:
@@ -182,7 +200,7 @@ class Provisioner:
             "tags": dict(MANAGED_TAG),
             **ec2_configuration([resource]),
         }
-        self.create_compute_environment(queue, compute, network.service_role, [])
+        self.create_compute_environment(queue, [resource], compute, network.service_role, [])
         environment = self.wait_environments([queue], timeout_s, 1.0)[queue]
         try:
             self.client.create_job_queue(
@@ -223,18 +241,43 @@ class Provisioner:
             poll_s,
         )
 
+    def check_queue(self, queue: Mapping[str, Any], members: Sequence[Resource], wanted: str) -> None:
+        """Refuse the existing job ``queue`` (its DescribeJobQueues entry) for ``members`` unless each of its
+        compute environments buys ``wanted`` capacity (:func:`check_capacity`)."""
+        name = str(queue.get("jobQueueName", "?"))
+        order = [str(entry["computeEnvironment"]) for entry in queue.get("computeEnvironmentOrder", [])]
+        if not order:  # Batch runs nothing there, and says so of each job it holds RUNNABLE
+            return
+        found = call(
+            self.client.describe_compute_environments,
+            f"job queue {name}: cannot look up its compute environments",
+            computeEnvironments=order,
+        )["computeEnvironments"]
+        listed = {
+            str(item.get(key)): item for item in found for key in ("computeEnvironmentArn", "computeEnvironmentName")
+        }
+        for environment in order:
+            if environment not in listed:
+                raise BackendError(
+                    BACKEND,
+                    f"job queue {name}: its compute environment {environment} is not listed by AWS Batch",
+                    transient=True,
+                )
+            check_capacity(listed[environment], wanted, f"job queue {name} of {_names(members)}")
+
     def create_compute_environment(
         self,
         name: str,
+        members: Sequence[Resource],
         compute: Mapping[str, Any],
         service_role: str | None,
         existing: list[str],
         *,
         dry_run: bool = False,
     ) -> list[str]:
-        """Create the compute environment of a new queue unless it exists; what was (or, with ``dry_run``,
-        would be) created."""
-        types = ", ".join(compute["instanceTypes"])
+        """Create the compute environment of a new queue for ``members`` unless it exists (then it must buy
+        what ``compute`` would: :func:`check_capacity`); what was (or, with ``dry_run``, would be) created."""
+        types = _names(members)
         if name.startswith("arn:") or not _COMPUTE_ENVIRONMENT_NAME.match(name):
             raise BackendError(
                 BACKEND,
@@ -248,6 +291,7 @@ class Provisioner:
             computeEnvironments=[name],
         )
         if found["computeEnvironments"]:
+            check_capacity(found["computeEnvironments"][0], compute["type"], f"job queue {name} of {types}")
             existing.append(f"compute environment {name}")
             return []
         if dry_run:
@@ -343,6 +387,32 @@ def wait_valid(
         time.sleep(poll_s)
 
 
+def check_capacity(environment: Mapping[str, Any], wanted: str, user: str) -> None:
+    """Refuse the described compute ``environment`` for ``user`` (a job queue and its catalog types) unless it
+    buys ``wanted`` capacity (``computeResources.type``: EC2 or SPOT, :func:`purchase`).
+
+    A spot type on on-demand instances would cost what the plan did not price, and an on-demand type on
+    Spot Instances could be interrupted with no fallback to re-run on; neither is silent. Fargate and
+    unmanaged environments are refused too: Batch runs no EC2 instance type of the catalog there."""
+    found = capacity_of(environment)
+    if found != wanted:
+        name = environment.get("computeEnvironmentName") or environment.get("computeEnvironmentArn", "?")
+        raise BackendError(
+            BACKEND,
+            f"{user}: compute environment {name} buys {found} ({CAPACITY.get(found, 'unknown to agora')}), but "
+            f"the catalog prices these types as {wanted} ({CAPACITY[wanted]}): give them a queue whose compute "
+            "environments buy that (a catalog job_queue), or let agora create one",
+            transient=False,
+        )
+
+
+def capacity_of(environment: Mapping[str, Any]) -> str:
+    """What a described compute environment buys: its ``computeResources.type``, else its own ``type``
+    (``UNMANAGED``)."""
+    resources = environment.get("computeResources") or {}
+    return str(resources.get("type") or environment.get("type") or "UNMANAGED")
+
+
 def purchase(queue: str, members: Sequence[Resource], spot_fleet_role: str | None = None) -> dict[str, str]:
     """How a compute environment of ``members`` buys its instances: on demand (``EC2``, as the catalog's
     prices), or Spot Instances for spot types (``SPOT``, ``SPOT_PRICE_CAPACITY_OPTIMIZED``: pools least
@@ -378,6 +448,10 @@ def ec2_configuration(resources: Sequence[Resource]) -> dict[str, list[dict[str,
     if len(with_gpus) == len(resources):
         return {"ec2Configuration": [{"imageType": GPU_IMAGE_TYPE}]}
     return {"ec2Configuration": [{"imageType": CPU_IMAGE_TYPE}, {"imageType": GPU_IMAGE_TYPE}]}
+
+
+def _names(resources: Sequence[Resource]) -> str:
+    return ", ".join(resource.name for resource in resources)
 
 
 def _max_vcpus(resources: Sequence[Resource], default: int) -> int:

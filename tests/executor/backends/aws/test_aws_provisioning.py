@@ -6,6 +6,10 @@
   backend's own client with botocore's event hooks (:class:`Lagging`): moto's real answers, with what the
   client has just created left out of the next few (or of all). Provisioning waits until every item it
   asked for is listed and VALID, and names the one that never is.
+- What exists is reused only if it buys the capacity its catalog types are priced at: compute
+  environments made by hand (here with the tests' own Batch client) that buy Spot Instances for an
+  on-demand type, on-demand instances for a spot type, or Fargate, are refused naming the queue, the
+  environment and both kinds.
 
 AWS itself cannot be reached from here: the lag is played, not observed.
 """
@@ -112,6 +116,39 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
+def spot_twin(resource: Resource, **extra: object) -> Resource:
+    """The spot variant of an on-demand catalog type (``m5.large-spot``, running ``m5.large``)."""
+    return replace(
+        resource,
+        name=f"{resource.name}-spot",
+        spot=True,
+        interruption_rate_per_hour=0.01,
+        fallback=resource.name,
+        extra=extra,
+    )
+
+
+def hand_made(batch: Any, network: Network, name: str, capacity: str) -> str:
+    """A compute environment made outside agora, buying ``capacity`` (EC2, SPOT, FARGATE ...); its ARN."""
+    compute: dict[str, Any] = {
+        "type": capacity,
+        "maxvCpus": 16,
+        "subnets": [network.subnet],
+        "securityGroupIds": [network.security_group],
+    }
+    if "FARGATE" not in capacity:
+        compute |= {"minvCpus": 0, "instanceTypes": ["m5.large"], "instanceRole": network.instance_role}
+    made = batch.create_compute_environment(
+        computeEnvironmentName=name, type="MANAGED", computeResources=compute, serviceRole=network.service_role
+    )
+    return str(made["computeEnvironmentArn"])
+
+
+def hand_made_queue(batch: Any, name: str, environments: Sequence[str]) -> None:
+    order = [{"order": i + 1, "computeEnvironment": arn} for i, arn in enumerate(environments)]
+    batch.create_job_queue(jobQueueName=name, state="ENABLED", priority=1, computeEnvironmentOrder=order)
+
+
 # -- waiting for what Batch does not list yet ------------------------------------------------
 
 
@@ -185,3 +222,88 @@ def test_the_wait_names_each_item_not_valid_in_time_and_what_batch_last_said() -
     assert caught.value.reason == (
         "job queue agora-c5 still CREATING; job queue agora-r5 not listed by AWS Batch after 0.05 s"
     )
+
+
+# -- reusing what exists -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("spot", "capacities", "refused", "found", "wanted"),
+    [
+        (True, ["EC2"], 0, "EC2 (on-demand EC2 instances)", "SPOT (EC2 Spot Instances)"),
+        (False, ["SPOT"], 0, "SPOT (EC2 Spot Instances)", "EC2 (on-demand EC2 instances)"),
+        (False, ["EC2", "SPOT"], 1, "SPOT (EC2 Spot Instances)", "EC2 (on-demand EC2 instances)"),  # mixed
+        (False, ["FARGATE"], 0, "FARGATE (Fargate, on demand)", "EC2 (on-demand EC2 instances)"),
+    ],
+    ids=["spot-type-on-EC2", "on-demand-type-on-SPOT", "on-demand-type-on-EC2-then-SPOT", "on-demand-type-on-FARGATE"],
+)
+def test_an_existing_queue_that_buys_other_capacity_is_refused_naming_queue_environment_and_both_kinds(
+    account: Account,
+    catalog: Catalog,
+    spot: bool,
+    capacities: list[str],
+    refused: int,
+    found: str,
+    wanted: str,
+) -> None:
+    batch, network = account.batch, account.network
+    queue = unique("hand-made")
+    environments = [unique(f"hand-{capacity.lower()}") for capacity in capacities]
+    hand_made_queue(
+        batch, queue, [hand_made(batch, network, *made) for made in zip(environments, capacities, strict=True)]
+    )
+    on_demand = replace(catalog.by_name["m5.large"], extra={"job_queue": queue})
+    resource = spot_twin(on_demand, job_queue=queue) if spot else on_demand
+
+    with pytest.raises(BackendError) as caught:
+        provision(account.backend(), [resource], network, dry_run=True)
+
+    assert caught.value.reason.startswith(
+        f"job queue {queue} of {resource.name}: compute environment {environments[refused]} buys {found}, "
+        f"but the catalog prices these types as {wanted}"
+    )
+    assert not caught.value.transient
+
+
+def test_an_existing_compute_environment_of_the_other_kind_gets_no_queue(account: Account, catalog: Catalog) -> None:
+    """A queue agora would create on a compute environment of its own name that someone made as SPOT."""
+    queue = unique("agora-taken")
+    hand_made(account.batch, account.network, queue, "SPOT")
+    resource = replace(catalog.by_name["m5.large"], extra={"job_queue": queue})
+
+    with pytest.raises(BackendError, match=f"job queue {queue} of m5.large: compute environment {queue} buys SPOT"):
+        provision(account.backend(), [resource], account.network)
+
+    assert account.batch.describe_job_queues(jobQueues=[queue])["jobQueues"] == []
+
+
+def test_a_planned_machines_queue_that_buys_other_capacity_refuses_the_lease(
+    account: Account, catalog: Catalog
+) -> None:
+    """The queue of a spot type's planned machine, made by hand on on-demand instances."""
+    spot = spot_twin(catalog.by_name["m5.xlarge"])
+    queue = type_queue_name(spot.name)
+    environment = unique("hand-ec2")
+    hand_made_queue(account.batch, queue, [hand_made(account.batch, account.network, environment, "EC2")])
+    lease = lease_of(spot)
+    backend = leasing(account.moto, replace(catalog, resources=(*catalog.resources, spot)), account.network)
+
+    with pytest.raises(BackendError) as caught:
+        backend.open_lease(lease)
+
+    assert caught.value.reason.startswith(
+        f"machine {lease.machine} (resource {spot.name}, job queue {queue}): job queue {queue} of {spot.name}: "
+        f"compute environment {environment} buys EC2 (on-demand EC2 instances), but the catalog prices these "
+        "types as SPOT (EC2 Spot Instances)"
+    )
+
+
+def test_existing_queues_of_the_right_kind_are_reused(account: Account, catalog: Catalog) -> None:
+    queue = unique("hand-made")
+    hand_made_queue(account.batch, queue, [hand_made(account.batch, account.network, unique("hand-spot"), "SPOT")])
+    resource = spot_twin(catalog.by_name["m5.large"], job_queue=queue)
+
+    made = provision(account.backend(), [resource], account.network, dry_run=True)
+
+    assert f"job queue {queue}" in made.existing
+    assert not [item for item in made.created if queue in item]  # neither a queue nor an environment
