@@ -161,6 +161,6 @@ def test_a_queue_that_buys_other_capacity_than_its_types_is_one_line_naming_both
     assert err.strip() == (
         f"agora: error: {catalog}: AWS Batch in {REGION} (Airflow connection {connection}): job queue hand-made of "
         "m5.large: compute environment hand-spot buys SPOT (EC2 Spot Instances), but the catalog prices these types "
-        "as EC2 (on-demand EC2 instances): give them a queue whose compute environments buy that (a catalog "
-        "job_queue), or let agora create one"
+        "as EC2 (on-demand EC2 instances): name a queue that buys that (the catalog's job_queue option), or remove "
+        "this one and let agora create its own"
     )

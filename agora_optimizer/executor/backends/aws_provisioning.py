@@ -392,16 +392,17 @@ def check_capacity(environment: Mapping[str, Any], wanted: str, user: str) -> No
     buys ``wanted`` capacity (``computeResources.type``: EC2 or SPOT, :func:`purchase`).
 
     A spot type on on-demand instances would cost what the plan did not price, and an on-demand type on
-    Spot Instances could be interrupted with no fallback to re-run on; neither is silent. Fargate and
-    unmanaged environments are refused too: Batch runs no EC2 instance type of the catalog there."""
+    Spot Instances could be interrupted with no fallback to re-run on. Fargate runs no EC2 instance type
+    of the catalog, and what an unmanaged environment's instances are is their owner's to say, not
+    agora's to check: both are refused too."""
     found = capacity_of(environment)
     if found != wanted:
         name = environment.get("computeEnvironmentName") or environment.get("computeEnvironmentArn", "?")
         raise BackendError(
             BACKEND,
             f"{user}: compute environment {name} buys {found} ({CAPACITY.get(found, 'unknown to agora')}), but "
-            f"the catalog prices these types as {wanted} ({CAPACITY[wanted]}): give them a queue whose compute "
-            "environments buy that (a catalog job_queue), or let agora create one",
+            f"the catalog prices these types as {wanted} ({CAPACITY[wanted]}): name a queue that buys that (the "
+            "catalog's job_queue option), or remove this one and let agora create its own",
             transient=False,
         )
 

@@ -136,6 +136,11 @@ def hand_made(batch: Any, network: Network, name: str, capacity: str) -> str:
         "subnets": [network.subnet],
         "securityGroupIds": [network.security_group],
     }
+    if capacity == "UNMANAGED":  # its owner launches its instances: Batch knows nothing of them
+        made = batch.create_compute_environment(
+            computeEnvironmentName=name, type="UNMANAGED", serviceRole=network.service_role
+        )
+        return str(made["computeEnvironmentArn"])
     if "FARGATE" not in capacity:
         compute |= {"minvCpus": 0, "instanceTypes": ["m5.large"], "instanceRole": network.instance_role}
     made = batch.create_compute_environment(
@@ -234,8 +239,15 @@ def test_the_wait_names_each_item_not_valid_in_time_and_what_batch_last_said() -
         (False, ["SPOT"], 0, "SPOT (EC2 Spot Instances)", "EC2 (on-demand EC2 instances)"),
         (False, ["EC2", "SPOT"], 1, "SPOT (EC2 Spot Instances)", "EC2 (on-demand EC2 instances)"),  # mixed
         (False, ["FARGATE"], 0, "FARGATE (Fargate, on demand)", "EC2 (on-demand EC2 instances)"),
+        (True, ["UNMANAGED"], 0, "UNMANAGED (instances Batch does not manage)", "SPOT (EC2 Spot Instances)"),
     ],
-    ids=["spot-type-on-EC2", "on-demand-type-on-SPOT", "on-demand-type-on-EC2-then-SPOT", "on-demand-type-on-FARGATE"],
+    ids=[
+        "spot-type-on-EC2",
+        "on-demand-type-on-SPOT",
+        "on-demand-type-on-EC2-then-SPOT",
+        "on-demand-type-on-FARGATE",
+        "spot-type-on-UNMANAGED",
+    ],
 )
 def test_an_existing_queue_that_buys_other_capacity_is_refused_naming_queue_environment_and_both_kinds(
     account: Account,
@@ -263,6 +275,25 @@ def test_an_existing_queue_that_buys_other_capacity_is_refused_naming_queue_envi
         f"but the catalog prices these types as {wanted}"
     )
     assert not caught.value.transient
+
+
+def test_a_queue_whose_compute_environment_batch_does_not_list_is_not_reused_unchecked(
+    account: Account, catalog: Catalog
+) -> None:
+    """A queue another tool made a moment ago, its compute environment not yet in Batch's answers."""
+    queue, environment = unique("hand-made"), unique("hand-late")
+    hand_made_queue(account.batch, queue, [hand_made(account.batch, account.network, environment, "EC2")])
+    backend = account.backend()
+    lagging = Lagging(answers=None, hidden={("computeEnvironments", environment): None})
+    lagging.lag(backend.client)
+    resource = replace(catalog.by_name["m5.large"], extra={"job_queue": queue})
+
+    with pytest.raises(BackendError) as caught:
+        provision(backend, [resource], account.network, dry_run=True)
+
+    assert caught.value.reason.startswith(f"job queue {queue}: its compute environment arn:aws:batch:")
+    assert caught.value.reason.endswith(f":compute-environment/{environment} is not listed by AWS Batch")
+    assert caught.value.transient
 
 
 def test_an_existing_compute_environment_of_the_other_kind_gets_no_queue(account: Account, catalog: Catalog) -> None:
