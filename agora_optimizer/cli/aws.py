@@ -4,10 +4,12 @@ For the catalog's ``aws`` resources, grouped by job queue as the executor groups
 instance family unless a resource names its ``job_queue``), it creates what is missing: a managed
 compute environment and a job queue per group, and the container job definition jobs are submitted
 with (:meth:`~agora_optimizer.executor.backends.aws_provisioning.Provisioner.ensure_infrastructure`).
-Idempotent: what exists is used as it is, and the job definition gets a new revision only when its
-image or job role changed. One line per object says what happened to it; ``--dry-run`` only
-describes. Credentials, region and endpoint come from the Airflow connection the executor uses
-(``[agora] aws_conn_id``); the network and the job definition's name from the same ``[agora]`` keys.
+Idempotent: what exists is used as it is, never changed, if it buys the capacity its types are priced
+at (SPOT for spot types, EC2 for the rest; else it is refused naming the queue, the compute environment
+and both kinds), and the job definition gets a new revision only when its image or job role changed.
+One line per object says what happened to it; ``--dry-run`` only describes. Credentials, region and
+endpoint come from the Airflow connection the executor uses (``[agora] aws_conn_id``); the network
+and the job definition's name from the same ``[agora]`` keys.
 Errors are one line naming the file, resource or option, exit code 2 (:func:`~agora_optimizer.cli.common.user_errors`).
 
 The queue of exactly one type that a planned machine runs on (``agora-<type>``) is not made here:

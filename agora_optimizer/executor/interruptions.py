@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from agora_optimizer.errors import AgoraError
@@ -93,6 +94,13 @@ def requeue_task_instance(ti_id: Any, try_number: int) -> str:
     """Put try ``try_number`` of the task instance ``ti_id`` back to QUEUED in Airflow's metadata database,
     from RUNNING or QUEUED only; '' when done, else why not (for the log).
 
+    ``queued_dttm`` becomes now, as the scheduler sets it when it queues a try: Airflow revokes a try QUEUED
+    since before ``[scheduler] task_queued_timeout`` by that column, and the re-run's wait for the fallback
+    starts here, not when the try was first queued (maybe hours ago, before its spot job ran). The other
+    columns stay: ``queued_by_job_id`` is already this scheduler's (the executor holds the try's workload),
+    and the Execution API's start of the re-run writes ``hostname``, ``pid``, ``start_date`` and
+    ``last_heartbeat_at`` anew.
+
     A session of its own, committed at once (as :func:`~agora_optimizer.executor.planned_runs._airflow_states`
     reads: never the scheduler's thread-local session, whose transaction this must not join)."""
     from airflow import settings as airflow_settings
@@ -110,7 +118,7 @@ def requeue_task_instance(ti_id: Any, try_number: int) -> str:
                 TaskInstance.try_number == try_number,
                 TaskInstance.state.in_([TaskInstanceState.RUNNING, TaskInstanceState.QUEUED]),
             )
-            .values(state=TaskInstanceState.QUEUED)
+            .values(state=TaskInstanceState.QUEUED, queued_dttm=datetime.now(UTC))
             .execution_options(synchronize_session=False)
         )
         session.commit()

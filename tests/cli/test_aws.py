@@ -16,6 +16,7 @@ import pytest
 from agora_optimizer.cli import main
 from tests.conftest import AWS_CATALOG, CATALOGS
 from tests.executor.backends.aws.conftest import REGION, MotoServer, Network, client
+from tests.executor.backends.aws.test_aws_provisioning import hand_made, hand_made_queue
 
 FAMILIES = ("c5", "c6i", "c7i", "m5", "m6i", "m7i", "r5", "r6i", "r7i", "g5", "g6", "p4d", "p5")
 CONNECTION = "agora_moto"
@@ -140,3 +141,26 @@ def test_bad_input_is_one_line_naming_what_is_wrong(
     assert "cannot create compute environment agora-refused for m5.large" in err
     assert "subnet-0000000000000000 does not exist" in err  # moto's words
     assert "agora-refused" not in _names(client(moto, "batch"))[0]
+
+
+def test_a_queue_that_buys_other_capacity_than_its_types_is_one_line_naming_both_kinds(
+    moto: MotoServer, network: Network, connection: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A queue made by hand on Spot Instances, named by the catalog's on-demand m5.large: refused, even in a dry run."""
+    batch = client(moto, "batch")
+    hand_made_queue(batch, "hand-made", [hand_made(batch, network, "hand-spot", "SPOT")])
+    catalog = tmp_path / "hand-made.yaml"
+    catalog.write_text(
+        "network: {bandwidth_bytes_per_s: 1250000000}\nresources:\n"
+        "  - {name: m5.large, backend: aws, vcpus: 2, memory_gib: 8, speed: 1.0, "
+        "price_per_hour_usd: 0.096, job_queue: hand-made}\n"
+    )
+    argv = ("--catalog", catalog, "--conn-id", connection, "--image", "agora:1", "--dry-run")
+    code, out, err = _provision(capsys, network, *argv)
+    assert (code, out) == (2, "")
+    assert err.strip() == (
+        f"agora: error: {catalog}: AWS Batch in {REGION} (Airflow connection {connection}): job queue hand-made of "
+        "m5.large: compute environment hand-spot buys SPOT (EC2 Spot Instances), but the catalog prices these types "
+        "as EC2 (on-demand EC2 instances): name a queue that buys that (the catalog's job_queue option), or remove "
+        "this one and let agora create its own"
+    )

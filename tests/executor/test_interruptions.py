@@ -8,12 +8,15 @@ when it re-runs on the fallback, when Airflow hears of the interruption instead,
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import select
 
 from agora_optimizer.executor.backends.base import Backend
 from agora_optimizer.executor.jobs import JobSpec, JobStatus
@@ -226,38 +229,101 @@ def test_requeue_task_instance_says_why_without_airflows_database(monkeypatch: p
     assert requeue_task_instance(uuid.uuid4(), 1) == "no Airflow metadata database in this process"
 
 
-def test_requeue_task_instance_puts_a_running_try_back_to_queued_and_nothing_else(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Against Airflow's own TaskInstance table (alone, in an in-memory SQLite): the statement the executor
-    runs on the scheduler's metadata database."""
+@dataclass
+class TaskInstanceTable:
+    """Airflow's own ``task_instance`` table (and the ``dag_run`` it joins) in an in-memory SQLite that Airflow's
+    ``Session`` opens."""
+
+    engine: Any
+    table: Any
+
+    def add(self, task_id: str, state: str, **columns: Any) -> uuid.UUID:
+        """A try 1 of task ``task_id`` in ``state`` (scheduled from a spot node), with ``columns`` besides."""
+        ti_id = uuid.uuid4()
+        row = {
+            "id": ti_id, "task_id": task_id, "dag_id": "unit", "run_id": "r1", "map_index": -1, "try_number": 1,
+            "state": state, "pool": "default_pool", "pool_slots": 1, "queue": "default", "priority_weight": 1,
+            "max_tries": 1, "hostname": "spot-node", "unixname": "", "dag_version_id": uuid.uuid4(), **columns,
+        }  # fmt: skip
+        with self.engine.begin() as connection:
+            connection.execute(self.table.insert().values(**{k: v for k, v in row.items() if k in self.table.c}))
+        return ti_id
+
+    def column(self, name: str) -> dict[str, Any]:
+        """``name`` of every row, by task id."""
+        with self.engine.begin() as connection:
+            return dict(connection.execute(select(self.table.c.task_id, self.table.c[name])).all())
+
+
+@pytest.fixture
+def task_instances(monkeypatch: pytest.MonkeyPatch) -> TaskInstanceTable:
+    """The statement the executor runs on the scheduler's metadata database meets Airflow's real table."""
     import sqlalchemy as sa
     from airflow import settings as airflow_settings
     from airflow.models import import_all_models
+    from airflow.models.dagrun import DagRun
     from airflow.models.taskinstance import TaskInstance
     from sqlalchemy.orm import scoped_session, sessionmaker
 
-    from agora_optimizer.executor.interruptions import requeue_task_instance
-
     import_all_models()  # the table's foreign keys name the others
     engine = sa.create_engine("sqlite://", poolclass=sa.pool.StaticPool)
-    table = TaskInstance.__table__
-    table.create(engine)
-    monkeypatch.setattr(airflow_settings, "Session", scoped_session(sessionmaker(bind=engine)))
-    ids = {state: uuid.uuid4() for state in ("running", "queued", "failed")}
+    TaskInstance.__table__.create(engine)
+    DagRun.__table__.create(engine)
     with engine.begin() as connection:
-        for state, ti_id in ids.items():
-            row = {
-                "id": ti_id, "task_id": state, "dag_id": "unit", "run_id": "r1", "map_index": -1, "try_number": 1,
-                "state": state, "pool": "default_pool", "pool_slots": 1, "queue": "default", "priority_weight": 1,
-                "max_tries": 1, "hostname": "spot-node", "unixname": "", "dag_version_id": uuid.uuid4(),
-            }  # fmt: skip
-            connection.execute(sa.insert(table).values(**{k: v for k, v in row.items() if k in table.c}))
+        run = {"dag_id": "unit", "run_id": "r1", "run_type": "manual", "run_after": T0, "log_template_id": None}
+        connection.execute(DagRun.__table__.insert().values(**run))
+    monkeypatch.setattr(airflow_settings, "Session", scoped_session(sessionmaker(bind=engine)))
+    return TaskInstanceTable(engine, TaskInstance.__table__)
 
+
+@contextmanager
+def settings_session() -> Iterator[Any]:
+    """A session of Airflow's ``Session`` factory (the table's database), closed after use."""
+    from airflow import settings as airflow_settings
+
+    with airflow_settings.Session.session_factory() as session:
+        yield session
+
+
+def test_requeue_task_instance_puts_a_running_try_back_to_queued_and_nothing_else(
+    task_instances: TaskInstanceTable,
+) -> None:
+    from agora_optimizer.executor.interruptions import requeue_task_instance
+
+    ids = {state: task_instances.add(state, state) for state in ("running", "queued", "failed")}
     assert requeue_task_instance(ids["running"], 1) == ""
     assert requeue_task_instance(ids["queued"], 1) == ""  # the job never started its task: as good
     assert requeue_task_instance(ids["failed"], 1).startswith("Airflow no longer has try 1 running or queued")
     assert requeue_task_instance(ids["running"], 2).startswith("Airflow no longer has try 2")  # another try
-    with engine.begin() as connection:
-        states = dict(connection.execute(sa.select(table.c.task_id, table.c.state)).all())
-    assert states == {"running": "queued", "queued": "queued", "failed": "failed"}
+    assert task_instances.column("state") == {"running": "queued", "queued": "queued", "failed": "failed"}
+
+
+def test_a_requeued_try_waits_a_whole_task_queued_timeout_before_airflow_calls_it_stuck(
+    task_instances: TaskInstanceTable,
+) -> None:
+    """Airflow's scheduler revokes (and after two rounds fails) a try QUEUED since before ``[scheduler]
+    task_queued_timeout``, by its ``queued_dttm`` (``SchedulerJobRunner._get_tis_stuck_in_queued``, run here
+    on the table). A try queued an hour ago and interrupted goes back to QUEUED for its re-run: its wait for
+    the fallback counts from the requeue, not from the hour-old queueing, or the next check (every
+    ``task_queued_timeout_check_interval``) would revoke a re-run that has only just been handed over."""
+    from airflow.executors.local_executor import LocalExecutor
+    from airflow.jobs.job import Job
+    from airflow.jobs.scheduler_job_runner import SchedulerJobRunner
+
+    from agora_optimizer.executor.interruptions import requeue_task_instance
+
+    scheduler = SchedulerJobRunner(Job(id=7), executors=[LocalExecutor()])
+    timeout = timedelta(seconds=scheduler._task_queued_timeout)
+    queued_at = datetime.now(UTC) - 6 * timeout  # the first queueing: the spot job then ran for a while
+    running = task_instances.add("running", "running", queued_dttm=queued_at, queued_by_job_id=7)
+    task_instances.add("stuck", "queued", queued_dttm=queued_at, queued_by_job_id=7)  # Airflow's own case
+    with settings_session() as session:
+        assert [ti.task_id for ti in scheduler._get_tis_stuck_in_queued(session)] == ["stuck"]
+
+    before = datetime.now(UTC)
+    assert requeue_task_instance(running, 1) == ""
+    with settings_session() as session:
+        assert [ti.task_id for ti in scheduler._get_tis_stuck_in_queued(session)] == ["stuck"]
+    requeued_at = task_instances.column("queued_dttm")["running"]
+    assert before <= requeued_at.replace(tzinfo=UTC) <= datetime.now(UTC)
+    assert task_instances.column("queued_by_job_id")["running"] == 7  # still this scheduler's to watch

@@ -70,7 +70,7 @@ from agora_optimizer.executor.backends.aws_jobs import (
     status_with_result,
     type_queue_name,
 )
-from agora_optimizer.executor.backends.aws_provisioning import ComputeNetwork, Infrastructure, Provisioner
+from agora_optimizer.executor.backends.aws_provisioning import ComputeNetwork, Infrastructure, Provisioner, purchase
 from agora_optimizer.executor.backends.base import Backend
 from agora_optimizer.executor.jobs import (
     BackendError,
@@ -315,35 +315,40 @@ class AwsBatchBackend(Backend):
         type, ``maxvCpus`` the catalog's count x vcpus) are created once, by whichever lease needs
         them first; both are named by the type, so creating is idempotent. BackendError, naming the
         machine and Batch's words, when the queue is disabled or invalid, or missing and cannot be
-        created (a catalog ``job_queue``, or no :class:`ComputeNetwork`)."""
+        created (a catalog ``job_queue``, or no :class:`ComputeNetwork`), or when a compute environment
+        of an existing queue buys other capacity than the type's (SPOT for a spot type, EC2 for the
+        rest: :meth:`~agora_optimizer.executor.backends.aws_provisioning.Provisioner.check_queue`)."""
         if lease.key in self._leases:
             return
         resource = self.resources.get(lease.resource)
         options = resource.extra if resource is not None else {}
         queue = self.lease_queue(lease.resource, options)
-        what = f"machine {lease.machine} (resource {lease.resource}, job queue {queue})"
-        found = call(self.client.describe_job_queues, f"{what}: cannot look up its queue", jobQueues=[queue])
-        queues = found.get("jobQueues", [])
+        try:
+            self._ready_queue(queue, resource, named_by_catalog="job_queue" in options)
+        except BackendError as exc:
+            what = f"machine {lease.machine} (resource {lease.resource}, job queue {queue})"
+            raise BackendError(BACKEND, f"{what}: {exc.reason}", transient=exc.transient) from None
+        self._leases[lease.key] = _BatchLease(lease, queue)
+
+    def _ready_queue(self, queue: str, resource: Resource | None, *, named_by_catalog: bool) -> None:
+        """:meth:`open_lease`'s look at ``queue``: there (or made now), enabled, and, if it was there, of
+        compute environments that buy the capacity ``resource`` wants."""
+        queues = call(self.client.describe_job_queues, "cannot look up its queue", jobQueues=[queue])["jobQueues"]
+        reused = bool(queues)
         if not queues:
-            if "job_queue" in options:
-                raise BackendError(BACKEND, f"{what}: the catalog's job queue does not exist", transient=False)
+            if named_by_catalog:
+                raise BackendError(BACKEND, "the catalog's job queue does not exist", transient=False)
             if resource is None or self.compute_network is None:
                 why = "unknown to this backend" if resource is None else "no compute network is configured"
-                raise BackendError(
-                    BACKEND, f"{what}: the queue does not exist and cannot be created ({why})", transient=False
-                )
-            try:
-                self.provisioner.create_type_queue(resource, queue, self.compute_network, self.create_timeout_s)
-            except BackendError as exc:
-                raise BackendError(BACKEND, f"{what}: {exc.reason}", transient=exc.transient) from None
-            queues = call(self.client.describe_job_queues, f"{what}: cannot look up its queue", jobQueues=[queue])
-            queues = queues["jobQueues"]
+                raise BackendError(BACKEND, f"the queue does not exist and cannot be created ({why})", transient=False)
+            queues = [self.provisioner.create_type_queue(resource, queue, self.compute_network, self.create_timeout_s)]
         for described in queues:
             state, status = described.get("state"), described.get("status")
             if state != "ENABLED" or status == "INVALID":
                 reason = described.get("statusReason") or "no reason given"
-                raise BackendError(BACKEND, f"{what}: the queue is {state} and {status} ({reason})", transient=False)
-        self._leases[lease.key] = _BatchLease(lease, queue)
+                raise BackendError(BACKEND, f"the queue is {state} and {status} ({reason})", transient=False)
+            if reused and resource is not None:
+                self.provisioner.check_queue(described, [resource], purchase(queue, [resource])["type"])
 
     def close_lease(self, lease: MachineLease) -> None:
         """No more jobs come; the lease is reported once its jobs have ended. Never raises."""

@@ -7,6 +7,13 @@ queue of exactly one instance type when a planned machine needs it (with a :clas
 Everything is named, so creating is idempotent, and tagged ``agora-managed``. With ``dry_run``
 :meth:`Provisioner.ensure_infrastructure` only describes, and reports what it would create
 (``agora aws provision --dry-run``).
+
+Two things of AWS's the provisioner does not take on trust. Batch's Describe calls are eventually
+consistent: what was just created may be missing from the next answers, so :func:`wait_valid` waits
+until every item it asked for is listed, and VALID. And what exists is reused only when it buys the
+capacity its catalog types are priced at (:func:`check_capacity`): a queue or compute environment made
+by hand, or by another tool, that runs a spot type on on-demand instances, or an on-demand type on
+Spot Instances (where an interruption has no fallback), is refused naming both kinds.
 """
 
 from __future__ import annotations
@@ -44,6 +51,15 @@ MANAGED_TAG = {"agora-managed": "true"}
 CPU_IMAGE_TYPE = "ECS_AL2023"
 GPU_IMAGE_TYPE = "ECS_AL2023_NVIDIA"  # with the NVIDIA driver and ECS's GPU support
 _COMPUTE_ENVIRONMENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{1,126}[A-Za-z0-9]$")
+# What a compute environment buys, by its ``computeResources.type`` (``UNMANAGED``: an unmanaged environment,
+# whose instances its owner launches); agora's types want EC2 (on demand) or SPOT (:func:`purchase`).
+CAPACITY = {
+    "EC2": "on-demand EC2 instances",
+    "SPOT": "EC2 Spot Instances",
+    "FARGATE": "Fargate, on demand",
+    "FARGATE_SPOT": "Fargate Spot",
+    "UNMANAGED": "instances Batch does not manage",
+}
 
 
 @dataclass(frozen=True)
@@ -102,7 +118,8 @@ class Provisioner:
         (:func:`ec2_configuration`), then the queue. And the container job
         definition ``job_definition`` with ``image`` (a new revision unless the newest active one, which
         jobs get, already has that image and job role). Existing queues and compute environments are
-        used as they are. ``instance_role`` is the ECS instance profile;
+        used as they are if they buy the capacity their types want (:func:`check_capacity`: SPOT for spot
+        types, EC2 for the rest), else refused. ``instance_role`` is the ECS instance profile;
         ``service_role`` may be omitted where Batch's service-linked role exists. ``dry_run``: the same
         look-ups, no create or register call, no wait; ``created`` and ``updated`` say what would be.
         """
@@ -111,11 +128,13 @@ class Provisioner:
         created: list[str] = []
         existing: list[str] = []
         updated: list[str] = []
+        bought = {queue: purchase(queue, members, spot_fleet_role) for queue, members in groups.items()}
         found = call(self.client.describe_job_queues, "cannot list job queues", jobQueues=list(groups))
-        known = {queue["jobQueueName"] for queue in found["jobQueues"]} | {
-            queue["jobQueueArn"] for queue in found["jobQueues"]
-        }
-        existing += [f"job queue {queue}" for queue in groups if queue in known]
+        known = {key: queue for queue in found["jobQueues"] for key in (queue["jobQueueName"], queue["jobQueueArn"])}
+        for queue, members in groups.items():
+            if queue in known:
+                self.check_queue(known[queue], members, bought[queue]["type"])
+                existing.append(f"job queue {queue}")
         missing = {queue: members for queue, members in groups.items() if queue not in known}
         if missing:
             template = {
@@ -127,26 +146,19 @@ class Provisioner:
             }
             for queue, members in missing.items():
                 compute = {
-                    **purchase(queue, members, spot_fleet_role),
+                    **bought[queue],
                     **template,
                     "maxvCpus": _max_vcpus(members, default_max_vcpus),
                     "instanceTypes": sorted({instance_type(r.name, r.extra) for r in members}),
                     **ec2_configuration(members),
                 }
-                created += self.create_compute_environment(queue, compute, service_role, existing, dry_run=dry_run)
+                created += self.create_compute_environment(
+                    queue, members, compute, service_role, existing, dry_run=dry_run
+                )
         if missing and dry_run:
             created += [f"job queue {queue}" for queue in missing]
         elif missing:
-            environments = wait_valid(
-                lambda: self.client.describe_compute_environments(computeEnvironments=list(missing))[
-                    "computeEnvironments"
-                ],
-                "computeEnvironmentName",
-                "compute environment",
-                wait_timeout_s,
-                poll_s,
-            )
-            arns = {str(item["computeEnvironmentName"]): str(item["computeEnvironmentArn"]) for item in environments}
+            environments = self.wait_environments(list(missing), wait_timeout_s, poll_s)
             for queue in missing:
                 call(
                     self.client.create_job_queue,
@@ -154,17 +166,13 @@ class Provisioner:
                     jobQueueName=queue,
                     state="ENABLED",
                     priority=1,
-                    computeEnvironmentOrder=[{"order": 1, "computeEnvironment": arns[queue]}],
+                    computeEnvironmentOrder=[
+                        {"order": 1, "computeEnvironment": environments[queue]["computeEnvironmentArn"]}
+                    ],
                     tags=dict(MANAGED_TAG),
                 )
                 created.append(f"job queue {queue}")
-            wait_valid(
-                lambda: self.client.describe_job_queues(jobQueues=list(missing))["jobQueues"],
-                "jobQueueName",
-                "job queue",
-                wait_timeout_s,
-                poll_s,
-            )
+            self.wait_queues(list(missing), wait_timeout_s, poll_s)
         arn, outcome = self.ensure_job_definition(image, job_role_arn, dry_run=dry_run)
         {"created": created, "updated": updated, "existing": existing}[outcome].append(f"job definition {arn}")
         return Infrastructure(
@@ -176,8 +184,11 @@ class Provisioner:
             dry_run=dry_run,
         )
 
-    def create_type_queue(self, resource: Resource, queue: str, network: ComputeNetwork, timeout_s: float) -> None:
-        """The compute environment (exactly ``resource``'s type) and queue named ``queue``, each unless it exists."""
+    def create_type_queue(
+        self, resource: Resource, queue: str, network: ComputeNetwork, timeout_s: float
+    ) -> Mapping[str, Any]:
+        """The compute environment (exactly ``resource``'s type) and queue named ``queue``, each unless it exists;
+        the queue once Batch lists it VALID (its DescribeJobQueues entry)."""
         compute = {
             **purchase(queue, [resource], network.spot_fleet_role),
             "minvCpus": 0,
@@ -189,14 +200,8 @@ class Provisioner:
             "tags": dict(MANAGED_TAG),
             **ec2_configuration([resource]),
         }
-        self.create_compute_environment(queue, compute, network.service_role, [])
-        [environment] = wait_valid(
-            lambda: self.client.describe_compute_environments(computeEnvironments=[queue])["computeEnvironments"],
-            "computeEnvironmentName",
-            "compute environment",
-            timeout_s,
-            1.0,
-        )
+        self.create_compute_environment(queue, [resource], compute, network.service_role, [])
+        environment = self.wait_environments([queue], timeout_s, 1.0)[queue]
         try:
             self.client.create_job_queue(
                 jobQueueName=queue,
@@ -210,27 +215,69 @@ class Provisioner:
                 raise classify_error(exc, f"cannot create job queue {queue}") from None
         except BotoCoreError as exc:
             raise classify_error(exc, f"cannot create job queue {queue}") from None
-        wait_valid(
-            lambda: self.client.describe_job_queues(jobQueues=[queue])["jobQueues"],
+        described = self.wait_queues([queue], timeout_s, 1.0)[queue]
+        log.info("AWS Batch: created job queue and compute environment %s for %s", queue, resource.name)
+        return described
+
+    def wait_environments(self, names: Sequence[str], timeout_s: float, poll_s: float) -> dict[str, Mapping[str, Any]]:
+        """The compute environments ``names``, once Batch lists each of them VALID (:func:`wait_valid`)."""
+        return wait_valid(
+            lambda: self.client.describe_compute_environments(computeEnvironments=list(names))["computeEnvironments"],
+            names,
+            "computeEnvironmentName",
+            "compute environment",
+            timeout_s,
+            poll_s,
+        )
+
+    def wait_queues(self, names: Sequence[str], timeout_s: float, poll_s: float) -> dict[str, Mapping[str, Any]]:
+        """The job queues ``names``, once Batch lists each of them VALID (:func:`wait_valid`)."""
+        return wait_valid(
+            lambda: self.client.describe_job_queues(jobQueues=list(names))["jobQueues"],
+            names,
             "jobQueueName",
             "job queue",
             timeout_s,
-            1.0,
+            poll_s,
         )
-        log.info("AWS Batch: created job queue and compute environment %s for %s", queue, resource.name)
+
+    def check_queue(self, queue: Mapping[str, Any], members: Sequence[Resource], wanted: str) -> None:
+        """Refuse the existing job ``queue`` (its DescribeJobQueues entry) for ``members`` unless each of its
+        compute environments buys ``wanted`` capacity (:func:`check_capacity`)."""
+        name = str(queue.get("jobQueueName", "?"))
+        order = [str(entry["computeEnvironment"]) for entry in queue.get("computeEnvironmentOrder", [])]
+        if not order:  # Batch runs nothing there, and says so of each job it holds RUNNABLE
+            return
+        found = call(
+            self.client.describe_compute_environments,
+            f"job queue {name}: cannot look up its compute environments",
+            computeEnvironments=order,
+        )["computeEnvironments"]
+        listed = {
+            str(item.get(key)): item for item in found for key in ("computeEnvironmentArn", "computeEnvironmentName")
+        }
+        for environment in order:
+            if environment not in listed:
+                raise BackendError(
+                    BACKEND,
+                    f"job queue {name}: its compute environment {environment} is not listed by AWS Batch",
+                    transient=True,
+                )
+            check_capacity(listed[environment], wanted, f"job queue {name} of {_names(members)}")
 
     def create_compute_environment(
         self,
         name: str,
+        members: Sequence[Resource],
         compute: Mapping[str, Any],
         service_role: str | None,
         existing: list[str],
         *,
         dry_run: bool = False,
     ) -> list[str]:
-        """Create the compute environment of a new queue unless it exists; what was (or, with ``dry_run``,
-        would be) created."""
-        types = ", ".join(compute["instanceTypes"])
+        """Create the compute environment of a new queue for ``members`` unless it exists (then it must buy
+        what ``compute`` would: :func:`check_capacity`); what was (or, with ``dry_run``, would be) created."""
+        types = _names(members)
         if name.startswith("arn:") or not _COMPUTE_ENVIRONMENT_NAME.match(name):
             raise BackendError(
                 BACKEND,
@@ -244,6 +291,7 @@ class Provisioner:
             computeEnvironments=[name],
         )
         if found["computeEnvironments"]:
+            check_capacity(found["computeEnvironments"][0], compute["type"], f"job queue {name} of {types}")
             existing.append(f"compute environment {name}")
             return []
         if dry_run:
@@ -307,31 +355,63 @@ class Provisioner:
 
 def wait_valid(
     describe: Callable[[], Sequence[Mapping[str, Any]]],
+    names: Sequence[str],
     name_key: str,
     kind: str,
     timeout_s: float,
     poll_s: float,
-) -> Sequence[Mapping[str, Any]]:
-    """Wait until every described item is VALID (and return them); an INVALID one raises."""
+) -> dict[str, Mapping[str, Any]]:
+    """Wait until ``describe`` lists each of ``names`` (by ``name_key``) VALID; their entries, by name.
+
+    Batch's Describe calls are eventually consistent: an item created a moment ago may be missing from the
+    answers for a while, so an item not listed is waited for as one still CREATING is. An INVALID one
+    raises at once with Batch's ``statusReason``; one not listed, or not VALID, within ``timeout_s`` raises
+    naming it and what Batch last said (transient: a later call may find it)."""
     deadline = time.monotonic() + timeout_s
     while True:
-        items = call(describe, f"cannot describe {kind}s")
-        waiting = []
-        for item in items:
-            status = item.get("status")
-            if status == "INVALID":
-                raise BackendError(
-                    BACKEND,
-                    f"{kind} {item[name_key]} is INVALID: {item.get('statusReason', 'no reason given')}",
-                    transient=False,
-                )
+        listed = {str(item.get(name_key)): item for item in call(describe, f"cannot describe {kind}s")}
+        waiting: dict[str, str] = {}
+        for name in names:
+            item = listed.get(name)
+            status = None if item is None else item.get("status")
+            if item is not None and status == "INVALID":
+                reason = item.get("statusReason") or "no reason given"
+                raise BackendError(BACKEND, f"{kind} {name} is INVALID: {reason}", transient=False)
             if status != "VALID":
-                waiting.append(str(item[name_key]))
+                waiting[name] = "not listed by AWS Batch" if item is None else f"still {status or 'without a status'}"
         if not waiting:
-            return items
+            return {name: listed[name] for name in names}
         if time.monotonic() > deadline:
-            raise BackendError(BACKEND, f"{kind}s {', '.join(waiting)} not VALID after {timeout_s:g} s", transient=True)
+            late = "; ".join(f"{kind} {name} {why}" for name, why in waiting.items())
+            raise BackendError(BACKEND, f"{late} after {timeout_s:g} s", transient=True)
         time.sleep(poll_s)
+
+
+def check_capacity(environment: Mapping[str, Any], wanted: str, user: str) -> None:
+    """Refuse the described compute ``environment`` for ``user`` (a job queue and its catalog types) unless it
+    buys ``wanted`` capacity (``computeResources.type``: EC2 or SPOT, :func:`purchase`).
+
+    A spot type on on-demand instances would cost what the plan did not price, and an on-demand type on
+    Spot Instances could be interrupted with no fallback to re-run on. Fargate runs no EC2 instance type
+    of the catalog, and what an unmanaged environment's instances are is their owner's to say, not
+    agora's to check: both are refused too."""
+    found = capacity_of(environment)
+    if found != wanted:
+        name = environment.get("computeEnvironmentName") or environment.get("computeEnvironmentArn", "?")
+        raise BackendError(
+            BACKEND,
+            f"{user}: compute environment {name} buys {found} ({CAPACITY.get(found, 'unknown to agora')}), but "
+            f"the catalog prices these types as {wanted} ({CAPACITY[wanted]}): name a queue that buys that (the "
+            "catalog's job_queue option), or remove this one and let agora create its own",
+            transient=False,
+        )
+
+
+def capacity_of(environment: Mapping[str, Any]) -> str:
+    """What a described compute environment buys: its ``computeResources.type``, else its own ``type``
+    (``UNMANAGED``)."""
+    resources = environment.get("computeResources") or {}
+    return str(resources.get("type") or environment.get("type") or "UNMANAGED")
 
 
 def purchase(queue: str, members: Sequence[Resource], spot_fleet_role: str | None = None) -> dict[str, str]:
@@ -369,6 +449,10 @@ def ec2_configuration(resources: Sequence[Resource]) -> dict[str, list[dict[str,
     if len(with_gpus) == len(resources):
         return {"ec2Configuration": [{"imageType": GPU_IMAGE_TYPE}]}
     return {"ec2Configuration": [{"imageType": CPU_IMAGE_TYPE}, {"imageType": GPU_IMAGE_TYPE}]}
+
+
+def _names(resources: Sequence[Resource]) -> str:
+    return ", ".join(resource.name for resource in resources)
 
 
 def _max_vcpus(resources: Sequence[Resource], default: int) -> int:

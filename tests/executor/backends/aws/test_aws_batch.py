@@ -33,7 +33,6 @@ from agora_optimizer.executor.backends.aws_batch import (
     session_from_connection,
     status_from_description,
 )
-from agora_optimizer.executor.backends.aws_provisioning import wait_valid
 from agora_optimizer.executor.jobs import BackendError, JobSpec, JobStatus, job_key
 from agora_optimizer.model.catalog import GIB, Catalog
 from harness.local_airflow import free_port
@@ -152,14 +151,6 @@ def test_ensure_infrastructure_reports_what_batch_refuses(
     local = replace(catalog.by_name["m5.large"], backend="local")
     with pytest.raises(BackendError, match="no resource with backend aws"):
         setup_infrastructure(backend, replace(catalog, resources=(local,)), network, IMAGE)
-
-
-def test_an_invalid_compute_environment_stops_the_wait() -> None:
-    def describe() -> list[dict[str, str]]:
-        return [{"computeEnvironmentName": "agora-c5", "status": "INVALID", "statusReason": "CLIENT_ERROR - bad role"}]
-
-    with pytest.raises(BackendError, match="compute environment agora-c5 is INVALID: CLIENT_ERROR - bad role"):
-        wait_valid(describe, "computeEnvironmentName", "compute environment", 5, 0.01)
 
 
 # -- queue names, job names, sizes -----------------------------------------------------------
