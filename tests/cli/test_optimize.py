@@ -293,3 +293,29 @@ def test_a_plan_on_spot_types_shows_its_spot_figures_and_validate_recomputes_the
     out.write_text(json.dumps(plan))
     code, stdout, _ = _run(capsys, "validate", out, "-w", BLAST, "-c", catalog)
     assert code == 1 and "spot: plan claims expected cost" in stdout
+
+
+NAMED_CATALOG = """
+network: {bandwidth_bytes_per_s: 1000000000}
+resources:
+  - {name: "vm[/x]", backend: aws, vcpus: 2, memory_gib: 8, speed: 1.0, price_per_hour_usd: 0.5, count: 4,
+     billing: {granularity_s: 1, minimum_s: 60}, boot_s: 0}
+"""
+
+
+@pytest.mark.slow  # plans for seconds
+def test_names_show_as_they_are_never_as_rich_markup(tmp_path: Path, capsys) -> None:
+    """A type ``vm[/x]`` once ended ``optimize`` in a MarkupError traceback after the plan was written, and a
+    workflow ``etl[a100]`` showed as ``etl`` in ``optimize`` and ``pareto`` (rich read ``[a100]`` as a style)."""
+    catalog = tmp_path / "named.yaml"
+    catalog.write_text(NAMED_CATALOG)
+    doc = wfformat_15([{"id": "a", "runtime": 5.0}, {"id": "b", "runtime": 5.0, "parents": ["a"]}])
+    workflow = write_json(tmp_path / "etl[a100].json", doc)  # the file names the workflow
+    code, stdout, stderr = _run(capsys, "optimize", workflow, "-c", catalog, "-o", tmp_path / "plan.json", *QUICK)
+    assert code == 0, stderr
+    assert stdout.lstrip().startswith("etl[a100] (2 tasks), objective balanced")
+    assert "against the one-type default (every task on vm[/x]):" in stdout
+    code, stdout, stderr = _run(capsys, "pareto", workflow, "-c", catalog, "-o", tmp_path / "front.json",
+                                "--deadlines", "1", *QUICK)  # fmt: skip
+    assert code == 0, stderr
+    assert stdout.lstrip().startswith("etl[a100]: ")
