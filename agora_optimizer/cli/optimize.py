@@ -38,6 +38,7 @@ from agora_optimizer.io.plan_file import load_plan, write_plan
 from agora_optimizer.io.wfformat import load_workflow
 from agora_optimizer.model.catalog import GIB, Catalog
 from agora_optimizer.model.plan import Objective, Plan, SpotFigures
+from agora_optimizer.runs.record import ratio
 
 if TYPE_CHECKING:
     from agora_optimizer.model.workflow import Workflow
@@ -173,6 +174,8 @@ def optimize(
     with user_errors():
         if workflow is None:
             raise AgoraError("give a WORKFLOW (a WfFormat file or airflow:DAG_ID), or --dags with --window")
+        if apply and not str(workflow).startswith("airflow:"):  # before anything is planned or written
+            raise AgoraError("--apply puts a plan in force for an Airflow DAG: give WORKFLOW as airflow:DAG_ID")
         for option, value in (
             ("--alpha", alpha),
             ("--deadline-s", deadline_s),
@@ -207,15 +210,14 @@ def optimize(
         # The bounds of any plan the catalog file holds: a written plan (each task's own duration, its latency
         # only in the gaps) may lease a little less than the planned holds, whose bounds the engines used.
         bounds = problem.bounds if planned is cat else lower_bounds(wf, cat, deadline_s)
-        write_plan(plan, out)
+        summary = _summary(plan, baseline, bounds.makespan_s, bounds.cost_usd, out)
+        write_plan(plan, out)  # each side effect said as it is done: a failure after it never hides it
+        say(f"agora: plan written to {out}", err=True)
         if apply:
-            if not str(workflow).startswith("airflow:"):
-                raise AgoraError("--apply puts a plan in force for an Airflow DAG: give WORKFLOW as airflow:DAG_ID")
             from agora_optimizer.cli.plans import plan_store
 
             stored = plan_store(plan_dir).save(str(workflow).removeprefix("airflow:"), plan, workflow=wf)
             say(f"agora: plan in force for {stored.dag_id} ({stored.path})", err=True)
-    summary = _summary(plan, baseline, bounds.makespan_s, bounds.cost_usd, out)
     releases = {r.name: r.release_s for r in cat.resources if r.release_s > 0}
     if releases:  # the predicted queue waits: when each type's first lease may begin
         summary["release_s"] = releases
@@ -322,8 +324,8 @@ def _summary(plan: Plan, baseline: Plan | None, makespan_lb: float, cost_lb: flo
         return {
             "makespan_s": p.makespan_s,
             "cost_usd": p.cost_usd,
-            "makespan_over_lower_bound": p.makespan_s / makespan_lb if makespan_lb > 0 else None,
-            "cost_over_lower_bound": p.cost_usd / cost_lb if cost_lb > 0 else None,
+            "makespan_over_lower_bound": ratio(p.makespan_s, makespan_lb),  # None (null) against a bound of 0
+            "cost_over_lower_bound": ratio(p.cost_usd, cost_lb),
             "machines": len({a.machine for a in p.assignments}),
             "resources": sorted({a.resource for a in p.assignments}),
         }

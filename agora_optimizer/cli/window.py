@@ -152,12 +152,15 @@ def plan_window(
         "platform_latency": latency.summary(file_catalog, statistic),
     }
     (out_dir / "window.json").write_text(json.dumps(summary, indent=1) + "\n")
+    # Each side effect is said as it is done: a failure after it (a plan store that cannot be written) never hides it.
+    say(f"agora: {len(rows)} plan(s) and window.json written to {out_dir}", err=True)
     if gantt is not None or apply:  # the platform's machines: drawn, and kept for the agora view
         picture, dag_of = platform_plan(joint, catalog, catalog_label, started)
     if gantt is not None:
         from agora_optimizer.gantt import draw_gantt
 
         draw_gantt(picture, gantt, dag_of)
+        say(f"agora: chart written to {gantt}", err=True)
     late = [r for r in rows if not r["on_time"]]
     if late:
         reasons = []
@@ -173,7 +176,8 @@ def plan_window(
         from agora_optimizer.cli.plans import plan_store
 
         store_ = plan_store(plan_dir)
-        store_.save_window(window_document(summary, picture, dag_of))
+        kept = store_.save_window(window_document(summary, picture, dag_of))
+        say(f"agora: window kept for the agora view in {kept}", err=True)
         apply_runs(store_, [(by_name[p.run.name], documents[p.run.name]) for p in joint.plans], workflows)
     return summary
 

@@ -62,12 +62,17 @@ CATALOG = {
 START = "2026-12-03T00:00:00Z"
 
 
-def _agora(home: Path, *args: str, deadlines: str = "nightly_b=10h") -> subprocess.CompletedProcess[str]:
+FREE_CATALOG = {**CATALOG, "resources": [{**r, "price_per_hour_usd": 0.0} for r in CATALOG["resources"]]}  # pools
+
+
+def _agora(
+    home: Path, *args: str, deadlines: str = "nightly_b=10h", catalog: dict[str, Any] = CATALOG
+) -> subprocess.CompletedProcess[str]:
     folder = home / "dags"
     if not folder.exists():
         folder.mkdir(parents=True)
         (folder / "nightly.py").write_text(DAGS)
-        (home / "catalog.yaml").write_text(yaml.safe_dump(CATALOG))
+        (home / "catalog.yaml").write_text(yaml.safe_dump(catalog))
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
     env |= {"AIRFLOW_HOME": str(home), "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "AIRFLOW__AGORA__DEADLINES": deadlines}
     command = [
@@ -192,3 +197,33 @@ def test_a_window_that_cannot_be_planned_exits_2_with_one_line(tmp_path: Path, a
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("agora: error: ") and expected in last, done.stderr[-2000:]
     assert not (tmp_path / "out" / "window.json").exists()
+
+
+def test_a_window_on_a_free_catalog_is_planned_applied_and_its_cost_ratio_is_n_a(tmp_path: Path) -> None:
+    """On a catalog that costs nothing (local pools) the window's cost lower bound is 0: the report divided by it
+    and ended in a ZeroDivisionError traceback, exit 1, after the plans were written and put in force."""
+    out, plans = tmp_path / "window", tmp_path / "plans"
+    done = _agora(tmp_path, "--dags", "nightly_a", "-o", str(out), "--apply", "--plan-dir", str(plans),
+                  catalog=FREE_CATALOG)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("nightly_a@2026-12-03T01:00:00+00:00: +3600 s, deadline 43200 s, makespan ")
+    ways = {line.split(":")[0]: line for line in lines[1:-1]}
+    assert set(ways) == {"joint", "first come", "each alone"}
+    assert all(line.endswith(": 0.0000 USD, cost / lower bound n/a") for line in ways.values()), ways
+    assert json.loads((out / "window.json").read_text())["cost_lower_bound_usd"] == 0
+    assert f"agora: 1 plan(s) and window.json written to {out}" in done.stderr
+    assert (plans / "nightly_a" / "current.json").exists() and "agora: plan in force for nightly_a" in done.stderr
+
+
+def test_a_failure_after_the_plans_are_written_says_they_were(tmp_path: Path) -> None:
+    """A plan store that cannot be written (here a file) fails --apply after the window's plans are written:
+    the error used to be the only line, and said nothing of the plans on disk."""
+    out, blocker = tmp_path / "window", tmp_path / "plans"
+    blocker.write_text("not a directory")
+    done = _agora(tmp_path, "--dags", "nightly_a", "-o", str(out), "--apply", "--plan-dir", str(blocker))
+    assert done.returncode == 2, done.stderr[-3000:]
+    lines = done.stderr.strip().splitlines()
+    assert lines[-1].startswith("agora: error: window not saved in ") and "Traceback" not in done.stderr
+    assert f"agora: 1 plan(s) and window.json written to {out}" in lines[:-1]
+    assert (out / "window.json").exists()
