@@ -76,7 +76,13 @@ def plan_window(
     """Plan the window, write its plans and summary; the summary. Raises :class:`WindowPlanError`
     (after writing everything) when a run misses its deadline."""
     from agora_optimizer.integration.airflow_dag import predicted_dag_workflow
-    from agora_optimizer.integration.window_runs import dags_without_runs, parse_window, runs_in_window, select_dags
+    from agora_optimizer.integration.window_runs import (
+        check_window,
+        dags_without_runs,
+        parse_window,
+        runs_in_window,
+        select_dags,
+    )
     from agora_optimizer.planning.bounds import makespan_lower_bound_s
     from agora_optimizer.planning.window import cost_lower_bound, plan_each_alone, plan_first_come, plan_jointly
     from agora_optimizer.predict.latency import statistic_of, with_platform_latency
@@ -85,6 +91,7 @@ def plan_window(
     statistic = statistic_of(platform_latency)
     window_s = parse_window(window)
     start = parse_start(start_text)
+    check_window(start, window_s)  # before the DAG folder is parsed
     if gantt is not None:
         from agora_optimizer.gantt import check_chart_path
 
@@ -110,6 +117,12 @@ def plan_window(
             say(f"agora: {name}: no deadline: {item.deadline_source}", err=True)
         runs.append(WindowRun(name, workflows[item.dag_id], item.offset_s, item.deadline_s))
         by_name[name] = item
+    past = [f"{r.name} ({by_name[r.name].deadline_source}: {r.deadline_s:+.0f} s)" for r in runs if _past(r.deadline_s)]
+    if past:  # no plan meets it, and a plan's deadline is > 0: said before anything is planned or written
+        raise AgoraError(
+            f"{len(past)} DAG run(s) whose deadline is at or before their start: {'; '.join(past)}; "
+            "give their DAGs a deadline in [agora] deadlines (dag_id=DURATION) or leave them out of --dags"
+        )
     bounds = {r.name: makespan_lower_bound_s(r.workflow, catalog) for r in runs}
     impossible = {r.name for r in runs if r.deadline_s is not None and r.deadline_s < bounds[r.name] - 1e-6}
     left = max(time_limit_s - (time.perf_counter() - started), 1.0)
@@ -246,6 +259,11 @@ def _platform_latency(statistic: str, store: str | None, workflows: dict[str, Wo
 
     edges = {dag_id: [(e.parent, e.child) for e in wf.edges] for dag_id, wf in workflows.items()}
     return learned_platform_latency(store, edges, statistic)
+
+
+def _past(deadline_s: float | None) -> bool:
+    """Whether a run's deadline is at or before its start (a ``FIXED_DATETIME`` alert's, for a late run)."""
+    return deadline_s is not None and deadline_s <= 0
 
 
 def _file_name(run: str) -> str:

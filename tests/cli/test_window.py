@@ -45,7 +45,12 @@ def build(dag_id, schedule, tags, deadline=None, width=3):
 one_hour_after_queued = DeadlineAlert(
     reference=DeadlineReference.DAGRUN_QUEUED_AT, interval=timedelta(hours=12), callback=SyncCallback(notify)
 )
+past_midnight = DeadlineAlert(  # for the run at 01:00 of 2026-12-03: 30 minutes before it starts
+    reference=DeadlineReference.FIXED_DATETIME(datetime(2026, 12, 3, tzinfo=timezone.utc)),
+    interval=timedelta(minutes=30), callback=SyncCallback(notify),
+)
 nightly_a = build("nightly_a", "0 1 * * *", ["nightly"], deadline=one_hour_after_queued)
+late = build("late", "0 1 * * *", ["late"], deadline=past_midnight)
 nightly_b = build("nightly_b", "10 1 * * *", ["nightly"])
 hourly = build("hourly", "@hourly", ["often"])
 """
@@ -189,6 +194,17 @@ def test_apply_over_several_runs_of_a_dag_keeps_each_runs_plan_and_puts_the_firs
         ),
         (["--dags", "tag:weekly"], "tag 'weekly'"),
         (["--dags", "tag:nightly", "--window", "soon"], "soon"),
+        # These two ended in an OverflowError traceback, exit 1 (their windows end past year 9999):
+        (["--dags", "tag:nightly", "--window", "99999999d"], "--window '99999999d': expected at most 366d"),
+        (
+            ["--dags", "tag:nightly", "--window-start", "9999-12-31T00:00:00Z"],
+            "--window-start 9999-12-31T00:00:00+00:00: the window of 1d from it ends after 9999-01-01",
+        ),
+        (
+            ["--dags", "late"],  # its plan's deadline once failed the plan writer, naming a file never written
+            "1 DAG run(s) whose deadline is at or before their start: late@2026-12-03T01:00:00+00:00 "
+            "(DeadlineAlert(FIXED_DATETIME(2026-12-03T00:00:00+00:00) + 30m): -1800 s); give their DAGs a deadline",
+        ),
     ],
 )
 def test_a_window_that_cannot_be_planned_exits_2_with_one_line(tmp_path: Path, args: list[str], expected: str) -> None:
@@ -196,7 +212,7 @@ def test_a_window_that_cannot_be_planned_exits_2_with_one_line(tmp_path: Path, a
     assert done.returncode == 2, done.stderr[-3000:]
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("agora: error: ") and expected in last, done.stderr[-2000:]
-    assert not (tmp_path / "out" / "window.json").exists()
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_window_on_a_free_catalog_is_planned_applied_and_its_cost_ratio_is_n_a(tmp_path: Path) -> None:
