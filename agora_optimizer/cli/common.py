@@ -19,7 +19,7 @@ from collections.abc import Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -127,6 +127,18 @@ def ratio_text(value: float | None, base: float | None, style: str = "{:.3f}", *
         return "-"
     quotient = ratio(value, base)
     return "n/a" if quotient is None else style.format(quotient - 1 if change else quotient)
+
+
+def json_ready(value: Any) -> Any:
+    """``value`` (dicts, lists and numbers) with every number that is not finite as None: null in JSON and n/a
+    when shown, so that a document written with ``allow_nan=False`` never holds ``Infinity`` or ``NaN``."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: json_ready(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_ready(item) for item in value]
+    return value
 
 
 def data_table(title: str, columns: Sequence[str], rows: Iterable[Sequence[str]], right: Collection[str] = ()) -> Table:

@@ -24,8 +24,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agora_optimizer.cli.common import say
+from agora_optimizer.cli.common import json_ready, say
 from agora_optimizer.errors import AgoraError
+from agora_optimizer.io.documents import write_text_atomically
 from agora_optimizer.model.catalog import Catalog
 from agora_optimizer.model.plan import Assignment, Objective, Plan
 from agora_optimizer.model.workflow import Workflow
@@ -152,6 +153,7 @@ def plan_window(
                 "makespan_s": plan.makespan_s,
                 "cost_usd": plan.cost_usd,
                 "on_time": plan.on_time,
+                "late_because": None if plan.on_time else _why_late(plan.run.name, bounds, impossible),
                 "plan": str(path),
             }
         )
@@ -164,7 +166,8 @@ def plan_window(
         "ways": {way.method: way_summary(way, catalog) for way in (joint, first_come, alone) if way is not None},
         "platform_latency": latency.summary(file_catalog, statistic),
     }
-    (out_dir / "window.json").write_text(json.dumps(summary, indent=1) + "\n")
+    summary = json_ready(summary)  # strict JSON: a number that is not finite is null (n/a), never Infinity
+    write_text_atomically(out_dir / "window.json", json.dumps(summary, indent=1, allow_nan=False) + "\n")
     # Each side effect is said as it is done: a failure after it (a plan store that cannot be written) never hides it.
     say(f"agora: {len(rows)} plan(s) and window.json written to {out_dir}", err=True)
     if gantt is not None or apply:  # the platform's machines: drawn, and kept for the agora view
@@ -174,13 +177,12 @@ def plan_window(
 
         draw_gantt(picture, gantt, dag_of)
         say(f"agora: chart written to {gantt}", err=True)
-    late = [r for r in rows if not r["on_time"]]
-    if late:
-        reasons = []
-        for row in late:
-            never = f"even alone it needs at least {bounds[row['run']]:.1f} s"
-            why = never if row["run"] in impossible else "the catalog's counts cannot hold it beside the others"
-            reasons.append(f"{row['run']} (deadline {row['deadline_s']:.1f} s, best {row['makespan_s']:.1f} s: {why})")
+    late = [r for r in summary["runs"] if not r["on_time"]]
+    if late:  # the same reasons as window.json's late_because
+        reasons = [
+            f"{row['run']} (deadline {row['deadline_s']:.1f} s, best {row['makespan_s']:.1f} s: {row['late_because']})"
+            for row in late
+        ]
         raise WindowPlanError(
             f"{len(late)} DAG run(s) miss their deadline in the best plans found (written to {out_dir}): "
             + "; ".join(reasons)
@@ -259,6 +261,13 @@ def _platform_latency(statistic: str, store: str | None, workflows: dict[str, Wo
 
     edges = {dag_id: [(e.parent, e.child) for e in wf.edges] for dag_id, wf in workflows.items()}
     return learned_platform_latency(store, edges, statistic)
+
+
+def _why_late(run: str, bounds: dict[str, float], impossible: set[str]) -> str:
+    """Why a run misses its deadline in the plans written: it cannot meet it even alone, or not beside the others."""
+    if run in impossible:
+        return f"even alone it needs at least {bounds[run]:.1f} s"
+    return "the catalog's counts cannot hold it beside the others"
 
 
 def _past(deadline_s: float | None) -> bool:

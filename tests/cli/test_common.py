@@ -13,6 +13,7 @@ from agora_optimizer.cli.common import (
     Range,
     check_option,
     data_table,
+    json_ready,
     number,
     out_console,
     plan_catalog,
@@ -72,3 +73,8 @@ def test_a_data_table_shows_its_title_headers_and_cells_as_they_are(capsys: pyte
     for text in ("wf[/x]", "task[a100]", "gpu[a100]#0", "[/x]"):
         assert text in shown
     assert [column.justify for column in table.columns] == ["left", "right"]
+
+
+def test_json_ready_makes_every_number_that_is_not_finite_null() -> None:
+    document = {"bound": math.inf, "runs": [{"cost": math.nan, "name": "a"}, (1.5, -math.inf)], "count": 3}
+    assert json_ready(document) == {"bound": None, "runs": [{"cost": None, "name": "a"}, [1.5, None]], "count": 3}

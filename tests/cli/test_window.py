@@ -162,9 +162,16 @@ def test_a_deadline_no_plan_can_meet_is_named_and_the_best_plans_are_written(tmp
     assert (
         "nightly_b@2026-12-03T01:10:00+00:00 (deadline 60.0 s" in message and "even alone it needs at least" in message
     )
-    summary = json.loads((out / "window.json").read_text())
+    summary = json.loads((out / "window.json").read_text(), parse_constant=_no_constant)  # strict JSON
     assert [row["on_time"] for row in summary["runs"]] == [True, False]  # written all the same
     assert all(Path(row["plan"]).exists() for row in summary["runs"])
+    on_time, late = summary["runs"]  # window.json says why, as the error does
+    assert on_time["late_because"] is None and late["late_because"].startswith("even alone it needs at least ")
+    assert f"deadline 60.0 s, best {late['makespan_s']:.1f} s: {late['late_because']})" in message
+
+
+def _no_constant(name: str) -> float:
+    raise AssertionError(f"{name} in window.json: not JSON")
 
 
 def test_apply_over_several_runs_of_a_dag_keeps_each_runs_plan_and_puts_the_first_in_force(tmp_path: Path) -> None:
