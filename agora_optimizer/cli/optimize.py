@@ -211,10 +211,11 @@ def optimize(
         # only in the gaps) may lease a little less than the planned holds, whose bounds the engines used.
         bounds = problem.bounds if planned is cat else lower_bounds(wf, cat, deadline_s)
         summary = _summary(plan, baseline, bounds.makespan_s, bounds.cost_usd, out)
-        write_plan(plan, out)  # each side effect said as it is done: a failure after it never hides it
-        say(f"agora: plan written to {out}", err=True)
+        write_plan(plan, out)  # the summary's last line says so; the store below may fail, so it is said first
         if apply:
             from agora_optimizer.cli.plans import plan_store
+
+            say(f"agora: plan written to {out}", err=True)
 
             stored = plan_store(plan_dir).save(str(workflow).removeprefix("airflow:"), plan, workflow=wf)
             say(f"agora: plan in force for {stored.dag_id} ({stored.path})", err=True)

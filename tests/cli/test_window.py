@@ -1,4 +1,5 @@
-"""``agora optimize --dags ... --window``: the runs of real DAG files planned together (issue 20, part 2).
+"""``agora optimize --dags ... --window``: the runs of real DAG files planned together (issue 20, part 2); and one
+of those DAGs alone (``airflow:DAG_ID``) where it shares their set-up.
 
 Airflow 3.3 parses the DAG files below (in a subprocess, as a user runs the command); the runs come
 from their schedules, the deadlines from a ``DeadlineAlert`` and from ``[agora] deadlines``.
@@ -250,3 +251,15 @@ def test_a_failure_after_the_plans_are_written_says_they_were(tmp_path: Path) ->
     assert lines[-1].startswith("agora: error: window not saved in ") and "Traceback" not in done.stderr
     assert f"agora: 1 plan(s) and window.json written to {out}" in lines[:-1]
     assert (out / "window.json").exists()
+
+
+def test_one_dags_plan_that_cannot_be_put_in_force_says_the_plan_was_written(tmp_path: Path) -> None:
+    """``optimize airflow:DAG_ID --apply`` with a plan store that cannot be written: the error was the only line,
+    and said nothing of the plan file written before it."""
+    out, blocker = tmp_path / "plan.json", tmp_path / "plans"
+    blocker.write_text("not a directory")
+    done = _agora(tmp_path, "airflow:nightly_a", "-o", str(out), "--apply", "--plan-dir", str(blocker))
+    assert done.returncode == 2, done.stderr[-3000:]
+    lines = done.stderr.strip().splitlines()
+    assert lines[-1].startswith("agora: error: plan of DAG 'nightly_a' not saved") and "Traceback" not in done.stderr
+    assert f"agora: plan written to {out}" in lines[:-1] and out.exists()
