@@ -1,26 +1,35 @@
-"""What every ``agora`` command group shares: the consoles, one-line user errors, common options and number ranges.
+"""What every ``agora`` command group shares: the consoles, one-line user errors, common options and number ranges,
+and the one way names and figures are shown (tables of text, ratios).
 
 Every error that is the input's fault is one line on stderr, exit code 2 (the ``AgoraError``'s own
-code), and no file written. The command groups import this module (and a few, one shared piece of
-another group: ``runs`` the trace store option, ``optimize --apply`` the plan store); none imports
-the ``agora`` app (``agora_optimizer.cli``), which imports them all.
+code), and no file written. Names (tasks, runs, machines, resources, messages) are shown as they are:
+every table is a :func:`data_table` of text and every line goes through :func:`say`, never rich markup
+(a machine ``gpu[a100]#0`` stays ``gpu[a100]#0``; a name holding ``[/x]`` breaks nothing). Every ratio
+goes through :func:`ratio_text`: ``n/a`` against a bound or baseline of 0, never a division by it.
+
+The command groups import this module (and a few, one shared piece of another group: ``runs`` the
+trace store option, ``optimize --apply`` the plan store); none imports the ``agora`` app
+(``agora_optimizer.cli``), which imports them all.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.table import Table
+from rich.text import Text
 
 from agora_optimizer.errors import AgoraError, FieldError
 from agora_optimizer.io.catalog_file import load_catalog
 from agora_optimizer.model.limits import MAX_MACHINE_MEMORY_GIB, MAX_PLANNING_S, MAX_RUNTIME_S, MAX_TIME_S, MAX_USD
+from agora_optimizer.runs.record import ratio
 
 if TYPE_CHECKING:
     from agora_optimizer.model.catalog import Catalog
@@ -41,7 +50,7 @@ def user_errors() -> Iterator[None]:
     try:
         yield
     except AgoraError as exc:
-        err_console.print(f"agora: error: {exc}", markup=False, highlight=False, soft_wrap=True)
+        say(f"agora: error: {exc}", err=True)
         raise typer.Exit(exc.exit_code) from None
 
 
@@ -108,6 +117,39 @@ def check_option(option: str, value: float | None, bounds: Range | None = None) 
 def number(value: float | None, style: str) -> str:
     """``value`` in ``style`` (a ``str.format`` pattern), or ``-`` when there is none."""
     return "-" if value is None else style.format(value)
+
+
+def ratio_text(value: float | None, base: float | None, style: str = "{:.3f}", *, change: bool = False) -> str:
+    """``value / base`` in ``style`` (with ``change``, ``value / base - 1``): ``-`` where either is missing,
+    ``n/a`` where ``base`` is 0, as a free catalog's cost bound or a plan that cost nothing is. Every ratio
+    the commands print against a bound, a baseline or a plan goes through here, never a bare division."""
+    if value is None or base is None:
+        return "-"
+    quotient = ratio(value, base)
+    return "n/a" if quotient is None else style.format(quotient - 1 if change else quotient)
+
+
+def json_ready(value: Any) -> Any:
+    """``value`` (dicts, lists and numbers) with every number that is not finite as None: null in JSON and n/a
+    when shown, so that a document written with ``allow_nan=False`` never holds ``Infinity`` or ``NaN``."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: json_ready(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_ready(item) for item in value]
+    return value
+
+
+def data_table(title: str, columns: Sequence[str], rows: Iterable[Sequence[str]], right: Collection[str] = ()) -> Table:
+    """A rich table of data: its title, headers and cells are text as given, never markup; the columns
+    named in ``right`` are right-aligned (numbers), the others left-aligned."""
+    table = Table(title=Text(title, style="table.title"))  # a str title would be read as markup
+    for column in columns:
+        table.add_column(Text(column), justify="right" if column in right else "left")
+    for row in rows:
+        table.add_row(*(Text(cell) for cell in row))
+    return table
 
 
 def plan_catalog(plan_path: Path, plan: Plan, catalog: Path | None) -> Catalog:

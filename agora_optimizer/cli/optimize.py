@@ -18,16 +18,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.table import Table
 
 from agora_optimizer.cli.common import (
     CatalogOpt,
     PlanCatalogOpt,
     check_option,
+    data_table,
     err_console,
     out_console,
     plan_catalog,
     ranged,
+    ratio_text,
     say,
     user_errors,
 )
@@ -37,6 +38,7 @@ from agora_optimizer.io.plan_file import load_plan, write_plan
 from agora_optimizer.io.wfformat import load_workflow
 from agora_optimizer.model.catalog import GIB, Catalog
 from agora_optimizer.model.plan import Objective, Plan, SpotFigures
+from agora_optimizer.runs.record import ratio
 
 if TYPE_CHECKING:
     from agora_optimizer.model.workflow import Workflow
@@ -172,6 +174,8 @@ def optimize(
     with user_errors():
         if workflow is None:
             raise AgoraError("give a WORKFLOW (a WfFormat file or airflow:DAG_ID), or --dags with --window")
+        if apply and not str(workflow).startswith("airflow:"):  # before anything is planned or written
+            raise AgoraError("--apply puts a plan in force for an Airflow DAG: give WORKFLOW as airflow:DAG_ID")
         for option, value in (
             ("--alpha", alpha),
             ("--deadline-s", deadline_s),
@@ -206,15 +210,15 @@ def optimize(
         # The bounds of any plan the catalog file holds: a written plan (each task's own duration, its latency
         # only in the gaps) may lease a little less than the planned holds, whose bounds the engines used.
         bounds = problem.bounds if planned is cat else lower_bounds(wf, cat, deadline_s)
-        write_plan(plan, out)
+        summary = _summary(plan, baseline, bounds.makespan_s, bounds.cost_usd, out)
+        write_plan(plan, out)  # the summary's last line says so; the store below may fail, so it is said first
         if apply:
-            if not str(workflow).startswith("airflow:"):
-                raise AgoraError("--apply puts a plan in force for an Airflow DAG: give WORKFLOW as airflow:DAG_ID")
             from agora_optimizer.cli.plans import plan_store
+
+            say(f"agora: plan written to {out}", err=True)
 
             stored = plan_store(plan_dir).save(str(workflow).removeprefix("airflow:"), plan, workflow=wf)
             say(f"agora: plan in force for {stored.dag_id} ({stored.path})", err=True)
-    summary = _summary(plan, baseline, bounds.makespan_s, bounds.cost_usd, out)
     releases = {r.name: r.release_s for r in cat.resources if r.release_s > 0}
     if releases:  # the predicted queue waits: when each type's first lease may begin
         summary["release_s"] = releases
@@ -263,8 +267,8 @@ def _optimize_window(
             f"cost {row['cost_usd']:.4f} USD")  # fmt: skip
     for way, numbers in summary["ways"].items():
         over = ", ".join(f"{k} {v['peak']} at once" for k, v in numbers["over_counts"].items())
-        say(f"{way}: {numbers['cost_usd']:.4f} USD ({numbers['cost_usd'] / bound:.3f}x the lower bound"
-            f"{'; over the counts: ' + over if over else ''})")  # fmt: skip
+        say(f"{way}: {numbers['cost_usd']:.4f} USD, cost / lower bound {ratio_text(numbers['cost_usd'], bound)}"
+            f"{'; over the counts: ' + over if over else ''}")  # fmt: skip
     say(f"plans and window.json in {out}")
 
 
@@ -321,8 +325,8 @@ def _summary(plan: Plan, baseline: Plan | None, makespan_lb: float, cost_lb: flo
         return {
             "makespan_s": p.makespan_s,
             "cost_usd": p.cost_usd,
-            "makespan_over_lower_bound": p.makespan_s / makespan_lb if makespan_lb > 0 else None,
-            "cost_over_lower_bound": p.cost_usd / cost_lb if cost_lb > 0 else None,
+            "makespan_over_lower_bound": ratio(p.makespan_s, makespan_lb),  # None (null) against a bound of 0
+            "cost_over_lower_bound": ratio(p.cost_usd, cost_lb),
             "machines": len({a.machine for a in p.assignments}),
             "resources": sorted({a.resource for a in p.assignments}),
         }
@@ -350,42 +354,37 @@ def spot_line(figures: SpotFigures) -> str:
 
 
 def _print_summary(summary: dict[str, Any]) -> None:
-    table = Table(title=f"{summary['workflow']} ({summary['tasks']} tasks), objective {summary['objective']['kind']}")
-    for column in ("", "makespan (s)", "cost (USD)", "makespan / LB", "cost / LB", "machines"):
-        table.add_column(column, justify="right" if column else "left")
-
-    def add(label: str, row: dict[str, Any]) -> None:
-        table.add_row(
-            label,
-            f"{row['makespan_s']:,.1f}",
-            f"{row['cost_usd']:.4f}",
-            f"{row['makespan_over_lower_bound']:.3f}" if row["makespan_over_lower_bound"] else "-",
-            f"{row['cost_over_lower_bound']:.3f}" if row["cost_over_lower_bound"] else "-",
-            str(row["machines"]),
-        )
-
-    add("agora", summary["agora"])
-    if summary["default"]:
-        add("one-type default", summary["default"])
     bounds = summary["lower_bounds"]
-    table.add_row("lower bound", f"{bounds['makespan_s']:,.1f}", f"{bounds['cost_usd']:.4f}", "1.000", "1.000", "")
-    out_console.print(table)
-    if summary["spot"]:
-        out_console.print(spot_line(SpotFigures(**summary["spot"])))
-    default = summary["default"]
+
+    def row(label: str, numbers: dict[str, Any], machines: str) -> list[str]:
+        return [
+            label,
+            f"{numbers['makespan_s']:,.1f}",
+            f"{numbers['cost_usd']:.4f}",
+            ratio_text(numbers["makespan_s"], bounds["makespan_s"]),
+            ratio_text(numbers["cost_usd"], bounds["cost_usd"]),
+            machines,
+        ]
+
+    ours, default = summary["agora"], summary["default"]
+    rows = [row("agora", ours, str(ours["machines"]))]
     if default:
-        ours = summary["agora"]
-        makespan = ours["makespan_s"] / default["makespan_s"] - 1 if default["makespan_s"] else 0.0
-        cost = ours["cost_usd"] / default["cost_usd"] - 1 if default["cost_usd"] else 0.0
-        out_console.print(
-            f"against the one-type default (every task on {default['resource']}): "
-            f"makespan {makespan:+.1%}, cost {cost:+.1%}"
-        )
+        rows.append(row("one-type default", default, str(default["machines"])))
+    rows.append(row("lower bound", bounds, ""))
+    columns = ("", "makespan (s)", "cost (USD)", "makespan / LB", "cost / LB", "machines")
+    title = f"{summary['workflow']} ({summary['tasks']} tasks), objective {summary['objective']['kind']}"
+    out_console.print(data_table(title, columns, rows, right=columns[1:]))
+    if summary["spot"]:
+        say(spot_line(SpotFigures(**summary["spot"])))
+    if default:
+        makespan = ratio_text(ours["makespan_s"], default["makespan_s"], "{:+.1%}", change=True)
+        cost = ratio_text(ours["cost_usd"], default["cost_usd"], "{:+.1%}", change=True)
+        say(f"against the one-type default (every task on {default['resource']}): makespan {makespan}, cost {cost}")
     for name, release_s in sorted(summary.get("release_s", {}).items()):
-        out_console.print(f"{name}: released at {release_s:,.0f} s (predicted queue wait, not billed)")
+        say(f"{name}: released at {release_s:,.0f} s (predicted queue wait, not billed)")
     for line in summary.get("platform_latency_lines", []):
         say(f"platform latency: {line}")
-    out_console.print(f"plan written to {summary['plan']}")
+    say(f"plan written to {summary['plan']}")
 
 
 def validate(
@@ -403,7 +402,7 @@ def validate(
         ensure_plan_matches(loaded, wf)
         violations = validate_plan(loaded, wf, cat)
     for violation in violations:
-        out_console.print(str(violation), markup=False, highlight=False, soft_wrap=True)
+        say(str(violation))
     if violations:
         say(f"{plan}: {len(violations)} violation(s)", err=True)
         raise typer.Exit(1)
@@ -466,16 +465,16 @@ def pareto(
         if save_plans is not None:
             plan_files = _save_front_plans(front_plans(front, wf, cat), save_plans)
         write_front(front, out, plan_files)
-    table = Table(title=f"{front.workflow}: {len(front.points)} plans on the front ({len(front.candidates)} tried)")
-    for column in ("makespan (s)", "cost (USD)", "method", *(("plan",) if plan_files else ())):
-        table.add_column(column)
-    for i, point in enumerate(front.points):
-        row = [f"{point.makespan_s:,.1f}", f"{point.cost_usd:.4f}", point.method]
-        table.add_row(*row, *((plan_files[i],) if plan_files else ()))
-    out_console.print(table)
-    out_console.print(f"front written to {out}" + (f", chart to {plot}" if plot else ""), markup=False)
+    title = f"{front.workflow}: {len(front.points)} plans on the front ({len(front.candidates)} tried)"
+    rows = [
+        [f"{point.makespan_s:,.1f}", f"{point.cost_usd:.4f}", point.method, *((plan_files[i],) if plan_files else ())]
+        for i, point in enumerate(front.points)
+    ]
+    columns = ("makespan (s)", "cost (USD)", "method", *(("plan",) if plan_files else ()))
+    out_console.print(data_table(title, columns, rows))
+    say(f"front written to {out}" + (f", chart to {plot}" if plot else ""))
     if save_plans is not None:
-        out_console.print(f"{len(front.points)} plans written to {save_plans}", markup=False)
+        say(f"{len(front.points)} plans written to {save_plans}")
 
 
 def _make_plan_directory(directory: Path) -> None:

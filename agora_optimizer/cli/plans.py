@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from agora_optimizer.cli.common import command_group, out_console, user_errors
+from agora_optimizer.cli.common import command_group, out_console, say, user_errors
 from agora_optimizer.plans.store import PlanStore, default_plan_store
 
 plans_app = command_group("The plans in force for Airflow DAGs (what the cluster policy applies) and their history.")
@@ -53,9 +53,7 @@ def apply(
                         f"which {catalog} does not declare"
                     )
         stored = plan_store(plan_dir).save(dag_id, loaded)
-    out_console.print(
-        f"plan of {dag_id} in force: {len(loaded.assignments)} tasks (history: {stored.path})", markup=False
-    )
+    say(f"plan of {dag_id} in force: {len(loaded.assignments)} tasks (history: {stored.path})")
 
 
 @plans_app.command("show")
@@ -84,4 +82,4 @@ def history(
     with user_errors():
         paths = plan_store(plan_dir).history(dag_id)
     for path in paths:
-        out_console.print(str(path), markup=False)
+        say(str(path))

@@ -14,7 +14,15 @@ from typing import Annotated, Any
 
 import typer
 
-from agora_optimizer.cli.common import CatalogOpt, PlanCatalogOpt, out_console, plan_catalog, say, user_errors
+from agora_optimizer.cli.common import (
+    CatalogOpt,
+    PlanCatalogOpt,
+    data_table,
+    out_console,
+    plan_catalog,
+    say,
+    user_errors,
+)
 from agora_optimizer.errors import InputFileError
 
 log = logging.getLogger(__name__)
@@ -80,7 +88,7 @@ def train(
         directory = out or default_model_dir()
         save_predictor(predictor, directory, metrics=metrics, sources=sources)
     if skipped:
-        out_console.print(f"skipped {skipped} task record(s) with bad values", markup=False)
+        say(f"skipped {skipped} task record(s) with bad values")
     say(
         f"trained on {predictor.training_rows['runtime']} attempts ({predictor.training_rows['memory']} with "
         f"memory) from {predictor.training_rows['runs']} runs; model written to {directory}"
@@ -132,21 +140,21 @@ def predict(
     if as_json:
         out_console.print_json(json.dumps(document))
         return
-    from rich.table import Table
-
-    table = Table(title=f"{prediction.workflow}: {len(prediction.tasks)} tasks, model {directory}")
-    for column in ("task", "category", "runtime (s) fastest..slowest type", "memory (MiB)", "sources"):
-        table.add_column(column)
+    rows = []
     for t in prediction.tasks:
         times = list(t.runtime_s.values())
-        table.add_row(
-            t.task_id,
-            t.category,
-            f"{min(times):,.2f}..{max(times):,.2f}" if times else "-",
-            f"{t.memory_bytes / 2**20:,.1f}",
-            f"{t.runtime_source}/{t.memory_source}",
+        rows.append(
+            [
+                t.task_id,
+                t.category,
+                f"{min(times):,.2f}..{max(times):,.2f}" if times else "-",
+                f"{t.memory_bytes / 2**20:,.1f}",
+                f"{t.runtime_source}/{t.memory_source}",
+            ]
         )
-    out_console.print(table)
+    title = f"{prediction.workflow}: {len(prediction.tasks)} tasks, model {directory}"
+    columns = ("task", "category", "runtime (s) fastest..slowest type", "memory (MiB)", "sources")
+    out_console.print(data_table(title, columns, rows))
 
 
 def simulate(

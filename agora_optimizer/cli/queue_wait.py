@@ -16,9 +16,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
-from agora_optimizer.cli.common import Range, check_option, command_group, out_console, say, user_errors
+from agora_optimizer.cli.common import Range, check_option, command_group, data_table, out_console, say, user_errors
 from agora_optimizer.model.catalog import GIB
 from agora_optimizer.model.limits import MAX_MACHINE_MEMORY_GIB, MAX_RUNTIME_S
 
@@ -103,12 +102,10 @@ def snapshot(
             json.dumps({"taken_at": snap.taken_at.isoformat(), "source": snap.source, "partitions": rows})
         )
         return
-    table = Table(title=f"SLURM queue at {snap.taken_at:%Y-%m-%d %H:%M:%S} UTC ({snap.source})")
-    for column in ("partition", "pending jobs", "pending cores", "pending GiB", "running jobs", "running cores"):
-        table.add_column(column, justify="left" if column == "partition" else "right")
-    for row in rows:
-        table.add_row(*(str(v) for v in row.values()))
-    out_console.print(table)
+    title = f"SLURM queue at {snap.taken_at:%Y-%m-%d %H:%M:%S} UTC ({snap.source})"
+    columns = ("partition", "pending jobs", "pending cores", "pending GiB", "running jobs", "running cores")
+    cells = [[str(v) for v in row.values()] for row in rows]
+    out_console.print(data_table(title, columns, cells, right=columns[1:]))
     if not rows:
         say("no pending or running job")
 

@@ -12,9 +12,18 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
-from agora_optimizer.cli.common import DagOpt, JsonOpt, command_group, number, out_console, say, user_errors
+from agora_optimizer.cli.common import (
+    DagOpt,
+    JsonOpt,
+    command_group,
+    data_table,
+    number,
+    out_console,
+    ratio_text,
+    say,
+    user_errors,
+)
 from agora_optimizer.cli.traces import StoreOpt, store_url
 from agora_optimizer.errors import AgoraError
 from agora_optimizer.runs.record import RunRecord
@@ -63,13 +72,10 @@ def list_runs(
     if as_json:
         typer.echo(json.dumps([_summary(r) for r in records]))
         return
-    table = Table(title=f"{len(records)} run(s)")
     columns = ("dag", "run", "state", "planned", "plan", "makespan plan (s)", "makespan (s)", "ratio",
                "cost plan (USD)", "cost (USD)", "ratio", "repairs")  # fmt: skip
-    for column in columns:
-        table.add_column(column, justify="right" if "(" in column or column in ("ratio", "repairs") else "left")
-    for r in records:
-        table.add_row(
+    rows = [
+        [
             r.dag_id,
             r.run_id,
             r.state,
@@ -77,13 +83,16 @@ def list_runs(
             r.plan_version or "-",
             number(r.planned_makespan_s, "{:,.1f}"),
             number(r.actual_makespan_s, "{:,.1f}"),
-            number(r.makespan_ratio, "{:.2f}"),
+            ratio_text(r.actual_makespan_s, r.planned_makespan_s, "{:.2f}"),
             number(r.planned_cost_usd, "{:.4f}"),
             number(r.actual_cost_usd, "{:.4f}"),
-            number(r.cost_ratio, "{:.2f}"),
+            ratio_text(r.actual_cost_usd, r.planned_cost_usd, "{:.2f}"),
             str(len(r.repairs)),
-        )
-    out_console.print(table)
+        ]
+        for r in records
+    ]
+    right = [c for c in columns if "(" in c or c in ("ratio", "repairs")]
+    out_console.print(data_table(f"{len(records)} run(s)", columns, rows, right=right))
 
 
 @runs_app.command("show")
@@ -116,58 +125,51 @@ def show(
     if as_json:
         typer.echo(json.dumps(found.to_json()))
     else:
-        _print_record(found, out_console)
+        _print_record(found)
     if chart is not None:
         say(f"chart written to {chart}", err=True)
 
 
-def _print_record(r: RunRecord, console: Any) -> None:
+def _print_record(r: RunRecord) -> None:
     planned = f"plan {r.plan_version}" if r.planned else "unplanned"
-    console.print(
+    expected = r.planned_expected_cost_usd
+    say(
         f"{r.dag_id} {r.run_id}: {r.state}, {planned}; makespan {number(r.actual_makespan_s, '{:,.1f}')} s "
-        f"(planned {number(r.planned_makespan_s, '{:,.1f}')}, ratio {number(r.makespan_ratio, '{:.2f}')}); "
+        f"(planned {number(r.planned_makespan_s, '{:,.1f}')}, "
+        f"ratio {ratio_text(r.actual_makespan_s, r.planned_makespan_s, '{:.2f}')}); "
         f"cost {r.actual_cost_usd:.4f} USD (planned {number(r.planned_cost_usd, '{:.4f}')}, "
-        f"ratio {number(r.cost_ratio, '{:.2f}')}"
-        + (
-            f"; expected with spot interruptions {r.planned_expected_cost_usd:.4f}"
-            if r.planned_expected_cost_usd is not None
-            else ""
-        )
-        + ")",
-        markup=False,
-        highlight=False,
+        f"ratio {ratio_text(r.actual_cost_usd, r.planned_cost_usd, '{:.2f}')}"
+        + (f"; expected with spot interruptions {expected:.4f}" if expected is not None else "")
+        + ")"
     )
-    table = Table(title=f"{len(r.tasks)} task(s)")
     columns = ("task", "try", "state", "planned machine", "planned (s)", "actual machine", "actual (s)", "late (s)")
-    for column in columns:
-        table.add_column(column, justify="right" if "(" in column or column == "try" else "left")
+    rows = []
     for t in r.tasks:
         late = None if t.actual_start_s is None or t.planned_start_s is None else t.actual_start_s - t.planned_start_s
-        table.add_row(
-            t.key,
-            str(t.try_number or "-"),
-            t.state,
-            t.planned_machine or t.planned_resource or "-",
-            _span(t.planned_start_s, t.planned_end_s),
-            t.actual_machine or t.actual_resource or "-",
-            _span(t.actual_start_s, t.actual_end_s),
-            number(late, "{:+,.1f}"),
+        rows.append(
+            [
+                t.key,
+                str(t.try_number or "-"),
+                t.state,
+                t.planned_machine or t.planned_resource or "-",
+                _span(t.planned_start_s, t.planned_end_s),
+                t.actual_machine or t.actual_resource or "-",
+                _span(t.actual_start_s, t.actual_end_s),
+                number(late, "{:+,.1f}"),
+            ]
         )
-    console.print(table)
+    right = [c for c in columns if "(" in c or c == "try"]
+    out_console.print(data_table(f"{len(r.tasks)} task(s)", columns, rows, right=right))
     for lease in r.leases:
-        console.print(
+        say(
             f"lease {lease.machine or '(attempt)'} on {lease.resource or '?'}: "
-            f"{_span(lease.start_s, lease.end_s)} s, {lease.cost_usd:.4f} USD ({lease.source})",
-            markup=False,
-            highlight=False,
+            f"{_span(lease.start_s, lease.end_s)} s, {lease.cost_usd:.4f} USD ({lease.source})"
         )
     for repair in r.repairs:
         tasks = ", ".join(repair.tasks) or "-"
-        console.print(
-            f"repair at {repair.at_s:,.1f} s: {repair.reason} ({tasks}) {repair.detail}", markup=False, highlight=False
-        )
+        say(f"repair at {repair.at_s:,.1f} s: {repair.reason} ({tasks}) {repair.detail}")
     for note in r.notes:
-        console.print(f"note: {note}", markup=False, highlight=False)
+        say(f"note: {note}")
 
 
 def _summary(r: RunRecord) -> dict[str, Any]:

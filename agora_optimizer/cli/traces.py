@@ -14,9 +14,8 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
-from agora_optimizer.cli.common import DagOpt, JsonOpt, command_group, number, out_console, say, user_errors
+from agora_optimizer.cli.common import DagOpt, JsonOpt, command_group, data_table, number, out_console, say, user_errors
 from agora_optimizer.traces.records import ATTEMPT_STATES, TaskAttempt
 
 traces_app = command_group("Task-attempt traces: import them from Airflow, list them, summarise them.")
@@ -102,11 +101,9 @@ def list_attempts(
     if as_json:
         out_console.print_json(json.dumps([_jsonable(a) for a in attempts]))
         return
-    table = Table(title=f"{len(attempts)} attempt(s)")
-    for column in ("attempt", "state", "resource", "host", "runtime (s)", "peak RSS (MiB)", "CPU (s)"):
-        table.add_column(column, justify="right" if "(" in column else "left")
-    for a in attempts:
-        table.add_row(
+    columns = ("attempt", "state", "resource", "host", "runtime (s)", "peak RSS (MiB)", "CPU (s)")
+    rows = [
+        [
             a.key,
             a.state,
             a.resource_type or "-",
@@ -114,8 +111,11 @@ def list_attempts(
             number(a.runtime_s, "{:,.2f}"),
             number(None if a.peak_rss_bytes is None else a.peak_rss_bytes / 2**20, "{:,.1f}"),
             number(a.cpu_time_s, "{:,.2f}"),
-        )
-    out_console.print(table)
+        ]
+        for a in attempts
+    ]
+    right = [c for c in columns if "(" in c]
+    out_console.print(data_table(f"{len(attempts)} attempt(s)", columns, rows, right=right))
 
 
 @traces_app.command("stats")
@@ -129,11 +129,9 @@ def stats(dag: DagOpt = None, store: StoreOpt = None, as_json: JsonOpt = False) 
     if as_json:
         out_console.print_json(json.dumps({"attempts": total, "tasks": [asdict(r) for r in rows]}))
         return
-    table = Table(title=f"{total} attempt(s) of {len(rows)} task(s)")
-    for column in ("dag", "task", "attempts", "failed", "mean runtime (s)", "max peak RSS (MiB)", "mean CPU (s)"):
-        table.add_column(column, justify="left" if column in ("dag", "task") else "right")
-    for r in rows:
-        table.add_row(
+    columns = ("dag", "task", "attempts", "failed", "mean runtime (s)", "max peak RSS (MiB)", "mean CPU (s)")
+    cells = [
+        [
             r.dag_id,
             r.task_id,
             str(r.attempts),
@@ -141,8 +139,11 @@ def stats(dag: DagOpt = None, store: StoreOpt = None, as_json: JsonOpt = False) 
             number(r.mean_runtime_s, "{:,.2f}"),
             number(None if r.max_peak_rss_bytes is None else r.max_peak_rss_bytes / 2**20, "{:,.1f}"),
             number(r.mean_cpu_time_s, "{:,.2f}"),
-        )
-    out_console.print(table)
+        ]
+        for r in rows
+    ]
+    title = f"{total} attempt(s) of {len(rows)} task(s)"
+    out_console.print(data_table(title, columns, cells, right=columns[2:]))
 
 
 def store_url(explicit: str | None) -> str:

@@ -24,8 +24,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agora_optimizer.cli.common import say
+from agora_optimizer.cli.common import json_ready, say
 from agora_optimizer.errors import AgoraError
+from agora_optimizer.io.documents import write_text_atomically
 from agora_optimizer.model.catalog import Catalog
 from agora_optimizer.model.plan import Assignment, Objective, Plan
 from agora_optimizer.model.workflow import Workflow
@@ -76,7 +77,13 @@ def plan_window(
     """Plan the window, write its plans and summary; the summary. Raises :class:`WindowPlanError`
     (after writing everything) when a run misses its deadline."""
     from agora_optimizer.integration.airflow_dag import predicted_dag_workflow
-    from agora_optimizer.integration.window_runs import dags_without_runs, parse_window, runs_in_window, select_dags
+    from agora_optimizer.integration.window_runs import (
+        check_window,
+        dags_without_runs,
+        parse_window,
+        runs_in_window,
+        select_dags,
+    )
     from agora_optimizer.planning.bounds import makespan_lower_bound_s
     from agora_optimizer.planning.window import cost_lower_bound, plan_each_alone, plan_first_come, plan_jointly
     from agora_optimizer.predict.latency import statistic_of, with_platform_latency
@@ -85,6 +92,7 @@ def plan_window(
     statistic = statistic_of(platform_latency)
     window_s = parse_window(window)
     start = parse_start(start_text)
+    check_window(start, window_s)  # before the DAG folder is parsed
     if gantt is not None:
         from agora_optimizer.gantt import check_chart_path
 
@@ -110,6 +118,12 @@ def plan_window(
             say(f"agora: {name}: no deadline: {item.deadline_source}", err=True)
         runs.append(WindowRun(name, workflows[item.dag_id], item.offset_s, item.deadline_s))
         by_name[name] = item
+    past = [f"{r.name} ({by_name[r.name].deadline_source}: {r.deadline_s:+.0f} s)" for r in runs if _past(r.deadline_s)]
+    if past:  # no plan meets it, and a plan's deadline is > 0: said before anything is planned or written
+        raise AgoraError(
+            f"{len(past)} DAG run(s) whose deadline is at or before their start: {'; '.join(past)}; "
+            "give their DAGs a deadline in [agora] deadlines (dag_id=DURATION) or leave them out of --dags"
+        )
     bounds = {r.name: makespan_lower_bound_s(r.workflow, catalog) for r in runs}
     impossible = {r.name for r in runs if r.deadline_s is not None and r.deadline_s < bounds[r.name] - 1e-6}
     left = max(time_limit_s - (time.perf_counter() - started), 1.0)
@@ -139,6 +153,7 @@ def plan_window(
                 "makespan_s": plan.makespan_s,
                 "cost_usd": plan.cost_usd,
                 "on_time": plan.on_time,
+                "late_because": None if plan.on_time else _why_late(plan.run.name, bounds, impossible),
                 "plan": str(path),
             }
         )
@@ -151,20 +166,23 @@ def plan_window(
         "ways": {way.method: way_summary(way, catalog) for way in (joint, first_come, alone) if way is not None},
         "platform_latency": latency.summary(file_catalog, statistic),
     }
-    (out_dir / "window.json").write_text(json.dumps(summary, indent=1) + "\n")
+    summary = json_ready(summary)  # strict JSON: a number that is not finite is null (n/a), never Infinity
+    write_text_atomically(out_dir / "window.json", json.dumps(summary, indent=1, allow_nan=False) + "\n")
+    # Each side effect is said as it is done: a failure after it (a plan store that cannot be written) never hides it.
+    say(f"agora: {len(rows)} plan(s) and window.json written to {out_dir}", err=True)
     if gantt is not None or apply:  # the platform's machines: drawn, and kept for the agora view
         picture, dag_of = platform_plan(joint, catalog, catalog_label, started)
     if gantt is not None:
         from agora_optimizer.gantt import draw_gantt
 
         draw_gantt(picture, gantt, dag_of)
-    late = [r for r in rows if not r["on_time"]]
-    if late:
-        reasons = []
-        for row in late:
-            never = f"even alone it needs at least {bounds[row['run']]:.1f} s"
-            why = never if row["run"] in impossible else "the catalog's counts cannot hold it beside the others"
-            reasons.append(f"{row['run']} (deadline {row['deadline_s']:.1f} s, best {row['makespan_s']:.1f} s: {why})")
+        say(f"agora: chart written to {gantt}", err=True)
+    late = [r for r in summary["runs"] if not r["on_time"]]
+    if late:  # the same reasons as window.json's late_because
+        reasons = [
+            f"{row['run']} (deadline {row['deadline_s']:.1f} s, best {row['makespan_s']:.1f} s: {row['late_because']})"
+            for row in late
+        ]
         raise WindowPlanError(
             f"{len(late)} DAG run(s) miss their deadline in the best plans found (written to {out_dir}): "
             + "; ".join(reasons)
@@ -173,7 +191,8 @@ def plan_window(
         from agora_optimizer.cli.plans import plan_store
 
         store_ = plan_store(plan_dir)
-        store_.save_window(window_document(summary, picture, dag_of))
+        kept = store_.save_window(window_document(summary, picture, dag_of))
+        say(f"agora: window kept for the agora view in {kept}", err=True)
         apply_runs(store_, [(by_name[p.run.name], documents[p.run.name]) for p in joint.plans], workflows)
     return summary
 
@@ -242,6 +261,18 @@ def _platform_latency(statistic: str, store: str | None, workflows: dict[str, Wo
 
     edges = {dag_id: [(e.parent, e.child) for e in wf.edges] for dag_id, wf in workflows.items()}
     return learned_platform_latency(store, edges, statistic)
+
+
+def _why_late(run: str, bounds: dict[str, float], impossible: set[str]) -> str:
+    """Why a run misses its deadline in the plans written: it cannot meet it even alone, or not beside the others."""
+    if run in impossible:
+        return f"even alone it needs at least {bounds[run]:.1f} s"
+    return "the catalog's counts cannot hold it beside the others"
+
+
+def _past(deadline_s: float | None) -> bool:
+    """Whether a run's deadline is at or before its start (a ``FIXED_DATETIME`` alert's, for a late run)."""
+    return deadline_s is not None and deadline_s <= 0
 
 
 def _file_name(run: str) -> str:

@@ -12,7 +12,12 @@ A run's deadline, in seconds after its ``run_after``, comes from ``[agora] deadl
 of several): ``DAGRUN_LOGICAL_DATE + interval``, ``DAGRUN_QUEUED_AT + interval`` (queued at
 ``run_after``) and ``FIXED_DATETIME(dt) + interval`` translate; ``AVERAGE_RUNTIME``, a custom
 reference or an interval read from a Variable do not, and the run then has no deadline and
-the reason in ``deadline_source``. A deadline at or before the run's start is kept as it is.
+the reason in ``deadline_source``. A deadline at or before the run's start is kept as it is; one
+further than :data:`~agora_optimizer.model.limits.MAX_TIME_S` after it is none (the reason says so).
+
+The window is bounded (:func:`check_window`): at most :data:`MAX_WINDOW_S` long, starting from
+:data:`EARLIEST_START` and ending by :data:`LATEST_END`, so that neither its end, nor a schedule's
+look before it, nor a deadline after one of its runs leaves the dates a ``datetime`` holds.
 """
 
 from __future__ import annotations
@@ -28,9 +33,13 @@ from typing import Any
 from agora_optimizer import settings
 from agora_optimizer.errors import AgoraError
 from agora_optimizer.integration.airflow_dag import _first_line, dag_folder
+from agora_optimizer.model.limits import MAX_TIME_S
 
 MAX_RUNS = 100_000  # runs of one DAG from where its timetable is asked from to the window's end
 _MAX_LOOKBACK = timedelta(days=4096)  # how far before the window a clock-bound schedule is asked from
+MAX_WINDOW_S = 366 * 86400.0  # a window's length: a (leap) year
+EARLIEST_START = datetime(1970, 1, 1, tzinfo=UTC)  # agora's times are epoch seconds; the look before it stays in range
+LATEST_END = datetime(9999, 1, 1, tzinfo=UTC)  # the last year a datetime holds is left for what schedules compute after
 _DURATION = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([smhd]?)\s*", re.IGNORECASE)
 _UNIT_S = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
@@ -62,11 +71,30 @@ def _seconds(text: str) -> float | None:
 
 
 def parse_window(text: str) -> float:
-    """Seconds of a duration: ``24h``, ``90m``, ``3600s``, ``1d`` or ``3600`` (seconds); more than 0."""
+    """``--window``: seconds of a duration, ``24h``, ``90m``, ``3600s``, ``1d`` or ``3600`` (seconds); more
+    than 0 and at most :data:`MAX_WINDOW_S`."""
     seconds = _seconds(text)
     if seconds is None:
-        raise WindowError(f"window {text!r}: expected a duration > 0 such as 24h, 90m, 3600s, 1d or 3600 (seconds)")
+        raise WindowError(f"--window {text!r}: expected a duration > 0 such as 24h, 90m, 3600s, 1d or 3600 (seconds)")
+    if seconds > MAX_WINDOW_S:
+        raise WindowError(f"--window {text!r}: expected at most {_duration(MAX_WINDOW_S)} ({MAX_WINDOW_S:.0f} s)")
     return seconds
+
+
+def check_window(start: datetime, window_s: float) -> None:
+    """Refuse a window that has no time zone, is not in ``(0, MAX_WINDOW_S]`` seconds long, starts before
+    :data:`EARLIEST_START` or ends after :data:`LATEST_END`: a :class:`WindowError` naming the option."""
+    if start.tzinfo is None:
+        raise WindowError(f"--window-start {start.isoformat()} has no time zone (give it in UTC)")
+    if not 0 < window_s <= MAX_WINDOW_S:
+        raise WindowError(f"--window of {window_s:g} s: expected a duration > 0, at most {_duration(MAX_WINDOW_S)}")
+    if start < EARLIEST_START:
+        raise WindowError(f"--window-start {start.isoformat()}: expected {EARLIEST_START.date()} or later")
+    if (LATEST_END - start).total_seconds() < window_s:  # in seconds: start + window may be past any datetime
+        raise WindowError(
+            f"--window-start {start.isoformat()}: the window of {_duration(window_s)} from it ends after "
+            f"{LATEST_END.date()}, the latest agora plans for"
+        )
 
 
 def _duration(seconds: float) -> str:
@@ -158,10 +186,7 @@ def _why_no_runs(dag: Any, begin: Any, end: Any) -> str:
 
 
 def _window(start: datetime, window_s: float) -> tuple[Any, Any]:
-    if start.tzinfo is None:
-        raise WindowError(f"window start {start.isoformat()} has no time zone (give it in UTC)")
-    if not 0 < window_s < math.inf:
-        raise WindowError(f"window of {window_s} s: expected a duration > 0")
+    check_window(start, window_s)
     begin = _pendulum(start)
     return begin, begin.add(seconds=window_s)
 
@@ -263,6 +288,8 @@ def _configured_deadlines() -> dict[str, tuple[float, str]]:
         if not equals or not dag_id or seconds is None or dag_id in deadlines:
             why = "named twice" if dag_id in deadlines else "expected dag_id=DURATION, e.g. etl=6h (90m, 1d, 3600s)"
             raise WindowError(f"[agora] deadlines: {entry!r}: {why}")
+        if seconds > MAX_TIME_S:  # a plan's deadline is at most this (agora_optimizer.model.limits)
+            raise WindowError(f"[agora] deadlines: {entry!r}: expected at most {MAX_TIME_S:g} s, got {seconds:g} s")
         deadlines[dag_id] = (seconds, f"[agora] deadlines: {dag_id}={text}")
     return deadlines
 
@@ -296,4 +323,7 @@ def _alert_seconds(alert: Any, run_after: datetime, logical_date: datetime | Non
         source, at, why = f"DeadlineAlert({label} + Variable {getattr(interval, 'key', '?')!r})", None, "a Variable"
     if at is None:
         return None, f"{source}: {why}, not known before the run"
-    return (at + interval - run_after).total_seconds(), source
+    seconds = (at - run_after).total_seconds() + interval.total_seconds()  # at + interval may be past any datetime
+    if seconds > MAX_TIME_S:
+        return None, f"{source}: {seconds:g} s after the run, beyond the {MAX_TIME_S:g} s a plan's deadline may be"
+    return seconds, source

@@ -8,7 +8,19 @@ from pathlib import Path
 import pytest
 import typer
 
-from agora_optimizer.cli.common import OPTION_RANGES, Range, check_option, number, plan_catalog, ranged, user_errors
+from agora_optimizer.cli.common import (
+    OPTION_RANGES,
+    Range,
+    check_option,
+    data_table,
+    json_ready,
+    number,
+    out_console,
+    plan_catalog,
+    ranged,
+    ratio_text,
+    user_errors,
+)
 from agora_optimizer.errors import AgoraError, FieldError
 from agora_optimizer.model.plan import Objective, Plan, SolverInfo
 from tests.conftest import CATALOGS
@@ -44,3 +56,25 @@ def test_the_plans_own_catalog_is_found_beside_the_plan(tmp_path: Path, monkeypa
         plan_catalog(tmp_path / "plan.json", plan, None)
     assert plan_catalog(CATALOGS / "plan.json", plan, None).by_name.keys() >= {"local-small", "local-large"}
     assert "local-small" not in plan_catalog(tmp_path / "plan.json", plan, CATALOGS / "aws-us-east-1.yaml").by_name
+
+
+def test_a_ratio_against_nothing_is_n_a_and_a_missing_one_is_a_dash() -> None:
+    assert ratio_text(3.0, 2.0) == "1.500" and ratio_text(3.0, 2.0, "{:+.1%}", change=True) == "+50.0%"
+    assert ratio_text(0.0, 0.0) == ratio_text(1.0, 0.0, "{:+.1%}", change=True) == "n/a"  # a free catalog's bound
+    assert ratio_text(None, 2.0) == ratio_text(1.0, None) == "-"
+
+
+def test_a_data_table_shows_its_title_headers_and_cells_as_they_are(capsys: pytest.CaptureFixture[str]) -> None:
+    table = data_table(
+        "wf[/x]", ["task[a100]", "runtime (s)"], [["gpu[a100]#0", "1.0"], ["[/x]", "2.0"]], ["runtime (s)"]
+    )
+    out_console.print(table)
+    shown = capsys.readouterr().out
+    for text in ("wf[/x]", "task[a100]", "gpu[a100]#0", "[/x]"):
+        assert text in shown
+    assert [column.justify for column in table.columns] == ["left", "right"]
+
+
+def test_json_ready_makes_every_number_that_is_not_finite_null() -> None:
+    document = {"bound": math.inf, "runs": [{"cost": math.nan, "name": "a"}, (1.5, -math.inf)], "count": 3}
+    assert json_ready(document) == {"bound": None, "runs": [{"cost": None, "name": "a"}, [1.5, None]], "count": 3}

@@ -293,3 +293,70 @@ def test_a_plan_on_spot_types_shows_its_spot_figures_and_validate_recomputes_the
     out.write_text(json.dumps(plan))
     code, stdout, _ = _run(capsys, "validate", out, "-w", BLAST, "-c", catalog)
     assert code == 1 and "spot: plan claims expected cost" in stdout
+
+
+NAMED_CATALOG = """
+network: {bandwidth_bytes_per_s: 1000000000}
+resources:
+  - {name: "vm[/x]", backend: aws, vcpus: 2, memory_gib: 8, speed: 1.0, price_per_hour_usd: 0.5, count: 4,
+     billing: {granularity_s: 1, minimum_s: 60}, boot_s: 0}
+"""
+
+
+@pytest.mark.slow  # plans for seconds
+def test_names_show_as_they_are_never_as_rich_markup(tmp_path: Path, capsys) -> None:
+    """A type ``vm[/x]`` once ended ``optimize`` in a MarkupError traceback after the plan was written, and a
+    workflow ``etl[a100]`` showed as ``etl`` in ``optimize`` and ``pareto`` (rich read ``[a100]`` as a style)."""
+    catalog = tmp_path / "named.yaml"
+    catalog.write_text(NAMED_CATALOG)
+    doc = wfformat_15([{"id": "a", "runtime": 5.0}, {"id": "b", "runtime": 5.0, "parents": ["a"]}])
+    workflow = write_json(tmp_path / "etl[a100].json", doc)  # the file names the workflow
+    code, stdout, stderr = _run(capsys, "optimize", workflow, "-c", catalog, "-o", tmp_path / "plan.json", *QUICK)
+    assert code == 0, stderr
+    assert stdout.lstrip().startswith("etl[a100] (2 tasks), objective balanced")
+    assert "against the one-type default (every task on vm[/x]):" in stdout
+    code, stdout, stderr = _run(capsys, "pareto", workflow, "-c", catalog, "-o", tmp_path / "front.json",
+                                "--deadlines", "1", *QUICK)  # fmt: skip
+    assert code == 0, stderr
+    assert stdout.lstrip().startswith("etl[a100]: ")
+
+
+def _table_rows(stdout: str) -> dict[str, list[str]]:
+    """The rows of the summary table printed on ``stdout``, by their first cell."""
+    rows = {}
+    for line in stdout.splitlines():
+        if line.startswith("│"):
+            cells = [cell.strip() for cell in line.strip().strip("│").split("│")]
+            rows[cells[0]] = cells[1:]
+    return rows
+
+
+@pytest.mark.slow  # plans for seconds
+def test_on_a_free_catalog_every_ratio_to_a_cost_of_0_is_n_a(tmp_path: Path, capsys, monkeypatch) -> None:
+    """On catalogs/local.yaml (pools that cost nothing) the cost bound and the default's cost are 0: the ratios
+    to them were '-', '1.000' and '+0.0%'; each is n/a, and the makespan ratios stay numbers."""
+    from agora_optimizer.cli.common import out_console
+
+    monkeypatch.setattr(out_console, "width", 200)
+    doc = wfformat_15([{"id": "a", "runtime": 5.0}, {"id": "b", "runtime": 5.0, "parents": ["a"]}])
+    workflow, out = write_json(tmp_path / "etl.json", doc), tmp_path / "plan.json"
+    code, stdout, stderr = _run(capsys, "optimize", workflow, "-c", CATALOGS / "local.yaml", "-o", out, *QUICK)
+    assert code == 0, stderr
+    rows = _table_rows(stdout)  # makespan (s), cost (USD), makespan / LB, cost / LB, machines
+    assert rows["agora"][1] == rows["one-type default"][1] == rows["lower bound"][1] == "0.0000"
+    assert rows["agora"][3] == rows["one-type default"][3] == rows["lower bound"][3] == "n/a"
+    assert rows["lower bound"][2] == "1.000" and float(rows["agora"][2]) >= 1.0
+    assert "cost n/a" in stdout.split("against the one-type default")[1]
+    assert stderr == "" and f"plan written to {out}" in stdout and out.exists()
+    code, stdout, _ = _run(capsys, "optimize", workflow, "-c", CATALOGS / "local.yaml", "-o", out, "--json", *QUICK)
+    summary = json.loads(stdout)
+    assert summary["agora"]["cost_over_lower_bound"] is None and summary["agora"]["makespan_over_lower_bound"] >= 1
+
+
+def test_apply_of_a_wfformat_workflow_is_refused_before_anything_is_planned_or_written(tmp_path: Path, capsys) -> None:
+    """The refusal once came after the plan was written: exit 2 and a file on disk the error did not mention."""
+    out, plans = tmp_path / "plan.json", tmp_path / "plans"
+    code, stdout, stderr = _run(capsys, "optimize", BLAST, "-c", AWS_CATALOG, "-o", out, "--apply", "--plan-dir", plans)
+    assert (code, stdout) == (2, "")
+    assert stderr == "agora: error: --apply puts a plan in force for an Airflow DAG: give WORKFLOW as airflow:DAG_ID\n"
+    assert not out.exists() and not plans.exists()

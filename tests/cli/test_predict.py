@@ -15,7 +15,7 @@ from agora_optimizer.io.plan_file import load_plan
 from agora_optimizer.model.plan import Objective
 from agora_optimizer.planning.optimize import optimize
 from agora_optimizer.predict.model_store import MODEL_FILE
-from tests.conftest import AWS_CATALOG
+from tests.conftest import AWS_CATALOG, wfformat_15, write_json
 from tests.predict.conftest import BLAST_1, SRA_1, SRA_2, stripped
 
 runner = CliRunner()
@@ -155,3 +155,23 @@ def test_predict_uses_the_packaged_model_by_default(monkeypatch: pytest.MonkeyPa
     document = json.loads(out)
     assert document["model"] == str(default_model_dir())
     assert len(document["tasks"]) == 22
+
+
+def test_predict_shows_task_and_category_names_as_they_are(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A category ``bwa[a100]`` once showed as ``bwa`` (rich read ``[a100]`` as a style) and a task ``align[/x]``
+    ended the table in a MarkupError traceback."""
+    from agora_optimizer.cli.common import out_console
+    from agora_optimizer.predict.model_store import default_model_dir
+
+    monkeypatch.delenv("AGORA_MODEL_DIR", raising=False)
+    if not (default_model_dir() / "metadata.json").is_file():
+        pytest.skip("no packaged model in models/predictor (train one with `agora train`)")
+    monkeypatch.setattr(out_console, "width", 250)
+    document = wfformat_15([{"id": "align[/x]", "runtime": 5.0}, {"id": "index", "runtime": 3.0}])
+    document["workflow"]["specification"]["tasks"][0]["category"] = "bwa[a100]"
+    path = write_json(tmp_path / "genome[a100].json", document)  # the file names the workflow
+    code, out, err = invoke("predict", path, "--catalog", AWS_CATALOG, "-t", "c5.large")
+    assert code == 0, err
+    assert out.lstrip().startswith("genome[a100]: 2 tasks, model ")
+    row = next(line for line in out.splitlines() if "align[/x]" in line)
+    assert "bwa[a100]" in row

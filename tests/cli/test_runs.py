@@ -14,6 +14,7 @@ from agora_optimizer.cli.runs import runs_app
 from agora_optimizer.io.catalog_file import load_catalog
 from agora_optimizer.plans.store import PlanStore
 from agora_optimizer.runs.lease_record import LeaseRecord
+from agora_optimizer.runs.record import RunLease, RunTask
 from agora_optimizer.runs.recorder import AirflowTry, record_run
 from agora_optimizer.runs.store import RunStore
 from tests.conftest import CATALOGS
@@ -116,3 +117,45 @@ def test_show_gives_a_spot_plans_expected_cost_beside_the_planned_one(tmp_path: 
     assert "(planned 0.0029, ratio" in spot.stdout and "; expected with spot interruptions 0.0031)" in spot.stdout
     plain = runner.invoke(runs_app, ["show", "dag", "plain", "--store", url])
     assert plain.exit_code == 0 and "expected with spot" not in plain.stdout
+
+
+def test_names_show_as_they_are_never_as_rich_markup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A machine ``gpu[a100]#0`` once showed as ``gpu#0`` (rich read ``[a100]`` as a style), and a name
+    holding ``[/x]`` ended ``runs list`` in a MarkupError traceback."""
+    monkeypatch.setattr(out_console, "width", 250)
+    url = f"sqlite:///{tmp_path / 'traces.db'}"
+    tasks = (RunTask("train[/x]", -1, 1, "success", "gpu[a100]", "gpu[a100]#0", 0.0, 30.0, "gpu[a100]", "gpu[a100]#0",
+                     1.0, 31.0),)  # fmt: skip
+    leases = (RunLease("gpu[a100]#0", "gpu[a100]", 0.0, 31.0, 0.5, "slurm [bold]accounting"),)
+    with RunStore(url) as store:
+        store.put(record("nightly[/x]", dag_id="etl[a100]", tasks=tasks, leases=leases, notes=("see [red]this",)))
+    runner = CliRunner()
+    listed = runner.invoke(runs_app, ["list", "--store", url])
+    assert listed.exit_code == 0, listed.output
+    assert "etl[a100]" in listed.stdout and "nightly[/x]" in listed.stdout
+    shown = runner.invoke(runs_app, ["show", "etl[a100]", "nightly[/x]", "--store", url])
+    assert shown.exit_code == 0, shown.output
+    assert shown.stdout.startswith("etl[a100] nightly[/x]: success")
+    task_row = next(line for line in shown.stdout.splitlines() if "train[/x]" in line)
+    assert task_row.count("gpu[a100]#0") == 2  # planned and actual machine
+    assert "lease gpu[a100]#0 on gpu[a100]: " in shown.stdout and "(slurm [bold]accounting)" in shown.stdout
+    assert "note: see [red]this" in shown.stdout
+
+
+def test_a_run_planned_at_no_cost_shows_its_cost_ratio_as_n_a(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a free catalog (local pools) the plan costs 0: its cost ratio is n/a, not a number and not missing."""
+    monkeypatch.setattr(out_console, "width", 250)
+    url = f"sqlite:///{tmp_path / 'traces.db'}"
+    with RunStore(url) as store:
+        store.put(record("free", planned_cost_usd=0.0, actual_cost_usd=0.0))
+        store.put(record("unplanned", planned=False, plan_version="", planned_makespan_s=None, planned_cost_usd=None))
+    runner = CliRunner()
+    shown = runner.invoke(runs_app, ["show", "dag", "free", "--store", url])
+    assert shown.exit_code == 0, shown.output
+    assert "cost 0.0000 USD (planned 0.0000, ratio n/a)" in shown.stdout
+    assert "(planned 60.0, ratio 1.26)" in shown.stdout  # 75.5 s against 60 s planned
+    unplanned = runner.invoke(runs_app, ["show", "dag", "unplanned", "--store", url])
+    assert unplanned.exit_code == 0 and "(planned -, ratio -)" in unplanned.stdout  # nothing to compare: missing
+    listed = runner.invoke(runs_app, ["list", "--store", url])
+    free_row = next(line for line in listed.stdout.splitlines() if " free " in line)
+    assert [cell.strip() for cell in free_row.split("│")][-4:-1] == ["0.0000", "n/a", "0"]  # cost, its ratio, repairs

@@ -6,8 +6,10 @@ import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
+from agora_optimizer.cli.common import out_console
 from agora_optimizer.cli.traces import traces_app
 from agora_optimizer.traces.records import TaskAttempt
 from agora_optimizer.traces.store import TraceStore
@@ -61,6 +63,27 @@ def test_list_and_stats_print_tables(tmp_path: Path) -> None:
     assert align["mean_runtime_s"] == 15.0
     table = CliRunner().invoke(traces_app, ["stats", "--store", url])
     assert table.exit_code == 0 and "4 attempt(s) of 2 task(s)" in table.output
+
+
+def test_names_show_as_they_are_never_as_rich_markup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``gpu[a100]`` once showed as ``gpu`` (rich read ``[a100]`` as a style) and a task ``align[/x]`` ended
+    ``traces list`` and ``traces stats`` in a MarkupError traceback."""
+    monkeypatch.setattr(out_console, "width", 250)
+    url = f"sqlite:///{tmp_path / 'traces.db'}"
+    attempt = TaskAttempt.create(
+        dag_id="genome[a100]", task_id="align[/x]", run_id="r[/x]", started_at=T0, ended_at=T0 + timedelta(seconds=10),
+        resource_type="gpu[a100]", host="node[a1]",
+    )  # fmt: skip
+    with TraceStore(url) as store:
+        store.add([attempt])
+    listed = CliRunner().invoke(traces_app, ["list", "--store", url])
+    assert listed.exit_code == 0, listed.output
+    row = next(line for line in listed.stdout.splitlines() if "align[/x]" in line)
+    assert "gpu[a100]" in row and "node[a1]" in row and "r[/x]" in row
+    stats = CliRunner().invoke(traces_app, ["stats", "--store", url])
+    assert stats.exit_code == 0, stats.output
+    row = next(line for line in stats.stdout.splitlines() if "align[/x]" in line)
+    assert "genome[a100]" in row
 
 
 def test_an_unknown_state_is_one_line_and_exit_2(tmp_path: Path) -> None:

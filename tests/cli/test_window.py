@@ -1,4 +1,5 @@
-"""``agora optimize --dags ... --window``: the runs of real DAG files planned together (issue 20, part 2).
+"""``agora optimize --dags ... --window``: the runs of real DAG files planned together (issue 20, part 2); and one
+of those DAGs alone (``airflow:DAG_ID``) where it shares their set-up.
 
 Airflow 3.3 parses the DAG files below (in a subprocess, as a user runs the command); the runs come
 from their schedules, the deadlines from a ``DeadlineAlert`` and from ``[agora] deadlines``.
@@ -45,7 +46,12 @@ def build(dag_id, schedule, tags, deadline=None, width=3):
 one_hour_after_queued = DeadlineAlert(
     reference=DeadlineReference.DAGRUN_QUEUED_AT, interval=timedelta(hours=12), callback=SyncCallback(notify)
 )
+past_midnight = DeadlineAlert(  # for the run at 01:00 of 2026-12-03: 30 minutes before it starts
+    reference=DeadlineReference.FIXED_DATETIME(datetime(2026, 12, 3, tzinfo=timezone.utc)),
+    interval=timedelta(minutes=30), callback=SyncCallback(notify),
+)
 nightly_a = build("nightly_a", "0 1 * * *", ["nightly"], deadline=one_hour_after_queued)
+late = build("late", "0 1 * * *", ["late"], deadline=past_midnight)
 nightly_b = build("nightly_b", "10 1 * * *", ["nightly"])
 hourly = build("hourly", "@hourly", ["often"])
 """
@@ -62,12 +68,17 @@ CATALOG = {
 START = "2026-12-03T00:00:00Z"
 
 
-def _agora(home: Path, *args: str, deadlines: str = "nightly_b=10h") -> subprocess.CompletedProcess[str]:
+FREE_CATALOG = {**CATALOG, "resources": [{**r, "price_per_hour_usd": 0.0} for r in CATALOG["resources"]]}  # pools
+
+
+def _agora(
+    home: Path, *args: str, deadlines: str = "nightly_b=10h", catalog: dict[str, Any] = CATALOG
+) -> subprocess.CompletedProcess[str]:
     folder = home / "dags"
     if not folder.exists():
         folder.mkdir(parents=True)
         (folder / "nightly.py").write_text(DAGS)
-        (home / "catalog.yaml").write_text(yaml.safe_dump(CATALOG))
+        (home / "catalog.yaml").write_text(yaml.safe_dump(catalog))
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
     env |= {"AIRFLOW_HOME": str(home), "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "AIRFLOW__AGORA__DEADLINES": deadlines}
     command = [
@@ -152,9 +163,16 @@ def test_a_deadline_no_plan_can_meet_is_named_and_the_best_plans_are_written(tmp
     assert (
         "nightly_b@2026-12-03T01:10:00+00:00 (deadline 60.0 s" in message and "even alone it needs at least" in message
     )
-    summary = json.loads((out / "window.json").read_text())
+    summary = json.loads((out / "window.json").read_text(), parse_constant=_no_constant)  # strict JSON
     assert [row["on_time"] for row in summary["runs"]] == [True, False]  # written all the same
     assert all(Path(row["plan"]).exists() for row in summary["runs"])
+    on_time, late = summary["runs"]  # window.json says why, as the error does
+    assert on_time["late_because"] is None and late["late_because"].startswith("even alone it needs at least ")
+    assert f"deadline 60.0 s, best {late['makespan_s']:.1f} s: {late['late_because']})" in message
+
+
+def _no_constant(name: str) -> float:
+    raise AssertionError(f"{name} in window.json: not JSON")
 
 
 def test_apply_over_several_runs_of_a_dag_keeps_each_runs_plan_and_puts_the_first_in_force(tmp_path: Path) -> None:
@@ -184,6 +202,17 @@ def test_apply_over_several_runs_of_a_dag_keeps_each_runs_plan_and_puts_the_firs
         ),
         (["--dags", "tag:weekly"], "tag 'weekly'"),
         (["--dags", "tag:nightly", "--window", "soon"], "soon"),
+        # These two ended in an OverflowError traceback, exit 1 (their windows end past year 9999):
+        (["--dags", "tag:nightly", "--window", "99999999d"], "--window '99999999d': expected at most 366d"),
+        (
+            ["--dags", "tag:nightly", "--window-start", "9999-12-31T00:00:00Z"],
+            "--window-start 9999-12-31T00:00:00+00:00: the window of 1d from it ends after 9999-01-01",
+        ),
+        (
+            ["--dags", "late"],  # its plan's deadline once failed the plan writer, naming a file never written
+            "1 DAG run(s) whose deadline is at or before their start: late@2026-12-03T01:00:00+00:00 "
+            "(DeadlineAlert(FIXED_DATETIME(2026-12-03T00:00:00+00:00) + 30m): -1800 s); give their DAGs a deadline",
+        ),
     ],
 )
 def test_a_window_that_cannot_be_planned_exits_2_with_one_line(tmp_path: Path, args: list[str], expected: str) -> None:
@@ -191,4 +220,46 @@ def test_a_window_that_cannot_be_planned_exits_2_with_one_line(tmp_path: Path, a
     assert done.returncode == 2, done.stderr[-3000:]
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("agora: error: ") and expected in last, done.stderr[-2000:]
-    assert not (tmp_path / "out" / "window.json").exists()
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_window_on_a_free_catalog_is_planned_applied_and_its_cost_ratio_is_n_a(tmp_path: Path) -> None:
+    """On a catalog that costs nothing (local pools) the window's cost lower bound is 0: the report divided by it
+    and ended in a ZeroDivisionError traceback, exit 1, after the plans were written and put in force."""
+    out, plans = tmp_path / "window", tmp_path / "plans"
+    done = _agora(tmp_path, "--dags", "nightly_a", "-o", str(out), "--apply", "--plan-dir", str(plans),
+                  catalog=FREE_CATALOG)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("nightly_a@2026-12-03T01:00:00+00:00: +3600 s, deadline 43200 s, makespan ")
+    ways = {line.split(":")[0]: line for line in lines[1:-1]}
+    assert set(ways) == {"joint", "first come", "each alone"}
+    assert all(line.endswith(": 0.0000 USD, cost / lower bound n/a") for line in ways.values()), ways
+    assert json.loads((out / "window.json").read_text())["cost_lower_bound_usd"] == 0
+    assert f"agora: 1 plan(s) and window.json written to {out}" in done.stderr
+    assert (plans / "nightly_a" / "current.json").exists() and "agora: plan in force for nightly_a" in done.stderr
+
+
+def test_a_failure_after_the_plans_are_written_says_they_were(tmp_path: Path) -> None:
+    """A plan store that cannot be written (here a file) fails --apply after the window's plans are written:
+    the error used to be the only line, and said nothing of the plans on disk."""
+    out, blocker = tmp_path / "window", tmp_path / "plans"
+    blocker.write_text("not a directory")
+    done = _agora(tmp_path, "--dags", "nightly_a", "-o", str(out), "--apply", "--plan-dir", str(blocker))
+    assert done.returncode == 2, done.stderr[-3000:]
+    lines = done.stderr.strip().splitlines()
+    assert lines[-1].startswith("agora: error: window not saved in ") and "Traceback" not in done.stderr
+    assert f"agora: 1 plan(s) and window.json written to {out}" in lines[:-1]
+    assert (out / "window.json").exists()
+
+
+def test_one_dags_plan_that_cannot_be_put_in_force_says_the_plan_was_written(tmp_path: Path) -> None:
+    """``optimize airflow:DAG_ID --apply`` with a plan store that cannot be written: the error was the only line,
+    and said nothing of the plan file written before it."""
+    out, blocker = tmp_path / "plan.json", tmp_path / "plans"
+    blocker.write_text("not a directory")
+    done = _agora(tmp_path, "airflow:nightly_a", "-o", str(out), "--apply", "--plan-dir", str(blocker))
+    assert done.returncode == 2, done.stderr[-3000:]
+    lines = done.stderr.strip().splitlines()
+    assert lines[-1].startswith("agora: error: plan of DAG 'nightly_a' not saved") and "Traceback" not in done.stderr
+    assert f"agora: plan written to {out}" in lines[:-1] and out.exists()

@@ -24,6 +24,8 @@ from typing import Any
 import pytest
 
 from agora_optimizer.integration.window_runs import (
+    LATEST_END,
+    MAX_WINDOW_S,
     ScheduledRun,
     WindowError,
     dags_without_runs,
@@ -89,6 +91,9 @@ SPECS = {
     "by_variable": dict(
         schedule="@daily", start_date=LONG_AGO, deadline=alert(ref.DAGRUN_QUEUED_AT, VariableInterval("deadline_s")),
     ),
+    "by_far_future": dict(  # Airflow takes any timedelta: 999999999 days after the run is past year 9999
+        schedule="@daily", start_date=LONG_AGO, deadline=alert(ref.DAGRUN_QUEUED_AT, timedelta(days=999999999)),
+    ),
     "by_several": dict(
         schedule="@daily", start_date=LONG_AGO,
         deadline=[
@@ -116,9 +121,8 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def dags(folder: Path) -> dict[str, Any]:
     """Every DAG of the folder, by id, parsed once."""
     every = "hourly,daily,every_5h,manual,on_asset,not_yet,ended,interval_ended"
-    every += (
-        ",by_logical_date,by_logical_date_interval,by_queued_at,by_fixed,by_average,by_custom,by_variable,by_several"
-    )
+    every += ",by_logical_date,by_logical_date_interval,by_queued_at,by_fixed,by_average,by_custom,by_variable"
+    every += ",by_several,by_far_future"
     return {dag.dag_id: dag for dag in select_dags([every], folder)}
 
 
@@ -262,6 +266,16 @@ def test_a_deadline_known_only_at_run_time_is_none_and_says_why(dags: dict[str, 
     assert run.deadline_source == f"{named}, not known before the run"
 
 
+def test_a_deadline_past_what_a_plan_holds_is_none_and_says_why(dags: dict[str, Any]) -> None:
+    """Its run_after plus the interval once ended in an OverflowError traceback (past year 9999)."""
+    (run,) = runs(dags, "by_far_future")
+    assert run.deadline_s is None
+    assert run.deadline_source == (
+        "DeadlineAlert(DAGRUN_QUEUED_AT + 999999999d): 8.64e+13 s after the run, beyond the 1e+12 s a plan's "
+        "deadline may be"
+    )
+
+
 def test_of_several_deadlines_the_earliest_known_one_counts(dags: dict[str, Any]) -> None:
     (run,) = runs(dags, "by_several")  # AVERAGE_RUNTIME + 1 min is unknown; 2 h after the logical date is first
     assert (run.deadline_s, run.deadline_source) == (7200.0, "DeadlineAlert(DAGRUN_LOGICAL_DATE + 2h)")
@@ -281,7 +295,13 @@ def test_agora_deadlines_in_the_config_win_over_the_deadline_alert(
 
 @pytest.mark.parametrize(
     ("value", "wrong"),
-    [("daily", "'daily'"), ("daily=soon", "'daily=soon'"), ("=2h", "'=2h'"), ("a=1h,a=2h", "named twice")],
+    [
+        ("daily", "'daily'"),
+        ("daily=soon", "'daily=soon'"),
+        ("=2h", "'=2h'"),
+        ("a=1h,a=2h", "named twice"),
+        ("daily=99999999999d", "'daily=99999999999d': expected at most 1e+12 s, got 8.64e+15 s"),  # was planned with
+    ],
 )
 def test_a_malformed_agora_deadlines_entry_is_named(
     dags: dict[str, Any], monkeypatch: pytest.MonkeyPatch, value: str, wrong: str
@@ -308,6 +328,38 @@ def test_a_window_that_is_no_duration_is_refused_with_what_is_expected(text: str
     with pytest.raises(WindowError, match="expected a duration > 0 such as 24h") as error:
         parse_window(text)
     assert repr(text) in str(error.value)
+
+
+@pytest.mark.parametrize("text", ["367d", "99999999d", "9" * 40 + "d", "31622401"])
+def test_a_window_longer_than_a_year_is_refused_naming_the_option(text: str) -> None:
+    """``--window 99999999d`` once ended in an OverflowError traceback (its end past year 9999)."""
+    with pytest.raises(WindowError) as error:
+        parse_window(text)
+    assert str(error.value) == f"--window {text!r}: expected at most 366d (31622400 s)"
+    assert parse_window("366d") == MAX_WINDOW_S
+
+
+@pytest.mark.parametrize(
+    ("start", "window_s", "message"),
+    [
+        (datetime(9999, 12, 31, tzinfo=UTC), DAY_S, "the window of 1d from it ends after 9999-01-01"),
+        (datetime(9998, 12, 31, 0, 0, 1, tzinfo=UTC), DAY_S, "the window of 1d from it ends after 9999-01-01"),
+        (datetime(2026, 12, 3, tzinfo=UTC), 1e12, "--window of 1e+12 s: expected a duration > 0, at most 366d"),
+        (datetime(1, 1, 1, tzinfo=UTC), DAY_S, "expected 1970-01-01 or later"),
+    ],
+)
+def test_a_window_past_the_dates_a_datetime_holds_is_refused_naming_the_option(
+    dags: dict[str, Any], start: datetime, window_s: float, message: str
+) -> None:
+    """A window ending past year 9999 or starting in year 1 once ended in an OverflowError traceback."""
+    with pytest.raises(WindowError, match=r"^--window") as error:
+        runs(dags, "daily", start=start, window_s=window_s)
+    assert message in str(error.value)
+
+
+def test_the_last_window_agora_plans_for_still_has_its_runs(dags: dict[str, Any]) -> None:
+    (run,) = runs(dags, "daily", start=LATEST_END - 24 * HOUR, window_s=DAY_S)
+    assert run.run_after == LATEST_END - 24 * HOUR
 
 
 def test_a_window_needs_a_time_zone_and_a_length(dags: dict[str, Any]) -> None:
