@@ -32,9 +32,11 @@ from pathlib import Path
 
 import pytest
 
+from harness import loopback_slurm
+from harness.loopback_slurm import START_SCRIPT as START_SCRIPT  # for the tests that run it themselves
+from harness.loopback_slurm import STATE_DIR, SlurmStartError
+
 REPO = Path(__file__).resolve().parents[1]
-START_SCRIPT = REPO / "scripts" / "start_slurm.sh"
-STATE_DIR = Path(os.environ.get("AGORA_SLURM_STATE", "/tmp/agora-slurm"))
 TEST_JOB_NAME = "agora-test"
 LOOPBACK_CATALOG = REPO / "catalogs" / "slurm-loopback.yaml"
 LOOPBACK_SPOT_CATALOG = REPO / "catalogs" / "slurm-loopback-spot.yaml"  # the same and slurm-spot
@@ -79,27 +81,11 @@ class SlurmCluster:
         return self.state_dir / "jobcomp.txt"
 
 
-class SlurmStartError(RuntimeError):
-    """scripts/start_slurm.sh failed; the message ends with its output."""
-
-
 @functools.cache
 def start_slurm_cluster(state_dir: Path = STATE_DIR, timeout_s: float = 900.0) -> SlurmCluster:
     """Run the start script (idempotent) and point this process's SLURM clients at the cluster."""
     started = time.monotonic()
-    try:
-        done = subprocess.run(
-            ["bash", str(START_SCRIPT), "start", str(state_dir)],
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise SlurmStartError(f"{START_SCRIPT.name}: {exc}") from None
-    if done.returncode != 0:
-        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
-        raise SlurmStartError(f"{START_SCRIPT.name} exited {done.returncode}:\n{tail}")
+    loopback_slurm.start(state_dir, timeout_s)
     os.environ["SLURM_CONF"] = str(state_dir / "slurm.conf")
     version = subprocess.run(["sinfo", "--version"], capture_output=True, text=True, check=False).stdout.split()
     return SlurmCluster(

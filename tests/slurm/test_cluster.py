@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,6 +16,8 @@ from agora_optimizer.slurm.accounting import read_sacct
 from agora_optimizer.slurm.commands import run_slurm
 from agora_optimizer.slurm.errors import SlurmCommandError
 from agora_optimizer.slurm.queue import read_snapshot
+from harness import loopback_slurm
+from harness.local_airflow import free_port, processes_under
 from tests.slurm_cluster import (
     LOOPBACK_CATALOG,
     LOOPBACK_SPOT_CATALOG,
@@ -21,6 +26,7 @@ from tests.slurm_cluster import (
     SPOT,
     START_SCRIPT,
     SlurmCluster,
+    SlurmStartError,
 )
 
 
@@ -30,7 +36,7 @@ def test_start_script_is_idempotent_and_the_node_takes_jobs(slurm_cluster: Slurm
         ["bash", str(START_SCRIPT), "start", str(slurm_cluster.state_dir)], capture_output=True, text=True, timeout=120
     )
     assert again.returncode == 0, again.stderr
-    assert "already running" in again.stdout
+    assert "already running" in again.stdout and loopback_slurm.started_daemons(again.stdout) == ()
     assert time.monotonic() - started < 30
     status = subprocess.run(["bash", str(START_SCRIPT), "status", str(slurm_cluster.state_dir)], capture_output=True)
     assert status.returncode == 0
@@ -112,3 +118,49 @@ def test_spot_is_preemptible_by_compute_and_nothing_else_is(slurm_cluster: Slurm
         assert all(tiers[p] < tiers[partition] for p in sharing), (partition, sharing)
     config = dict(line.split("=", 1) for line in slurm_cluster.conf.read_text().splitlines() if "=" in line)
     assert config["PreemptType"] == "preempt/partition_prio"
+
+
+# -- a start stops what it started, and nothing else --------------------------------------------
+
+CLUSTER_DAEMONS = frozenset({"munged", "mariadbd", "slurmdbd", "slurmctld", "slurmd"})  # not the jobs' slurmstepd
+
+
+def _daemons(state_dir: Path) -> list[str]:
+    """The daemons of the cluster of ``state_dir`` (they name it), as 'name pid'."""
+    found = processes_under(state_dir)
+    return sorted(f"{process.name()} {process.pid}" for process in found if process.name() in CLUSTER_DAEMONS)
+
+
+@pytest.fixture
+def second_cluster(slurm_cluster: SlurmCluster, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """The state directory of a second loopback cluster, on ports of its own, not started: the session's
+    cluster, which other runs on the machine may use, is left alone (the two share munged only)."""
+    state_dir = Path(tempfile.mkdtemp(prefix="agora-slurm-"))  # short: MariaDB's socket path must fit 108 bytes
+    monkeypatch.setenv("AGORA_SLURM_STATE", str(state_dir))
+    for port in ("CTLD", "SLURMD", "LARGE", "GPU", "DBD", "DB"):
+        monkeypatch.setenv(f"AGORA_SLURM_{port}_PORT", str(free_port()))
+    yield state_dir
+    subprocess.run(["bash", str(START_SCRIPT), "stop", str(state_dir)], capture_output=True, timeout=120, check=True)
+    shutil.rmtree(state_dir, ignore_errors=True)
+    state_dir.with_name(f"{state_dir.name}.lock").unlink(missing_ok=True)  # the script's, beside its directory
+
+
+def test_a_start_that_found_the_cluster_running_stops_nothing(slurm_cluster: SlurmCluster) -> None:
+    """The script stops every daemon when it is given none to stop: a start that started none must not ask it."""
+    start = loopback_slurm.start(slurm_cluster.state_dir)
+    assert start.started == ()
+    with pytest.raises(ValueError, match="started nothing: there is nothing of it to stop"):
+        start.stop_argv()
+    running = _daemons(slurm_cluster.state_dir)
+    loopback_slurm.stop(start)
+    assert _daemons(slurm_cluster.state_dir) == running
+
+
+@pytest.mark.slow
+def test_a_start_that_fails_stops_the_daemons_it_had_started(second_cluster: Path) -> None:
+    (second_cluster / "log" / "slurmdbd.log").mkdir(parents=True)  # slurmdbd cannot start: its log is a directory
+    with pytest.raises(SlurmStartError, match="slurmdbd did not start") as failed:
+        loopback_slurm.start(second_cluster)
+    assert "stopping what this start started: " in str(failed.value)
+    assert "stopped mariadbd" in str(failed.value)  # started before slurmdbd failed
+    assert _daemons(second_cluster) == []
