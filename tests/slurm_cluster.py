@@ -1,4 +1,4 @@
-"""A real loopback SLURM for tests: started once per session by ``scripts/start_slurm.sh``.
+"""A real loopback SLURM for tests: started once per session by ``scripts/start_slurm.sh``, stopped when the run ends.
 
 Any test directory can use it (a plain module, not a conftest)::
 
@@ -10,7 +10,8 @@ Any test directory can use it (a plain module, not a conftest)::
 
 In CI (``CI=true``) a cluster that cannot start fails the test; elsewhere it skips with the
 script's last words as the reason. The first start on a fresh machine installs Debian's
-slurm-wlm, munge and MariaDB (about 1.5 minutes); later starts take seconds.
+slurm-wlm, munge and MariaDB (about 1.5 minutes); later starts take seconds. The daemons a start
+started, the run stops when it ends (tests/run_services.py); a cluster that ran before, it leaves running.
 
 The cluster has three node types, one per partition (:data:`NODES`, as the script's defaults and
 ``catalogs/slurm-loopback.yaml`` size them): ``debug`` runs on ``agora-small`` only,
@@ -35,6 +36,7 @@ import pytest
 from harness import loopback_slurm
 from harness.loopback_slurm import START_SCRIPT as START_SCRIPT  # for the tests that run it themselves
 from harness.loopback_slurm import STATE_DIR, SlurmStartError
+from tests.run_services import StartedService, record
 
 REPO = Path(__file__).resolve().parents[1]
 TEST_JOB_NAME = "agora-test"
@@ -83,9 +85,12 @@ class SlurmCluster:
 
 @functools.cache
 def start_slurm_cluster(state_dir: Path = STATE_DIR, timeout_s: float = 900.0) -> SlurmCluster:
-    """Run the start script (idempotent) and point this process's SLURM clients at the cluster."""
+    """Run the start script (idempotent), record what it started for the run's end, and point this
+    process's SLURM clients at the cluster."""
     started = time.monotonic()
-    loopback_slurm.start(state_dir, timeout_s)
+    start = loopback_slurm.start(state_dir, timeout_s)
+    if start.started:
+        record(StartedService("SLURM", state_dir, tuple(start.stop_argv())))
     os.environ["SLURM_CONF"] = str(state_dir / "slurm.conf")
     version = subprocess.run(["sinfo", "--version"], capture_output=True, text=True, check=False).stdout.split()
     return SlurmCluster(

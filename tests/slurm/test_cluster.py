@@ -18,6 +18,7 @@ from agora_optimizer.slurm.errors import SlurmCommandError
 from agora_optimizer.slurm.queue import read_snapshot
 from harness import loopback_slurm
 from harness.local_airflow import free_port, processes_under
+from tests.run_services import run_pytest
 from tests.slurm_cluster import (
     LOOPBACK_CATALOG,
     LOOPBACK_SPOT_CATALOG,
@@ -120,7 +121,20 @@ def test_spot_is_preemptible_by_compute_and_nothing_else_is(slurm_cluster: Slurm
     assert config["PreemptType"] == "preempt/partition_prio"
 
 
-# -- a start stops what it started, and nothing else --------------------------------------------
+# -- the cluster a test run starts, it stops (unless it found it running) --------------------------
+
+A_TEST_OF_THE_CLUSTER = """
+import os
+import subprocess
+from pathlib import Path
+
+
+def test_the_cluster_answers(slurm_cluster):
+    states = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, check=True).stdout.split()
+    assert states and set(states) <= {"idle", "mix", "alloc"}
+    Path(__file__).with_suffix(".worker").write_text(os.environ["PYTEST_XDIST_WORKER"])
+"""
+
 
 CLUSTER_DAEMONS = frozenset({"munged", "mariadbd", "slurmdbd", "slurmctld", "slurmd"})  # not the jobs' slurmstepd
 
@@ -143,6 +157,35 @@ def second_cluster(slurm_cluster: SlurmCluster, monkeypatch: pytest.MonkeyPatch)
     subprocess.run(["bash", str(START_SCRIPT), "stop", str(state_dir)], capture_output=True, timeout=120, check=True)
     shutil.rmtree(state_dir, ignore_errors=True)
     state_dir.with_name(f"{state_dir.name}.lock").unlink(missing_ok=True)  # the script's, beside its directory
+
+
+def _run_two_workers_on_the_cluster(tmp_path: Path) -> None:
+    """A run of two test modules that use the cluster (``slurm_cluster``), one in each pytest-xdist worker,
+    as scripts/test.sh runs them."""
+    tests = tmp_path / "tests"
+    tests.mkdir(parents=True)
+    for name in ("test_one.py", "test_two.py"):
+        (tests / name).write_text(A_TEST_OF_THE_CLUSTER)
+    done = run_pytest(tests, tmp_path / "basetemp", "-n", "2", "--dist", "loadscope")
+    assert done.returncode == 0, f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    assert sorted(path.read_text() for path in tests.glob("*.worker")) == ["gw0", "gw1"]  # both used it
+
+
+@pytest.mark.slow
+def test_a_test_run_stops_the_cluster_it_started_and_leaves_one_it_found_running(
+    second_cluster: Path, tmp_path: Path
+) -> None:
+    """munged, MariaDB, slurmdbd, slurmctld and three slurmd outlived the run that started them (issue 32)."""
+    assert _daemons(second_cluster) == []
+    _run_two_workers_on_the_cluster(tmp_path / "starts")
+    assert _daemons(second_cluster) == []
+    start = loopback_slurm.start(second_cluster)  # from stopped: seconds
+    running = _daemons(second_cluster)
+    assert {"mariadbd", "slurmdbd", "slurmctld", "slurmd"} <= {line.split()[0] for line in running}
+    _run_two_workers_on_the_cluster(tmp_path / "finds")
+    assert _daemons(second_cluster) == running  # the same processes
+    loopback_slurm.stop(start)
+    assert _daemons(second_cluster) == []
 
 
 def test_a_start_that_found_the_cluster_running_stops_nothing(slurm_cluster: SlurmCluster) -> None:
