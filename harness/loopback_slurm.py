@@ -30,6 +30,11 @@ class SlurmStart:
     state_dir: Path
     started: tuple[str, ...]  # munged, mariadbd, slurmdbd, slurmctld, slurmd-agora-small ...
 
+    @property
+    def conf(self) -> Path:
+        """Its slurm.conf, for ``SLURM_CONF`` (else clients read /etc/slurm/slurm.conf: the first cluster's)."""
+        return self.state_dir / "slurm.conf"
+
     def stop_argv(self) -> list[str]:
         """The command that stops what this start started (only that: the script stops all when none is named)."""
         if not self.started:

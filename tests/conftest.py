@@ -39,6 +39,7 @@ XDIST_GROUPS = {
         "cli/test_queue_wait.py",
         "integration/test_executor_in_airflow_with_slurm.py",
         "faults",
+        "bench/test_collect_queue_waits.py",  # a second cluster: not while the SLURM tests, whose timing matters, run
         # docker/compose.yaml's whole stack, built and run: it loads both cores for minutes, so not
         # while the SLURM tests, whose timing matters, run
         "deploy/test_stack.py",

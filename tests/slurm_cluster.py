@@ -91,7 +91,7 @@ def start_slurm_cluster(state_dir: Path = STATE_DIR, timeout_s: float = 900.0) -
     start = loopback_slurm.start(state_dir, timeout_s)
     if start.started:
         record(StartedService("SLURM", state_dir, tuple(start.stop_argv())))
-    os.environ["SLURM_CONF"] = str(state_dir / "slurm.conf")
+    os.environ["SLURM_CONF"] = str(start.conf)
     version = subprocess.run(["sinfo", "--version"], capture_output=True, text=True, check=False).stdout.split()
     return SlurmCluster(
         state_dir=state_dir, version=version[-1] if version else "?", start_s=time.monotonic() - started

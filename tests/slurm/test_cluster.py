@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,7 +14,6 @@ from agora_optimizer.slurm.commands import run_slurm
 from agora_optimizer.slurm.errors import SlurmCommandError
 from agora_optimizer.slurm.queue import read_snapshot
 from harness import loopback_slurm
-from harness.local_airflow import free_port, processes_under
 from tests.run_services import run_pytest
 from tests.slurm_cluster import (
     LOOPBACK_CATALOG,
@@ -29,6 +25,7 @@ from tests.slurm_cluster import (
     SlurmCluster,
     SlurmStartError,
 )
+from tests.slurm_fixtures import cluster_daemons
 
 
 def test_start_script_is_idempotent_and_the_node_takes_jobs(slurm_cluster: SlurmCluster) -> None:
@@ -136,29 +133,6 @@ def test_the_cluster_answers(slurm_cluster):
 """
 
 
-CLUSTER_DAEMONS = frozenset({"munged", "mariadbd", "slurmdbd", "slurmctld", "slurmd"})  # not the jobs' slurmstepd
-
-
-def _daemons(state_dir: Path) -> list[str]:
-    """The daemons of the cluster of ``state_dir`` (they name it), as 'name pid'."""
-    found = processes_under(state_dir)
-    return sorted(f"{process.name()} {process.pid}" for process in found if process.name() in CLUSTER_DAEMONS)
-
-
-@pytest.fixture
-def second_cluster(slurm_cluster: SlurmCluster, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """The state directory of a second loopback cluster, on ports of its own, not started: the session's
-    cluster, which other runs on the machine may use, is left alone (the two share munged only)."""
-    state_dir = Path(tempfile.mkdtemp(prefix="agora-slurm-"))  # short: MariaDB's socket path must fit 108 bytes
-    monkeypatch.setenv("AGORA_SLURM_STATE", str(state_dir))
-    for port in ("CTLD", "SLURMD", "LARGE", "GPU", "DBD", "DB"):
-        monkeypatch.setenv(f"AGORA_SLURM_{port}_PORT", str(free_port()))
-    yield state_dir
-    subprocess.run(["bash", str(START_SCRIPT), "stop", str(state_dir)], capture_output=True, timeout=120, check=True)
-    shutil.rmtree(state_dir, ignore_errors=True)
-    state_dir.with_name(f"{state_dir.name}.lock").unlink(missing_ok=True)  # the script's, beside its directory
-
-
 def _run_two_workers_on_the_cluster(tmp_path: Path) -> None:
     """A run of two test modules that use the cluster (``slurm_cluster``), one in each pytest-xdist worker,
     as scripts/test.sh runs them."""
@@ -176,16 +150,16 @@ def test_a_test_run_stops_the_cluster_it_started_and_leaves_one_it_found_running
     second_cluster: Path, tmp_path: Path
 ) -> None:
     """munged, MariaDB, slurmdbd, slurmctld and three slurmd outlived the run that started them (issue 32)."""
-    assert _daemons(second_cluster) == []
+    assert cluster_daemons(second_cluster) == []
     _run_two_workers_on_the_cluster(tmp_path / "starts")
-    assert _daemons(second_cluster) == []
+    assert cluster_daemons(second_cluster) == []
     start = loopback_slurm.start(second_cluster)  # from stopped: seconds
-    running = _daemons(second_cluster)
+    running = cluster_daemons(second_cluster)
     assert {"mariadbd", "slurmdbd", "slurmctld", "slurmd"} <= {line.split()[0] for line in running}
     _run_two_workers_on_the_cluster(tmp_path / "finds")
-    assert _daemons(second_cluster) == running  # the same processes
+    assert cluster_daemons(second_cluster) == running  # the same processes
     loopback_slurm.stop(start)
-    assert _daemons(second_cluster) == []
+    assert cluster_daemons(second_cluster) == []
 
 
 def test_a_start_that_found_the_cluster_running_stops_nothing(slurm_cluster: SlurmCluster) -> None:
@@ -194,9 +168,9 @@ def test_a_start_that_found_the_cluster_running_stops_nothing(slurm_cluster: Slu
     assert start.started == ()
     with pytest.raises(ValueError, match="started nothing: there is nothing of it to stop"):
         start.stop_argv()
-    running = _daemons(slurm_cluster.state_dir)
+    running = cluster_daemons(slurm_cluster.state_dir)
     loopback_slurm.stop(start)
-    assert _daemons(slurm_cluster.state_dir) == running
+    assert cluster_daemons(slurm_cluster.state_dir) == running
 
 
 @pytest.mark.slow
@@ -206,4 +180,4 @@ def test_a_start_that_fails_stops_the_daemons_it_had_started(second_cluster: Pat
         loopback_slurm.start(second_cluster)
     assert "stopping what this start started: " in str(failed.value)
     assert "stopped mariadbd" in str(failed.value)  # started before slurmdbd failed
-    assert _daemons(second_cluster) == []
+    assert cluster_daemons(second_cluster) == []
