@@ -34,7 +34,15 @@ from harness import local_airflow
 SERVICES = frozenset({"postgres", "slurmctld", "slurmd", "slurmdbd", "slurmstepd", "munged", "mariadbd", "mysqld"})
 # What the run checks when it ends, by process name: the services, the Redis of the Celery tests, the
 # Docker engine of tests/deploy, the browser of tests/ui; and moto's server, a Python, by its command.
-DAEMONS = SERVICES | {"redis-server", "dockerd", "containerd", "chromium", "chrome"}
+DAEMONS = SERVICES | {
+    "redis-server",
+    "dockerd",
+    "containerd",
+    "containerd-shim-runc-v2",
+    "docker-proxy",
+    "chromium",
+    "chrome",
+}
 MOTO_SERVER = "moto.server"  # python -m moto.server
 
 DaemonIdentity = tuple[str, str, tuple[str, ...]]  # name, working directory, command line
