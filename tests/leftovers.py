@@ -34,7 +34,9 @@ from harness import local_airflow
 SERVICES = frozenset({"postgres", "slurmctld", "slurmd", "slurmdbd", "slurmstepd", "munged", "mariadbd", "mysqld"})
 # What the run checks when it ends, by process name: the services, the Redis of the Celery tests, the
 # Docker engine of tests/deploy, the browser of tests/ui; and moto's server, a Python, by its command.
-DAEMONS = SERVICES | {
+# Not slurmstepd: a job's step works in the cluster's directory whichever run's job it is (and has
+# rewritten its environment); a test cancels its jobs.
+DAEMONS = (SERVICES - {"slurmstepd"}) | {
     "redis-server",
     "dockerd",
     "containerd",
