@@ -4,13 +4,14 @@ Usage: python bench/collect_queue_waits.py [--jobs 300] [--submit-minutes 11] [-
                                            [--store sqlite:////tmp/agora-queue-waits.db]
                                            [--out bench/results/queue-wait.md] [--evaluate-only]
 
-Starts the cluster with scripts/start_slurm.sh (one node of 8 claimed CPUs and 16000 MiB, partitions
-``debug`` and ``compute`` sharing it), then submits short sleep jobs of random size in bursts, so that
-a queue builds up and drains again: before each ``sbatch`` it reads the queue (``squeue``) and records
-it with the job (agora_optimizer.queue_wait.recorder). When the queue has drained it asks ``sacct``
+Starts the cluster with scripts/start_slurm.sh (one node of 8 claimed CPUs and 16000 MiB, partitions ``debug``
+and ``compute`` sharing it; through harness/loopback_slurm.py, so that the daemons it started are stopped once
+the jobs are in, and a cluster found running is left running), then submits short sleep jobs of random size in
+bursts, so that a queue builds up and drains again: before each ``sbatch`` it reads the queue (``squeue``) and
+records it with the job (agora_optimizer.queue_wait.recorder). When the queue has drained it asks ``sacct``
 for every job's wait, keeps the data set as CSV beside the results, and compares the model with a
-per-partition median baseline on the last quarter of the jobs (a split in time: the model is trained
-on the first three quarters only). It is a benchmark, not a test: it takes about 12 to 15 minutes.
+per-partition median baseline on the last quarter of the jobs (a split in time: the model is trained on the
+first three quarters only). It is a benchmark, not a test: it takes about 12 to 15 minutes.
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ import argparse
 import csv
 import json
 import math
+import os
 import random
+import signal
 import statistics
-import subprocess
 import sys
 import time
 from dataclasses import asdict
@@ -29,13 +31,21 @@ from pathlib import Path
 
 import numpy as np
 
-from agora_optimizer.queue_wait.features import FEATURE_COLUMNS
-from agora_optimizer.queue_wait.model import QueueWaitRegressor, training_data
-from agora_optimizer.queue_wait.recorder import QueueWaitObservation, QueueWaitStore, record_submission, update_waits
-from agora_optimizer.slurm.commands import run_slurm
-from agora_optimizer.slurm.queue import read_snapshot
-
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from agora_optimizer.queue_wait.features import FEATURE_COLUMNS  # noqa: E402
+from agora_optimizer.queue_wait.model import QueueWaitRegressor, training_data  # noqa: E402
+from agora_optimizer.queue_wait.recorder import (  # noqa: E402
+    QueueWaitObservation,
+    QueueWaitStore,
+    record_submission,
+    update_waits,
+)
+from agora_optimizer.slurm.commands import run_slurm  # noqa: E402
+from agora_optimizer.slurm.queue import read_snapshot  # noqa: E402
+from harness import loopback_slurm  # noqa: E402
+
 JOB_NAME = "agora-queue-wait-bench"
 CORES = (1, 1, 1, 1, 1, 2, 2, 2, 4, 8)
 TIME_LIMITS_MIN = (1, 2, 5, 10, 30, 60)
@@ -205,17 +215,23 @@ def main() -> None:
         store = QueueWaitStore(args.store)
         run: dict = json.loads(summary_path.read_text(encoding="utf-8"))["run"]
     else:
-        started = subprocess.run(["bash", str(ROOT / "scripts" / "start_slurm.sh")], capture_output=True, text=True)
-        if started.returncode != 0:
-            sys.exit(f"scripts/start_slurm.sh failed:\n{started.stdout}{started.stderr}")
-        version = run_slurm(["sinfo", "--version"]).split()[-1]
-        db_path = Path(args.store.removeprefix("sqlite:///"))
-        if args.store.startswith("sqlite:///") and db_path.exists():
-            db_path.unlink()  # one run, one data set
-        store = QueueWaitStore(args.store)
-        print(f"submitting up to {args.jobs} jobs to SLURM {version} (store {store.url})", flush=True)
-        run = dict(collect(store, args.jobs, args.submit_minutes, args.seed))
-        run.update(slurm_version=version, seed=args.seed, snapshot_source=read_snapshot().source)
+        try:
+            cluster = loopback_slurm.start()
+        except loopback_slurm.SlurmStartError as exc:
+            sys.exit(str(exc))
+        os.environ["SLURM_CONF"] = str(cluster.conf)
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # kill(1) unwinds too: what was started is stopped
+        try:
+            version = run_slurm(["sinfo", "--version"]).split()[-1]
+            db_path = Path(args.store.removeprefix("sqlite:///"))
+            if args.store.startswith("sqlite:///") and db_path.exists():
+                db_path.unlink()  # one run, one data set
+            store = QueueWaitStore(args.store)
+            print(f"submitting up to {args.jobs} jobs to SLURM {version} (store {store.url})", flush=True)
+            run = dict(collect(store, args.jobs, args.submit_minutes, args.seed))
+            run.update(slurm_version=version, seed=args.seed, snapshot_source=read_snapshot().source)
+        finally:
+            loopback_slurm.stop(cluster)
     found = store.observations()
     counts = store.counts()
     if len(found) < 40:

@@ -3,9 +3,16 @@
 # accounting (slurmdbd + MariaDB), for the tests, the queue-wait collector and the SLURM
 # executor. No systemd, no cgroups.
 #
-# Usage: scripts/start_slurm.sh [start] [STATE_DIR]    install if absent, configure, start (idempotent)
-#        scripts/start_slurm.sh stop [STATE_DIR]       stop the daemons this script started
-#        scripts/start_slurm.sh status [STATE_DIR]     say what runs; exit 1 when SLURM does not answer
+# Usage: scripts/start_slurm.sh [start] [STATE_DIR]             install if absent, configure, start (idempotent)
+#        scripts/start_slurm.sh stop [STATE_DIR [DAEMON...]]   stop the daemons this script started (those named)
+#        scripts/start_slurm.sh status [STATE_DIR]              say what runs; exit 1 when SLURM does not answer
+#
+# A start starts only the daemons that do not run, and says which: `start_slurm: started DAEMON...
+# (SLURM VERSION)`, or `already running`. DAEMON is munged, mariadbd, slurmdbd, slurmctld or
+# slurmd-NODE (the name of its pid file in STATE_DIR/run); `stop STATE_DIR DAEMON...` stops just
+# those, so that a caller (the test suite, tests/slurm_cluster.py) stops what it started and leaves
+# a cluster it found running. Daemons restarted because the configuration changed ran before: they
+# are named apart (`restarted DAEMON...`). A start that fails stops what it had started.
 #
 # STATE_DIR defaults to /tmp/agora-slurm; it holds slurm.conf, slurmdbd.conf, the MariaDB data,
 # the logs and the pid files. Clients need SLURM_CONF=STATE_DIR/slurm.conf, which the script
@@ -49,6 +56,8 @@ case "${1:-}" in
   start | stop | status) ACTION="$1"; shift ;;
 esac
 STATE="${1:-${AGORA_SLURM_STATE:-/tmp/agora-slurm}}"
+[ "$#" -gt 0 ] && shift
+DAEMONS=("$@")  # stop: just these
 SMALL_CPUS="${AGORA_SLURM_SMALL_CPUS:-8}"
 SMALL_MEMORY_MB="${AGORA_SLURM_SMALL_MEMORY_MB:-8192}"
 LARGE_CPUS="${AGORA_SLURM_LARGE_CPUS:-16}"
@@ -62,6 +71,9 @@ SLURMD_PORT="${AGORA_SLURM_SLURMD_PORT:-6818}"
 LARGE_PORT="${AGORA_SLURM_LARGE_PORT:-6820}"
 GPU_PORT="${AGORA_SLURM_GPU_PORT:-6821}"
 NODES=(agora-small agora-large agora-gpu)
+# Every daemon by its pid file's name, in the order of stopping: the nodes first, munge last (slurmd
+# is the one-node cluster this script started before).
+STOP_ORDER=("${NODES[@]/#/slurmd-}" slurmd slurmctld slurmdbd mariadbd munged)
 DBD_PORT="${AGORA_SLURM_DBD_PORT:-6819}"
 DB_PORT="${AGORA_SLURM_DB_PORT:-3307}"
 CLUSTER="agora"
@@ -69,7 +81,7 @@ HOST="$(hostname -s)"
 
 if [ "$(id -u)" != 0 ]; then
   command -v sudo >/dev/null 2>&1 || { echo "start_slurm.sh: needs root (or sudo) to install and start SLURM" >&2; exit 1; }
-  exec sudo -E bash "$0" "$ACTION" "$STATE"
+  exec sudo -E bash "$0" "$ACTION" "$STATE" "${DAEMONS[@]}"
 fi
 umask 022
 
@@ -100,19 +112,21 @@ stop_pid() {  # stop_pid NAME PIDFILE: TERM, then KILL after 10 s
   say "stopped $name (pid $pid)"
 }
 
-do_stop() {
-  for node in "${NODES[@]}"; do stop_pid "slurmd $node" "$STATE/run/slurmd-$node.pid"; done
-  stop_pid slurmd "$STATE/run/slurmd.pid"  # the one-node cluster this script started before
-  stop_pid slurmctld "$STATE/run/slurmctld.pid"
-  stop_pid slurmdbd "$STATE/run/slurmdbd.pid"
-  stop_pid mariadbd "$STATE/run/mariadbd.pid"
-  stop_pid munged "$STATE/run/munged.pid"
+do_stop() {  # do_stop [DAEMON...]: stop those (all when none is named), in STOP_ORDER
+  local daemon
+  for daemon in "${STOP_ORDER[@]}"; do
+    if [ "$#" -eq 0 ] || [[ " $* " == *" $daemon "* ]]; then stop_pid "$daemon" "$STATE/run/$daemon.pid"; fi
+  done
 }
 
 export SLURM_CONF="$STATE/slurm.conf"
 
+for daemon in "${DAEMONS[@]}"; do
+  [ "$ACTION" = stop ] || die "$ACTION takes no daemon names ($daemon)"
+  [[ " ${STOP_ORDER[*]} " == *" $daemon "* ]] || die "stop: no daemon '$daemon' (one of: ${STOP_ORDER[*]})"
+done
 if [ "$ACTION" = stop ]; then
-  do_stop
+  do_stop "${DAEMONS[@]}"
   exit 0
 fi
 if [ "$ACTION" = status ]; then
@@ -258,12 +272,17 @@ EOF
 if [ ! -e /etc/slurm/slurm.conf ] || [ "$(readlink /etc/slurm/slurm.conf)" = "$STATE/slurm.conf" ]; then
   mkdir -p /etc/slurm && ln -sfn "$STATE/slurm.conf" /etc/slurm/slurm.conf
 fi
+restarted=()  # running before this start, stopped for the new configuration: not ours to stop later
 if [ -n "$changed" ] && alive "$STATE/run/slurmctld.pid"; then
   say "configuration changed: restarting the daemons"
+  for daemon in "${STOP_ORDER[@]}"; do alive "$STATE/run/$daemon.pid" && restarted+=("$daemon"); done
   do_stop
 fi
 
 started=()
+# A start that fails stops what it started (the daemons before the one that failed).
+trap 'status=$?; if [ "$status" != 0 ] && [ "${#started[@]}" -gt 0 ]; then
+  echo "start_slurm: stopping what this start started: ${started[*]}" >&2; do_stop "${started[@]}" >&2; fi' EXIT
 # ---- munge (the default socket, so that every client finds it; a munged already there is reused) ----
 if ! munge -n >/dev/null 2>&1 && ! alive "$STATE/run/munged.pid"; then
   if [ ! -s /etc/munge/munge.key ]; then
@@ -273,8 +292,8 @@ if ! munge -n >/dev/null 2>&1 && ! alive "$STATE/run/munged.pid"; then
   fi
   mkdir -p /run/munge /var/lib/munge /var/log/munge
   munged --force --pid-file="$STATE/run/munged.pid" --log-file="$STATE/log/munged.log" 9>&-
-  wait_for 10 munged munge -n
   started+=(munged)
+  wait_for 10 munged munge -n
 fi
 
 # ---- MariaDB (private data directory, TCP on loopback) ---------------------------------------
@@ -287,6 +306,7 @@ if ! alive "$STATE/run/mariadbd.pid"; then
     --socket="$STATE/run/mysqld.sock" --pid-file="$STATE/run/mariadbd.pid" --log-error="$STATE/log/mariadb.log" \
     --innodb-buffer-pool-size=64M --innodb-log-file-size=16M >/dev/null 2>&1 9>&- &
   echo $! >"$STATE/run/mariadbd.pid"
+  started+=(mariadbd)
   wait_for 60 mariadbd mariadb --no-defaults --socket="$STATE/run/mysqld.sock" -e 'SELECT 1'
   mariadb --no-defaults --socket="$STATE/run/mysqld.sock" <<'SQL'
 CREATE DATABASE IF NOT EXISTS slurm_acct_db;
@@ -295,7 +315,6 @@ CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY 'agora';
 GRANT ALL ON slurm_acct_db.* TO 'slurm'@'localhost';
 GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';
 SQL
-  started+=(mariadbd)
 fi
 
 # ---- slurmdbd, slurmctld, one slurmd per node ------------------------------------------------
@@ -314,8 +333,8 @@ if ! sacctmgr -i -n list cluster format=cluster 2>/dev/null | grep -qw "$CLUSTER
 fi
 if ! alive "$STATE/run/slurmctld.pid"; then
   slurmctld -f "$STATE/slurm.conf" -i 2>>"$STATE/log/slurmctld.log" 9>&- || die "slurmctld did not start (log: $STATE/log/slurmctld.log)"
-  wait_for 30 slurmctld scontrol ping
   started+=(slurmctld)
+  wait_for 30 slurmctld scontrol ping
 fi
 for node in "${NODES[@]}"; do
   if ! alive "$STATE/run/slurmd-$node.pid"; then
@@ -333,7 +352,11 @@ for node in "${NODES[@]}"; do
   fi
 done
 
-if [ "${#started[@]}" -gt 0 ]; then say "started ${started[*]} (SLURM $VERSION)"; else say "already running (SLURM $VERSION)"; fi
+trap - EXIT
+fresh=()
+for daemon in "${started[@]}"; do [[ " ${restarted[*]} " == *" $daemon "* ]] || fresh+=("$daemon"); done
+[ "${#restarted[@]}" -eq 0 ] || say "restarted ${restarted[*]} (SLURM $VERSION)"
+if [ "${#fresh[@]}" -gt 0 ]; then say "started ${fresh[*]} (SLURM $VERSION)"; else say "already running (SLURM $VERSION)"; fi
 say "state in $STATE; logs in $STATE/log"
 echo "export SLURM_CONF=$STATE/slurm.conf"
 sinfo -N -o '%N %P %c %m %t' 

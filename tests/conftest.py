@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from tests import leftovers
+from tests import leftovers, run_services
 
 pytest_plugins = ("tests.slurm_fixtures",)  # the SLURM cluster's fixtures, for every directory that uses it
 
@@ -37,6 +39,7 @@ XDIST_GROUPS = {
         "cli/test_queue_wait.py",
         "integration/test_executor_in_airflow_with_slurm.py",
         "faults",
+        "bench/test_collect_queue_waits.py",  # a second cluster: not while the SLURM tests, whose timing matters, run
         # docker/compose.yaml's whole stack, built and run: it loads both cores for minutes, so not
         # while the SLURM tests, whose timing matters, run
         "deploy/test_stack.py",
@@ -94,9 +97,61 @@ SERVICE_FIXTURES = {
 }
 
 
+@dataclass(frozen=True)
+class RunStart:
+    """The whole run, as its controller sees it: its directory (tests/run_services.py) and the daemons
+    that ran before it began."""
+
+    directory: Path
+    daemons_before: frozenset[leftovers.DaemonIdentity]
+
+
+TEST_RUN = pytest.StashKey[RunStart]()
+
+
 def pytest_configure(config: pytest.Config) -> None:
     for marker, meaning in SERVICE_MARKERS.items():
         config.addinivalue_line("markers", f"{marker}: {meaning}")
+    if not hasattr(config, "workerinput"):  # the controller (before it starts the workers), or a run in one process
+        config.stash[TEST_RUN] = RunStart(run_services.begin(), leftovers.daemons_running())
+
+
+@pytest.hookimpl(trylast=True)  # after the runner's teardown of the session and xdist's end of the workers
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """At the end of the whole run: stop the services it started, then fail it for any daemon it left running.
+
+    Such a daemon (see tests/leftovers.py) is named and ended, and the run exits 1. Leave nothing running:
+    every service a test starts, the run stops, unless it was running before the run.
+    """
+    run = session.config.stash.get(TEST_RUN, None)
+    if run is None:  # a pytest-xdist worker: the controller ends the run
+        return
+    failed_stops = run_services.stop_recorded(run.directory)
+    roots = [run.directory, *(service.directory for service in run_services.recorded(run.directory))]
+    left = leftovers.daemons_left(run.daemons_before, roots)
+    if failed_stops:
+        _report(session, "services the run could not stop", failed_stops, yellow=True)
+    if left:
+        names = [leftovers.describe(process) for process in left]
+        leftovers.kill(left, term_grace_s=10)
+        _report(session, f"{len(left)} daemons started by the test run outlived it (ended now)", names, red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def _report(session: pytest.Session, title: str, lines: list[str], **markup: bool) -> None:
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is None:  # -p no:terminal
+        print("\n".join([title, *lines]), file=sys.stderr)
+        return
+    reporter.write_sep("=", title, **markup)
+    for line in lines:
+        reporter.write_line(line)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    run = config.stash.get(TEST_RUN, None)
+    if run is not None:
+        run_services.end(run.directory)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -115,7 +170,8 @@ def no_leftover_processes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     """After the session's last test: no process the tests started still runs (see tests/leftovers.py).
 
     One that does (an Airflow component, a LocalExecutor worker, a moto server, a job) is named,
-    killed, and fails the teardown of the last test. Under xdist each worker checks its own.
+    killed, and fails the teardown of the last test. Under xdist each worker checks its own; the
+    services' daemons, which both workers may share, the whole run checks when it ends (pytest_sessionfinish).
     """
     root = tmp_path_factory.getbasetemp()
     yield

@@ -1,7 +1,8 @@
 """A real Redis server for the Celery tests (started by scripts/start_redis.sh), and what they ask it.
 
 The server keeps its directory under the session's temporary folder, so the leftover check
-(tests/leftovers.py) sees it, by its working directory, if a test session ever left it running.
+(tests/leftovers.py) sees it, by its working directory, if a test session ever left it running; a
+start is recorded for the run's end too (tests/run_services.py), which stops it if its session did not.
 Where Redis is absent and cannot be installed (no apt-get, not root), the tests that use it are
 skipped, except in CI (env CI set), where that fails them.
 """
@@ -19,6 +20,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from tests.conftest import REPO
+from tests.run_services import StartedService, record
 
 START_REDIS = REPO / "scripts" / "start_redis.sh"
 CANNOT_INSTALL = 3  # the script's exit code when Redis is absent and apt-get cannot run
@@ -59,11 +61,16 @@ def start_redis(directory: Path) -> RedisServer:
         if started.returncode == CANNOT_INSTALL and not os.environ.get("CI"):
             pytest.skip(message)
         pytest.fail(message)
+    record(StartedService("Redis", directory, _stop_argv(directory)))
     return RedisServer(url=started.stdout.strip().splitlines()[-1], directory=directory)
 
 
+def _stop_argv(directory: Path) -> tuple[str, ...]:
+    return ("bash", str(START_REDIS), "stop", str(directory))
+
+
 def stop_redis(server: RedisServer) -> None:
-    subprocess.run(["bash", str(START_REDIS), "stop", str(server.directory)], capture_output=True, timeout=60)
+    subprocess.run(_stop_argv(server.directory), capture_output=True, timeout=60)
 
 
 @pytest.fixture(scope="session")

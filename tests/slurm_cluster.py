@@ -1,4 +1,4 @@
-"""A real loopback SLURM for tests: started once per session by ``scripts/start_slurm.sh``.
+"""A real loopback SLURM for tests: started once per session by ``scripts/start_slurm.sh``, stopped when the run ends.
 
 Any test directory can use it (a plain module, not a conftest)::
 
@@ -10,7 +10,8 @@ Any test directory can use it (a plain module, not a conftest)::
 
 In CI (``CI=true``) a cluster that cannot start fails the test; elsewhere it skips with the
 script's last words as the reason. The first start on a fresh machine installs Debian's
-slurm-wlm, munge and MariaDB (about 1.5 minutes); later starts take seconds.
+slurm-wlm, munge and MariaDB (about 1.5 minutes); later starts take seconds. The daemons a start
+started, the run stops when it ends (tests/run_services.py); a cluster that ran before, it leaves running.
 
 The cluster has three node types, one per partition (:data:`NODES`, as the script's defaults and
 ``catalogs/slurm-loopback.yaml`` size them): ``debug`` runs on ``agora-small`` only,
@@ -32,9 +33,12 @@ from pathlib import Path
 
 import pytest
 
+from harness import loopback_slurm
+from harness.loopback_slurm import START_SCRIPT as START_SCRIPT  # for the tests that run it themselves
+from harness.loopback_slurm import STATE_DIR, SlurmStartError
+from tests.run_services import StartedService, record
+
 REPO = Path(__file__).resolve().parents[1]
-START_SCRIPT = REPO / "scripts" / "start_slurm.sh"
-STATE_DIR = Path(os.environ.get("AGORA_SLURM_STATE", "/tmp/agora-slurm"))
 TEST_JOB_NAME = "agora-test"
 LOOPBACK_CATALOG = REPO / "catalogs" / "slurm-loopback.yaml"
 LOOPBACK_SPOT_CATALOG = REPO / "catalogs" / "slurm-loopback-spot.yaml"  # the same and slurm-spot
@@ -79,28 +83,15 @@ class SlurmCluster:
         return self.state_dir / "jobcomp.txt"
 
 
-class SlurmStartError(RuntimeError):
-    """scripts/start_slurm.sh failed; the message ends with its output."""
-
-
 @functools.cache
 def start_slurm_cluster(state_dir: Path = STATE_DIR, timeout_s: float = 900.0) -> SlurmCluster:
-    """Run the start script (idempotent) and point this process's SLURM clients at the cluster."""
+    """Run the start script (idempotent), record what it started for the run's end, and point this
+    process's SLURM clients at the cluster."""
     started = time.monotonic()
-    try:
-        done = subprocess.run(
-            ["bash", str(START_SCRIPT), "start", str(state_dir)],
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise SlurmStartError(f"{START_SCRIPT.name}: {exc}") from None
-    if done.returncode != 0:
-        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
-        raise SlurmStartError(f"{START_SCRIPT.name} exited {done.returncode}:\n{tail}")
-    os.environ["SLURM_CONF"] = str(state_dir / "slurm.conf")
+    start = loopback_slurm.start(state_dir, timeout_s)
+    if start.started:
+        record(StartedService("SLURM", state_dir, tuple(start.stop_argv())))
+    os.environ["SLURM_CONF"] = str(start.conf)
     version = subprocess.run(["sinfo", "--version"], capture_output=True, text=True, check=False).stdout.split()
     return SlurmCluster(
         state_dir=state_dir, version=version[-1] if version else "?", start_s=time.monotonic() - started

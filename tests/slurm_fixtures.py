@@ -8,6 +8,9 @@ needs it imports when used, so that sessions without SLURM tests do not load the
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +18,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.slurm_cluster import NODES, SlurmCluster, sbatch, scancel, slurm_cluster_or_skip, wait_until
+from harness.local_airflow import free_port, processes_under
+from tests.slurm_cluster import NODES, START_SCRIPT, SlurmCluster, sbatch, scancel, slurm_cluster_or_skip, wait_until
 
 if TYPE_CHECKING:
     from agora_optimizer.executor.backends.slurm import SlurmBackend
@@ -25,6 +29,29 @@ if TYPE_CHECKING:
 @pytest.fixture(scope="session")
 def slurm_cluster() -> SlurmCluster:
     return slurm_cluster_or_skip()
+
+
+CLUSTER_DAEMONS = frozenset({"munged", "mariadbd", "slurmdbd", "slurmctld", "slurmd"})  # not the jobs' slurmstepd
+
+
+def cluster_daemons(state_dir: Path) -> list[str]:
+    """The daemons of the cluster of ``state_dir`` (they name it), as 'name pid'."""
+    found = processes_under(state_dir)
+    return sorted(f"{process.name()} {process.pid}" for process in found if process.name() in CLUSTER_DAEMONS)
+
+
+@pytest.fixture
+def second_cluster(slurm_cluster: SlurmCluster, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """The state directory of a second loopback cluster, on ports of its own, not started: the session's
+    cluster, which other runs on the machine may use, is left alone (the two share munged only)."""
+    state_dir = Path(tempfile.mkdtemp(prefix="agora-slurm-"))  # short: MariaDB's socket path must fit 108 bytes
+    monkeypatch.setenv("AGORA_SLURM_STATE", str(state_dir))
+    for port in ("CTLD", "SLURMD", "LARGE", "GPU", "DBD", "DB"):
+        monkeypatch.setenv(f"AGORA_SLURM_{port}_PORT", str(free_port()))
+    yield state_dir
+    subprocess.run(["bash", str(START_SCRIPT), "stop", str(state_dir)], capture_output=True, timeout=120, check=True)
+    shutil.rmtree(state_dir, ignore_errors=True)
+    state_dir.with_name(f"{state_dir.name}.lock").unlink(missing_ok=True)  # the script's, beside its directory
 
 
 @pytest.fixture

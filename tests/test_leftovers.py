@@ -1,18 +1,23 @@
-"""The end-of-session check (tests/leftovers.py) finds a process by what it names, and only below its root."""
+"""The end-of-session check (tests/leftovers.py) finds a process by what it names, and only below its root;
+the end-of-run check finds the daemons the run started and left, not those that ran before it."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pytest
 
-from tests.leftovers import kill, processes_under
+from harness.local_airflow import free_port
+from tests.leftovers import daemons_left, daemons_running, kill, processes_under
+from tests.run_services import run_pytest
 
 HOLD_FILE = "import sys, time; f = open(sys.argv[1], 'w'); print('ready', flush=True); time.sleep(60)"
 
@@ -84,3 +89,60 @@ def test_a_redis_server_left_in_the_session_directory_is_found_and_its_stop_leav
     finally:
         stop_redis(server)
     assert processes_under(tmp_path) == []
+
+
+@pytest.mark.celery
+def test_a_daemon_started_after_the_run_began_is_left_but_one_that_ran_before_is_not_even_restarted(
+    tmp_path: Path,
+) -> None:
+    from tests.redis_server import start_redis, stop_redis
+
+    before_run = start_redis(tmp_path / "before")
+    try:
+        before = daemons_running()
+        during_run = start_redis(tmp_path / "during")
+        try:
+            stop_redis(before_run)
+            before_run = start_redis(tmp_path / "before")  # a new process: the same command in the same directory
+            [left] = daemons_left(before, [tmp_path], grace_s=0)
+            assert left.pid == int((during_run.directory / "redis.pid").read_text())
+            assert daemons_left(before, [tmp_path / "elsewhere"], grace_s=0) == []  # not the run's
+        finally:
+            stop_redis(during_run)
+    finally:
+        stop_redis(before_run)
+
+
+A_TEST_THAT_LEAVES_POSTGRESQL = """
+import os
+import subprocess
+
+
+def test_start_a_postgresql_server_and_leave_it():
+    env = {**os.environ, "AGORA_PG_PORT": "%(port)d"}
+    done = subprocess.run(["bash", "%(script)s", "%(directory)s"], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+"""
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_a_run_that_leaves_a_daemon_running_fails_naming_it_and_ends_it(tmp_path: Path) -> None:
+    """A PostgreSQL server left by a test, outside the run's temporary folders (the sessions' check does not see it)."""
+    script = Path(__file__).resolve().parents[1] / "scripts" / "start_postgres.sh"
+    directory = Path(tempfile.mkdtemp(prefix="agora-pg-", dir="/tmp"))  # the postgres user must reach it
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    source = A_TEST_THAT_LEAVES_POSTGRESQL % {"port": free_port(), "script": script, "directory": directory}
+    (tests / "test_leave.py").write_text(source)
+    try:
+        done = run_pytest(tests, tmp_path / "basetemp")
+        output = done.stdout + done.stderr
+        assert done.returncode == 1 and "1 passed" in output, output[-3000:]
+        assert "1 daemons started by the test run outlived it (ended now)" in output, output[-3000:]
+        [named] = [line for line in output.splitlines() if line.startswith("pid ") and str(directory) in line]
+        assert "postgres -D" in named
+        assert not psutil.pid_exists(int(named.split()[1]))
+    finally:
+        subprocess.run(["bash", str(script), "stop", str(directory)], capture_output=True, timeout=120)
+        shutil.rmtree(directory, ignore_errors=True)

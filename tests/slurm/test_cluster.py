@@ -13,6 +13,8 @@ from agora_optimizer.slurm.accounting import read_sacct
 from agora_optimizer.slurm.commands import run_slurm
 from agora_optimizer.slurm.errors import SlurmCommandError
 from agora_optimizer.slurm.queue import read_snapshot
+from harness import loopback_slurm
+from tests.run_services import run_pytest
 from tests.slurm_cluster import (
     LOOPBACK_CATALOG,
     LOOPBACK_SPOT_CATALOG,
@@ -21,7 +23,9 @@ from tests.slurm_cluster import (
     SPOT,
     START_SCRIPT,
     SlurmCluster,
+    SlurmStartError,
 )
+from tests.slurm_fixtures import cluster_daemons
 
 
 def test_start_script_is_idempotent_and_the_node_takes_jobs(slurm_cluster: SlurmCluster) -> None:
@@ -30,7 +34,7 @@ def test_start_script_is_idempotent_and_the_node_takes_jobs(slurm_cluster: Slurm
         ["bash", str(START_SCRIPT), "start", str(slurm_cluster.state_dir)], capture_output=True, text=True, timeout=120
     )
     assert again.returncode == 0, again.stderr
-    assert "already running" in again.stdout
+    assert "already running" in again.stdout and loopback_slurm.started_daemons(again.stdout) == ()
     assert time.monotonic() - started < 30
     status = subprocess.run(["bash", str(START_SCRIPT), "status", str(slurm_cluster.state_dir)], capture_output=True)
     assert status.returncode == 0
@@ -112,3 +116,68 @@ def test_spot_is_preemptible_by_compute_and_nothing_else_is(slurm_cluster: Slurm
         assert all(tiers[p] < tiers[partition] for p in sharing), (partition, sharing)
     config = dict(line.split("=", 1) for line in slurm_cluster.conf.read_text().splitlines() if "=" in line)
     assert config["PreemptType"] == "preempt/partition_prio"
+
+
+# -- the cluster a test run starts, it stops (unless it found it running) --------------------------
+
+A_TEST_OF_THE_CLUSTER = """
+import os
+import subprocess
+from pathlib import Path
+
+
+def test_the_cluster_answers(slurm_cluster):
+    states = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, check=True).stdout.split()
+    assert states and set(states) <= {"idle", "mix", "alloc"}
+    Path(__file__).with_suffix(".worker").write_text(os.environ["PYTEST_XDIST_WORKER"])
+"""
+
+
+def _run_two_workers_on_the_cluster(tmp_path: Path) -> None:
+    """A run of two test modules that use the cluster (``slurm_cluster``), one in each pytest-xdist worker,
+    as scripts/test.sh runs them."""
+    tests = tmp_path / "tests"
+    tests.mkdir(parents=True)
+    for name in ("test_one.py", "test_two.py"):
+        (tests / name).write_text(A_TEST_OF_THE_CLUSTER)
+    done = run_pytest(tests, tmp_path / "basetemp", "-n", "2", "--dist", "loadscope")
+    assert done.returncode == 0, f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    assert sorted(path.read_text() for path in tests.glob("*.worker")) == ["gw0", "gw1"]  # both used it
+
+
+@pytest.mark.slow
+def test_a_test_run_stops_the_cluster_it_started_and_leaves_one_it_found_running(
+    second_cluster: Path, tmp_path: Path
+) -> None:
+    """munged, MariaDB, slurmdbd, slurmctld and three slurmd outlived the run that started them (issue 32)."""
+    assert cluster_daemons(second_cluster) == []
+    _run_two_workers_on_the_cluster(tmp_path / "starts")
+    assert cluster_daemons(second_cluster) == []
+    start = loopback_slurm.start(second_cluster)  # from stopped: seconds
+    running = cluster_daemons(second_cluster)
+    assert {"mariadbd", "slurmdbd", "slurmctld", "slurmd"} <= {line.split()[0] for line in running}
+    _run_two_workers_on_the_cluster(tmp_path / "finds")
+    assert cluster_daemons(second_cluster) == running  # the same processes
+    loopback_slurm.stop(start)
+    assert cluster_daemons(second_cluster) == []
+
+
+def test_a_start_that_found_the_cluster_running_stops_nothing(slurm_cluster: SlurmCluster) -> None:
+    """The script stops every daemon when it is given none to stop: a start that started none must not ask it."""
+    start = loopback_slurm.start(slurm_cluster.state_dir)
+    assert start.started == ()
+    with pytest.raises(ValueError, match="started nothing: there is nothing of it to stop"):
+        start.stop_argv()
+    running = cluster_daemons(slurm_cluster.state_dir)
+    loopback_slurm.stop(start)
+    assert cluster_daemons(slurm_cluster.state_dir) == running
+
+
+@pytest.mark.slow
+def test_a_start_that_fails_stops_the_daemons_it_had_started(second_cluster: Path) -> None:
+    (second_cluster / "log" / "slurmdbd.log").mkdir(parents=True)  # slurmdbd cannot start: its log is a directory
+    with pytest.raises(SlurmStartError, match="slurmdbd did not start") as failed:
+        loopback_slurm.start(second_cluster)
+    assert "stopping what this start started: " in str(failed.value)
+    assert "stopped mariadbd" in str(failed.value)  # started before slurmdbd failed
+    assert cluster_daemons(second_cluster) == []

@@ -1,8 +1,9 @@
 """Trace-store fixtures: a real PostgreSQL server (started by scripts/start_postgres.sh) and a fresh store per test.
 
-The server is a throwaway cluster under /tmp, started once per session and stopped at
-the end. Where PostgreSQL is absent and cannot be installed (no apt-get, not root), the
-PostgreSQL cases are skipped, except in CI (env CI set), where that fails them.
+The server is a throwaway cluster under /tmp, started once per session and stopped at the end
+(and recorded for the run's end, tests/run_services.py, which stops it if its session did not).
+Where PostgreSQL is absent and cannot be installed (no apt-get, not root), the PostgreSQL cases
+are skipped, except in CI (env CI set), where that fails them.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 from tests.conftest import REPO
+from tests.run_services import StartedService, record
 
 START_POSTGRES = REPO / "scripts" / "start_postgres.sh"
 CANNOT_INSTALL = 3  # the script's exit code when PostgreSQL is absent and apt-get cannot run
@@ -61,10 +63,12 @@ def postgres_server() -> Iterator[PostgresServer]:
             pytest.skip(message)
         pytest.fail(message)
     url = started.stdout.strip().splitlines()[-1]
+    stop = ("bash", str(START_POSTGRES), "stop", str(directory))
+    record(StartedService("PostgreSQL", directory, stop))
     try:
         yield PostgresServer(url=url, directory=directory)
     finally:
-        subprocess.run(["bash", str(START_POSTGRES), "stop", str(directory)], capture_output=True, timeout=120)
+        subprocess.run(stop, capture_output=True, timeout=120)
         shutil.rmtree(directory, ignore_errors=True)
 
 
