@@ -179,6 +179,21 @@ def depends_on(config: dict[str, Any], name: str) -> dict[str, str]:
     return {str(dep): str((spec or {}).get("condition", "")) for dep, spec in raw.items()}
 
 
+def published_ports(config: dict[str, Any], name: str) -> list[tuple[str, str, int]]:
+    """(host address, host port, container port) of each port the service publishes, short or long
+    syntax; the address is "" where the port is published on every interface."""
+    found: list[tuple[str, str, int]] = []
+    for port in service(config, name).get("ports") or []:
+        if isinstance(port, dict):
+            found.append((str(port.get("host_ip") or ""), str(port.get("published", "")), int(port["target"])))
+            continue
+        parts = str(port).split("/")[0].rsplit(":", 2)  # [[ADDRESS:]PORT:]TARGET[/PROTOCOL]
+        address = parts[0] if len(parts) == 3 else ""
+        published = parts[-2] if len(parts) >= 2 else ""
+        found.append((address, published, int(parts[-1])))
+    return found
+
+
 def healthcheck_test(config: dict[str, Any], name: str) -> str:
     check = service(config, name).get("healthcheck") or {}
     assert check and not check.get("disable"), f"service {name} has no healthcheck"
@@ -284,11 +299,7 @@ def test_every_airflow_process_gets_the_same_configuration(config: dict[str, Any
     # Tasks, on the compute nodes too, call back to the api-server service.
     api = urlsplit(reference["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"])
     assert api.hostname == "airflow-apiserver" and api.path.rstrip("/") == "/execution"
-    targets = {
-        int(str(port["target"]) if isinstance(port, dict) else str(port).split(":")[-1])
-        for port in service(config, "airflow-apiserver").get("ports", [])
-    }
-    assert api.port in targets
+    assert api.port in {target for _, _, target in published_ports(config, "airflow-apiserver")}
 
 
 def test_one_postgres_holds_the_metadata_database_and_the_trace_store(config: dict[str, Any]) -> None:
@@ -314,6 +325,20 @@ def test_one_postgres_holds_the_metadata_database_and_the_trace_store(config: di
     )
     assert script is not None and Path(script).resolve() == DOCKER / "postgres" / "init-databases.sh"
     assert "pg_isready" in healthcheck_test(config, "postgres")
+
+
+def test_only_the_api_server_is_published_on_the_hosts_loopback(
+    config: dict[str, Any], compose: tuple[str, ...], tmp_path: Path
+) -> None:
+    assert published_ports(config, "airflow-apiserver") == [("127.0.0.1", "8080", 8080)]
+    for name in config["services"]:  # PostgreSQL and Redis above all: default passwords, and none
+        assert name == "airflow-apiserver" or not published_ports(config, name), f"{name} is published"
+    # A deployer who puts a proxy in front or wants every interface says so.
+    env_file = tmp_path / "public.env"
+    env_file.write_text("AIRFLOW_HOST_IP=0.0.0.0\nAIRFLOW_PORT=18080\n")
+    done = run_config(compose, COMPOSE_FILE, env_file)
+    assert done.returncode == 0, done.stderr
+    assert published_ports(yaml.safe_load(done.stdout), "airflow-apiserver") == [("0.0.0.0", "18080", 8080)]
 
 
 def test_start_order_uses_conditions_and_healthchecks(config: dict[str, Any]) -> None:
