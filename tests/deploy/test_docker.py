@@ -179,6 +179,16 @@ def depends_on(config: dict[str, Any], name: str) -> dict[str, str]:
     return {str(dep): str((spec or {}).get("condition", "")) for dep, spec in raw.items()}
 
 
+def read_only(config: dict[str, Any], name: str, target: str) -> bool:
+    """Whether the service mounts ``target`` read-only (short or long syntax)."""
+    for item in service(config, name).get("volumes") or []:
+        if isinstance(item, str) and item.split(":")[1] == target:
+            return "ro" in item.split(":")[2:3]
+        if isinstance(item, dict) and item.get("target") == target:
+            return bool(item.get("read_only"))
+    raise AssertionError(f"{name} does not mount {target}")
+
+
 def published_ports(config: dict[str, Any], name: str) -> list[tuple[str, str, int]]:
     """(host address, host port, container port) of each port the service publishes, short or long
     syntax; the address is "" where the port is published on every interface."""
@@ -279,7 +289,6 @@ def test_every_airflow_process_gets_the_same_configuration(config: dict[str, Any
         "AIRFLOW__CORE__DAGS_FOLDER",
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN",
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_ASYNC",
-        "AIRFLOW__API_AUTH__JWT_SECRET",  # the scheduler signs task tokens that the api-server checks
         "AIRFLOW__LOGGING__BASE_LOG_FOLDER",
         "AIRFLOW__CELERY__BROKER_URL",  # the scheduler's CeleryExecutor sends where the workers read
         "AIRFLOW__CELERY__RESULT_BACKEND",
@@ -325,6 +334,43 @@ def test_one_postgres_holds_the_metadata_database_and_the_trace_store(config: di
     )
     assert script is not None and Path(script).resolve() == DOCKER / "postgres" / "init-databases.sh"
     assert "pg_isready" in healthcheck_test(config, "postgres")
+
+
+# Airflow's keys, which every Airflow component reads from one file each of the secrets volume:
+# (section, option) -> the file.
+AIRFLOW_KEYS = {
+    ("api_auth", "jwt_secret"): "jwt_secret",
+    ("api", "secret_key"): "api_secret_key",
+    ("core", "fernet_key"): "fernet_key",
+}
+SECRETS_VOLUME = "airflow-secrets"
+# Variables of compose.yaml that hold a secret, and those of them allowed a default: the databases'
+# passwords, on a network internal to the stack (test_only_the_api_server_is_published_on_the_hosts_loopback).
+SECRET_VARIABLE = re.compile(r"SECRET|FERNET|PASSWORD|TOKEN|^AIRFLOW_CONN_")
+INTERNAL_PASSWORDS = {"POSTGRES_PASSWORD", "AIRFLOW_DB_PASSWORD", "AGORA_DB_PASSWORD"}
+
+
+def test_no_secret_has_a_default_and_airflow_reads_its_keys_from_the_secrets_volume(config: dict[str, Any]) -> None:
+    defaults = re.findall(r"\$\{(\w+):?-([^}]*)\}", COMPOSE_FILE.read_text())
+    given = {name: default for name, default in defaults if SECRET_VARIABLE.search(name) and default}
+    assert set(given) <= INTERNAL_PASSWORDS, (
+        f"secrets with a default in compose.yaml: {sorted(set(given) - INTERNAL_PASSWORDS)}"
+    )
+    init = environment(config, "airflow-init")
+    folder = init["AIRFLOW_SECRETS_DIR"]
+    assert source_of(config, "airflow-init", folder) == SECRETS_VOLUME and not read_only(config, "airflow-init", folder)
+    assert SECRETS_VOLUME in (config.get("volumes") or {})
+    for name in (*AIRFLOW_SERVICES, *WORKERS):
+        env = environment(config, name)
+        for (section, option), file in AIRFLOW_KEYS.items():
+            variable = f"AIRFLOW__{section.upper()}__{option.upper()}"
+            assert variable not in env, f"{name}: {variable} is set in compose.yaml"
+            assert env.get(f"{variable}_CMD") == f"cat {folder}/{file}", f"{name}: {variable}_CMD"
+        assert source_of(config, name, folder) == SECRETS_VOLUME, name
+        assert name == "airflow-init" or read_only(config, name, folder), f"{name} may write Airflow's keys"
+    for node in NODES:  # tasks run there as airflow: the JWT secret would let one mint an admin token
+        assert source_of(config, node, folder) is None, node
+        assert not any(key.endswith("_CMD") for key in environment(config, node)), node
 
 
 def test_only_the_api_server_is_published_on_the_hosts_loopback(
