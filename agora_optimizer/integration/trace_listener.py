@@ -36,6 +36,7 @@ from typing import Any
 
 from airflow.listeners import hookimpl
 
+from agora_optimizer.errors import first_line
 from agora_optimizer.executor.placement import BACKEND_ENV, MACHINE_ENV, PLAN_VERSION_ENV
 from agora_optimizer.executor.placement import RESOURCE_ENV as RESOURCE_TYPE_ENV
 from agora_optimizer.integration.celery_pools import worker_name
@@ -118,7 +119,7 @@ class TraceListener:
                 "the row waits in %s",
                 attempt.key,
                 type(exc).__name__,
-                _first_line(exc),
+                first_line(exc),
                 kept,
             )
             return
@@ -264,12 +265,6 @@ def _error_text(error: Any) -> str:
         return ""
     text = f"{type(error).__name__}: {error}" if isinstance(error, BaseException) else str(error)
     return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 3] + "..."
-
-
-def _first_line(exc: BaseException) -> str:
-    """An error's first line (a driver's message can run to pages; the URL it holds is masked by SQLAlchemy)."""
-    text = str(exc).strip()
-    return text.splitlines()[0][:300] if text else ""
 
 
 def _describe(task_instance: Any) -> str:
