@@ -1,5 +1,6 @@
-"""Run-record fixtures: the trace store's databases (SQLite and a real PostgreSQL) from tests/traces, and
-a plan store holding one DAG's plan (also used by tests/cli/test_runs.py)."""
+"""Run-record fixtures: the trace store's databases (SQLite and a real PostgreSQL) from tests/traces, a plan
+store holding one DAG's plan (also used by tests/cli/test_runs.py), and Airflow's own metadata tables in a
+SQLite file as this process's database (``airflow_db``: the run listener reads runs and tries there)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Trace-store fixtures: a real PostgreSQL server (started by scripts/start_postgres.sh) and a fresh store per test.
+"""Trace-store fixtures: a real PostgreSQL server (started by scripts/start_postgres.sh), a fresh store per
+test, and :func:`write_lock_held`: another process holding a SQLite store's write lock.
 
 The server is a throwaway cluster under /tmp, started once per session and stopped at
 the end. Where PostgreSQL is absent and cannot be installed (no apt-get, not root), the
