@@ -112,6 +112,7 @@ class ExecutorBase(BaseExecutor):
         self._last_expiry = self._last_sweep - EXPIRE_INTERVAL_S  # the first expiry comes with the first sweep
         self._swept: set[str] = set()  # job directories the sweep is done with (traced, unreadable or too old)
         self._last_replay = 0.0
+        self._trace_store_retry_at = 0.0  # after a failed write, rows go to the spool until then
         # planned machines: the order of each plan, the book of each run, the leases open now
         self._orders: BoundedDict[tuple[str, str], MachineOrder | None] = BoundedDict(PLANS_MAX)
         self._books: BoundedDict[tuple[str, str], RunBook] = BoundedDict(RUNS_MAX)

@@ -1,4 +1,10 @@
-"""The executor's part of each attempt's trace row: written to the trace store, or spooled while it is down."""
+"""The executor's part of each attempt's trace row: written to the trace store, or spooled while it is down.
+
+All of it runs in the scheduler's loop (``sync``), so the store is opened once with the hooks' short busy
+timeout (:data:`~agora_optimizer.traces.store.HOOK_BUSY_TIMEOUT_S`), and once a write has failed the rows
+go straight to the spool until the next replay (every :data:`REPLAY_INTERVAL_S`) finds the store free: a
+store held by another process costs the loop one short wait per interval, not one per job.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +12,7 @@ import contextlib
 import time
 from typing import TYPE_CHECKING
 
+from agora_optimizer.errors import AgoraError
 from agora_optimizer.executor.executor_base import REPLAY_INTERVAL_S, ExecutorBase
 from agora_optimizer.executor.job_dirs import mark_traced
 from agora_optimizer.executor.job_record import JobRecord, executor_attempt
@@ -23,16 +30,22 @@ class Tracing(ExecutorBase):
 
     def _write_trace(self, record: JobRecord, status: JobStatus) -> None:
         try:
-            store = self._store()
-            existing = store.attempt(record.dag_id, record.task_id, record.run_id, record.try_number, record.map_index)
-            store.add([executor_attempt(record, status, existing)])
+            if time.monotonic() < self._trace_store_retry_at:
+                raise AgoraError("it failed a moment ago; the spool's next replay tries it again")
+            try:
+                store = self._store()
+                key = (record.dag_id, record.task_id, record.run_id, record.try_number, record.map_index)
+                store.add([executor_attempt(record, status, store.attempt(*key))])
+            except Exception:
+                self._trace_store_retry_at = time.monotonic() + REPLAY_INTERVAL_S
+                raise
         except Exception as exc:  # traces must never fail a task: the row waits in the spool for the store
             try:
                 kept = spool(executor_attempt(record, status, None), "executor", self._state_dir / SPOOL_NAME)
             except Exception:
                 self.log.exception("Could not write the trace of %s, nor keep it for later (%s)", record.label, exc)
                 return
-            self.log.warning("Trace store unreachable (%s); the row of %s waits in %s", exc, record.label, kept)
+            self.log.warning("Trace store unavailable (%s); the row of %s waits in %s", exc, record.label, kept)
         job_dir = self._state_dir / record.key
         with contextlib.suppress(OSError):
             if job_dir.is_dir():
@@ -42,9 +55,9 @@ class Tracing(ExecutorBase):
         """The trace store (with its run records), opened once: a finished job must not pay for an engine."""
         if self._trace_store is None:
             from agora_optimizer.runs.store import RunStore
-            from agora_optimizer.traces.store import default_store_url
+            from agora_optimizer.traces.store import HOOK_BUSY_TIMEOUT_S, default_store_url
 
-            self._trace_store = RunStore(default_store_url())
+            self._trace_store = RunStore(default_store_url(), busy_timeout_s=HOOK_BUSY_TIMEOUT_S)
         return self._trace_store
 
     def _replay_traces(self) -> None:
@@ -57,9 +70,11 @@ class Tracing(ExecutorBase):
             if not spool_pending(spool_dir):
                 return
             written = replay_spool(self._store(), spool_dir)
+            self._trace_store_retry_at = 0.0  # free again: rows are written at once again
         except Exception as exc:  # still down: the rows keep waiting
+            self._trace_store_retry_at = time.monotonic() + REPLAY_INTERVAL_S
             waiting = spool_pending(spool_dir)
-            self.log.warning("Trace store still unreachable (%s); %d rows wait in the spool", exc, waiting)
+            self.log.warning("Trace store still unavailable (%s); %d rows wait in the spool", exc, waiting)
             return
         if written:
             self.log.info("Wrote %d trace rows that waited in the spool while the trace store was down", written)
