@@ -121,10 +121,10 @@ from agora_optimizer.engines.exact.milp.model import build_model
 from agora_optimizer.engines.exact.milp.solution import read_solution, repair
 from agora_optimizer.engines.exact.milp.warm import set_warm_start
 from agora_optimizer.engines.exact.shared import (
+    applies,
     best_warm_start,
     exact_result,
     is_valid,
-    proven_infeasible,
 )
 from agora_optimizer.model.plan import Assignment
 from agora_optimizer.planning.problem import Problem
@@ -180,12 +180,8 @@ class MilpEngine(Engine):
     ) -> EngineResult | None:
         started = time.perf_counter()
         self.last_outcome = None
-        if problem.workflow.uses_gpus:
-            return None  # the model has no GPU capacity (see the class docstring)
-        if problem.catalog.has_spot:
-            return None  # the model knows no interruptions: its optimum and bound would be of the wrong cost
-        if len(problem.workflow.tasks) > self.max_tasks or time_limit_s <= 0 or proven_infeasible(problem):
-            return None
+        if not applies(problem, self.max_tasks, time_limit_s):
+            return None  # GPUs, spot types, too many tasks, no time, or limits proven out of reach
         deadline = TimeBudget.until(started + time_limit_s - self.margin_s - _MIN_CBC_S)  # for building: CBC needs time
         warm = best_warm_start(problem, warm_start, deadline)
         data = build_data(problem, warm or [])

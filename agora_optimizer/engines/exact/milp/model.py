@@ -9,6 +9,7 @@ from typing import Any
 
 from agora_optimizer.engines.exact.milp.data import MilpData, Pair, Slot, memory_gib, pair
 from agora_optimizer.engines.exact.milp.pulp_api import LpMinimize, LpProblem, lpSum
+from agora_optimizer.engines.exact.shared import chain_cover
 from agora_optimizer.model.catalog import GIB
 from agora_optimizer.planning.time_budget import TimeBudget
 
@@ -213,7 +214,8 @@ def _add_energy(model: MilpModel, data: MilpData) -> None:
     on_slot: dict[Slot, list[int]] = defaultdict(list)
     for i, k, m in model.x:
         on_slot[k, m].append(i)
-    chains = [chain for chain in _chains(data) if len(chain) > 1]
+    weight = [min(data.duration[i, k] for k in data.options[i]) for i in range(len(data.tasks))]
+    chains = chain_cover(data.ancestors, weight)
     for k, m in model.billed:
         resource = data.types[k].resource
         usable = model.lease_end[k, m] - model.lease_start[k, m] - resource.boot_s * model.u[k, m]
@@ -228,24 +230,6 @@ def _add_energy(model: MilpModel, data: MilpData) -> None:
             if len(hosted) > 1:
                 work = lpSum(data.duration[i, k] * model.x[i, k, m] for i in hosted)
                 model.add(work <= usable, f"energy_chain_{c}_{k}_{m}")
-
-
-def _chains(data: MilpData) -> list[list[int]]:
-    """Chains (pairwise ancestor and descendant, so never overlapping) covering the tasks, longest first."""
-    n = len(data.tasks)
-    weight = [min(data.duration[i, k] for k in data.options[i]) for i in range(n)]
-    left = set(range(n))
-    chains = []
-    while left:
-        best: dict[int, tuple[float, list[int]]] = {}
-        for i in sorted(left):  # topological order: a comparable j < i is an ancestor of i
-            before = [best[j] for j in best if j not in data.incomparable[i]]
-            length, path = max(before, default=(0.0, []))
-            best[i] = (length + weight[i], [*path, i])
-        chain = max(best.values())[1]
-        chains.append(chain)
-        left -= set(chain)
-    return chains
 
 
 def _add_counts(model: MilpModel, data: MilpData) -> None:
