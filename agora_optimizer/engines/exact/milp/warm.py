@@ -75,22 +75,22 @@ def set_warm_start(model: MilpModel, data: MilpData, assignments: Sequence[Assig
     place, lanes, start, end = schedule.place, schedule.lanes, schedule.start, schedule.end
     if any((i, *slot) not in model.x for i, slot in enumerate(place)):
         return False
-    if any((i, *place[i], lane) not in model.y for i in range(len(place)) for lane in lanes[i]):
+    if any((i, *place[i], lane) not in model.lane for i in range(len(place)) for lane in lanes[i]):
         return False
     for key, var in model.x.items():
         var.setInitialValue(1 if place[key[0]] == key[1:] else 0)
-    for (i, k, m, lane), var in model.y.items():
+    for (i, k, m, lane), var in model.lane.items():
         var.setInitialValue(1 if place[i] == (k, m) and lane in lanes[i] else 0)
-    for i, var in enumerate(model.s):
+    for i, var in enumerate(model.start):
         var.setInitialValue(start[i])
     model.makespan.setInitialValue(max(end, default=0.0))
-    for (i, j), var in model.sm.items():
+    for (i, j), var in model.same.items():
         var.setInitialValue(1 if place[i] == place[j] else 0)
-    for (i, j), var in model.q.items():
+    for (i, j), var in model.share_lane.items():
         var.setInitialValue(1 if place[i] == place[j] and lanes[i] & lanes[j] else 0)
-    for (i, j), var in model.o.items():
+    for (i, j), var in model.first.items():
         var.setInitialValue(1 if (start[i], i) <= (start[j], j) else 0)
-    for (i, j), var in model.a.items():
+    for (i, j), var in model.running_at.items():
         running = place[i] == place[j] and (start[i], i) <= (start[j], j) and start[j] < end[i] - EPS_S
         var.setInitialValue(1 if running else 0)
     _set_lease_values(model, data, schedule)
@@ -103,7 +103,7 @@ def _set_lease_values(model: MilpModel, data: MilpData, schedule: WarmSchedule) 
         boot = data.types[slot[0]].resource.boot_s
         first, last = spans.get(slot, (math.inf, -math.inf))
         spans[slot] = (min(first, schedule.start[i] - boot), max(last, schedule.end[i]))
-    for slot, var in model.u.items():
+    for slot, var in model.used.items():
         var.setInitialValue(1 if slot in spans else 0)
         first, last = spans.get(slot, (0.0, 0.0))
         billing = data.types[slot[0]].resource.billing
