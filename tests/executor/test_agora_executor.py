@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from agora_optimizer.executor.backends.base import Backend
-from agora_optimizer.executor.backends.local import LocalBackend, LocalPool
+from agora_optimizer.executor.backends.local.backend import LocalBackend, LocalPool
 from agora_optimizer.executor.jobs import BackendError, JobSpec, JobStatus, job_key
 from tests.conftest import CATALOGS
 

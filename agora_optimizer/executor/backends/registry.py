@@ -22,14 +22,14 @@ from agora_optimizer.executor.backends.base import Backend
 from agora_optimizer.model.catalog import Resource
 
 if TYPE_CHECKING:
-    from agora_optimizer.executor.backends.aws_batch import ComputeNetwork
+    from agora_optimizer.executor.backends.aws.backend import ComputeNetwork
 
 BackendFactory = Callable[[Mapping[str, Resource]], Backend]
 """Makes a backend for the catalog's resources of its kind (by name)."""
 
 
 def _local(resources: Mapping[str, Resource]) -> Backend:
-    from agora_optimizer.executor.backends.local import LocalBackend, LocalPool
+    from agora_optimizer.executor.backends.local.backend import LocalBackend, LocalPool
 
     return LocalBackend({resource.name: LocalPool.from_resource(resource) for resource in resources.values()})
 
@@ -99,7 +99,7 @@ def aws_settings() -> AwsSettings:
 
 
 def _aws(resources: Mapping[str, Resource]) -> Backend:
-    from agora_optimizer.executor.backends.aws_batch import AwsBatchBackend
+    from agora_optimizer.executor.backends.aws.backend import AwsBatchBackend
 
     read = aws_settings()
     return AwsBatchBackend.from_airflow(
@@ -114,7 +114,7 @@ def _aws(resources: Mapping[str, Resource]) -> Backend:
 def aws_compute_network() -> ComputeNetwork | None:
     """The network of the compute environments agora may create (``[agora] aws_subnets`` ...), None when
     none of its settings is set; AgoraError naming what is missing when only some are."""
-    from agora_optimizer.executor.backends.aws_batch import ComputeNetwork
+    from agora_optimizer.executor.backends.aws.backend import ComputeNetwork
 
     values = {
         "aws_subnets": _listed(settings.get("aws_subnets")),

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from agora_optimizer.executor.backends.aws_batch import AwsBatchBackend, Infrastructure
+from agora_optimizer.executor.backends.aws.backend import AwsBatchBackend, Infrastructure
 from agora_optimizer.executor.jobs import OOM_EXIT_CODE, BackendError, JobResult, JobSpec, job_key, read_result
 from agora_optimizer.executor.remote_files import RemoteFileNotFound, RemoteFiles, job_urls
 from agora_optimizer.model.catalog import GIB

@@ -1,7 +1,7 @@
 """AWS Batch jobs in agora's terms: queue and job names, sizes, and Batch's states and answers as a JobStatus.
 
 Pure functions of names and Batch's records (no client, no call): the backend
-(:mod:`~agora_optimizer.executor.backends.aws_batch`) builds its requests and reads its answers with them.
+(:mod:`~agora_optimizer.executor.backends.aws.backend`) builds its requests and reads its answers with them.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from agora_optimizer.executor.backends.aws_credentials import mapping
-from agora_optimizer.executor.backends.aws_errors import BACKEND
+from agora_optimizer.executor.backends.aws.credentials import mapping
+from agora_optimizer.executor.backends.aws.errors import BACKEND
 from agora_optimizer.executor.environment import job_environment
 from agora_optimizer.executor.jobs import (
     BackendError,

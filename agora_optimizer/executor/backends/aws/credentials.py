@@ -20,7 +20,7 @@ from agora_optimizer.executor.jobs import (
 if TYPE_CHECKING:
     pass
 
-from agora_optimizer.executor.backends.aws_errors import BACKEND, classify_error
+from agora_optimizer.executor.backends.aws.errors import BACKEND, classify_error
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ import boto3
 import pytest
 from botocore.exceptions import EndpointConnectionError
 
-from agora_optimizer.executor.backends.aws_batch import (
+from agora_optimizer.executor.backends.aws.backend import (
     AwsBatchBackend,
     Infrastructure,
     attempt_duration_s,

@@ -28,10 +28,10 @@ worker uploaded to its ``--result-url`` (its own OOM kill, peak memory, CPU time
 job definition that ``submit`` needs.
 
 This module is the submission side (the backend's calls). Beside it:
-:mod:`~agora_optimizer.executor.backends.aws_jobs` (queue and job names, sizes, Batch's states),
-:mod:`~agora_optimizer.executor.backends.aws_provisioning` (setting up an account),
-:mod:`~agora_optimizer.executor.backends.aws_credentials` (Airflow's AWS connection,
-:func:`session_from_connection`) and :mod:`~agora_optimizer.executor.backends.aws_errors`
+:mod:`~agora_optimizer.executor.backends.aws.jobs` (queue and job names, sizes, Batch's states),
+:mod:`~agora_optimizer.executor.backends.aws.provisioning` (setting up an account),
+:mod:`~agora_optimizer.executor.backends.aws.credentials` (Airflow's AWS connection,
+:func:`session_from_connection`) and :mod:`~agora_optimizer.executor.backends.aws.errors`
 (boto3's errors as BackendErrors).
 """
 
@@ -52,9 +52,9 @@ from botocore.exceptions import (
     NoRegionError,
 )
 
-from agora_optimizer.executor.backends.aws_credentials import AwsConnection, mapping, session_from_connection
-from agora_optimizer.executor.backends.aws_errors import BACKEND, call, classify_error
-from agora_optimizer.executor.backends.aws_jobs import (
+from agora_optimizer.executor.backends.aws.credentials import AwsConnection, mapping, session_from_connection
+from agora_optimizer.executor.backends.aws.errors import BACKEND, call, classify_error
+from agora_optimizer.executor.backends.aws.jobs import (
     DEFAULT_QUEUE_PATTERN,
     MIB,
     SPOT_SUFFIX,
@@ -70,7 +70,7 @@ from agora_optimizer.executor.backends.aws_jobs import (
     status_with_result,
     type_queue_name,
 )
-from agora_optimizer.executor.backends.aws_provisioning import ComputeNetwork, Infrastructure, Provisioner, purchase
+from agora_optimizer.executor.backends.aws.provisioning import ComputeNetwork, Infrastructure, Provisioner, purchase
 from agora_optimizer.executor.backends.base import Backend
 from agora_optimizer.executor.jobs import (
     BackendError,
@@ -317,7 +317,7 @@ class AwsBatchBackend(Backend):
         machine and Batch's words, when the queue is disabled or invalid, or missing and cannot be
         created (a catalog ``job_queue``, or no :class:`ComputeNetwork`), or when a compute environment
         of an existing queue buys other capacity than the type's (SPOT for a spot type, EC2 for the
-        rest: :meth:`~agora_optimizer.executor.backends.aws_provisioning.Provisioner.check_queue`)."""
+        rest: :meth:`~agora_optimizer.executor.backends.aws.provisioning.Provisioner.check_queue`)."""
         if lease.key in self._leases:
             return
         resource = self.resources.get(lease.resource)
@@ -455,7 +455,7 @@ class AwsBatchBackend(Backend):
 
     def ensure_infrastructure(self, resources: Iterable[Resource], **options: Any) -> Infrastructure:
         """Create what ``submit`` needs and is missing, per job queue of the ``aws`` resources; idempotent
-        (:meth:`~agora_optimizer.executor.backends.aws_provisioning.Provisioner.ensure_infrastructure`)."""
+        (:meth:`~agora_optimizer.executor.backends.aws.provisioning.Provisioner.ensure_infrastructure`)."""
         groups: dict[str, list[Resource]] = {}
         for resource in resources:
             if resource.backend == BACKEND:

@@ -28,8 +28,8 @@ from typing import Any
 
 import pytest
 
-from agora_optimizer.executor.backends.aws_batch import AwsBatchBackend
-from agora_optimizer.executor.backends.aws_jobs import status_from_description
+from agora_optimizer.executor.backends.aws.backend import AwsBatchBackend
+from agora_optimizer.executor.backends.aws.jobs import status_from_description
 from agora_optimizer.executor.jobs import JobSpec, JobStatus
 from agora_optimizer.io.catalog_file import load_catalog
 from agora_optimizer.model.catalog import GIB, Catalog
@@ -166,7 +166,7 @@ def test_agora_aws_provision_makes_spot_queues_for_the_bundled_spot_catalog(
 
 
 def test_a_planned_machine_of_a_spot_type_gets_a_spot_compute_environment_of_its_own(spot: Spot) -> None:
-    from agora_optimizer.executor.backends.aws_provisioning import ComputeNetwork
+    from agora_optimizer.executor.backends.aws.provisioning import ComputeNetwork
 
     spot_type = spot.catalog.by_name["c7i.xlarge-spot"]
     queue = spot.backend.lease_queue(spot_type.name, {})

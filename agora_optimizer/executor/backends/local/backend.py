@@ -19,7 +19,7 @@ Workers start warm: a fork server (one per scheduler, started with the executor)
 them after importing Airflow's task path and freezing the garbage collector
 (:func:`warm_up`), as the LocalExecutor forks its workers from a scheduler that has
 Airflow loaded; a task then pays neither for imports nor for scanning what it inherited
-(the processes' side: :mod:`~agora_optimizer.executor.backends.local_processes`).
+(the processes' side: :mod:`~agora_optimizer.executor.backends.local.processes`).
 
 Planned machines (:class:`~agora_optimizer.executor.jobs.MachineLease`): machine ``TYPE#k`` of a
 pool gets its own CPU slice, the k-th run of ``vcpus`` CPUs of the pool's ``cpu_set`` (or of the
@@ -56,7 +56,7 @@ from pathlib import Path
 import psutil
 
 from agora_optimizer.executor.backends.base import Backend
-from agora_optimizer.executor.backends.local_processes import (
+from agora_optimizer.executor.backends.local.processes import (
     FORK_PRELOAD,
     WARM_MODULES,
     WORKER_MODULE,
