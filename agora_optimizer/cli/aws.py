@@ -76,8 +76,9 @@ def provision(
 ) -> None:
     """Create the catalog's AWS Batch compute environments, job queues and job definition, each unless it exists."""
     from agora_optimizer import settings
-    from agora_optimizer.executor.backends.aws.backend import BACKEND, AwsBatchBackend
+    from agora_optimizer.executor.backends.aws.backend import AwsBatchBackend
     from agora_optimizer.executor.backends.aws.credentials import session_from_connection
+    from agora_optimizer.executor.backends.aws.errors import BACKEND
     from agora_optimizer.executor.jobs import BackendError
     from agora_optimizer.io.catalog_file import load_catalog
 

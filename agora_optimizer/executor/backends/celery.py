@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from agora_optimizer.executor.backends.base import Backend
 from agora_optimizer.executor.jobs import BackendError, JobSpec, JobStatus
 from agora_optimizer.integration.celery_pools import CELERY_BACKEND
+from agora_optimizer.model.catalog import Resource
 from agora_optimizer.model.workflow import shown
 
 
@@ -22,6 +23,10 @@ class CeleryPoolRefusal(Backend):
     """Refuses every job: a Celery pool's tasks are the CeleryExecutor's to run."""
 
     name = CELERY_BACKEND
+
+    @classmethod
+    def from_settings(cls, resources: Mapping[str, Resource]) -> CeleryPoolRefusal:
+        return cls()
 
     def submit(self, job: JobSpec) -> str:
         raise BackendError(

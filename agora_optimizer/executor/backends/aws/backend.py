@@ -42,7 +42,7 @@ import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import boto3
 from botocore.config import Config
@@ -52,18 +52,16 @@ from botocore.exceptions import (
     NoRegionError,
 )
 
-from agora_optimizer.executor.backends.aws.credentials import AwsConnection, mapping, session_from_connection
+from agora_optimizer.errors import AgoraError
+from agora_optimizer.executor.backends.aws.credentials import mapping, session_from_connection
 from agora_optimizer.executor.backends.aws.errors import BACKEND, call, classify_error
 from agora_optimizer.executor.backends.aws.jobs import (
     DEFAULT_QUEUE_PATTERN,
-    MIB,
     SPOT_SUFFIX,
     TIMEOUT_GRACE_S,
     attempt_duration_s,
     batch_job_name,
     container_environment,
-    family_of,
-    memory_mib,
     queue_name,
     resource_requirements,
     status_from_description,
@@ -71,7 +69,8 @@ from agora_optimizer.executor.backends.aws.jobs import (
     type_queue_name,
 )
 from agora_optimizer.executor.backends.aws.provisioning import ComputeNetwork, Infrastructure, Provisioner, purchase
-from agora_optimizer.executor.backends.base import Backend
+from agora_optimizer.executor.backends.aws.settings import AwsSettings
+from agora_optimizer.executor.backends.base import Backend, worker_argv
 from agora_optimizer.executor.jobs import (
     BackendError,
     JobResult,
@@ -80,34 +79,12 @@ from agora_optimizer.executor.jobs import (
     MachineLease,
     read_result,
 )
-from agora_optimizer.executor.remote_files import RemoteFileNotFound, RemoteFiles, job_urls
+from agora_optimizer.executor.remote_files import CONTAINER_JOB_ROOT, RemoteFileNotFound, RemoteFiles, job_urls
 from agora_optimizer.model.catalog import Resource
 from agora_optimizer.runs.lease_record import LeaseRecord
 
 if TYPE_CHECKING:
     from mypy_boto3_batch import BatchClient
-
-__all__ = [
-    "BACKEND",
-    "DEFAULT_QUEUE_PATTERN",
-    "MIB",
-    "AwsBatchBackend",
-    "AwsConnection",
-    "ComputeNetwork",
-    "Infrastructure",
-    "attempt_duration_s",
-    "batch_job_name",
-    "classify_error",
-    "container_environment",
-    "family_of",
-    "memory_mib",
-    "queue_name",
-    "resource_requirements",
-    "session_from_connection",
-    "status_from_description",
-    "status_with_result",
-    "type_queue_name",
-]
 
 log = logging.getLogger(__name__)
 
@@ -138,8 +115,8 @@ DEFAULT_ENVIRONMENT_EXCLUDE: tuple[str, ...] = (
 
 
 @dataclass
-class _BatchLease:
-    """A planned machine on Batch: its type's queue, and the jobs handed to it."""
+class _BatchAllocation:
+    """What Batch holds for a planned machine's lease: its type's queue, and the jobs handed to it."""
 
     lease: MachineLease
     queue: str
@@ -151,10 +128,13 @@ class AwsBatchBackend(Backend):
     """Runs jobs on AWS Batch. Only ``submit`` and ``status`` raise (:class:`BackendError`).
 
     ``session`` is a boto3 session (default: boto3's default chain); ``region_name`` and
-    ``endpoint_url`` (a VPC endpoint, or moto in tests) override the session's. Clients fail
-    fast: short timeouts and ``max_attempts`` tries in botocore's standard retry mode, as the
-    executor retries transient errors itself with backoff. ``s3_prefix`` (``s3://bucket/path/``)
-    turns on the S3 exchange of workloads and results, through ``s3_endpoint_url`` if given.
+    ``endpoint_url`` (a VPC endpoint, or moto in tests) override the session's; with ``conn_id``, all
+    three come from that Airflow connection instead (:func:`session_from_connection`). The clients are
+    made at the first call that needs them, so making the backend (when the executor starts) opens no
+    connection and assumes no role. They fail fast: short timeouts and ``max_attempts`` tries in
+    botocore's standard retry mode, as the executor retries transient errors itself with backoff.
+    ``s3_prefix`` (``s3://bucket/path/``) turns on the S3 exchange of workloads and results, through
+    ``s3_endpoint_url`` if given (with ``conn_id``: the connection's S3 endpoint).
     """
 
     session: boto3.session.Session | None = None
@@ -173,17 +153,71 @@ class AwsBatchBackend(Backend):
     resources: Mapping[str, Resource] = field(default_factory=dict)  # the catalog's aws resources, by name
     compute_network: ComputeNetwork | None = None  # lets open_lease create a type's queue that is missing
     create_timeout_s: float = 600.0  # how long open_lease waits for a new queue to be VALID
-    name: str = field(default=BACKEND, init=False)
-    client: BatchClient = field(init=False, repr=False)
-    files: RemoteFiles | None = field(default=None, init=False, repr=False)
-    _leases: dict[str, _BatchLease] = field(default_factory=dict, init=False, repr=False)
-    _closed: dict[str, _BatchLease] = field(default_factory=dict, init=False, repr=False)
+    conn_id: str | None = None  # the Airflow connection of the session, region and endpoints (opened at first use)
+    _clients: tuple[BatchClient, RemoteFiles | None] | None = field(default=None, init=False, repr=False)
+    _allocations: dict[str, _BatchAllocation] = field(default_factory=dict, init=False, repr=False)
+    _closed: dict[str, _BatchAllocation] = field(default_factory=dict, init=False, repr=False)
+
+    name: ClassVar[str] = BACKEND
 
     def __post_init__(self) -> None:
         queue_name("c5.large", {}, self.queue_pattern)  # a bad pattern fails here, not at the first task
         if self.max_attempts < 1:
             raise BackendError(BACKEND, f"max_attempts must be at least 1, got {self.max_attempts}", transient=False)
-        session = self.session or boto3.session.Session()
+        if self.s3_prefix:
+            job_urls(self.s3_prefix, "check")  # a malformed prefix fails here, not at the first task
+
+    @classmethod
+    def from_settings(cls, resources: Mapping[str, Resource]) -> AwsBatchBackend:
+        """On the Airflow connection ``[agora] aws_conn_id`` (opened at the first call), with ``aws_job_definition``,
+        ``aws_s3_prefix`` and the compute network of ``aws_subnets`` ...; AgoraError naming the option of a bad
+        value (:class:`~agora_optimizer.executor.backends.aws.settings.AwsSettings`). Without ``aws_s3_prefix``
+        every task on AWS fails, naming it: said now, once."""
+        read = AwsSettings.from_agora()
+        if not read.s3_prefix:
+            log.warning(
+                "The catalog has AWS Batch resources but [agora] aws_s3_prefix is not set: "
+                "every task on them will fail until it is (s3://bucket/path/)"
+            )
+        return cls.from_airflow(
+            read.conn_id,
+            read.job_definition,
+            s3_prefix=read.s3_prefix,
+            resources=resources,
+            compute_network=read.compute_network,
+        )
+
+    @classmethod
+    def from_airflow(
+        cls, conn_id: str = "aws_default", job_definition: str = DEFAULT_JOB_DEFINITION, **options: Any
+    ) -> AwsBatchBackend:
+        """A backend on the session, region and endpoints of Airflow connection ``conn_id``, read at its first call."""
+        return cls(conn_id=conn_id, job_definition=job_definition, **options)
+
+    @property
+    def client(self) -> BatchClient:
+        """The Batch client (made at the first call; BackendError naming what is wrong when it cannot be)."""
+        return self._connected()[0]
+
+    @property
+    def files(self) -> RemoteFiles | None:
+        """The S3 exchange of workloads and results; None without an ``s3_prefix``."""
+        return self._connected()[1] if self.s3_prefix else None
+
+    def _connected(self) -> tuple[BatchClient, RemoteFiles | None]:
+        if self._clients is None:
+            self._clients = self._connect()
+        return self._clients
+
+    def _connect(self) -> tuple[BatchClient, RemoteFiles | None]:
+        session, region_name, endpoint_url = self.session, self.region_name, self.endpoint_url
+        s3_endpoint_url = self.s3_endpoint_url
+        if self.conn_id is not None:
+            connection = session_from_connection(self.conn_id)
+            session, region_name, endpoint_url = connection.session, connection.region_name, connection.endpoint_url
+            if self.s3_prefix and s3_endpoint_url is None:
+                s3_endpoint_url = session_from_connection(self.conn_id, "s3").endpoint_url
+        session = session or boto3.session.Session()
         config = Config(
             connect_timeout=self.connect_timeout_s,
             read_timeout=self.read_timeout_s,
@@ -191,9 +225,7 @@ class AwsBatchBackend(Backend):
             user_agent_extra="agora-optimizer",
         )
         try:
-            self.client = session.client(
-                "batch", region_name=self.region_name, endpoint_url=self.endpoint_url, config=config
-            )
+            client = session.client("batch", region_name=region_name, endpoint_url=endpoint_url, config=config)
         except NoRegionError:
             raise BackendError(
                 BACKEND,
@@ -201,33 +233,48 @@ class AwsBatchBackend(Backend):
                 transient=False,
             ) from None
         except ValueError as exc:  # a malformed endpoint URL
-            raise BackendError(BACKEND, f"endpoint {self.endpoint_url!r}: {exc}", transient=False) from None
+            raise BackendError(BACKEND, f"endpoint {endpoint_url!r}: {exc}", transient=False) from None
+        files = None
         if self.s3_prefix:
-            job_urls(self.s3_prefix, "check")  # a malformed prefix fails here, not at the first task
-            self.files = RemoteFiles.from_session(
+            files = RemoteFiles.from_session(
                 session,
-                region_name=self.region_name,
-                endpoint_url=self.s3_endpoint_url,
+                region_name=region_name,
+                endpoint_url=s3_endpoint_url,
                 connect_timeout_s=self.connect_timeout_s,
                 read_timeout_s=self.read_timeout_s,
                 max_attempts=self.max_attempts,
             )
+        return client, files
 
-    @classmethod
-    def from_airflow(
-        cls, conn_id: str = "aws_default", job_definition: str = DEFAULT_JOB_DEFINITION, **options: Any
-    ) -> AwsBatchBackend:
-        """A backend on the session, region and endpoints of Airflow connection ``conn_id``."""
-        connection = session_from_connection(conn_id)
-        if options.get("s3_prefix") and "s3_endpoint_url" not in options:
-            options["s3_endpoint_url"] = session_from_connection(conn_id, "s3").endpoint_url
-        return cls(
-            session=connection.session,
-            region_name=connection.region_name,
-            endpoint_url=connection.endpoint_url,
-            job_definition=job_definition,
-            **options,
+    def worker_command(
+        self, job_dir: Path, resource: str, *, memory_bytes: int, time_limit_s: float | None, label: str
+    ) -> list[str]:
+        """The worker in the container's ``python``, which cannot see ``job_dir``: it works in a directory of the
+        container (:data:`~agora_optimizer.executor.remote_files.CONTAINER_JOB_ROOT`) and fetches its workload
+        from, and returns its result to, S3 under ``s3_prefix`` (AgoraError naming the task without one)."""
+        if not self.s3_prefix:
+            raise AgoraError(
+                f"task {label}: resource {resource} runs on AWS Batch, whose jobs get their workload and return "
+                "their result through S3: set [agora] aws_s3_prefix (s3://bucket/path/)"
+            )
+        urls = job_urls(self.s3_prefix, job_dir.name)
+        return worker_argv(
+            "python",
+            f"{CONTAINER_JOB_ROOT}/{job_dir.name}",
+            memory_bytes=memory_bytes,
+            time_limit_s=time_limit_s,
+            workload_url=urls.workload,
+            result_url=urls.result,
         )
+
+    def adopt(self, external_id: str, job_dir: Path, resource: str) -> bool:
+        """Watch a job an earlier scheduler submitted; False when Batch cannot be asked (its connection fails)."""
+        try:
+            self._connected()
+        except BackendError as exc:
+            log.warning("AWS Batch: cannot adopt job %s: %s", external_id, exc.reason)
+            return False
+        return True
 
     def queue_for(self, resource: str, options: Mapping[str, object]) -> str:
         """The resource's job queue; a spot type's is its family's with ``-spot`` (its compute environment is
@@ -291,14 +338,16 @@ class AwsBatchBackend(Backend):
             ) from None
         job_id = str(response["jobId"])
         if job.lease is not None:
-            self._leases.setdefault(job.lease.key, _BatchLease(job.lease, request["jobQueue"])).job_ids.append(job_id)
+            self._allocations.setdefault(
+                job.lease.key, _BatchAllocation(job.lease, request["jobQueue"])
+            ).job_ids.append(job_id)
         return job_id
 
     def _queue_of(self, job: JobSpec) -> str:
         """A planned machine's job goes to its lease's queue (its type's, or the catalog's ``job_queue``)."""
         if job.lease is None:
             return self.queue_for(job.resource, job.options)
-        opened = self._leases.get(job.lease.key)
+        opened = self._allocations.get(job.lease.key)
         return opened.queue if opened is not None else self.lease_queue(job.lease.resource, job.options)
 
     def lease_queue(self, resource: str, options: Mapping[str, object]) -> str:
@@ -318,7 +367,7 @@ class AwsBatchBackend(Backend):
         created (a catalog ``job_queue``, or no :class:`ComputeNetwork`), or when a compute environment
         of an existing queue buys other capacity than the type's (SPOT for a spot type, EC2 for the
         rest: :meth:`~agora_optimizer.executor.backends.aws.provisioning.Provisioner.check_queue`)."""
-        if lease.key in self._leases:
+        if lease.key in self._allocations:
             return
         resource = self.resources.get(lease.resource)
         options = resource.extra if resource is not None else {}
@@ -328,7 +377,7 @@ class AwsBatchBackend(Backend):
         except BackendError as exc:
             what = f"machine {lease.machine} (resource {lease.resource}, job queue {queue})"
             raise BackendError(BACKEND, f"{what}: {exc.reason}", transient=exc.transient) from None
-        self._leases[lease.key] = _BatchLease(lease, queue)
+        self._allocations[lease.key] = _BatchAllocation(lease, queue)
 
     def _ready_queue(self, queue: str, resource: Resource | None, *, named_by_catalog: bool) -> None:
         """:meth:`open_lease`'s look at ``queue``: there (or made now), enabled, and, if it was there, of
@@ -352,7 +401,7 @@ class AwsBatchBackend(Backend):
 
     def close_lease(self, lease: MachineLease) -> None:
         """No more jobs come; the lease is reported once its jobs have ended. Never raises."""
-        opened = self._leases.pop(lease.key, None)
+        opened = self._allocations.pop(lease.key, None)
         if opened is not None:
             self._closed[lease.key] = opened
 

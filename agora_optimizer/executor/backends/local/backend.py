@@ -44,6 +44,7 @@ import multiprocessing.forkserver
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -55,16 +56,12 @@ from pathlib import Path
 
 import psutil
 
-from agora_optimizer.executor.backends.base import Backend
+from agora_optimizer.executor.backends.base import Backend, worker_argv
 from agora_optimizer.executor.backends.local.processes import (
-    FORK_PRELOAD,
-    WARM_MODULES,
-    WORKER_MODULE,
     ended_status,
     fork_context,
     signal_group,
     start_worker,
-    warm_up,
     worker_exit_code,
 )
 from agora_optimizer.executor.bounded import BoundedDict
@@ -73,8 +70,6 @@ from agora_optimizer.executor.state_files import write_private
 from agora_optimizer.model.catalog import Resource
 from agora_optimizer.model.workflow import shown
 from agora_optimizer.runs.lease_record import LeaseRecord
-
-__all__ = ["FORK_PRELOAD", "WARM_MODULES", "WORKER_MODULE", "LocalBackend", "LocalPool", "fork_context", "warm_up"]
 
 KILL_GRACE_S = 15.0
 DONE_MAX = 10_000  # finished jobs whose status a backend keeps for polls; the executor asks once
@@ -202,8 +197,8 @@ def _slice(ids: Sequence[int], machine: str, size: int) -> tuple[int, ...]:
 
 
 @dataclass
-class _Lease:
-    """A planned machine the pool holds: its CPU slice, and when its jobs really ran."""
+class _Allocation:
+    """What the pool holds for a planned machine's lease: its CPU and GPU slices, and when its jobs really ran."""
 
     lease: MachineLease
     cpus: tuple[int, ...]
@@ -238,6 +233,12 @@ class LocalBackend(Backend):
 
     name = "local"
 
+    @classmethod
+    def from_settings(cls, resources: Mapping[str, Resource]) -> LocalBackend:
+        """A pool per local resource (no ``[agora]`` setting of its own); BackendError naming a resource whose
+        ``cpu_set`` or ``gpu_ids`` is wrong, or whose GPUs the scheduler's ``CUDA_VISIBLE_DEVICES`` cannot hold."""
+        return cls({resource.name: LocalPool.from_resource(resource) for resource in resources.values()})
+
     def __init__(self, pools: Mapping[str, LocalPool], *, warm: bool = True, done_max: int = DONE_MAX) -> None:
         """``warm``: start agora workers from a fork server that has Airflow imported (as the
         LocalExecutor forks its workers), instead of a new interpreter per task. ``done_max``:
@@ -256,7 +257,7 @@ class LocalBackend(Backend):
         self._queue: list[tuple[JobSpec, datetime]] = []
         self._running: dict[str, _Running] = {}
         self._done: BoundedDict[str, JobStatus] = BoundedDict(done_max)
-        self._leases: dict[str, _Lease] = {}
+        self._allocations: dict[str, _Allocation] = {}
         self._released: list[LeaseRecord] = []
 
     def start_fork_server(self) -> None:
@@ -268,6 +269,20 @@ class LocalBackend(Backend):
 
     def start(self) -> None:
         self.start_fork_server()
+
+    def worker_command(
+        self, job_dir: Path, resource: str, *, memory_bytes: int, time_limit_s: float | None, label: str
+    ) -> list[str]:
+        """The worker in this interpreter, pinned (``--cpu-set``) to its pool's ``cpu_set`` if it has one (a
+        planned machine's job is pinned to its machine's slice when it starts: :func:`pinned`)."""
+        pool = self.pools.get(resource)
+        return worker_argv(
+            sys.executable,
+            str(job_dir),
+            memory_bytes=memory_bytes,
+            time_limit_s=time_limit_s,
+            cpu_set=pool.cpu_set if pool is not None else (),
+        )
 
     # -- the Backend calls ---------------------------------------------------------------------
 
@@ -348,8 +363,8 @@ class LocalBackend(Backend):
         with self._lock:
             self._open_lease(lease)
 
-    def _open_lease(self, lease: MachineLease) -> _Lease:
-        held = self._leases.get(lease.key)
+    def _open_lease(self, lease: MachineLease) -> _Allocation:
+        held = self._allocations.get(lease.key)
         if held is not None:
             return held
         pool = self.pools.get(lease.resource)
@@ -361,25 +376,27 @@ class LocalBackend(Backend):
         _check_fits(what, lease.cores, lease.memory_bytes, f"pool {pool.name}", pool.cores, pool.memory_bytes)
         _check_gpus(what, lease.gpus, f"pool {pool.name}", pool.gpus)
         cpus = machine_cpus(pool.cpu_set or sorted(os.sched_getaffinity(0)), lease.machine, lease.cores)
-        held = _Lease(lease, cpus, datetime.now(UTC), machine_gpus(self._gpus[pool.name], lease.machine, lease.gpus))
-        self._leases[lease.key] = held
+        held = _Allocation(
+            lease, cpus, datetime.now(UTC), machine_gpus(self._gpus[pool.name], lease.machine, lease.gpus)
+        )
+        self._allocations[lease.key] = held
         return held
 
     def lease_cpus(self, lease_key: str) -> tuple[int, ...]:
         """The CPU slice of an open lease (empty when it is not open)."""
         with self._lock:
-            held = self._leases.get(lease_key)
+            held = self._allocations.get(lease_key)
             return held.cpus if held is not None else ()
 
     def lease_gpus(self, lease_key: str) -> tuple[str, ...]:
         """The GPU devices of an open lease (empty when it is not open, or its type has none)."""
         with self._lock:
-            held = self._leases.get(lease_key)
+            held = self._allocations.get(lease_key)
             return held.gpu_ids if held is not None else ()
 
     def close_lease(self, lease: MachineLease) -> None:
         with self._lock:
-            held = self._leases.pop(lease.key, None)
+            held = self._allocations.pop(lease.key, None)
             if held is None:
                 return
             now = datetime.now(UTC)
@@ -557,7 +574,7 @@ class LocalBackend(Backend):
         run.task_ended_at = read_task_ended(run.job_dir)
         if run.task_ended_at is None:
             return
-        held = self._leases.get(run.lease_key)
+        held = self._allocations.get(run.lease_key)
         if held is not None:
             held.last_end_at = max(held.last_end_at or run.task_ended_at, run.task_ended_at)
 
@@ -570,7 +587,7 @@ class LocalBackend(Backend):
                     signal_group(run.pid, run.create_time, signal.SIGKILL)
                 continue
             del self._running[key]
-            held = self._leases.get(run.lease_key)
+            held = self._allocations.get(run.lease_key)
             if held is not None and run.task_ended_at is None:  # no mark (killed, an old worker): its exit ends it
                 held.last_end_at = datetime.now(UTC)
             self._done[key] = ended_status(run.job_dir, run.pid, exit_code, run.queued_at)

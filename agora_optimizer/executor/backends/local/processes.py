@@ -30,11 +30,11 @@ from pathlib import Path
 
 import psutil
 
+from agora_optimizer.executor.backends.base import WORKER_MODULE
 from agora_optimizer.executor.environment import is_scheduler_secret, job_environment
 from agora_optimizer.executor.jobs import BackendError, JobSpec, JobStatus, read_result
 from agora_optimizer.executor.state_files import open_log
 
-WORKER_MODULE = "agora_optimizer.executor.worker"
 # What the pool's fork server imports once: the main script (which multiprocessing would otherwise
 # run again in every worker it starts), then the fork_server module, which calls warm_up().
 FORK_PRELOAD = ["__main__", "agora_optimizer.executor.backends.local.fork_server"]

@@ -24,12 +24,15 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import signal
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from agora_optimizer import settings
+from agora_optimizer.errors import AgoraError
 from agora_optimizer.executor.backends.slurm.leases import SlurmLeases
 from agora_optimizer.executor.backends.slurm.pilot_files import Manifest
 from agora_optimizer.executor.backends.slurm.submission import ENV_NAME, SlurmJobRef
@@ -44,6 +47,7 @@ from agora_optimizer.executor.jobs import (
     read_result,
     read_task_ended,
 )
+from agora_optimizer.model.catalog import Resource
 from agora_optimizer.model.workflow import shown
 from agora_optimizer.slurm import values
 from agora_optimizer.slurm.jobs import SlurmRecord
@@ -80,6 +84,27 @@ _FINAL_STATES: Mapping[str, tuple[int, str]] = {
 
 class SlurmBackend(SlurmLeases):
     """Runs jobs as SLURM batch jobs, one each or packed into pilots; see the package's docstring."""
+
+    @classmethod
+    def from_settings(cls, resources: Mapping[str, Resource]) -> SlurmBackend:
+        """``[agora] slurm_pilot_max_tasks`` and ``slurm_pilot_window_s``, and ``slurm_record_queue_waits`` into
+        ``queue_wait_store_url``; AgoraError naming the option of a bad value."""
+        from agora_optimizer.queue_wait.submissions import SubmissionLog
+
+        pilot_max_tasks = settings.get_float("slurm_pilot_max_tasks")
+        if not 0 <= pilot_max_tasks < math.inf:
+            raise AgoraError(f"[agora] slurm_pilot_max_tasks must be >= 0, got {pilot_max_tasks!r}")
+        pilot_window_s = settings.get_float("slurm_pilot_window_s")
+        if not 0 <= pilot_window_s < math.inf:
+            raise AgoraError(f"[agora] slurm_pilot_window_s must be >= 0 seconds, got {pilot_window_s!r}")
+        record_queue_waits = settings.get_bool("slurm_record_queue_waits")
+        store_url = settings.get("queue_wait_store_url")
+        return cls(
+            pilot_max_tasks=int(pilot_max_tasks),
+            pilot_window_s=pilot_window_s,
+            submissions=SubmissionLog(store_url or None) if record_queue_waits else None,
+            resources=resources,
+        )
 
     def submit(self, job: JobSpec) -> str:
         partition = job.options.get("partition")
@@ -191,13 +216,20 @@ class SlurmBackend(SlurmLeases):
                 raise BackendError(self.name, f"job {external_id}: {exc}", transient=True) from None
         return report, started
 
-    def poll_queue_waits(self, *, force: bool = False) -> None:
-        """Store the recorded jobs' waits when due, also while no job is polled (it costs nothing when not)."""
+    def tick(self, *, force: bool = False) -> None:
+        """Submit the pilots whose window has passed (every open one if ``force``: the scheduler stops, and no
+        heartbeat would end their windows), and store the recorded jobs' queue waits when due (or now)."""
+        try:
+            self.flush(force=force)
+        except Exception:  # never raises: a pilot not released now is released later, or by its next reader
+            log.warning("SLURM: closing the pilots failed", exc_info=True)
         if self.submissions is not None:
             self.submissions.poll(force=force)
 
     def close(self) -> None:
+        """Store the queue waits still due, and close the queue-wait store."""
         if self.submissions is not None:
+            self.submissions.poll(force=True)
             self.submissions.close()
 
     def adopt(self, external_id: str, job_dir: Path, resource: str | None = None) -> bool:

@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 
-from agora_optimizer.executor.backends.aws.backend import AwsBatchBackend, Infrastructure, type_queue_name
-from agora_optimizer.executor.backends.aws.provisioning import GPU_IMAGE_TYPE, ec2_configuration
+from agora_optimizer.executor.backends.aws.backend import AwsBatchBackend
+from agora_optimizer.executor.backends.aws.jobs import type_queue_name
+from agora_optimizer.executor.backends.aws.provisioning import GPU_IMAGE_TYPE, Infrastructure, ec2_configuration
 from agora_optimizer.executor.jobs import BackendError
 from agora_optimizer.model.catalog import GIB, Catalog
 from tests.executor.backends.aws.conftest import MotoServer, Network

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from agora_optimizer.executor.backends.local.backend import WARM_MODULES, LocalBackend, LocalPool, fork_context, warm_up
+from agora_optimizer.executor.backends.local.backend import LocalBackend, LocalPool
+from agora_optimizer.executor.backends.local.processes import WARM_MODULES, fork_context, warm_up
 from agora_optimizer.executor.jobs import BackendError, JobSpec, JobStatus, job_key, read_result
 from tests.conftest import REPO
 
