@@ -28,6 +28,7 @@ from agora_optimizer.executor.lifecycle import Job
 from agora_optimizer.executor.placement import Placement, placement_environment, placement_from_config
 from agora_optimizer.executor.preemption import SPOT_ENV
 from agora_optimizer.executor.state_files import write_private
+from agora_optimizer.integration.celery_pools import refuse_celery_pool
 from agora_optimizer.model.catalog import Resource
 from agora_optimizer.model.workflow import shown
 
@@ -56,6 +57,7 @@ class JobBuilding(ExecutorBase):
                 f"task {label}: resource {shown(placement.resource)} is not in [agora] catalog "
                 f"(known: {', '.join(sorted(self._resources)) or 'none'})"
             )
+        refuse_celery_pool(resource, label)  # the CeleryExecutor's to run (the cluster policy routes it there)
         placement = self._grown_after_oom_kill(placement, resource, ti)
         job_dir = self._job_dir(ti.dag_id, ti.task_id, ti.run_id, ti.try_number, ti.map_index)
         key = job_dir.name

@@ -1,7 +1,7 @@
 """Which backend runs the resources of each kind: a registry of factories, by backend name.
 
-The catalog names a backend per resource (``local``, ``slurm``, ``aws``, ``celery``: its backend refuses
-every job, the CeleryExecutor runs those). When the executor starts, :func:`make_backends`
+The catalog names a backend per resource (``local``, ``slurm``, ``aws``; ``celery`` pools are run by
+Airflow's CeleryExecutor, never by the AgoraExecutor). When the executor starts, :func:`make_backends`
 makes each backend its catalog names, once, with its resources: a built-in backend by its
 :meth:`~agora_optimizer.executor.backends.base.Backend.from_settings`, which reads and checks its
 ``[agora]`` settings then, so that a bad value fails the scheduler's start naming its option, not the
@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 
 from agora_optimizer.errors import AgoraError
 from agora_optimizer.executor.backends.base import Backend
+from agora_optimizer.integration.celery_pools import CELERY_BACKEND
 from agora_optimizer.model.catalog import Resource
 
 BackendFactory = Callable[[Mapping[str, Resource]], Backend]
@@ -26,7 +27,6 @@ _BUILT_IN: dict[str, str] = {
     "local": "agora_optimizer.executor.backends.local.backend:LocalBackend",
     "slurm": "agora_optimizer.executor.backends.slurm.backend:SlurmBackend",
     "aws": "agora_optimizer.executor.backends.aws.backend:AwsBatchBackend",
-    "celery": "agora_optimizer.executor.backends.celery:CeleryPoolRefusal",  # refuses every job: Celery runs them
 }
 _FACTORIES: dict[str, BackendFactory] = {}  # registered by name; they replace a built-in of that name
 
@@ -72,6 +72,8 @@ def make_backend(name: str, resources: Mapping[str, Resource]) -> Backend:
 
 def make_backends(resources: Mapping[str, Resource]) -> dict[str, Backend]:
     """Each backend the catalog's ``resources`` name, by name, made now from its settings (AgoraError naming
-    the option of the first bad value, or the backend's BackendError naming a resource it cannot run)."""
-    names = sorted({resource.backend for resource in resources.values()})
+    the option of the first bad value, or the backend's BackendError naming a resource it cannot run).
+    A Celery pool has none: the CeleryExecutor runs its tasks
+    (:func:`~agora_optimizer.integration.celery_pools.refuse_celery_pool`)."""
+    names = sorted({resource.backend for resource in resources.values()} - {CELERY_BACKEND})
     return {name: make_backend(name, resources) for name in names}
