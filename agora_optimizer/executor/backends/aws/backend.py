@@ -1,4 +1,4 @@
-"""AWS Batch, submission: each task attempt is one Batch job on the job queue of its resource.
+"""AWS Batch: each task attempt is one Batch job on the job queue of its resource.
 
 A catalog resource with ``backend: aws`` is an EC2 instance type (``c5.large``). Its job
 queue is the resource's catalog option ``job_queue`` if set, else ``queue_pattern``
@@ -27,12 +27,7 @@ worker uploaded to its ``--result-url`` (its own OOM kill, peak memory, CPU time
 :meth:`AwsBatchBackend.ensure_infrastructure` creates the compute environments, queues and
 job definition that ``submit`` needs.
 
-This module is the submission side (the backend's calls). Beside it:
-:mod:`~agora_optimizer.executor.backends.aws.jobs` (queue and job names, sizes, Batch's states),
-:mod:`~agora_optimizer.executor.backends.aws.provisioning` (setting up an account),
-:mod:`~agora_optimizer.executor.backends.aws.credentials` (Airflow's AWS connection,
-:func:`session_from_connection`) and :mod:`~agora_optimizer.executor.backends.aws.errors`
-(boto3's errors as BackendErrors).
+The backend's calls; the rest of the package (:mod:`~agora_optimizer.executor.backends.aws`) is beside it.
 """
 
 from __future__ import annotations
@@ -45,22 +40,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import boto3
-from botocore.config import Config
-from botocore.exceptions import (
-    BotoCoreError,
-    ClientError,
-    NoRegionError,
-)
+from botocore.exceptions import BotoCoreError, ClientError
 
 from agora_optimizer.errors import AgoraError
-from agora_optimizer.executor.backends.aws.credentials import mapping, session_from_connection
+from agora_optimizer.executor.backends.aws.credentials import batch_client, mapping, session_from_connection
 from agora_optimizer.executor.backends.aws.errors import BACKEND, call, classify_error
 from agora_optimizer.executor.backends.aws.jobs import (
+    DEFAULT_ENVIRONMENT_EXCLUDE,
     DEFAULT_QUEUE_PATTERN,
     SPOT_SUFFIX,
     TIMEOUT_GRACE_S,
     attempt_duration_s,
     batch_job_name,
+    command_option,
     container_environment,
     queue_name,
     resource_requirements,
@@ -91,25 +83,6 @@ log = logging.getLogger(__name__)
 DEFAULT_JOB_DEFINITION = "agora-worker"
 DESCRIBE_CHUNK = 100  # DescribeJobs takes at most 100 ids
 CANCEL_REASON = "cancelled by agora"
-
-# Variables of the scheduler's environment that must not reach a container: paths of the
-# scheduler's machine, names Batch reserves, and secrets (a job's environment is readable
-# by anyone allowed to call DescribeJobs).
-DEFAULT_ENVIRONMENT_EXCLUDE: tuple[str, ...] = (
-    "PATH",
-    "HOME",
-    "PWD",
-    "PYTHONPATH",
-    "PYTHONHOME",
-    "VIRTUAL_ENV",
-    "AWS_BATCH*",
-    "AIRFLOW_CONN_*",
-    "AIRFLOW_VAR_*",
-    "AIRFLOW__DATABASE__*",
-    "*SECRET*",
-    "*PASSWORD*",
-    "*FERNET*",
-)
 
 # -- the backend -----------------------------------------------------------------------------
 
@@ -218,22 +191,14 @@ class AwsBatchBackend(Backend):
             if self.s3_prefix and s3_endpoint_url is None:
                 s3_endpoint_url = session_from_connection(self.conn_id, "s3").endpoint_url
         session = session or boto3.session.Session()
-        config = Config(
-            connect_timeout=self.connect_timeout_s,
-            read_timeout=self.read_timeout_s,
-            retries={"mode": "standard", "total_max_attempts": self.max_attempts},
-            user_agent_extra="agora-optimizer",
+        client = batch_client(
+            session,
+            region_name,
+            endpoint_url,
+            connect_timeout_s=self.connect_timeout_s,
+            read_timeout_s=self.read_timeout_s,
+            max_attempts=self.max_attempts,
         )
-        try:
-            client = session.client("batch", region_name=region_name, endpoint_url=endpoint_url, config=config)
-        except NoRegionError:
-            raise BackendError(
-                BACKEND,
-                "no AWS region: set region_name in the Airflow connection's extra, or AWS_DEFAULT_REGION",
-                transient=False,
-            ) from None
-        except ValueError as exc:  # a malformed endpoint URL
-            raise BackendError(BACKEND, f"endpoint {endpoint_url!r}: {exc}", transient=False) from None
         files = None
         if self.s3_prefix:
             files = RemoteFiles.from_session(
@@ -453,7 +418,7 @@ class AwsBatchBackend(Backend):
         ``submit`` calls it; the executor calls it again when it renews the token of a job
         that still waits in a queue (the worker reads the workload when it starts).
         """
-        url = _command_option(job.command, "--workload-url")
+        url = command_option(job.command, "--workload-url")
         if url is None:
             return
         if self.files is None:
@@ -478,7 +443,7 @@ class AwsBatchBackend(Backend):
         """
         if status.phase != "finished" or self.files is None:
             return status
-        url = _command_option(mapping(description.get("container")).get("command") or (), "--result-url")
+        url = command_option(mapping(description.get("container")).get("command") or (), "--result-url")
         if url is None:
             return status
         try:
@@ -515,16 +480,6 @@ class AwsBatchBackend(Backend):
     @property
     def provisioner(self) -> Provisioner:
         return Provisioner(self.client, self.job_definition)
-
-
-def _command_option(command: Sequence[object], flag: str) -> str | None:
-    """The value after ``flag`` in the worker's own options (``--result-url URL``), None without one."""
-    parts = [str(part) for part in command]
-    if "--" in parts:
-        parts = parts[: parts.index("--")]
-    if flag in parts[:-1]:
-        return parts[parts.index(flag) + 1]
-    return None
 
 
 def _read_result(files: RemoteFiles, url: str) -> JobResult:

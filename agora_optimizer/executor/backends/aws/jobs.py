@@ -160,6 +160,26 @@ def attempt_duration_s(time_limit_s: float | None, grace_s: float = TIMEOUT_GRAC
     return max(MIN_ATTEMPT_DURATION_S, math.ceil(time_limit_s + grace_s))
 
 
+# Variables of the scheduler's environment that must not reach a container: paths of the
+# scheduler's machine, names Batch reserves, and secrets (a job's environment is readable
+# by anyone allowed to call DescribeJobs).
+DEFAULT_ENVIRONMENT_EXCLUDE: tuple[str, ...] = (
+    "PATH",
+    "HOME",
+    "PWD",
+    "PYTHONPATH",
+    "PYTHONHOME",
+    "VIRTUAL_ENV",
+    "AWS_BATCH*",
+    "AIRFLOW_CONN_*",
+    "AIRFLOW_VAR_*",
+    "AIRFLOW__DATABASE__*",
+    "*SECRET*",
+    "*PASSWORD*",
+    "*FERNET*",
+)
+
+
 def container_environment(environment: Mapping[str, str], exclude: Sequence[str]) -> list[dict[str, str]]:
     """``environment`` as Batch key-value pairs, without the scheduler's secrets under any name Airflow
     reads them by (:func:`~agora_optimizer.executor.environment.job_environment`) and the names ``exclude``
@@ -169,6 +189,16 @@ def container_environment(environment: Mapping[str, str], exclude: Sequence[str]
         for name, value in sorted(job_environment(environment).items())
         if not any(fnmatch.fnmatchcase(name, pattern) for pattern in exclude)
     ]
+
+
+def command_option(command: Sequence[object], flag: str) -> str | None:
+    """The value after ``flag`` in the worker's own options (``--result-url URL``), None without one."""
+    parts = [str(part) for part in command]
+    if "--" in parts:
+        parts = parts[: parts.index("--")]
+    if flag in parts[:-1]:
+        return parts[parts.index(flag) + 1]
+    return None
 
 
 # -- Batch's answers -------------------------------------------------------------------------

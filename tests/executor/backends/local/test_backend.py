@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from agora_optimizer.executor.backends.local.backend import LocalBackend, LocalPool
+from agora_optimizer.executor.backends.local.backend import LocalBackend
+from agora_optimizer.executor.backends.local.pools import LocalPool
 from agora_optimizer.executor.backends.local.processes import WARM_MODULES, fork_context, warm_up
 from agora_optimizer.executor.jobs import BackendError, JobSpec, JobStatus, job_key, read_result
 from tests.conftest import REPO
@@ -217,7 +218,8 @@ def test_a_job_started_afresh_gets_no_scheduler_secret(tmp_path: Path, monkeypat
 WARM_JOB = """
 import json, sys, time
 from pathlib import Path
-from agora_optimizer.executor.backends.local.backend import LocalBackend, LocalPool
+from agora_optimizer.executor.backends.local.backend import LocalBackend
+from agora_optimizer.executor.backends.local.pools import LocalPool
 from tests.executor.backends.local.test_backend import DUMP_ENVIRONMENT, job, wait_all
 backend = LocalBackend({"small": LocalPool("small", 1, 400 * 2**20)}, warm=True)
 backend.start_fork_server()  # started with the scheduler's whole environment, secrets included

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from agora_optimizer.executor.backends.local.backend import LocalBackend, LocalPool, machine_cpus, pinned
+from agora_optimizer.executor.backends.local.backend import LocalBackend
+from agora_optimizer.executor.backends.local.pools import LocalPool, machine_cpus, pinned
 from agora_optimizer.executor.jobs import TASK_ENDED_MARK, BackendError, JobSpec, MachineLease, lease_key
 from tests.executor.backends.local.test_backend import MIB, job, wait_all
 
