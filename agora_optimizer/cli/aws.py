@@ -3,7 +3,7 @@
 For the catalog's ``aws`` resources, grouped by job queue as the executor groups them (one queue per
 instance family unless a resource names its ``job_queue``), it creates what is missing: a managed
 compute environment and a job queue per group, and the container job definition jobs are submitted
-with (:meth:`~agora_optimizer.executor.backends.aws_provisioning.Provisioner.ensure_infrastructure`).
+with (:meth:`~agora_optimizer.executor.backends.aws.provisioning.Provisioner.ensure_infrastructure`).
 Idempotent: what exists is used as it is, never changed, if it buys the capacity its types are priced
 at (SPOT for spot types, EC2 for the rest; else it is refused naming the queue, the compute environment
 and both kinds), and the job definition gets a new revision only when its image or job role changed.
@@ -28,7 +28,7 @@ from agora_optimizer.errors import AgoraError
 if TYPE_CHECKING:
     import boto3
 
-    from agora_optimizer.executor.backends.aws_provisioning import Infrastructure
+    from agora_optimizer.executor.backends.aws.provisioning import Infrastructure
 
 aws_app = command_group("AWS Batch: set up the compute environments, job queues and job definition agora's jobs need.")
 
@@ -76,8 +76,9 @@ def provision(
 ) -> None:
     """Create the catalog's AWS Batch compute environments, job queues and job definition, each unless it exists."""
     from agora_optimizer import settings
-    from agora_optimizer.executor.backends.aws_batch import BACKEND, AwsBatchBackend
-    from agora_optimizer.executor.backends.aws_credentials import session_from_connection
+    from agora_optimizer.executor.backends.aws.backend import AwsBatchBackend
+    from agora_optimizer.executor.backends.aws.credentials import session_from_connection
+    from agora_optimizer.executor.backends.aws.errors import BACKEND
     from agora_optimizer.executor.jobs import BackendError
     from agora_optimizer.io.catalog_file import load_catalog
 

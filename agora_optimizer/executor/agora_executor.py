@@ -51,10 +51,10 @@ from typing import TYPE_CHECKING, Any
 from agora_optimizer import settings
 from agora_optimizer.errors import AgoraError
 from agora_optimizer.executor.adoption import Adoption
-from agora_optimizer.executor.backends.registry import check_backend_settings, make_backend
+from agora_optimizer.executor.backends.registry import make_backend, make_backends
 from agora_optimizer.executor.executor_base import EXPIRE_INTERVAL_S, SWEEP_INTERVAL_S, ExecutorConfig, clock_now
 from agora_optimizer.executor.interruptions import Interruptions
-from agora_optimizer.executor.job_building import JobBuilding, unwritable, worker_command
+from agora_optimizer.executor.job_building import JobBuilding, unwritable
 from agora_optimizer.executor.job_dirs import JobDirectories
 from agora_optimizer.executor.job_record import JobRecord
 from agora_optimizer.executor.jobs import BackendError, JobStatus
@@ -105,7 +105,6 @@ __all__ = [
     "format_external_id",
     "make_backend",
     "parse_external_id",
-    "worker_command",
 ]
 
 
@@ -124,13 +123,14 @@ class AgoraExecutor(Adoption, PlannedRuns, JobBuilding, JobDirectories, Tracing,
         # Batch queue too); Airflow hands over up to this many so that no slot waits for a round trip.
         self.parallelism = self.config.parallelism
         self._resources = load_resources(self.config.catalog)
-        self._check_backend_settings()
+        # Each backend of the catalog, its settings read and checked now: a bad one fails the start, naming its option.
+        self._backends = make_backends(self._resources)
         self._repairer = Repairer(
             self.config.replan_slack, self.config.catalog, self._resources, self.config.replan_min_late_s
         )
         self._state_dir = settings.directory("state_dir", "jobs", mode=0o700)  # private whatever the umask
         check_state_dir(self._state_dir)  # others able to write there could plant symlinks where jobs' files go
-        self._start_local_pools()
+        self._start_backends()
         if self.config.airflow_pools:
             try:
                 ensure_pools(self._resources.values())
@@ -143,36 +143,22 @@ class AgoraExecutor(Adoption, PlannedRuns, JobBuilding, JobDirectories, Tracing,
             self._state_dir,
         )
 
-    def _check_backend_settings(self) -> None:
-        """Read the settings of the catalog's backends now: a bad one fails the start, naming its option
-        (the backends themselves are still made at their first job)."""
-        backends = {resource.backend for resource in self._resources.values()}
-        check_backend_settings(backends)
-        if "aws" in backends and not self.config.aws_s3_prefix:
-            self.log.warning(
-                "The catalog has AWS Batch resources but [agora] aws_s3_prefix is not set: "
-                "every task on them will fail until it is (s3://bucket/path/)"
-            )
-
-    def _start_local_pools(self) -> None:
-        """Make the local pools, and start their fork server with the executor as the LocalExecutor starts its
-        workers. A pool the catalog gets wrong (bad ``gpu_ids``, more GPUs than the scheduler's
-        ``CUDA_VISIBLE_DEVICES`` holds) fails the start with the backend's BackendError, naming the resource."""
-        if not any(resource.backend == "local" for resource in self._resources.values()):
-            return
-        backend = self._backend("local")
-        try:
-            backend.start()
-        except Exception:  # the first local task starts it instead
-            self.log.exception("Could not start the local pools' fork server ahead of the first task")
+    def _start_backends(self) -> None:
+        """Get each backend ready ahead of its first job (the local pools start their fork server with the
+        executor, as the LocalExecutor starts its workers)."""
+        for name, backend in self._backends.items():
+            try:
+                backend.start()
+            except Exception:  # its first job gets it ready instead
+                self.log.exception("Could not start backend %s ahead of its first task", name)
 
     def end(self) -> None:
         """Stop tracking. Submitted jobs keep running; the next scheduler adopts them."""
+        self._tick_backends(force=True)  # what a backend still gathers (a SLURM pilot) is submitted now
+        self.sync()
         for backend in self._backends.values():
             with contextlib.suppress(Exception):
-                backend.flush(force=True)  # a SLURM pilot still gathering tasks is submitted now
-        self.sync()
-        self._poll_queue_waits(force=True, close=True)
+                backend.close()
         if self._trace_store is not None:
             self._trace_store.close()
             self._trace_store = None
@@ -213,18 +199,17 @@ class AgoraExecutor(Adoption, PlannedRuns, JobBuilding, JobDirectories, Tracing,
                 if time.monotonic() - self._last_expiry >= EXPIRE_INTERVAL_S:
                     self._last_expiry = time.monotonic()
                     self.expire_job_dirs()
-            self._poll_queue_waits()
+            self._tick_backends()
             self._replay_traces()
             self._reports.flush(self._store, time.monotonic(), self.log)
         except Exception:  # the scheduler's loop must survive anything a backend does
             self.log.exception("AgoraExecutor sync failed; will try again on the next heartbeat")
 
-    def _poll_queue_waits(self, *, force: bool = False, close: bool = False) -> None:
-        """SLURM: store the recorded jobs' waits when due, also while no job is polled (it costs nothing when not)."""
+    def _tick_backends(self, *, force: bool = False) -> None:
+        """Let each backend do what is due (``force``: now), whether or not any of its jobs was polled."""
         for backend in self._backends.values():
-            backend.poll_queue_waits(force=force)
-            if close:
-                backend.close()
+            with contextlib.suppress(Exception):  # tick never raises; a backend that does must not stop sync
+                backend.tick(force=force)
 
     def revoke_task(self, *, ti: TaskInstance) -> None:
         """Cancel the task's job, except one that waits in its backend's queue or has just started.

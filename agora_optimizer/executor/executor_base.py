@@ -50,7 +50,6 @@ class ExecutorConfig:
     parallelism: int = 256
     catalog: str = ""
     default_resource: str = ""
-    aws_s3_prefix: str = ""
     airflow_pools: bool = True
     job_retention_days: float = 7.0
     replan_slack: float = 0.2
@@ -64,7 +63,6 @@ class ExecutorConfig:
             parallelism=max(1, int(settings.get_float("parallelism"))),
             catalog=settings.get("catalog"),
             default_resource=settings.get("default_resource"),
-            aws_s3_prefix=settings.get("aws_s3_prefix"),
             airflow_pools=settings.get_bool("airflow_pools"),
             job_retention_days=settings.get_float("job_retention_days"),
             replan_slack=settings.get_float("replan_slack"),

@@ -12,7 +12,6 @@ import errno
 import fnmatch
 import math
 import os
-import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,8 +27,8 @@ from agora_optimizer.executor.jobs import JobSpec, read_result
 from agora_optimizer.executor.lifecycle import Job
 from agora_optimizer.executor.placement import Placement, placement_environment, placement_from_config
 from agora_optimizer.executor.preemption import SPOT_ENV
-from agora_optimizer.executor.remote_files import CONTAINER_JOB_ROOT, job_urls, split_s3_url
 from agora_optimizer.executor.state_files import write_private
+from agora_optimizer.integration.celery_pools import refuse_celery_pool
 from agora_optimizer.model.catalog import Resource
 from agora_optimizer.model.workflow import shown
 
@@ -58,6 +57,7 @@ class JobBuilding(ExecutorBase):
                 f"task {label}: resource {shown(placement.resource)} is not in [agora] catalog "
                 f"(known: {', '.join(sorted(self._resources)) or 'none'})"
             )
+        refuse_celery_pool(resource, label)  # the CeleryExecutor's to run (the cluster policy routes it there)
         placement = self._grown_after_oom_kill(placement, resource, ti)
         job_dir = self._job_dir(ti.dag_id, ti.task_id, ti.run_id, ti.try_number, ti.map_index)
         key = job_dir.name
@@ -77,7 +77,13 @@ class JobBuilding(ExecutorBase):
             machine=placement.machine,
             plan_version=placement.plan_version,
         )
-        s3_prefix = _s3_prefix(resource, label, self.config.aws_s3_prefix)
+        command = self._backend(resource.backend).worker_command(
+            job_dir,
+            resource.name,
+            memory_bytes=placement.memory_bytes,
+            time_limit_s=placement.time_limit_s,
+            label=label,
+        )
         lease = self._lease_for(ti, placement, resource)
         spec = JobSpec(
             key=key,
@@ -86,7 +92,7 @@ class JobBuilding(ExecutorBase):
             cores=placement.cores,
             memory_bytes=placement.memory_bytes,
             time_limit_s=placement.time_limit_s,
-            command=tuple(worker_command(resource, placement, job_dir, s3_prefix=s3_prefix)),
+            command=tuple(command),
             job_dir=job_dir,
             options=dict(resource.extra),
             environment={
@@ -166,38 +172,3 @@ def unwritable(workload: workloads.ExecuteTask, state_dir: Path, exc: OSError) -
         f"task {ti.dag_id}.{ti.task_id} run {ti.run_id} try {ti.try_number}: agora cannot write its job "
         f"directory under [agora] state_dir {state_dir}: {code}: {exc.strerror or exc}"
     )
-
-
-def worker_command(resource: Resource, placement: Placement, job_dir: Path, *, s3_prefix: str = "") -> list[str]:
-    """The agora worker with the placement's limits.
-
-    On AWS it runs in a container's ``python`` that cannot see ``job_dir``: it works in a
-    directory of the container and fetches its workload from, and returns its result to,
-    S3 under ``s3_prefix`` (:mod:`~agora_optimizer.executor.remote_files`).
-    """
-    python = "python" if resource.backend == "aws" else sys.executable
-    worker_dir = f"{CONTAINER_JOB_ROOT}/{job_dir.name}" if resource.backend == "aws" else str(job_dir)
-    command = [python, "-m", "agora_optimizer.executor.worker", "--job-dir", worker_dir]
-    if resource.backend == "aws":
-        urls = job_urls(s3_prefix, job_dir.name)
-        command += ["--workload-url", urls.workload, "--result-url", urls.result]
-    command += ["--memory-bytes", str(placement.memory_bytes)]
-    cpu_set = resource.extra.get("cpu_set")
-    if resource.backend == "local" and isinstance(cpu_set, list | tuple) and cpu_set:
-        command += ["--cpu-set", ",".join(str(cpu) for cpu in cpu_set)]
-    if placement.time_limit_s is not None:
-        command += ["--time-limit-s", f"{placement.time_limit_s:g}"]
-    return command
-
-
-def _s3_prefix(resource: Resource, label: str, prefix: str) -> str:
-    """``[agora] aws_s3_prefix`` for a task on an AWS resource (required there); '' elsewhere."""
-    if resource.backend != "aws":
-        return ""
-    if not prefix:
-        raise AgoraError(
-            f"task {label}: resource {resource.name} runs on AWS Batch, whose jobs get their workload and return "
-            "their result through S3: set [agora] aws_s3_prefix (s3://bucket/path/)"
-        )
-    split_s3_url(prefix, what=f"task {label}: [agora] aws_s3_prefix")
-    return prefix

@@ -13,7 +13,7 @@ executor's worker command therefore names two URLs under ``[agora] aws_s3_prefix
 3. the backend reads that result when Batch reports the job finished.
 
 The scheduler's client comes from its Airflow AWS connection (the backend's
-:func:`~agora_optimizer.executor.backends.aws_credentials.session_from_connection`); the worker's
+:func:`~agora_optimizer.executor.backends.aws.credentials.session_from_connection`); the worker's
 from boto3's default chain in the container (the job definition's job role), with
 ``AWS_ENDPOINT_URL_S3`` or ``AWS_ENDPOINT_URL`` as endpoint when set. Both need
 ``s3:GetObject`` and ``s3:PutObject`` under the prefix. Every failure is a

@@ -14,8 +14,8 @@ from typing import Literal
 
 from agora_optimizer.model.workflow import Task, shown
 
-Backend = Literal["aws", "slurm", "local", "celery"]
-BACKENDS: tuple[Backend, ...] = ("aws", "slurm", "local", "celery")
+BackendName = Literal["aws", "slurm", "local", "celery"]  # which backend runs a resource (not the Backend class)
+BACKENDS: tuple[BackendName, ...] = ("aws", "slurm", "local", "celery")
 GIB = 2**30
 _CEIL_TOLERANCE = 1e-9
 
@@ -60,7 +60,7 @@ class Resource:
     """
 
     name: str
-    backend: Backend
+    backend: BackendName
     vcpus: int
     memory_gib: float
     speed: float

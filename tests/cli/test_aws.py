@@ -16,7 +16,7 @@ import pytest
 from agora_optimizer.cli import main
 from tests.conftest import AWS_CATALOG, CATALOGS
 from tests.executor.backends.aws.conftest import REGION, MotoServer, Network, client
-from tests.executor.backends.aws.test_aws_provisioning import hand_made, hand_made_queue
+from tests.executor.backends.aws.test_provisioning import hand_made, hand_made_queue
 
 FAMILIES = ("c5", "c6i", "c7i", "m5", "m6i", "m7i", "r5", "r6i", "r7i", "g5", "g6", "p4d", "p5")
 CONNECTION = "agora_moto"

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from agora_optimizer.executor.backends.base import Backend
-from agora_optimizer.executor.backends.local import LocalBackend, LocalPool
+from agora_optimizer.executor.backends.local.backend import LocalBackend, LocalPool
 from agora_optimizer.executor.jobs import BackendError, JobSpec, JobStatus, job_key
 from tests.conftest import CATALOGS
 
@@ -407,8 +407,8 @@ class InMemory(Backend):
     def start(self) -> None:
         self.hooks.append("start")
 
-    def flush(self, *, force: bool = False) -> None:
-        self.hooks.append(f"flush(force={force})")
+    def tick(self, *, force: bool = False) -> None:
+        self.hooks.append(f"tick(force={force})")
 
     def close(self) -> None:
         self.hooks.append("close")
@@ -465,6 +465,9 @@ def test_a_backend_registered_by_name_runs_the_executors_jobs_and_gets_its_hooks
     assert events[bad.ti.key][0] == TaskInstanceState.FAILED and "unit.bad run r1 try 1 on local-small" in str(
         events[bad.ti.key][1]
     )
-    assert backend.hooks == ["start", "flush(force=True)", "close"] and backend.cancelled == []
+    # a tick per heartbeat; as the scheduler stops, one that does everything due, the last heartbeat's, then close
+    ticks = ["tick(force=False)"] * 3
+    assert backend.hooks == ["start", *ticks, "tick(force=True)", "tick(force=False)", "close"]
+    assert backend.cancelled == []
     assert [backend.polls[external_id] for external_id in sorted(backend.polls)] == [3, 3]
     assert not (good.ti.key in executor.running or bad.ti.key in executor.running)

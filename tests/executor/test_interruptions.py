@@ -1,7 +1,7 @@
 """The executor's side of spot capacity, on a backend that reports what the test tells it (no processes).
 
 The real path (a reclaimed Spot Instance on AWS Batch, the real backend, the executor) is
-tests/executor/backends/aws/test_aws_batch_spot.py against moto; here are the executor's decisions:
+tests/executor/backends/aws/test_spot.py against moto; here are the executor's decisions:
 when it re-runs on the fallback, when Airflow hears of the interruption instead, and what is recorded.
 """
 

@@ -128,7 +128,7 @@ def test_a_task_of_a_run_with_its_own_plan_runs_on_that_plans_machine_and_says_s
 def test_a_resource_not_in_the_catalog_is_quoted_short_on_one_line(executor: Any, tmp_path: Path) -> None:
     from airflow.utils.state import TaskInstanceState
 
-    from agora_optimizer.executor.backends.local import LocalBackend
+    from agora_optimizer.executor.backends.local.backend import LocalBackend
     from tests.executor.test_agora_executor import Flaky, run_with
 
     item = workload("t", placement("gpu-" + "x" * 50_000 + "\nsecond line"), tmp_path)

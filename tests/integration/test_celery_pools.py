@@ -1,4 +1,5 @@
-"""Celery pools: how the policy routes a task planned on one, and which worker the listener names.
+"""Celery pools: how the policy routes a task planned on one, how the AgoraExecutor refuses one that reaches it
+anyway, and which worker the listener names.
 
 The policy's routing is checked twice: on its own (:func:`routed`), and as Airflow runs it, by
 parsing DAG files with ``DagBag`` in a fresh process with the ``airflow.policy`` entry point (the
@@ -7,6 +8,8 @@ helpers of tests/executor/test_policy.py), with and without the CeleryExecutor i
 
 from __future__ import annotations
 
+import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -15,12 +18,15 @@ import pytest
 from agora_optimizer.integration.celery_pools import (
     WORKER_NAME_ENV,
     CeleryExecutorNotConfigured,
+    CeleryPoolRefused,
+    refuse_celery_pool,
     routed,
     worker_name,
 )
 from agora_optimizer.io.catalog_file import load_catalog
 from agora_optimizer.plans.store import PlanStore
 from tests.conftest import CATALOGS
+from tests.executor.test_agora_executor import workload
 from tests.executor.test_policy import DAGS, parse, plan
 
 RESOURCES = load_catalog(CATALOGS / "celery-loopback.yaml").by_name | load_catalog(CATALOGS / "local.yaml").by_name
@@ -60,6 +66,48 @@ def test_without_the_celery_executor_configured_the_task_is_refused_naming_the_p
     message = str(refused.value)
     assert "Celery pool 'pool_large'" in message and "[agora] celery_executor 'CeleryExecutor'" in message
     assert "not in [core] executor (LocalExecutor, agora)" in message
+
+
+def test_a_task_placed_on_a_celery_pool_is_refused_naming_the_task_the_pool_and_what_to_change() -> None:
+    with pytest.raises(CeleryPoolRefused) as refused:
+        refuse_celery_pool(RESOURCES["pool_small"], "d.t")
+    said = str(refused.value)
+    assert said.startswith("task d.t: resource 'pool_small' is a Celery pool") and "celery_executor" in said
+    refuse_celery_pool(RESOURCES["local-small"], "d.t")  # another backend's resource: the AgoraExecutor runs it
+
+
+def test_a_long_pool_name_is_quoted_short_on_one_line() -> None:
+    name = "pool_" + "x" * 50_000 + "\nsecond line"
+    with pytest.raises(CeleryPoolRefused, match=r"resource 'pool_xxx.*' is a Celery pool") as refused:
+        refuse_celery_pool(replace(RESOURCES["pool_small"], name=name), "d.t")
+    assert "\n" not in str(refused.value) and len(str(refused.value)) < 600
+
+
+def test_the_agora_executor_fails_a_task_placed_on_a_celery_pool_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from airflow.utils.state import TaskInstanceState
+
+    from agora_optimizer.executor.agora_executor import AgoraExecutor
+
+    monkeypatch.setenv("AIRFLOW__AGORA__CATALOG", BOTH_CATALOGS)
+    monkeypatch.setenv("AIRFLOW__AGORA__STATE_DIR", str(tmp_path / "jobs"))
+    monkeypatch.setenv("AIRFLOW__AGORA__TRACE_STORE_URL", f"sqlite:///{tmp_path / 'traces.db'}")
+    executor = AgoraExecutor()
+    executor.start()
+    item = workload("t", {"resource": "pool_small", "cores": 1, "memory_bytes": 2**28}, tmp_path)
+    executor.queue_workload(item, session=None)
+    executor.trigger_tasks(executor.parallelism)
+    events: dict[Any, Any] = {}
+    deadline = time.monotonic() + 20
+    while item.ti.key not in events and time.monotonic() < deadline:
+        executor.sync()
+        events |= {k: v for k, v in executor.get_event_buffer().items() if v[0] != TaskInstanceState.QUEUED}
+        time.sleep(0.05)
+    state, info = events[item.ti.key]
+    assert state == TaskInstanceState.FAILED
+    assert "unit.t" in info and "'pool_small' is a Celery pool" in info and "celery_executor" in info
+    assert "after" not in info  # refused once, not retried
 
 
 def test_the_celery_executors_name_is_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:

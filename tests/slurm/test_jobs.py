@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from agora_optimizer.executor.backends.slurm import backend
+from agora_optimizer.executor.backends.slurm import status
 from agora_optimizer.slurm import values
 from agora_optimizer.slurm.errors import SlurmOutputError
 from agora_optimizer.slurm.jobs import SACCT_FIELDS, parse_sacct, parse_squeue, refuse_garbage
@@ -40,6 +40,6 @@ def test_a_line_without_its_fields_is_refused_not_read_as_no_job() -> None:
 
 
 def test_the_backend_reports_every_final_state_and_knows_every_active_one() -> None:
-    assert backend._FINAL_STATES.keys() == values.FINAL_STATES
-    assert backend._ACTIVE_PHASES.keys() == values.PENDING_STATES | values.RUNNING_STATES
+    assert status.FINAL_STATES.keys() == values.FINAL_STATES
+    assert status.ACTIVE_PHASES.keys() == values.PENDING_STATES | values.RUNNING_STATES
     assert not values.FINAL_STATES & (values.PENDING_STATES | values.RUNNING_STATES)

@@ -1,17 +1,16 @@
-"""The SLURM backend's calls (submit, status, cancel, adopt) and its status reports.
+"""The SLURM backend: the Backend calls, over a SLURM client, a pilot packer and the planned machines' allocations.
 
-Status: one ``squeue --states=all`` for every id asked about (pending and running jobs, and
-those SLURM has ended within ``MinJobAge``), then one ``sacct`` for the ids squeue no longer
-shows and the ended ones without a result file. The worker's ``result.json`` is authoritative
-for exit code, OOM kill, peak RSS and CPU time; SLURM's own records give the state, the node
-and the submit, start and end times. ``OUT_OF_MEMORY`` means ``oom_killed``; ``TIMEOUT``,
-``CANCELLED``, ``NODE_FAIL`` and ``FAILED`` finish with a nonzero exit code and a reason; an id
-neither squeue nor sacct knows is ``lost``. ``PREEMPTED`` (a job of a higher-priority partition
-took the node, ``docs/spot.md``) finishes ``interrupted``: the job, or a task of a planned
-machine's allocation that had not ended well before, lost its capacity; it did not fail. Only that
-state says so: agora's own scancel is ``CANCELLED``, a lost node ``NODE_FAIL``. An error reaching
-SLURM raises a transient :class:`~agora_optimizer.executor.jobs.BackendError` (every command has
-a timeout, so nothing hangs).
+:class:`SlurmBackend` holds its parts, each a plain class given what it needs:
+
+- :class:`~agora_optimizer.executor.backends.slurm.client.SlurmClient` runs every SLURM command;
+- :class:`~agora_optimizer.executor.backends.slurm.pilot.PilotPacker` gathers short tasks into pilots;
+- :class:`~agora_optimizer.executor.backends.slurm.allocations.Allocations` holds a plan's machines;
+- :class:`~agora_optimizer.executor.backends.slurm.status.StatusReader` reports on the jobs;
+- :class:`~agora_optimizer.executor.backends.slurm.directories.Directories` remembers where each job lives.
+
+``submit`` hands a planned machine's task to its allocation, gathers a short task without GPUs into a
+pilot (pilot mode), and submits any other as one batch job of its own
+(:func:`~agora_optimizer.executor.backends.slurm.submission.single_script`).
 
 Adoption: the backend keeps no state that a new instance needs. It finds a job's directory
 from SLURM's record of it (``WorkDir``, squeue's or sacct's, which is the job directory
@@ -22,94 +21,146 @@ is used first and also lets a result file be read once SLURM has forgotten the j
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import signal
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from agora_optimizer.executor.backends.slurm.leases import SlurmLeases
+from agora_optimizer import settings
+from agora_optimizer.executor.backends.base import Backend
+from agora_optimizer.executor.backends.slurm.allocations import Allocations
+from agora_optimizer.executor.backends.slurm.client import SlurmClient, gres_type
+from agora_optimizer.executor.backends.slurm.directories import Directories
+from agora_optimizer.executor.backends.slurm.pilot import PilotPacker
 from agora_optimizer.executor.backends.slurm.pilot_files import Manifest
-from agora_optimizer.executor.backends.slurm.submission import ENV_NAME, SlurmJobRef
-from agora_optimizer.executor.environment import job_environment
-from agora_optimizer.executor.jobs import (
-    OOM_EXIT_CODE,
-    BackendError,
-    JobPhase,
-    JobResult,
-    JobSpec,
-    JobStatus,
-    read_result,
-    read_task_ended,
+from agora_optimizer.executor.backends.slurm.settings import (
+    DEFAULT_EXPORT,
+    ENV_NAME,
+    LEASE_IDLE_S,
+    REMEMBER_MAX,
+    SlurmSettings,
 )
+from agora_optimizer.executor.backends.slurm.status import StatusReader
+from agora_optimizer.executor.backends.slurm.submission import (
+    BACKEND,
+    SlurmJobRef,
+    job_name,
+    single_script,
+    task_described,
+)
+from agora_optimizer.executor.environment import job_environment
+from agora_optimizer.executor.jobs import BackendError, JobSpec, JobStatus, MachineLease
+from agora_optimizer.executor.state_files import write_private
+from agora_optimizer.model.catalog import Resource
 from agora_optimizer.model.workflow import shown
-from agora_optimizer.slurm import values
+from agora_optimizer.runs.lease_record import LeaseRecord
 from agora_optimizer.slurm.jobs import SlurmRecord
+from agora_optimizer.slurm.values import mib
+
+if TYPE_CHECKING:
+    from agora_optimizer.queue_wait.submissions import SubmissionLog
 
 log = logging.getLogger(__name__)
 
-CANCEL_EXIT = 143  # 128 + SIGTERM
-PREEMPTED = "PREEMPTED"
-# SLURM's end time is to the second: a lease's task that failed at most this long before its
-# allocation's preemption counts as ended by it (SIGTERM reaches the task first, then the driver).
-PREEMPTION_SLACK = timedelta(seconds=1)
 
-# SLURM job states that are not final, as the executor sees them.
-_ACTIVE_PHASES: Mapping[str, JobPhase] = {
-    **dict.fromkeys(values.PENDING_STATES, "pending"),
-    **dict.fromkeys(values.RUNNING_STATES, "running"),
-}
-# Final states: the exit code to report when SLURM's is 0 or unknown, and what happened.
-# A state in neither table is reported as pending, so that it is polled again, not lost.
-_FINAL_STATES: Mapping[str, tuple[int, str]] = {
-    "COMPLETED": (0, "completed"),
-    "FAILED": (1, "failed"),
-    "CANCELLED": (CANCEL_EXIT, "was cancelled"),
-    "TIMEOUT": (CANCEL_EXIT, "reached its SLURM time limit"),
-    "OUT_OF_MEMORY": (OOM_EXIT_CODE, "exceeded its SLURM memory (--mem)"),
-    "NODE_FAIL": (OOM_EXIT_CODE, "lost its node (NODE_FAIL)"),
-    "BOOT_FAIL": (1, "could not boot its node"),
-    "PREEMPTED": (CANCEL_EXIT, "was preempted"),
-    "DEADLINE": (CANCEL_EXIT, "missed its deadline"),
-    "REVOKED": (1, "was revoked"),
-    "SPECIAL_EXIT": (1, "ended in SPECIAL_EXIT"),
-}
+class SlurmBackend(Backend):
+    """Runs jobs as SLURM batch jobs, one each, packed into pilots, or in a planned machine's allocation."""
 
+    name = BACKEND
 
-class SlurmBackend(SlurmLeases):
-    """Runs jobs as SLURM batch jobs, one each or packed into pilots; see the package's docstring."""
+    @classmethod
+    def from_settings(cls, resources: Mapping[str, Resource]) -> SlurmBackend:
+        """``[agora] slurm_pilot_max_tasks`` and ``slurm_pilot_window_s``, and ``slurm_record_queue_waits`` into
+        ``queue_wait_store_url``; AgoraError naming the option of a bad value."""
+        from agora_optimizer.queue_wait.submissions import SubmissionLog
+
+        read = SlurmSettings.from_agora()
+        record_queue_waits = settings.get_bool("slurm_record_queue_waits")
+        store_url = settings.get("queue_wait_store_url")
+        return cls(
+            pilot_max_tasks=read.pilot_max_tasks,
+            pilot_window_s=read.pilot_window_s,
+            submissions=SubmissionLog(store_url or None) if record_queue_waits else None,
+            resources=resources,
+        )
+
+    def __init__(
+        self,
+        *,
+        pilot_max_tasks: int = 0,
+        pilot_window_s: float = 5.0,
+        pilot_max_time_limit_s: float = 900.0,
+        pilot_root: Path | None = None,
+        time_grace_s: float = 30.0,
+        command_timeout_s: float = 20.0,
+        export: Sequence[str] = DEFAULT_EXPORT,
+        submissions: SubmissionLog | None = None,
+        remember_max: int = REMEMBER_MAX,
+        resources: Mapping[str, Resource] | None = None,
+        lease_root: Path | None = None,
+        lease_idle_s: float = LEASE_IDLE_S,
+    ) -> None:
+        """The settings are :class:`~agora_optimizer.executor.backends.slurm.settings.SlurmSettings`' (FieldError
+        naming a bad one); ``submissions`` records the queue each job met and its wait (for the queue-wait
+        model); ``resources`` are the catalog's SLURM resources (a planned machine's partition is its type's)."""
+        self.settings = SlurmSettings(
+            pilot_max_tasks=pilot_max_tasks,
+            pilot_window_s=pilot_window_s,
+            pilot_max_time_limit_s=pilot_max_time_limit_s,
+            pilot_root=pilot_root,
+            time_grace_s=time_grace_s,
+            command_timeout_s=command_timeout_s,
+            export=export,
+            remember_max=remember_max,
+            lease_root=lease_root,
+            lease_idle_s=lease_idle_s,
+        )
+        self.submissions = submissions
+        self._lock = threading.RLock()
+        self.client = SlurmClient(command_timeout_s, self.settings.export)
+        self.directories = Directories(remember_max)
+        self.packer = PilotPacker(self.client, self.directories, self.settings, submissions)
+        self.allocations = Allocations(
+            self.client, self.directories, self.settings, resources or {}, self._lock, submissions
+        )
+        self.statuses = StatusReader(self.client, self.directories, self.packer)
+
+    @property
+    def resources(self) -> Mapping[str, Resource]:
+        """The catalog's SLURM resources this backend was made for."""
+        return self.allocations.resources
+
+    # -- the Backend calls -------------------------------------------------------------------------
 
     def submit(self, job: JobSpec) -> str:
         partition = job.options.get("partition")
         if not isinstance(partition, str) or not partition:
             raise BackendError(
-                self.name,
+                BACKEND,
                 f"resource {shown(job.resource)}: no SLURM partition (set 'partition' in the catalog), "
                 f"so {job.label} cannot be submitted",
                 transient=False,
             )
         bad = [name for name in job.environment if not ENV_NAME.match(name)]
         if bad:
-            raise BackendError(
-                self.name, f"{job.label}: environment names {bad} are not variable names", transient=False
-            )
+            raise BackendError(BACKEND, f"{job.label}: environment names {bad} are not variable names", transient=False)
         job = replace(job, environment=job_environment(job.environment))  # never a scheduler secret
         with self._lock:
             if job.lease is not None:
-                return self._submit_leased(job, job.lease)
+                return self.allocations.submit(job, job.lease)
             limit = job.time_limit_s
-            short = limit is not None and limit <= self.pilot_max_time_limit_s
-            if self.pilot_max_tasks >= 2 and short and not job.gpus:  # a pilot sums cores and memory, not GPUs
-                return self._submit_packed(job, partition)
+            short = limit is not None and limit <= self.settings.pilot_max_time_limit_s
+            if self.settings.pilots and short and not job.gpus:  # a pilot sums cores and memory, not GPUs
+                return self.packer.submit(job, partition)
             return self._submit_single(job, partition)
 
     def status(self, external_ids: Sequence[str]) -> Mapping[str, JobStatus]:
-        """Each id's status; first closes the pilots whose window has passed (see :meth:`flush`)."""
+        """Each id's status; first closes the pilots whose window has passed (:meth:`PilotPacker.flush`)."""
         with self._lock:
-            self.flush()
-            report, started = self._status(external_ids)
+            self.packer.flush()
+            report, started = self.statuses.read(external_ids)
         if self.submissions is not None:  # outside the lock: it may ask sacct
             self.submissions.poll(started)
         return report
@@ -121,7 +172,7 @@ class SlurmBackend(SlurmLeases):
             if ref is None:
                 return
             if ref.index is None:
-                self._run(["scancel", ref.job_id])
+                self.client.run(["scancel", ref.job_id])
                 return
             with self._lock:
                 self._cancel_task(ref)
@@ -130,295 +181,96 @@ class SlurmBackend(SlurmLeases):
         except Exception:  # likewise; SLURM's own time limit stays the backstop
             log.warning("SLURM: cancelling %s failed", external_id, exc_info=True)
 
-    def _status(self, external_ids: Sequence[str]) -> tuple[dict[str, JobStatus], set[str]]:
-        """Each id's status, and the SLURM ids of these jobs that have started (for ``submissions``)."""
-        refs = {external_id: SlurmJobRef.parse(external_id) for external_id in external_ids}
-        slurm_ids = sorted({ref.job_id for ref in refs.values() if ref is not None}, key=int)
-        records = self._squeue(slurm_ids)
-        manifests: dict[str, Manifest | None] = {}
-        for ref in refs.values():
-            if ref is not None and ref.index is not None and ref.job_id not in manifests:
-                manifests[ref.job_id] = self._manifest(ref.job_id, records.get(ref.job_id))
-        self._release_due(records, manifests)
-        # sacct for what squeue no longer shows, and for ended jobs of their own without a result file
-        # (for MaxRSS and the exit code); a pilot's tasks have their own files.
-        wanted = {ref.job_id for ref in refs.values() if ref is not None and ref.job_id not in records}
-        wanted |= {
-            ref.job_id
-            for ref in refs.values()
-            if ref is not None
-            and ref.index is None
-            and ref.job_id in records
-            and records[ref.job_id].final
-            and not _has_result(self._job_dir(ref, records[ref.job_id], None))
-        }
-        accounting: dict[str, SlurmRecord] = {}
-        if wanted:
-            try:
-                accounting = self._sacct(sorted(wanted, key=int))
-            except BackendError:
-                # Without accounting, an id squeue has forgotten is lost or finished: only its result can tell.
-                blind = [
-                    eid
-                    for eid, ref in refs.items()
-                    if ref is not None and ref.job_id not in records and not _has_result(self._job_dir(ref, None, None))
-                ]
-                if blind:
-                    raise
-        started = {  # (a pending job's StartTime in squeue is an estimate)
-            r.job_id
-            for r in (*records.values(), *accounting.values())
-            if r.started_at is not None and _ACTIVE_PHASES.get(r.state) != "pending"
-        }
-        report: dict[str, JobStatus] = {}
-        for external_id, ref in refs.items():
-            if ref is None:
-                report[external_id] = JobStatus("lost", reason=f"{external_id!r} is not a SLURM job id of agora")
-                continue
-            record, accounted = records.get(ref.job_id), accounting.get(ref.job_id)
-            if record is None:
-                record = accounted
-            elif accounted is not None:  # slurmdbd lags behind slurmctld: take only what squeue lacks
-                record = replace(
-                    record, max_rss_bytes=accounted.max_rss_bytes, exit_code=record.exit_code or accounted.exit_code
-                )
-            try:
-                if ref.index is None:
-                    report[external_id] = self._single_status(ref, record)
-                else:
-                    report[external_id] = self._task_status(ref, record, manifests.get(ref.job_id))
-            except OSError as exc:
-                raise BackendError(self.name, f"job {external_id}: {exc}", transient=True) from None
-        return report, started
-
-    def poll_queue_waits(self, *, force: bool = False) -> None:
-        """Store the recorded jobs' waits when due, also while no job is polled (it costs nothing when not)."""
+    def tick(self, *, force: bool = False) -> None:
+        """Submit the pilots whose window has passed (every open one if ``force``: the scheduler stops, and no
+        heartbeat would end their windows), and store the recorded jobs' queue waits when due (or now)."""
+        try:
+            with self._lock:
+                self.packer.flush(force=force)
+        except Exception:  # never raises: a pilot not released now is released later, or by its next reader
+            log.warning("SLURM: closing the pilots failed", exc_info=True)
         if self.submissions is not None:
             self.submissions.poll(force=force)
 
     def close(self) -> None:
+        """Store the queue waits still due, and close the queue-wait store."""
         if self.submissions is not None:
+            self.submissions.poll(force=True)
             self.submissions.close()
 
     def adopt(self, external_id: str, job_dir: Path, resource: str | None = None) -> bool:
         """Remember ``job_dir`` for an id another instance submitted (optional: status also finds
         it from SLURM's WorkDir). False for an id this backend never makes."""
-        ref = SlurmJobRef.parse(external_id)
-        if ref is None:
+        if SlurmJobRef.parse(external_id) is None:
             return False
-        self._job_dirs[external_id] = Path(job_dir)
+        self.directories.job(external_id, Path(job_dir))
         return True
 
-    def _job_dir(self, ref: SlurmJobRef, record: SlurmRecord | None, manifest: Manifest | None) -> Path | None:
-        hint = self._job_dirs.get(str(ref))
-        if hint is not None:
-            return hint
-        if ref.index is None:
-            return record.work_dir if record is not None else None
-        return manifest.job_dirs.get(ref.index) if manifest is not None else None
+    # -- planned machines: Allocations -------------------------------------------------------------
 
-    def _result(self, job_dir: Path | None) -> tuple[JobResult | None, str]:
-        """The worker's result, or None and why not."""
-        if job_dir is None:
-            return None, "its job directory is unknown"
-        try:
-            result = read_result(job_dir / "result.json")
-        except BackendError as exc:
-            return None, exc.reason
-        return result, "" if result is not None else f"the worker wrote no {job_dir / 'result.json'}"
+    def open_lease(self, lease: MachineLease) -> None:
+        self.allocations.open(lease)
 
-    def _single_status(self, ref: SlurmJobRef, record: SlurmRecord | None) -> JobStatus:
-        job_dir = self._job_dir(ref, record, None)
-        if record is None:
-            result, _ = self._result(job_dir)
-            if result is not None:
-                return result.status()
-            return JobStatus("lost", reason=f"SLURM knows no job {ref.job_id} (neither squeue nor sacct)")
-        if not record.final:
-            return _active_status(record, read_task_ended(job_dir))
-        result, missing = self._result(job_dir)
-        return _final_status(f"SLURM job {ref.job_id}", record, result, missing)
+    def lease_lead_s(self, resource: str) -> float:
+        return self.allocations.lead_s(resource)
 
-    def _task_status(self, ref: SlurmJobRef, record: SlurmRecord | None, manifest: Manifest | None) -> JobStatus:
-        """A packed task: its result file, else the pilot's files (pid, exit, cancel, skipped), else the allocation."""
-        job_dir = self._job_dir(ref, record, manifest)
-        result, missing = self._result(job_dir)
-        directory = manifest.directory if manifest is not None else self._pilot_dirs.get(ref.job_id)
+    def close_lease(self, lease: MachineLease) -> None:
+        self.allocations.close(lease)
 
-        def marker(name: str) -> bool:
-            return directory is not None and (directory / f"{name}.{ref.index}").exists()
+    def finished_leases(self) -> list[LeaseRecord]:
+        return self.allocations.finished()
 
-        what = f"task {ref.index} of pilot SLURM job {ref.job_id}"
-        queued_at = record.submitted_at if record is not None else None
-        started_at = record.started_at if record is not None else None
-        host = record.node if record is not None else ""
-        lease = manifest.lease if manifest is not None else None
-        if lease is not None and directory is not None:
-            # A planned machine's task starts when the driver reaches it, not with the allocation:
-            # handed over when its task file was written, started when its pid file was.
-            what = f"task {ref.index} of machine {lease.machine} (SLURM job {ref.job_id})"
-            queued_at, started_at = _mtime(directory / f"task.{ref.index}.sh"), _mtime(directory / f"pid.{ref.index}")
-        cancelled, started = marker("cancel"), marker("pid")
-        if result is not None:
-            status = result.status()
-            if not status.succeeded and not cancelled and record is not None and record.state == "COMPLETING":
-                # Its allocation is ending under it: a preemption shows only once SLURM has ended it.
-                return JobStatus("running", host=host, queued_at=queued_at, started_at=started_at)
-            interrupted = _interrupted(record, status.exit_code or 0, status.ended_at)
-            return JobStatus(
-                "finished",
-                exit_code=status.exit_code,
-                oom_killed=status.oom_killed,
-                reason=_preempted(what, record) if interrupted else status.reason,
-                host=host or status.host,
-                queued_at=queued_at,
-                started_at=started_at or status.started_at,
-                ended_at=status.ended_at,
-                peak_rss_bytes=status.peak_rss_bytes,
-                cpu_time_s=status.cpu_time_s,
-                interrupted=interrupted,
+    # -- inside ------------------------------------------------------------------------------------
+
+    def _submit_single(self, job: JobSpec, partition: str) -> str:
+        """``job`` as a batch job of its own (:func:`single_script`); its SLURM id."""
+        name = job_name(job.key)
+        earlier = self.client.find_unanswered(name)
+        if earlier is not None:
+            self.directories.job(earlier, job.job_dir)
+            return earlier
+        what = task_described(job, partition)
+        wanted_type = gres_type(job.resource, job.options) if job.gpus > 0 else None
+        if job.gpus > 0:
+            self.client.check_gpus(what, partition, job.gpus, wanted_type)
+        job.job_dir.mkdir(parents=True, exist_ok=True)
+        script = job.job_dir / "job.sbatch"
+        write_private(script, single_script(job), mode=0o700)
+        minutes = self.settings.minutes(job.time_limit_s)
+        job_id = self.client.sbatch(
+            what,
+            name,
+            partition=partition,
+            cores=job.cores,
+            memory_mib=mib(job.memory_bytes),
+            directory=job.job_dir,
+            script=script,
+            minutes=minutes,
+            environment=job.environment,
+            gpus=job.gpus,
+            gres_type=wanted_type,
+        )
+        self.directories.job(job_id, job.job_dir)
+        if self.submissions is not None:
+            self.submissions.submitted(
+                job_id, partition, job.cores, job.memory_bytes, None if minutes is None else minutes * 60.0
             )
-        allocated = record is not None and _ACTIVE_PHASES.get(record.state) == "running"
-        if marker("skipped") or (cancelled and not started and not allocated):
-            return JobStatus(
-                "finished", exit_code=CANCEL_EXIT, reason=f"{what} was cancelled before it started", queued_at=queued_at
-            )
-        exit_file = directory / f"exit.{ref.index}" if directory is not None else None
-        code = _read_int(exit_file) if exit_file is not None else None
-        if exit_file is not None and code is not None:
-            ended_at = datetime.fromtimestamp(exit_file.stat().st_mtime, UTC)
-            if not cancelled and record is not None and record.state == "COMPLETING":
-                return JobStatus("running", host=host, queued_at=queued_at, started_at=started_at)
-            interrupted = not cancelled and _interrupted(record, code or 1, ended_at)
-            why = "was cancelled" if cancelled else f"exited with code {code}{_signal_name(code)}"
-            return JobStatus(
-                "finished",
-                exit_code=code or 1,
-                reason=_preempted(what, record) if interrupted else f"{what} {why}, and {missing}",
-                host=host,
-                queued_at=queued_at,
-                started_at=started_at,
-                ended_at=ended_at,
-                interrupted=interrupted,
-            )
-        if record is None:
-            return JobStatus("lost", reason=f"SLURM knows no job {ref.job_id} (neither squeue nor sacct)")
-        if record.final:
-            return _final_status(f"pilot SLURM job {ref.job_id} (task {ref.index})", record, None, missing)
-        if record.held:
-            gathering = any(pilot.job_id == ref.job_id for pilot in self._open.values())
-            why = "gathering tasks into the pilot" if gathering else "held until the pilot's window closes"
-            return JobStatus("pending", reason=f"{what}: {why}", queued_at=queued_at)
-        if allocated and directory is not None and not started:
-            why = "the allocation is starting" if lease is None else "waiting for its turn and its cores"
-            return JobStatus("pending", reason=f"{what}: {why}", queued_at=queued_at)
-        if lease is not None and started:
-            return JobStatus(
-                "running", host=host, queued_at=queued_at, started_at=started_at, task_ended_at=read_task_ended(job_dir)
-            )
-        return _active_status(record, read_task_ended(job_dir) if started else None)
+        return job_id
 
-
-def _active_status(record: SlurmRecord, task_ended_at: datetime | None = None) -> JobStatus:
-    """A job SLURM still shows; ``task_ended_at``: its worker's task-ended mark, for a running one."""
-    phase = _ACTIVE_PHASES.get(record.state, "pending")
-    if record.state not in _ACTIVE_PHASES:
-        reason = f"SLURM state {record.state}, unknown to agora"
-    elif phase == "pending":
-        reason = "waiting in SLURM's queue" + (f" ({record.reason})" if record.reason else "")
-    else:
-        reason = "" if record.state == "RUNNING" else record.state
-    running = phase == "running"
-    return JobStatus(
-        phase,
-        reason=reason,
-        host=record.node if running else "",
-        queued_at=record.submitted_at,
-        started_at=record.started_at if running else None,
-        task_ended_at=task_ended_at if running else None,
-    )
-
-
-def _final_status(what: str, record: SlurmRecord, result: JobResult | None, missing: str) -> JobStatus:
-    default_code, happened = _FINAL_STATES[record.state]
-    slurm_oom = record.state == "OUT_OF_MEMORY"
-    peak: int | None
-    cpu: float | None
-    if result is not None:
-        exit_code, oom_killed, reason = result.exit_code, result.oom_killed or slurm_oom, result.reason
-        if slurm_oom and not result.oom_killed:
-            reason = f"{what} {happened}" + (f"; {reason}" if reason else "")
-        elif not reason and record.state != "COMPLETED":
-            reason = f"{what} {happened}"
-        peak, cpu = result.peak_rss_bytes, result.cpu_time_s
-    else:
-        exit_code = record.exit_code or default_code
-        oom_killed = slurm_oom
-        code = f"exit code {exit_code}{_signal_name(exit_code)}"
-        reason = f"{what} {happened} (SLURM state {record.state}, {code}), and {missing}"
-        peak, cpu = record.max_rss_bytes, None
-    if oom_killed and exit_code == 0:
-        exit_code = OOM_EXIT_CODE
-    interrupted = _interrupted(record, exit_code, None)
-    if interrupted:
-        reason = _preempted(what, record)
-    return JobStatus(
-        "finished",
-        exit_code=exit_code,
-        oom_killed=oom_killed,
-        reason=reason,
-        host=record.node or (result.host if result is not None else ""),
-        queued_at=record.submitted_at,
-        started_at=record.started_at or (result.started_at if result is not None else None),
-        ended_at=record.ended_at or (result.ended_at if result is not None else None),
-        peak_rss_bytes=peak,
-        cpu_time_s=cpu,
-        interrupted=interrupted,
-    )
-
-
-def _interrupted(record: SlurmRecord | None, exit_code: int, ended_at: datetime | None) -> bool:
-    """Whether SLURM's preemption of the allocation ended a job (or a lease's task) that exited
-    ``exit_code`` at ``ended_at`` (None: when the allocation did). Not a job that exited 0: its work
-    is done. Not a task that ended before the preemption (its allocation ran on after it)."""
-    if record is None or record.state != PREEMPTED or exit_code == 0:
-        return False
-    if ended_at is None or record.ended_at is None:
-        return True
-    return ended_at >= record.ended_at - PREEMPTION_SLACK
-
-
-def _preempted(what: str, record: SlurmRecord | None) -> str:
-    """The reason of an interrupted job: the partition and node SLURM took back."""
-    partition = record.partition if record is not None and record.partition else "(unknown)"
-    node = f" (node {record.node})" if record is not None and record.node else ""
-    return (
-        f"{what} was preempted on SLURM partition {partition}{node}: SLURM gave its node to a job of a "
-        "higher-priority partition (state PREEMPTED); the capacity vanished, the task did not fail"
-    )
-
-
-def _signal_name(exit_code: int) -> str:
-    """`` = SIGKILL`` for a shell's 137 (128 + the signal), '' for an ordinary exit code."""
-    with contextlib.suppress(ValueError):
-        if exit_code > 128:
-            return f" = {signal.Signals(exit_code - 128).name}"
-    return ""
-
-
-def _has_result(job_dir: Path | None) -> bool:
-    return job_dir is not None and (job_dir / "result.json").exists()
-
-
-def _mtime(path: Path) -> datetime | None:
-    try:
-        return datetime.fromtimestamp(path.stat().st_mtime, UTC)
-    except OSError:
-        return None
-
-
-def _read_int(path: Path) -> int | None:
-    try:
-        return int(path.read_text().strip())
-    except (OSError, ValueError):
-        return None
+    def _cancel_task(self, ref: SlurmJobRef) -> None:
+        """A pilot's or an allocation's task: its cancel file; the pilot's scancel once none of its tasks is left."""
+        directory = self.directories.pilot_dir(ref.job_id)
+        if directory is None:
+            directory = self.client.squeue([ref.job_id]).get(ref.job_id, SlurmRecord(ref.job_id, "UNKNOWN")).work_dir
+        if directory is None:
+            log.warning("SLURM: pilot %s unknown; cannot cancel task %d", ref.job_id, ref.index)
+            return
+        (directory / f"cancel.{ref.index}").touch()
+        manifest = Manifest.read(directory)
+        if manifest is None:
+            return
+        if manifest.lease is not None and not manifest.closed:
+            return  # more tasks may come: the allocation is released by close_lease
+        if all((directory / f"cancel.{index}").exists() for index in manifest.job_dirs):
+            self.client.run(["scancel", ref.job_id])
+            self.packer.forget(ref.job_id)

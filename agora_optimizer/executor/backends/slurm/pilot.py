@@ -15,9 +15,8 @@ never gathered: it is a batch job of its own, with its ``--gres``.
   partition's largest node (``sinfo``, asked once per partition) and the pilot is younger
   than ``pilot_window_s``; otherwise the open pilot is closed and a new one opened.
 - A pilot is closed and released (``scontrol release``) when it holds ``pilot_max_tasks``
-  tasks, or by :meth:`SlurmBackend.status` (which the executor calls every heartbeat, so it
-  doubles as the poll that ends windows) once its window has passed; :meth:`SlurmBackend.flush`
-  does the same on demand (``force=True`` at shutdown closes every open pilot).
+  tasks, or by :meth:`PilotPacker.flush` once its window has passed, which the backend calls before
+  every status poll and on every heartbeat (``tick``; ``force=True`` at shutdown closes every open pilot).
 - A held pilot whose window passed more than ``ADOPTED_RELEASE_GRACE_S`` ago is released by
   whichever instance reports on it, so a scheduler that died while gathering leaves no job held.
 - Cancelling one task writes ``cancel.<index>`` into the pilot directory: the pilot skips the
@@ -34,16 +33,19 @@ never gathered: it is a batch job of its own, with its ``--gres``.
 from __future__ import annotations
 
 import logging
-import shlex
 import shutil
 import time
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
-from agora_optimizer.executor.backends.slurm.pilot_files import PILOT_DRIVER, Capacity, Manifest, Pilot, PilotTask
+from agora_optimizer.executor.backends.slurm.client import SlurmClient, update_argv
+from agora_optimizer.executor.backends.slurm.directories import Directories
+from agora_optimizer.executor.backends.slurm.pilot_files import PILOT_DRIVER, Capacity, Manifest, Pilot, pilot_task
+from agora_optimizer.executor.backends.slurm.settings import SlurmSettings
 from agora_optimizer.executor.backends.slurm.submission import (
+    BACKEND,
     UNSAFE_CHARS,
     SlurmJobRef,
-    SlurmSubmission,
     job_name,
     task_described,
 )
@@ -51,8 +53,10 @@ from agora_optimizer.executor.jobs import BackendError, JobSpec
 from agora_optimizer.executor.state_files import write_private
 from agora_optimizer.model.workflow import shown
 from agora_optimizer.slurm.jobs import SlurmRecord
-from agora_optimizer.slurm.nodes import partition_nodes
 from agora_optimizer.slurm.values import MIB, mib
+
+if TYPE_CHECKING:
+    from agora_optimizer.queue_wait.submissions import SubmissionLog
 
 log = logging.getLogger(__name__)
 
@@ -60,25 +64,52 @@ APPEND_MARGIN_S = 1.0  # the gathering instance stops appending this long before
 ADOPTED_RELEASE_GRACE_S = 5.0  # another instance releases a held pilot this long after its window
 
 
-class SlurmPilots(SlurmSubmission):
-    """Gathers short tasks into pilots (``pilot_max_tasks`` >= 2), closes and releases them."""
+class PilotPacker:
+    """Gathers short tasks into pilots (``pilot_max_tasks`` >= 2), closes and releases them.
+
+    Not thread-safe: the backend calls it under its lock."""
+
+    def __init__(
+        self,
+        client: SlurmClient,
+        directories: Directories,
+        settings: SlurmSettings,
+        submissions: SubmissionLog | None = None,
+    ) -> None:
+        self.client = client
+        self.directories = directories
+        self.settings = settings
+        self.submissions = submissions
+        self._open: dict[str, Pilot] = {}  # partition -> the pilot gathering its tasks
+        self._capacity: dict[str, Capacity] = {}
 
     def flush(self, *, force: bool = False) -> None:
         """Close and release every open pilot whose window has passed (all of them if ``force``).
 
-        :meth:`status` calls it first, so the executor's heartbeat ends windows; call it with
-        ``force=True`` when the scheduler stops, so no pilot waits for a heartbeat that never comes.
-        Never raises: a pilot that cannot be released now stays held and is released later.
+        The backend calls it before every status poll and on every heartbeat, so the executor's
+        heartbeat ends windows; with ``force=True`` when the scheduler stops, so no pilot waits for a
+        heartbeat that never comes. Never raises: a pilot that cannot be released now stays held and
+        is released later.
         """
-        with self._lock:
-            now = time.time()
-            for pilot in list(self._open.values()):
-                if force or now >= pilot.release_at:
-                    self._close(pilot)
+        now = time.time()
+        for pilot in list(self._open.values()):
+            if force or now >= pilot.release_at:
+                self._close(pilot)
 
-    def _submit_packed(self, job: JobSpec, partition: str) -> str:
+    def gathering(self, job_id: str) -> bool:
+        """Whether pilot ``job_id`` still gathers tasks here."""
+        return any(pilot.job_id == job_id for pilot in self._open.values())
+
+    def forget(self, job_id: str) -> None:
+        """Stop gathering into pilot ``job_id`` (cancelled)."""
+        for partition, pilot in list(self._open.items()):
+            if pilot.job_id == job_id:
+                del self._open[partition]
+
+    def submit(self, job: JobSpec, partition: str) -> str:
+        """Gather the job into its partition's open pilot (a new one when it does not fit); its external id."""
         capacity = self._partition_capacity(job, partition)
-        task_minutes = self._minutes(job.time_limit_s) or 1
+        task_minutes = self.settings.minutes(job.time_limit_s) or 1
         pilot = self._open.get(partition)
         if pilot is not None and not self._fits(pilot, job, task_minutes, capacity):
             self._close(pilot)
@@ -88,51 +119,35 @@ class SlurmPilots(SlurmSubmission):
             index = 0
         else:
             index = self._append(pilot, job, task_minutes)
-        if len(pilot.tasks) >= self.pilot_max_tasks:
+        if len(pilot.tasks) >= self.settings.pilot_max_tasks:
             self._close(pilot)
         return str(SlurmJobRef(pilot.job_id, index))
 
     def _fits(self, pilot: Pilot, job: JobSpec, minutes: int, capacity: Capacity) -> bool:
         return (
             not pilot.closed
-            and len(pilot.tasks) < self.pilot_max_tasks
+            and len(pilot.tasks) < self.settings.pilot_max_tasks
             and time.time() < pilot.release_at - APPEND_MARGIN_S
             and pilot.cores() + job.cores <= capacity.cpus
             and pilot.memory_mib() + mib(job.memory_bytes) <= capacity.memory_mib
             and minutes <= pilot.minutes
         )
 
-    def _task(self, job: JobSpec, index: int, minutes: int) -> PilotTask:
-        command = list(job.command)
-        if job.environment:
-            command = ["env", "--", *(f"{k}={v}" for k, v in job.environment.items()), *command]
-        memory = mib(job.memory_bytes)
-        # A task without GPUs keeps the line every driver reads; one with GPUs names them (run_gpu_task).
-        start = (
-            f"run_gpu_task {index} {job.cores} {memory} {job.gpus}"
-            if job.gpus
-            else f"run_task {index} {job.cores} {memory}"
-        )
-        line = f"{start} {shlex.quote(str(job.job_dir))} {shlex.join(command)}\n"
-        return PilotTask(
-            index, job.key, job.label, job.resource, job.job_dir, job.cores, memory, minutes, line, gpus=job.gpus
-        )
-
     def _open_pilot(self, job: JobSpec, partition: str, task_minutes: int, capacity: Capacity) -> Pilot:
-        root = self.pilot_root or job.job_dir.parent
+        root = self.settings.pilot_root or job.job_dir.parent
         directory = root / f"pilot-{UNSAFE_CHARS.sub('_', job.key)}"
-        minutes = self._minutes(self.pilot_max_time_limit_s) or 1
+        minutes = self.settings.minutes(self.settings.pilot_max_time_limit_s) or 1
         if capacity.max_minutes is not None:
             minutes = max(task_minutes, min(minutes, capacity.max_minutes))
-        pilot = Pilot(partition, directory, minutes, release_at=time.time() + self.pilot_window_s)
-        task = self._task(job, 0, task_minutes)
+        pilot = Pilot(partition, directory, minutes, release_at=time.time() + self.settings.pilot_window_s)
+        task = pilot_task(job, 0, task_minutes)
         directory.mkdir(parents=True, exist_ok=True)
         job.job_dir.mkdir(parents=True, exist_ok=True)
         write_private(directory / "pilot.sbatch", PILOT_DRIVER, mode=0o700)
         pilot.write([task])
         name = job_name(f"pilot-{job.key}")
         try:
-            pilot.job_id = self._sbatch(
+            pilot.job_id = self.client.sbatch(
                 task_described(job, partition),
                 name,
                 partition=partition,
@@ -145,43 +160,40 @@ class SlurmPilots(SlurmSubmission):
                 arguments=("pilot", "0", "0", "0"),  # every task at once, closed from the start
             )
         except BackendError:
-            self._cancel_unanswered(name)  # a held job may exist that nobody would ever release
+            self.client.cancel_unanswered(name)  # a held job may exist that nobody would ever release
             shutil.rmtree(directory, ignore_errors=True)
             raise
         pilot.tasks = [task]
         try:
             pilot.write(pilot.tasks)
         except OSError as exc:
-            self._run_quietly(["scancel", pilot.job_id])
+            self.client.run_quietly(["scancel", pilot.job_id])
             shutil.rmtree(directory, ignore_errors=True)
-            raise BackendError(self.name, f"{job.label}: pilot directory {directory}: {exc}", transient=True) from None
+            raise BackendError(BACKEND, f"{job.label}: pilot directory {directory}: {exc}", transient=True) from None
         self._open[partition] = pilot
-        self._pilot_dirs[pilot.job_id] = directory
-        self._job_dirs[str(SlurmJobRef(pilot.job_id, 0))] = job.job_dir
+        self.directories.pilot(pilot.job_id, directory)
+        self.directories.job(str(SlurmJobRef(pilot.job_id, 0)), job.job_dir)
         return pilot
 
     def _append(self, pilot: Pilot, job: JobSpec, task_minutes: int) -> int:
-        task = self._task(job, len(pilot.tasks), task_minutes)
+        task = pilot_task(job, len(pilot.tasks), task_minutes)
         tasks = [*pilot.tasks, task]
         job.job_dir.mkdir(parents=True, exist_ok=True)
         pilot.write(tasks)
         try:
-            self._update(pilot.job_id, cores=pilot.cores(tasks), memory_mib=pilot.memory_mib(tasks))
+            self.client.update(pilot.job_id, cores=pilot.cores(tasks), memory_mib=pilot.memory_mib(tasks))
         except BackendError as exc:
             pilot.write(pilot.tasks)
-            self._run_quietly(_update_argv(pilot.job_id, cores=pilot.cores(), memory_mib=pilot.memory_mib()))
+            self.client.run_quietly(update_argv(pilot.job_id, cores=pilot.cores(), memory_mib=pilot.memory_mib()))
             raise BackendError(
-                self.name,
+                BACKEND,
                 f"resource {shown(job.resource)} (partition {pilot.partition}): {job.label}: cannot join pilot "
                 f"{pilot.job_id}: {exc.reason}",
                 transient=exc.transient,
             ) from None
         pilot.tasks = tasks
-        self._job_dirs[str(SlurmJobRef(pilot.job_id, task.index))] = job.job_dir
+        self.directories.job(str(SlurmJobRef(pilot.job_id, task.index)), job.job_dir)
         return task.index
-
-    def _update(self, job_id: str, *, cores: int, memory_mib: int) -> None:
-        self._run(_update_argv(job_id, cores=cores, memory_mib=memory_mib))
 
     def _close(self, pilot: Pilot) -> None:
         """Mark the pilot closed, lower its time limit to its longest task's, and release it."""
@@ -195,13 +207,13 @@ class SlurmPilots(SlurmSubmission):
             log.warning("SLURM: cannot mark pilot %s closed in %s", pilot.job_id, pilot.directory, exc_info=True)
         longest = max(task.minutes for task in pilot.tasks)
         if longest < pilot.minutes:
-            self._run_quietly(["scontrol", "update", f"JobId={pilot.job_id}", f"TimeLimit={longest}"])
-        self._run_quietly(["scontrol", "release", pilot.job_id])
+            self.client.run_quietly(["scontrol", "update", f"JobId={pilot.job_id}", f"TimeLimit={longest}"])
+        self.client.run_quietly(["scontrol", "release", pilot.job_id])
         if self.submissions is not None:  # released: it queues (is eligible) from now
             limit_s = min(longest, pilot.minutes) * 60.0
             self.submissions.submitted(pilot.job_id, pilot.partition, pilot.cores(), pilot.memory_mib() * MIB, limit_s)
 
-    def _release_due(self, records: Mapping[str, SlurmRecord], manifests: Mapping[str, Manifest | None]) -> None:
+    def release_due(self, records: Mapping[str, SlurmRecord], manifests: Mapping[str, Manifest | None]) -> None:
         """Release held pilots that no instance gathers into any more (closed, or their window long past)."""
         gathering = {pilot.job_id for pilot in self._open.values()}
         now = time.time()
@@ -211,32 +223,12 @@ class SlurmPilots(SlurmSubmission):
                 continue
             if manifest.closed or now > manifest.release_at + ADOPTED_RELEASE_GRACE_S:
                 log.info("SLURM: releasing held pilot %s (its window has passed)", job_id)
-                self._run_quietly(["scontrol", "release", job_id])
-
-    def _cancel_task(self, ref: SlurmJobRef) -> None:
-        directory = self._pilot_dirs.get(ref.job_id)
-        if directory is None:
-            directory = self._squeue([ref.job_id]).get(ref.job_id, SlurmRecord(ref.job_id, "UNKNOWN")).work_dir
-        if directory is None:
-            log.warning("SLURM: pilot %s unknown; cannot cancel task %d", ref.job_id, ref.index)
-            return
-        (directory / f"cancel.{ref.index}").touch()
-        manifest = Manifest.read(directory)
-        if manifest is None:
-            return
-        if manifest.lease is not None and not manifest.closed:
-            return  # more tasks may come: the allocation is released by close_lease
-        if all((directory / f"cancel.{index}").exists() for index in manifest.job_dirs):
-            self._run(["scancel", ref.job_id])
-            for partition, pilot in list(self._open.items()):
-                if pilot.job_id == ref.job_id:
-                    del self._open[partition]
+                self.client.run_quietly(["scontrol", "release", job_id])
 
     def _partition_capacity(self, job: JobSpec, partition: str) -> Capacity:
         if partition in self._capacity:
             return self._capacity[partition]
-        with self._slurm_errors():
-            found = partition_nodes(partition, self.command_timeout_s)
+        found = self.client.partition_nodes(partition)
         nodes = [
             Capacity(node.cpus, node.memory_mib, node.max_minutes)
             for node in found
@@ -244,28 +236,9 @@ class SlurmPilots(SlurmSubmission):
         ]
         if not nodes:
             raise BackendError(
-                self.name,
+                BACKEND,
                 f"resource {shown(job.resource)}: partition {shown(partition)} has no nodes (sinfo)",
                 transient=False,
             )
         self._capacity[partition] = max(nodes, key=lambda node: (node.cpus, node.memory_mib))
         return self._capacity[partition]
-
-    def _manifest(self, job_id: str, record: SlurmRecord | None) -> Manifest | None:
-        directory = self._pilot_dirs.get(job_id) or (record.work_dir if record else None)
-        manifest = None if directory is None else Manifest.read(directory)
-        if manifest is not None:
-            self._pilot_dirs[job_id] = directory  # type: ignore[assignment]
-        return manifest
-
-
-def _update_argv(job_id: str, *, cores: int, memory_mib: int) -> list[str]:
-    # NumCPUs and CPUsPerTask together: either alone leaves SLURM 22.05 allocating something else.
-    return [
-        "scontrol",
-        "update",
-        f"JobId={job_id}",
-        f"NumCPUs={cores}",
-        f"CPUsPerTask={cores}",
-        f"MinMemoryNode={memory_mib}",
-    ]

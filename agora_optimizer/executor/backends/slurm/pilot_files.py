@@ -10,12 +10,14 @@ writes ``task.I.sh`` or by the driver to end), and ``pid.I``, ``exit.I``, ``canc
 from __future__ import annotations
 
 import json
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agora_optimizer.executor.jobs import MachineLease
+from agora_optimizer.executor.jobs import JobSpec, MachineLease
 from agora_optimizer.executor.state_files import write_private
+from agora_optimizer.slurm.values import mib
 
 PILOT_FORMAT = "agora-slurm-pilot/1"
 
@@ -151,6 +153,25 @@ class PilotTask:
     minutes: int
     line: str  # its run_task (or run_gpu_task) line, the whole of its task.INDEX.sh
     gpus: int = 0
+
+
+def pilot_task(job: JobSpec, index: int, minutes: int) -> PilotTask:
+    """``job`` as the ``index``-th task of a pilot or an allocation, with a time limit of ``minutes``: its
+    ``run_task`` line (``run_gpu_task`` for a job with GPUs), which carries the job's environment."""
+    command = list(job.command)
+    if job.environment:
+        command = ["env", "--", *(f"{k}={v}" for k, v in job.environment.items()), *command]
+    memory = mib(job.memory_bytes)
+    # A task without GPUs keeps the line every driver reads; one with GPUs names them (run_gpu_task).
+    start = (
+        f"run_gpu_task {index} {job.cores} {memory} {job.gpus}"
+        if job.gpus
+        else f"run_task {index} {job.cores} {memory}"
+    )
+    line = f"{start} {shlex.quote(str(job.job_dir))} {shlex.join(command)}\n"
+    return PilotTask(
+        index, job.key, job.label, job.resource, job.job_dir, job.cores, memory, minutes, line, gpus=job.gpus
+    )
 
 
 @dataclass

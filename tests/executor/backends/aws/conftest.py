@@ -35,7 +35,8 @@ from typing import Any
 import boto3
 import pytest
 
-from agora_optimizer.executor.backends.aws_batch import AwsBatchBackend, Infrastructure
+from agora_optimizer.executor.backends.aws.backend import AwsBatchBackend
+from agora_optimizer.executor.backends.aws.provisioning import Infrastructure
 from agora_optimizer.io.catalog_file import load_catalog
 from agora_optimizer.model.catalog import Catalog, Resource
 from harness.local_airflow import free_port

@@ -8,6 +8,7 @@ same S3, with the endpoint a container would take from ``AWS_ENDPOINT_URL_S3``.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -19,7 +20,9 @@ from typing import Any
 
 import pytest
 
-from agora_optimizer.executor.backends.aws_batch import AwsBatchBackend, Infrastructure
+from agora_optimizer.errors import AgoraError
+from agora_optimizer.executor.backends.aws.backend import AwsBatchBackend
+from agora_optimizer.executor.backends.aws.provisioning import Infrastructure
 from agora_optimizer.executor.jobs import OOM_EXIT_CODE, BackendError, JobResult, JobSpec, job_key, read_result
 from agora_optimizer.executor.remote_files import RemoteFileNotFound, RemoteFiles, job_urls
 from agora_optimizer.model.catalog import GIB
@@ -312,9 +315,12 @@ def workload(task_id: str) -> Any:
 
 
 @pytest.fixture
-def aws_executor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, prefix: str) -> Any:
+def aws_executor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, prefix: str, s3_backend: AwsBatchBackend) -> Any:
+    """An executor whose AWS backend is ``s3_backend`` (on moto, through S3 under ``prefix``)."""
     from agora_optimizer.executor.agora_executor import AgoraExecutor
+    from agora_optimizer.executor.backends.registry import register_backend, unregister_backend
 
+    previous = register_backend("aws", lambda resources: s3_backend)
     monkeypatch.setenv("AIRFLOW__AGORA__CATALOG", str(AWS_CATALOG))
     monkeypatch.setenv("AIRFLOW__AGORA__STATE_DIR", str(tmp_path / "jobs"))
     monkeypatch.setenv("AIRFLOW__AGORA__TRACE_STORE_URL", f"sqlite:///{tmp_path / 'traces.db'}")
@@ -322,19 +328,21 @@ def aws_executor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, prefix: str) -
     monkeypatch.setenv("AIRFLOW__AGORA__TOKEN_REFRESH_S", "0")
     monkeypatch.setenv("AIRFLOW__API_AUTH__JWT_SECRET", JWT_SECRET)
     executor = AgoraExecutor()
-    executor.start()
+    try:
+        executor.start()
+    finally:
+        unregister_backend("aws", previous)
     return executor
 
 
 def test_the_executor_passes_an_aws_task_its_workload_and_result_through_s3(
-    aws_executor: Any, s3_backend: AwsBatchBackend, files: RemoteFiles, prefix: str, batch: Any
+    aws_executor: Any, files: RemoteFiles, prefix: str, batch: Any
 ) -> None:
     from airflow.utils.state import TaskInstanceState
 
-    aws_executor._backends["aws"] = s3_backend
     item = workload("t")
-    aws_executor.queued_tasks[item.ti.key] = item
-    aws_executor._process_workloads([item])
+    aws_executor.queue_workload(item, session=None)
+    aws_executor.trigger_tasks(aws_executor.parallelism)
     job = aws_executor._jobs[item.ti.key]
     key = job_key("unit", "t", "r1", 1, -1)
     urls = job_urls(prefix, key)
@@ -360,32 +368,43 @@ def test_the_executor_passes_an_aws_task_its_workload_and_result_through_s3(
     )
 
 
-def test_an_aws_task_without_an_s3_prefix_fails_naming_the_setting_and_the_task(aws_executor: Any) -> None:
-    from dataclasses import replace
-
+def test_an_aws_task_without_an_s3_prefix_fails_naming_the_setting_and_the_task(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     from airflow.utils.state import TaskInstanceState
 
-    from agora_optimizer.executor.agora_executor import worker_command
-    from agora_optimizer.executor.placement import Placement
-    from agora_optimizer.model.catalog import Resource
+    from agora_optimizer.executor.agora_executor import AgoraExecutor
 
-    aws_executor.config = replace(aws_executor.config, aws_s3_prefix="")  # read at start
+    monkeypatch.setenv("AIRFLOW__AGORA__CATALOG", str(AWS_CATALOG))
+    monkeypatch.setenv("AIRFLOW__AGORA__STATE_DIR", str(tmp_path / "jobs"))
+    monkeypatch.setenv("AIRFLOW__AGORA__TRACE_STORE_URL", f"sqlite:///{tmp_path / 'traces.db'}")
+    monkeypatch.delenv("AIRFLOW__AGORA__AWS_S3_PREFIX", raising=False)
+    executor = AgoraExecutor()
+    with caplog.at_level(logging.WARNING):
+        executor.start()  # said once, at start
+    assert "[agora] aws_s3_prefix is not set: every task on them will fail" in caplog.text
     item = workload("t")
-    aws_executor.queued_tasks[item.ti.key] = item
-    aws_executor._process_workloads([item])
-    state, info = aws_executor.get_event_buffer()[item.ti.key]
+    executor.queue_workload(item, session=None)
+    executor.trigger_tasks(executor.parallelism)
+    state, info = executor.get_event_buffer()[item.ti.key]
     assert state == TaskInstanceState.FAILED
     assert info.startswith("task unit.t: resource c5.large runs on AWS Batch") and "set [agora] aws_s3_prefix" in info
 
-    aws_executor.config = replace(aws_executor.config, aws_s3_prefix="agora-jobs/agora/")
-    item = workload("u")
-    aws_executor._process_workloads([item])
-    state, info = aws_executor.get_event_buffer()[item.ti.key]
-    assert state == TaskInstanceState.FAILED and "task unit.u: [agora] aws_s3_prefix 'agora-jobs/agora/'" in info
 
-    c5 = Resource(name="c5.large", backend="aws", vcpus=2, memory_gib=4, speed=1.0, price_per_hour_usd=0.085)
-    with pytest.raises(BackendError, match="S3 prefix '' is not an s3://bucket/"):
-        worker_command(c5, Placement("c5.large", 1, GIB), Path("/jobs/k"))
+def test_the_worker_of_an_aws_job_runs_in_the_container_with_its_files_in_s3() -> None:
+    prefix = "s3://agora-jobs/agora/"
+    backend = AwsBatchBackend(region_name=REGION, s3_prefix=prefix)  # no AWS call: a command is only words
+    command = backend.worker_command(Path("/jobs/k"), "c5.large", memory_bytes=GIB, time_limit_s=60, label="d.t")
+    urls = job_urls(prefix, "k")
+    assert command == [
+        "python", "-m", "agora_optimizer.executor.worker", "--job-dir", "/tmp/agora/k",
+        "--workload-url", urls.workload, "--result-url", urls.result, "--memory-bytes", str(GIB),
+        "--time-limit-s", "60",
+    ]  # fmt: skip
+    with pytest.raises(AgoraError, match=r"^task d.t: resource c5.large runs on AWS Batch.*set \[agora\] aws_s3"):
+        AwsBatchBackend(region_name=REGION).worker_command(
+            Path("/jobs/k"), "c5.large", memory_bytes=GIB, time_limit_s=None, label="d.t"
+        )
 
 
 def test_the_worker_imports_boto3_only_when_it_exchanges_files_through_s3() -> None:

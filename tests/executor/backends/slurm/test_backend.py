@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from agora_optimizer.executor.backends.slurm import SlurmBackend, SlurmJobRef, job_name, pilot
-from agora_optimizer.executor.backends.slurm.backend import _active_status, _final_status
+from agora_optimizer.executor.backends.slurm.status import active_status, final_status
 from agora_optimizer.executor.backends.slurm.submission import JOB_NAME_MAX
 from agora_optimizer.executor.jobs import BackendError, JobSpec, JobStatus, read_result
 from agora_optimizer.slurm.commands import run_slurm
@@ -109,10 +109,10 @@ def test_slurm_final_states_without_a_result_finish_with_a_nonzero_code(
     state: str, exit_code: int, oom_killed: bool, words: str
 ) -> None:
     record = SlurmRecord("5", state, node="agora-large", exit_code=0, max_rss_bytes=10)
-    status = _final_status("SLURM job 5", record, None, "the worker wrote no result.json")
+    status = final_status("SLURM job 5", record, None, "the worker wrote no result.json")
     assert (status.phase, status.exit_code, status.oom_killed) == ("finished", exit_code, oom_killed)
     assert words in status.reason and "result.json" in status.reason and status.peak_rss_bytes == 10
-    assert _active_status(SlurmRecord("5", "WEIRD")).phase == "pending"  # polled again, not lost
+    assert active_status(SlurmRecord("5", "WEIRD")).phase == "pending"  # polled again, not lost
 
 
 def test_ids_and_job_names() -> None:
@@ -366,7 +366,7 @@ def test_a_job_that_would_overfill_the_node_starts_a_new_pilot(tmp_path: Path, t
     second = tracked.submit(backend, job(tmp_path, "s", "pass", cores=1))  # the first pilot holds every core
     assert first[0].split("+")[0] == first[1].split("+")[0] != second.split("+")[0] and second.endswith("+0")
     assert show_job(first[0].split("+")[0])["Reason"] != "JobHeldUser"  # closed and released at once
-    backend.flush(force=True)  # the scheduler stops: every open pilot goes now
+    backend.tick(force=True)  # the scheduler stops: every open pilot goes now
     statuses = wait_finished(backend, [*first, second])
     assert all(status.succeeded for status in statuses.values()), statuses
 
@@ -514,7 +514,7 @@ def test_a_backend_that_forgot_a_job_directory_finds_it_again_from_slurm(tmp_pat
     backend = SlurmBackend(remember_max=1)
     first = tracked.submit(backend, job(tmp_path, "first", "raise SystemExit(3)"))
     second = tracked.submit(backend, job(tmp_path, "second", "pass"))
-    assert len(backend._job_dirs) == 1  # bounded: the first job's directory is forgotten
+    assert len(backend.directories) == 1  # bounded: the first job's directory is forgotten
     statuses = wait_finished(backend, [first, second])
     assert statuses[first].exit_code == 3 and statuses[second].succeeded
     assert statuses[first].reason == "exited with code 3"  # the worker's own result, its directory found via WorkDir

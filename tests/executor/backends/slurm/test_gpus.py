@@ -20,12 +20,12 @@ from typing import Any
 import pytest
 
 from agora_optimizer.executor.backends.slurm import SlurmBackend, SlurmJobRef
-from agora_optimizer.executor.backends.slurm.pilot_files import PILOT_DRIVER, Manifest, Pilot
+from agora_optimizer.executor.backends.slurm.pilot_files import PILOT_DRIVER, Manifest, Pilot, pilot_task
 from agora_optimizer.executor.jobs import BackendError, JobSpec, MachineLease, read_result
 from agora_optimizer.model.catalog import Resource
 from agora_optimizer.slurm.commands import run_slurm
 from tests.executor.backends.slurm.test_backend import MIB, accounting, show_job, wait_finished
-from tests.executor.backends.slurm.test_leases import lease_of, on
+from tests.executor.backends.slurm.test_leases import allocation_of, lease_of, on
 from tests.slurm_cluster import NODES, SlurmCluster, scancel
 from tests.slurm_fixtures import Tracked
 
@@ -83,7 +83,7 @@ def drive(tmp_path: Path, tasks: Sequence[JobSpec], arguments: Sequence[str], **
     directory.mkdir()
     (directory / "pilot.sbatch").write_text(PILOT_DRIVER)
     pilot = Pilot("accel", directory, minutes=0, release_at=0.0)
-    pilot.write([SlurmBackend()._task(spec, index, 1) for index, spec in enumerate(tasks)])
+    pilot.write([pilot_task(spec, index, 1) for index, spec in enumerate(tasks)])
     (directory / "closed").touch()
     base = {k: v for k, v in os.environ.items() if k not in GPU_ENV and not k.startswith("SLURM_")}
     done = subprocess.run(
@@ -100,9 +100,8 @@ def drive(tmp_path: Path, tasks: Sequence[JobSpec], arguments: Sequence[str], **
 
 
 def test_a_task_line_names_its_gpus_and_a_task_without_keeps_the_old_line(tmp_path: Path) -> None:
-    backend = SlurmBackend()
-    assert backend._task(task(tmp_path, "cpu", 0), 0, 1).line.startswith("run_task 0 1 100 ")
-    gpu = backend._task(task(tmp_path, "gpu", 2), 1, 1)
+    assert pilot_task(task(tmp_path, "cpu", 0), 0, 1).line.startswith("run_task 0 1 100 ")
+    gpu = pilot_task(task(tmp_path, "gpu", 2), 1, 1)
     assert gpu.line.startswith("run_gpu_task 1 1 100 2 ") and gpu.gpus == 2
 
 
@@ -156,7 +155,7 @@ def test_an_allocation_without_gpus_leaves_the_tasks_environment_alone(tmp_path:
 def test_a_manifest_keeps_the_gpus_and_one_written_before_gpus_reads_as_none(tmp_path: Path) -> None:
     lease = replace(lease_of(GPU_TYPE), gpus=2)
     pilot = Pilot("accel", tmp_path, minutes=0, release_at=0.0, lease=lease)
-    tasks = [SlurmBackend()._task(task(tmp_path, name, gpus), index, 1) for index, (name, gpus) in
+    tasks = [pilot_task(task(tmp_path, name, gpus), index, 1) for index, (name, gpus) in
              enumerate((("cpu", 0), ("gpu", 1)))]  # fmt: skip
     pilot.write(tasks)
     manifest = Manifest.read(tmp_path)
@@ -218,7 +217,7 @@ def test_a_gpu_request_no_node_of_the_partition_meets_is_refused_naming_it(
     with pytest.raises(BackendError) as machine:
         backend.open_lease(gpu_lease(backend.resources["slurm-gpu-many"]))
     assert "slurm-gpu-many#0" in str(machine.value) and "agora-gpu has 2" in str(machine.value), machine.value
-    assert backend._leases == {} and not (tmp_path / "three").exists()
+    assert backend.allocations.job_ids() == [] and not (tmp_path / "three").exists()
 
 
 @pytest.fixture
@@ -226,7 +225,7 @@ def gpu_leases(tmp_path: Path, slurm_cluster: SlurmCluster) -> Iterator[SlurmBac
     """A backend that knows the GPU types, whose allocations are cancelled when the test ends."""
     backend = SlurmBackend(resources={GPU_TYPE.name: GPU_TYPE, ONE_GPU.name: ONE_GPU}, lease_root=tmp_path / "leases")
     yield backend
-    scancel(*[pilot.job_id for pilot in [*backend._leases.values(), *backend._released.values()]])
+    scancel(*backend.allocations.job_ids())
 
 
 def gpu_lease(resource: Resource) -> MachineLease:
@@ -239,7 +238,7 @@ def test_a_gpu_machines_allocation_asks_for_its_gpus_and_its_tasks_get_disjoint_
 ) -> None:
     lease = gpu_lease(GPU_TYPE)
     gpu_leases.open_lease(lease)
-    allocation = gpu_leases._leases[lease.key].job_id
+    allocation = allocation_of(gpu_leases, lease)
     shown = show_job(allocation)
     assert (shown["Partition"], shown["NumCPUs"], shown["TresPerNode"]) == ("accel", "4", "gres:gpu:loopback:2")
     first = gpu_leases.submit(on(gpu_job(tmp_path, "first", 1, seconds=3), lease))
@@ -253,12 +252,13 @@ def test_a_gpu_machines_allocation_asks_for_its_gpus_and_its_tasks_get_disjoint_
     # A scheduler restarted takes the allocation over, GPUs and all, and hands it the next GPU task.
     restarted = SlurmBackend(resources=gpu_leases.resources, lease_root=tmp_path / "leases")
     restarted.open_lease(lease)
-    assert restarted._leases[lease.key].job_id == allocation and restarted._leases[lease.key].lease == lease
+    held = restarted.allocations.held(lease.key)
+    assert held is not None and held.job_id == allocation and held.lease == lease
     third = restarted.submit(on(gpu_job(tmp_path, "third", 2), lease))
     assert third == f"{allocation}+2" and wait_finished(restarted, [third])[third].succeeded
     assert visible(tmp_path / "third") in ("0,1", "1,0")
     restarted.close_lease(lease)
-    gpu_leases._leases.clear()  # (its allocation is the restarted one's now)
+    gpu_leases.allocations.forget(lease.key)  # (its allocation is the restarted one's now)
     assert accounting(allocation)["State"] == "COMPLETED"
     assert "gres/gpu=2" in _alloc_tres(allocation)
 
@@ -267,7 +267,7 @@ def test_a_gpu_machines_allocation_asks_for_its_gpus_and_its_tasks_get_disjoint_
 def test_gpu_tasks_of_a_one_gpu_machine_run_one_after_the_other(tmp_path: Path, gpu_leases: SlurmBackend) -> None:
     lease = gpu_lease(ONE_GPU)
     gpu_leases.open_lease(lease)
-    assert show_job(gpu_leases._leases[lease.key].job_id)["TresPerNode"] == "gres:gpu:loopback:1"
+    assert show_job(allocation_of(gpu_leases, lease))["TresPerNode"] == "gres:gpu:loopback:1"
     # One core each of the machine's two: only the one GPU keeps them apart.
     ids = [gpu_leases.submit(on(gpu_job(tmp_path, name, 1, seconds=1), lease)) for name in ("first", "second")]
     statuses = wait_finished(gpu_leases, ids)

@@ -47,8 +47,14 @@ def leases(tmp_path: Path) -> Iterator[SlurmBackend]:
     """A backend that knows SMALL, whose allocations are cancelled when the test ends."""
     backend = SlurmBackend(resources={SMALL.name: SMALL}, lease_root=tmp_path / "leases")
     yield backend
-    ids = [pilot.job_id for pilot in [*backend._leases.values(), *backend._released.values()]]
-    scancel(*ids)
+    scancel(*backend.allocations.job_ids())
+
+
+def allocation_of(backend: SlurmBackend, lease: MachineLease) -> str:
+    """The SLURM id of the allocation ``backend`` holds for ``lease``."""
+    held = backend.allocations.held(lease.key)
+    assert held is not None, f"{lease.machine} is not open"
+    return held.job_id
 
 
 def on(spec: JobSpec, lease: MachineLease) -> JobSpec:
@@ -60,7 +66,7 @@ def test_a_lease_runs_its_tasks_in_order_in_one_allocation_and_ends_when_closed(
 ) -> None:
     lease = lease_of(SMALL)
     leases.open_lease(lease)
-    allocation = leases._leases[lease.key].job_id
+    allocation = allocation_of(leases, lease)
     shown = show_job(allocation)
     assert (shown["NumCPUs"], shown["MinMemoryNode"], shown["Partition"]) == ("2", "1G", "debug")
     # Two tasks of 2 cores each: the second fits only once the first has ended, so order shows in times.
@@ -117,17 +123,17 @@ def test_a_task_of_a_lease_is_reported_by_a_new_instance_after_a_restart(tmp_pat
     lease = lease_of(SMALL)
     leases.open_lease(lease)
     first = leases.submit(on(job(tmp_path, "before", SLEEP.format(1)), lease))
-    allocation = leases._leases[lease.key].job_id
+    allocation = allocation_of(leases, lease)
     restarted = SlurmBackend(resources={SMALL.name: SMALL}, lease_root=tmp_path / "leases")
     restarted.open_lease(lease)  # takes over the allocation instead of requesting another
-    assert restarted._leases[lease.key].job_id == allocation
+    assert allocation_of(restarted, lease) == allocation
     second = restarted.submit(on(job(tmp_path, "after", "pass"), lease))
     assert second == f"{allocation}+1"
     statuses = wait_finished(restarted, [first, second])
     assert statuses[first].succeeded and statuses[second].succeeded, statuses
     restarted.close_lease(lease)
     assert accounting(allocation)["State"] == "COMPLETED"
-    leases._leases.clear()  # (its allocation is the restarted one's now)
+    leases.allocations.forget(lease.key)  # (its allocation is the restarted one's now)
 
 
 @pytest.fixture
@@ -156,7 +162,7 @@ def test_a_down_partition_or_a_refused_size_is_a_backend_error_from_open_lease(
     with pytest.raises(BackendError) as refused:
         backend.open_lease(lease_of(huge))
     assert "slurm-huge#0" in str(refused.value) and "sbatch refused" in str(refused.value), refused.value
-    assert backend._leases == {} and list(tmp_path.iterdir()) == []  # nothing left behind
+    assert backend.allocations.job_ids() == [] and list(tmp_path.iterdir()) == []  # nothing left behind
 
 
 def test_a_task_larger_than_its_machine_is_refused(tmp_path: Path, leases: SlurmBackend) -> None:

@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 
 from agora_optimizer.executor.backends.slurm import SlurmBackend, SlurmJobRef
-from agora_optimizer.executor.backends.slurm.backend import _final_status, _interrupted
+from agora_optimizer.executor.backends.slurm.status import ended_by_preemption, final_status
 from agora_optimizer.executor.jobs import JobResult, JobStatus, read_result
 from agora_optimizer.executor.preemption import SPOT_ENV, probe_for, slurm_preempted
 from agora_optimizer.model.catalog import Resource
 from agora_optimizer.slurm.commands import run_slurm
 from agora_optimizer.slurm.jobs import SlurmRecord
 from tests.executor.backends.slurm.test_backend import SLEEP, job, wait_finished
-from tests.executor.backends.slurm.test_leases import lease_of, on
+from tests.executor.backends.slurm.test_leases import allocation_of, lease_of, on
 from tests.slurm_cluster import SPOT, SlurmCluster, sbatch, scancel, wait_until
 from tests.slurm_fixtures import Tracked
 
@@ -45,26 +45,26 @@ def result(exit_code: int, ended_at: datetime) -> JobResult:
 
 
 def test_only_a_preemption_finishes_interrupted_with_the_partition_named() -> None:
-    status = _final_status("SLURM job 7", preempted_record(), None, "the worker wrote no result.json")
+    status = final_status("SLURM job 7", preempted_record(), None, "the worker wrote no result.json")
     assert (status.phase, status.interrupted, status.exit_code, status.host) == ("finished", True, 143, SPOT.name)
     assert "SLURM job 7 was preempted on SLURM partition spot (node agora-large)" in status.reason
-    killed = _final_status("SLURM job 7", preempted_record(), result(143, T0), "")
+    killed = final_status("SLURM job 7", preempted_record(), result(143, T0), "")
     assert killed.interrupted and "preempted" in killed.reason and killed.exit_code == 143
     # Its task had already succeeded when SLURM preempted the job: done, not to be re-run.
-    assert not _final_status("SLURM job 7", preempted_record(), result(0, T0), "").interrupted
+    assert not final_status("SLURM job 7", preempted_record(), result(0, T0), "").interrupted
     for state in ("CANCELLED", "NODE_FAIL", "FAILED", "TIMEOUT", "COMPLETED"):  # agora's scancel, a lost node ...
-        other = _final_status("SLURM job 7", preempted_record(state=state), None, "no result")
+        other = final_status("SLURM job 7", preempted_record(state=state), None, "no result")
         assert not other.interrupted and "preempted" not in other.reason, state
 
 
 def test_a_lease_task_is_interrupted_only_if_it_ended_with_its_allocations_preemption() -> None:
     record = preempted_record()
-    assert _interrupted(record, 143, T0 + timedelta(seconds=0.4))  # the preemption's SIGTERM ended it
-    assert _interrupted(record, 143, T0 - timedelta(seconds=0.5))  # SLURM's end time is to the second
-    assert not _interrupted(record, 1, T0 - timedelta(seconds=30))  # failed on its own, before
-    assert not _interrupted(record, 0, T0)  # done before SLURM took the node
-    assert not _interrupted(replace(record, state="CANCELLED"), 143, T0)
-    assert not _interrupted(None, 143, T0)
+    assert ended_by_preemption(record, 143, T0 + timedelta(seconds=0.4))  # the preemption's SIGTERM ended it
+    assert ended_by_preemption(record, 143, T0 - timedelta(seconds=0.5))  # SLURM's end time is to the second
+    assert not ended_by_preemption(record, 1, T0 - timedelta(seconds=30))  # failed on its own, before
+    assert not ended_by_preemption(record, 0, T0)  # done before SLURM took the node
+    assert not ended_by_preemption(replace(record, state="CANCELLED"), 143, T0)
+    assert not ended_by_preemption(None, 143, T0)
 
 
 # -- on the cluster -------------------------------------------------------------------------------
@@ -86,7 +86,7 @@ def wait_running(backend: SlurmBackend, ids: list[str], timeout_s: float = 60) -
     wait_until(running, timeout_s, f"jobs {ids} to run")
 
 
-def test_a_spot_job_preempted_by_a_compute_job_finishes_interrupted(tmp_path: Path, tracked: Tracked) -> None:
+def test_a_spot_job_preempted_by_a_compute_job_finishesended_by_preemption(tmp_path: Path, tracked: Tracked) -> None:
     backend = SlurmBackend()
     spec = job(tmp_path, "spot", SLEEP.format(120), partition="spot", cores=SPOT.cpus, time_limit_s=None)
     spot = tracked.submit(backend, spec)
@@ -104,7 +104,7 @@ def test_a_spot_job_preempted_by_a_compute_job_finishes_interrupted(tmp_path: Pa
     assert SlurmBackend().status([spot])[spot].interrupted
 
 
-def test_the_tasks_of_a_preempted_spot_pilot_are_interrupted(tmp_path: Path, tracked: Tracked) -> None:
+def test_the_tasks_of_a_preempted_spot_pilot_areended_by_preemption(tmp_path: Path, tracked: Tracked) -> None:
     backend = SlurmBackend(pilot_max_tasks=2, pilot_window_s=5)  # two short jobs packed into one allocation
     half = SPOT.cpus // 2
     ids = [
@@ -121,7 +121,7 @@ def test_the_tasks_of_a_preempted_spot_pilot_are_interrupted(tmp_path: Path, tra
         assert f"task {index} of pilot SLURM job {pilot} was preempted on SLURM partition spot" in status.reason
 
 
-def test_a_spot_job_that_ends_fails_or_is_cancelled_by_agora_is_not_interrupted(
+def test_a_spot_job_that_ends_fails_or_is_cancelled_by_agora_is_notended_by_preemption(
     tmp_path: Path, tracked: Tracked
 ) -> None:
     backend = SlurmBackend()
@@ -201,7 +201,7 @@ def test_the_probe_of_a_job_slurm_does_not_know_says_not_preempted(slurm_cluster
 def spot_leases(tmp_path: Path, slurm_cluster: SlurmCluster) -> Iterator[SlurmBackend]:
     backend = SlurmBackend(resources={SPOT_MACHINE.name: SPOT_MACHINE}, lease_root=tmp_path / "leases")
     yield backend
-    scancel(*[pilot.job_id for pilot in [*backend._leases.values(), *backend._released.values()]])
+    scancel(*backend.allocations.job_ids())
 
 
 def test_the_running_task_of_a_preempted_spot_machine_is_interrupted_not_the_one_done_before(
@@ -209,7 +209,7 @@ def test_the_running_task_of_a_preempted_spot_machine_is_interrupted_not_the_one
 ) -> None:
     lease = lease_of(SPOT_MACHINE, tasks=3)
     spot_leases.open_lease(lease)
-    allocation = spot_leases._leases[lease.key].job_id
+    allocation = allocation_of(spot_leases, lease)
     first = spot_leases.submit(on(job(tmp_path, "first", "pass", partition="spot"), lease))
     second = spot_leases.submit(on(job(tmp_path, "second", SLEEP.format(120), partition="spot"), lease))
     wait_until(lambda: spot_leases.status([first])[first].succeeded, 60, "the machine's first task")

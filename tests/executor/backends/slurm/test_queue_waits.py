@@ -32,7 +32,7 @@ def test_single_jobs_and_a_pilot_are_recorded_with_the_queue_they_met_and_their_
         ids = [tracked.submit(singles, job(tmp_path, f"s{i}", cores=2 + i, memory_mib=300)) for i in range(2)]
         packed = [tracked.submit(pilots, job(tmp_path, f"p{i}", cores=1, memory_mib=200)) for i in range(2)]
         assert len({SlurmJobRef.parse(i).job_id for i in packed}) == 1  # type: ignore[union-attr]
-        pilots.flush(force=True)  # closed and released (eligible from now), and recorded then
+        pilots.tick(force=True)  # closed and released (eligible from now), and recorded then
         wait_finished(singles, ids)
         wait_finished(pilots, packed)
     finally:

@@ -16,11 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from agora_optimizer.executor.backends.local import LocalBackend, LocalPool, machine_gpus
+from agora_optimizer.executor.backends.local.backend import LocalBackend
+from agora_optimizer.executor.backends.local.pools import LocalPool, machine_gpus
 from agora_optimizer.executor.jobs import BackendError, JobSpec, MachineLease, lease_key
 from agora_optimizer.io.catalog_file import load_catalog
 from agora_optimizer.model.catalog import Resource
-from tests.executor.backends.test_local import MIB, job, wait_all
+from tests.executor.backends.local.test_backend import MIB, job, wait_all
 
 ENVIRONMENT = "import json, os, time; json.dump(dict(os.environ), open('environment.json', 'w')); "
 UUIDS = "GPU-8d1f0c3e-51a4-4c1b-9f7e-2b6a9e0d4c11,MIG-5a0b7c2d-93e1-5f48-a6d2-7c4e1b9f3a20"  # a GPU, a MIG slice

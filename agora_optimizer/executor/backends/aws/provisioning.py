@@ -1,6 +1,6 @@
 """Setting up an AWS account for agora: compute environments, job queues and the job definition (:class:`Provisioner`).
 
-:meth:`~agora_optimizer.executor.backends.aws_batch.AwsBatchBackend.ensure_infrastructure` creates, per
+:meth:`~agora_optimizer.executor.backends.aws.backend.AwsBatchBackend.ensure_infrastructure` creates, per
 job queue of the catalog's ``aws`` resources, a managed compute environment and the queue, and the
 container job definition jobs are submitted with; :meth:`Provisioner.create_type_queue` creates the
 queue of exactly one instance type when a planned machine needs it (with a :class:`ComputeNetwork`).
@@ -38,8 +38,8 @@ from agora_optimizer.model.catalog import Resource
 if TYPE_CHECKING:
     from mypy_boto3_batch import BatchClient
 
-from agora_optimizer.executor.backends.aws_errors import BACKEND, call, classify_error
-from agora_optimizer.executor.backends.aws_jobs import instance_type
+from agora_optimizer.executor.backends.aws.errors import BACKEND, call, classify_error
+from agora_optimizer.executor.backends.aws.jobs import instance_type
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from agora_optimizer.executor.backends.local import WARM_MODULES, LocalBackend, LocalPool, fork_context, warm_up
+from agora_optimizer.executor.backends.local.backend import LocalBackend
+from agora_optimizer.executor.backends.local.pools import LocalPool
+from agora_optimizer.executor.backends.local.processes import WARM_MODULES, fork_context, warm_up
 from agora_optimizer.executor.jobs import BackendError, JobSpec, JobStatus, job_key, read_result
 from tests.conftest import REPO
 
@@ -187,7 +189,7 @@ def test_warm_up_names_what_it_could_not_import_and_still_freezes() -> None:
 @pytest.mark.slow  # starts a Python that imports Airflow
 def test_the_fork_server_module_drops_the_working_directory_then_warms_up(tmp_path: Path) -> None:
     probe = (
-        "import gc, sys; import agora_optimizer.executor.backends.fork_server; "
+        "import gc, sys; import agora_optimizer.executor.backends.local.fork_server; "
         "print('' in sys.path, gc.get_freeze_count() > 0, 'airflow.dag_processing.dagbag' in sys.modules)"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300, cwd=tmp_path)
@@ -216,8 +218,9 @@ def test_a_job_started_afresh_gets_no_scheduler_secret(tmp_path: Path, monkeypat
 WARM_JOB = """
 import json, sys, time
 from pathlib import Path
-from agora_optimizer.executor.backends.local import LocalBackend, LocalPool
-from tests.executor.backends.test_local import DUMP_ENVIRONMENT, job, wait_all
+from agora_optimizer.executor.backends.local.backend import LocalBackend
+from agora_optimizer.executor.backends.local.pools import LocalPool
+from tests.executor.backends.local.test_backend import DUMP_ENVIRONMENT, job, wait_all
 backend = LocalBackend({"small": LocalPool("small", 1, 400 * 2**20)}, warm=True)
 backend.start_fork_server()  # started with the scheduler's whole environment, secrets included
 spec = job(Path(sys.argv[1]), "warm", DUMP_ENVIRONMENT)

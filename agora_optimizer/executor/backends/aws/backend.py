@@ -1,4 +1,4 @@
-"""AWS Batch, submission: each task attempt is one Batch job on the job queue of its resource.
+"""AWS Batch: each task attempt is one Batch job on the job queue of its resource.
 
 A catalog resource with ``backend: aws`` is an EC2 instance type (``c5.large``). Its job
 queue is the resource's catalog option ``job_queue`` if set, else ``queue_pattern``
@@ -27,12 +27,7 @@ worker uploaded to its ``--result-url`` (its own OOM kill, peak memory, CPU time
 :meth:`AwsBatchBackend.ensure_infrastructure` creates the compute environments, queues and
 job definition that ``submit`` needs.
 
-This module is the submission side (the backend's calls). Beside it:
-:mod:`~agora_optimizer.executor.backends.aws_jobs` (queue and job names, sizes, Batch's states),
-:mod:`~agora_optimizer.executor.backends.aws_provisioning` (setting up an account),
-:mod:`~agora_optimizer.executor.backends.aws_credentials` (Airflow's AWS connection,
-:func:`session_from_connection`) and :mod:`~agora_optimizer.executor.backends.aws_errors`
-(boto3's errors as BackendErrors).
+The backend's calls; the rest of the package (:mod:`~agora_optimizer.executor.backends.aws`) is beside it.
 """
 
 from __future__ import annotations
@@ -42,36 +37,32 @@ import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import boto3
-from botocore.config import Config
-from botocore.exceptions import (
-    BotoCoreError,
-    ClientError,
-    NoRegionError,
-)
+from botocore.exceptions import BotoCoreError, ClientError
 
-from agora_optimizer.executor.backends.aws_credentials import AwsConnection, mapping, session_from_connection
-from agora_optimizer.executor.backends.aws_errors import BACKEND, call, classify_error
-from agora_optimizer.executor.backends.aws_jobs import (
+from agora_optimizer.errors import AgoraError
+from agora_optimizer.executor.backends.aws.credentials import batch_client, mapping, session_from_connection
+from agora_optimizer.executor.backends.aws.errors import BACKEND, call, classify_error
+from agora_optimizer.executor.backends.aws.jobs import (
+    DEFAULT_ENVIRONMENT_EXCLUDE,
     DEFAULT_QUEUE_PATTERN,
-    MIB,
     SPOT_SUFFIX,
     TIMEOUT_GRACE_S,
     attempt_duration_s,
     batch_job_name,
+    command_option,
     container_environment,
-    family_of,
-    memory_mib,
     queue_name,
     resource_requirements,
     status_from_description,
     status_with_result,
     type_queue_name,
 )
-from agora_optimizer.executor.backends.aws_provisioning import ComputeNetwork, Infrastructure, Provisioner, purchase
-from agora_optimizer.executor.backends.base import Backend
+from agora_optimizer.executor.backends.aws.provisioning import ComputeNetwork, Infrastructure, Provisioner, purchase
+from agora_optimizer.executor.backends.aws.settings import AwsSettings
+from agora_optimizer.executor.backends.base import Backend, worker_argv
 from agora_optimizer.executor.jobs import (
     BackendError,
     JobResult,
@@ -80,34 +71,12 @@ from agora_optimizer.executor.jobs import (
     MachineLease,
     read_result,
 )
-from agora_optimizer.executor.remote_files import RemoteFileNotFound, RemoteFiles, job_urls
+from agora_optimizer.executor.remote_files import CONTAINER_JOB_ROOT, RemoteFileNotFound, RemoteFiles, job_urls
 from agora_optimizer.model.catalog import Resource
 from agora_optimizer.runs.lease_record import LeaseRecord
 
 if TYPE_CHECKING:
     from mypy_boto3_batch import BatchClient
-
-__all__ = [
-    "BACKEND",
-    "DEFAULT_QUEUE_PATTERN",
-    "MIB",
-    "AwsBatchBackend",
-    "AwsConnection",
-    "ComputeNetwork",
-    "Infrastructure",
-    "attempt_duration_s",
-    "batch_job_name",
-    "classify_error",
-    "container_environment",
-    "family_of",
-    "memory_mib",
-    "queue_name",
-    "resource_requirements",
-    "session_from_connection",
-    "status_from_description",
-    "status_with_result",
-    "type_queue_name",
-]
 
 log = logging.getLogger(__name__)
 
@@ -115,31 +84,12 @@ DEFAULT_JOB_DEFINITION = "agora-worker"
 DESCRIBE_CHUNK = 100  # DescribeJobs takes at most 100 ids
 CANCEL_REASON = "cancelled by agora"
 
-# Variables of the scheduler's environment that must not reach a container: paths of the
-# scheduler's machine, names Batch reserves, and secrets (a job's environment is readable
-# by anyone allowed to call DescribeJobs).
-DEFAULT_ENVIRONMENT_EXCLUDE: tuple[str, ...] = (
-    "PATH",
-    "HOME",
-    "PWD",
-    "PYTHONPATH",
-    "PYTHONHOME",
-    "VIRTUAL_ENV",
-    "AWS_BATCH*",
-    "AIRFLOW_CONN_*",
-    "AIRFLOW_VAR_*",
-    "AIRFLOW__DATABASE__*",
-    "*SECRET*",
-    "*PASSWORD*",
-    "*FERNET*",
-)
-
 # -- the backend -----------------------------------------------------------------------------
 
 
 @dataclass
-class _BatchLease:
-    """A planned machine on Batch: its type's queue, and the jobs handed to it."""
+class _BatchAllocation:
+    """What Batch holds for a planned machine's lease: its type's queue, and the jobs handed to it."""
 
     lease: MachineLease
     queue: str
@@ -151,10 +101,13 @@ class AwsBatchBackend(Backend):
     """Runs jobs on AWS Batch. Only ``submit`` and ``status`` raise (:class:`BackendError`).
 
     ``session`` is a boto3 session (default: boto3's default chain); ``region_name`` and
-    ``endpoint_url`` (a VPC endpoint, or moto in tests) override the session's. Clients fail
-    fast: short timeouts and ``max_attempts`` tries in botocore's standard retry mode, as the
-    executor retries transient errors itself with backoff. ``s3_prefix`` (``s3://bucket/path/``)
-    turns on the S3 exchange of workloads and results, through ``s3_endpoint_url`` if given.
+    ``endpoint_url`` (a VPC endpoint, or moto in tests) override the session's; with ``conn_id``, all
+    three come from that Airflow connection instead (:func:`session_from_connection`). The clients are
+    made at the first call that needs them, so making the backend (when the executor starts) opens no
+    connection and assumes no role. They fail fast: short timeouts and ``max_attempts`` tries in
+    botocore's standard retry mode, as the executor retries transient errors itself with backoff.
+    ``s3_prefix`` (``s3://bucket/path/``) turns on the S3 exchange of workloads and results, through
+    ``s3_endpoint_url`` if given (with ``conn_id``: the connection's S3 endpoint).
     """
 
     session: boto3.session.Session | None = None
@@ -173,61 +126,120 @@ class AwsBatchBackend(Backend):
     resources: Mapping[str, Resource] = field(default_factory=dict)  # the catalog's aws resources, by name
     compute_network: ComputeNetwork | None = None  # lets open_lease create a type's queue that is missing
     create_timeout_s: float = 600.0  # how long open_lease waits for a new queue to be VALID
-    name: str = field(default=BACKEND, init=False)
-    client: BatchClient = field(init=False, repr=False)
-    files: RemoteFiles | None = field(default=None, init=False, repr=False)
-    _leases: dict[str, _BatchLease] = field(default_factory=dict, init=False, repr=False)
-    _closed: dict[str, _BatchLease] = field(default_factory=dict, init=False, repr=False)
+    conn_id: str | None = None  # the Airflow connection of the session, region and endpoints (opened at first use)
+    _clients: tuple[BatchClient, RemoteFiles | None] | None = field(default=None, init=False, repr=False)
+    _allocations: dict[str, _BatchAllocation] = field(default_factory=dict, init=False, repr=False)
+    _closed: dict[str, _BatchAllocation] = field(default_factory=dict, init=False, repr=False)
+
+    name: ClassVar[str] = BACKEND
 
     def __post_init__(self) -> None:
         queue_name("c5.large", {}, self.queue_pattern)  # a bad pattern fails here, not at the first task
         if self.max_attempts < 1:
             raise BackendError(BACKEND, f"max_attempts must be at least 1, got {self.max_attempts}", transient=False)
-        session = self.session or boto3.session.Session()
-        config = Config(
-            connect_timeout=self.connect_timeout_s,
-            read_timeout=self.read_timeout_s,
-            retries={"mode": "standard", "total_max_attempts": self.max_attempts},
-            user_agent_extra="agora-optimizer",
-        )
-        try:
-            self.client = session.client(
-                "batch", region_name=self.region_name, endpoint_url=self.endpoint_url, config=config
-            )
-        except NoRegionError:
-            raise BackendError(
-                BACKEND,
-                "no AWS region: set region_name in the Airflow connection's extra, or AWS_DEFAULT_REGION",
-                transient=False,
-            ) from None
-        except ValueError as exc:  # a malformed endpoint URL
-            raise BackendError(BACKEND, f"endpoint {self.endpoint_url!r}: {exc}", transient=False) from None
         if self.s3_prefix:
             job_urls(self.s3_prefix, "check")  # a malformed prefix fails here, not at the first task
-            self.files = RemoteFiles.from_session(
-                session,
-                region_name=self.region_name,
-                endpoint_url=self.s3_endpoint_url,
-                connect_timeout_s=self.connect_timeout_s,
-                read_timeout_s=self.read_timeout_s,
-                max_attempts=self.max_attempts,
+
+    @classmethod
+    def from_settings(cls, resources: Mapping[str, Resource]) -> AwsBatchBackend:
+        """On the Airflow connection ``[agora] aws_conn_id`` (opened at the first call), with ``aws_job_definition``,
+        ``aws_s3_prefix`` and the compute network of ``aws_subnets`` ...; AgoraError naming the option of a bad
+        value (:class:`~agora_optimizer.executor.backends.aws.settings.AwsSettings`). Without ``aws_s3_prefix``
+        every task on AWS fails, naming it: said now, once."""
+        read = AwsSettings.from_agora()
+        if not read.s3_prefix:
+            log.warning(
+                "The catalog has AWS Batch resources but [agora] aws_s3_prefix is not set: "
+                "every task on them will fail until it is (s3://bucket/path/)"
             )
+        return cls.from_airflow(
+            read.conn_id,
+            read.job_definition,
+            s3_prefix=read.s3_prefix,
+            resources=resources,
+            compute_network=read.compute_network,
+        )
 
     @classmethod
     def from_airflow(
         cls, conn_id: str = "aws_default", job_definition: str = DEFAULT_JOB_DEFINITION, **options: Any
     ) -> AwsBatchBackend:
-        """A backend on the session, region and endpoints of Airflow connection ``conn_id``."""
-        connection = session_from_connection(conn_id)
-        if options.get("s3_prefix") and "s3_endpoint_url" not in options:
-            options["s3_endpoint_url"] = session_from_connection(conn_id, "s3").endpoint_url
-        return cls(
-            session=connection.session,
-            region_name=connection.region_name,
-            endpoint_url=connection.endpoint_url,
-            job_definition=job_definition,
-            **options,
+        """A backend on the session, region and endpoints of Airflow connection ``conn_id``, read at its first call."""
+        return cls(conn_id=conn_id, job_definition=job_definition, **options)
+
+    @property
+    def client(self) -> BatchClient:
+        """The Batch client (made at the first call; BackendError naming what is wrong when it cannot be)."""
+        return self._connected()[0]
+
+    @property
+    def files(self) -> RemoteFiles | None:
+        """The S3 exchange of workloads and results; None without an ``s3_prefix``."""
+        return self._connected()[1] if self.s3_prefix else None
+
+    def _connected(self) -> tuple[BatchClient, RemoteFiles | None]:
+        if self._clients is None:
+            self._clients = self._connect()
+        return self._clients
+
+    def _connect(self) -> tuple[BatchClient, RemoteFiles | None]:
+        session, region_name, endpoint_url = self.session, self.region_name, self.endpoint_url
+        s3_endpoint_url = self.s3_endpoint_url
+        if self.conn_id is not None:
+            connection = session_from_connection(self.conn_id)
+            session, region_name, endpoint_url = connection.session, connection.region_name, connection.endpoint_url
+            if self.s3_prefix and s3_endpoint_url is None:
+                s3_endpoint_url = session_from_connection(self.conn_id, "s3").endpoint_url
+        session = session or boto3.session.Session()
+        client = batch_client(
+            session,
+            region_name,
+            endpoint_url,
+            connect_timeout_s=self.connect_timeout_s,
+            read_timeout_s=self.read_timeout_s,
+            max_attempts=self.max_attempts,
         )
+        files = None
+        if self.s3_prefix:
+            files = RemoteFiles.from_session(
+                session,
+                region_name=region_name,
+                endpoint_url=s3_endpoint_url,
+                connect_timeout_s=self.connect_timeout_s,
+                read_timeout_s=self.read_timeout_s,
+                max_attempts=self.max_attempts,
+            )
+        return client, files
+
+    def worker_command(
+        self, job_dir: Path, resource: str, *, memory_bytes: int, time_limit_s: float | None, label: str
+    ) -> list[str]:
+        """The worker in the container's ``python``, which cannot see ``job_dir``: it works in a directory of the
+        container (:data:`~agora_optimizer.executor.remote_files.CONTAINER_JOB_ROOT`) and fetches its workload
+        from, and returns its result to, S3 under ``s3_prefix`` (AgoraError naming the task without one)."""
+        if not self.s3_prefix:
+            raise AgoraError(
+                f"task {label}: resource {resource} runs on AWS Batch, whose jobs get their workload and return "
+                "their result through S3: set [agora] aws_s3_prefix (s3://bucket/path/)"
+            )
+        urls = job_urls(self.s3_prefix, job_dir.name)
+        return worker_argv(
+            "python",
+            f"{CONTAINER_JOB_ROOT}/{job_dir.name}",
+            memory_bytes=memory_bytes,
+            time_limit_s=time_limit_s,
+            workload_url=urls.workload,
+            result_url=urls.result,
+        )
+
+    def adopt(self, external_id: str, job_dir: Path, resource: str) -> bool:
+        """Watch a job an earlier scheduler submitted; False when Batch cannot be asked (its connection fails)."""
+        try:
+            self._connected()
+        except BackendError as exc:
+            log.warning("AWS Batch: cannot adopt job %s: %s", external_id, exc.reason)
+            return False
+        return True
 
     def queue_for(self, resource: str, options: Mapping[str, object]) -> str:
         """The resource's job queue; a spot type's is its family's with ``-spot`` (its compute environment is
@@ -291,14 +303,16 @@ class AwsBatchBackend(Backend):
             ) from None
         job_id = str(response["jobId"])
         if job.lease is not None:
-            self._leases.setdefault(job.lease.key, _BatchLease(job.lease, request["jobQueue"])).job_ids.append(job_id)
+            self._allocations.setdefault(
+                job.lease.key, _BatchAllocation(job.lease, request["jobQueue"])
+            ).job_ids.append(job_id)
         return job_id
 
     def _queue_of(self, job: JobSpec) -> str:
         """A planned machine's job goes to its lease's queue (its type's, or the catalog's ``job_queue``)."""
         if job.lease is None:
             return self.queue_for(job.resource, job.options)
-        opened = self._leases.get(job.lease.key)
+        opened = self._allocations.get(job.lease.key)
         return opened.queue if opened is not None else self.lease_queue(job.lease.resource, job.options)
 
     def lease_queue(self, resource: str, options: Mapping[str, object]) -> str:
@@ -317,8 +331,8 @@ class AwsBatchBackend(Backend):
         machine and Batch's words, when the queue is disabled or invalid, or missing and cannot be
         created (a catalog ``job_queue``, or no :class:`ComputeNetwork`), or when a compute environment
         of an existing queue buys other capacity than the type's (SPOT for a spot type, EC2 for the
-        rest: :meth:`~agora_optimizer.executor.backends.aws_provisioning.Provisioner.check_queue`)."""
-        if lease.key in self._leases:
+        rest: :meth:`~agora_optimizer.executor.backends.aws.provisioning.Provisioner.check_queue`)."""
+        if lease.key in self._allocations:
             return
         resource = self.resources.get(lease.resource)
         options = resource.extra if resource is not None else {}
@@ -328,7 +342,7 @@ class AwsBatchBackend(Backend):
         except BackendError as exc:
             what = f"machine {lease.machine} (resource {lease.resource}, job queue {queue})"
             raise BackendError(BACKEND, f"{what}: {exc.reason}", transient=exc.transient) from None
-        self._leases[lease.key] = _BatchLease(lease, queue)
+        self._allocations[lease.key] = _BatchAllocation(lease, queue)
 
     def _ready_queue(self, queue: str, resource: Resource | None, *, named_by_catalog: bool) -> None:
         """:meth:`open_lease`'s look at ``queue``: there (or made now), enabled, and, if it was there, of
@@ -352,7 +366,7 @@ class AwsBatchBackend(Backend):
 
     def close_lease(self, lease: MachineLease) -> None:
         """No more jobs come; the lease is reported once its jobs have ended. Never raises."""
-        opened = self._leases.pop(lease.key, None)
+        opened = self._allocations.pop(lease.key, None)
         if opened is not None:
             self._closed[lease.key] = opened
 
@@ -404,7 +418,7 @@ class AwsBatchBackend(Backend):
         ``submit`` calls it; the executor calls it again when it renews the token of a job
         that still waits in a queue (the worker reads the workload when it starts).
         """
-        url = _command_option(job.command, "--workload-url")
+        url = command_option(job.command, "--workload-url")
         if url is None:
             return
         if self.files is None:
@@ -429,7 +443,7 @@ class AwsBatchBackend(Backend):
         """
         if status.phase != "finished" or self.files is None:
             return status
-        url = _command_option(mapping(description.get("container")).get("command") or (), "--result-url")
+        url = command_option(mapping(description.get("container")).get("command") or (), "--result-url")
         if url is None:
             return status
         try:
@@ -455,7 +469,7 @@ class AwsBatchBackend(Backend):
 
     def ensure_infrastructure(self, resources: Iterable[Resource], **options: Any) -> Infrastructure:
         """Create what ``submit`` needs and is missing, per job queue of the ``aws`` resources; idempotent
-        (:meth:`~agora_optimizer.executor.backends.aws_provisioning.Provisioner.ensure_infrastructure`)."""
+        (:meth:`~agora_optimizer.executor.backends.aws.provisioning.Provisioner.ensure_infrastructure`)."""
         groups: dict[str, list[Resource]] = {}
         for resource in resources:
             if resource.backend == BACKEND:
@@ -466,16 +480,6 @@ class AwsBatchBackend(Backend):
     @property
     def provisioner(self) -> Provisioner:
         return Provisioner(self.client, self.job_definition)
-
-
-def _command_option(command: Sequence[object], flag: str) -> str | None:
-    """The value after ``flag`` in the worker's own options (``--result-url URL``), None without one."""
-    parts = [str(part) for part in command]
-    if "--" in parts:
-        parts = parts[: parts.index("--")]
-    if flag in parts[:-1]:
-        return parts[parts.index(flag) + 1]
-    return None
 
 
 def _read_result(files: RemoteFiles, url: str) -> JobResult:

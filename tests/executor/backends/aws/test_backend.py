@@ -23,16 +23,16 @@ import boto3
 import pytest
 from botocore.exceptions import EndpointConnectionError
 
-from agora_optimizer.executor.backends.aws_batch import (
-    AwsBatchBackend,
-    Infrastructure,
+from agora_optimizer.executor.backends.aws.backend import AwsBatchBackend
+from agora_optimizer.executor.backends.aws.credentials import session_from_connection
+from agora_optimizer.executor.backends.aws.jobs import (
     attempt_duration_s,
     batch_job_name,
     memory_mib,
     queue_name,
-    session_from_connection,
     status_from_description,
 )
+from agora_optimizer.executor.backends.aws.provisioning import Infrastructure
 from agora_optimizer.executor.jobs import BackendError, JobSpec, JobStatus, job_key
 from agora_optimizer.model.catalog import GIB, Catalog
 from harness.local_airflow import free_port

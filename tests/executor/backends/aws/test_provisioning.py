@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
-from agora_optimizer.executor.backends.aws_batch import AwsBatchBackend, type_queue_name
-from agora_optimizer.executor.backends.aws_provisioning import wait_valid
+from agora_optimizer.executor.backends.aws.backend import AwsBatchBackend, type_queue_name
+from agora_optimizer.executor.backends.aws.provisioning import wait_valid
 from agora_optimizer.executor.jobs import BackendError
 from agora_optimizer.model.catalog import Catalog, Resource
 from tests.executor.backends.aws.conftest import (
@@ -37,7 +37,7 @@ from tests.executor.backends.aws.conftest import (
     make_network,
     start_moto,
 )
-from tests.executor.backends.aws.test_aws_batch_leases import lease_of, leasing
+from tests.executor.backends.aws.test_leases import lease_of, leasing
 
 LISTS = {"computeEnvironments": "computeEnvironmentName", "jobQueues": "jobQueueName"}  # an answer's list: its key
 

@@ -1,4 +1,4 @@
-"""AWS credentials for the Batch backend: a boto3 session from Airflow's AWS connection."""
+"""AWS credentials for the Batch backend: a boto3 session from Airflow's AWS connection, and its Batch client."""
 
 from __future__ import annotations
 
@@ -8,19 +8,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import boto3
-from botocore.exceptions import (
-    BotoCoreError,
-    ClientError,
-)
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError, NoRegionError
 
-from agora_optimizer.executor.jobs import (
-    BackendError,
-)
+from agora_optimizer.executor.backends.aws.errors import BACKEND, classify_error
+from agora_optimizer.executor.jobs import BackendError
 
 if TYPE_CHECKING:
-    pass
-
-from agora_optimizer.executor.backends.aws_errors import BACKEND, classify_error
+    from mypy_boto3_batch import BatchClient
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +102,35 @@ def session_from_connection(conn_id: str = "aws_default", service: str = "batch"
         region_name=region,
     )
     return AwsConnection(session, region, endpoint, f"Airflow connection {conn_id}")
+
+
+def batch_client(
+    session: boto3.session.Session,
+    region_name: str | None,
+    endpoint_url: str | None,
+    *,
+    connect_timeout_s: float,
+    read_timeout_s: float,
+    max_attempts: int,
+) -> BatchClient:
+    """A Batch client of ``session`` that fails fast: short timeouts and ``max_attempts`` tries in botocore's
+    standard retry mode. BackendError (not transient) without a region, or for a malformed endpoint URL."""
+    config = Config(
+        connect_timeout=connect_timeout_s,
+        read_timeout=read_timeout_s,
+        retries={"mode": "standard", "total_max_attempts": max_attempts},
+        user_agent_extra="agora-optimizer",
+    )
+    try:
+        return session.client("batch", region_name=region_name, endpoint_url=endpoint_url, config=config)
+    except NoRegionError:
+        raise BackendError(
+            BACKEND,
+            "no AWS region: set region_name in the Airflow connection's extra, or AWS_DEFAULT_REGION",
+            transient=False,
+        ) from None
+    except ValueError as exc:  # a malformed endpoint URL
+        raise BackendError(BACKEND, f"endpoint {endpoint_url!r}: {exc}", transient=False) from None
 
 
 def _optional_str(value: object, conn_id: str, key: str) -> str | None:

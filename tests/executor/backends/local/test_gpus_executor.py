@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from agora_optimizer.executor.backends import local
-from agora_optimizer.executor.jobs import BackendError, JobSpec
+from agora_optimizer.executor.backends.local import backend as local
+from agora_optimizer.executor.jobs import BackendError, JobSpec, job_key
 from agora_optimizer.model.plan import Assignment
 from tests.executor.test_agora_executor import MIB, workload
 from tests.executor.test_executor_machines import cancel, heartbeat_until, save_plan
@@ -66,11 +66,11 @@ def executor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scheduler_gpus: st
 def test_planned_gpu_tasks_get_their_own_devices_and_a_cpu_task_none(
     executor: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pool_gpus: list[str]
 ) -> None:
-    told: dict[str, dict[str, str]] = {}
+    started: dict[str, JobSpec] = {}  # by job key: each job as its pool starts its worker
     start_worker = local.start_worker
 
     def recording(job: JobSpec, warm: bool) -> Any:
-        told[job.key] = {name: job.environment[name] for name in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")}
+        started[job.key] = job
         return start_worker(job, warm)
 
     monkeypatch.setattr(local, "start_worker", recording)
@@ -80,17 +80,18 @@ def test_planned_gpu_tasks_get_their_own_devices_and_a_cpu_task_none(
         placement = {"resource": a.resource, "cores": a.cores, "memory_bytes": 512 * MIB, "gpus": a.gpus}
         items.append(workload(a.task, {**placement, "machine": a.machine, "plan_version": version}, tmp_path))
     for item in items:
-        executor.queued_tasks[item.ti.key] = item
-    executor._process_workloads(items)
-    jobs = {job.record.task_id: job for job in executor._jobs.values()}
-    assert {task: job.spec.gpus for task, job in jobs.items()} == {"train_a": 1, "train_b": 1, "report": 0}
-    assert jobs["train_a"].spec.lease.gpus == 2  # the machine's type's
-    heartbeat_until(executor, lambda: len(told) == len(PLANNED))  # every worker started
+        executor.queue_workload(item, session=None)
+    executor.trigger_tasks(executor.parallelism)
+    heartbeat_until(executor, lambda: len(started) == len(PLANNED))  # every worker started
     cancel(executor, items)
-    by_task = {task: told[job.spec.key] for task, job in jobs.items()}
-    assert sorted(by_task[task]["CUDA_VISIBLE_DEVICES"] for task in ("train_a", "train_b")) == pool_gpus
-    assert by_task["report"]["CUDA_VISIBLE_DEVICES"] == ""
-    assert {told["CUDA_DEVICE_ORDER"] for told in by_task.values()} == {"PCI_BUS_ID"}
+    jobs = {item.ti.task_id: started[job_key("unit", item.ti.task_id, "r1", 1, -1)] for item in items}
+    assert {task: job.gpus for task, job in jobs.items()} == {"train_a": 1, "train_b": 1, "report": 0}
+    lease = jobs["train_a"].lease
+    assert lease is not None and lease.gpus == 2  # the machine's type's
+    told = {task: job.environment for task, job in jobs.items()}
+    assert sorted(told[task]["CUDA_VISIBLE_DEVICES"] for task in ("train_a", "train_b")) == pool_gpus
+    assert told["report"]["CUDA_VISIBLE_DEVICES"] == ""
+    assert {environment["CUDA_DEVICE_ORDER"] for environment in told.values()} == {"PCI_BUS_ID"}
 
 
 def test_a_gpu_pool_the_schedulers_cuda_visible_devices_cannot_hold_fails_the_executors_start(

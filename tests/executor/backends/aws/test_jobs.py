@@ -1,10 +1,10 @@
-"""Batch job queue names of catalog types (executor/backends/aws_jobs.py): a bad one is named, quoted short."""
+"""Batch job queue names of catalog types (executor/backends/aws/jobs.py): a bad one is named, quoted short."""
 
 from __future__ import annotations
 
 import pytest
 
-from agora_optimizer.executor.backends.aws_jobs import queue_name
+from agora_optimizer.executor.backends.aws.jobs import queue_name
 from agora_optimizer.executor.jobs import BackendError
 
 

@@ -1,7 +1,7 @@
 """AWS Batch jobs in agora's terms: queue and job names, sizes, and Batch's states and answers as a JobStatus.
 
 Pure functions of names and Batch's records (no client, no call): the backend
-(:mod:`~agora_optimizer.executor.backends.aws_batch`) builds its requests and reads its answers with them.
+(:mod:`~agora_optimizer.executor.backends.aws.backend`) builds its requests and reads its answers with them.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from agora_optimizer.executor.backends.aws_credentials import mapping
-from agora_optimizer.executor.backends.aws_errors import BACKEND
+from agora_optimizer.executor.backends.aws.credentials import mapping
+from agora_optimizer.executor.backends.aws.errors import BACKEND
 from agora_optimizer.executor.environment import job_environment
 from agora_optimizer.executor.jobs import (
     BackendError,
@@ -160,6 +160,26 @@ def attempt_duration_s(time_limit_s: float | None, grace_s: float = TIMEOUT_GRAC
     return max(MIN_ATTEMPT_DURATION_S, math.ceil(time_limit_s + grace_s))
 
 
+# Variables of the scheduler's environment that must not reach a container: paths of the
+# scheduler's machine, names Batch reserves, and secrets (a job's environment is readable
+# by anyone allowed to call DescribeJobs).
+DEFAULT_ENVIRONMENT_EXCLUDE: tuple[str, ...] = (
+    "PATH",
+    "HOME",
+    "PWD",
+    "PYTHONPATH",
+    "PYTHONHOME",
+    "VIRTUAL_ENV",
+    "AWS_BATCH*",
+    "AIRFLOW_CONN_*",
+    "AIRFLOW_VAR_*",
+    "AIRFLOW__DATABASE__*",
+    "*SECRET*",
+    "*PASSWORD*",
+    "*FERNET*",
+)
+
+
 def container_environment(environment: Mapping[str, str], exclude: Sequence[str]) -> list[dict[str, str]]:
     """``environment`` as Batch key-value pairs, without the scheduler's secrets under any name Airflow
     reads them by (:func:`~agora_optimizer.executor.environment.job_environment`) and the names ``exclude``
@@ -169,6 +189,16 @@ def container_environment(environment: Mapping[str, str], exclude: Sequence[str]
         for name, value in sorted(job_environment(environment).items())
         if not any(fnmatch.fnmatchcase(name, pattern) for pattern in exclude)
     ]
+
+
+def command_option(command: Sequence[object], flag: str) -> str | None:
+    """The value after ``flag`` in the worker's own options (``--result-url URL``), None without one."""
+    parts = [str(part) for part in command]
+    if "--" in parts:
+        parts = parts[: parts.index("--")]
+    if flag in parts[:-1]:
+        return parts[parts.index(flag) + 1]
+    return None
 
 
 # -- Batch's answers -------------------------------------------------------------------------

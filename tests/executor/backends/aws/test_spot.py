@@ -28,8 +28,8 @@ from typing import Any
 
 import pytest
 
-from agora_optimizer.executor.backends.aws_batch import AwsBatchBackend
-from agora_optimizer.executor.backends.aws_jobs import status_from_description
+from agora_optimizer.executor.backends.aws.backend import AwsBatchBackend
+from agora_optimizer.executor.backends.aws.jobs import status_from_description
 from agora_optimizer.executor.jobs import JobSpec, JobStatus
 from agora_optimizer.io.catalog_file import load_catalog
 from agora_optimizer.model.catalog import GIB, Catalog
@@ -166,7 +166,7 @@ def test_agora_aws_provision_makes_spot_queues_for_the_bundled_spot_catalog(
 
 
 def test_a_planned_machine_of_a_spot_type_gets_a_spot_compute_environment_of_its_own(spot: Spot) -> None:
-    from agora_optimizer.executor.backends.aws_provisioning import ComputeNetwork
+    from agora_optimizer.executor.backends.aws.provisioning import ComputeNetwork
 
     spot_type = spot.catalog.by_name["c7i.xlarge-spot"]
     queue = spot.backend.lease_queue(spot_type.name, {})
@@ -255,7 +255,7 @@ def test_the_executor_reruns_a_reclaimed_spot_task_on_its_fallback_and_airflow_s
     from airflow.utils.state import TaskInstanceState
 
     from agora_optimizer.executor import interruptions
-    from agora_optimizer.executor.agora_executor import AgoraExecutor
+    from agora_optimizer.executor.agora_executor import AgoraExecutor, parse_external_id
     from agora_optimizer.runs.store import RunStore
 
     requeued: list[tuple[Any, int]] = []
@@ -271,16 +271,18 @@ def test_the_executor_reruns_a_reclaimed_spot_task_on_its_fallback_and_airflow_s
     executor = AgoraExecutor()
     executor.start()  # its Batch backend is its own, made from the catalog and the connection
     item = workload("t", "c7i.large-spot")
-    executor.queued_tasks[item.ti.key] = item
+    executor.queue_workload(item, session=None)
 
     # The reclaim, played on a job held in SUBMITTED (the module's Docker engine is gone, or goes now: a job
     # reaching RUNNING fails at once): terminated with AWS's words, it walks on and fails with them.
     spot.moto.close_docker()
     spot.moto.batch_runs_containers(True)
     spot.moto.job_transitions({"progression": "manual", "times": 10**9})
-    executor._process_workloads([item])
-    spot_id = executor._jobs[item.ti.key].external_id
-    assert executor._jobs[item.ti.key].record.resource == "c7i.large-spot"
+    executor.trigger_tasks(executor.parallelism)
+    state, external_id = executor.get_event_buffer()[item.ti.key]  # queued on Batch, under its external id
+    assert state == TaskInstanceState.QUEUED
+    _, resource, spot_id = parse_external_id(external_id)  # type: ignore[misc]
+    assert resource == "c7i.large-spot"
     [described] = spot.batch.describe_jobs(jobs=[spot_id])["jobs"]
     assert described["jobQueue"].endswith("job-queue/agora-c7i-spot")
     spot.moto.reset_recording()

@@ -2,7 +2,7 @@
 
 ``multiprocessing`` lets a fork server only import modules before it forks (its
 ``preload``), so this module's import is the warm-up: it loads what every task needs and
-freezes the garbage collector (:func:`agora_optimizer.executor.backends.local_processes.warm_up`).
+freezes the garbage collector (:func:`agora_optimizer.executor.backends.local.processes.warm_up`).
 
 First it takes the working directory off ``sys.path``: the server runs as ``python -c``,
 which put it first, and Python 3.11's fork server ignores the scheduler's ``sys.path``.
@@ -18,6 +18,6 @@ import sys
 
 sys.path[:] = [entry for entry in sys.path if entry not in ("", ".")]
 
-from agora_optimizer.executor.backends.local_processes import warm_up  # noqa: E402 - after the path is fixed
+from agora_optimizer.executor.backends.local.processes import warm_up  # noqa: E402 - after the path is fixed
 
 warm_up()

@@ -15,13 +15,14 @@ from typing import Any
 
 import pytest
 
-from agora_optimizer.executor.backends.aws_batch import AwsBatchBackend, Infrastructure, type_queue_name
-from agora_optimizer.executor.backends.aws_provisioning import GPU_IMAGE_TYPE, ec2_configuration
+from agora_optimizer.executor.backends.aws.backend import AwsBatchBackend
+from agora_optimizer.executor.backends.aws.jobs import type_queue_name
+from agora_optimizer.executor.backends.aws.provisioning import GPU_IMAGE_TYPE, Infrastructure, ec2_configuration
 from agora_optimizer.executor.jobs import BackendError
 from agora_optimizer.model.catalog import GIB, Catalog
 from tests.executor.backends.aws.conftest import MotoServer, Network
-from tests.executor.backends.aws.test_aws_batch import spec
-from tests.executor.backends.aws.test_aws_batch_leases import lease_of, leasing
+from tests.executor.backends.aws.test_backend import spec
+from tests.executor.backends.aws.test_leases import lease_of, leasing
 
 GPU_FAMILIES = ("g5", "g6", "p4d", "p5")
 

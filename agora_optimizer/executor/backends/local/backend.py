@@ -19,7 +19,8 @@ Workers start warm: a fork server (one per scheduler, started with the executor)
 them after importing Airflow's task path and freezing the garbage collector
 (:func:`warm_up`), as the LocalExecutor forks its workers from a scheduler that has
 Airflow loaded; a task then pays neither for imports nor for scanning what it inherited
-(the processes' side: :mod:`~agora_optimizer.executor.backends.local_processes`).
+(the processes' side, ``warm_up`` included: :mod:`~agora_optimizer.executor.backends.local.processes`;
+the pools' capacity, devices and machines' slices: :mod:`~agora_optimizer.executor.backends.local.pools`).
 
 Planned machines (:class:`~agora_optimizer.executor.jobs.MachineLease`): machine ``TYPE#k`` of a
 pool gets its own CPU slice, the k-th run of ``vcpus`` CPUs of the pool's ``cpu_set`` (or of the
@@ -44,6 +45,7 @@ import multiprocessing.forkserver
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -55,155 +57,40 @@ from pathlib import Path
 
 import psutil
 
-from agora_optimizer.executor.backends.base import Backend
-from agora_optimizer.executor.backends.local_processes import (
-    FORK_PRELOAD,
-    WARM_MODULES,
-    WORKER_MODULE,
+from agora_optimizer.executor.backends.base import Backend, worker_argv
+from agora_optimizer.executor.backends.local.pools import (
+    LocalPool,
+    check_disjoint_gpus,
+    check_fits,
+    check_gpus,
+    gpu_environment,
+    machine_cpus,
+    machine_gpus,
+    pinned,
+    pool_devices,
+    scheduler_devices,
+)
+from agora_optimizer.executor.backends.local.processes import (
     ended_status,
     fork_context,
     signal_group,
     start_worker,
-    warm_up,
     worker_exit_code,
 )
 from agora_optimizer.executor.bounded import BoundedDict
 from agora_optimizer.executor.jobs import BackendError, JobSpec, JobStatus, MachineLease, read_task_ended
 from agora_optimizer.executor.state_files import write_private
 from agora_optimizer.model.catalog import Resource
-from agora_optimizer.model.workflow import shown
 from agora_optimizer.runs.lease_record import LeaseRecord
-
-__all__ = ["FORK_PRELOAD", "WARM_MODULES", "WORKER_MODULE", "LocalBackend", "LocalPool", "fork_context", "warm_up"]
 
 KILL_GRACE_S = 15.0
 DONE_MAX = 10_000  # finished jobs whose status a backend keeps for polls; the executor asks once
 PUMP_WAIT_S = 0.25  # how often the pump looks for a task-ended mark between workers' exits
 
 
-@dataclass(frozen=True)
-class LocalPool:
-    """The capacity of one local resource: cores, memory and GPUs, the host's ids of its CPUs, and the indices
-    of its GPUs among the devices the scheduler may use (:func:`pool_devices` maps them to devices)."""
-
-    name: str
-    cores: int
-    memory_bytes: int
-    cpu_set: tuple[int, ...] = ()
-    gpus: int = 0
-    gpu_ids: tuple[int, ...] = ()  # indices into the scheduler's devices; empty: 0 .. gpus - 1
-
-    @property
-    def gpu_indices(self) -> tuple[int, ...]:
-        """The indices of the pool's GPUs among the devices the scheduler may use (``gpu_ids``, or their default)."""
-        return self.gpu_ids or tuple(range(self.gpus))
-
-    @classmethod
-    def from_resource(cls, resource: Resource) -> LocalPool:
-        machines = resource.count or 1
-        cpus = _ids(resource, "cpu_set", "CPU")
-        gpus = resource.gpus * machines
-        gpu_ids = _ids(resource, "gpu_ids", "GPU device")
-        if gpu_ids and (len(gpu_ids) != gpus or len(set(gpu_ids)) != gpus):
-            raise BackendError(
-                "local",
-                f"resource {resource.name}: gpu_ids must list the pool's {gpus} GPUs (gpus x count), "
-                f"each once, got {list(gpu_ids)}",
-                transient=False,
-            )
-        return cls(resource.name, resource.vcpus * machines, resource.memory_bytes * machines, cpus, gpus, gpu_ids)
-
-
-def _ids(resource: Resource, key: str, what: str) -> tuple[int, ...]:
-    raw = resource.extra.get(key, ())
-    if not isinstance(raw, list | tuple) or not all(
-        isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in raw
-    ):
-        raise BackendError(
-            "local", f"resource {resource.name}: {key} must be a list of {what} ids, got {shown(raw)}", transient=False
-        )
-    return tuple(raw)
-
-
-def scheduler_devices(visible: str | None) -> tuple[str, ...] | None:
-    """The GPUs the scheduler may use, as its ``CUDA_VISIBLE_DEVICES`` (``visible``) names them: host
-    numbers, ``GPU-<uuid>`` or MIG ids, kept as strings; None when it has none (every device of the host).
-
-    Read as CUDA reads it: up to the first entry that is empty or negative, so that ``""`` and ``"-1"``
-    (the usual ways to hide every GPU) mean no GPU at all.
-    """
-    if visible is None:
-        return None
-    devices: list[str] = []
-    for entry in (part.strip() for part in visible.split(",")):
-        if not entry or entry.startswith("-"):
-            break
-        devices.append(entry)
-    return tuple(devices)
-
-
-def pool_devices(pool: LocalPool, visible: tuple[str, ...] | None) -> tuple[str, ...]:
-    """The devices of ``pool``'s GPUs as its jobs' ``CUDA_VISIBLE_DEVICES`` names them: its ``gpu_ids``
-    looked up in ``visible`` (:func:`scheduler_devices`), or the host numbers they are when that is None.
-
-    BackendError (not transient), naming the resource and both lists, when an index reaches past
-    ``visible``: the pool would hand its jobs a device the scheduler was not given.
-    """
-    indices = pool.gpu_indices
-    if visible is None:
-        return tuple(str(index) for index in indices)
-    if indices and not visible:
-        raise BackendError(
-            "local",
-            f"resource {pool.name}: has {pool.gpus} GPUs but the scheduler's CUDA_VISIBLE_DEVICES shows none; "
-            "drop the pool's gpus or give the scheduler its GPUs",
-            transient=False,
-        )
-    if any(index >= len(visible) for index in indices):
-        raise BackendError(
-            "local",
-            f"resource {pool.name}: gpu_ids {list(indices)} reach past the scheduler's CUDA_VISIBLE_DEVICES "
-            f"{list(visible)}; gpu_ids index that list (0 .. {len(visible) - 1})",
-            transient=False,
-        )
-    return tuple(visible[index] for index in indices)
-
-
-def machine_cpus(pool_cpus: Sequence[int], machine: str, vcpus: int) -> tuple[int, ...]:
-    """The CPUs of planned machine ``TYPE#k``: the k-th run of ``vcpus`` of ``pool_cpus``, wrapping around.
-
-    Machines of a pool then get disjoint slices while the pool has CPUs enough, and share them
-    round-robin when it has not (a pool of 2 CPUs whose type has 2 vcpus: every machine gets both).
-    """
-    if not pool_cpus or vcpus < 1:
-        raise BackendError(
-            "local", f"machine {machine}: no CPUs to give it ({list(pool_cpus)}, {vcpus} vcpus)", transient=False
-        )
-    return _slice(pool_cpus, machine, vcpus)
-
-
-def machine_gpus(pool_gpus: Sequence[str], machine: str, gpus: int) -> tuple[str, ...]:
-    """The GPUs of planned machine ``TYPE#k``: the k-th run of ``gpus`` of ``pool_gpus`` (in the pool's order),
-    as :func:`machine_cpus` slices CPUs; none for a type without GPUs. The pool never lends one device to
-    two tasks at once, so machines that share a device when the pool has too few (it wraps) wait for
-    each other."""
-    if gpus < 1 or not pool_gpus:
-        return ()
-    return tuple(pool_gpus[at] for at in _slice(range(len(pool_gpus)), machine, gpus))
-
-
-def _slice(ids: Sequence[int], machine: str, size: int) -> tuple[int, ...]:
-    try:
-        index = int(machine.rsplit("#", 1)[1])
-    except (IndexError, ValueError):
-        index = 0
-    picked = [ids[(index * size + offset) % len(ids)] for offset in range(size)]
-    return tuple(sorted(set(picked)))
-
-
 @dataclass
-class _Lease:
-    """A planned machine the pool holds: its CPU slice, and when its jobs really ran."""
+class _Allocation:
+    """What the pool holds for a planned machine's lease: its CPU and GPU slices, and when its jobs really ran."""
 
     lease: MachineLease
     cpus: tuple[int, ...]
@@ -238,6 +125,12 @@ class LocalBackend(Backend):
 
     name = "local"
 
+    @classmethod
+    def from_settings(cls, resources: Mapping[str, Resource]) -> LocalBackend:
+        """A pool per local resource (no ``[agora]`` setting of its own); BackendError naming a resource whose
+        ``cpu_set`` or ``gpu_ids`` is wrong, or whose GPUs the scheduler's ``CUDA_VISIBLE_DEVICES`` cannot hold."""
+        return cls({resource.name: LocalPool.from_resource(resource) for resource in resources.values()})
+
     def __init__(self, pools: Mapping[str, LocalPool], *, warm: bool = True, done_max: int = DONE_MAX) -> None:
         """``warm``: start agora workers from a fork server that has Airflow imported (as the
         LocalExecutor forks its workers), instead of a new interpreter per task. ``done_max``:
@@ -248,7 +141,7 @@ class LocalBackend(Backend):
         self.pools = dict(pools)
         visible = scheduler_devices(os.environ.get("CUDA_VISIBLE_DEVICES"))
         self._gpus = {name: pool_devices(pool, visible) for name, pool in self.pools.items()}
-        _check_disjoint_gpus(self._gpus)
+        check_disjoint_gpus(self._gpus)
         self._hides_gpus = any(self._gpus.values())  # then a job that reserves no GPU is shown none
         self.warm = warm
         self._lock = threading.RLock()
@@ -256,7 +149,7 @@ class LocalBackend(Backend):
         self._queue: list[tuple[JobSpec, datetime]] = []
         self._running: dict[str, _Running] = {}
         self._done: BoundedDict[str, JobStatus] = BoundedDict(done_max)
-        self._leases: dict[str, _Lease] = {}
+        self._allocations: dict[str, _Allocation] = {}
         self._released: list[LeaseRecord] = []
 
     def start_fork_server(self) -> None:
@@ -268,6 +161,20 @@ class LocalBackend(Backend):
 
     def start(self) -> None:
         self.start_fork_server()
+
+    def worker_command(
+        self, job_dir: Path, resource: str, *, memory_bytes: int, time_limit_s: float | None, label: str
+    ) -> list[str]:
+        """The worker in this interpreter, pinned (``--cpu-set``) to its pool's ``cpu_set`` if it has one (a
+        planned machine's job is pinned to its machine's slice when it starts: :func:`pinned`)."""
+        pool = self.pools.get(resource)
+        return worker_argv(
+            sys.executable,
+            str(job_dir),
+            memory_bytes=memory_bytes,
+            time_limit_s=time_limit_s,
+            cpu_set=pool.cpu_set if pool is not None else (),
+        )
 
     # -- the Backend calls ---------------------------------------------------------------------
 
@@ -283,13 +190,13 @@ class LocalBackend(Backend):
             raise BackendError(
                 self.name, f"no local pool named {job.resource!r} (known: {sorted(self.pools)})", transient=False
             )
-        _check_fits(job.label, job.cores, job.memory_bytes, f"pool {pool.name}", pool.cores, pool.memory_bytes)
-        _check_gpus(job.label, job.gpus, f"pool {pool.name}", pool.gpus)
+        check_fits(job.label, job.cores, job.memory_bytes, f"pool {pool.name}", pool.cores, pool.memory_bytes)
+        check_gpus(job.label, job.gpus, f"pool {pool.name}", pool.gpus)
         if job.lease is not None:
             held = self._open_lease(job.lease).lease  # a lease the executor did not open (a restart) is opened here
             where = f"its machine {held.machine}"
-            _check_fits(job.label, job.cores, job.memory_bytes, where, held.cores, held.memory_bytes)
-            _check_gpus(job.label, job.gpus, where, held.gpus)
+            check_fits(job.label, job.cores, job.memory_bytes, where, held.cores, held.memory_bytes)
+            check_gpus(job.label, job.gpus, where, held.gpus)
         if job.key in self._running or any(queued.key == job.key for queued, _ in self._queue):
             return job.key
         # A finished job of the same key is an earlier run of this try (a deferred task that resumes,
@@ -348,8 +255,8 @@ class LocalBackend(Backend):
         with self._lock:
             self._open_lease(lease)
 
-    def _open_lease(self, lease: MachineLease) -> _Lease:
-        held = self._leases.get(lease.key)
+    def _open_lease(self, lease: MachineLease) -> _Allocation:
+        held = self._allocations.get(lease.key)
         if held is not None:
             return held
         pool = self.pools.get(lease.resource)
@@ -358,28 +265,30 @@ class LocalBackend(Backend):
                 self.name, f"machine {lease.machine}: no local pool named {lease.resource!r}", transient=False
             )
         what = f"machine {lease.machine}"
-        _check_fits(what, lease.cores, lease.memory_bytes, f"pool {pool.name}", pool.cores, pool.memory_bytes)
-        _check_gpus(what, lease.gpus, f"pool {pool.name}", pool.gpus)
+        check_fits(what, lease.cores, lease.memory_bytes, f"pool {pool.name}", pool.cores, pool.memory_bytes)
+        check_gpus(what, lease.gpus, f"pool {pool.name}", pool.gpus)
         cpus = machine_cpus(pool.cpu_set or sorted(os.sched_getaffinity(0)), lease.machine, lease.cores)
-        held = _Lease(lease, cpus, datetime.now(UTC), machine_gpus(self._gpus[pool.name], lease.machine, lease.gpus))
-        self._leases[lease.key] = held
+        held = _Allocation(
+            lease, cpus, datetime.now(UTC), machine_gpus(self._gpus[pool.name], lease.machine, lease.gpus)
+        )
+        self._allocations[lease.key] = held
         return held
 
     def lease_cpus(self, lease_key: str) -> tuple[int, ...]:
         """The CPU slice of an open lease (empty when it is not open)."""
         with self._lock:
-            held = self._leases.get(lease_key)
+            held = self._allocations.get(lease_key)
             return held.cpus if held is not None else ()
 
     def lease_gpus(self, lease_key: str) -> tuple[str, ...]:
         """The GPU devices of an open lease (empty when it is not open, or its type has none)."""
         with self._lock:
-            held = self._leases.get(lease_key)
+            held = self._allocations.get(lease_key)
             return held.gpu_ids if held is not None else ()
 
     def close_lease(self, lease: MachineLease) -> None:
         with self._lock:
-            held = self._leases.pop(lease.key, None)
+            held = self._allocations.pop(lease.key, None)
             if held is None:
                 return
             now = datetime.now(UTC)
@@ -557,7 +466,7 @@ class LocalBackend(Backend):
         run.task_ended_at = read_task_ended(run.job_dir)
         if run.task_ended_at is None:
             return
-        held = self._leases.get(run.lease_key)
+        held = self._allocations.get(run.lease_key)
         if held is not None:
             held.last_end_at = max(held.last_end_at or run.task_ended_at, run.task_ended_at)
 
@@ -570,62 +479,7 @@ class LocalBackend(Backend):
                     signal_group(run.pid, run.create_time, signal.SIGKILL)
                 continue
             del self._running[key]
-            held = self._leases.get(run.lease_key)
+            held = self._allocations.get(run.lease_key)
             if held is not None and run.task_ended_at is None:  # no mark (killed, an old worker): its exit ends it
                 held.last_end_at = datetime.now(UTC)
             self._done[key] = ended_status(run.job_dir, run.pid, exit_code, run.queued_at)
-
-
-def _check_fits(what: str, cores: int, memory_bytes: int, where: str, has_cores: int, has_memory_bytes: int) -> None:
-    """Refuse (BackendError, not transient) ``what`` when it needs more than ``where`` has."""
-    if cores > has_cores or memory_bytes > has_memory_bytes:
-        raise BackendError(
-            "local",
-            f"{what} needs {cores} cores and {memory_bytes} bytes; {where} has {has_cores} cores and "
-            f"{has_memory_bytes} bytes",
-            transient=False,
-        )
-
-
-def _check_gpus(what: str, gpus: int, where: str, has_gpus: int) -> None:
-    """Refuse (BackendError, not transient) ``what`` when it reserves more GPUs than ``where`` has."""
-    if gpus > has_gpus:
-        raise BackendError("local", f"{what} reserves {gpus} GPUs; {where} has {has_gpus}", transient=False)
-
-
-def _check_disjoint_gpus(pool_gpus: Mapping[str, Sequence[str]]) -> None:
-    """Refuse pools (by name, their devices) that claim one GPU device twice: the backend would lend it to
-    two tasks at once."""
-    owner: dict[str, str] = {}
-    for pool, devices in pool_gpus.items():
-        for device in devices:
-            if device in owner:
-                raise BackendError(
-                    "local",
-                    f"pools {owner[device]} and {pool} both hold GPU {device}; give them disjoint gpu_ids",
-                    transient=False,
-                )
-            owner[device] = pool
-
-
-def gpu_environment(environment: Mapping[str, str], devices: Sequence[str]) -> dict[str, str]:
-    """``environment`` with ``CUDA_VISIBLE_DEVICES`` set to ``devices`` (empty: the task sees no GPU), and
-    ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` unless the scheduler or the job sets an order, so that the ids mean the
-    devices ``nvidia-smi`` numbers so (CUDA's own default order is fastest first)."""
-    order = environment.get("CUDA_DEVICE_ORDER") or os.environ.get("CUDA_DEVICE_ORDER") or "PCI_BUS_ID"
-    return {
-        **environment,
-        "CUDA_VISIBLE_DEVICES": ",".join(devices),
-        "CUDA_DEVICE_ORDER": order,
-    }
-
-
-def pinned(command: Sequence[str], cpus: Sequence[int]) -> tuple[str, ...]:
-    """The worker command with ``--cpu-set`` set to ``cpus`` (replacing the pool's, before any ``--``)."""
-    words = list(command)
-    end = words.index("--") if "--" in words else len(words)
-    head, tail = words[:end], words[end:]
-    if "--cpu-set" in head:
-        at = head.index("--cpu-set")
-        del head[at : at + 2]
-    return (*head, "--cpu-set", ",".join(str(cpu) for cpu in cpus), *tail)

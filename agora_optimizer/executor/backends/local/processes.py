@@ -8,7 +8,7 @@ command that is not the agora worker gets an interpreter of its own). Each worke
 own session (:func:`run_worker`), so it survives a scheduler restart; what a dead worker leaves in
 its session is killed (:func:`kill_orphans`). Once it has exited (:func:`worker_exit_code`), its
 result file gives the job's status (:func:`ended_status`). The pools' bookkeeping is
-:mod:`~agora_optimizer.executor.backends.local`.
+:mod:`~agora_optimizer.executor.backends.local.backend`.
 """
 
 from __future__ import annotations
@@ -30,14 +30,14 @@ from pathlib import Path
 
 import psutil
 
+from agora_optimizer.executor.backends.base import WORKER_MODULE
 from agora_optimizer.executor.environment import is_scheduler_secret, job_environment
 from agora_optimizer.executor.jobs import BackendError, JobSpec, JobStatus, read_result
 from agora_optimizer.executor.state_files import open_log
 
-WORKER_MODULE = "agora_optimizer.executor.worker"
 # What the pool's fork server imports once: the main script (which multiprocessing would otherwise
 # run again in every worker it starts), then the fork_server module, which calls warm_up().
-FORK_PRELOAD = ["__main__", "agora_optimizer.executor.backends.fork_server"]
+FORK_PRELOAD = ["__main__", "agora_optimizer.executor.backends.local.fork_server"]
 # What the agora worker, Airflow's supervisor (execute_workload) and the task process import after
 # they start unless their fork server has: ~0.5 s of CPU per task (-X importtime in a task showed
 # what; base_executor is ~0.3 s, the DAG bag ~0.2 s).
@@ -59,7 +59,7 @@ WARM_MODULES = (
 def warm_up(modules: Sequence[str] = WARM_MODULES) -> list[str]:
     """Import ``modules``, then freeze the garbage collector; returns the modules that failed to import.
 
-    The fork server does this once (:mod:`~agora_optimizer.executor.backends.fork_server`), as
+    The fork server does this once (:mod:`~agora_optimizer.executor.backends.local.fork_server`), as
     the LocalExecutor's workers inherit a scheduler that has Airflow loaded and the collector
     frozen (``gc.freeze`` before it forks them): a task then neither imports the task path
     again nor scans, and so copies, the objects it inherited. A module that fails is left to
