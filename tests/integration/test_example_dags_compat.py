@@ -1,6 +1,6 @@
 """``bench/compat_example_dags.py`` in CI size: a handful of Airflow's own example DAGs, Local then Agora.
 
-The suite runs every example DAG of Airflow 3.3 and its standard provider (docs/compatibility.md);
+The suite runs every example DAG of Airflow 3.3 and its standard provider (docs/results.md);
 this runs the same code on one DAG per feature the AgoraExecutor must not change: dynamic task
 mapping (three map indexes of a ``@task.expand``), branching (nested ``@task.branch``), a task
 group, setup/teardown tasks, trigger rules over a skipped task, a short-circuit, a DAG that
@@ -43,7 +43,7 @@ def suite(tmp_path_factory: pytest.TempPathFactory, postgres_url: str) -> dict[s
     root = tmp_path_factory.mktemp("compat")  # under the session's base: the leftover check looks there
     out = root / "compat.json"
     # Airflow's metadata on PostgreSQL, a fresh database per run, as in production: on SQLite, beside
-    # another test run, the LocalExecutor phase timed out on the database's lock (docs/compatibility.md)
+    # another test run, the LocalExecutor phase timed out on the database's lock (docs/results.md)
     command = [sys.executable, str(REPO / "bench" / "compat_example_dags.py"), "--dags", ",".join([*DAGS, DEFERRED]),
                "--out", str(out), "--work-dir", str(root), "--database-url", postgres_url]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=1500, check=False)
