@@ -5,15 +5,22 @@
 #                                  shared by every SLURM container) unless it is there
 #   entrypoint.sh slurmctld        the SLURM controller, in the foreground
 #   entrypoint.sh slurmd           a compute node, `slurmd -D -N $SLURMD_NODENAME`, in the foreground
-#   entrypoint.sh init             one-shot: own the shared volumes, make Airflow's keys in
-#                                  AIRFLOW_SECRETS_DIR unless there (airflow/secrets.sh keys),
-#                                  `airflow db migrate`, open the trace store (creates its schema)
+#   entrypoint.sh secrets          one-shot, before any other service: every secret of the stack
+#                                  into its folder (a volume each), unless there (secrets.sh):
+#                                  Airflow's keys in AIRFLOW_SECRETS_DIR (airflow's, 0700), the
+#                                  passwords of PostgreSQL's roles in POSTGRES_SECRETS_DIR and of
+#                                  Redis in REDIS_SECRETS_DIR (root's, 0700), and the URLs built from
+#                                  them: Airflow's database and broker in AIRFLOW_SECRETS_DIR, the
+#                                  trace store's in AGORA_SECRETS_DIR (airflow's, 0700)
+#   entrypoint.sh init             one-shot: own the shared volumes, `airflow db migrate`, open the
+#                                  trace store (creates its schema); when PostgreSQL refuses a
+#                                  password, says in one line how to give it the files' passwords
 #   entrypoint.sh airflow ARGS...  an Airflow command (api-server, scheduler, dag-processor,
 #                                  triggerer, ...) as user airflow; with AGORA_SLURM_CLIENT=true it
 #                                  first writes slurm.conf and starts munged, so that the
 #                                  AgoraExecutor's sbatch, squeue and scancel reach the controller;
 #                                  the api-server's passwords file is written first, private
-#                                  (airflow/secrets.sh admin-password)
+#                                  (secrets.sh admin-password)
 #   entrypoint.sh COMMAND...       anything else runs as given (e.g. bash)
 #
 # Started as root (the image's default user): the SLURM and munge daemons run as root, as
@@ -94,14 +101,31 @@ own_volumes() {  # the shared directories belong to airflow (named volumes start
     chown airflow:airflow "$dir"
   done
   chown airflow:airflow "${AIRFLOW_HOME:-/opt/airflow}" "${AIRFLOW_HOME:-/opt/airflow}/agora" 2>/dev/null || true
-  # Airflow's keys: airflow's alone (the components read them as airflow)
-  mkdir -p "$AIRFLOW_SECRETS_DIR"
-  chown airflow:airflow "$AIRFLOW_SECRETS_DIR"
-  chmod 700 "$AIRFLOW_SECRETS_DIR"
+}
+
+own_secrets_dir() {  # own_secrets_dir VARIABLE OWNER: the folder VARIABLE names, OWNER's alone (made if absent)
+  local name="$1" owner="$2"
+  [ -n "${!name:-}" ] || die "set $name to the folder of its secrets (a volume)"
+  mkdir -p "${!name}"
+  chown "$owner:$owner" "${!name}"
+  chmod 700 "${!name}"
+}
+
+DB_FIX="docker compose -f docker/compose.yaml exec postgres /docker-entrypoint-initdb.d/10-agora-databases.sh"
+
+database_step() {  # database_step COMMAND...: run as airflow; if PostgreSQL refused a password, say what to do
+  local log status=0 role
+  log="$(mktemp)"
+  { run_as_airflow "$@" 2>&1 1>&3 | tee "$log" >&2; } 3>&1 || status=$?  # its stderr, also into the log
+  role="$(sed -n 's/.*password authentication failed for user "\([^"]*\)".*/\1/p' "$log" | head -n 1)"
+  rm -f "$log"
+  [ "$status" -eq 0 ] && return 0
+  [ -z "$role" ] || die "PostgreSQL refused the password of role $role from the postgres-secrets volume: a postgres-data volume made before the passwords were generated (or before one changed in docker/.env) keeps its old ones; give it the new ones once with: $DB_FIX (docs/deployment.md, Secrets)"
+  return "$status"
 }
 
 ROLE="${1:-}"
-[ -n "$ROLE" ] || { ROLE=entrypoint; die "give a role: munge-key, slurmctld, slurmd, init, airflow ARGS..., or a command"; }
+[ -n "$ROLE" ] || { ROLE=entrypoint; die "give a role: secrets, munge-key, slurmctld, slurmd, init, airflow ARGS..., or a command"; }
 shift
 
 case "$ROLE" in
@@ -132,16 +156,24 @@ case "$ROLE" in
     mkdir -p "$(sed -n 's/^SlurmdSpoolDir=//p' "$SLURM_CONF_FILE")" /run/slurm
     exec slurmd -D -N "$SLURMD_NODENAME" "$@"
     ;;
+  secrets)
+    need_root
+    own_secrets_dir AIRFLOW_SECRETS_DIR airflow  # read by the Airflow components, as airflow
+    own_secrets_dir AGORA_SECRETS_DIR airflow    # read by Airflow and by the tasks, as airflow
+    own_secrets_dir POSTGRES_SECRETS_DIR root    # read by the postgres image's entrypoint, as root
+    own_secrets_dir REDIS_SECRETS_DIR root       # read by the redis service's shell, as root
+    run_as_airflow bash "$HERE/secrets.sh" keys "$AIRFLOW_SECRETS_DIR"
+    bash "$HERE/secrets.sh" databases "$AIRFLOW_SECRETS_DIR" "$AGORA_SECRETS_DIR" "$POSTGRES_SECRETS_DIR" "$REDIS_SECRETS_DIR"
+    say "done"
+    ;;
   init)
     need_root
-    : "${AIRFLOW_SECRETS_DIR:?set AIRFLOW_SECRETS_DIR to the folder of the Airflow keys (the airflow-secrets volume)}"
     own_volumes
-    run_as_airflow bash "$HERE/airflow/secrets.sh" keys "$AIRFLOW_SECRETS_DIR"
     say "airflow db migrate"
-    run_as_airflow airflow db migrate
-    if [ -n "${AIRFLOW__AGORA__TRACE_STORE_URL:-}" ]; then
+    database_step airflow db migrate
+    if [ -n "${AIRFLOW__AGORA__TRACE_STORE_URL:-}${AIRFLOW__AGORA__TRACE_STORE_URL_CMD:-}" ]; then
       say "opening the trace store (creates or upgrades its schema)"
-      run_as_airflow agora traces stats --store "$AIRFLOW__AGORA__TRACE_STORE_URL" >/dev/null
+      database_step agora traces stats >/dev/null
     fi
     say "done"
     ;;
@@ -155,7 +187,7 @@ case "$ROLE" in
     if [ "${1:-}" = api-server ]; then
       # The simple auth manager's users (AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS) take their
       # passwords from this file; a user missing from it gets a generated one, printed in the log.
-      run_as_airflow bash "$HERE/airflow/secrets.sh" admin-password \
+      run_as_airflow bash "$HERE/secrets.sh" admin-password \
         "${AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE:-${AIRFLOW_HOME:-/opt/airflow}/simple_auth_manager_passwords.json.generated}"
     fi
     as_airflow airflow "$@"

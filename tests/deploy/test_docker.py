@@ -6,7 +6,10 @@ Nothing here builds or runs the image. The tests check that
   ``docker-compose`` 1.29 that scripts/install_compose.sh installs; neither needs an engine for this)
   and describes the deployment: the services and their Airflow 3.3 commands, one configuration for
   every Airflow component and compute node, the two databases on the one PostgreSQL, healthchecks,
-  start order by conditions, the shared volumes, two compute nodes of different sizes;
+  start order by conditions, the shared volumes, two compute nodes of different sizes; no secret
+  with a default, each secrets volume mounted only where it is read, and the URLs and passwords
+  that docker/secrets.sh writes there (run here with the secrets service's environment) naming what
+  PostgreSQL and Redis are given;
 - a malformed copy of it is refused (the validator is real);
 - docker/Dockerfile installs agora with scripts/bootstrap.sh, the script the tests use, copies what
   the install and the entrypoint need, and the build context lets those files in; every script
@@ -26,13 +29,15 @@ import os
 import re
 import shlex
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 import pytest
 import yaml
+from sqlalchemy.engine import make_url
 
 from agora_optimizer.io.catalog_file import load_catalog
 from agora_optimizer.settings import SETTINGS
@@ -43,6 +48,8 @@ COMPOSE_FILE = DOCKER / "compose.yaml"
 DOCKERFILE = DOCKER / "Dockerfile"
 DOCKERIGNORE = DOCKER / "Dockerfile.dockerignore"
 ENTRYPOINT = DOCKER / "entrypoint.sh"
+SECRETS_SCRIPT = DOCKER / "secrets.sh"
+INIT_DATABASES = DOCKER / "postgres" / "init-databases.sh"
 CATALOG = DOCKER / "catalog.yaml"
 WRITE_SLURM_CONF = DOCKER / "slurm" / "write-slurm-conf.sh"
 INSTALL_COMPOSE = REPO / "scripts" / "install_compose.sh"
@@ -60,7 +67,7 @@ WORKERS = {"celery-small": "pool_small", "celery-large": "pool_large"}  # Celery
 EXTERNAL_IMAGES = ("postgres", "redis")  # the services that do not run the agora image
 # The containers that write a slurm.conf: the controller, the compute nodes, and the scheduler (a client).
 SLURM_SERVICES = ("slurmctld", *NODES, "airflow-scheduler")
-ONE_SHOT = ("munge-key", "airflow-init")
+ONE_SHOT = ("secrets", "munge-key", "airflow-init")
 EXECUTOR = "LocalExecutor,agora:agora_optimizer.executor.agora_executor.AgoraExecutor,CeleryExecutor"
 CONDITIONS = {"service_started", "service_healthy", "service_completed_successfully"}
 IMAGE_ROOT = "/opt/agora"  # WORKDIR of the Dockerfile: the repository's files are copied under it
@@ -160,15 +167,21 @@ def mounts(config: dict[str, Any], name: str) -> dict[str, str]:
     return found
 
 
-def source_of(config: dict[str, Any], name: str, path: str) -> str | None:
-    """The volume or host path that holds ``path`` in service ``name`` (its deepest mount), or None."""
+def mount_of(config: dict[str, Any], name: str, path: str) -> tuple[str, str] | None:
+    """(target, source) of the deepest mount of service ``name`` that holds ``path``, or None."""
     best = None
     for target, source in mounts(config, name).items():
         if (path == target or path.startswith(target.rstrip("/") + "/")) and (
             best is None or len(target) > len(best[0])
         ):
             best = (target, source)
-    return None if best is None else best[1]
+    return best
+
+
+def source_of(config: dict[str, Any], name: str, path: str) -> str | None:
+    """The volume or host path that holds ``path`` in service ``name`` (its deepest mount), or None."""
+    found = mount_of(config, name, path)
+    return None if found is None else found[1]
 
 
 def depends_on(config: dict[str, Any], name: str) -> dict[str, str]:
@@ -177,6 +190,20 @@ def depends_on(config: dict[str, Any], name: str) -> dict[str, str]:
     if isinstance(raw, list):
         return {str(dep): "" for dep in raw}
     return {str(dep): str((spec or {}).get("condition", "")) for dep, spec in raw.items()}
+
+
+def waits_for(config: dict[str, Any], name: str, dependency: str) -> bool:
+    """Whether service ``name`` starts only after ``dependency``, directly or through its dependencies."""
+    seen: set[str] = set()
+    todo = [name]
+    while todo:
+        for dep in depends_on(config, todo.pop()):
+            if dep == dependency:
+                return True
+            if dep not in seen:
+                seen.add(dep)
+                todo.append(dep)
+    return False
 
 
 def read_only(config: dict[str, Any], name: str, target: str) -> bool:
@@ -287,52 +314,128 @@ def test_every_airflow_process_gets_the_same_configuration(config: dict[str, Any
         "AIRFLOW__CORE__EXECUTOR",
         "AIRFLOW__CORE__EXECUTION_API_SERVER_URL",
         "AIRFLOW__CORE__DAGS_FOLDER",
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN",
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_ASYNC",
         "AIRFLOW__LOGGING__BASE_LOG_FOLDER",
-        "AIRFLOW__CELERY__BROKER_URL",  # the scheduler's CeleryExecutor sends where the workers read
-        "AIRFLOW__CELERY__RESULT_BACKEND",
     ]
     for name, env in envs.items():
         assert {k: v for k, v in env.items() if k.startswith("AIRFLOW__AGORA__")} == agora, name
         for key in shared:
             assert key in env and env[key] == reference[key], f"{name}: {key}"
     assert reference["AIRFLOW__CORE__EXECUTOR"] == EXECUTOR
-    # The keys are [agora] settings (a misspelt one would be ignored silently), and the essential ones are set.
+    # The database and the broker (the scheduler's CeleryExecutor sends where the workers read): every
+    # Airflow component and Celery worker from the same file; no compute node, under any name.
+    for key in DATABASE_AND_BROKER:
+        for name in (*AIRFLOW_SERVICES, *WORKERS):
+            assert envs[name].get(f"{key}_CMD") == reference[f"{key}_CMD"], f"{name}: {key}_CMD"
+        for node in NODES:
+            assert not [k for k in envs[node] if k.startswith(key)], f"{node}: {key}"
+    # The keys are [agora] settings (a misspelt one would be ignored silently; a sensitive one may be
+    # read from a command, ..._CMD), and the essential ones are set.
     declared = {setting.key for setting in SETTINGS}
+    sensitive = {setting.key for setting in SETTINGS if setting.sensitive}
     keys = {k.removeprefix("AIRFLOW__AGORA__").lower() for k in agora}
+    keys = {k.removesuffix("_cmd") if k.removesuffix("_cmd") in sensitive else k for k in keys}
     assert keys <= declared, f"not [agora] settings: {sorted(keys - declared)}"
     for key in ("catalog", "trace_store_url", "state_dir", "plan_dir"):
-        assert agora.get(f"AIRFLOW__AGORA__{key.upper()}"), key
-    assert agora["AIRFLOW__AGORA__TRACE_STORE_URL"].startswith("postgresql+psycopg://")
+        assert agora.get(f"AIRFLOW__AGORA__{key.upper()}") or agora.get(f"AIRFLOW__AGORA__{key.upper()}_CMD"), key
     # Tasks, on the compute nodes too, call back to the api-server service.
     api = urlsplit(reference["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"])
     assert api.hostname == "airflow-apiserver" and api.path.rstrip("/") == "/execution"
     assert api.port in {target for _, _, target in published_ports(config, "airflow-apiserver")}
 
 
-def test_one_postgres_holds_the_metadata_database_and_the_trace_store(config: dict[str, Any]) -> None:
-    env = environment(config, "airflow-scheduler")
+# -- the secrets, as the secrets service writes them ----------------------------------------------------
+
+# The folders the secrets service writes (its environment names them), each one a volume.
+SECRETS_DIRS = ("AIRFLOW_SECRETS_DIR", "AGORA_SECRETS_DIR", "POSTGRES_SECRETS_DIR", "REDIS_SECRETS_DIR")
+# Who mounts each secrets volume besides the secrets service, which writes them all.
+SECRETS_READERS = {
+    "airflow-secrets": {*AIRFLOW_SERVICES, *WORKERS},  # Airflow's keys, its database's and broker's URLs
+    "agora-secrets": {*AIRFLOW_SERVICES, *WORKERS, *NODES},  # the trace store's URL: tasks write their rows
+    "postgres-secrets": {"postgres"},
+    "redis-secrets": {"redis"},
+}
+DATABASE_AND_BROKER = (
+    "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN",
+    "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_ASYNC",
+    "AIRFLOW__CELERY__BROKER_URL",
+    "AIRFLOW__CELERY__RESULT_BACKEND",
+)
+TRACE_STORE = "AIRFLOW__AGORA__TRACE_STORE_URL"
+
+
+@pytest.fixture(scope="module")
+def secrets_volumes(config: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """What the secrets service writes, made here: docker/secrets.sh run as its role runs it
+    (entrypoint.sh secrets), with the service's environment, a scratch folder standing for each
+    volume. Volume name -> folder."""
+    env = environment(config, "secrets")
+    root = tmp_path_factory.mktemp("secrets-volumes")
+    folders: dict[str, Path] = {}
+    for variable in SECRETS_DIRS:
+        volume = source_of(config, "secrets", env[variable])
+        assert volume is not None, f"the secrets service writes {env[variable]} on no volume"
+        folders[variable] = root / volume
+        folders[variable].mkdir()
+    env |= {variable: str(folder) for variable, folder in folders.items()}
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])
+    for argv in (["keys", env["AIRFLOW_SECRETS_DIR"]], ["databases", *(env[variable] for variable in SECRETS_DIRS)]):
+        done = subprocess.run(
+            ["bash", str(SECRETS_SCRIPT), *argv], env=env, capture_output=True, text=True, timeout=60, check=False
+        )
+        assert done.returncode == 0, done.stderr
+    return {folder.name: folder for folder in folders.values()}
+
+
+def secret_file(config: dict[str, Any], name: str, path: str, volumes: dict[str, Path]) -> Path:
+    """The file that ``path`` is in service ``name``: in the scratch folder of the secrets volume there."""
+    mount = mount_of(config, name, path)
+    assert mount is not None and mount[1] in volumes, f"{name}: {path} is on no secrets volume"
+    return volumes[mount[1]] / Path(path).relative_to(mount[0])
+
+
+def airflow_setting(config: dict[str, Any], name: str, variable: str, volumes: dict[str, Path]) -> str:
+    """What Airflow reads in service ``name`` for ``variable`` (AIRFLOW__SECTION__KEY): its value, else
+    the output of its ..._CMD, which must read a file with cat."""
+    env = environment(config, name)
+    if variable in env:
+        return env[variable]
+    program, _, path = env.get(f"{variable}_CMD", "").partition(" ")
+    assert program == "cat" and path, f"{name}: {variable} is neither set nor read from a file"
+    return secret_file(config, name, path, volumes).read_text()
+
+
+def test_one_postgres_holds_the_metadata_database_and_the_trace_store(
+    config: dict[str, Any], secrets_volumes: dict[str, Path]
+) -> None:
     postgres = environment(config, "postgres")
-    metadata = urlsplit(env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"])
-    traces = urlsplit(env["AIRFLOW__AGORA__TRACE_STORE_URL"])
-    init_script = (DOCKER / "postgres" / "init-databases.sh").read_text()
+    metadata = make_url(
+        airflow_setting(config, "airflow-scheduler", "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", secrets_volumes)
+    )
+    traces = make_url(airflow_setting(config, "airflow-scheduler", TRACE_STORE, secrets_volumes))
+    init_script = INIT_DATABASES.read_text()
     for url, prefix in ((metadata, "AIRFLOW_DB"), (traces, "AGORA_DB")):
-        assert url.scheme == "postgresql+psycopg"  # psycopg 3, installed with agora
-        assert (url.hostname, url.port) == ("postgres", 5432)
+        assert url.drivername == "postgresql+psycopg"  # psycopg 3, installed with agora
+        assert (url.host, url.port) == ("postgres", 5432)
         assert url.username == postgres[f"{prefix}_USER"]
-        assert url.password == postgres[f"{prefix}_PASSWORD"]
-        assert url.path.lstrip("/") == postgres[f"{prefix}_NAME"]
+        # The password PostgreSQL gives the role: the file of the postgres-secrets volume.
+        given = secret_file(config, "postgres", postgres[f"{prefix}_PASSWORD_FILE"], secrets_volumes)
+        assert url.password == given.read_text() and len(given.read_text()) >= 32
+        assert url.database == postgres[f"{prefix}_NAME"]
         for suffix in ("USER", "PASSWORD", "NAME"):  # the init script creates what the URL names
-            assert f"${{{prefix}_{suffix}" in init_script
-    assert metadata.path != traces.path, "two databases"
+            assert prefix + "_" + suffix in init_script
+    assert metadata.database != traces.database, "two databases"
+    assert metadata.password != traces.password, "two passwords"
+    # The same URL wherever Airflow or a task reads it: the compute nodes read the trace store's only.
+    for name in (*AIRFLOW_SERVICES, *WORKERS, *NODES):
+        assert airflow_setting(config, name, TRACE_STORE, secrets_volumes) == traces.render_as_string(False), name
     # Airflow derives an asyncpg URL unless told: the image has psycopg 3, which serves both.
-    assert env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_ASYNC"] == env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
+    env = environment(config, "airflow-scheduler")
+    assert env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_ASYNC_CMD"] == env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_CMD"]
     initdb = mounts(config, "postgres")
     script = next(
         (source for target, source in initdb.items() if target.startswith("/docker-entrypoint-initdb.d/")), None
     )
-    assert script is not None and Path(script).resolve() == DOCKER / "postgres" / "init-databases.sh"
+    assert script is not None and Path(script).resolve() == INIT_DATABASES
     assert "pg_isready" in healthcheck_test(config, "postgres")
 
 
@@ -344,21 +447,19 @@ AIRFLOW_KEYS = {
     ("core", "fernet_key"): "fernet_key",
 }
 SECRETS_VOLUME = "airflow-secrets"
-# Variables of compose.yaml that hold a secret, and those of them allowed a default: the databases'
-# passwords, on a network internal to the stack (test_only_the_api_server_is_published_on_the_hosts_loopback).
+# Variables of compose.yaml that hold a secret: none may have a default (issue 32).
 SECRET_VARIABLE = re.compile(r"SECRET|FERNET|PASSWORD|TOKEN|^AIRFLOW_CONN_")
-INTERNAL_PASSWORDS = {"POSTGRES_PASSWORD", "AIRFLOW_DB_PASSWORD", "AGORA_DB_PASSWORD"}
 
 
 def test_no_secret_has_a_default_and_airflow_reads_its_keys_from_the_secrets_volume(config: dict[str, Any]) -> None:
     defaults = re.findall(r"\$\{(\w+):?-([^}]*)\}", COMPOSE_FILE.read_text())
     given = {name: default for name, default in defaults if SECRET_VARIABLE.search(name) and default}
-    assert set(given) <= INTERNAL_PASSWORDS, (
-        f"secrets with a default in compose.yaml: {sorted(set(given) - INTERNAL_PASSWORDS)}"
-    )
-    init = environment(config, "airflow-init")
-    folder = init["AIRFLOW_SECRETS_DIR"]
-    assert source_of(config, "airflow-init", folder) == SECRETS_VOLUME and not read_only(config, "airflow-init", folder)
+    assert not given, f"secrets with a default in compose.yaml: {sorted(given)}"
+    for name in config["services"]:  # nor is one written out: no URL with a password in any environment
+        for variable, value in environment(config, name).items():
+            assert "://" not in value or urlsplit(value).password is None, f"{name}: {variable} holds a password"
+    folder = environment(config, "secrets")["AIRFLOW_SECRETS_DIR"]
+    assert source_of(config, "secrets", folder) == SECRETS_VOLUME and not read_only(config, "secrets", folder)
     assert SECRETS_VOLUME in (config.get("volumes") or {})
     for name in (*AIRFLOW_SERVICES, *WORKERS):
         env = environment(config, name)
@@ -367,10 +468,56 @@ def test_no_secret_has_a_default_and_airflow_reads_its_keys_from_the_secrets_vol
             assert variable not in env, f"{name}: {variable} is set in compose.yaml"
             assert env.get(f"{variable}_CMD") == f"cat {folder}/{file}", f"{name}: {variable}_CMD"
         assert source_of(config, name, folder) == SECRETS_VOLUME, name
-        assert name == "airflow-init" or read_only(config, name, folder), f"{name} may write Airflow's keys"
+        assert read_only(config, name, folder), f"{name} may write Airflow's keys"
     for node in NODES:  # tasks run there as airflow: the JWT secret would let one mint an admin token
         assert source_of(config, node, folder) is None, node
-        assert not any(key.endswith("_CMD") for key in environment(config, node)), node
+        assert [key for key in environment(config, node) if key.endswith("_CMD")] == [f"{TRACE_STORE}_CMD"], node
+
+
+def test_each_secrets_volume_is_mounted_only_where_it_is_read(config: dict[str, Any]) -> None:
+    secrets = environment(config, "secrets")
+    written = {source_of(config, "secrets", secrets[variable]): secrets[variable] for variable in SECRETS_DIRS}
+    assert set(written) == set(SECRETS_READERS) <= set(config.get("volumes") or {}), written
+    for volume, folder in written.items():
+        assert not read_only(config, "secrets", folder), f"the secrets service cannot write {volume}"
+        readers = {name for name in config["services"] if volume in mounts(config, name).values()} - {"secrets"}
+        assert readers == SECRETS_READERS[volume], f"{volume} is mounted by {sorted(readers)}"
+        for name in readers:
+            target = next(target for target, source in mounts(config, name).items() if source == volume)
+            assert read_only(config, name, target), f"{name} may write {volume}"
+    # The secrets service needs no one, and runs before anyone reads them: the services that start
+    # with them wait for it; the compute nodes read the trace store's URL in tasks only, which the
+    # scheduler starts, and it waits.
+    assert not depends_on(config, "secrets")
+    for name in {reader for readers in SECRETS_READERS.values() for reader in readers} - set(NODES):
+        assert waits_for(config, name, "secrets"), name
+    assert waits_for(config, "airflow-scheduler", "secrets")
+
+
+def test_postgres_and_redis_read_their_passwords_from_their_volumes(
+    config: dict[str, Any], secrets_volumes: dict[str, Path]
+) -> None:
+    postgres = environment(config, "postgres")
+    for prefix in ("POSTGRES", "AIRFLOW_DB", "AGORA_DB"):  # the image's POSTGRES_PASSWORD_FILE, and the roles'
+        assert f"{prefix}_PASSWORD" not in postgres, f"postgres: {prefix}_PASSWORD is set in compose.yaml"
+        given = secret_file(config, "postgres", postgres[f"{prefix}_PASSWORD_FILE"], secrets_volumes)
+        assert given.stat().st_mode & 0o777 == 0o600 and len(given.read_text()) >= 32, given
+    # The roles' files are read by init-databases.sh, as root, before the image's own entrypoint.
+    spec = service(config, "postgres")
+    assert spec["entrypoint"][0] in mounts(config, "postgres") and spec["command"] == ["postgres"]
+    assert Path(mounts(config, "postgres")[spec["entrypoint"][0]]).resolve() == INIT_DATABASES
+    # Redis: requirepass on its standard input, from its volume; the healthcheck authenticates.
+    command = " ".join(service(config, "redis")["command"])
+    conf = re.search(r"redis-server .* - <(\S+)$", command)
+    assert conf is not None, f"redis reads no configuration on its standard input: {command}"
+    password = secret_file(config, "redis", conf[1], secrets_volumes).parent / "redis_password"
+    assert secret_file(config, "redis", conf[1], secrets_volumes).read_text().startswith("requirepass ")
+    assert "REDISCLI_AUTH" in healthcheck_test(config, "redis") and f"cat {Path(conf[1]).parent}/" in (
+        healthcheck_test(config, "redis")
+    )
+    broker = urlsplit(airflow_setting(config, "airflow-scheduler", "AIRFLOW__CELERY__BROKER_URL", secrets_volumes))
+    assert (broker.scheme, broker.hostname, broker.port, broker.path) == ("redis", "redis", 6379, "/0")
+    assert unquote(broker.password or "") == password.read_text() and len(password.read_text()) >= 32
 
 
 def test_only_the_api_server_is_published_on_the_hosts_loopback(
@@ -400,6 +547,8 @@ def test_start_order_uses_conditions_and_healthchecks(config: dict[str, Any]) ->
         else:
             healthcheck_test(config, name)
     assert depends_on(config, "airflow-init")["postgres"] == "service_healthy"
+    for name in ("postgres", "redis", "airflow-init"):  # each reads what the secrets service writes
+        assert depends_on(config, name).get("secrets") == "service_completed_successfully", name
     for name in AIRFLOW_COMMANDS:
         deps = depends_on(config, name)
         assert deps.get("postgres") == "service_healthy", name
@@ -741,16 +890,22 @@ def _cpuset(value: str) -> set[int]:
     return cpus
 
 
-def test_each_celery_worker_serves_a_pool_of_the_catalog_with_its_size(config: dict[str, Any]) -> None:
+def test_each_celery_worker_serves_a_pool_of_the_catalog_with_its_size(
+    config: dict[str, Any], secrets_volumes: dict[str, Path]
+) -> None:
     pools = {r.name: r for r in load_catalog(CATALOG).resources if r.backend == "celery"}
     assert set(pools) == set(WORKERS.values())
     env = environment(config, "airflow-scheduler")
     assert "CeleryExecutor" in env["AIRFLOW__CORE__EXECUTOR"].split(",")
     assert env["AIRFLOW__AGORA__CELERY_EXECUTOR"] == "CeleryExecutor"  # the name [core] executor lists
-    broker = urlsplit(env["AIRFLOW__CELERY__BROKER_URL"])
+    broker = urlsplit(airflow_setting(config, "airflow-scheduler", "AIRFLOW__CELERY__BROKER_URL", secrets_volumes))
     assert (broker.scheme, broker.hostname, broker.port) == ("redis", "redis", 6379)
     assert "redis-cli" in healthcheck_test(config, "redis")
-    assert env["AIRFLOW__CELERY__RESULT_BACKEND"] == "db+" + env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
+    results, metadata = (
+        airflow_setting(config, "airflow-scheduler", variable, secrets_volumes)
+        for variable in ("AIRFLOW__CELERY__RESULT_BACKEND", "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN")
+    )
+    assert results == "db+" + metadata
     sizes = {}
     for name, pool in WORKERS.items():
         spec, resource = service(config, name), pools[pool]

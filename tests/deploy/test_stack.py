@@ -20,7 +20,12 @@ workers, whose pools the plans here leave out. Then:
   used to default to is refused while one signed with the key generated into the airflow-secrets
   volume is accepted; the api-server is published on the host's loopback only; a connection's
   password is stored encrypted with the volume's Fernet key; the keys and the admin's passwords file
-  are user airflow's alone, and the compute nodes, where tasks run, do not see the keys.
+  are user airflow's alone, and the compute nodes, where tasks run, do not see the keys;
+- nor does a password: from a compute node, PostgreSQL refuses the passwords compose.yaml used to
+  give its superuser and roles and Redis asks for one, while the scheduler reaches both with the
+  generated ones; each secret file is its readers' alone, and a node sees the trace store's URL
+  only, which its tasks write their trace rows with; a volume with the old passwords gets a one-line
+  fix from airflow-init, and the documented step makes it start again.
 
 Everything is torn down at the end (``down -v``; the daemon is stopped if this module started it),
 also after a failure. The times of each step go to ``out/docker-stack-timings.json``. It takes
@@ -50,6 +55,7 @@ import psutil
 import pytest
 import yaml
 from cryptography.fernet import Fernet
+from sqlalchemy.engine import make_url
 
 from harness.local_airflow import api_request, api_token, free_port
 from tests.conftest import REPO
@@ -73,6 +79,46 @@ SECRETS_DIR = "/run/airflow-secrets"  # the airflow-secrets volume, where airflo
 KEY_FILES = ("jwt_secret", "api_secret_key", "fernet_key")
 PASSWORDS_FILE = "/opt/airflow/simple_auth_manager_passwords.json.generated"
 PUBLIC_JWT_SECRET = "agora-compose-jwt-secret-change-me"  # compose.yaml's default before issue 32
+# The secrets volumes where they are mounted, each file with the owner that reads it.
+SECRET_FILES = {
+    "airflow-apiserver": {
+        SECRETS_DIR: ("airflow", [*KEY_FILES, "sql_alchemy_conn", "celery_broker_url", "celery_result_backend"]),
+        "/run/agora-secrets": ("airflow", ["trace_store_url"]),
+    },
+    "postgres": {"/run/postgres-secrets": ("root", ["postgres_password", "airflow_db_password", "agora_db_password"])},
+    "redis": {"/run/redis-secrets": ("root", ["redis_password", "redis.conf"])},
+}
+# What PostgreSQL's roles were given by compose.yaml's defaults before issue 32: role, password, database.
+FORMER_PASSWORDS = (
+    ("postgres", "agora", "postgres"),
+    ("airflow", "airflow", "airflow"),
+    ("agora", "agora", "agora_traces"),
+)
+# Tried from a compute node, as user airflow, as a task there would: each login to PostgreSQL with the
+# role and password given on stdin (JSON), and a PING to Redis without a password. Prints JSON.
+PROBE = """
+import json, socket, sys
+import psycopg
+
+found = {}
+for role, password, database in json.load(sys.stdin):
+    try:
+        psycopg.connect(host="postgres", user=role, password=password, dbname=database, connect_timeout=10).close()
+        found[role + "@" + database] = "accepted"
+    except psycopg.OperationalError as exc:
+        found[role + "@" + database] = " ".join(str(exc).split())
+with socket.create_connection(("redis", 6379), timeout=10) as redis:
+    redis.sendall(b"PING\\r\\n")
+    found["redis"] = redis.makefile("rb").readline().decode().strip()
+print(json.dumps(found))
+"""
+# The scheduler's Celery app (the CeleryExecutor's) reaches the broker with the URL Airflow reads.
+CELERY_PING = (
+    "from airflow.providers.celery.executors.celery_executor import app\n"
+    "with app.connection_for_write() as connection:\n"
+    "    connection.ensure_connection(max_retries=3)\n"
+    "    print(connection.as_uri())\n"
+)
 
 
 def _run(argv: list[str], env: dict[str, str], timeout_s: float, what: str) -> str:
@@ -110,6 +156,16 @@ class Stack:
         )
         assert done.returncode == 0, f"{service}: {shlex.join(argv)} exited {done.returncode}:\n{done.stderr[-3000:]}"
         return done.stdout
+
+    def run_once(self, service: str) -> subprocess.CompletedProcess[str]:
+        """``run --rm --no-deps`` of a one-shot service, whatever its exit code."""
+        argv = [*self.compose, "-p", PROJECT, "-f", str(COMPOSE_FILE), "run", "--rm", "--no-deps", service]
+        return subprocess.run(argv, env=self.env, capture_output=True, text=True, timeout=600, check=False)
+
+    def probe(self, service: str, logins: list[tuple[str, str, str]]) -> dict[str, str]:
+        """:data:`PROBE` in ``service`` as user airflow: each login's outcome, and Redis's answer."""
+        argv = ("python", "-c", PROBE)
+        return dict(json.loads(self.exec(service, *argv, user="airflow", stdin=json.dumps(logins))))
 
     def logs(self, *services: str) -> str:
         try:
@@ -209,11 +265,11 @@ class Stack:
     def traces(self, dag_id: str, run_id: str) -> dict[str, dict[str, str]]:
         """agora's trace rows of the run, read from the trace store's PostgreSQL database."""
         query = (
-            "SELECT task_id, resource_type, backend, host, state, try_number FROM agora_task_attempts "
+            "SELECT task_id, resource_type, backend, host, state, try_number, operator FROM agora_task_attempts "
             f"WHERE dag_id = '{dag_id}' AND run_id = '{run_id}'"
         )
         text = self.exec("postgres", "psql", "-U", "agora", "-d", "agora_traces", "-A", "-t", "-F", "|", "-c", query)
-        keys = ("task_id", "resource_type", "backend", "host", "state", "try_number")
+        keys = ("task_id", "resource_type", "backend", "host", "state", "try_number", "operator")
         return {row[0]: dict(zip(keys, row, strict=True)) for row in (line.split("|") for line in text.splitlines())}
 
 
@@ -322,6 +378,9 @@ def _check_run_on_planned_nodes(stack: Stack, dag_id: str, run_id: str, planned:
         node = NODE_OF_PARTITION[resources[planned[task_id]]["partition"]]
         assert (row["resource_type"], row["backend"], row["state"]) == (planned[task_id], "slurm", "success"), row
         assert row["host"] == node, row
+        # The operator is the listener's, in the task process on the node, which reads the trace store's
+        # URL from the agora-secrets volume there (the executor's row has none of its own).
+        assert row["operator"], f"no trace row from the task on {node}: {row}"
     # The controller's own record: the DAG's jobs (one lease per planned machine, recorded when it ends,
     # soon after its last task) ran on the node of their partition.
     partitions = {resources[r]["partition"] for r in planned.values()}
@@ -446,9 +505,56 @@ def test_connections_are_stored_encrypted_with_the_volumes_fernet_key(stack: Sta
     assert json.loads(answer)[0]["password"] == password
 
 
-def test_airflows_keys_are_airflows_alone_and_not_on_the_compute_nodes(stack: Stack) -> None:
-    paths = [SECRETS_DIR, *(f"{SECRETS_DIR}/{name}" for name in KEY_FILES), PASSWORDS_FILE]
-    seen = stack.exec("airflow-apiserver", "stat", "-c", "%a %U %n", *paths).splitlines()
-    assert seen == [f"{700 if path == SECRETS_DIR else 600} airflow {path}" for path in paths], seen
+def test_every_secret_is_its_readers_alone_and_a_compute_node_sees_the_trace_stores_only(stack: Stack) -> None:
+    seen = stack.exec("airflow-apiserver", "stat", "-c", "%a %U %n", PASSWORDS_FILE).splitlines()
+    assert seen == [f"600 airflow {PASSWORDS_FILE}"], seen
+    for service, folders in SECRET_FILES.items():
+        for folder, (owner, names) in folders.items():
+            listed = stack.exec(service, "ls", "-A", folder).split()
+            assert sorted(listed) == sorted(names), (service, folder, listed)
+            paths = [folder, *(f"{folder}/{name}" for name in names)]
+            seen = stack.exec(service, "stat", "-c", "%a %U %n", *paths).splitlines()
+            assert seen == [f"{700 if path == folder else 600} {owner} {path}" for path in paths], seen
     for node in NODE_OF_PARTITION.values():  # tasks run there, as user airflow
-        stack.exec(node, "test", "!", "-e", SECRETS_DIR)
+        for folder in (SECRETS_DIR, "/run/postgres-secrets", "/run/redis-secrets"):
+            stack.exec(node, "test", "!", "-e", folder)
+        assert stack.exec(node, "ls", "-A", "/run/agora-secrets", user="airflow").split() == ["trace_store_url"]
+
+
+def test_a_compute_node_is_refused_the_former_default_passwords(stack: Stack) -> None:
+    found = stack.probe("slurm-small", list(FORMER_PASSWORDS))
+    for role, _, database in FORMER_PASSWORDS:
+        assert "password authentication failed" in found[f"{role}@{database}"], found
+    assert found["redis"] == "-NOAUTH Authentication required.", found
+    # The trace store's URL, which a task there reads, opens its own database only.
+    traces = make_url(stack.exec("slurm-small", "cat", "/run/agora-secrets/trace_store_url", user="airflow"))
+    found = stack.probe("slurm-small", [(str(traces.username), str(traces.password), "agora_traces")])
+    assert found[f"{traces.username}@agora_traces"] == "accepted", found
+    found = stack.probe("slurm-small", [(str(traces.username), str(traces.password), "airflow")])
+    assert "permission denied for database" in found[f"{traces.username}@airflow"], found
+    # The scheduler reaches both with the generated passwords: PostgreSQL in every DAG test, and Redis
+    # through the CeleryExecutor's own app.
+    uri = stack.exec("airflow-scheduler", "python", "-c", CELERY_PING, user="airflow").strip().splitlines()[-1]
+    assert uri.startswith("redis://:**@redis:6379/0"), uri
+
+
+def test_a_volume_with_the_former_passwords_gets_its_fix_in_one_line(stack: Stack) -> None:
+    """As a postgres-data volume made before issue 32: its superuser and role agora keep compose.yaml's old
+    passwords (role airflow is left alone: the running stack needs it)."""
+    password = stack.exec("postgres", "cat", "/run/postgres-secrets/postgres_password")
+    old = "ALTER ROLE postgres PASSWORD 'agora'; ALTER ROLE agora PASSWORD 'agora';"
+    stack.exec("postgres", "psql", "-U", "postgres", "-d", "postgres", "-c", old)
+    fix = "/docker-entrypoint-initdb.d/10-agora-databases.sh"
+    try:
+        refused = stack.run_once("airflow-init")
+        assert refused.returncode != 0, refused.stdout[-2000:]
+        said = [line for line in (refused.stdout + refused.stderr).splitlines() if "entrypoint(init): error" in line]
+        assert len(said) == 1 and "refused the password of role agora" in said[0] and fix in said[0], said
+        found = stack.probe("slurm-small", [("postgres", password, "postgres")])
+        assert "password authentication failed" in found["postgres@postgres"], found
+    finally:
+        stack.exec("postgres", fix)  # the documented step, run whatever happened above
+    done = stack.run_once("airflow-init")
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    found = stack.probe("slurm-small", [("postgres", password, "postgres"), *FORMER_PASSWORDS[2:]])
+    assert found["postgres@postgres"] == "accepted" and "password authentication" in found["agora@agora_traces"], found
