@@ -78,7 +78,7 @@ def provision(
     from agora_optimizer import settings
     from agora_optimizer.executor.backends.aws_batch import BACKEND, AwsBatchBackend
     from agora_optimizer.executor.backends.aws_credentials import session_from_connection
-    from agora_optimizer.executor.jobs import BackendError
+    from agora_optimizer.executor.jobs.spec import BackendError
     from agora_optimizer.io.catalog_file import load_catalog
 
     with user_errors():

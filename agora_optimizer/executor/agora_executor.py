@@ -9,7 +9,7 @@ Configure it beside Airflow's default executor::
 
 The cluster policy (:mod:`agora_optimizer.integration.policy`) sends the tasks of planned
 DAGs here with ``executor_config["agora"]["placement"]``; each workload becomes a
-:class:`~agora_optimizer.executor.jobs.JobSpec` for the backend of its resource (local
+:class:`~agora_optimizer.executor.jobs.spec.JobSpec` for the backend of its resource (local
 pools, SLURM, AWS Batch). The job runs the agora worker, which runs Airflow's own
 ``execute_workload`` under the placement's memory, CPU and time limits.
 
@@ -18,7 +18,7 @@ Execution API, and ``execute_workload`` exits 0 either way. The executor reports
 that exited 0 as success, and a job that died (OOM kill, signal, timeout, lost) as
 failed with the reason, which Airflow then applies (retry or fail); a job of a spot type whose
 machine the provider took back re-runs its try on the type's fallback instead, unreported
-(:mod:`~agora_optimizer.executor.interruptions`). ``sync()`` never
+(:mod:`~agora_optimizer.executor.runs.interruptions`). ``sync()`` never
 raises: a backend error is retried with capped exponential backoff, and only after
 ``[agora] submit_retries`` attempts (or ``backend_outage_s`` of failed status polls) does
 the task fail, with the backend's message.
@@ -30,13 +30,13 @@ the executor's table only there (the ``Forget`` action). Its settings are read o
 starts (:class:`~agora_optimizer.executor.executor_base.ExecutorConfig`).
 
 The executor is this module (Airflow's calls, the state machine's actions, polling) and its parts,
-one module each: :mod:`~agora_optimizer.executor.job_building` (placement lookup, job directory,
+one module each: :mod:`~agora_optimizer.executor.jobs.building` (placement lookup, job directory,
 worker command), :mod:`~agora_optimizer.executor.planned_runs` (planned machines: held jobs, leases,
-repairs), :mod:`~agora_optimizer.executor.adoption` (a restarted scheduler takes over running jobs,
+repairs), :mod:`~agora_optimizer.executor.jobs.adoption` (a restarted scheduler takes over running jobs,
 by the ``agora|<backend>|<resource>|<id>`` external id Airflow stores),
-:mod:`~agora_optimizer.executor.job_dirs` (tracing jobs that ended while no scheduler watched, and
-expiring old job directories), :mod:`~agora_optimizer.executor.tracing` (the trace rows) and
-:mod:`~agora_optimizer.executor.interruptions` (a spot job interrupted re-runs on its fallback);
+:mod:`~agora_optimizer.executor.jobs.directories` (tracing jobs that ended while no scheduler watched, and
+expiring old job directories), :mod:`~agora_optimizer.executor.jobs.tracing` (the trace rows) and
+:mod:`~agora_optimizer.executor.runs.interruptions` (a spot job interrupted re-runs on its fallback);
 :mod:`~agora_optimizer.executor.executor_base` holds the tables they share.
 """
 
@@ -50,14 +50,14 @@ from typing import TYPE_CHECKING, Any
 
 from agora_optimizer import settings
 from agora_optimizer.errors import AgoraError
-from agora_optimizer.executor.adoption import Adoption
 from agora_optimizer.executor.backends.registry import check_backend_settings, make_backend
 from agora_optimizer.executor.executor_base import EXPIRE_INTERVAL_S, SWEEP_INTERVAL_S, ExecutorConfig, clock_now
-from agora_optimizer.executor.interruptions import Interruptions
-from agora_optimizer.executor.job_building import JobBuilding, unwritable, worker_command
-from agora_optimizer.executor.job_dirs import JobDirectories
-from agora_optimizer.executor.job_record import JobRecord
-from agora_optimizer.executor.jobs import BackendError, JobStatus
+from agora_optimizer.executor.jobs.adoption import Adoption
+from agora_optimizer.executor.jobs.building import JobBuilding, unwritable, worker_command
+from agora_optimizer.executor.jobs.directories import JobDirectories
+from agora_optimizer.executor.jobs.records import JobRecord
+from agora_optimizer.executor.jobs.spec import BackendError, JobStatus
+from agora_optimizer.executor.jobs.tracing import Tracing
 from agora_optimizer.executor.lifecycle import (
     ID_PREFIX,
     Accepted,
@@ -86,10 +86,10 @@ from agora_optimizer.executor.lifecycle import (
     transition,
 )
 from agora_optimizer.executor.planned_runs import PlannedRuns
-from agora_optimizer.executor.repair import Repairer
 from agora_optimizer.executor.resources import load_resources
+from agora_optimizer.executor.runs.interruptions import Interruptions
+from agora_optimizer.executor.runs.repair import Repairer
 from agora_optimizer.executor.state_files import check_state_dir, write_private
-from agora_optimizer.executor.tracing import Tracing
 from agora_optimizer.integration.airflow_pools import ensure_pools
 
 if TYPE_CHECKING:

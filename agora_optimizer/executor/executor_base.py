@@ -15,14 +15,14 @@ from agora_optimizer import settings
 from agora_optimizer.executor.backends.base import Backend
 from agora_optimizer.executor.backends.registry import make_backend
 from agora_optimizer.executor.bounded import BoundedDict
-from agora_optimizer.executor.job_record import JobRecord
-from agora_optimizer.executor.jobs import JobStatus, MachineLease, job_key
-from agora_optimizer.executor.leases import Leases
+from agora_optimizer.executor.jobs.placement import Placement
+from agora_optimizer.executor.jobs.records import JobRecord
+from agora_optimizer.executor.jobs.spec import JobStatus, MachineLease, job_key
 from agora_optimizer.executor.lifecycle import Action, Event, Job, LifecycleConfig, Now
-from agora_optimizer.executor.machine_order import MachineOrder, ReplacedMachine, RunBook
-from agora_optimizer.executor.placement import Placement
-from agora_optimizer.executor.repair import Repairer, RunReports
-from agora_optimizer.executor.run_plans import RunPlans, airflow_run_times
+from agora_optimizer.executor.runs.leases import Leases
+from agora_optimizer.executor.runs.machine_order import MachineOrder, ReplacedMachine, RunBook
+from agora_optimizer.executor.runs.plans import RunPlans, airflow_run_times
+from agora_optimizer.executor.runs.repair import Repairer, RunReports
 from agora_optimizer.model.catalog import Resource
 from agora_optimizer.model.instances import instance_id
 from agora_optimizer.plans.store import default_plan_store
@@ -140,7 +140,7 @@ class ExecutorBase(BaseExecutor):
         raise NotImplementedError
 
     def _job_for(self, workload: workloads.ExecuteTask, *, write: bool = True) -> Job:
-        """The job of ``workload`` at its placement (:mod:`~agora_optimizer.executor.job_building`)."""
+        """The job of ``workload`` at its placement (:mod:`~agora_optimizer.executor.jobs.building`)."""
         raise NotImplementedError
 
     def _lease_for(self, ti: Any, placement: Placement, resource: Resource) -> MachineLease | None:
@@ -153,11 +153,11 @@ class ExecutorBase(BaseExecutor):
 
     def _off_spot(self, ti: Any, placement: Placement) -> Placement:
         """The fallback's placement of a task an interruption moved off spot
-        (:mod:`~agora_optimizer.executor.interruptions`)."""
+        (:mod:`~agora_optimizer.executor.runs.interruptions`)."""
         raise NotImplementedError
 
     def _write_trace(self, record: JobRecord, status: JobStatus) -> None:
-        """Write the job's row to the trace store (:mod:`~agora_optimizer.executor.tracing`)."""
+        """Write the job's row to the trace store (:mod:`~agora_optimizer.executor.jobs.tracing`)."""
         raise NotImplementedError
 
     def _backend(self, name: str) -> Backend:

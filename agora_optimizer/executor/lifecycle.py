@@ -16,7 +16,7 @@ this module only decides. The states::
     held ─Revoked─▶ kept (RefuseRevoke) within [agora] machine_hold_s, else done
 
 A job is ``held`` when its ``JobSpec.lease`` names a planned machine: it waits for its machine's
-turn (:mod:`~agora_optimizer.executor.machine_order` decides, the executor feeds ``Released``).
+turn (:mod:`~agora_optimizer.executor.runs.machine_order` decides, the executor feeds ``Released``).
 A job without a lease goes straight to ``pending_submit``, as before planned machines existed.
 
 ``done`` jobs leave the executor's table through the one :class:`Forget` action. Times are
@@ -37,8 +37,8 @@ from enum import StrEnum
 from typing import Any, Literal, TypeAlias
 
 from agora_optimizer.errors import AgoraError
-from agora_optimizer.executor.job_record import JobRecord
-from agora_optimizer.executor.jobs import JobSpec, JobStatus
+from agora_optimizer.executor.jobs.records import JobRecord
+from agora_optimizer.executor.jobs.spec import JobSpec, JobStatus
 
 
 class JobState(StrEnum):
@@ -170,7 +170,7 @@ class Released:
 
 @dataclass(frozen=True)
 class Moved:
-    """A repair re-placed a held job's task (:mod:`~agora_optimizer.executor.repair`): ``spec`` and ``record``
+    """A repair re-placed a held job's task (:mod:`~agora_optimizer.executor.runs.repair`): ``spec`` and ``record``
     are its new placement (resource, reservation, machine lease); ``reason`` says why, for the log."""
 
     spec: JobSpec

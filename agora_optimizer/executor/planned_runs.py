@@ -1,15 +1,15 @@
 """Planned machines at run time: each plan's machine order, each run's book, held jobs released, repairs applied.
 
 A task the plan put on a machine (``placement.machine``, ``TYPE#N``) runs as planned: its job carries
-a :class:`~agora_optimizer.executor.jobs.MachineLease` sized as the machine's type
-(:mod:`~agora_optimizer.executor.leases`), and the job is ``held`` until the machine's order lets it
-start (:mod:`~agora_optimizer.executor.machine_order`; docs/running-plans.md). The lease is opened
+a :class:`~agora_optimizer.executor.jobs.spec.MachineLease` sized as the machine's type
+(:mod:`~agora_optimizer.executor.runs.leases`), and the job is ``held`` until the machine's order lets it
+start (:mod:`~agora_optimizer.executor.runs.machine_order`; docs/running-plans.md). The lease is opened
 with the backend when the machine's first task arrives (or ahead of it by the backend's predicted
 wait) and closed when its last planned task has ended (or will never come). A machine the backend
 cannot give (``open_lease`` raises) has its tasks run without it, on their resource's pool, with one
-log line and a :class:`~agora_optimizer.executor.machine_order.ReplacedMachine` in
+log line and a :class:`~agora_optimizer.executor.runs.machine_order.ReplacedMachine` in
 ``AgoraExecutor.replaced_machines``. A run that drifts from its plan is repaired
-(:mod:`~agora_optimizer.executor.repair`); held jobs whose task moved follow it.
+(:mod:`~agora_optimizer.executor.runs.repair`); held jobs whose task moved follow it.
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING, Any
 
 from agora_optimizer.errors import AgoraError
 from agora_optimizer.executor.executor_base import OOM_RETRY_GROWTH, ExecutorBase, clock_now, plan_task
-from agora_optimizer.executor.jobs import JobStatus, MachineLease
+from agora_optimizer.executor.jobs.placement import Placement
+from agora_optimizer.executor.jobs.spec import JobStatus, MachineLease
 from agora_optimizer.executor.lifecycle import Heartbeat, Job, JobState, Moved, Released
-from agora_optimizer.executor.machine_order import MachineOrder, RunBook, may_start
-from agora_optimizer.executor.placement import Placement
-from agora_optimizer.executor.repair import Repaired, RunRepair, clock_at
+from agora_optimizer.executor.runs.machine_order import MachineOrder, RunBook, may_start
+from agora_optimizer.executor.runs.repair import Repaired, RunRepair, clock_at
 from agora_optimizer.model.catalog import Resource
 from agora_optimizer.model.instances import instance_id
 

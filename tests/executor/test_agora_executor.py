@@ -18,7 +18,7 @@ import pytest
 
 from agora_optimizer.executor.backends.base import Backend
 from agora_optimizer.executor.backends.local import LocalBackend, LocalPool
-from agora_optimizer.executor.jobs import BackendError, JobSpec, JobStatus, job_key
+from agora_optimizer.executor.jobs.spec import BackendError, JobSpec, JobStatus, job_key
 from tests.conftest import CATALOGS
 
 MIB = 2**20

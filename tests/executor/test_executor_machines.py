@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from agora_optimizer.executor.backends.local import LocalBackend, LocalPool
-from agora_optimizer.executor.jobs import TASK_ENDED_MARK, BackendError, MachineLease, lease_key, read_result
+from agora_optimizer.executor.jobs.spec import TASK_ENDED_MARK, BackendError, MachineLease, lease_key, read_result
 from agora_optimizer.model.plan import Assignment, Objective, Plan, SolverInfo
 from agora_optimizer.plans.store import PlanStore, plan_version
 from tests.executor.test_agora_executor import MIB, executor, reconfigure, workload

@@ -21,7 +21,7 @@ A job runs the agora worker as its container command with the task's cores and m
 GPUs it reserves if any (Batch's ``GPU`` requirement; a job without GPUs carries none), as resource
 requirements; Batch's own records give its state, exit code, reason and times.
 With an ``s3_prefix`` the job's workload and result go through S3
-(:mod:`~agora_optimizer.executor.remote_files`): ``submit`` uploads the workload to the
+(:mod:`~agora_optimizer.executor.worker.remote_files`): ``submit`` uploads the workload to the
 worker's ``--workload-url``, and ``status`` completes a finished job with the result the
 worker uploaded to its ``--result-url`` (its own OOM kill, peak memory, CPU time).
 :meth:`AwsBatchBackend.ensure_infrastructure` creates the compute environments, queues and
@@ -72,7 +72,7 @@ from agora_optimizer.executor.backends.aws_jobs import (
 )
 from agora_optimizer.executor.backends.aws_provisioning import ComputeNetwork, Infrastructure, Provisioner, purchase
 from agora_optimizer.executor.backends.base import Backend
-from agora_optimizer.executor.jobs import (
+from agora_optimizer.executor.jobs.spec import (
     BackendError,
     JobResult,
     JobSpec,
@@ -80,7 +80,7 @@ from agora_optimizer.executor.jobs import (
     MachineLease,
     read_result,
 )
-from agora_optimizer.executor.remote_files import RemoteFileNotFound, RemoteFiles, job_urls
+from agora_optimizer.executor.worker.remote_files import RemoteFileNotFound, RemoteFiles, job_urls
 from agora_optimizer.model.catalog import Resource
 from agora_optimizer.runs.lease_record import LeaseRecord
 

@@ -13,7 +13,7 @@ from botocore.exceptions import (
     ClientError,
 )
 
-from agora_optimizer.executor.jobs import (
+from agora_optimizer.executor.jobs.spec import (
     BackendError,
 )
 

@@ -1,7 +1,7 @@
 """The base class every backend derives from: three calls it must make, and optional hooks.
 
-A backend (local pools, SLURM, AWS Batch) runs a :class:`~agora_optimizer.executor.jobs.JobSpec`
-and reports :class:`~agora_optimizer.executor.jobs.JobStatus` by the external id ``submit``
+A backend (local pools, SLURM, AWS Batch) runs a :class:`~agora_optimizer.executor.jobs.spec.JobSpec`
+and reports :class:`~agora_optimizer.executor.jobs.spec.JobStatus` by the external id ``submit``
 returned. The executor calls every hook below on every backend: a backend that has nothing to
 do for one keeps the no-op default, so the executor never asks whether a backend "has" a call.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from agora_optimizer.executor.jobs import JobSpec, JobStatus, MachineLease
+from agora_optimizer.executor.jobs.spec import JobSpec, JobStatus, MachineLease
 from agora_optimizer.runs.lease_record import LeaseRecord
 
 

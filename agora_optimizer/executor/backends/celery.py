@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from agora_optimizer.executor.backends.base import Backend
-from agora_optimizer.executor.jobs import BackendError, JobSpec, JobStatus
+from agora_optimizer.executor.jobs.spec import BackendError, JobSpec, JobStatus
 from agora_optimizer.integration.celery_pools import CELERY_BACKEND
 from agora_optimizer.model.workflow import shown
 

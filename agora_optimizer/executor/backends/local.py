@@ -21,7 +21,7 @@ them after importing Airflow's task path and freezing the garbage collector
 Airflow loaded; a task then pays neither for imports nor for scanning what it inherited
 (the processes' side: :mod:`~agora_optimizer.executor.backends.local_processes`).
 
-Planned machines (:class:`~agora_optimizer.executor.jobs.MachineLease`): machine ``TYPE#k`` of a
+Planned machines (:class:`~agora_optimizer.executor.jobs.spec.MachineLease`): machine ``TYPE#k`` of a
 pool gets its own CPU slice, the k-th run of ``vcpus`` CPUs of the pool's ``cpu_set`` (or of the
 CPUs this process may use when it has none), wrapping around when the pool has fewer CPUs than
 its machines need (:func:`machine_cpus`), the type's memory, and its GPU slice, the k-th run of the
@@ -68,7 +68,7 @@ from agora_optimizer.executor.backends.local_processes import (
     worker_exit_code,
 )
 from agora_optimizer.executor.bounded import BoundedDict
-from agora_optimizer.executor.jobs import BackendError, JobSpec, JobStatus, MachineLease, read_task_ended
+from agora_optimizer.executor.jobs.spec import BackendError, JobSpec, JobStatus, MachineLease, read_task_ended
 from agora_optimizer.executor.state_files import write_private
 from agora_optimizer.model.catalog import Resource
 from agora_optimizer.model.workflow import shown

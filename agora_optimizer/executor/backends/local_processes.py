@@ -30,11 +30,11 @@ from pathlib import Path
 
 import psutil
 
-from agora_optimizer.executor.environment import is_scheduler_secret, job_environment
-from agora_optimizer.executor.jobs import BackendError, JobSpec, JobStatus, read_result
+from agora_optimizer.executor.jobs.spec import BackendError, JobSpec, JobStatus, read_result
 from agora_optimizer.executor.state_files import open_log
+from agora_optimizer.executor.worker.environment import is_scheduler_secret, job_environment
 
-WORKER_MODULE = "agora_optimizer.executor.worker"
+WORKER_MODULE = "agora_optimizer.executor.worker.worker"
 # What the pool's fork server imports once: the main script (which multiprocessing would otherwise
 # run again in every worker it starts), then the fork_server module, which calls warm_up().
 FORK_PRELOAD = ["__main__", "agora_optimizer.executor.backends.fork_server"]
@@ -126,7 +126,7 @@ def run_worker(argv: list[str], log_path: str, cwd: str, environment: dict[str, 
         for name in [name for name in os.environ if is_scheduler_secret(name)]:  # the fork server's, inherited
             del os.environ[name]
         os.environ.update(job_environment(environment))
-        from agora_optimizer.executor import worker
+        from agora_optimizer.executor.worker import worker
 
         code = worker.main(argv)
     except BaseException:

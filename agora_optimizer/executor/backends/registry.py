@@ -85,7 +85,7 @@ class AwsSettings:
 
 def aws_settings() -> AwsSettings:
     """``[agora] aws_*``; AgoraError (or BackendError) naming the option of a bad value. No AWS client is made."""
-    from agora_optimizer.executor.remote_files import split_s3_url
+    from agora_optimizer.executor.worker.remote_files import split_s3_url
 
     s3_prefix = settings.get("aws_s3_prefix")
     if s3_prefix:

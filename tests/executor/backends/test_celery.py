@@ -15,7 +15,7 @@ import pytest
 
 from agora_optimizer.executor.backends.celery import CeleryPoolRefusal
 from agora_optimizer.executor.backends.registry import make_backend
-from agora_optimizer.executor.jobs import BackendError, JobSpec
+from agora_optimizer.executor.jobs.spec import BackendError, JobSpec
 from agora_optimizer.io.catalog_file import load_catalog
 from tests.conftest import CATALOGS
 from tests.executor.test_agora_executor import workload

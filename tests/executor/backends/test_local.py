@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from agora_optimizer.executor.backends.local import WARM_MODULES, LocalBackend, LocalPool, fork_context, warm_up
-from agora_optimizer.executor.jobs import BackendError, JobSpec, JobStatus, job_key, read_result
+from agora_optimizer.executor.jobs.spec import BackendError, JobSpec, JobStatus, job_key, read_result
 from tests.conftest import REPO
 
 MIB = 2**20

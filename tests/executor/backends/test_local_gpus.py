@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from agora_optimizer.executor.backends.local import LocalBackend, LocalPool, machine_gpus
-from agora_optimizer.executor.jobs import BackendError, JobSpec, MachineLease, lease_key
+from agora_optimizer.executor.jobs.spec import BackendError, JobSpec, MachineLease, lease_key
 from agora_optimizer.io.catalog_file import load_catalog
 from agora_optimizer.model.catalog import Resource
 from tests.executor.backends.test_local import MIB, job, wait_all

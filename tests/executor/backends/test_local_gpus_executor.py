@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from agora_optimizer.executor.backends import local
-from agora_optimizer.executor.jobs import BackendError, JobSpec
+from agora_optimizer.executor.jobs.spec import BackendError, JobSpec
 from agora_optimizer.model.plan import Assignment
 from tests.executor.test_agora_executor import MIB, workload
 from tests.executor.test_executor_machines import cancel, heartbeat_until, save_plan

@@ -10,7 +10,7 @@ neither squeue nor sacct knows is ``lost``. ``PREEMPTED`` (a job of a higher-pri
 took the node, ``docs/spot.md``) finishes ``interrupted``: the job, or a task of a planned
 machine's allocation that had not ended well before, lost its capacity; it did not fail. Only that
 state says so: agora's own scancel is ``CANCELLED``, a lost node ``NODE_FAIL``. An error reaching
-SLURM raises a transient :class:`~agora_optimizer.executor.jobs.BackendError` (every command has
+SLURM raises a transient :class:`~agora_optimizer.executor.jobs.spec.BackendError` (every command has
 a timeout, so nothing hangs).
 
 Adoption: the backend keeps no state that a new instance needs. It finds a job's directory
@@ -33,8 +33,7 @@ from pathlib import Path
 from agora_optimizer.executor.backends.slurm.leases import SlurmLeases
 from agora_optimizer.executor.backends.slurm.pilot_files import Manifest
 from agora_optimizer.executor.backends.slurm.submission import ENV_NAME, SlurmJobRef
-from agora_optimizer.executor.environment import job_environment
-from agora_optimizer.executor.jobs import (
+from agora_optimizer.executor.jobs.spec import (
     OOM_EXIT_CODE,
     BackendError,
     JobPhase,
@@ -44,6 +43,7 @@ from agora_optimizer.executor.jobs import (
     read_result,
     read_task_ended,
 )
+from agora_optimizer.executor.worker.environment import job_environment
 from agora_optimizer.model.workflow import shown
 from agora_optimizer.slurm import values
 from agora_optimizer.slurm.jobs import SlurmRecord

@@ -28,7 +28,7 @@ from pathlib import Path
 from agora_optimizer.executor.backends.slurm.pilot import SlurmPilots
 from agora_optimizer.executor.backends.slurm.pilot_files import PILOT_DRIVER, Manifest, Pilot
 from agora_optimizer.executor.backends.slurm.submission import SlurmJobRef, job_name, one_line
-from agora_optimizer.executor.jobs import BackendError, JobSpec, MachineLease
+from agora_optimizer.executor.jobs.spec import BackendError, JobSpec, MachineLease
 from agora_optimizer.executor.state_files import write_private
 from agora_optimizer.model.workflow import shown
 from agora_optimizer.runs.lease_record import LeaseRecord

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agora_optimizer.executor.jobs import MachineLease
+from agora_optimizer.executor.jobs.spec import MachineLease
 from agora_optimizer.executor.state_files import write_private
 
 PILOT_FORMAT = "agora-slurm-pilot/1"

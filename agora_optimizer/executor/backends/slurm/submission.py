@@ -15,7 +15,7 @@ External ids: ``"<slurm job id>"`` for a job of its own, ``"<slurm job id>+<inde
 index-th task of a pilot.
 
 Every SLURM command goes through :mod:`agora_optimizer.slurm` (:meth:`SlurmSubmission._run`),
-whose errors become :class:`~agora_optimizer.executor.jobs.BackendError`: transient when SLURM
+whose errors become :class:`~agora_optimizer.executor.jobs.spec.BackendError`: transient when SLURM
 could not be reached, with the command's own last words.
 """
 
@@ -39,9 +39,9 @@ from agora_optimizer.errors import FieldError
 from agora_optimizer.executor.backends.base import Backend
 from agora_optimizer.executor.backends.slurm.pilot_files import REAP_SESSION, Capacity, Pilot
 from agora_optimizer.executor.bounded import BoundedDict
-from agora_optimizer.executor.environment import is_scheduler_secret
-from agora_optimizer.executor.jobs import BackendError, JobSpec
+from agora_optimizer.executor.jobs.spec import BackendError, JobSpec
 from agora_optimizer.executor.state_files import write_private
+from agora_optimizer.executor.worker.environment import is_scheduler_secret
 from agora_optimizer.model.catalog import Resource
 from agora_optimizer.model.workflow import shown
 from agora_optimizer.slurm.commands import run_slurm, this_user

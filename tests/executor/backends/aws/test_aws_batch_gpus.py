@@ -17,7 +17,7 @@ import pytest
 
 from agora_optimizer.executor.backends.aws_batch import AwsBatchBackend, Infrastructure, type_queue_name
 from agora_optimizer.executor.backends.aws_provisioning import GPU_IMAGE_TYPE, ec2_configuration
-from agora_optimizer.executor.jobs import BackendError
+from agora_optimizer.executor.jobs.spec import BackendError
 from agora_optimizer.model.catalog import GIB, Catalog
 from tests.executor.backends.aws.conftest import MotoServer, Network
 from tests.executor.backends.aws.test_aws_batch import spec

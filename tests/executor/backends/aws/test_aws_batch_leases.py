@@ -15,7 +15,7 @@ import pytest
 from agora_optimizer.errors import AgoraError
 from agora_optimizer.executor.backends.aws_batch import AwsBatchBackend, ComputeNetwork, type_queue_name
 from agora_optimizer.executor.backends.registry import aws_compute_network
-from agora_optimizer.executor.jobs import BackendError, MachineLease, lease_key
+from agora_optimizer.executor.jobs.spec import BackendError, MachineLease, lease_key
 from agora_optimizer.model.catalog import Catalog, Resource
 from tests.executor.backends.aws.conftest import REGION, SPECIAL_QUEUE, MotoServer, Network, fake_session
 from tests.executor.backends.aws.test_aws_batch import spec

@@ -30,7 +30,7 @@ import pytest
 
 from agora_optimizer.executor.backends.aws_batch import AwsBatchBackend
 from agora_optimizer.executor.backends.aws_jobs import status_from_description
-from agora_optimizer.executor.jobs import JobSpec, JobStatus
+from agora_optimizer.executor.jobs.spec import JobSpec, JobStatus
 from agora_optimizer.io.catalog_file import load_catalog
 from agora_optimizer.model.catalog import GIB, Catalog
 from tests.executor.backends.aws.conftest import (
@@ -188,7 +188,7 @@ def test_a_planned_machine_of_a_spot_type_gets_a_spot_compute_environment_of_its
 def test_a_queue_of_spot_and_on_demand_types_is_refused_naming_both(spot: Spot) -> None:
     from dataclasses import replace
 
-    from agora_optimizer.executor.jobs import BackendError
+    from agora_optimizer.executor.jobs.spec import BackendError
 
     mixed = [replace(r, extra={"job_queue": "agora-mixed"}) for r in spot.catalog.resources if "large" in r.name]
     with pytest.raises(BackendError, match=r"agora-mixed would hold spot types \(c7i.large-spot"):
@@ -254,8 +254,8 @@ def test_the_executor_reruns_a_reclaimed_spot_task_on_its_fallback_and_airflow_s
     try is put back to QUEUED there: :func:`requeue_task_instance`, recorded here)."""
     from airflow.utils.state import TaskInstanceState
 
-    from agora_optimizer.executor import interruptions
     from agora_optimizer.executor.agora_executor import AgoraExecutor
+    from agora_optimizer.executor.runs import interruptions
     from agora_optimizer.runs.store import RunStore
 
     requeued: list[tuple[Any, int]] = []

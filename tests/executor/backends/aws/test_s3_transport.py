@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from agora_optimizer.executor.backends.aws_batch import AwsBatchBackend, Infrastructure
-from agora_optimizer.executor.jobs import OOM_EXIT_CODE, BackendError, JobResult, JobSpec, job_key, read_result
-from agora_optimizer.executor.remote_files import RemoteFileNotFound, RemoteFiles, job_urls
+from agora_optimizer.executor.jobs.spec import OOM_EXIT_CODE, BackendError, JobResult, JobSpec, job_key, read_result
+from agora_optimizer.executor.worker.remote_files import RemoteFileNotFound, RemoteFiles, job_urls
 from agora_optimizer.model.catalog import GIB
 from harness.local_airflow import free_port
 from tests.conftest import AWS_CATALOG
@@ -366,7 +366,7 @@ def test_an_aws_task_without_an_s3_prefix_fails_naming_the_setting_and_the_task(
     from airflow.utils.state import TaskInstanceState
 
     from agora_optimizer.executor.agora_executor import worker_command
-    from agora_optimizer.executor.placement import Placement
+    from agora_optimizer.executor.jobs.placement import Placement
     from agora_optimizer.model.catalog import Resource
 
     aws_executor.config = replace(aws_executor.config, aws_s3_prefix="")  # read at start
@@ -389,5 +389,5 @@ def test_an_aws_task_without_an_s3_prefix_fails_naming_the_setting_and_the_task(
 
 
 def test_the_worker_imports_boto3_only_when_it_exchanges_files_through_s3() -> None:
-    check = "import sys, agora_optimizer.executor.worker; assert 'boto3' not in sys.modules, 'boto3 imported'"
+    check = "import sys, agora_optimizer.executor.worker.worker; assert 'boto3' not in sys.modules, 'boto3 imported'"
     subprocess.run([sys.executable, "-c", check], check=True, timeout=60)

@@ -4,7 +4,7 @@ A backend (local pools, SLURM, AWS Batch) knows nothing of Airflow: it runs a
 :class:`JobSpec` (a command with cores, memory and a time limit on one catalog
 resource) and reports :class:`JobStatus` by the external id it returned from
 ``submit`` (:class:`~agora_optimizer.executor.backends.base.Backend`). The command is
-always the agora worker (:mod:`agora_optimizer.executor.worker`), which runs the Airflow
+always the agora worker (:mod:`agora_optimizer.executor.worker.worker`), which runs the Airflow
 task, enforces the memory limit and writes a result file; the backends that share a file
 system with the scheduler (local, SLURM) read that file, and on AWS Batch the worker
 uploads it to S3, where the backend reads it beside Batch's own job record.

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agora_optimizer.executor.environment import is_scheduler_secret, job_environment
+from agora_optimizer.executor.worker.environment import is_scheduler_secret, job_environment
 
 SECRET_NAMES = (
     "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN",

@@ -32,11 +32,11 @@ from typing import Any
 
 from agora_optimizer.errors import AgoraError
 from agora_optimizer.executor.executor_base import ExecutorBase, clock_now
-from agora_optimizer.executor.job_record import JobRecord
-from agora_optimizer.executor.jobs import JobStatus
+from agora_optimizer.executor.jobs.placement import Placement
+from agora_optimizer.executor.jobs.records import JobRecord
+from agora_optimizer.executor.jobs.spec import JobStatus
 from agora_optimizer.executor.lifecycle import Accepted, Job
-from agora_optimizer.executor.placement import Placement
-from agora_optimizer.executor.repair import clock_at
+from agora_optimizer.executor.runs.repair import clock_at
 from agora_optimizer.model.catalog import Resource
 from agora_optimizer.runs.lease_record import LeaseRecord
 from agora_optimizer.runs.record import Repair

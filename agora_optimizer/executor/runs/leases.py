@@ -1,7 +1,7 @@
 """The leases of planned machines: one per machine of a run's plan, held with the machine's backend.
 
 A task the plan put on a machine (``TYPE#N``) runs inside that machine's lease
-(:class:`~agora_optimizer.executor.jobs.MachineLease`, sized as the machine's type). :class:`Leases`
+(:class:`~agora_optimizer.executor.jobs.spec.MachineLease`, sized as the machine's type). :class:`Leases`
 keeps the open ones and decides when each opens and closes:
 
 - it opens when the machine's first task is submitted (:meth:`Leases.lease_for`) or, for a backend
@@ -28,9 +28,9 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from agora_optimizer.errors import AgoraError
 from agora_optimizer.executor.backends.base import Backend
 from agora_optimizer.executor.bounded import BoundedDict
-from agora_optimizer.executor.jobs import BackendError, MachineLease, lease_key
-from agora_optimizer.executor.machine_order import MachinePlan, ReplacedMachine, RunBook
-from agora_optimizer.executor.repair import RunReports
+from agora_optimizer.executor.jobs.spec import BackendError, MachineLease, lease_key
+from agora_optimizer.executor.runs.machine_order import MachinePlan, ReplacedMachine, RunBook
+from agora_optimizer.executor.runs.repair import RunReports
 from agora_optimizer.model.catalog import Resource
 from agora_optimizer.runs.lease_record import LeaseRecord
 from agora_optimizer.runs.record import Repair

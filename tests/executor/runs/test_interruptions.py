@@ -19,8 +19,8 @@ import pytest
 from sqlalchemy import select
 
 from agora_optimizer.executor.backends.base import Backend
-from agora_optimizer.executor.jobs import JobSpec, JobStatus
-from agora_optimizer.executor.preemption import SPOT_ENV
+from agora_optimizer.executor.jobs.spec import JobSpec, JobStatus
+from agora_optimizer.executor.worker.preemption import SPOT_ENV
 
 MIB = 2**20
 CATALOG = """
@@ -91,7 +91,7 @@ def executor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
 @pytest.fixture
 def requeued(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, int]]:
     """Airflow's metadata database, played: every try may go back to QUEUED (the calls are recorded)."""
-    from agora_optimizer.executor import interruptions
+    from agora_optimizer.executor.runs import interruptions
 
     calls: list[tuple[Any, int]] = []
     monkeypatch.setattr(interruptions, "requeue_task_instance", lambda ti_id, n: calls.append((ti_id, n)) or "")
@@ -183,7 +183,7 @@ def test_a_try_airflow_no_longer_runs_fails_with_the_interruption_and_its_next_t
 ) -> None:
     from airflow.utils.state import TaskInstanceState
 
-    from agora_optimizer.executor import interruptions
+    from agora_optimizer.executor.runs import interruptions
 
     gone = "Airflow no longer has try 1 running or queued (it may have failed it already)"
     monkeypatch.setattr(interruptions, "requeue_task_instance", lambda ti_id, n: gone)
@@ -223,7 +223,7 @@ def test_a_rerun_on_the_fallback_is_not_rerun_again_and_other_types_fail_as_befo
 def test_requeue_task_instance_says_why_without_airflows_database(monkeypatch: pytest.MonkeyPatch) -> None:
     from airflow import settings as airflow_settings
 
-    from agora_optimizer.executor.interruptions import requeue_task_instance
+    from agora_optimizer.executor.runs.interruptions import requeue_task_instance
 
     monkeypatch.setattr(airflow_settings, "Session", None)
     assert requeue_task_instance(uuid.uuid4(), 1) == "no Airflow metadata database in this process"
@@ -288,7 +288,7 @@ def settings_session() -> Iterator[Any]:
 def test_requeue_task_instance_puts_a_running_try_back_to_queued_and_nothing_else(
     task_instances: TaskInstanceTable,
 ) -> None:
-    from agora_optimizer.executor.interruptions import requeue_task_instance
+    from agora_optimizer.executor.runs.interruptions import requeue_task_instance
 
     ids = {state: task_instances.add(state, state) for state in ("running", "queued", "failed")}
     assert requeue_task_instance(ids["running"], 1) == ""
@@ -310,7 +310,7 @@ def test_a_requeued_try_waits_a_whole_task_queued_timeout_before_airflow_calls_i
     from airflow.jobs.job import Job
     from airflow.jobs.scheduler_job_runner import SchedulerJobRunner
 
-    from agora_optimizer.executor.interruptions import requeue_task_instance
+    from agora_optimizer.executor.runs.interruptions import requeue_task_instance
 
     scheduler = SchedulerJobRunner(Job(id=7), executors=[LocalExecutor()])
     timeout = timedelta(seconds=scheduler._task_queued_timeout)

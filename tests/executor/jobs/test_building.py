@@ -1,4 +1,4 @@
-"""From a workload to a job (executor/job_building.py): the worker's environment, a retry after an OOM kill."""
+"""From a workload to a job (executor/jobs/building.py): the worker's environment, a retry after an OOM kill."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from agora_optimizer.executor.jobs import job_key
+from agora_optimizer.executor.jobs.spec import job_key
 from tests.executor.test_agora_executor import KEY, MIB, executor, placement, workload
 
 __all__ = ["executor"]  # the fixture, imported
@@ -62,8 +62,8 @@ def test_a_retry_after_an_oom_kill_reserves_more_memory_than_the_try_that_died(
     executor: Any, tmp_path: Path, killed_for_memory: bool, reserved_mib: int
 ) -> None:
 
-    from agora_optimizer.executor.job_record import JobRecord
-    from agora_optimizer.executor.jobs import JobResult
+    from agora_optimizer.executor.jobs.records import JobRecord
+    from agora_optimizer.executor.jobs.spec import JobResult
 
     first = tmp_path / "jobs" / KEY  # try 1, as the executor left it: its record and the worker's result
     JobRecord(
@@ -88,7 +88,7 @@ def test_a_retry_after_an_oom_kill_reserves_more_memory_than_the_try_that_died(
 def test_a_task_of_a_run_with_its_own_plan_runs_on_that_plans_machine_and_says_so_to_the_task(
     executor: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from agora_optimizer.executor.run_plans import RunPlans
+    from agora_optimizer.executor.runs.plans import RunPlans
     from agora_optimizer.model.plan import Assignment, Objective, Plan, SolverInfo
     from agora_optimizer.plans.store import PlanStore, plan_version
 

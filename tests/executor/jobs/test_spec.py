@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from agora_optimizer.executor.backends.slurm import JOB_NAME_MAX, job_name
-from agora_optimizer.executor.jobs import job_key
+from agora_optimizer.executor.jobs.spec import job_key
 
 LONG_TASK = "extract_" + "x" * 250
 

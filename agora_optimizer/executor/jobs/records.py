@@ -17,7 +17,7 @@ from dataclasses import MISSING, asdict, dataclass, replace
 from datetime import datetime
 from pathlib import Path
 
-from agora_optimizer.executor.jobs import JobStatus, job_key
+from agora_optimizer.executor.jobs.spec import JobStatus, job_key
 from agora_optimizer.executor.state_files import write_private
 from agora_optimizer.model.instances import instance_id
 from agora_optimizer.traces.records import AttemptState, TaskAttempt

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from agora_optimizer.executor.jobs import OOM_EXIT_CODE, BackendError, read_result
+from agora_optimizer.executor.jobs.spec import OOM_EXIT_CODE, BackendError, read_result
 
 HOLD = "import time; b = bytearray({n} * 2**20); b[::4096] = b'x' * len(b[::4096]); time.sleep({s})"
 

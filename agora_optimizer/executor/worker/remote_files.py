@@ -17,7 +17,7 @@ The scheduler's client comes from its Airflow AWS connection (the backend's
 from boto3's default chain in the container (the job definition's job role), with
 ``AWS_ENDPOINT_URL_S3`` or ``AWS_ENDPOINT_URL`` as endpoint when set. Both need
 ``s3:GetObject`` and ``s3:PutObject`` under the prefix. Every failure is a
-:class:`~agora_optimizer.executor.jobs.BackendError` naming the URL; throttling, 5xx
+:class:`~agora_optimizer.executor.jobs.spec.BackendError` naming the URL; throttling, 5xx
 answers and lost connections are transient.
 
 boto3 is imported only when a client is made, so the executor and the worker can import
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agora_optimizer.executor.jobs import BackendError
+from agora_optimizer.executor.jobs.spec import BackendError
 from agora_optimizer.executor.state_files import write_private
 
 if TYPE_CHECKING:

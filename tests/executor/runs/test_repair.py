@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
-from agora_optimizer.executor.job_record import JobRecord
-from agora_optimizer.executor.jobs import JobSpec, JobStatus, read_result
-from agora_optimizer.executor.machine_order import MachineOrder, PlannedTask, RunBook
-from agora_optimizer.executor.repair import Drift, RunReports, late_end, replan_state
+from agora_optimizer.executor.jobs.records import JobRecord
+from agora_optimizer.executor.jobs.spec import JobSpec, JobStatus, read_result
+from agora_optimizer.executor.runs.machine_order import MachineOrder, PlannedTask, RunBook
+from agora_optimizer.executor.runs.repair import Drift, RunReports, late_end, replan_state
 from agora_optimizer.model.plan import Assignment, Objective, Plan, SolverInfo
 from agora_optimizer.model.workflow import Edge, Task, Workflow
 from agora_optimizer.planning.replan import Done, Pending, Running
@@ -152,7 +152,7 @@ def test_the_replanner_sees_what_ran_what_runs_and_what_waits() -> None:
 
 
 def test_a_failed_try_is_one_drift_whether_its_job_or_airflow_says_so_first() -> None:
-    from agora_optimizer.executor.repair import Repairer
+    from agora_optimizer.executor.runs.repair import Repairer
 
     book = RunBook(MachineOrder({}, {"a": PlannedTask("a", "local-small#0", 0.0, 2.0, 1, GIB)}), origin_s=0.0)
     repairer = Repairer(slack=0.2)
@@ -323,7 +323,7 @@ def test_a_plan_without_its_workflow_is_not_repaired_and_runs_on(
 def test_a_re_plan_never_moves_a_task_onto_a_celery_pool_it_was_not_planned_on() -> None:
     """Found by running the Docker stack: a run behind its plan was re-planned over the whole catalog, Celery
     pools included, and tasks moved onto a pool failed (the AgoraExecutor cannot send a task to a Celery worker)."""
-    from agora_optimizer.executor.repair import repair_catalog
+    from agora_optimizer.executor.runs.repair import repair_catalog
     from agora_optimizer.model.catalog import Billing, Catalog, Resource
     from agora_optimizer.planning.replan import replan
 

@@ -15,7 +15,7 @@ go now, around what has run (:func:`replan_state`), and applies the answer (:fun
 - a held job whose task moved is moved (``lifecycle.Moved``) to its new machine.
 
 Times are the run's plan clock: 0 is when the executor saw the run's first planned task
-(:class:`~agora_optimizer.executor.machine_order.RunBook`), the same clock the machine order uses
+(:class:`~agora_optimizer.executor.runs.machine_order.RunBook`), the same clock the machine order uses
 (the DAG run's start would cost a read of Airflow's database; the two differ by the first task's
 queueing, a second or two). Each repair is recorded in the run record
 (:class:`~agora_optimizer.runs.record.Repair`), through :class:`RunReports`, which also carries the
@@ -33,8 +33,8 @@ from typing import Any, Protocol
 
 from agora_optimizer.errors import AgoraError
 from agora_optimizer.executor.bounded import BoundedDict
-from agora_optimizer.executor.jobs import JobStatus
-from agora_optimizer.executor.machine_order import MachineOrder, PlannedTask, RunBook
+from agora_optimizer.executor.jobs.spec import JobStatus
+from agora_optimizer.executor.runs.machine_order import MachineOrder, PlannedTask, RunBook
 from agora_optimizer.model.catalog import Catalog, Resource
 from agora_optimizer.model.plan import Assignment, Plan
 from agora_optimizer.model.workflow import Workflow

@@ -1,10 +1,10 @@
-"""The planned machines' order rule (executor/machine_order.py): pure, no executor, no Airflow."""
+"""The planned machines' order rule (executor/runs/machine_order.py): pure, no executor, no Airflow."""
 
 from __future__ import annotations
 
 import pytest
 
-from agora_optimizer.executor.machine_order import MachineOrder, RunBook, may_start
+from agora_optimizer.executor.runs.machine_order import MachineOrder, RunBook, may_start
 from agora_optimizer.model.catalog import Resource
 from agora_optimizer.model.plan import Assignment, Objective, Plan, SolverInfo
 

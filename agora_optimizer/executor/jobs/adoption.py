@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 from agora_optimizer.errors import AgoraError
 from agora_optimizer.executor.executor_base import ExecutorBase, clock_now, plan_task
-from agora_optimizer.executor.job_record import JobRecord
-from agora_optimizer.executor.jobs import JobSpec, MachineLease
+from agora_optimizer.executor.jobs.placement import Placement
+from agora_optimizer.executor.jobs.records import JobRecord
+from agora_optimizer.executor.jobs.spec import JobSpec, MachineLease
 from agora_optimizer.executor.lifecycle import Adopted, Job, parse_external_id
-from agora_optimizer.executor.placement import Placement
-from agora_optimizer.executor.repair import clock_at
+from agora_optimizer.executor.runs.repair import clock_at
 
 if TYPE_CHECKING:
     from airflow.models.taskinstance import TaskInstance

@@ -1,4 +1,4 @@
-"""The executor's state directory (executor/job_dirs.py): the sweep of unwatched jobs, expiry, a try queued again."""
+"""The executor's state directory (executor/jobs/directories.py): unwatched jobs swept, expiry, a try queued again."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from agora_optimizer.executor.backends.base import Backend
-from agora_optimizer.executor.jobs import JobSpec, JobStatus, job_key
+from agora_optimizer.executor.jobs.spec import JobSpec, JobStatus, job_key
 from tests.executor.test_agora_executor import KEY, MIB, executor, placement, workload
 
 __all__ = ["executor"]  # the fixture, imported
@@ -47,8 +47,8 @@ def _ended_job(state_dir: Path, task_id: str, exit_code: int, ended_ago_s: float
     import os
     from datetime import UTC, datetime, timedelta
 
-    from agora_optimizer.executor.job_record import JobRecord
-    from agora_optimizer.executor.jobs import JobResult, job_key
+    from agora_optimizer.executor.jobs.records import JobRecord
+    from agora_optimizer.executor.jobs.spec import JobResult, job_key
 
     job_dir = state_dir / job_key("unit", task_id, "r1", 1, -1)
     JobRecord("unit", task_id, "r1", 1, -1, "local-small", "local", 1, 256 * MIB, job_dir.name).write(job_dir)
@@ -80,7 +80,7 @@ def test_jobs_that_ended_while_no_scheduler_watched_are_traced_once(executor: An
 
 
 def test_the_sweep_traces_only_job_directories_the_executor_made(executor: Any, tmp_path: Path) -> None:
-    from agora_optimizer.executor.job_record import JobRecord
+    from agora_optimizer.executor.jobs.records import JobRecord
     from agora_optimizer.traces.store import TraceStore
 
     state_dir = tmp_path / "jobs"
@@ -110,7 +110,7 @@ def test_job_directories_done_longer_than_the_retention_are_deleted_and_nothing_
 ) -> None:
     from dataclasses import replace
 
-    from agora_optimizer.executor.job_record import JobRecord
+    from agora_optimizer.executor.jobs.records import JobRecord
 
     executor.config = replace(executor.config, job_retention_days=7)
     state_dir = tmp_path / "jobs"
@@ -167,7 +167,7 @@ def test_a_try_queued_again_gets_a_fresh_job_directory_and_the_earlier_job_is_ke
     not be reported done from the earlier job's result, nor free its machine at the earlier task-ended mark."""
     from airflow.utils.state import TaskInstanceState
 
-    from agora_optimizer.executor.jobs import JobResult, read_task_ended
+    from agora_optimizer.executor.jobs.spec import JobResult, read_task_ended
 
     backend = ResultFiles()
     executor._backends["local"] = backend

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
-from agora_optimizer.executor.job_record import JobRecord, executor_attempt
-from agora_optimizer.executor.jobs import JobStatus
+from agora_optimizer.executor.jobs.records import JobRecord, executor_attempt
+from agora_optimizer.executor.jobs.spec import JobStatus
 from agora_optimizer.traces.records import TaskAttempt
 
 MIB = 2**20

@@ -1,7 +1,7 @@
 """From Airflow's workload to a job: the placement lookup (the plan's, the run's own plan's, a repair's, the
 default), the job directory, the worker's command and environment (:class:`JobBuilding`).
 
-Each workload becomes a :class:`~agora_optimizer.executor.jobs.JobSpec` for the backend of its
+Each workload becomes a :class:`~agora_optimizer.executor.jobs.spec.JobSpec` for the backend of its
 resource; the job runs the agora worker, which runs Airflow's own ``execute_workload`` under the
 placement's memory, CPU and time limits.
 """
@@ -20,16 +20,16 @@ from typing import TYPE_CHECKING, Any
 from airflow.executors.base_executor import get_execution_api_server_url
 
 from agora_optimizer.errors import AgoraError
-from agora_optimizer.executor.environment import job_environment
 from agora_optimizer.executor.executor_base import OOM_RETRY_GROWTH, ExecutorBase, plan_task
-from agora_optimizer.executor.job_dirs import set_aside
-from agora_optimizer.executor.job_record import JobRecord
-from agora_optimizer.executor.jobs import JobSpec, read_result
+from agora_optimizer.executor.jobs.directories import set_aside
+from agora_optimizer.executor.jobs.placement import Placement, placement_environment, placement_from_config
+from agora_optimizer.executor.jobs.records import JobRecord
+from agora_optimizer.executor.jobs.spec import JobSpec, read_result
 from agora_optimizer.executor.lifecycle import Job
-from agora_optimizer.executor.placement import Placement, placement_environment, placement_from_config
-from agora_optimizer.executor.preemption import SPOT_ENV
-from agora_optimizer.executor.remote_files import CONTAINER_JOB_ROOT, job_urls, split_s3_url
 from agora_optimizer.executor.state_files import write_private
+from agora_optimizer.executor.worker.environment import job_environment
+from agora_optimizer.executor.worker.preemption import SPOT_ENV
+from agora_optimizer.executor.worker.remote_files import CONTAINER_JOB_ROOT, job_urls, split_s3_url
 from agora_optimizer.model.catalog import Resource
 from agora_optimizer.model.workflow import shown
 
@@ -42,7 +42,7 @@ class JobBuilding(ExecutorBase):
 
     def _job_for(self, workload: workloads.ExecuteTask, *, write: bool = True) -> Job:
         """The job of ``workload`` at its placement (a repair's for its run, else its run plan's, else its
-        ``executor_config``'s: :mod:`~agora_optimizer.executor.run_plans`);
+        ``executor_config``'s: :mod:`~agora_optimizer.executor.runs.plans`);
         ``write``: its workload and ``job.json`` are written (a moved held job's are written by its ``Moved``)."""
         ti = workload.ti
         label = f"{ti.dag_id}.{plan_task(ti)}"
@@ -139,7 +139,7 @@ class JobBuilding(ExecutorBase):
         ``[agora] task_environment`` names (what the DAG files read when they are parsed).
 
         Not the scheduler's secrets under any name Airflow reads them by
-        (:func:`~agora_optimizer.executor.environment.job_environment`): a task talks to Airflow
+        (:func:`~agora_optimizer.executor.worker.environment.job_environment`): a task talks to Airflow
         through the Execution API with its own token, and a SLURM job's environment is kept by
         the cluster, so the metadata database's URL or the key that signs every task's token
         must not travel with it.
@@ -173,7 +173,7 @@ def worker_command(resource: Resource, placement: Placement, job_dir: Path, *, s
 
     On AWS it runs in a container's ``python`` that cannot see ``job_dir``: it works in a
     directory of the container and fetches its workload from, and returns its result to,
-    S3 under ``s3_prefix`` (:mod:`~agora_optimizer.executor.remote_files`).
+    S3 under ``s3_prefix`` (:mod:`~agora_optimizer.executor.worker.remote_files`).
     """
     python = "python" if resource.backend == "aws" else sys.executable
     worker_dir = f"{CONTAINER_JOB_ROOT}/{job_dir.name}" if resource.backend == "aws" else str(job_dir)

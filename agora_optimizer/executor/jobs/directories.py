@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from agora_optimizer.executor.executor_base import ExecutorBase
-from agora_optimizer.executor.job_record import JobRecord
-from agora_optimizer.executor.jobs import BackendError, read_result
+from agora_optimizer.executor.jobs.records import JobRecord
+from agora_optimizer.executor.jobs.spec import BackendError, read_result
 from agora_optimizer.executor.state_files import write_private
 
 if TYPE_CHECKING:

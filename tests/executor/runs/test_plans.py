@@ -1,4 +1,4 @@
-"""Which plan a DAG run follows (executor/run_plans.py): its run plan from the store, else its parse-time placements."""
+"""Which plan a DAG run follows (executor/runs/plans.py): its own run plan from the store, else as parsed."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from agora_optimizer.executor.placement import Placement
-from agora_optimizer.executor.run_plans import RunPlans
+from agora_optimizer.executor.jobs.placement import Placement
+from agora_optimizer.executor.runs.plans import RunPlans
 from agora_optimizer.model.plan import Assignment, Objective, Plan, SolverInfo
 from agora_optimizer.plans.store import PlanStore, plan_version
 

@@ -20,7 +20,7 @@ measure). With an explicit command (tests, benchmarks) it follows the command's 
 - Time: past ``--time-limit-s`` the tree gets SIGTERM, then SIGKILL after a grace period.
 - SIGTERM or SIGINT to the worker (a cancel, ``scancel``) is passed on to the tree.
 - On spot capacity (``$AGORA_SPOT``), a SIGTERM first stops Airflow's supervisor where it stands and asks
-  the platform whether the job was preempted (:mod:`~agora_optimizer.executor.preemption`): if so, the
+  the platform whether the job was preempted (:mod:`~agora_optimizer.executor.worker.preemption`): if so, the
   tree is killed before the supervisor can report the task's failure (the try stays running in Airflow
   and the executor re-runs it on the fallback; the result's reason starts with ``preempted``), else the
   supervisor goes on and the SIGTERM is handled as above.
@@ -29,18 +29,18 @@ A task that begins and ends between two looks (a tiny task on a busy machine) is
 kernel instead: the command's tree's largest peak RSS and its CPU time, once the command is reaped.
 
 The moment the followed task process has exited, the worker writes ``DIR/task-ended``
-(:data:`~agora_optimizer.executor.jobs.TASK_ENDED_MARK`, the time in it): Airflow's supervisor
+(:data:`~agora_optimizer.executor.jobs.spec.TASK_ENDED_MARK`, the time in it): Airflow's supervisor
 goes on reporting to the API server for up to seconds, and a local pool frees the task's cores
 and memory from the mark, not from the worker's exit.
 
 When the command has ended, the worker writes ``DIR/result.json`` (see
-:class:`~agora_optimizer.executor.jobs.JobResult`) and exits with the command's exit code,
+:class:`~agora_optimizer.executor.jobs.spec.JobResult`) and exits with the command's exit code,
 or 137 after an OOM kill. ``execute_workload`` exits 0 even when the task failed: the
 task's own state lives in Airflow; the exit code speaks only of the process.
 
 Where DIR is not the scheduler's (an AWS Batch container), ``--workload-url`` names the
 ``s3://`` object to download into ``DIR/workload.json`` first, and ``--result-url`` the one
-to upload ``result.json`` to at the end (:mod:`~agora_optimizer.executor.remote_files`;
+to upload ``result.json`` to at the end (:mod:`~agora_optimizer.executor.worker.remote_files`;
 boto3 is imported only then). A workload that cannot be fetched gives a result with exit
 code 1 and the reason, uploaded all the same.
 """
@@ -63,9 +63,9 @@ from pathlib import Path
 
 import psutil
 
-from agora_optimizer.executor.jobs import OOM_EXIT_CODE, TASK_ENDED_MARK, BackendError, JobResult
-from agora_optimizer.executor.preemption import probe_for
+from agora_optimizer.executor.jobs.spec import OOM_EXIT_CODE, TASK_ENDED_MARK, BackendError, JobResult
 from agora_optimizer.executor.state_files import open_log, write_private
+from agora_optimizer.executor.worker.preemption import probe_for
 from agora_optimizer.traces.sampler import (
     SAMPLED_BY_WORKER_ENV,
     ProcessTreeSampler,
@@ -386,7 +386,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.setsid()  # one process group for the whole job: a cancel reaches every process of it
     files = None
     if args.workload_url or args.result_url:
-        from agora_optimizer.executor.remote_files import RemoteFiles
+        from agora_optimizer.executor.worker.remote_files import RemoteFiles
 
         try:
             files = RemoteFiles.from_environment()

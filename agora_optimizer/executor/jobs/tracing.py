@@ -7,9 +7,9 @@ import time
 from typing import TYPE_CHECKING
 
 from agora_optimizer.executor.executor_base import REPLAY_INTERVAL_S, ExecutorBase
-from agora_optimizer.executor.job_dirs import mark_traced
-from agora_optimizer.executor.job_record import JobRecord, executor_attempt
-from agora_optimizer.executor.jobs import JobStatus
+from agora_optimizer.executor.jobs.directories import mark_traced
+from agora_optimizer.executor.jobs.records import JobRecord, executor_attempt
+from agora_optimizer.executor.jobs.spec import JobStatus
 from agora_optimizer.traces.spool import SPOOL_NAME, spool
 from agora_optimizer.traces.spool import pending as spool_pending
 from agora_optimizer.traces.spool import replay as replay_spool
