@@ -1,94 +1,82 @@
 """Adoption after a restart: a restarted scheduler takes over the jobs an earlier one submitted.
 
 The job's external id, ``agora|<backend>|<resource>|<id>``, is stored in Airflow as the task's
-``external_executor_id``; :meth:`Adoption.try_adopt_task_instances` parses it, asks the backend to
-watch the job again, and feeds the state machine an ``Adopted`` event. A job on a planned machine
-takes its lease over too, and its run's book is started on the plan clock the earlier scheduler had.
+``external_executor_id``; :meth:`Adoption.take_over` parses it, reads the job's ``job.json`` and asks the
+backend to watch the job again. The executor then feeds the job's state machine an ``Adopted`` event; a
+job on a planned machine takes its lease over too, and its run's book is started on the plan clock the
+earlier scheduler had (the run machine's ``AdoptedOnMachine``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from datetime import datetime
+from collections.abc import Hashable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agora_optimizer.errors import AgoraError
-from agora_optimizer.executor.executor_base import ExecutorBase, clock_now, plan_task
-from agora_optimizer.executor.jobs.placement import Placement
+from agora_optimizer.executor.backend_set import BackendSet
+from agora_optimizer.executor.jobs.directories import JobDirectories
 from agora_optimizer.executor.jobs.records import JobRecord
 from agora_optimizer.executor.jobs.spec import JobSpec, MachineLease
-from agora_optimizer.executor.lifecycle import Adopted, Job, parse_external_id
-from agora_optimizer.executor.runs.repair import clock_at
-
-if TYPE_CHECKING:
-    from airflow.models.taskinstance import TaskInstance
+from agora_optimizer.executor.lifecycle import Job, parse_external_id
 
 
-class Adoption(ExecutorBase):
-    """Takes over the jobs an earlier scheduler submitted."""
+@dataclass(frozen=True)
+class TakenOver:
+    """A job an earlier scheduler submitted, which its backend watches again from here."""
 
-    def try_adopt_task_instances(self, tis: Sequence[TaskInstance]) -> Sequence[TaskInstance]:
-        not_adopted: list[TaskInstance] = []
-        for ti in tis:
-            parsed = parse_external_id(ti.external_executor_id or "")
-            if parsed is None:
-                not_adopted.append(ti)
-                continue
-            backend_name, resource, external_id = parsed
-            job_dir = self._job_dir(ti.dag_id, ti.task_id, ti.run_id, ti.try_number, ti.map_index)
-            record = JobRecord.read(job_dir)
-            if record is None or not self._adopt(backend_name, resource, external_id, job_dir):
-                not_adopted.append(ti)
-                continue
-            lease = self._adopted_lease(ti, record)
-            spec = JobSpec(
-                key=job_dir.name,
-                label=record.label,
-                resource=resource,
-                cores=record.cores,
-                memory_bytes=record.memory_bytes,
-                time_limit_s=None,
-                command=(),
-                job_dir=job_dir,
-                lease=lease,
-            )
-            self.running.add(ti.key)
-            self._feed(Job(ti.key, spec, record), Adopted(external_id))
-        return not_adopted
+    backend: str
+    resource: str
+    external_id: str
+    job_dir: Path
+    record: JobRecord
 
-    def _adopted_lease(self, ti: Any, record: JobRecord) -> MachineLease | None:
-        """The planned machine an adopted job runs on, its lease taken over (the backend finds the allocation
-        an earlier scheduler opened) and its run's book started, so that the lease is released once the
-        machine's tasks are over (not left to its idle limit). None for a job on no planned machine."""
-        resource = self._resources.get(record.resource)
-        if not record.machine or not record.plan_version or resource is None:
-            return None
-        placement = Placement(
-            record.resource, record.cores, record.memory_bytes, machine=record.machine, plan_version=record.plan_version
+    def job(self, key: Hashable, lease: MachineLease | None) -> Job:
+        """The job as the executor's table holds it (its command and limits are the backend's already)."""
+        spec = JobSpec(
+            key=self.job_dir.name,
+            label=self.record.label,
+            resource=self.resource,
+            cores=self.record.cores,
+            memory_bytes=self.record.memory_bytes,
+            time_limit_s=None,
+            command=(),
+            job_dir=self.job_dir,
+            lease=lease,
         )
-        new_book = (ti.dag_id, ti.run_id) not in self._books
-        lease = self._lease_for(ti, placement, resource)
-        book = self._books.get((ti.dag_id, ti.run_id))
-        if lease is None or book is None:
+        return Job(key, spec, self.record)
+
+
+class Adoption:
+    """Takes over the jobs an earlier scheduler submitted (``directories`` finds their ``job.json``, ``backends``
+    watch them again)."""
+
+    def __init__(self, directories: JobDirectories, backends: BackendSet, log: Any) -> None:
+        self._directories = directories
+        self._backends = backends
+        self._log = log
+
+    def take_over(self, ti: Any) -> TakenOver | None:
+        """The job of Airflow's task instance ``ti``, watched again; None when it is not this executor's, its
+        ``job.json`` is gone, or its backend cannot watch it from here."""
+        parsed = parse_external_id(ti.external_executor_id or "")
+        if parsed is None:
             return None
-        planned = book.order.by_task.get(plan_task(ti))
-        started = getattr(ti, "start_date", None)
-        started = started if isinstance(started, datetime) else None
-        now = clock_now()
-        if new_book and planned is not None and started is not None:
-            # The run's plan clock as the earlier scheduler had it, near enough: the task began at its planned start.
-            book.origin_s = now.monotonic_s - (now.wall - started).total_seconds() - planned.start_s
-        book.start(plan_task(ti), clock_at(book, now.monotonic_s, now.wall, started))
-        return lease
+        backend_name, resource, external_id = parsed
+        job_dir = self._directories.job_dir(ti.dag_id, ti.task_id, ti.run_id, ti.try_number, ti.map_index)
+        record = JobRecord.read(job_dir)
+        if record is None or not self._adopt(backend_name, resource, external_id, job_dir):
+            return None
+        return TakenOver(backend_name, resource, external_id, job_dir, record)
 
     def _adopt(self, backend_name: str, resource: str, external_id: str, job_dir: Path) -> bool:
         try:
-            backend = self._backend(backend_name)
+            backend = self._backends.get(backend_name)
         except AgoraError:
             return False
         try:
             return bool(backend.adopt(external_id, job_dir, resource))
         except Exception:
-            self.log.exception("Adopting %s job %s failed", backend_name, external_id)
+            self._log.exception("Adopting %s job %s failed", backend_name, external_id)
             return False

@@ -1,5 +1,5 @@
 """From Airflow's workload to a job: the placement lookup (the plan's, the run's own plan's, a repair's, the
-default), the job directory, the worker's command and environment (:class:`JobBuilding`).
+default), the job directory, the worker's command and environment (:class:`JobBuilder`).
 
 Each workload becomes a :class:`~agora_optimizer.executor.jobs.spec.JobSpec` for the backend of its
 resource; the job runs the agora worker, which runs Airflow's own ``execute_workload`` under the
@@ -13,6 +13,7 @@ import fnmatch
 import math
 import os
 import sys
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,11 +21,11 @@ from typing import TYPE_CHECKING, Any
 from airflow.executors.base_executor import get_execution_api_server_url
 
 from agora_optimizer.errors import AgoraError
-from agora_optimizer.executor.executor_base import OOM_RETRY_GROWTH, ExecutorBase, plan_task
-from agora_optimizer.executor.jobs.directories import set_aside
+from agora_optimizer.executor.config import OOM_RETRY_GROWTH, ExecutorConfig
+from agora_optimizer.executor.jobs.directories import JobDirectories, set_aside
 from agora_optimizer.executor.jobs.placement import Placement, placement_environment, placement_from_config
-from agora_optimizer.executor.jobs.records import JobRecord
-from agora_optimizer.executor.jobs.spec import JobSpec, read_result
+from agora_optimizer.executor.jobs.records import JobRecord, plan_task
+from agora_optimizer.executor.jobs.spec import JobSpec, MachineLease, read_result
 from agora_optimizer.executor.lifecycle import Job
 from agora_optimizer.executor.state_files import write_private
 from agora_optimizer.executor.worker.environment import job_environment
@@ -36,22 +37,56 @@ from agora_optimizer.model.workflow import shown
 if TYPE_CHECKING:
     from airflow.executors import workloads
 
+    from agora_optimizer.executor.runs.machine import RunMachine
+    from agora_optimizer.executor.runs.plans import PlanReader
 
-class JobBuilding(ExecutorBase):
-    """Builds each workload's job at its placement."""
 
-    def _job_for(self, workload: workloads.ExecuteTask, *, write: bool = True) -> Job:
+LeaseFor = Callable[[Any, Placement, Resource], MachineLease | None]
+"""The lease a task instance placed on a planned machine runs in (opened with its backend if need be), or None."""
+
+
+class JobBuilder:
+    """Builds each workload's job at its placement.
+
+    ``plans`` reads the run plans, ``runs`` is the run machine (a repair's or a fallback's placement),
+    ``lease_for`` gives a task on a planned machine its lease, ``directories`` names the job directories;
+    ``config`` is the executor's (``default_resource``, ``aws_s3_prefix``, ``task_environment``), ``conf``
+    Airflow's (the Execution API's URL), ``log`` its logger.
+    """
+
+    def __init__(
+        self,
+        config: ExecutorConfig,
+        resources: Mapping[str, Resource],
+        directories: JobDirectories,
+        plans: PlanReader,
+        runs: RunMachine,
+        lease_for: LeaseFor,
+        conf: Any,
+        log: Any,
+    ) -> None:
+        self.config = config
+        self._resources = resources
+        self._directories = directories
+        self._plans = plans
+        self._runs = runs
+        self._lease_for = lease_for
+        self._conf = conf
+        self._log = log
+
+    def job(self, workload: workloads.ExecuteTask, *, write: bool = True) -> Job:
         """The job of ``workload`` at its placement (a repair's for its run, else its run plan's, else its
-        ``executor_config``'s: :mod:`~agora_optimizer.executor.runs.plans`);
+        ``executor_config``'s: :mod:`~agora_optimizer.executor.runs.plans`), moved off spot after an interruption;
         ``write``: its workload and ``job.json`` are written (a moved held job's are written by its ``Moved``)."""
         ti = workload.ti
         label = f"{ti.dag_id}.{plan_task(ti)}"
         parsed = placement_from_config(ti.executor_config, label, ti.map_index)
-        run_plan = self._run_plans.of_run(ti.dag_id, ti.run_id, self._resources)
+        run_plan = self._plans.run_plan(ti.dag_id, ti.run_id)
         followed = run_plan.placement(plan_task(ti), parsed) if run_plan is not None else None
         placement = followed or parsed or self._default_placement(label)
-        placement = self._repaired_placement(ti, placement)
-        placement = self._off_spot(ti, placement)  # an interruption moved it to its spot type's fallback
+        placement = self._runs.repaired_placement((ti.dag_id, ti.run_id), plan_task(ti), placement)
+        instance = (ti.dag_id, ti.task_id, ti.run_id, ti.map_index)
+        placement = self._runs.fallback_placement(instance, placement)  # an interruption moved it off spot
         resource = self._resources.get(placement.resource)
         if resource is None:
             raise AgoraError(
@@ -59,10 +94,10 @@ class JobBuilding(ExecutorBase):
                 f"(known: {', '.join(sorted(self._resources)) or 'none'})"
             )
         placement = self._grown_after_oom_kill(placement, resource, ti)
-        job_dir = self._job_dir(ti.dag_id, ti.task_id, ti.run_id, ti.try_number, ti.map_index)
+        job_dir = self._directories.job_dir(ti.dag_id, ti.task_id, ti.run_id, ti.try_number, ti.map_index)
         key = job_dir.name
         if write and (aside := set_aside(job_dir)) is not None:
-            self.log.info("agora: %s try %d is queued again; its earlier job is in %s", label, ti.try_number, aside)
+            self._log.info("agora: %s try %d is queued again; its earlier job is in %s", label, ti.try_number, aside)
         job_dir.mkdir(parents=True, exist_ok=True)
         record = JobRecord(
             dag_id=ti.dag_id,
@@ -90,7 +125,7 @@ class JobBuilding(ExecutorBase):
             job_dir=job_dir,
             options=dict(resource.extra),
             environment={
-                **self._worker_environment(),
+                **self.worker_environment(),
                 **placement_environment(placement, resource.backend),
                 **({SPOT_ENV: "1"} if resource.spot else {}),  # the worker tells a preemption from a cancel
             },
@@ -110,14 +145,14 @@ class JobBuilding(ExecutorBase):
         """
         if ti.try_number <= 1:
             return placement
-        before = self._job_dir(ti.dag_id, ti.task_id, ti.run_id, ti.try_number - 1, ti.map_index)
+        before = self._directories.job_dir(ti.dag_id, ti.task_id, ti.run_id, ti.try_number - 1, ti.map_index)
         result, killed = read_result(before / "result.json"), JobRecord.read(before)
         if result is None or not result.oom_killed or killed is None:
             return placement
         grown = min(resource.memory_bytes, math.ceil(killed.memory_bytes * OOM_RETRY_GROWTH))
         if grown <= placement.memory_bytes:
             return placement
-        self.log.warning(
+        self._log.warning(
             "agora: %s try %d reserves %d bytes of memory, not %d: try %d was killed for memory at %d",
             f"{ti.dag_id}.{ti.task_id}", ti.try_number, grown, placement.memory_bytes, ti.try_number - 1,
             killed.memory_bytes,
@@ -134,7 +169,7 @@ class JobBuilding(ExecutorBase):
             )
         return Placement(resource.name, 1, min(resource.memory_bytes, 2**30), source="default")
 
-    def _worker_environment(self) -> dict[str, str]:
+    def worker_environment(self) -> dict[str, str]:
         """What a worker needs to reach Airflow: its config and the Execution API's URL, and the variables
         ``[agora] task_environment`` names (what the DAG files read when they are parsed).
 
@@ -154,7 +189,7 @@ class JobBuilding(ExecutorBase):
                 or any(fnmatch.fnmatchcase(k, pattern) for pattern in wanted)
             }
         )
-        passed["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"] = get_execution_api_server_url(self.conf)
+        passed["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"] = get_execution_api_server_url(self._conf)
         return passed
 
 

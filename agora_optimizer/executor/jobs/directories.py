@@ -16,25 +16,62 @@ import shutil
 import stat
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from agora_optimizer.executor.executor_base import ExecutorBase
 from agora_optimizer.executor.jobs.records import JobRecord
-from agora_optimizer.executor.jobs.spec import BackendError, read_result
+from agora_optimizer.executor.jobs.spec import BackendError, job_key, read_result
 from agora_optimizer.executor.state_files import write_private
 
 if TYPE_CHECKING:
-    pass
+    from agora_optimizer.executor.jobs.table import JobTable
+    from agora_optimizer.executor.jobs.tracing import TraceWriter
 
 
+SWEEP_INTERVAL_S = 20.0  # how often finished jobs nobody watched are traced (and not before the first adoption)
+EXPIRE_INTERVAL_S = 3600.0  # how often job directories older than [agora] job_retention_days are deleted
 SWEEP_MAX_AGE_S = 86400.0  # results older than this were traced by an earlier version or are not ours to redo
 SWEEP_BATCH = 200  # at most this many traced per sweep: the scheduler's loop must stay short
 TRACED_MARK = "traced"
 SET_ASIDE = "~"  # KEY~N: the N-th earlier job of a try Airflow queued again (kept until it expires)
 
 
-class JobDirectories(ExecutorBase):
-    """Sweeps and expires the job directories of the executor's state directory."""
+class JobDirectories:
+    """The executor's state directory: names each attempt's job directory, sweeps the jobs that ended while no
+    executor watched them, and expires old job directories.
+
+    ``jobs`` is the executor's job table (whose directories are left alone), ``trace`` writes the sweep's rows,
+    ``retention_days`` is ``[agora] job_retention_days``.
+    """
+
+    def __init__(self, state_dir: Path, jobs: JobTable, trace: TraceWriter, retention_days: float, log: Any) -> None:
+        self.state_dir = state_dir
+        self.retention_days = retention_days
+        self._jobs = jobs
+        self._trace = trace
+        self._log = log
+        self._swept: set[str] = set()  # job directories the sweep is done with (traced, unreadable or too old)
+        self._last_sweep = time.monotonic()  # the first sweep waits an interval: adoption comes first
+        self._last_expiry = self._last_sweep - EXPIRE_INTERVAL_S  # the first expiry comes with the first sweep
+
+    @property
+    def swept(self) -> frozenset[str]:
+        """The names of the job directories the sweep is done with."""
+        return frozenset(self._swept)
+
+    def job_dir(self, dag_id: str, task_id: str, run_id: str, try_number: int, map_index: int) -> Path:
+        """The one place an attempt's job directory is named: ``STATE_DIR/<job_key>`` (the key is also the job's
+        name on every backend, and a pure function of the attempt, so a restart finds it)."""
+        return self.state_dir / job_key(dag_id, task_id, run_id, try_number, map_index)
+
+    def maintain(self) -> None:
+        """Sweep every :data:`SWEEP_INTERVAL_S`, and expire (with a sweep) every :data:`EXPIRE_INTERVAL_S`."""
+        if time.monotonic() - self._last_sweep < SWEEP_INTERVAL_S:
+            return
+        self._last_sweep = time.monotonic()
+        self.sweep_finished_jobs()
+        if time.monotonic() - self._last_expiry >= EXPIRE_INTERVAL_S:
+            self._last_expiry = time.monotonic()
+            self.expire_job_dirs()
 
     def sweep_finished_jobs(self, max_age_s: float = SWEEP_MAX_AGE_S) -> int:
         """Trace the jobs that ended while no executor watched them; returns how many.
@@ -43,12 +80,12 @@ class JobDirectories(ExecutorBase):
         API, so no restarted scheduler hands it over for adoption and no poll ever sees its job
         end. Its ``result.json`` is still in the job's directory: that is traced here, once.
         """
-        if not self._state_dir.is_dir():
+        if not self.state_dir.is_dir():
             return 0
-        ours = {job.spec.job_dir.name for job in self._jobs.values()}
+        ours = self._jobs.job_dir_names()
         now = time.time()
         traced = 0
-        job_dirs = sorted(self._state_dir.iterdir())
+        job_dirs = sorted(self.state_dir.iterdir())
         self._swept &= {job_dir.name for job_dir in job_dirs}  # no bigger than the state dir (which expiry bounds)
         for job_dir in job_dirs:
             if traced >= SWEEP_BATCH:
@@ -73,19 +110,19 @@ class JobDirectories(ExecutorBase):
             try:
                 result = read_result(result_path)
             except BackendError as exc:
-                self.log.warning("Not tracing %s: %s", job_dir.name, exc)
+                self._log.warning("Not tracing %s: %s", job_dir.name, exc)
                 mark_traced(job_dir)
                 self._swept.add(job_dir.name)
                 continue
             if record is None or result is None:
                 continue
             if job_dir.name != record.key:  # not a directory the executor made for the attempt its job.json names
-                self.log.warning("Not tracing %s: its job.json names another attempt (%s)", job_dir, record.label)
+                self._log.warning("Not tracing %s: its job.json names another attempt (%s)", job_dir, record.label)
                 self._swept.add(job_dir.name)
                 continue
-            self._write_trace(record, result.status())
+            self._trace.write(record, result.status())
             self._swept.add(job_dir.name)
-            self.log.info("Traced %s, which ended while no scheduler watched it", record.label)
+            self._log.info("Traced %s, which ended while no scheduler watched it", record.label)
             traced += 1
         return traced
 
@@ -97,27 +134,27 @@ class JobDirectories(ExecutorBase):
         the sweep looks), and a SLURM pilot's whose tasks are all done or gone; nothing in either
         changed within the retention. 0 days keeps everything.
         """
-        days = self.config.job_retention_days if retention_days is None else retention_days
-        if days <= 0 or not self._state_dir.is_dir():
+        days = self.retention_days if retention_days is None else retention_days
+        if days <= 0 or not self.state_dir.is_dir():
             return 0
         cutoff = time.time() - days * 86400.0
-        ours = {job.spec.job_dir.name for job in self._jobs.values()}
+        ours = self._jobs.job_dir_names()
         deleted = 0
-        for job_dir in sorted(self._state_dir.iterdir()):
+        for job_dir in sorted(self.state_dir.iterdir()):
             if job_dir.name in ours or not _own_directory(job_dir) or not _done_before(job_dir, cutoff):
                 continue
             try:
                 shutil.rmtree(job_dir)  # never follows a symlink inside it
             except OSError as exc:
-                self.log.warning("Cannot delete the expired job directory %s: %s", job_dir, exc)
+                self._log.warning("Cannot delete the expired job directory %s: %s", job_dir, exc)
                 continue
             self._swept.discard(job_dir.name)
             deleted += 1
         if deleted:
-            self.log.info(
+            self._log.info(
                 "Deleted %d job directories in %s done more than %g days ago ([agora] job_retention_days)",
                 deleted,
-                self._state_dir,
+                self.state_dir,
                 days,
             )
         return deleted

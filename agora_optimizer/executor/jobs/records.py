@@ -16,6 +16,7 @@ import json
 from dataclasses import MISSING, asdict, dataclass, replace
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from agora_optimizer.executor.jobs.spec import JobStatus, job_key
 from agora_optimizer.executor.state_files import write_private
@@ -66,6 +67,12 @@ class JobRecord:
             return cls(**{name: raw[name] for name in cls.__dataclass_fields__ if name in raw or name not in optional})
         except (OSError, ValueError, KeyError, TypeError):
             return None
+
+
+def plan_task(ti: Any) -> str:
+    """A task instance's name in its plan (Airflow's ``TaskInstance``, or its workload's): ``task[i]`` for a
+    mapped task's instance."""
+    return instance_id(ti.task_id, ti.map_index)
 
 
 def attempt_state(status: JobStatus) -> AttemptState:

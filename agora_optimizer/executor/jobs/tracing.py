@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from agora_optimizer.executor.executor_base import REPLAY_INTERVAL_S, ExecutorBase
 from agora_optimizer.executor.jobs.directories import mark_traced
 from agora_optimizer.executor.jobs.records import JobRecord, executor_attempt
 from agora_optimizer.executor.jobs.spec import JobStatus
@@ -17,37 +17,47 @@ from agora_optimizer.traces.spool import replay as replay_spool
 if TYPE_CHECKING:
     from agora_optimizer.runs.store import RunStore
 
+REPLAY_INTERVAL_S = 5.0  # how often rows spooled while the trace store was down are written again
 
-class Tracing(ExecutorBase):
-    """Writes each ended job's row (backend, host, exit code, peak memory) to the trace store."""
 
-    def _write_trace(self, record: JobRecord, status: JobStatus) -> None:
+class TraceWriter:
+    """Writes each ended job's row (backend, host, exit code, peak memory) to the trace store, which also holds
+    the run records (:meth:`store`); a row the store cannot take waits in the spool of ``state_dir``."""
+
+    def __init__(self, state_dir: Path, log: Any) -> None:
+        self._state_dir = state_dir
+        self._log = log
+        self._store: RunStore | None = None
+        self._last_replay = 0.0
+
+    def write(self, record: JobRecord, status: JobStatus) -> None:
+        """The job's row; its directory is then marked traced, which the sweep leaves alone."""
         try:
-            store = self._store()
+            store = self.store()
             existing = store.attempt(record.dag_id, record.task_id, record.run_id, record.try_number, record.map_index)
             store.add([executor_attempt(record, status, existing)])
         except Exception as exc:  # traces must never fail a task: the row waits in the spool for the store
             try:
                 kept = spool(executor_attempt(record, status, None), "executor", self._state_dir / SPOOL_NAME)
             except Exception:
-                self.log.exception("Could not write the trace of %s, nor keep it for later (%s)", record.label, exc)
+                self._log.exception("Could not write the trace of %s, nor keep it for later (%s)", record.label, exc)
                 return
-            self.log.warning("Trace store unreachable (%s); the row of %s waits in %s", exc, record.label, kept)
+            self._log.warning("Trace store unreachable (%s); the row of %s waits in %s", exc, record.label, kept)
         job_dir = self._state_dir / record.key
         with contextlib.suppress(OSError):
             if job_dir.is_dir():
                 mark_traced(job_dir)  # the sweep leaves it alone
 
-    def _store(self) -> RunStore:
+    def store(self) -> RunStore:
         """The trace store (with its run records), opened once: a finished job must not pay for an engine."""
-        if self._trace_store is None:
+        if self._store is None:
             from agora_optimizer.runs.store import RunStore
             from agora_optimizer.traces.store import default_store_url
 
-            self._trace_store = RunStore(default_store_url())
-        return self._trace_store
+            self._store = RunStore(default_store_url())
+        return self._store
 
-    def _replay_traces(self) -> None:
+    def replay(self) -> None:
         """Write the rows that waited in the trace spool while the store was down (at most every few seconds)."""
         if time.monotonic() - self._last_replay < REPLAY_INTERVAL_S:
             return
@@ -56,10 +66,16 @@ class Tracing(ExecutorBase):
         try:
             if not spool_pending(spool_dir):
                 return
-            written = replay_spool(self._store(), spool_dir)
+            written = replay_spool(self.store(), spool_dir)
         except Exception as exc:  # still down: the rows keep waiting
             waiting = spool_pending(spool_dir)
-            self.log.warning("Trace store still unreachable (%s); %d rows wait in the spool", exc, waiting)
+            self._log.warning("Trace store still unreachable (%s); %d rows wait in the spool", exc, waiting)
             return
         if written:
-            self.log.info("Wrote %d trace rows that waited in the spool while the trace store was down", written)
+            self._log.info("Wrote %d trace rows that waited in the spool while the trace store was down", written)
+
+    def close(self) -> None:
+        """Close the store (a later row opens it again)."""
+        if self._store is not None:
+            self._store.close()
+            self._store = None

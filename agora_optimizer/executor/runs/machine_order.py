@@ -185,6 +185,12 @@ class RunBook:
             self.ended_s[task_id] = at_s
         return True
 
+    def ended_again(self, task_id: str, at_s: float) -> None:
+        """The task ended for good at plan clock ``at_s``, later than its planned machine saw it end: its try
+        re-ran off the machine (an interrupted spot job's re-run on its fallback). Only for a task ended here."""
+        if task_id in self.ended_s:
+            self.ended_s[task_id] = at_s
+
     def settle(self, states: Mapping[str, str]) -> None:
         """Airflow's task states (by plan name): a task in a :data:`NEVER_COMES` state is done (if it started)
         or gone (if it never did), and so is a planned task the run does not have (a plan older than its

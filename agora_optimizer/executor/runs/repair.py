@@ -4,8 +4,9 @@ A plan is a prediction. When a planned task of a run **ends later than planned b
 ``[agora] replan_slack`` times its planned duration**, or **fails**, or is **OOM-killed**, the rest
 of the plan was made for a run that is no longer happening: its successors are planned to start on
 machines and at times that no longer hold. The executor then asks the re-planner
-(:func:`agora_optimizer.planning.replan.replan`) where the run's tasks that are not queued yet should
-go now, around what has run (:func:`replan_state`), and applies the answer (:func:`repaired`):
+(:class:`~agora_optimizer.executor.runs.replanner.Replanner`, over :func:`agora_optimizer.planning.replan.replan`)
+where the run's tasks that are not queued yet should go now, around what has run (:func:`replan_state`),
+and the run machine (:mod:`~agora_optimizer.executor.runs.machine`) applies the answer (:func:`repaired`):
 
 - the run's machine order becomes the re-planned schedule's (what ran, and what is re-planned), so
   held tasks wait for their new turn, and machines that lost all their tasks have ended (their
@@ -18,18 +19,20 @@ Times are the run's plan clock: 0 is when the executor saw the run's first plann
 (:class:`~agora_optimizer.executor.runs.machine_order.RunBook`), the same clock the machine order uses
 (the DAG run's start would cost a read of Airflow's database; the two differ by the first task's
 queueing, a second or two). Each repair is recorded in the run record
-(:class:`~agora_optimizer.runs.record.Repair`), through :class:`RunReports`, which also carries the
-backends' released leases; both wait in memory while the run store is down and are written again
-later. A repair never stops a run: any error leaves the run as planned, with one log line.
+(:class:`~agora_optimizer.runs.record.Repair`), through
+:class:`~agora_optimizer.executor.runs.reports.RunReports`. A repair never stops a run: any error leaves
+the run as planned, with one log line.
+
+This module is pure (no Airflow, no plan store): the drift rule (:class:`RunRepairs`), the re-planner's
+view of a run and what its answer changes.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any, Protocol
 
 from agora_optimizer.errors import AgoraError
 from agora_optimizer.executor.bounded import BoundedDict
@@ -37,20 +40,14 @@ from agora_optimizer.executor.jobs.spec import JobStatus
 from agora_optimizer.executor.runs.machine_order import MachineOrder, PlannedTask, RunBook
 from agora_optimizer.model.catalog import Catalog, Resource
 from agora_optimizer.model.plan import Assignment, Plan
-from agora_optimizer.model.workflow import Workflow
-from agora_optimizer.planning.replan import Done, Pending, Replan, Running, TaskState, replan
-from agora_optimizer.runs.lease_record import LeaseRecord
+from agora_optimizer.planning.replan import Done, Pending, Replan, Running, TaskState
 from agora_optimizer.runs.record import Repair
 
 REPLAN_INTERVAL_S = 5.0  # at most one re-plan per run this often: drifts in between wait for the next
-REPLAN_TIME_LIMIT_S = 0.5  # the re-planner's list schedule is abandoned past it (the scheduler's loop waits)
 FAILED_STATES = frozenset({"failed", "up_for_retry"})  # Airflow's word for a try that failed in the task
 SHIFT_TOLERANCE_S = 1e-6
 MOVES_SHOWN = 20  # moves listed in a repair's detail; the rest are counted
 RUNS_MAX = 1024  # runs whose repair state is kept
-PLANS_MAX = 64  # (dag_id, plan_version) whose plan and workflow are kept for re-planning
-REPORTS_MAX = 10_000  # leases and repairs kept while the run store is down
-RETRY_INTERVAL_S = 5.0  # how often writing them is tried again
 
 
 @dataclass(frozen=True)
@@ -164,60 +161,6 @@ def repaired(
     return Repaired(order, {a.task: a for a in answer.assignments}, moved, repair)
 
 
-class _Log(Protocol):
-    def warning(self, msg: Any, /, *args: Any) -> Any: ...
-
-
-class _RunWriter(Protocol):
-    def add_leases(self, records: list[LeaseRecord]) -> int: ...
-    def add_repair(self, dag_id: str, run_id: str, repair: Repair) -> None: ...
-
-
-class RunReports:
-    """The leases backends released and the repairs made, on their way to the run store.
-
-    Written at the next :meth:`flush`; while the store is down they wait (at most :data:`REPORTS_MAX`
-    of each, the oldest dropped first) and writing is tried again every :data:`RETRY_INTERVAL_S`,
-    with one warning per try. They wait in memory only: a scheduler restart loses what waited.
-    """
-
-    def __init__(self) -> None:
-        self.leases: list[LeaseRecord] = []
-        self.repairs: list[tuple[str, str, Repair]] = []
-        self._failed_at = -math.inf
-
-    def add_leases(self, records: list[LeaseRecord]) -> None:
-        self.leases.extend(records)
-        del self.leases[:-REPORTS_MAX]
-
-    def add_repair(self, dag_id: str, run_id: str, repair: Repair) -> None:
-        self.repairs.append((dag_id, run_id, repair))
-        del self.repairs[:-REPORTS_MAX]
-
-    def flush(self, store: Callable[[], _RunWriter], now_s: float, log: _Log) -> int:
-        """Write what waits (not within :data:`RETRY_INTERVAL_S` of a failed try); how many were written."""
-        if not (self.leases or self.repairs) or now_s - self._failed_at < RETRY_INTERVAL_S:
-            return 0
-        written = 0
-        try:
-            writer = store()
-            if self.leases:
-                writer.add_leases(self.leases)
-                written += len(self.leases)
-                self.leases = []
-            while self.repairs:
-                writer.add_repair(*self.repairs[0])
-                self.repairs.pop(0)
-                written += 1
-        except Exception as exc:  # the run store is the trace store's database: down, the reports wait
-            self._failed_at = now_s
-            log.warning(
-                "agora: run store unreachable (%s); %d leases and %d repairs wait to be written",
-                exc, len(self.leases), len(self.repairs),
-            )  # fmt: skip
-        return written
-
-
 class RepairError(AgoraError):
     """A run that cannot be re-planned (its plan kept no workflow, the catalog lost a type...)."""
 
@@ -231,29 +174,17 @@ def repair_catalog(catalog: Catalog, plan: Plan) -> Catalog:
     return catalog if len(kept) == len(catalog.resources) else replace(catalog, resources=kept)
 
 
-class Repairer:
-    """The executor's repairs: the drift rule per run, the re-planner's inputs, each run's overrides.
+class RunRepairs:
+    """Each run's repair state (:class:`RunRepair`, by ``(dag_id, run_id)``) and the drift rule that fills it.
 
     ``slack`` is ``[agora] replan_slack`` (0 or less: no drift is ever noted, nothing is re-planned),
-    ``min_late_s`` ``[agora] replan_min_late_s``;
-    ``catalogs`` the ``[agora] catalog`` files, read (with the measured platform latency defaults,
-    :data:`agora_optimizer.predict.latency.MEASURED_DEFAULTS`, as plans are made with a latency and
-    learning it reads every trace) at the first re-plan; ``resources`` the executor's, by name.
+    ``min_late_s`` ``[agora] replan_min_late_s``. Pure: the re-plan itself, which reads the plan store and
+    the catalog, is :class:`~agora_optimizer.executor.runs.replanner.Replanner`'s.
     """
 
-    def __init__(
-        self,
-        slack: float = 0.0,
-        catalogs: str = "",
-        resources: Mapping[str, Resource] | None = None,
-        min_late_s: float = 0.0,
-    ) -> None:
+    def __init__(self, slack: float = 0.0, min_late_s: float = 0.0) -> None:
         self.slack = slack
         self.min_late_s = min_late_s
-        self._catalogs = catalogs
-        self._resources = dict(resources or {})
-        self._catalog: Catalog | None = None
-        self._inputs: BoundedDict[tuple[str, str], tuple[Plan, Workflow | None]] = BoundedDict(PLANS_MAX)
         self.runs: BoundedDict[tuple[str, str], RunRepair] = BoundedDict(RUNS_MAX)
 
     @property
@@ -261,6 +192,7 @@ class Repairer:
         return self.slack > 0
 
     def run(self, dag_id: str, run_id: str) -> RunRepair:
+        """The run's repair state, made empty the first time it is asked for."""
         found = self.runs.get((dag_id, run_id))
         if found is None:
             found = self.runs[(dag_id, run_id)] = RunRepair(dag_id, run_id)
@@ -317,43 +249,6 @@ class Repairer:
                 run.retries.setdefault(task_id, 0)
             retried = " (to be retried)" if state == "up_for_retry" else ""
             run.drift(Drift(task_id, f"task {task_id} failed{retried}"))
-
-    # -- re-planning -------------------------------------------------------------------------------
-
-    def replan(self, book: RunBook, run: RunRepair, now_s: float, drifts: list[Drift]) -> Repaired:
-        """Re-plan the run's tasks not yet queued at the executor's monotonic ``now_s``; raises on any trouble."""
-        plan, workflow = self._plan_and_workflow(run.dag_id, book.plan_version)
-        if workflow is None:
-            raise RepairError(
-                f"plan {book.plan_version} of DAG {run.dag_id} was saved without its workflow "
-                "(agora optimize --apply keeps it); nothing to re-plan from"
-            )
-        if run.overrides:  # the run follows its last repair now
-            plan = replace(plan, assignments=tuple(run.overrides.get(a.task, a) for a in plan.assignments))
-        clock_s = book.clock_s(now_s)
-        state = replan_state(book, clock_s, run.retries)
-        catalog = repair_catalog(self._catalog_of(), plan)
-        answer = replan(workflow, catalog, plan, state, clock_s, time_limit_s=REPLAN_TIME_LIMIT_S)
-        return repaired(book, answer, self._resources, drifts, clock_s)
-
-    def _plan_and_workflow(self, dag_id: str, version: str) -> tuple[Plan, Workflow | None]:
-        if (dag_id, version) not in self._inputs:
-            from agora_optimizer.plans.store import default_plan_store
-
-            store = default_plan_store()
-            stored = store.find(dag_id, version)
-            if stored is None:
-                raise RepairError(f"plan {version} of DAG {dag_id} is no longer in the plan store")
-            self._inputs[(dag_id, version)] = (stored.plan, store.workflow(dag_id, version))
-        return self._inputs[(dag_id, version)]
-
-    def _catalog_of(self) -> Catalog:
-        if self._catalog is None:
-            from agora_optimizer.executor.resources import merged_catalog
-            from agora_optimizer.predict.latency import PlatformLatency, with_platform_latency
-
-            self._catalog = with_platform_latency(merged_catalog(self._catalogs), PlatformLatency({}), "median")
-        return self._catalog
 
 
 def clock_at(book: RunBook, now_s: float, now_wall: datetime, moment: datetime | None) -> float:

@@ -18,7 +18,7 @@ from agora_optimizer.executor.backends.registry import make_backend
 from agora_optimizer.executor.jobs.spec import BackendError, JobSpec
 from agora_optimizer.io.catalog_file import load_catalog
 from tests.conftest import CATALOGS
-from tests.executor.test_agora_executor import workload
+from tests.executor.test_agora_executor import hand_over, workload
 
 MIB = 2**20
 
@@ -48,8 +48,7 @@ def test_the_executor_fails_a_task_placed_on_a_celery_pool_at_once(
     executor = AgoraExecutor()
     executor.start()
     item = workload("t", {"resource": "pool_small", "cores": 1, "memory_bytes": 256 * MIB}, tmp_path)
-    executor.queued_tasks[item.ti.key] = item
-    executor._process_workloads([item])
+    hand_over(executor, [item])
     events: dict[Any, Any] = {}
     deadline = time.monotonic() + 20
     while item.ti.key not in events and time.monotonic() < deadline:

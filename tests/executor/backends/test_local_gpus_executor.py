@@ -16,7 +16,7 @@ import pytest
 from agora_optimizer.executor.backends import local
 from agora_optimizer.executor.jobs.spec import BackendError, JobSpec
 from agora_optimizer.model.plan import Assignment
-from tests.executor.test_agora_executor import MIB, workload
+from tests.executor.test_agora_executor import MIB, hand_over, workload
 from tests.executor.test_executor_machines import cancel, heartbeat_until, save_plan
 
 GIB = 2**30
@@ -79,10 +79,8 @@ def test_planned_gpu_tasks_get_their_own_devices_and_a_cpu_task_none(
     for a in PLANNED:
         placement = {"resource": a.resource, "cores": a.cores, "memory_bytes": 512 * MIB, "gpus": a.gpus}
         items.append(workload(a.task, {**placement, "machine": a.machine, "plan_version": version}, tmp_path))
-    for item in items:
-        executor.queued_tasks[item.ti.key] = item
-    executor._process_workloads(items)
-    jobs = {job.record.task_id: job for job in executor._jobs.values()}
+    hand_over(executor, items)
+    jobs = {job.record.task_id: job for job in executor.jobs.values()}
     assert {task: job.spec.gpus for task, job in jobs.items()} == {"train_a": 1, "train_b": 1, "report": 0}
     assert jobs["train_a"].spec.lease.gpus == 2  # the machine's type's
     heartbeat_until(executor, lambda: len(told) == len(PLANNED))  # every worker started

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from agora_optimizer.executor.jobs.spec import job_key
+from tests.executor.conftest import RUN_AFTER, TaskInstanceTable
 from tests.executor.test_agora_executor import KEY, MIB, executor, placement, workload
 
 __all__ = ["executor"]  # the fixture, imported
@@ -31,7 +32,7 @@ def test_a_job_gets_airflows_settings_but_not_the_schedulers_secrets(
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("AIRFLOW__AGORA__TRACE_STORE_URL", "postgresql+psycopg://agora:pw@db/traces")
     monkeypatch.setenv("AIRFLOW_CONN_WAREHOUSE", "postgresql://task:pw@warehouse/db")  # the tasks' own
-    passed = executor._worker_environment()
+    passed = executor.builder.worker_environment()
     assert not set(secrets) & set(passed)
     assert passed["AIRFLOW__AGORA__TRACE_STORE_URL"].endswith("/traces")  # the listener writes the task's row
     assert "AIRFLOW_CONN_WAREHOUSE" in passed and passed["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"]
@@ -47,14 +48,14 @@ def test_the_variables_task_environment_names_reach_every_task_and_no_others(
     monkeypatch.setenv("MYDAGS_SCALE", "0.02")
     monkeypatch.setenv("DATA_ROOT", "/data")
     monkeypatch.setenv("UNRELATED_TOKEN", "stays home")
-    assert "MYDAGS_WORKFLOW" not in executor._worker_environment()  # none by default
+    assert "MYDAGS_WORKFLOW" not in executor.builder.worker_environment()  # none by default
     executor.config = replace(executor.config, task_environment=("MYDAGS_*", "DATA_ROOT"))
-    passed = executor._worker_environment()
+    passed = executor.builder.worker_environment()
     assert (passed["MYDAGS_WORKFLOW"], passed["MYDAGS_SCALE"], passed["DATA_ROOT"]) == ("bacass", "0.02", "/data")
     assert "UNRELATED_TOKEN" not in passed
     monkeypatch.setenv("AIRFLOW__API_AUTH__JWT_SECRET", "signs-every-token")
     executor.config = replace(executor.config, task_environment=("*",))
-    assert "AIRFLOW__API_AUTH__JWT_SECRET" not in executor._worker_environment()  # secrets never, whatever it names
+    assert "AIRFLOW__API_AUTH__JWT_SECRET" not in executor.builder.worker_environment()  # never, whatever it names
 
 
 @pytest.mark.parametrize(("killed_for_memory", "reserved_mib"), [(True, 384), (False, 256)])
@@ -78,7 +79,7 @@ def test_a_retry_after_an_oom_kill_reserves_more_memory_than_the_try_that_died(
     ).write(first / "result.json")  # fmt: skip
     item = workload("t", placement(memory_mib=256), tmp_path)
     item = item.model_copy(update={"ti": item.ti.model_copy(update={"try_number": 2})})
-    job = executor._job_for(item)  # what try 2 is submitted with (not submitted here: nothing to clean up)
+    job = executor.builder.job(item)  # what try 2 is submitted with (not submitted here: nothing to clean up)
     assert job.spec.memory_bytes == reserved_mib * MIB
     assert f"--memory-bytes {reserved_mib * MIB} " in " ".join(job.spec.command)  # the worker's limit too
     second = tmp_path / "jobs" / job_key("unit", "t", "r1", 2, -1)
@@ -86,24 +87,21 @@ def test_a_retry_after_an_oom_kill_reserves_more_memory_than_the_try_that_died(
 
 
 def test_a_task_of_a_run_with_its_own_plan_runs_on_that_plans_machine_and_says_so_to_the_task(
-    executor: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    executor: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, task_instances: TaskInstanceTable
 ) -> None:
-    from agora_optimizer.executor.runs.plans import RunPlans
     from agora_optimizer.model.plan import Assignment, Objective, Plan, SolverInfo
     from agora_optimizer.plans.store import PlanStore, plan_version
 
-    monkeypatch.setenv("AIRFLOW__AGORA__PLAN_DIR", str(tmp_path / "plans"))  # where the machine order is read
-    run_after = datetime(2026, 12, 3, 1, tzinfo=UTC)
+    monkeypatch.setenv("AIRFLOW__AGORA__PLAN_DIR", str(tmp_path / "plans"))  # the plan store the executor reads
     placed = (Assignment("t", "local-large", "local-large#0", 5.0, 10.0, 1, 300 * MIB),)
     solver = SolverInfo("window:joint", "heuristic", None, 0.0)
     own = Plan("unit", "local", Objective(), 10.0, 0.0, placed, solver, "2026-12-01T00:00:00Z")
     store = PlanStore(tmp_path / "plans")
-    version = plan_version(store.save_run("unit", run_after, own).path.read_bytes())
-    dates = {"r1": (run_after, run_after)}  # r2: a run the window did not plan
-    executor._run_plans = RunPlans(lambda: store, lambda d, r: dates.get(r, (None, None)), executor.log)
+    # the plan of run r1, by its run_after in Airflow's dag_run table (r2: a run the window did not plan)
+    version = plan_version(store.save_run("unit", RUN_AFTER, own).path.read_bytes())
     parsed = {**placement("local-small"), "machine": "local-small#0", "plan_version": "parsed", "time_limit_s": 60}
     item = workload("t", parsed, tmp_path)
-    job = executor._job_for(item, write=False)
+    job = executor.builder.job(item, write=False)
     assert (job.record.resource, job.record.machine, job.record.plan_version) == (
         "local-large",
         "local-large#0",
@@ -117,7 +115,7 @@ def test_a_task_of_a_run_with_its_own_plan_runs_on_that_plans_machine_and_says_s
         "AGORA_PLAN_VERSION": version,
     }  # fmt: skip
     other = item.model_copy(update={"ti": item.ti.model_copy(update={"run_id": "r2"})})
-    job = executor._job_for(other, write=False)
+    job = executor.builder.job(other, write=False)
     assert (job.record.resource, job.record.machine, job.record.plan_version) == (
         "local-small",
         "local-small#0",

@@ -11,7 +11,7 @@ from typing import Any
 
 from agora_optimizer.executor.backends.base import Backend
 from agora_optimizer.executor.jobs.spec import JobSpec, JobStatus, job_key
-from tests.executor.test_agora_executor import KEY, MIB, executor, placement, workload
+from tests.executor.test_agora_executor import KEY, MIB, executor, hand_over, placement, workload
 
 __all__ = ["executor"]  # the fixture, imported
 
@@ -68,7 +68,7 @@ def test_jobs_that_ended_while_no_scheduler_watched_are_traced_once(executor: An
     done = _ended_job(state_dir, "done", 0)
     failed = _ended_job(state_dir, "failed", 3)
     _ended_job(state_dir, "ancient", 0, ended_ago_s=3 * 86400)  # older than the sweep looks
-    assert executor.sweep_finished_jobs() == 2
+    assert executor.job_dirs.sweep_finished_jobs() == 2
     assert (done / "traced").exists() and (failed / "traced").exists()
     with TraceStore(f"sqlite:///{tmp_path / 'traces.db'}") as store:
         rows = {a.task_id: a for a in store.attempts(dag_id="unit")}
@@ -76,7 +76,7 @@ def test_jobs_that_ended_while_no_scheduler_watched_are_traced_once(executor: An
     assert rows["done"].backend == "local" and rows["done"].host == "worker-7"
     assert rows["done"].state == "success" and rows["failed"].state == "failed"
     assert rows["done"].peak_rss_bytes == 99 * MIB
-    assert executor.sweep_finished_jobs() == 0  # traced once
+    assert executor.job_dirs.sweep_finished_jobs() == 0  # traced once
 
 
 def test_the_sweep_traces_only_job_directories_the_executor_made(executor: Any, tmp_path: Path) -> None:
@@ -89,7 +89,7 @@ def test_the_sweep_traces_only_job_directories_the_executor_made(executor: Any, 
     forged = _ended_job(state_dir, "forged", 0)
     JobRecord("unit", "other", "r1", 1, -1, "local-small", "local", 1, MIB, "").write(forged)  # names another attempt
     real = _ended_job(state_dir, "real", 0)
-    assert executor.sweep_finished_jobs() == 1
+    assert executor.job_dirs.sweep_finished_jobs() == 1
     assert (real / "traced").exists()
     assert not (elsewhere / "traced").exists() and not (forged / "traced").exists()
     with TraceStore(f"sqlite:///{tmp_path / 'traces.db'}") as store:
@@ -139,13 +139,13 @@ def test_job_directories_done_longer_than_the_retention_are_deleted_and_nothing_
         _age(path, 8)
     _age(traced_lately, 6)
 
-    assert executor.expire_job_dirs() == 3
+    assert executor.job_dirs.expire_job_dirs() == 3
     kept = {path.name for path in state_dir.iterdir()}
     assert kept == {traced_lately.name, running.name, forged.name, "pilot-linked", pilot_running.name, spool.name}
     assert (elsewhere / "result.json").is_file()  # a symlink is not followed
     executor.config = replace(executor.config, job_retention_days=0)  # keeps everything
     _age(traced_lately, 30)
-    assert executor.expire_job_dirs() == 0 and traced_lately.is_dir()
+    assert executor.job_dirs.expire_job_dirs() == 0 and traced_lately.is_dir()
 
 
 def test_the_sweep_forgets_the_directories_that_are_gone(executor: Any, tmp_path: Path) -> None:
@@ -153,11 +153,11 @@ def test_the_sweep_forgets_the_directories_that_are_gone(executor: Any, tmp_path
 
     state_dir = tmp_path / "jobs"
     done = [_ended_job(state_dir, f"done{i}", 0) for i in range(3)]
-    assert executor.sweep_finished_jobs() == 3
+    assert executor.job_dirs.sweep_finished_jobs() == 3
     for job_dir in done[:2]:
         shutil.rmtree(job_dir)
-    executor.sweep_finished_jobs()
-    assert executor._swept == {done[2].name}
+    executor.job_dirs.sweep_finished_jobs()
+    assert executor.job_dirs.swept == {done[2].name}
 
 
 def test_a_try_queued_again_gets_a_fresh_job_directory_and_the_earlier_job_is_kept_aside(
@@ -170,12 +170,11 @@ def test_a_try_queued_again_gets_a_fresh_job_directory_and_the_earlier_job_is_ke
     from agora_optimizer.executor.jobs.spec import JobResult, read_task_ended
 
     backend = ResultFiles()
-    executor._backends["local"] = backend
+    executor.backends.use("local", backend)
     job_dir = tmp_path / "jobs" / KEY
 
     def poke(item: Any) -> list[Any]:
-        executor.queued_tasks[item.ti.key] = item
-        executor._process_workloads([item])
+        hand_over(executor, [item])
         executor.sync()
         states = [event[0] for event in executor.get_event_buffer().values()]
         now = datetime.now(UTC)
@@ -188,12 +187,11 @@ def test_a_try_queued_again_gets_a_fresh_job_directory_and_the_earlier_job_is_ke
     assert poke(item) == [TaskInstanceState.QUEUED, TaskInstanceState.SUCCESS]
     first_end = read_task_ended(job_dir)
     again = workload("t", placement(), tmp_path)  # the same try of the same task, queued again
-    executor.queued_tasks[again.ti.key] = again
-    executor._process_workloads([again])
+    hand_over(executor, [again])
     executor.sync()
     assert [event[0] for event in executor.get_event_buffer().values()] == [TaskInstanceState.QUEUED]  # not done
     assert not (job_dir / "result.json").exists() and read_task_ended(job_dir) is None
     aside = tmp_path / "jobs" / f"{KEY}~1"
     assert read_task_ended(aside) == first_end and (aside / "job.json").exists()  # nothing lost
-    assert executor.sweep_finished_jobs() == 0  # the try's row is its last job's
+    assert executor.job_dirs.sweep_finished_jobs() == 0  # the try's row is its last job's
     assert poke(again)[-1] == TaskInstanceState.SUCCESS and (tmp_path / "jobs" / f"{KEY}~2").is_dir()

@@ -9,9 +9,11 @@ from pathlib import Path
 import pytest
 
 from agora_optimizer.executor.jobs.placement import Placement
-from agora_optimizer.executor.runs.plans import RunPlans
+from agora_optimizer.executor.resources import load_resources
+from agora_optimizer.executor.runs.plans import PlanReader
 from agora_optimizer.model.plan import Assignment, Objective, Plan, SolverInfo
 from agora_optimizer.plans.store import PlanStore, plan_version
+from tests.conftest import CATALOGS
 
 MIB = 2**20
 RUN_AFTER = datetime(2026, 12, 3, 1, tzinfo=UTC)
@@ -49,15 +51,17 @@ def store(tmp_path: Path) -> PlanStore:
     return PlanStore(tmp_path / "plans")
 
 
-def looker(store: PlanStore, dates: Dates) -> RunPlans:
-    return RunPlans(lambda: store, dates, logging.getLogger("test.run_plans"))
+def looker(store: PlanStore, dates: Dates) -> PlanReader:
+    resources = load_resources(str(CATALOGS / "local.yaml"))
+    assert set(resources) == set(RESOURCES)
+    return PlanReader(lambda: store, dates, resources, logging.getLogger("test.run_plans"))
 
 
 def test_a_run_with_its_own_plan_runs_each_task_at_that_plans_placement(store: PlanStore) -> None:
     kept = store.save_run("etl", RUN_AFTER, run_plan())
     dates = Dates(scheduled=(RUN_AFTER, RUN_AFTER))
     plans = looker(store, dates)
-    found = plans.of_run("etl", "scheduled", RESOURCES)
+    found = plans.run_plan("etl", "scheduled")
     assert found is not None and found.path == kept.path and found.version == plan_version(kept.path.read_bytes())
     placed = found.placement("a", PARSED)
     assert placed == Placement(
@@ -71,28 +75,28 @@ def test_a_run_with_its_own_plan_runs_each_task_at_that_plans_placement(store: P
     unnamed = found.placement("added_since", PARSED)  # not in the run plan: as parsed, on no machine
     assert unnamed == Placement("local-small", 1, 256 * MIB, time_limit_s=60.0, plan_version=found.version)
     assert found.placement("added_since", None) is None
-    assert plans.of_run("etl", "scheduled", RESOURCES) is found and dates.reads == 1  # looked up once per run
+    assert plans.run_plan("etl", "scheduled") is found and dates.reads == 1  # looked up once per run
 
 
 def test_a_run_triggered_by_hand_follows_the_plan_of_its_logical_date(store: PlanStore) -> None:
     store.save_run("etl", RUN_AFTER, run_plan())
     plans = looker(store, Dates(manual=(RUN_AFTER + timedelta(minutes=3), RUN_AFTER)))
-    assert plans.of_run("etl", "manual", RESOURCES) is not None
+    assert plans.run_plan("etl", "manual") is not None
 
 
 def test_a_dag_without_run_plans_reads_nothing_from_airflow(store: PlanStore) -> None:
     store.save("etl", run_plan())  # a current plan only
     dates = Dates(scheduled=(RUN_AFTER, RUN_AFTER))
     plans = looker(store, dates)
-    assert plans.of_run("etl", "scheduled", RESOURCES) is None and plans.of_run("other", "r", RESOURCES) is None
+    assert plans.run_plan("etl", "scheduled") is None and plans.run_plan("other", "r") is None
     assert dates.reads == 0
 
 
 def test_a_run_the_window_did_not_plan_keeps_its_parse_time_placements(store: PlanStore) -> None:
     store.save_run("etl", RUN_AFTER, run_plan())
     plans = looker(store, Dates(later=(RUN_AFTER + timedelta(hours=1), RUN_AFTER + timedelta(hours=1))))
-    assert plans.of_run("etl", "later", RESOURCES) is None
-    assert plans.of_run("etl", "gone", RESOURCES) is None  # no such run in Airflow's database
+    assert plans.run_plan("etl", "later") is None
+    assert plans.run_plan("etl", "gone") is None  # no such run in Airflow's database
 
 
 @pytest.mark.parametrize(
@@ -113,8 +117,8 @@ def test_a_run_plan_that_cannot_be_used_is_logged_once_naming_its_file_and_the_r
         damage(path)
     plans = looker(store, Dates(scheduled=(RUN_AFTER, RUN_AFTER)))
     with caplog.at_level(logging.WARNING):
-        assert plans.of_run("etl", "scheduled", RESOURCES) is None
-        assert plans.of_run("etl", "scheduled", RESOURCES) is None
+        assert plans.run_plan("etl", "scheduled") is None
+        assert plans.run_plan("etl", "scheduled") is None
     assert len(caplog.records) == 1, caplog.text
     line = caplog.records[0].getMessage()
     assert str(path) in line and "etl run scheduled" in line and why in line, line
@@ -128,7 +132,7 @@ def test_dates_that_cannot_be_read_leave_the_run_as_parsed_with_one_line(
     dates = Dates()
     plans = looker(store, dates)
     with caplog.at_level(logging.WARNING):
-        assert plans.of_run("etl", "db_down", RESOURCES) is None
-        assert plans.of_run("etl", "db_down", RESOURCES) is None
+        assert plans.run_plan("etl", "db_down") is None
+        assert plans.run_plan("etl", "db_down") is None
     assert dates.reads == 1 and len(caplog.records) == 1
     assert "cannot read the dates of etl run db_down (database is locked)" in caplog.records[0].getMessage()

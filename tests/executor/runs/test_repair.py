@@ -18,11 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog
 
 from agora_optimizer.executor.jobs.records import JobRecord
 from agora_optimizer.executor.jobs.spec import JobSpec, JobStatus, read_result
 from agora_optimizer.executor.runs.machine_order import MachineOrder, PlannedTask, RunBook
-from agora_optimizer.executor.runs.repair import Drift, RunReports, late_end, replan_state
+from agora_optimizer.executor.runs.repair import Drift, RunRepairs, late_end, replan_state
+from agora_optimizer.executor.runs.reports import RunReports
 from agora_optimizer.model.plan import Assignment, Objective, Plan, SolverInfo
 from agora_optimizer.model.workflow import Edge, Task, Workflow
 from agora_optimizer.planning.replan import Done, Pending, Running
@@ -30,7 +32,7 @@ from agora_optimizer.plans.store import PlanStore, plan_version
 from agora_optimizer.runs.lease_record import LeaseRecord
 from agora_optimizer.runs.record import Repair
 from agora_optimizer.runs.store import RunStore
-from tests.executor.test_agora_executor import MIB, executor, reconfigure, workload
+from tests.executor.test_agora_executor import MIB, executor, hand_over, reconfigure, workload
 from tests.executor.test_executor_machines import Recording, heartbeat_until, states
 
 __all__ = ["executor"]  # the fixture, shared
@@ -88,14 +90,12 @@ def placed(machine: str, version: str, **more: Any) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def hand_over(executor: Any, version: str, tmp_path: Path, planned: dict[str, Any], **more: Any) -> list[Any]:
+def hand_over_planned(executor: Any, version: str, tmp_path: Path, planned: dict[str, Any], **more: Any) -> list[Any]:
     items = [
         workload(task, placed(machine, version, **more.get(task, {})), tmp_path)
         for task, (machine, *_) in planned.items()
     ]
-    for item in items:
-        executor.queued_tasks[item.ti.key] = item
-    executor._process_workloads(items)
+    hand_over(executor, items)
     return items
 
 
@@ -110,7 +110,7 @@ def run_store(tmp_path: Path) -> RunStore:
 
 
 def job_of(executor: Any, task_id: str) -> Any:
-    return next(job for job in executor._jobs.values() if job.record.task_id == task_id)
+    return next(job for job in executor.jobs.values() if job.record.task_id == task_id)
 
 
 # -- the rule, pure ----------------------------------------------------------------------------------
@@ -152,10 +152,8 @@ def test_the_replanner_sees_what_ran_what_runs_and_what_waits() -> None:
 
 
 def test_a_failed_try_is_one_drift_whether_its_job_or_airflow_says_so_first() -> None:
-    from agora_optimizer.executor.runs.repair import Repairer
-
     book = RunBook(MachineOrder({}, {"a": PlannedTask("a", "local-small#0", 0.0, 2.0, 1, GIB)}), origin_s=0.0)
-    repairer = Repairer(slack=0.2)
+    repairer = RunRepairs(slack=0.2)
     book.start("a", 1.0)
     book.end("a", 3.0)
     repairer.failed(book, "d", "r", "a", JobStatus("finished", exit_code=1), 0)
@@ -167,7 +165,7 @@ def test_a_failed_try_is_one_drift_whether_its_job_or_airflow_says_so_first() ->
     assert [d.reason for d in repairer.run("d", "r").drifts][1:] == ["task a failed"]
     repairer.settled(book, "d", "r", {"a": "failed"})  # read again 5 s later: the same try
     assert len(repairer.run("d", "r").drifts) == 2
-    assert Repairer(slack=0.0).on is False
+    assert RunRepairs(slack=0.0).on is False
 
 
 class DownStore:
@@ -217,11 +215,11 @@ def test_a_late_task_makes_the_executor_re_plan_and_move_a_held_successor_and_re
 ) -> None:
     version = save_plan(plans, PLANNED)
     backend = Sleeping(SLOWED)
-    executor._backends["local"] = backend
-    hand_over(executor, version, tmp_path, PLANNED)
+    executor.backends.use("local", backend)
+    hand_over_planned(executor, version, tmp_path, PLANNED)
     assert states(executor) == {"a": "held", "x": "held", "b": "held", "c": "held"}
     b_dir = job_of(executor, "b").spec.job_dir
-    heartbeat_until(executor, lambda: not executor._jobs, timeout_s=120)
+    heartbeat_until(executor, lambda: not executor.jobs, timeout_s=120)
     # b waited behind x (planned for minutes) on local-small#0; c's machine was free: b moved there
     record = JobRecord.read(b_dir)
     assert record is not None and (record.resource, record.machine) == ("local-large", "local-large#0")
@@ -244,9 +242,9 @@ def test_a_late_task_makes_the_executor_re_plan_and_move_a_held_successor_and_re
 def test_a_task_on_time_brings_no_repair(executor: Any, plans: Path, tmp_path: Path) -> None:
     on_time = {"a": ("local-small#0", 0.0, 30.0, 30.0), "c": ("local-large#0", 0.0, 30.0, 30.0)}
     version = save_plan(plans, on_time)
-    executor._backends["local"] = Sleeping({})
-    hand_over(executor, version, tmp_path, on_time)
-    heartbeat_until(executor, lambda: not executor._jobs)
+    executor.backends.use("local", Sleeping({}))
+    hand_over_planned(executor, version, tmp_path, on_time)
+    heartbeat_until(executor, lambda: not executor.jobs)
     executor.sync()
     assert run_store(tmp_path).repairs("unit", "r1") == []
     assert {r.machine for r in run_store(tmp_path).leases("unit", "r1")} == {"local-small#0", "local-large#0"}
@@ -256,9 +254,9 @@ def test_a_task_on_time_brings_no_repair(executor: Any, plans: Path, tmp_path: P
 def test_a_failed_task_makes_the_executor_re_plan(executor: Any, plans: Path, tmp_path: Path) -> None:
     planned = {"a": ("local-small#0", 0.0, 30.0, 30.0), "b": ("local-small#0", 30.0, 60.0, 30.0)}
     version = save_plan(plans, planned)
-    executor._backends["local"] = Sleeping({}, failing=("a",))
-    hand_over(executor, version, tmp_path, planned)
-    heartbeat_until(executor, lambda: not executor._jobs)
+    executor.backends.use("local", Sleeping({}, failing=("a",)))
+    hand_over_planned(executor, version, tmp_path, planned)
+    heartbeat_until(executor, lambda: not executor.jobs)
     executor.sync()
     (repair,) = run_store(tmp_path).repairs("unit", "r1")
     assert repair.reason == "task a failed (exit code 3)"
@@ -268,28 +266,27 @@ def test_a_failed_task_makes_the_executor_re_plan(executor: Any, plans: Path, tm
 @pytest.mark.slow
 def test_replan_slack_0_turns_repair_off(executor: Any, plans: Path, tmp_path: Path) -> None:
     version = save_plan(plans, PLANNED)
-    executor.config = replace(executor.config, replan_slack=0.0)
-    executor._repairer.slack = 0.0  # as start() would have made it from [agora] replan_slack = 0
-    executor._backends["local"] = Sleeping(SLOWED)
-    items = hand_over(executor, version, tmp_path, PLANNED)
+    executor.config = replace(executor.config, replan_slack=0.0)  # as [agora] replan_slack = 0 at start would
+    executor.backends.use("local", Sleeping(SLOWED))
+    items = hand_over_planned(executor, version, tmp_path, PLANNED)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and "x" not in {t for t, s in states(executor).items() if s != "held"}:
         executor.sync()  # until a ended (late) and x took its turn
         time.sleep(0.1)
     assert job_of(executor, "b").spec.lease.machine == "local-small#0"  # not moved
-    assert executor._repairer.runs.get(("unit", "r1")) is None or not executor._repairer.runs[("unit", "r1")].repairs
+    assert not executor.runs.repair_state(("unit", "r1")).repairs
     reconfigure(executor, task_queued_timeout_s=0, backend_queue_timeout_s=0, machine_hold_s=0)
     for item in items:
         executor.revoke_task(ti=item.ti)
-    heartbeat_until(executor, lambda: not executor._jobs)
+    heartbeat_until(executor, lambda: not executor.jobs)
     executor.sync()
     assert run_store(tmp_path).repairs("unit", "r1") == []
 
 
 def test_a_machine_the_backend_refuses_is_recorded_as_a_repair(executor: Any, plans: Path, tmp_path: Path) -> None:
     version = save_plan(plans, PLANNED)
-    executor._backends["local"] = Recording(refuse=("local-small#0",))
-    items = hand_over(executor, version, tmp_path, PLANNED)
+    executor.backends.use("local", Recording(refuse=("local-small#0",)))
+    items = hand_over_planned(executor, version, tmp_path, PLANNED)
     executor.sync()
     (repair,) = run_store(tmp_path).repairs("unit", "r1")
     assert repair.reason == "machine local-small#0 could not be had: node down"
@@ -300,20 +297,19 @@ def test_a_machine_the_backend_refuses_is_recorded_as_a_repair(executor: Any, pl
         executor.revoke_task(ti=item.ti)
 
 
-def test_a_plan_without_its_workflow_is_not_repaired_and_runs_on(
-    executor: Any, plans: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_a_plan_without_its_workflow_is_not_repaired_and_runs_on(executor: Any, plans: Path, tmp_path: Path) -> None:
     version = save_plan(plans, PLANNED, with_workflow=False)
-    executor._log = logging.getLogger("agora.test.executor")
-    executor._backends["local"] = Recording()
-    items = hand_over(executor, version, tmp_path, PLANNED)
-    book = executor._books[("unit", "r1")]
-    run = executor._repairer.run("unit", "r1")
+    executor.backends.use("local", Recording())
+    items = hand_over_planned(executor, version, tmp_path, PLANNED)
+    book = executor.runs.book(("unit", "r1"))
+    order = book.order
+    run = executor.runs.repair_state(("unit", "r1"))
     run.drift(Drift("a", "task a ended 900 % later than planned"))
-    executor.sync()
-    lines = [r.getMessage() for r in caplog.records if "cannot repair" in r.getMessage()]
+    with structlog.testing.capture_logs() as logged:  # the executor's log (Airflow's structlog logger)
+        executor.sync()
+    lines = [entry["event"] for entry in logged if "cannot repair" in entry["event"]]
     assert len(lines) == 1 and "saved without its workflow" in lines[0] and "goes on as planned" in lines[0]
-    assert executor._books[("unit", "r1")] is book and not run.overrides
+    assert executor.runs.book(("unit", "r1")) is book and book.order is order and not run.overrides
     assert JobStatus("finished", exit_code=0).succeeded
     reconfigure(executor, task_queued_timeout_s=0, backend_queue_timeout_s=0, machine_hold_s=0)
     for item in items:

@@ -42,6 +42,7 @@ from tests.executor.backends.aws.conftest import (
     make_network,
     start_moto,
 )
+from tests.executor.test_agora_executor import hand_over
 
 FLEET_ROLE = "arn:aws:iam::123456789012:role/agora-spot-fleet"  # an account that wants one
 
@@ -254,12 +255,12 @@ def test_the_executor_reruns_a_reclaimed_spot_task_on_its_fallback_and_airflow_s
     try is put back to QUEUED there: :func:`requeue_task_instance`, recorded here)."""
     from airflow.utils.state import TaskInstanceState
 
+    from agora_optimizer.executor import airflow_db
     from agora_optimizer.executor.agora_executor import AgoraExecutor
-    from agora_optimizer.executor.runs import interruptions
     from agora_optimizer.runs.store import RunStore
 
     requeued: list[tuple[Any, int]] = []
-    monkeypatch.setattr(interruptions, "requeue_task_instance", lambda ti_id, n: requeued.append((ti_id, n)) or "")
+    monkeypatch.setattr(airflow_db, "requeue_task_instance", lambda ti_id, n: requeued.append((ti_id, n)) or "")
     monkeypatch.setenv("AIRFLOW__AGORA__CATALOG", str(spot.catalog_path))
     monkeypatch.setenv("AIRFLOW__AGORA__STATE_DIR", str(tmp_path / "jobs"))
     monkeypatch.setenv("AIRFLOW__AGORA__TRACE_STORE_URL", f"sqlite:///{tmp_path / 'traces.db'}")
@@ -278,9 +279,9 @@ def test_the_executor_reruns_a_reclaimed_spot_task_on_its_fallback_and_airflow_s
     spot.moto.close_docker()
     spot.moto.batch_runs_containers(True)
     spot.moto.job_transitions({"progression": "manual", "times": 10**9})
-    executor._process_workloads([item])
-    spot_id = executor._jobs[item.ti.key].external_id
-    assert executor._jobs[item.ti.key].record.resource == "c7i.large-spot"
+    hand_over(executor, [item])
+    spot_id = executor.jobs[item.ti.key].external_id
+    assert executor.jobs[item.ti.key].record.resource == "c7i.large-spot"
     [described] = spot.batch.describe_jobs(jobs=[spot_id])["jobs"]
     assert described["jobQueue"].endswith("job-queue/agora-c7i-spot")
     spot.moto.reset_recording()

@@ -27,6 +27,7 @@ from harness.local_airflow import free_port
 from tests.conftest import AWS_CATALOG
 from tests.executor.backends.aws.canned import CannedServer, s3_error
 from tests.executor.backends.aws.conftest import REGION, MotoServer, client, fake_session
+from tests.executor.test_agora_executor import hand_over
 
 # The executor tests build an AgoraExecutor, which needs Airflow configured before its first import
 # (as tests/executor/conftest.py does when that folder runs too).
@@ -331,11 +332,10 @@ def test_the_executor_passes_an_aws_task_its_workload_and_result_through_s3(
 ) -> None:
     from airflow.utils.state import TaskInstanceState
 
-    aws_executor._backends["aws"] = s3_backend
+    aws_executor.backends.use("aws", s3_backend)
     item = workload("t")
-    aws_executor.queued_tasks[item.ti.key] = item
-    aws_executor._process_workloads([item])
-    job = aws_executor._jobs[item.ti.key]
+    hand_over(aws_executor, [item])
+    job = aws_executor.jobs[item.ti.key]
     key = job_key("unit", "t", "r1", 1, -1)
     urls = job_urls(prefix, key)
     command = list(job.spec.command)
@@ -346,7 +346,7 @@ def test_the_executor_passes_an_aws_task_its_workload_and_result_through_s3(
     assert described["container"]["command"] == command and TOKEN not in json.dumps(described)
     assert json.loads(files.read(urls.workload))["token"] == TOKEN
 
-    aws_executor._renew_token(job)  # as for a job still waiting in its queue
+    aws_executor.tokens.renew(job)  # as for a job still waiting in its queue
     renewed = json.loads(files.read(urls.workload))["token"]
     assert renewed != TOKEN and renewed.count(".") == 2  # a signed JWT from Airflow's generator
     assert renewed == json.loads(job.spec.workload_path.read_text())["token"]
@@ -365,21 +365,20 @@ def test_an_aws_task_without_an_s3_prefix_fails_naming_the_setting_and_the_task(
 
     from airflow.utils.state import TaskInstanceState
 
-    from agora_optimizer.executor.agora_executor import worker_command
+    from agora_optimizer.executor.jobs.building import worker_command
     from agora_optimizer.executor.jobs.placement import Placement
     from agora_optimizer.model.catalog import Resource
 
     aws_executor.config = replace(aws_executor.config, aws_s3_prefix="")  # read at start
     item = workload("t")
-    aws_executor.queued_tasks[item.ti.key] = item
-    aws_executor._process_workloads([item])
+    hand_over(aws_executor, [item])
     state, info = aws_executor.get_event_buffer()[item.ti.key]
     assert state == TaskInstanceState.FAILED
     assert info.startswith("task unit.t: resource c5.large runs on AWS Batch") and "set [agora] aws_s3_prefix" in info
 
     aws_executor.config = replace(aws_executor.config, aws_s3_prefix="agora-jobs/agora/")
     item = workload("u")
-    aws_executor._process_workloads([item])
+    hand_over(aws_executor, [item])
     state, info = aws_executor.get_event_buffer()[item.ti.key]
     assert state == TaskInstanceState.FAILED and "task unit.u: [agora] aws_s3_prefix 'agora-jobs/agora/'" in info
 
