@@ -10,7 +10,6 @@ There is no Airflow API server here for the task's own ``execute_workload``.
 
 from __future__ import annotations
 
-import logging
 import sys
 import time
 from dataclasses import replace
@@ -24,13 +23,10 @@ from agora_optimizer.executor.jobs.records import JobRecord
 from agora_optimizer.executor.jobs.spec import JobSpec, JobStatus, read_result
 from agora_optimizer.executor.runs.machine_order import MachineOrder, PlannedTask, RunBook
 from agora_optimizer.executor.runs.repair import Drift, RunRepairs, late_end, replan_state
-from agora_optimizer.executor.runs.reports import RunReports
 from agora_optimizer.model.plan import Assignment, Objective, Plan, SolverInfo
 from agora_optimizer.model.workflow import Edge, Task, Workflow
 from agora_optimizer.planning.replan import Done, Pending, Running
 from agora_optimizer.plans.store import PlanStore, plan_version
-from agora_optimizer.runs.lease_record import LeaseRecord
-from agora_optimizer.runs.record import Repair
 from agora_optimizer.runs.store import RunStore
 from tests.executor.test_agora_executor import MIB, executor, hand_over, reconfigure, workload
 from tests.executor.test_executor_machines import Recording, heartbeat_until, states
@@ -166,44 +162,6 @@ def test_a_failed_try_is_one_drift_whether_its_job_or_airflow_says_so_first() ->
     repairer.settled(book, "d", "r", {"a": "failed"})  # read again 5 s later: the same try
     assert len(repairer.run("d", "r").drifts) == 2
     assert RunRepairs(slack=0.0).on is False
-
-
-class DownStore:
-    """A run store that is down until ``up`` (what a PostgreSQL restart looks like to the executor)."""
-
-    def __init__(self, store: RunStore) -> None:
-        self.store, self.up = store, False
-
-    def add_leases(self, records: list[LeaseRecord]) -> int:
-        if not self.up:
-            raise ConnectionError("connection refused")
-        return self.store.add_leases(records)
-
-    def add_repair(self, dag_id: str, run_id: str, repair: Repair) -> None:
-        if not self.up:
-            raise ConnectionError("connection refused")
-        self.store.add_repair(dag_id, run_id, repair)
-
-
-def test_reports_wait_while_the_run_store_is_down_and_are_written_later(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    from datetime import UTC, datetime
-
-    store = DownStore(run_store(tmp_path))
-    reports = RunReports()
-    moment = datetime(2026, 12, 1, tzinfo=UTC)
-    reports.add_leases([LeaseRecord("d", "r", "m#0", "m", "local", "", moment, moment, "task times")])
-    reports.add_repair("d", "r", Repair(1.0, "task a ended 35 % later than planned", ("b",), "kept"))
-    log = logging.getLogger("agora.test.reports")
-    assert reports.flush(lambda: store, 0.0, log) == 0
-    assert "run store unreachable" in caplog.text and "1 leases and 1 repairs wait" in caplog.text
-    store.up = True
-    assert reports.flush(lambda: store, 1.0, log) == 0  # not again within the retry interval
-    assert reports.flush(lambda: store, 10.0, log) == 2
-    assert [r.machine for r in store.store.leases("d", "r")] == ["m#0"]
-    assert store.store.repairs("d", "r") == [Repair(1.0, "task a ended 35 % later than planned", ("b",), "kept")]
-    assert reports.flush(lambda: store, 20.0, log) == 0  # written once
 
 
 # -- the executor on real pools ----------------------------------------------------------------------
