@@ -1,6 +1,6 @@
 """AgoraExecutor: runs each Airflow task on the resource its plan chose.
 
-Why one module of some 600 lines: it decides nothing (the two state machines below do) and holds
+Why one module of some 650 lines: it decides nothing (the two state machines below do) and holds
 every bit of I/O they leave to it, Airflow's calls and the carrying out of each machine's actions,
 a few lines each; split, one action's effect would be looked for in several files.
 

@@ -34,7 +34,7 @@ from agora_optimizer.executor.jobs.spec import BackendError, JobSpec, JobStatus,
 from agora_optimizer.executor.state_files import open_log
 from agora_optimizer.executor.worker.environment import is_scheduler_secret, job_environment
 
-WORKER_MODULE = "agora_optimizer.executor.worker.worker"
+WORKER_MODULE = "agora_optimizer.executor.worker"  # python -m WORKER_MODULE: the worker package's __main__
 # What the pool's fork server imports once: the main script (which multiprocessing would otherwise
 # run again in every worker it starts), then the fork_server module, which calls warm_up().
 FORK_PRELOAD = ["__main__", "agora_optimizer.executor.backends.fork_server"]
@@ -42,7 +42,7 @@ FORK_PRELOAD = ["__main__", "agora_optimizer.executor.backends.fork_server"]
 # they start unless their fork server has: ~0.5 s of CPU per task (-X importtime in a task showed
 # what; base_executor is ~0.3 s, the DAG bag ~0.2 s).
 WARM_MODULES = (
-    WORKER_MODULE,
+    f"{WORKER_MODULE}.worker",
     "airflow.executors.workloads",
     "airflow.sdk.execution_time.execute_workload",
     "airflow.sdk.execution_time.supervisor",

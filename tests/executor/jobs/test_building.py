@@ -133,3 +133,19 @@ def test_a_resource_not_in_the_catalog_is_quoted_short_on_one_line(executor: Any
     state, info = run_with(executor, Flaky(LocalBackend({})), [item])[item.ti.key]
     assert state == TaskInstanceState.FAILED and "resource 'gpu-xxx" in info and "is not in [agora] catalog" in info
     assert "\n" not in info and len(info) < 600
+
+
+def test_a_local_jobs_worker_command_is_the_one_the_local_pools_fork_from_their_warm_server(tmp_path: Path) -> None:
+    """A local pool forks a job from its warm server (Airflow already imported) only when the job's command is
+    ``python -m WORKER_MODULE``; any other command starts a cold Python, seconds slower."""
+    import importlib
+
+    from agora_optimizer.executor.backends.local import WARM_MODULES, WORKER_MODULE
+    from agora_optimizer.executor.jobs.building import worker_command
+    from agora_optimizer.executor.jobs.placement import Placement
+    from agora_optimizer.model.catalog import Resource
+
+    small = Resource("local-small", "local", vcpus=1, memory_gib=1, speed=1.0, price_per_hour_usd=0.0)
+    command = worker_command(small, Placement("local-small", 1, 256 * MIB), tmp_path / "job")
+    assert command[1:3] == ["-m", WORKER_MODULE]
+    assert hasattr(importlib.import_module(WARM_MODULES[0]), "main")  # it warms the worker, not only its package
