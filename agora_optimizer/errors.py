@@ -70,3 +70,10 @@ class PlanMismatchError(AgoraError):
 
 class InfeasibleObjectiveError(AgoraError):
     """A deadline or budget cannot be met; the message gives the best achievable value."""
+
+
+def first_line(exc: BaseException) -> str:
+    """An error's first line, cut at 300 characters: what a log line of agora's hooks quotes (a driver's
+    message can run to pages)."""
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else ""

@@ -43,13 +43,13 @@ sys.path.insert(0, str(ROOT))
 
 def plan_case(workflow_path: str, catalog_path: str, factors: list[float], args: argparse.Namespace) -> dict[str, Any]:
     from agora_optimizer.engines.deadline_list import DeadlineListEngine
-    from agora_optimizer.engines.portfolio import default_stages
     from agora_optimizer.errors import InfeasibleObjectiveError
     from agora_optimizer.io.catalog_file import load_catalog
     from agora_optimizer.io.wfformat import load_workflow
     from agora_optimizer.model.plan import Objective
+    from agora_optimizer.optimize.optimize import optimize
+    from agora_optimizer.optimize.portfolio import default_stages
     from agora_optimizer.planning.bounds import cost_lower_bound_usd
-    from agora_optimizer.planning.optimize import optimize
     from agora_optimizer.planning.validate import validate_plan
 
     workflow = load_workflow(workflow_path)

@@ -56,7 +56,7 @@ DEFAULT_CATALOGS = ("aws-us-east-1", "hpc-36", "memory-tight")
 DEFAULT_WORKFLOWS = "../shared/data/wfinstances/*.json"
 DEFAULT_PLANNERS = ("default", "heft", "peft", "agora")
 MIB = 1024.0  # ru_maxrss is in KiB on Linux
-PRELOADED = ("numpy", "scipy.optimize", "scipy.sparse", "agora_optimizer.planning.optimize")
+PRELOADED = ("numpy", "scipy.optimize", "scipy.sparse", "agora_optimizer.optimize.optimize")
 
 Planner = Callable[[Any, float], Sequence[Any] | None]  # (Problem, time_limit_s) -> assignments or None
 
@@ -70,13 +70,13 @@ class Entry:
 
 
 def _default() -> Planner:
-    from agora_optimizer.planning.optimize import one_type_default_assignments
+    from agora_optimizer.optimize.optimize import one_type_default_assignments
 
     return lambda problem, _limit: one_type_default_assignments(problem.workflow, problem.catalog)
 
 
 def _agora() -> Planner:
-    from agora_optimizer.planning.optimize import optimize
+    from agora_optimizer.optimize.optimize import optimize
 
     def run(problem: Any, time_limit_s: float) -> Sequence[Any]:
         plan = optimize(problem.workflow, problem.catalog, problem.objective, problem.catalog.source, time_limit_s)

@@ -59,8 +59,8 @@ def plan_case(workflow_path: str, catalog_path: str, args: argparse.Namespace) -
     from agora_optimizer.io.wfformat import load_workflow
     from agora_optimizer.model.plan import Objective
     from agora_optimizer.model.workflow import Workflow
+    from agora_optimizer.optimize.optimize import optimize
     from agora_optimizer.planning.bounds import cost_lower_bound_usd, makespan_lower_bound_s
-    from agora_optimizer.planning.optimize import optimize
     from agora_optimizer.planning.validate import validate_plan
 
     loaded = load_workflow(workflow_path)

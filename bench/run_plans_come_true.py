@@ -24,7 +24,7 @@ For each workflow and each of ``--runs`` rounds:
    store keeps every attempt) and puts the plan in force; the benchmark waits until the
    dag-processor has parsed the DAG again, so the run uses that plan, and triggers a run;
 2. then the same with the one-type default plan (every task on the cheapest type that fits them
-   all, :func:`agora_optimizer.planning.optimize.default_plan`, with the same learned platform latency),
+   all, :func:`agora_optimizer.optimize.optimize.default_plan`, with the same learned platform latency),
    so that the saving is measured on real runs beside the predicted one.
 
 After each run ``agora runs record`` (re)builds its run record and ``agora runs show --json``
@@ -73,7 +73,7 @@ import sys
 from agora_optimizer.integration.airflow_dag import learned_platform_latency, predicted_dag_workflow
 from agora_optimizer.io.catalog_file import load_catalog
 from agora_optimizer.io.plan_file import write_plan
-from agora_optimizer.planning.optimize import default_plan
+from agora_optimizer.optimize.optimize import default_plan
 from agora_optimizer.plans.store import default_plan_store
 from agora_optimizer.predict.latency import with_platform_latency
 

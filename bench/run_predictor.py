@@ -51,7 +51,7 @@ from agora_optimizer.io.wfformat import load_workflow  # noqa: E402
 from agora_optimizer.model.catalog import Catalog  # noqa: E402
 from agora_optimizer.model.plan import Objective  # noqa: E402
 from agora_optimizer.model.workflow import Workflow  # noqa: E402
-from agora_optimizer.planning.optimize import optimize  # noqa: E402
+from agora_optimizer.optimize.optimize import optimize  # noqa: E402
 from agora_optimizer.planning.validate import validate_plan  # noqa: E402
 from agora_optimizer.predict.evaluation import memory_scores, rounded, runtime_scores  # noqa: E402
 from agora_optimizer.predict.predictor import Prediction, Predictor  # noqa: E402

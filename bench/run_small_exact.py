@@ -26,12 +26,12 @@ from pathlib import Path
 from agora_optimizer.engines.base import EngineResult
 from agora_optimizer.engines.exact.cpsat.engine import CpSatEngine
 from agora_optimizer.engines.exact.milp.engine import MilpEngine
-from agora_optimizer.engines.portfolio import default_stages, run_portfolio
 from agora_optimizer.io.catalog_file import load_catalog
 from agora_optimizer.io.wfformat import load_workflow
 from agora_optimizer.model import Assignment, Objective, Workflow
 from agora_optimizer.model.catalog import Catalog
-from agora_optimizer.planning.optimize import build_plan
+from agora_optimizer.optimize.optimize import build_plan
+from agora_optimizer.optimize.portfolio import default_stages, run_portfolio
 from agora_optimizer.planning.problem import Problem
 from agora_optimizer.planning.validate import validate_plan
 

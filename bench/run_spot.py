@@ -61,7 +61,7 @@ def run_case(workflow_path: str, args: argparse.Namespace) -> dict[str, Any]:
     from agora_optimizer.io.catalog_file import load_catalog
     from agora_optimizer.io.wfformat import load_workflow
     from agora_optimizer.model.plan import Objective
-    from agora_optimizer.planning.optimize import optimize
+    from agora_optimizer.optimize.optimize import optimize
     from agora_optimizer.planning.problem import lower_bounds
     from agora_optimizer.planning.spot_replay import all_interrupted_makespan_s, replay, sample_interruptions
     from agora_optimizer.planning.validate import validate_plan

@@ -14,12 +14,12 @@ counts are shared by all runs at every instant. Three ways, side by side in one 
 - each alone: ``agora optimize`` per DAG on the whole catalog (the cheapest, but together the plans
   may lease more of a type at once than its count: the table says which types and how many);
 - first come: each run alone, in the order they start, on what the runs before it left;
-- joint: :func:`agora_optimizer.planning.window.plan_jointly`.
+- joint: :func:`agora_optimizer.optimize.window.plan_jointly`.
 
 Costs are divided by the window's cost lower bound (each run's bound under its own deadline,
 summed). Every run's plan is checked with the spec's checker
 (:func:`agora_optimizer.planning.validate.validate_plan`), its deadline and the shared counts with
-:func:`agora_optimizer.planning.window.over_counts`. Results: ``OUT.md`` and ``OUT.json``.
+:func:`agora_optimizer.optimize.window.over_counts`. Results: ``OUT.md`` and ``OUT.json``.
 """
 
 from __future__ import annotations
@@ -52,9 +52,8 @@ def main() -> None:
     from agora_optimizer.io.catalog_file import load_catalog
     from agora_optimizer.io.wfformat import load_workflow
     from agora_optimizer.model.plan import Objective
-    from agora_optimizer.planning.optimize import build_plan, optimize
-    from agora_optimizer.planning.validate import validate_plan
-    from agora_optimizer.planning.window import (
+    from agora_optimizer.optimize.optimize import build_plan, optimize
+    from agora_optimizer.optimize.window import (
         WindowRun,
         cost_lower_bound,
         over_counts,
@@ -62,6 +61,7 @@ def main() -> None:
         plan_first_come,
         plan_jointly,
     )
+    from agora_optimizer.planning.validate import validate_plan
 
     catalog = load_catalog(args.catalog)
     workflows = sorted((load_workflow(path) for path in sorted(WFINSTANCES.glob("*.json"))), key=lambda w: len(w.tasks))

@@ -5,12 +5,15 @@
 #                                  shared by every SLURM container) unless it is there
 #   entrypoint.sh slurmctld        the SLURM controller, in the foreground
 #   entrypoint.sh slurmd           a compute node, `slurmd -D -N $SLURMD_NODENAME`, in the foreground
-#   entrypoint.sh init             one-shot: own the shared volumes, `airflow db migrate`, open the
-#                                  trace store (creates its schema)
+#   entrypoint.sh init             one-shot: own the shared volumes, make Airflow's keys in
+#                                  AIRFLOW_SECRETS_DIR unless there (airflow/secrets.sh keys),
+#                                  `airflow db migrate`, open the trace store (creates its schema)
 #   entrypoint.sh airflow ARGS...  an Airflow command (api-server, scheduler, dag-processor,
 #                                  triggerer, ...) as user airflow; with AGORA_SLURM_CLIENT=true it
 #                                  first writes slurm.conf and starts munged, so that the
-#                                  AgoraExecutor's sbatch, squeue and scancel reach the controller
+#                                  AgoraExecutor's sbatch, squeue and scancel reach the controller;
+#                                  the api-server's passwords file is written first, private
+#                                  (airflow/secrets.sh admin-password)
 #   entrypoint.sh COMMAND...       anything else runs as given (e.g. bash)
 #
 # Started as root (the image's default user): the SLURM and munge daemons run as root, as
@@ -44,6 +47,14 @@ as_airflow() {  # exec COMMAND... as user airflow (as is, when the container alr
     exec setpriv --reuid=airflow --regid=airflow --init-groups -- "$@"
   fi
   exec "$@"
+}
+
+run_as_airflow() {  # run COMMAND... as user airflow, and come back (as is, when not root)
+  if [ "$(id -u)" = 0 ]; then
+    HOME="${AIRFLOW_HOME:-/opt/airflow}" USER=airflow LOGNAME=airflow setpriv --reuid=airflow --regid=airflow --init-groups -- "$@"
+  else
+    "$@"
+  fi
 }
 
 need_root() { [ "$(id -u)" = 0 ] || die "the $ROLE role starts daemons and must run as root"; }
@@ -83,6 +94,10 @@ own_volumes() {  # the shared directories belong to airflow (named volumes start
     chown airflow:airflow "$dir"
   done
   chown airflow:airflow "${AIRFLOW_HOME:-/opt/airflow}" "${AIRFLOW_HOME:-/opt/airflow}/agora" 2>/dev/null || true
+  # Airflow's keys: airflow's alone (the components read them as airflow)
+  mkdir -p "$AIRFLOW_SECRETS_DIR"
+  chown airflow:airflow "$AIRFLOW_SECRETS_DIR"
+  chmod 700 "$AIRFLOW_SECRETS_DIR"
 }
 
 ROLE="${1:-}"
@@ -119,13 +134,14 @@ case "$ROLE" in
     ;;
   init)
     need_root
+    : "${AIRFLOW_SECRETS_DIR:?set AIRFLOW_SECRETS_DIR to the folder of the Airflow keys (the airflow-secrets volume)}"
     own_volumes
+    run_as_airflow bash "$HERE/airflow/secrets.sh" keys "$AIRFLOW_SECRETS_DIR"
     say "airflow db migrate"
-    setpriv --reuid=airflow --regid=airflow --init-groups -- env HOME="${AIRFLOW_HOME:-/opt/airflow}" airflow db migrate
+    run_as_airflow airflow db migrate
     if [ -n "${AIRFLOW__AGORA__TRACE_STORE_URL:-}" ]; then
       say "opening the trace store (creates or upgrades its schema)"
-      setpriv --reuid=airflow --regid=airflow --init-groups -- env HOME="${AIRFLOW_HOME:-/opt/airflow}" \
-        agora traces stats --store "$AIRFLOW__AGORA__TRACE_STORE_URL" >/dev/null
+      run_as_airflow agora traces stats --store "$AIRFLOW__AGORA__TRACE_STORE_URL" >/dev/null
     fi
     say "done"
     ;;
@@ -136,17 +152,11 @@ case "$ROLE" in
       start_munged
       export SLURM_CONF="$SLURM_CONF_FILE"
     fi
-    if [ "${1:-}" = api-server ] && [ -n "${AIRFLOW_ADMIN_PASSWORD:-}" ]; then
+    if [ "${1:-}" = api-server ]; then
       # The simple auth manager's users (AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS) take their
       # passwords from this file; a user missing from it gets a generated one, printed in the log.
-      passwords="${AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE:-${AIRFLOW_HOME:-/opt/airflow}/simple_auth_manager_passwords.json.generated}"
-      AIRFLOW_ADMIN_USER="${AIRFLOW_ADMIN_USER:-admin}" python - "$passwords" <<'PY'
-import json, os, sys
-with open(sys.argv[1], "w", encoding="utf-8") as f:
-    json.dump({os.environ["AIRFLOW_ADMIN_USER"]: os.environ["AIRFLOW_ADMIN_PASSWORD"]}, f)
-PY
-      chmod 600 "$passwords"
-      [ "$(id -u)" != 0 ] || chown airflow:airflow "$passwords"
+      run_as_airflow bash "$HERE/airflow/secrets.sh" admin-password \
+        "${AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE:-${AIRFLOW_HOME:-/opt/airflow}/simple_auth_manager_passwords.json.generated}"
     fi
     as_airflow airflow "$@"
     ;;

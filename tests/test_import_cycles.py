@@ -156,16 +156,18 @@ def test_the_package_has_no_import_cycle() -> None:
     assert "agora_optimizer.integration.dag_shape" in graph["agora_optimizer.integration.usual_path"]
 
 
-def _fake_package(root: Path, files: dict[str, str]) -> Path:
+def fake_package(root: Path, files: dict[str, str]) -> Path:
+    """A package ``fakepkg`` under ``root`` holding ``files`` (path inside the package -> source)."""
     package = root / "fakepkg"
     package.mkdir()
     for name, text in {"__init__.py": "", **files}.items():
+        (package / name).parent.mkdir(parents=True, exist_ok=True)
         (package / name).write_text(text)
     return package
 
 
 def test_a_two_module_cycle_is_reported_even_through_a_function_local_import(tmp_path: Path) -> None:
-    package = _fake_package(
+    package = fake_package(
         tmp_path,
         {
             "a.py": "from fakepkg.b import helper\n\ndef used():\n    return helper()\n",
@@ -181,7 +183,7 @@ def test_a_two_module_cycle_is_reported_even_through_a_function_local_import(tmp
 
 
 def test_a_longer_cycle_through_relative_and_plain_imports_names_every_module(tmp_path: Path) -> None:
-    package = _fake_package(
+    package = fake_package(
         tmp_path,
         {"x.py": "import fakepkg.y\n", "y.py": "from .z import value\n", "z.py": "from fakepkg import x\nvalue = 1\n"},
     )

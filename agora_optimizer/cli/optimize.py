@@ -162,7 +162,7 @@ def optimize(
     ] = None,
 ) -> None:
     """Plan WORKFLOW on CATALOG and write the plan to --out; or, with --dags, every run of a window."""
-    from agora_optimizer.planning.optimize import default_plan, optimize_problem
+    from agora_optimizer.optimize.optimize import default_plan, optimize_problem
     from agora_optimizer.planning.problem import Problem, lower_bounds
     from agora_optimizer.predict.latency import statistic_of, with_platform_latency
 
@@ -449,7 +449,7 @@ def pareto(
     ] = None,
 ) -> None:
     """Trace the cost/makespan Pareto front of WORKFLOW on CATALOG."""
-    from agora_optimizer.planning.pareto import front_plans, pareto_front, plot_front, write_front
+    from agora_optimizer.optimize.pareto import front_plans, pareto_front, plot_front, write_front
 
     with user_errors():
         check_option("--time-limit-s", time_limit_s)

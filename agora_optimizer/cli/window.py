@@ -3,7 +3,7 @@
 The runs come from the DAGs' own schedules (:mod:`agora_optimizer.integration.window_runs`), each
 DAG's tasks with predicted runtimes and memory (as ``agora optimize airflow:DAG_ID``), each run's
 deadline from ``[agora] deadlines`` or the DAG's ``DeadlineAlert``. They are planned together on the
-catalog, whose counts they share (:func:`agora_optimizer.planning.window.plan_jointly`), and, for
+catalog, whose counts they share (:func:`agora_optimizer.optimize.window.plan_jointly`), and, for
 the report, each alone: in the order they start on what the ones before left, and each on the
 whole catalog as if it were alone (which may exceed the counts together).
 
@@ -30,7 +30,7 @@ from agora_optimizer.io.documents import write_text_atomically
 from agora_optimizer.model.catalog import Catalog
 from agora_optimizer.model.plan import Assignment, Objective, Plan
 from agora_optimizer.model.workflow import Workflow
-from agora_optimizer.planning.window import RunPlan, UnplannableWindowError, WindowRun, WindowSchedule
+from agora_optimizer.optimize.window import RunPlan, UnplannableWindowError, WindowRun, WindowSchedule
 from agora_optimizer.predict.latency import PlatformLatency
 
 if TYPE_CHECKING:
@@ -84,8 +84,8 @@ def plan_window(
         runs_in_window,
         select_dags,
     )
+    from agora_optimizer.optimize.window import cost_lower_bound, plan_each_alone, plan_first_come, plan_jointly
     from agora_optimizer.planning.bounds import makespan_lower_bound_s
-    from agora_optimizer.planning.window import cost_lower_bound, plan_each_alone, plan_first_come, plan_jointly
     from agora_optimizer.predict.latency import statistic_of, with_platform_latency
 
     started = time.perf_counter()
@@ -234,7 +234,7 @@ def window_document(summary: dict[str, Any], picture: Plan, dag_of: dict[str, st
 
 
 def way_summary(schedule: WindowSchedule, catalog: Catalog) -> dict[str, Any]:
-    from agora_optimizer.planning.window import over_counts
+    from agora_optimizer.optimize.window import over_counts
 
     over = over_counts(schedule.plans, catalog)
     return {
@@ -246,7 +246,7 @@ def way_summary(schedule: WindowSchedule, catalog: Catalog) -> dict[str, Any]:
 
 def _plan_document(plan: RunPlan, catalog: Catalog, catalog_label: str, started: float) -> Plan:
     """A run's plan of the spec: the platform's latency planned in, each task's own duration written."""
-    from agora_optimizer.planning.optimize import build_plan
+    from agora_optimizer.optimize.optimize import build_plan
     from agora_optimizer.planning.problem import written_assignments
 
     objective = Objective(kind="cost", deadline_s=plan.run.deadline_s)
@@ -285,8 +285,8 @@ def platform_plan(
     """The window as one plan of the platform's machines: every run's tasks at their time in the window,
     each lease on the first machine ``TYPE#N`` free over it (so at most ``count`` rows per type), and each
     task's category its DAG (the chart's colours). Not a plan to run: a picture of the window."""
+    from agora_optimizer.optimize.optimize import build_plan
     from agora_optimizer.planning.leases import leases
-    from agora_optimizer.planning.optimize import build_plan
 
     rows: dict[str, list[float]] = {}  # per type, when each machine row falls free
     moved: list[Assignment] = []

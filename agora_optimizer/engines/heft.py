@@ -23,22 +23,13 @@ ignores cost: the plan is billed as leased.
 from __future__ import annotations
 
 import statistics
-import time
 
-from agora_optimizer.engines.base import Engine, EngineResult
+from agora_optimizer.engines.slot_list import SlotListEngine
 from agora_optimizer.model.catalog import Catalog, Resource
 from agora_optimizer.model.plan import Assignment
 from agora_optimizer.model.workflow import Workflow
 from agora_optimizer.planning.problem import Problem
-from agora_optimizer.planning.slots import (
-    SlotChoice,
-    arrivals_for,
-    assignment,
-    best_placement,
-    pool_for,
-)
-
-TIME_CHECK_EVERY = 256  # tasks between two looks at the clock
+from agora_optimizer.planning.slots import SlotSchedule
 
 
 def mean_execution_s(workflow: Workflow, options: dict[str, list[Resource]]) -> dict[str, float]:
@@ -73,34 +64,18 @@ def heft_schedule(
     problem: Problem, unlimited_slots: int | None = None, deadline: float | None = None
 ) -> list[Assignment] | None:
     """The HEFT schedule of ``problem``; ``None`` if ``time.perf_counter()`` passes ``deadline``."""
-    workflow = problem.workflow
-    pool = pool_for(workflow, problem.catalog, unlimited_slots)
-    placements: dict[str, SlotChoice] = {}
-    assignments: list[Assignment] = []
-    for count, task_id in enumerate(priority_order(problem, upward_ranks(problem))):
-        if deadline is not None and count % TIME_CHECK_EVERY == 0 and time.perf_counter() > deadline:
+    schedule = SlotSchedule(problem, unlimited_slots)
+    for task_id in priority_order(problem, upward_ranks(problem)):
+        if schedule.out_of_time(deadline):
             return None
-        task = workflow.by_id[task_id]
-        arrivals = arrivals_for(workflow, problem.catalog, task_id, placements)
-        placement = best_placement(task, problem.options[task_id], pool, arrivals)
-        pool.occupy(task, placement)
-        placements[task_id] = placement
-        assignments.append(assignment(task, placement))
-    return assignments
+        schedule.place(task_id)
+    return schedule.assignments
 
 
-class HeftEngine(Engine):
+class HeftEngine(SlotListEngine):
     """HEFT (Topcuoglu, Hariri, Wu 2002) over machine slots; objective-blind (minimises makespan)."""
 
     name = "heft"
 
-    def __init__(self, unlimited_slots: int | None = None) -> None:
-        self.unlimited_slots = unlimited_slots
-
-    def solve(
-        self, problem: Problem, time_limit_s: float, warm_start: EngineResult | None = None
-    ) -> EngineResult | None:
-        assignments = heft_schedule(problem, self.unlimited_slots, time.perf_counter() + time_limit_s)
-        if assignments is None:
-            return None
-        return EngineResult(assignments=tuple(assignments), method=self.name, status="heuristic")
+    def schedule(self, problem: Problem, deadline: float) -> list[Assignment] | None:
+        return heft_schedule(problem, self.unlimited_slots, deadline)

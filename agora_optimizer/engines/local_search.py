@@ -111,6 +111,10 @@ class _Search:
     def _mapping(self) -> Mapping_:
         return {a.task: a.machine for a in self.assignments}
 
+    def _moved(self, tasks: list[str], machine: str) -> Mapping_:
+        """The current mapping with ``tasks`` moved onto ``machine``."""
+        return {**self._mapping(), **dict.fromkeys(tasks, machine)}
+
     def _machines(self) -> dict[str, list[str]]:
         tasks: dict[str, list[str]] = defaultdict(list)
         for a in self.assignments:
@@ -142,10 +146,7 @@ class _Search:
             self.rng.shuffle(targets)
             for target in targets:
                 if self._fits_all(catalog.by_name[machine_type(target)], machines[source]):
-                    mapping = self._mapping()
-                    for task in machines[source]:
-                        mapping[task] = target
-                    yield mapping, None
+                    yield self._moved(machines[source], target), None
 
     def _retypes(self) -> Iterator[Move]:
         machines = self._machines()
@@ -158,10 +159,7 @@ class _Search:
                 new = self._new_machine(resource, machines)
                 if new is None:
                     continue
-                mapping = self._mapping()
-                for task in machines[machine]:
-                    mapping[task] = new
-                yield mapping, None
+                yield self._moved(machines[machine], new), None
 
     def _relocations(self) -> Iterator[Move]:
         machines = self._machines()

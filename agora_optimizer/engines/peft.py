@@ -27,19 +27,11 @@ from __future__ import annotations
 
 import heapq
 import statistics
-import time
 
-from agora_optimizer.engines.base import Engine, EngineResult
-from agora_optimizer.engines.heft import TIME_CHECK_EVERY
+from agora_optimizer.engines.slot_list import SlotListEngine
 from agora_optimizer.model.plan import Assignment
 from agora_optimizer.planning.problem import Problem
-from agora_optimizer.planning.slots import (
-    SlotChoice,
-    arrivals_for,
-    assignment,
-    best_placement,
-    pool_for,
-)
+from agora_optimizer.planning.slots import SlotSchedule
 
 OptimisticCostTable = dict[str, dict[str, float]]  # task id -> type name -> OCT in seconds
 
@@ -77,38 +69,23 @@ def peft_schedule(
     waiting = {task_id: len(workflow.parents[task_id]) for task_id in position}
     ready = [(-rank[t], position[t], t) for t, n in waiting.items() if n == 0]
     heapq.heapify(ready)
-    pool = pool_for(workflow, problem.catalog, unlimited_slots)
-    placements: dict[str, SlotChoice] = {}
-    assignments: list[Assignment] = []
+    schedule = SlotSchedule(problem, unlimited_slots)
     while ready:
-        if deadline is not None and len(assignments) % TIME_CHECK_EVERY == 0 and time.perf_counter() > deadline:
+        if schedule.out_of_time(deadline):
             return None
         _, _, task_id = heapq.heappop(ready)
-        task = workflow.by_id[task_id]
-        arrivals = arrivals_for(workflow, problem.catalog, task_id, placements)
-        placement = best_placement(task, problem.options[task_id], pool, arrivals, table[task_id])
-        pool.occupy(task, placement)
-        placements[task_id] = placement
-        assignments.append(assignment(task, placement))
+        schedule.place(task_id, table[task_id])
         for edge in workflow.children[task_id]:
             waiting[edge.child] -= 1
             if waiting[edge.child] == 0:
                 heapq.heappush(ready, (-rank[edge.child], position[edge.child], edge.child))
-    return assignments
+    return schedule.assignments
 
 
-class PeftEngine(Engine):
+class PeftEngine(SlotListEngine):
     """PEFT (Arabnejad and Barbosa 2014) over machine slots; objective-blind (minimises makespan)."""
 
     name = "peft"
 
-    def __init__(self, unlimited_slots: int | None = None) -> None:
-        self.unlimited_slots = unlimited_slots
-
-    def solve(
-        self, problem: Problem, time_limit_s: float, warm_start: EngineResult | None = None
-    ) -> EngineResult | None:
-        assignments = peft_schedule(problem, self.unlimited_slots, time.perf_counter() + time_limit_s)
-        if assignments is None:
-            return None
-        return EngineResult(assignments=tuple(assignments), method=self.name, status="heuristic")
+    def schedule(self, problem: Problem, deadline: float) -> list[Assignment] | None:
+        return peft_schedule(problem, self.unlimited_slots, deadline)

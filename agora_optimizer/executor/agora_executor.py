@@ -228,6 +228,10 @@ class AgoraExecutor(BaseExecutor):
         return self._tokens
 
     @property
+    def trace(self) -> TraceWriter:
+        return self._trace
+
+    @property
     def replaced_machines(self) -> list[ReplacedMachine]:
         """The planned machines whose backend refused them, whose tasks ran on their pool instead."""
         return self._runs.replaced

@@ -111,7 +111,7 @@ def replan(
     latency, learned from the same trace store with the DAG's edges (as ``agora optimize`` does).
     """
     from agora_optimizer.integration.airflow_dag import learned_platform_latency, predicted_dag_workflow
-    from agora_optimizer.planning.optimize import optimize
+    from agora_optimizer.optimize.optimize import optimize
     from agora_optimizer.predict.latency import statistic_of, with_platform_latency
 
     kind = next((k for k in OBJECTIVE_KINDS if k == objective), None)

@@ -36,6 +36,7 @@ from typing import Any
 
 from airflow.listeners import hookimpl
 
+from agora_optimizer.errors import first_line
 from agora_optimizer.executor.jobs.placement import BACKEND_ENV, MACHINE_ENV, PLAN_VERSION_ENV
 from agora_optimizer.executor.jobs.placement import RESOURCE_ENV as RESOURCE_TYPE_ENV
 from agora_optimizer.integration.celery_pools import worker_name
@@ -103,48 +104,51 @@ class TraceListener:
             log.exception("agora: cannot record the trace of task instance %s", _describe(task_instance))
 
     def _write(self, attempt: TaskAttempt) -> None:
-        from agora_optimizer.traces.store import TraceStore, default_store_url
+        """Write the row, then a few that wait in the spool; a store that is down, or locked past the hooks'
+        short busy timeout, does not hold the task: the row waits in the spool instead."""
+        from agora_optimizer.traces.store import HOOK_BUSY_TIMEOUT_S, TraceStore, default_store_url
 
-        url = self.store_url or default_store_url()
         try:
-            with TraceStore(url) as store:
-                report = store.add([attempt])
-        except Exception as exc:  # the store is down: the row waits in the spool, written later
-            from agora_optimizer.traces.spool import spool
-
-            kept = spool(attempt, "listener")
-            log.warning(
-                "agora: cannot record the trace of task instance %s: trace store unreachable (%s: %s); "
-                "the row waits in %s",
-                attempt.key,
-                type(exc).__name__,
-                _first_line(exc),
-                kept,
-            )
+            store = TraceStore(self.store_url or default_store_url(), busy_timeout_s=HOOK_BUSY_TIMEOUT_S)
+        except Exception as exc:
+            self._spool(attempt, exc)
             return
-        for problem in report.skipped:
-            log.warning("agora: trace row skipped: %s", problem)
-        if report.written:
-            measure = _measure(attempt)
-            log.info("agora: recorded %s (%s, %s) in %s", attempt.key, attempt.state, measure, store.masked_url)
-        self._replay_spool(url)
+        with store:
+            try:
+                report = store.add([attempt])
+            except Exception as exc:
+                self._spool(attempt, exc)
+                return
+            for problem in report.skipped:
+                log.warning("agora: trace row skipped: %s", problem)
+            if report.written:
+                measure = _measure(attempt)
+                log.info("agora: recorded %s (%s, %s) in %s", attempt.key, attempt.state, measure, store.masked_url)
+            self._replay_spool(store)
 
     @staticmethod
-    def _replay_spool(url: str) -> None:
+    def _spool(attempt: TaskAttempt, exc: Exception) -> None:
+        from agora_optimizer.traces.spool import spool
+
+        kept = spool(attempt, "listener")
+        log.warning(
+            "agora: cannot record the trace of task instance %s now (%s: %s); the row waits in %s",
+            attempt.key, type(exc).__name__, first_line(exc), kept,
+        )  # fmt: skip
+
+    @staticmethod
+    def _replay_spool(store: Any) -> None:
         """The store answers again: write rows that wait in the spool (a few, so the task is not held up).
 
         The AgoraExecutor replays the spool too; this covers deployments that run tasks on other executors.
         """
         from agora_optimizer.traces.spool import replay, spool_path
-        from agora_optimizer.traces.store import TraceStore
 
         try:
-            if not spool_path().is_dir():
-                return
-            with TraceStore(url) as store:
+            if spool_path().is_dir():
                 replay(store, limit=LISTENER_REPLAY_ROWS)
-        except Exception:
-            log.exception("agora: cannot write the trace rows waiting in the spool")
+        except Exception as exc:  # they wait for the next writer
+            log.warning("agora: cannot write the trace rows waiting in the spool now (%s)", first_line(exc))
 
 
 def attempt_from_task_instance(
@@ -269,12 +273,6 @@ def _error_text(error: Any) -> str:
         return ""
     text = f"{type(error).__name__}: {error}" if isinstance(error, BaseException) else str(error)
     return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 3] + "..."
-
-
-def _first_line(exc: BaseException) -> str:
-    """An error's first line (a driver's message can run to pages; the URL it holds is masked by SQLAlchemy)."""
-    text = str(exc).strip()
-    return text.splitlines()[0][:300] if text else ""
 
 
 def _describe(task_instance: Any) -> str:

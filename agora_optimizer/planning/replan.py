@@ -1,5 +1,8 @@
 """Re-planning a run that drifted: new placements for the tasks not yet queued, around what has run.
 
+(Over 500 lines on purpose: the fleet's bookkeeping of leases and counts over time serves both
+schedules below and nothing else.)
+
 When a run drifts from its plan (a task ends later than planned, fails, or is OOM-killed), the
 executor asks :func:`replan` where the tasks it has not queued yet should go now. What has run
 cannot move: a *done* task keeps its machine and its real times, a *running* one its machine, its
@@ -28,8 +31,6 @@ first, then the objective's score):
 
 The list schedule is abandoned when it would pass ``time_limit_s``, so an answer comes within
 about that time even on a slow machine (the kept schedule is a single pass). No Airflow, no I/O.
-(Over 500 lines on purpose: the fleet's bookkeeping of leases and counts over time serves both
-schedules and nothing else.)
 """
 
 from __future__ import annotations

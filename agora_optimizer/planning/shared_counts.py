@@ -1,6 +1,6 @@
 """Machines of one DAG run each, with every type's ``count`` shared by all runs at every instant.
 
-Many DAG runs on one platform (:mod:`agora_optimizer.planning.window`): each run leases machines
+Many DAG runs on one platform (:mod:`agora_optimizer.optimize.window`): each run leases machines
 of its own (the executor opens a run's leases for that run), and a type's ``count`` bounds the
 machines leased at once over all runs, as section 3 of the spec says of one plan. The list
 scheduler of :mod:`agora_optimizer.planning.list_schedule` asks :class:`RunPools` where a task may

@@ -7,11 +7,13 @@ catalog allows: each slot is one lease, from its first task's start to its last
 task's end. Tasks share a slot when their cores, memory and GPUs fit at every instant
 (:class:`~agora_optimizer.planning.timeline.MachineTimeline`, with insertion into idle
 capacity). A slot that has no task yet is interchangeable with every other unused slot
-of its type, so a scheduler only ever needs to look at the first unused one.
+of its type, so a scheduler only ever needs to look at the first unused one. :class:`SlotSchedule`
+places tasks one at a time in the order a scheduler picks.
 """
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -20,7 +22,10 @@ from agora_optimizer.model.catalog import Catalog, Resource
 from agora_optimizer.model.plan import Assignment
 from agora_optimizer.model.workflow import Task, Workflow
 from agora_optimizer.planning.arrivals import Arrivals
+from agora_optimizer.planning.problem import Problem
 from agora_optimizer.planning.timeline import SkippingTimeline
+
+TIME_CHECK_EVERY = 256  # tasks placed between two looks at the clock
 
 
 @dataclass(eq=False)
@@ -146,3 +151,28 @@ def assignment(task: Task, placement: SlotChoice) -> Assignment:
         memory_bytes=task.memory_bytes,
         gpus=task.gpus,
     )
+
+
+class SlotSchedule:
+    """A schedule built on the machine slots of ``problem`` one task at a time, in the order a list
+    scheduler picks (HEFT's, PEFT's); ``unlimited_slots`` as in :func:`pool_for`."""
+
+    def __init__(self, problem: Problem, unlimited_slots: int | None = None) -> None:
+        self.problem = problem
+        self.pool = pool_for(problem.workflow, problem.catalog, unlimited_slots)
+        self.placements: dict[str, SlotChoice] = {}
+        self.assignments: list[Assignment] = []
+
+    def out_of_time(self, deadline: float | None) -> bool:
+        """Whether ``time.perf_counter()`` has passed ``deadline`` (looked at every :data:`TIME_CHECK_EVERY` tasks)."""
+        return deadline is not None and len(self.assignments) % TIME_CHECK_EVERY == 0 and time.perf_counter() > deadline
+
+    def place(self, task_id: str, bias_s: Mapping[str, float] | None = None) -> None:
+        """Put the task, whose parents are placed, on the slot of :func:`best_placement`."""
+        workflow = self.problem.workflow
+        task = workflow.by_id[task_id]
+        arrivals = arrivals_for(workflow, self.problem.catalog, task_id, self.placements)
+        placement = best_placement(task, self.problem.options[task_id], self.pool, arrivals, bias_s)
+        self.pool.occupy(task, placement)
+        self.placements[task_id] = placement
+        self.assignments.append(assignment(task, placement))

@@ -3,12 +3,17 @@
 Two ways in, one function (:func:`record_run`):
 
 - :data:`run_listener`, registered by the agora plugin: Airflow calls ``on_dag_run_success`` and
-  ``on_dag_run_failed`` when a DAG run ends (in the scheduler, or the API server when a user marks
-  a run). It records the run there and then, and never raises: a listener's exception is caught
-  by Airflow, but a record is not worth a traceback in the scheduler's log (one line instead).
+  ``on_dag_run_failed`` when a DAG run ends (in the scheduler's loop, before it commits the end, or
+  in the API server when a user marks a run). The listener only hands the run's key to the run
+  recorder's thread (:mod:`agora_optimizer.runs.record_worker`) and returns: the scheduler never
+  waits on agora. The thread reads the run from Airflow's database once the end is committed
+  (:func:`record_ended_run`) and records it through one store kept open, with a short busy timeout;
+  a run it cannot record now waits on disk (:mod:`agora_optimizer.runs.pending`) and is tried again.
+  Nothing here raises into Airflow: a problem is one line in the log.
 - ``agora runs record`` (:func:`record_finished_runs`), which (re)records the finished runs of
-  Airflow's metadata database. The executor's trace rows and the backends' lease reports may land
-  a few seconds after a run ends; recording again replaces the record with the fuller one.
+  Airflow's metadata database (also those a killed scheduler held in memory). The executor's trace
+  rows and the backends' lease reports may land a few seconds after a run ends; recording again
+  replaces the record with the fuller one.
 
 Times and states come from Airflow's task instances (the last try of each; earlier tries from the
 trace store); where each attempt ran from the trace row when there is one, else from the placement
@@ -19,21 +24,27 @@ plan store; the catalog is ``[agora] catalog``.
 
 from __future__ import annotations
 
+import atexit
 import logging
+import os
+import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 from airflow.listeners import hookimpl
 
+from agora_optimizer.errors import first_line
 from agora_optimizer.executor.jobs.placement import placement_node
 from agora_optimizer.model.catalog import Resource
 from agora_optimizer.model.instances import instance_id
 from agora_optimizer.model.plan import Plan
 from agora_optimizer.plans.store import PlanStore, PlanStoreError
 from agora_optimizer.runs.build import build_run_record, run_plan_version
+from agora_optimizer.runs.pending import EndedRun
 from agora_optimizer.runs.record import RunRecord
+from agora_optimizer.runs.record_worker import Outcome, RecordWorker
 from agora_optimizer.runs.store import RunStore
 from agora_optimizer.traces.records import ATTEMPT_STATES, TaskAttempt, TraceRecordError
 
@@ -172,13 +183,39 @@ def record_dag_run(
         store,
         str(dag_run.dag_id),
         str(dag_run.run_id),
-        str(getattr(dag_run.state, "value", dag_run.state)),
+        _run_state(dag_run),
         dag_run.start_date,
         dag_run.end_date,
         airflow_tries(session, str(dag_run.dag_id), str(dag_run.run_id)),
         plans,
         resources,
     )
+
+
+def record_ended_run(
+    store: RunStore, dag_id: str, run_id: str, plans: PlanStore, resources: Mapping[str, Resource]
+) -> RunRecord | Literal["unfinished", "gone"]:
+    """Record the run as Airflow's metadata database has it: "unfinished" while the database does not show
+    it ended (the scheduler commits a run's end after its listeners return), "gone" if it is not there.
+
+    Airflow's database is read in a short session of its own, closed before the trace store is: a
+    reader held open on a SQLite metadata database would hold up the scheduler's next commit.
+    """
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session(scoped=False) as session:  # not the scoped one: the scheduler's, in its process
+        query = select(DagRun).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id)
+        dag_run = session.scalars(query).one_or_none()
+        if dag_run is None:
+            return "gone"
+        state = _run_state(dag_run)
+        if state not in FINISHED_RUN_STATES:
+            return "unfinished"
+        started_at, ended_at = dag_run.start_date, dag_run.end_date
+        tries = airflow_tries(session, dag_id, run_id)
+    return record_run(store, dag_id, run_id, state, started_at, ended_at, tries, plans, resources)
 
 
 def record_finished_runs(
@@ -190,7 +227,7 @@ def record_finished_runs(
     from sqlalchemy import select
 
     records = []
-    with create_session(scoped=False) as session:  # never a caller's scoped session (see RunListener._record)
+    with create_session(scoped=False) as session:  # never a caller's scoped session (closing it would detach theirs)
         query = select(DagRun).where(DagRun.state.in_(FINISHED_RUN_STATES))
         if dag_id is not None:
             query = query.where(DagRun.dag_id == dag_id)
@@ -209,41 +246,91 @@ def configured_resources() -> dict[str, Resource]:
 
 
 class RunListener:
-    """Records each DAG run when it ends (see the module's docstring)."""
+    """Hands each DAG run that ends to the run recorder's thread (see the module's docstring).
+
+    The thread (:class:`~agora_optimizer.runs.record_worker.RecordWorker`) starts with the first run
+    that ends in this process, and stops when the scheduler does (``before_stopping``) or the process
+    exits; a forked child starts its own.
+    """
 
     def __init__(self, store_url: str | None = None) -> None:
         self.store_url = store_url
+        self._worker: RecordWorker | None = None
+        self._worker_pid = 0
+        self._lock = threading.Lock()  # the API server calls listeners from several threads
 
     @hookimpl
     def on_dag_run_success(self, dag_run: Any, msg: str) -> None:
-        self._record(dag_run)
+        self._submit(dag_run)
 
     @hookimpl
     def on_dag_run_failed(self, dag_run: Any, msg: str) -> None:
-        self._record(dag_run)
+        self._submit(dag_run)
 
-    def _record(self, dag_run: Any) -> None:
-        try:
-            from airflow.utils.session import create_session
+    @hookimpl
+    def before_stopping(self, component: Any) -> None:
+        self.stop()
 
-            from agora_optimizer.plans.store import default_plan_store
-            from agora_optimizer.traces.store import default_store_url
+    def stop(self) -> None:
+        """Stop the recorder's thread (runs not recorded yet wait on disk for the next one)."""
+        with self._lock:
+            worker, self._worker = self._worker, None
+        if worker is not None and self._worker_pid == os.getpid():
+            worker.stop()
 
-            # A session of its own (not scoped: the scoped one is the scheduler's, which closing would detach),
-            # so that a failed read cannot abort the scheduler's transaction either.
-            with RunStore(self.store_url or default_store_url()) as store, create_session(scoped=False) as session:
-                record = record_dag_run(dag_run, session, store, default_plan_store(), configured_resources())
-            log.info("agora: recorded run %s/%s (%s)", record.dag_id, record.run_id, _summary(record))
+    def _submit(self, dag_run: Any) -> None:
+        try:  # reads two attributes the scheduler has loaded: no I/O in the scheduler's loop
+            run = EndedRun(str(dag_run.dag_id), str(dag_run.run_id))
+            self._running_worker().submit(run)
         except Exception as exc:
             log.warning(
-                "agora: cannot record DAG run %s: %s: %s", _describe(dag_run), type(exc).__name__, _first_line(exc)
+                "agora: cannot record DAG run %s: %s: %s", _describe(dag_run), type(exc).__name__, first_line(exc)
             )
+
+    def _running_worker(self) -> RecordWorker:
+        with self._lock:
+            if self._worker is None or self._worker_pid != os.getpid():
+                recording = _Recording(self.store_url)
+                self._worker = RecordWorker(recording.record, recording.close)
+                self._worker_pid = os.getpid()
+                atexit.register(self._worker.stop)
+            return self._worker
+
+
+class _Recording:
+    """What the recorder's thread does with each run: records it through one store, opened at the first
+    run and kept open (with :data:`~agora_optimizer.traces.store.HOOK_BUSY_TIMEOUT_S`)."""
+
+    def __init__(self, store_url: str | None) -> None:
+        self.store_url = store_url
+        self._store: RunStore | None = None
+
+    def record(self, run: EndedRun) -> Outcome:
+        from agora_optimizer.plans.store import default_plan_store
+        from agora_optimizer.traces.store import HOOK_BUSY_TIMEOUT_S, default_store_url
+
+        if self._store is None:
+            self._store = RunStore(self.store_url or default_store_url(), busy_timeout_s=HOOK_BUSY_TIMEOUT_S)
+        found = record_ended_run(self._store, run.dag_id, run.run_id, default_plan_store(), configured_resources())
+        if isinstance(found, RunRecord):
+            log.info("agora: recorded run %s/%s (%s)", found.dag_id, found.run_id, _summary(found))
+            return "recorded"
+        return found
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+            self._store = None
 
 
 def _summary(record: RunRecord) -> str:
     makespan = "-" if record.actual_makespan_s is None else f"{record.actual_makespan_s:.1f} s"
     planned = f"plan {record.plan_version}" if record.planned else "unplanned"
     return f"{record.state}, {planned}, makespan {makespan}, cost {record.actual_cost_usd:.4f} USD"
+
+
+def _run_state(dag_run: Any) -> str:
+    return str(getattr(dag_run.state, "value", dag_run.state))
 
 
 def _dict(value: Any) -> dict[str, Any]:
@@ -254,11 +341,6 @@ def _aware(value: Any) -> datetime | None:
     if not isinstance(value, datetime):
         return None
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0][:300] if text else ""
 
 
 def _describe(dag_run: Any) -> str:

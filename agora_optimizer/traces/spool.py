@@ -36,20 +36,20 @@ _EXECUTOR_FIELDS = ("resource_type", "backend", "host", "requested_cores", "requ
 _TIMES = {f.name for f in fields(TaskAttempt) if f.name in ("queued_at", "started_at", "ended_at")}
 
 
-def spool_path() -> Path:
-    """``STATE_DIR/.trace-spool`` of ``[agora] state_dir`` (not created)."""
+def spool_path(name: str = SPOOL_NAME) -> Path:
+    """``STATE_DIR/<name>`` of ``[agora] state_dir``, the trace spool by default (not created)."""
     from agora_optimizer import settings
 
-    return settings.directory("state_dir", "jobs", create=False) / SPOOL_NAME
+    return settings.directory("state_dir", "jobs", create=False) / name
 
 
-def spool_dir() -> Path:
-    """``STATE_DIR/.trace-spool`` of ``[agora] state_dir`` (created)."""
+def spool_dir(name: str = SPOOL_NAME) -> Path:
+    """``STATE_DIR/<name>`` of ``[agora] state_dir``, the trace spool by default (created)."""
     from agora_optimizer import settings
 
     # Private, as the executor makes it: a task process (any executor's) may create the state
     # directory first, and the executor refuses one that others can write to.
-    path = settings.directory("state_dir", "jobs", mode=0o700) / SPOOL_NAME
+    path = settings.directory("state_dir", "jobs", mode=0o700) / name
     path.mkdir(mode=0o700, exist_ok=True)
     return path
 
@@ -93,7 +93,7 @@ def replay(store: Any, directory: Path | None = None, limit: int = 200) -> int:
     if not target.is_dir():
         return 0
     written = 0
-    for path in sorted(target.glob("*.json"), key=_mtime)[:limit]:
+    for path in oldest_first(target)[:limit]:
         try:  # another process (the executor, a task's listener) may replay the same spool meanwhile
             document = json.loads(path.read_text())
             source: Source = document["source"]
@@ -101,9 +101,7 @@ def replay(store: Any, directory: Path | None = None, limit: int = 200) -> int:
         except FileNotFoundError:
             continue  # written by the other one
         except (OSError, ValueError, KeyError, TypeError) as exc:
-            log.error("agora: spooled trace row %s unreadable (%s); kept as %s.bad", path, exc, path.name)
-            with contextlib.suppress(FileNotFoundError):
-                os.replace(path, path.with_suffix(".bad"))
+            set_aside(path, "spooled trace row", exc)
             continue
         existing = store.attempt(attempt.dag_id, attempt.task_id, attempt.run_id, attempt.try_number, attempt.map_index)
         row = attempt
@@ -113,6 +111,19 @@ def replay(store: Any, directory: Path | None = None, limit: int = 200) -> int:
         path.unlink(missing_ok=True)
         written += 1
     return written
+
+
+def oldest_first(directory: Path) -> list[Path]:
+    """The spooled files (``*.json``) of ``directory``, oldest first."""
+    return sorted(directory.glob("*.json"), key=_mtime)
+
+
+def set_aside(path: Path, what: str, exc: BaseException) -> None:
+    """Rename a spooled file that cannot be read ``*.bad``, for a person to look at, and say so."""
+    bad = path.with_suffix(".bad")
+    log.error("agora: %s %s unreadable (%s); kept as %s", what, path, exc, bad.name)
+    with contextlib.suppress(FileNotFoundError):
+        os.replace(path, bad)
 
 
 def _mtime(path: Path) -> float:

@@ -3,14 +3,16 @@
 The schema is versioned by hand, not with Alembic: a one-row table
 ``agora_schema_version`` holds the version, and :data:`MIGRATIONS` maps each version
 to the function that brings the schema from the version before to it. Opening a
-store creates or upgrades the schema in one transaction, under a lock (SQLite's
-write lock, a PostgreSQL advisory lock), so several processes opening the same new
-database at once create it once. A database whose version is newer than this code
-knows is refused with a :class:`TraceStoreError` rather than misread. Each migration
-describes the schema of its own version, not :data:`attempts_table` (always the
-newest), so that an old database upgrades step by step: version 1 creates the table as
-first shipped, version 2 adds the planned ``machine`` and ``plan_version`` of each attempt,
-version 3 the run records' tables (:mod:`agora_optimizer.traces.run_tables`, read and written by
+store reads the version; only when the schema is missing or older does it create or
+upgrade it, in one transaction under a lock (SQLite's write lock, a PostgreSQL advisory
+lock), so that several processes opening the same new database at once create it once.
+Opening a current store takes no lock: the scheduler's hooks open one while others write.
+A database whose version is newer than this code knows is refused with a
+:class:`TraceStoreError` rather than misread. Each migration describes the schema of its
+own version, not :data:`attempts_table` (always the newest), so that an old database
+upgrades step by step: version 1 creates the table as first shipped, version 2 adds the
+planned ``machine`` and ``plan_version`` of each attempt, version 3 the run records'
+tables (:mod:`agora_optimizer.traces.run_tables`, read and written by
 :class:`agora_optimizer.runs.store.RunStore`).
 
 Rows are keyed by the natural key of an attempt, (dag_id, task_id, run_id,
@@ -19,14 +21,19 @@ map_index, try_number): writing the same attempt twice updates the row (an upser
 freely. Bad rows are skipped and reported, never written, and never stop the good
 ones (:meth:`TraceStore.add` returns an :class:`AddReport`).
 
-Concurrency: SQLite runs in WAL mode with a busy timeout, and every writing
-transaction starts with ``BEGIN IMMEDIATE`` so that writers queue on the lock instead
-of failing; PostgreSQL (``postgresql+psycopg://`` URLs, psycopg 3) needs nothing
-special, and rows are written in key order so that two writers cannot deadlock.
+Concurrency: SQLite runs in WAL mode, and every writing transaction starts with
+``BEGIN IMMEDIATE`` so that writers queue on the lock instead of failing; PostgreSQL
+(``postgresql+psycopg://`` URLs, psycopg 3) needs nothing special, and rows are written in
+key order so that two writers cannot deadlock. How long a writer queues is the store's
+``busy_timeout_s`` (SQLite's busy timeout, PostgreSQL's ``lock_timeout``): :data:`BUSY_TIMEOUT_S`
+for commands and the UI, :data:`HOOK_BUSY_TIMEOUT_S` for agora's code inside Airflow's
+processes, which must not hold a scheduler's loop or a task: what they cannot write within it
+waits in a spool (:mod:`agora_optimizer.traces.spool`, :mod:`agora_optimizer.runs.pending`).
 """
 
 from __future__ import annotations
 
+import math
 import random
 import sqlite3
 import time
@@ -47,7 +54,9 @@ from agora_optimizer.traces.records import TaskAttempt, TraceRecordError
 from agora_optimizer.traces.run_tables import add_expected_cost_of_4, create_tables_of_3
 
 SCHEMA_VERSION = 4
-SQLITE_BUSY_TIMEOUT_MS = 60_000
+BUSY_TIMEOUT_S = 60.0  # how long a writer waits for the lock: a command, an import, the UI
+HOOK_BUSY_TIMEOUT_S = 0.5  # ... agora's code in Airflow's processes (executor, run recorder, task listener)
+_PG_CONNECT_TIMEOUT_S = (2, 10)  # libpq's least, and the most any store waits to reach its server
 KEY_COLUMNS = ("dag_id", "task_id", "run_id", "map_index", "try_number")
 _PG_LOCK_KEY = 0x61676F7261  # "agora": one advisory lock for schema changes
 _CHUNK_ROWS = 500
@@ -187,9 +196,10 @@ def default_store_url() -> str:
 class TraceStore:
     """Task attempts in a SQL database: ``TraceStore("sqlite:///traces.db")`` or a ``postgresql+psycopg://`` URL."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, busy_timeout_s: float = BUSY_TIMEOUT_S) -> None:
         self.url = url
         self.masked_url = mask_url(url)
+        self.busy_timeout_s = busy_timeout_s
         self._engine = self._create_engine(url)
         self._upsert_statement: Any = None
         try:
@@ -213,10 +223,15 @@ class TraceStore:
                 database = parsed.database or ""
                 if database and database != ":memory:" and not database.startswith("file:"):
                     Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
-                engine = sa.create_engine(parsed, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
-                _configure_sqlite(engine)
+                engine = sa.create_engine(parsed, connect_args={"timeout": self.busy_timeout_s})
+                _configure_sqlite(engine, self.busy_timeout_s)
             else:
-                engine = sa.create_engine(parsed, pool_pre_ping=True, connect_args={"connect_timeout": 10})
+                least, most = _PG_CONNECT_TIMEOUT_S
+                connect_args = {
+                    "connect_timeout": max(least, min(most, math.ceil(self.busy_timeout_s))),
+                    "options": f"-c lock_timeout={max(1, round(self.busy_timeout_s * 1000))}",
+                }
+                engine = sa.create_engine(parsed, pool_pre_ping=True, connect_args=connect_args)
         except (NoSuchModuleError, ImportError) as exc:
             hint = " (install psycopg: pip install 'psycopg[binary]')" if backend == "postgresql" else ""
             raise TraceStoreError(self.masked_url, f"no database driver: {exc}{hint}") from None
@@ -225,23 +240,33 @@ class TraceStore:
         return engine
 
     def _upgrade_schema(self) -> None:
+        with self._read() as connection:  # most opens find the schema current: no write lock for them
+            if self._checked_version(connection) == SCHEMA_VERSION:
+                return
         with self._write() as connection:
             if connection.dialect.name == "postgresql":
                 connection.execute(sa.select(sa.func.pg_advisory_xact_lock(_PG_LOCK_KEY)))
             schema_version_table.create(connection, checkfirst=True)
-            found = connection.execute(sa.select(schema_version_table.c.version)).scalar()
-            current = int(found) if found is not None else 0
-            if current > SCHEMA_VERSION:
-                raise TraceStoreError(
-                    self.masked_url,
-                    f"schema version {current} is newer than this agora knows ({SCHEMA_VERSION}); upgrade agora",
-                )
+            current = self._checked_version(connection)
             for version in range(current + 1, SCHEMA_VERSION + 1):
                 MIGRATIONS[version](connection)
-            if found is None:
+            if current == 0:
                 connection.execute(sa.insert(schema_version_table).values(id=1, version=SCHEMA_VERSION))
             elif current < SCHEMA_VERSION:
                 connection.execute(sa.update(schema_version_table).values(version=SCHEMA_VERSION))
+
+    def _checked_version(self, connection: Connection) -> int:
+        """The stored schema version (0 for none yet); a version newer than this code's is refused."""
+        if not sa.inspect(connection).has_table(schema_version_table.name):
+            return 0
+        found = connection.execute(sa.select(schema_version_table.c.version)).scalar()
+        current = int(found) if found is not None else 0
+        if current > SCHEMA_VERSION:
+            raise TraceStoreError(
+                self.masked_url,
+                f"schema version {current} is newer than this agora knows ({SCHEMA_VERSION}); upgrade agora",
+            )
+        return current
 
     @property
     def schema_version(self) -> int:
@@ -403,20 +428,20 @@ class TraceStore:
         password = _password(self.url)
         if password:
             reason = reason.replace(password, "***")
-        if "database is locked" in reason:
-            reason += f" (still locked after waiting {SQLITE_BUSY_TIMEOUT_MS / 1000:g} s)"
+        if "database is locked" in reason or "lock timeout" in reason:
+            reason += f" (still locked after waiting {self.busy_timeout_s:g} s)"
         return reason
 
 
-def _configure_sqlite(engine: Engine) -> None:
+def _configure_sqlite(engine: Engine, busy_timeout_s: float) -> None:
     """WAL, a busy timeout, and BEGIN IMMEDIATE for writers (the SQLAlchemy recipe for pysqlite)."""
 
     @sa.event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
         dbapi_connection.isolation_level = None  # SQLAlchemy emits BEGIN itself, below
         cursor = dbapi_connection.cursor()
-        cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
-        _switch_to_wal(cursor)
+        cursor.execute(f"PRAGMA busy_timeout = {max(1, round(busy_timeout_s * 1000))}")
+        _switch_to_wal(cursor, busy_timeout_s)
         cursor.execute("PRAGMA synchronous = NORMAL")
         cursor.close()
 
@@ -426,11 +451,11 @@ def _configure_sqlite(engine: Engine) -> None:
         connection.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
 
 
-def _switch_to_wal(cursor: Any) -> None:
+def _switch_to_wal(cursor: Any, busy_timeout_s: float) -> None:
     """WAL mode, retried: SQLite answers "locked" at once, without its busy handler, when another
     process holds the new database while this one changes its journal mode (seen with four
     writers opening a new store together)."""
-    deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_MS / 1000
+    deadline = time.monotonic() + busy_timeout_s
     while True:
         try:
             if cursor.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":

@@ -4,8 +4,8 @@ A plan file holds each task's placement, not the workflow it was planned from. T
 workflow is rebuilt from the plan itself and the DAG's edges in Airflow's serialized DAG:
 a task's reference runtime is its planned duration times the speed of its planned
 resource type, its cores and memory are those the plan reserved. The one-type default
-(:func:`agora_optimizer.planning.optimize.default_plan`, as ``agora optimize`` prints it) and the
-Pareto front (:func:`agora_optimizer.planning.pareto.pareto_front`) are then computed on the
+(:func:`agora_optimizer.optimize.optimize.default_plan`, as ``agora optimize`` prints it) and the
+Pareto front (:func:`agora_optimizer.optimize.pareto.pareto_front`) are then computed on the
 catalogs of ``[agora] catalog``, so the savings are measured on the very predictions the
 plan was made from.
 
@@ -27,7 +27,7 @@ from agora_optimizer.errors import AgoraError
 from agora_optimizer.model.catalog import Catalog
 from agora_optimizer.model.plan import Plan
 from agora_optimizer.model.workflow import Edge, Task, Workflow, category_of
-from agora_optimizer.planning.pareto import Front
+from agora_optimizer.optimize.pareto import Front
 from agora_optimizer.ui.cache import LruCache
 from agora_optimizer.ui.plans import PlanFile
 
@@ -73,7 +73,7 @@ class ComputedFront:
 
     def plan(self, index: int) -> Plan:
         """The ``index``-th point of the front (by increasing makespan) as a plan."""
-        from agora_optimizer.planning.pareto import point_plan
+        from agora_optimizer.optimize.pareto import point_plan
 
         return point_plan(self.front.points[index], self.workflow, self.catalog, self.front.catalog)
 
@@ -151,7 +151,7 @@ def comparison(entry: PlanFile) -> Comparison:
 
 
 def _compare(entry: PlanFile) -> Comparison:
-    from agora_optimizer.planning.optimize import default_plan
+    from agora_optimizer.optimize.optimize import default_plan
 
     catalog = platform_catalog()
     workflow = plan_workflow(entry.plan, catalog, dag_structure(entry.dag_id))
@@ -189,7 +189,7 @@ class FrontService:
 
 
 def _front(entry: PlanFile) -> ComputedFront:
-    from agora_optimizer.planning.pareto import pareto_front
+    from agora_optimizer.optimize.pareto import pareto_front
 
     catalog = platform_catalog()
     workflow = plan_workflow(entry.plan, catalog, dag_structure(entry.dag_id))

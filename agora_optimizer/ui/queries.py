@@ -16,7 +16,7 @@ from fastapi import HTTPException, status
 from agora_optimizer import settings
 from agora_optimizer.errors import AgoraError
 from agora_optimizer.model.plan import Assignment, Plan
-from agora_optimizer.planning.pareto import Point
+from agora_optimizer.optimize.pareto import Point
 from agora_optimizer.plans.store import applied_at
 from agora_optimizer.traces.store import TraceStoreError
 from agora_optimizer.ui import schemas

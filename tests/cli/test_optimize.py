@@ -199,7 +199,7 @@ def test_pareto_save_plans_into_a_file_is_a_clear_error(tmp_path: Path, capsys) 
 def test_the_fronts_fastest_point_is_the_cheapest_plan_at_that_makespan() -> None:
     from agora_optimizer.io.catalog_file import load_catalog
     from agora_optimizer.io.wfformat import load_workflow
-    from agora_optimizer.planning.pareto import pareto_front
+    from agora_optimizer.optimize.pareto import pareto_front
 
     front = pareto_front(load_workflow(BLAST), load_catalog(AWS_CATALOG), "aws", deadlines=2, time_limit_s=4.0)
     fastest = min(p.makespan_s for p in front.candidates if p.objective.deadline_s is None)

@@ -13,7 +13,7 @@ from agora_optimizer import cli
 from agora_optimizer.cli.predict import register
 from agora_optimizer.io.plan_file import load_plan
 from agora_optimizer.model.plan import Objective
-from agora_optimizer.planning.optimize import optimize
+from agora_optimizer.optimize.optimize import optimize
 from agora_optimizer.predict.model_store import MODEL_FILE
 from tests.conftest import AWS_CATALOG, wfformat_15, write_json
 from tests.predict.conftest import BLAST_1, SRA_1, SRA_2, stripped

@@ -179,6 +179,31 @@ def depends_on(config: dict[str, Any], name: str) -> dict[str, str]:
     return {str(dep): str((spec or {}).get("condition", "")) for dep, spec in raw.items()}
 
 
+def read_only(config: dict[str, Any], name: str, target: str) -> bool:
+    """Whether the service mounts ``target`` read-only (short or long syntax)."""
+    for item in service(config, name).get("volumes") or []:
+        if isinstance(item, str) and item.split(":")[1] == target:
+            return "ro" in item.split(":")[2:3]
+        if isinstance(item, dict) and item.get("target") == target:
+            return bool(item.get("read_only"))
+    raise AssertionError(f"{name} does not mount {target}")
+
+
+def published_ports(config: dict[str, Any], name: str) -> list[tuple[str, str, int]]:
+    """(host address, host port, container port) of each port the service publishes, short or long
+    syntax; the address is "" where the port is published on every interface."""
+    found: list[tuple[str, str, int]] = []
+    for port in service(config, name).get("ports") or []:
+        if isinstance(port, dict):
+            found.append((str(port.get("host_ip") or ""), str(port.get("published", "")), int(port["target"])))
+            continue
+        parts = str(port).split("/")[0].rsplit(":", 2)  # [[ADDRESS:]PORT:]TARGET[/PROTOCOL]
+        address = parts[0] if len(parts) == 3 else ""
+        published = parts[-2] if len(parts) >= 2 else ""
+        found.append((address, published, int(parts[-1])))
+    return found
+
+
 def healthcheck_test(config: dict[str, Any], name: str) -> str:
     check = service(config, name).get("healthcheck") or {}
     assert check and not check.get("disable"), f"service {name} has no healthcheck"
@@ -264,7 +289,6 @@ def test_every_airflow_process_gets_the_same_configuration(config: dict[str, Any
         "AIRFLOW__CORE__DAGS_FOLDER",
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN",
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_ASYNC",
-        "AIRFLOW__API_AUTH__JWT_SECRET",  # the scheduler signs task tokens that the api-server checks
         "AIRFLOW__LOGGING__BASE_LOG_FOLDER",
         "AIRFLOW__CELERY__BROKER_URL",  # the scheduler's CeleryExecutor sends where the workers read
         "AIRFLOW__CELERY__RESULT_BACKEND",
@@ -284,11 +308,7 @@ def test_every_airflow_process_gets_the_same_configuration(config: dict[str, Any
     # Tasks, on the compute nodes too, call back to the api-server service.
     api = urlsplit(reference["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"])
     assert api.hostname == "airflow-apiserver" and api.path.rstrip("/") == "/execution"
-    targets = {
-        int(str(port["target"]) if isinstance(port, dict) else str(port).split(":")[-1])
-        for port in service(config, "airflow-apiserver").get("ports", [])
-    }
-    assert api.port in targets
+    assert api.port in {target for _, _, target in published_ports(config, "airflow-apiserver")}
 
 
 def test_one_postgres_holds_the_metadata_database_and_the_trace_store(config: dict[str, Any]) -> None:
@@ -314,6 +334,57 @@ def test_one_postgres_holds_the_metadata_database_and_the_trace_store(config: di
     )
     assert script is not None and Path(script).resolve() == DOCKER / "postgres" / "init-databases.sh"
     assert "pg_isready" in healthcheck_test(config, "postgres")
+
+
+# Airflow's keys, which every Airflow component reads from one file each of the secrets volume:
+# (section, option) -> the file.
+AIRFLOW_KEYS = {
+    ("api_auth", "jwt_secret"): "jwt_secret",
+    ("api", "secret_key"): "api_secret_key",
+    ("core", "fernet_key"): "fernet_key",
+}
+SECRETS_VOLUME = "airflow-secrets"
+# Variables of compose.yaml that hold a secret, and those of them allowed a default: the databases'
+# passwords, on a network internal to the stack (test_only_the_api_server_is_published_on_the_hosts_loopback).
+SECRET_VARIABLE = re.compile(r"SECRET|FERNET|PASSWORD|TOKEN|^AIRFLOW_CONN_")
+INTERNAL_PASSWORDS = {"POSTGRES_PASSWORD", "AIRFLOW_DB_PASSWORD", "AGORA_DB_PASSWORD"}
+
+
+def test_no_secret_has_a_default_and_airflow_reads_its_keys_from_the_secrets_volume(config: dict[str, Any]) -> None:
+    defaults = re.findall(r"\$\{(\w+):?-([^}]*)\}", COMPOSE_FILE.read_text())
+    given = {name: default for name, default in defaults if SECRET_VARIABLE.search(name) and default}
+    assert set(given) <= INTERNAL_PASSWORDS, (
+        f"secrets with a default in compose.yaml: {sorted(set(given) - INTERNAL_PASSWORDS)}"
+    )
+    init = environment(config, "airflow-init")
+    folder = init["AIRFLOW_SECRETS_DIR"]
+    assert source_of(config, "airflow-init", folder) == SECRETS_VOLUME and not read_only(config, "airflow-init", folder)
+    assert SECRETS_VOLUME in (config.get("volumes") or {})
+    for name in (*AIRFLOW_SERVICES, *WORKERS):
+        env = environment(config, name)
+        for (section, option), file in AIRFLOW_KEYS.items():
+            variable = f"AIRFLOW__{section.upper()}__{option.upper()}"
+            assert variable not in env, f"{name}: {variable} is set in compose.yaml"
+            assert env.get(f"{variable}_CMD") == f"cat {folder}/{file}", f"{name}: {variable}_CMD"
+        assert source_of(config, name, folder) == SECRETS_VOLUME, name
+        assert name == "airflow-init" or read_only(config, name, folder), f"{name} may write Airflow's keys"
+    for node in NODES:  # tasks run there as airflow: the JWT secret would let one mint an admin token
+        assert source_of(config, node, folder) is None, node
+        assert not any(key.endswith("_CMD") for key in environment(config, node)), node
+
+
+def test_only_the_api_server_is_published_on_the_hosts_loopback(
+    config: dict[str, Any], compose: tuple[str, ...], tmp_path: Path
+) -> None:
+    assert published_ports(config, "airflow-apiserver") == [("127.0.0.1", "8080", 8080)]
+    for name in config["services"]:  # PostgreSQL and Redis above all: default passwords, and none
+        assert name == "airflow-apiserver" or not published_ports(config, name), f"{name} is published"
+    # A deployer who puts a proxy in front or wants every interface says so.
+    env_file = tmp_path / "public.env"
+    env_file.write_text("AIRFLOW_HOST_IP=0.0.0.0\nAIRFLOW_PORT=18080\n")
+    done = run_config(compose, COMPOSE_FILE, env_file)
+    assert done.returncode == 0, done.stderr
+    assert published_ports(yaml.safe_load(done.stdout), "airflow-apiserver") == [("0.0.0.0", "18080", 8080)]
 
 
 def test_start_order_uses_conditions_and_healthchecks(config: dict[str, Any]) -> None:

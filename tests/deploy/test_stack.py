@@ -15,7 +15,12 @@ workers, whose pools the plans here leave out. Then:
   controller's record of that job (``sacct -c`` in the controller: this slurm.conf has no slurmdbd, so
   sacct reads the job completion log) and the trace row in the PostgreSQL trace store all agree with the plan;
 - the agora view answers with Airflow's login and refuses without it;
-- ``docker-compose restart airflow-scheduler`` in the middle of a run loses no task and runs none twice.
+- ``docker-compose restart airflow-scheduler`` in the middle of a run loses no task and runs none twice;
+- no secret comes from the repository (issue 32): a token signed with the JWT secret compose.yaml
+  used to default to is refused while one signed with the key generated into the airflow-secrets
+  volume is accepted; the api-server is published on the host's loopback only; a connection's
+  password is stored encrypted with the volume's Fernet key; the keys and the admin's passwords file
+  are user airflow's alone, and the compute nodes, where tasks run, do not see the keys.
 
 Everything is torn down at the end (``down -v``; the daemon is stopped if this module started it),
 also after a failure. The times of each step go to ``out/docker-stack-timings.json``. It takes
@@ -29,17 +34,22 @@ import functools
 import json
 import os
 import shlex
+import socket
 import subprocess
 import time
 import uuid
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
+import jwt
+import psutil
 import pytest
 import yaml
+from cryptography.fernet import Fernet
 
 from harness.local_airflow import api_request, api_token, free_port
 from tests.conftest import REPO
@@ -59,6 +69,10 @@ ETL_DAG = "agora_example_etl"
 SHARED = "/opt/airflow/agora/e2e"  # on the agora-data volume: the scheduler and both nodes see it
 NODE_OF_PARTITION = {"small": "slurm-small", "large": "slurm-large"}
 TIMINGS = REPO / "out" / "docker-stack-timings.json"
+SECRETS_DIR = "/run/airflow-secrets"  # the airflow-secrets volume, where airflow-init makes Airflow's keys
+KEY_FILES = ("jwt_secret", "api_secret_key", "fernet_key")
+PASSWORDS_FILE = "/opt/airflow/simple_auth_manager_passwords.json.generated"
+PUBLIC_JWT_SECRET = "agora-compose-jwt-secret-change-me"  # compose.yaml's default before issue 32
 
 
 def _run(argv: list[str], env: dict[str, str], timeout_s: float, what: str) -> str:
@@ -375,3 +389,66 @@ def test_restarting_the_scheduler_mid_run_loses_no_task(stack: Stack) -> None:
     instances = stack.task_instances(WF_DAG, run_id)
     assert {ti["try_number"] for ti in instances.values()} == {1}, "a task ran twice"
     _check_run_on_planned_nodes(stack, WF_DAG, run_id, planned)
+
+
+def _admin_token(secret: str) -> str:
+    """A token of the simple auth manager's admin (its claims, and those of Airflow's JWTGenerator), signed
+    with ``secret`` as Airflow signs with a shared key (HS512)."""
+    now = int(time.time())
+    claims = {"sub": "admin", "role": "ADMIN", "aud": "apache-airflow", "iat": now, "nbf": now, "exp": now + 300}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", jwt.InsecureKeyLengthWarning)  # the public default is short
+        return jwt.encode(claims | {"jti": uuid.uuid4().hex}, secret, algorithm="HS512")
+
+
+def test_a_token_signed_with_the_former_public_secret_is_refused(stack: Stack) -> None:
+    def dags(token: str) -> httpx.Response:
+        return httpx.get(f"{stack.api_url}/api/v2/dags", headers={"Authorization": f"Bearer {token}"}, timeout=30)
+
+    refused = dags(_admin_token(PUBLIC_JWT_SECRET))
+    assert refused.status_code in (401, 403), f"an admin token signed with the repository's key: {refused.text[:300]}"
+    secret = stack.exec("airflow-apiserver", "cat", f"{SECRETS_DIR}/jwt_secret")
+    assert len(secret) >= 64, "a generated key of 64 bytes or more"
+    accepted = dags(_admin_token(secret))  # the same token signed with the volume's key: its form is Airflow's
+    assert accepted.status_code == 200, accepted.text
+
+
+def test_the_api_server_is_published_on_the_hosts_loopback_only(stack: Stack) -> None:
+    container = stack.dc("ps", "-q", "airflow-apiserver", timeout_s=60).split()[0]
+    inspect = ["docker", "inspect", "-f", "{{json .NetworkSettings.Ports}}", container]
+    ports = json.loads(_run(inspect, stack.env, 60, "docker inspect"))
+    bindings = [binding for spec in ports.values() for binding in spec or []]
+    assert bindings and {binding["HostIp"] for binding in bindings} == {"127.0.0.1"}, ports
+    port = int(stack.api_url.rsplit(":", 1)[1])
+    outward = [
+        address.address
+        for addresses in psutil.net_if_addrs().values()
+        for address in addresses
+        if address.family == socket.AF_INET and not address.address.startswith("127.")
+    ]
+    assert outward, "this host has no address but loopback's"
+    for address in outward:  # this host's other addresses (its network's, the compose bridge's) refuse
+        with pytest.raises(OSError), socket.create_connection((address, port), timeout=5):
+            pass
+
+
+def test_connections_are_stored_encrypted_with_the_volumes_fernet_key(stack: Stack) -> None:
+    conn_id, password = f"agora_e2e_{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+    stack.api("POST", "/connections", json={"connection_id": conn_id, "conn_type": "http", "password": password})
+    query = f"SELECT is_encrypted, password FROM connection WHERE conn_id = '{conn_id}'"
+    row = stack.exec("postgres", "psql", "-U", "airflow", "-d", "airflow", "-A", "-t", "-F", "|", "-c", query).strip()
+    encrypted, stored = row.split("|", 1)
+    assert encrypted == "t" and password not in stored, row
+    key = stack.exec("airflow-apiserver", "cat", f"{SECRETS_DIR}/fernet_key")
+    assert Fernet(key.encode()).decrypt(stored.encode()).decode() == password
+    # The scheduler's container holds the same key: Airflow's CLI there (no entrypoint) reads it back.
+    answer = stack.exec("airflow-scheduler", "airflow", "connections", "get", conn_id, "-o", "json", user="airflow")
+    assert json.loads(answer)[0]["password"] == password
+
+
+def test_airflows_keys_are_airflows_alone_and_not_on_the_compute_nodes(stack: Stack) -> None:
+    paths = [SECRETS_DIR, *(f"{SECRETS_DIR}/{name}" for name in KEY_FILES), PASSWORDS_FILE]
+    seen = stack.exec("airflow-apiserver", "stat", "-c", "%a %U %n", *paths).splitlines()
+    assert seen == [f"{700 if path == SECRETS_DIR else 600} airflow {path}" for path in paths], seen
+    for node in NODE_OF_PARTITION.values():  # tasks run there, as user airflow
+        stack.exec(node, "test", "!", "-e", SECRETS_DIR)

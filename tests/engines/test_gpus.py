@@ -26,12 +26,12 @@ from agora_optimizer.engines.partition.homogeneous import HomogeneousPartitionEn
 from agora_optimizer.engines.partition.icpp24 import PartitionEngine
 from agora_optimizer.engines.peft import PeftEngine
 from agora_optimizer.engines.pool_search import PoolSearchEngine
-from agora_optimizer.engines.portfolio import run_portfolio
 from agora_optimizer.io.plan_file import plan_to_dict
 from agora_optimizer.model import Objective
 from agora_optimizer.model.catalog import GIB, Billing, Catalog, Resource
 from agora_optimizer.model.workflow import Edge, Task, Workflow
-from agora_optimizer.planning.optimize import build_plan
+from agora_optimizer.optimize.optimize import build_plan
+from agora_optimizer.optimize.portfolio import run_portfolio
 from agora_optimizer.planning.problem import Problem
 from tests import spec_checker
 from tests.conftest import wfformat_15, write_json, write_yaml

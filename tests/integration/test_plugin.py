@@ -60,7 +60,7 @@ def test_plugins_folder_entry_loads_the_same_plugin(tmp_path: Path) -> None:
 
 def test_the_domain_model_does_not_import_airflow() -> None:
     code = (
-        "import sys, agora_optimizer.model, agora_optimizer.planning.optimize, agora_optimizer.planning.validate;"
+        "import sys, agora_optimizer.model, agora_optimizer.optimize.optimize, agora_optimizer.planning.validate;"
         "print(any(m == 'airflow' or m.startswith('airflow.') for m in sys.modules))"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
+
 import pytest
+
+from tests.traces.conftest import write_lock_held
 
 
 def test_the_listener_records_the_declared_category() -> None:
@@ -89,3 +94,30 @@ def test_names_in_executor_config_that_are_not_strings_are_no_names() -> None:
     assert _planned(ti) == {"machine": "", "plan_version": "v1"}
     config["agora"]["resource_type"] = "big"
     assert resource_of(ti) == ("big", "")
+
+
+@pytest.mark.slow
+def test_a_store_another_process_holds_does_not_hold_the_task_its_row_waits_and_lands_after(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The task process waited out another process's hold on the store's lock (up to 60 s) before it
+    could end; now it waits the hooks' short busy timeout, spools the row, and the next writer lands it."""
+    from agora_optimizer.integration.trace_listener import TraceListener
+    from agora_optimizer.traces.records import TaskAttempt
+    from agora_optimizer.traces.spool import pending
+    from agora_optimizer.traces.store import HOOK_BUSY_TIMEOUT_S, TraceStore
+
+    monkeypatch.setenv("AIRFLOW__AGORA__STATE_DIR", str(tmp_path / "state"))
+    url = f"sqlite:///{tmp_path / 'traces.db'}"
+    TraceStore(url).close()
+    listener = TraceListener(store_url=url)
+    row = TaskAttempt.create(dag_id="d", task_id="t", run_id="r1", state="success")
+    with write_lock_held(tmp_path / "traces.db", hold_s=10):
+        started = time.monotonic()
+        listener._write(row)
+        assert time.monotonic() - started < HOOK_BUSY_TIMEOUT_S + 1.0
+        assert pending() == 1
+    listener._write(TaskAttempt.create(dag_id="d", task_id="next", run_id="r1", state="success"))
+    assert pending() == 0
+    with TraceStore(url) as store:
+        assert sorted(a.task_id for a in store.attempts()) == ["next", "t"]

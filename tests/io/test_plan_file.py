@@ -12,7 +12,7 @@ from agora_optimizer.io.catalog_file import load_catalog
 from agora_optimizer.io.plan_file import load_plan, plan_json, write_plan
 from agora_optimizer.io.wfformat import load_workflow
 from agora_optimizer.model import Objective
-from agora_optimizer.planning.optimize import optimize
+from agora_optimizer.optimize.optimize import optimize
 from tests.conftest import AWS_CATALOG, BUNDLED
 
 SPEC_KEYS = [

@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 
 from agora_optimizer.engines.list_scheduling import ListSchedulingEngine
-from agora_optimizer.engines.portfolio import Stage
 from agora_optimizer.errors import UnplaceableTaskError
 from agora_optimizer.io.catalog_file import load_catalog
 from agora_optimizer.io.plan_file import plan_to_dict
@@ -24,8 +23,9 @@ from agora_optimizer.io.wfformat import load_workflow
 from agora_optimizer.model.catalog import GIB, Billing, Catalog, Resource
 from agora_optimizer.model.plan import Assignment, Objective, Plan, SolverInfo
 from agora_optimizer.model.workflow import Edge, Task, Workflow
+from agora_optimizer.optimize.optimize import optimize
+from agora_optimizer.optimize.portfolio import Stage
 from agora_optimizer.planning.leases import cost_usd, leases, makespan_s
-from agora_optimizer.planning.optimize import optimize
 from agora_optimizer.planning.replan import Done, Pending, Replan, ReplanError, Running, TaskState, replan
 from agora_optimizer.planning.retime import retime, start_order
 from agora_optimizer.planning.validate import validate_plan

@@ -16,8 +16,8 @@ from agora_optimizer.io.wfformat import load_workflow
 from agora_optimizer.model import Objective
 from agora_optimizer.model.catalog import Catalog
 from agora_optimizer.model.workflow import Workflow
+from agora_optimizer.optimize.optimize import build_plan, optimize
 from agora_optimizer.planning.leases import cost_usd, makespan_s
-from agora_optimizer.planning.optimize import build_plan, optimize
 from agora_optimizer.planning.problem import Problem
 from agora_optimizer.planning.spot import (
     expected_cost_usd,

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from agora_optimizer.model.catalog import GIB
 from agora_optimizer.model.plan import Assignment, Objective, machine_type
 from agora_optimizer.model.workflow import Edge, Task, Workflow
+from agora_optimizer.optimize.optimize import build_plan
 from agora_optimizer.planning.leases import cost_usd, makespan_s
-from agora_optimizer.planning.optimize import build_plan
 from agora_optimizer.planning.spot import (
     expected_cost_usd,
 )

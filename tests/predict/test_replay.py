@@ -12,7 +12,7 @@ from agora_optimizer.io.wfformat import load_workflow
 from agora_optimizer.model.catalog import Catalog
 from agora_optimizer.model.plan import Objective, Plan
 from agora_optimizer.model.workflow import Workflow
-from agora_optimizer.planning.optimize import optimize
+from agora_optimizer.optimize.optimize import optimize
 from agora_optimizer.planning.validate import validate_plan
 from agora_optimizer.predict.errors import UnknownResourceError
 from agora_optimizer.predict.replay import replay

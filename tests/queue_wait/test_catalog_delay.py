@@ -15,7 +15,7 @@ from agora_optimizer.io.plan_file import write_plan
 from agora_optimizer.io.wfformat import load_workflow
 from agora_optimizer.model.catalog import Catalog
 from agora_optimizer.model.plan import Objective
-from agora_optimizer.planning.optimize import optimize
+from agora_optimizer.optimize.optimize import optimize
 from agora_optimizer.queue_wait.catalog_delay import (
     QueueWaitCatalogError,
     predict_catalog_waits,

@@ -1,4 +1,5 @@
-"""Trace-store fixtures: a real PostgreSQL server (started by scripts/start_postgres.sh) and a fresh store per test.
+"""Trace-store fixtures: a real PostgreSQL server (started by scripts/start_postgres.sh), a fresh store per
+test, and :func:`write_lock_held`: another process holding a SQLite store's write lock.
 
 The server is a throwaway cluster under /tmp, started once per session and stopped at the end
 (and recorded for the run's end, tests/run_services.py, which stops it if its session did not).
@@ -12,10 +13,12 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -132,3 +135,41 @@ def http_server() -> Iterator[tuple[str, dict[str, tuple[int, str]]]]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+# Holds SQLite's write lock in another process until released (or ``hold_s`` passes): what another writer,
+# a long import or a stuck process does to the scheduler's trace store.
+_HOLD_THE_LOCK = """
+import sqlite3, sys, time
+connection = sqlite3.connect(sys.argv[1], isolation_level=None)
+connection.execute("BEGIN IMMEDIATE")
+print("held", flush=True)
+time.sleep(float(sys.argv[2]))
+"""
+
+
+class WriteLock:
+    """The write lock of a SQLite database held by another process (:func:`write_lock_held`)."""
+
+    def __init__(self, process: subprocess.Popen[str]) -> None:
+        self.process = process
+
+    def release(self) -> None:
+        """End the holder (SQLite releases a dead process's lock; it wrote nothing)."""
+        if self.process.poll() is None:
+            self.process.terminate()
+        self.process.wait(30)
+
+
+@contextmanager
+def write_lock_held(database: Path, hold_s: float = 30.0) -> Iterator[WriteLock]:
+    """Another process holds ``database``'s write lock (``BEGIN IMMEDIATE``) inside the block, at most ``hold_s``."""
+    process = subprocess.Popen(
+        [sys.executable, "-c", _HOLD_THE_LOCK, str(database), str(hold_s)], stdout=subprocess.PIPE, text=True
+    )
+    lock = WriteLock(process)
+    try:
+        assert process.stdout is not None and process.stdout.readline().strip() == "held"
+        yield lock
+    finally:
+        lock.release()

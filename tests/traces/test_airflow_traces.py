@@ -240,7 +240,7 @@ def test_an_unreachable_trace_store_does_not_fail_the_task(airflow_run: AirflowR
     assert airflow_run.states["agora_trace_unreachable"] == "success"
     line = next(x for x in airflow_run.log.splitlines() if "agora_trace_unreachable/quiet" in x)
     assert "agora: cannot record the trace of task instance agora_trace_unreachable/quiet" in line
-    assert "trace store unreachable" in line and "the row waits in" in line  # the spool keeps it, nothing lost
+    assert "cannot reach the database" in line and "the row waits in" in line  # the spool keeps it, nothing lost
     assert "pw@" not in airflow_run.log.split("agora_trace_unreachable/quiet", 1)[1][:3000]  # password masked
 
 

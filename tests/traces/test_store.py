@@ -6,6 +6,9 @@ import multiprocessing
 import os
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
@@ -16,8 +19,8 @@ import sqlalchemy as sa
 
 from agora_optimizer.errors import AgoraError
 from agora_optimizer.traces.records import TaskAttempt, TraceRecordError
-from agora_optimizer.traces.store import SCHEMA_VERSION, TraceStore, TraceStoreError
-from tests.traces.conftest import START_POSTGRES, PostgresServer
+from agora_optimizer.traces.store import HOOK_BUSY_TIMEOUT_S, SCHEMA_VERSION, TraceStore, TraceStoreError
+from tests.traces.conftest import START_POSTGRES, PostgresServer, write_lock_held
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -291,3 +294,48 @@ def test_a_version_1_store_upgrades_and_keeps_its_rows_with_no_machine(tmp_path:
         store.add([attempt("new", machine="local-large#0", plan_version="abc123def456")])
         new = store.attempt("dag", "new", "r1", 1, -1)
         assert new is not None and (new.machine, new.plan_version) == ("local-large#0", "abc123def456")
+
+
+@contextmanager
+def _writes_locked(store_url: str, tmp_path: Path) -> Iterator[None]:
+    """Another writer holds the store's lock: on SQLite another process's ``BEGIN IMMEDIATE``, on PostgreSQL
+    another session's lock on the attempts table."""
+    if store_url.startswith("sqlite"):
+        with write_lock_held(tmp_path / "traces.db"):
+            yield
+        return
+    engine = sa.create_engine(store_url)
+    try:
+        with engine.begin() as connection:
+            connection.exec_driver_sql("LOCK TABLE agora_task_attempts IN EXCLUSIVE MODE")
+            yield
+    finally:
+        engine.dispose()
+
+
+def test_opening_a_current_store_does_not_wait_for_another_writers_lock(tmp_path: Path) -> None:
+    """The scheduler's hooks open the store while tasks write to it: only creating or upgrading the schema
+    takes the write lock (each open took it, and waited up to 60 s for it)."""
+    url = f"sqlite:///{tmp_path / 'traces.db'}"
+    with TraceStore(url) as store:
+        store.add([attempt()])
+    with write_lock_held(tmp_path / "traces.db", hold_s=10):
+        started = time.monotonic()
+        with TraceStore(url) as store:
+            assert store.count() == 1 and store.schema_version == SCHEMA_VERSION
+        assert time.monotonic() - started < 1.0
+
+
+def test_a_writer_with_a_short_busy_timeout_gives_up_within_it_and_says_so(store_url: str, tmp_path: Path) -> None:
+    with TraceStore(store_url) as store:
+        store.add([attempt()])
+    with TraceStore(store_url, busy_timeout_s=HOOK_BUSY_TIMEOUT_S) as store, _writes_locked(store_url, tmp_path):
+        started = time.monotonic()
+        with pytest.raises(TraceStoreError, match=rf"still locked after waiting {HOOK_BUSY_TIMEOUT_S:g} s"):
+            store.add([attempt(task_id="u")])
+        waited_s = time.monotonic() - started
+        assert HOOK_BUSY_TIMEOUT_S * 0.8 <= waited_s < HOOK_BUSY_TIMEOUT_S + 1.0
+        assert store.count() == 1  # reading never waits for the writer
+    with TraceStore(store_url) as store:  # the lock is free again: the row lands
+        store.add([attempt(task_id="u")])
+        assert store.count() == 2

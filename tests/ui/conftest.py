@@ -39,8 +39,8 @@ from agora_optimizer.io.catalog_file import load_catalog
 from agora_optimizer.model.catalog import Catalog
 from agora_optimizer.model.plan import Assignment, Objective, Plan, SolverInfo
 from agora_optimizer.model.workflow import Edge, Task, Workflow
-from agora_optimizer.planning.optimize import optimize
-from agora_optimizer.planning.window import WindowRun, cost_lower_bound, plan_first_come, plan_jointly
+from agora_optimizer.optimize.optimize import optimize
+from agora_optimizer.optimize.window import WindowRun, cost_lower_bound, plan_first_come, plan_jointly
 from agora_optimizer.plans.store import PlanStore, plan_version
 from agora_optimizer.runs.record import Repair, RunRecord, RunTask
 from agora_optimizer.runs.store import RunStore

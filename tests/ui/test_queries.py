@@ -10,7 +10,7 @@ import pytest
 from agora_optimizer.io.catalog_file import load_catalog
 from agora_optimizer.io.plan_file import load_plan
 from agora_optimizer.model.plan import Assignment, Objective, Plan, SolverInfo
-from agora_optimizer.planning.optimize import default_plan, optimize
+from agora_optimizer.optimize.optimize import default_plan, optimize
 from agora_optimizer.plans.store import PlanStore
 from agora_optimizer.traces.records import TaskAttempt
 from agora_optimizer.traces.store import TraceStore

@@ -22,7 +22,7 @@ from fastapi.testclient import TestClient
 
 from agora_optimizer.io.catalog_file import load_catalog
 from agora_optimizer.model.plan import Objective, Plan
-from agora_optimizer.planning.optimize import default_plan, optimize
+from agora_optimizer.optimize.optimize import default_plan, optimize
 from agora_optimizer.plans.store import PlanStore, plan_version
 from agora_optimizer.runs.record import Repair, RunRecord, RunTask
 from agora_optimizer.runs.store import RunStore

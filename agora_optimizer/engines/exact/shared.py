@@ -1,5 +1,5 @@
-"""What both exact engines share: type pruning, the caps on makespan and cost that some optimal plan
-respects, heads and tails, the slots a cost cap pays for, warm starts, validity, proven
+"""What both exact engines share: when they apply, type pruning, the caps on makespan and cost that some
+optimal plan respects, heads and tails, each type's machine slots, warm starts, validity, proven
 infeasibility, and the answer read off a solver's best schedule and bound. The MILP
 (:mod:`agora_optimizer.engines.exact.milp`) works in seconds, CP-SAT
 (:mod:`agora_optimizer.engines.exact.cpsat`) in ticks: what is shared here is written for both.
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TypeVar
@@ -67,8 +67,8 @@ def dominates(better: Resource, worse: Resource, fitting: int, price_matters: bo
 
 def prune_types(problem: Problem) -> tuple[list[Resource], dict[str, Resource]]:
     """The types kept (used by some task, dominated by none), and a kept replacement for each other one."""
-    objective, tasks = problem.objective, problem.workflow.tasks
-    price_matters = not (objective.kind == "time" and objective.budget_usd is None)
+    tasks = problem.workflow.tasks
+    price_matters = not cost_is_free(problem)
     used = [r for r in problem.catalog.resources if any(r.fits(t) for t in tasks)]
     fitting = {r.name: sum(r.fits(t) for t in tasks) for r in used}
     position = {r.name: n for n, r in enumerate(used)}
@@ -154,6 +154,30 @@ def head_tail(
     return head, tail
 
 
+def ancestor_sets(parents: Mapping[int, Sequence[int]], n: int) -> tuple[frozenset[int], ...]:
+    """Each of the ``n`` tasks' ancestors, tasks in topological order (``parents``: each task's parents)."""
+    ancestors: list[frozenset[int]] = []
+    for i in range(n):
+        ancestors.append(frozenset().union(*(ancestors[p] | {p} for p in parents.get(i, ()))))
+    return tuple(ancestors)
+
+
+def chain_cover(ancestors: Sequence[Collection[int]], weight: Sequence[float]) -> tuple[tuple[int, ...], ...]:
+    """Chains of mutually dependent tasks (so never running at once) covering the tasks, heaviest first: the
+    heaviest path by ``weight`` among the tasks left, taken greedily; only those of more than one task."""
+    left, chains = set(range(len(weight))), []
+    while left:
+        best: dict[int, tuple[float, tuple[int, ...]]] = {}
+        for i in sorted(left):  # topological order
+            before = [best[j] for j in best if j in ancestors[i]]
+            length, path = max(before, default=(0, ()))
+            best[i] = (length + weight[i], (*path, i))
+        chain = max(best.values())[1]
+        chains.append(chain)
+        left -= set(chain)
+    return tuple(c for c in chains if len(c) > 1)
+
+
 def colour_lanes(
     on_slot: Mapping[tuple[int, int], Sequence[int]],
     lanes: Sequence[int],
@@ -186,14 +210,23 @@ def colour_lanes(
     return result
 
 
-def slots_paid_for(resource: Resource, tasks: Sequence[Task], cost_cap_usd: float) -> int:
-    """Machines of ``resource`` a plan may use: no more than the tasks that fit it, nor than the cost cap
-    pays for at its cheapest lease (at least one)."""
+def cost_is_free(problem: Problem) -> bool:
+    """Whether the objective is time with no budget: then what a plan costs matters nowhere."""
+    return problem.objective.kind == "time" and problem.objective.budget_usd is None
+
+
+def slot_count(problem: Problem, resource: Resource, tasks: Sequence[Task], cost_cap_usd: float) -> int:
+    """S_k, the machine slots of ``resource`` a model holds: no more than the tasks that fit it, nor than
+    the cost cap pays for at its cheapest lease (at least one); when cost is free, no more than its
+    ``count`` either (machines whose leases never overlap merge into one id, which only lengthens leases,
+    whose cost does not matter then)."""
     fitting = [t for t in tasks if resource.fits(t)]
     slots = len(fitting)
     cheapest = resource.lease_cost_usd(resource.boot_s + min(resource.runtime_s(t) for t in fitting))
     if math.isfinite(cost_cap_usd) and cheapest > 0:
         slots = max(1, min(slots, math.floor(cost_cap_usd / cheapest + 1e-9)))
+    if resource.count is not None and cost_is_free(problem):
+        slots = min(slots, resource.count)
     return slots
 
 
@@ -250,6 +283,20 @@ def proven_infeasible(problem: Problem) -> bool:
     if objective.deadline_s is not None and objective.deadline_s < bounds.makespan_s - 1e-6:
         return True
     return objective.budget_usd is not None and objective.budget_usd < bounds.cost_usd * (1 - 1e-9)
+
+
+def applies(problem: Problem, max_tasks: int, time_limit_s: float) -> bool:
+    """Whether an exact engine takes ``problem`` on: no task needs GPUs (the models pack cores and memory
+    only, so a plan of them could over-subscribe a machine's GPUs), no spot type (the models know no
+    interruptions: their optimum and bound would be of the wrong cost), at most ``max_tasks`` tasks, some
+    time to spend, and no deadline or budget the lower bounds already prove out of reach."""
+    return not (
+        problem.workflow.uses_gpus
+        or problem.catalog.has_spot
+        or len(problem.workflow.tasks) > max_tasks
+        or time_limit_s <= 0
+        or proven_infeasible(problem)
+    )
 
 
 def meets_bound(value: float, bound: float) -> bool:

@@ -21,9 +21,9 @@ from agora_optimizer.engines.exact.milp.engine import MilpEngine
 from agora_optimizer.engines.exact.repair import RealTimes, SolverSchedule, least_starts, real_starts
 from agora_optimizer.engines.exact.shared import prune_types
 from agora_optimizer.engines.list_scheduling import ListSchedulingEngine
-from agora_optimizer.engines.portfolio import Stage, default_stages, run_portfolio
 from agora_optimizer.model import GIB, Billing, Catalog, Edge, Objective, Resource, Task, Workflow
 from agora_optimizer.model.plan import ObjectiveKind
+from agora_optimizer.optimize.portfolio import Stage, default_stages, run_portfolio
 from agora_optimizer.planning.list_schedule import list_schedule
 from agora_optimizer.planning.problem import Problem
 from tests.conftest import BUNDLED

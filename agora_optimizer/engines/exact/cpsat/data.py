@@ -46,12 +46,14 @@ from typing import Literal
 
 from agora_optimizer.engines.exact.repair import Slot
 from agora_optimizer.engines.exact.shared import (
+    ancestor_sets,
     caps,
+    chain_cover,
     head_tail,
     indexed_tasks,
     prune_types,
     real_horizon_s,
-    slots_paid_for,
+    slot_count,
 )
 from agora_optimizer.model.catalog import Resource
 from agora_optimizer.model.plan import Assignment
@@ -172,14 +174,6 @@ class TickData:
         return kind.resource.price_per_hour_usd / 3600.0 * kind.unit_ticks / self.ticks_per_s
 
 
-def _slot_count(problem: Problem, resource: Resource, tasks: Sequence[Task], cost_cap: float) -> int:
-    slots = slots_paid_for(resource, tasks, cost_cap)
-    objective = problem.objective
-    if resource.count is not None and objective.kind == "time" and objective.budget_usd is None:
-        slots = min(slots, resource.count)
-    return slots
-
-
 def _tick_type(resource: Resource, slots: int, ticks: Ticks, direction: Direction) -> TickType:
     billing, down, per_s = resource.billing, direction == "down", ticks.per_s
     exact_step = Fraction(billing.granularity_s) * per_s
@@ -202,28 +196,13 @@ def _tick_type(resource: Resource, slots: int, ticks: Ticks, direction: Directio
     )
 
 
-def _chains(n: int, ancestors: Sequence[set[int]], weight: Sequence[int]) -> tuple[tuple[int, ...], ...]:
-    """Chains of mutually dependent tasks covering the tasks, heaviest first (longest paths, greedily)."""
-    left, chains = set(range(n)), []
-    while left:
-        best: dict[int, tuple[int, tuple[int, ...]]] = {}
-        for i in sorted(left):  # topological order
-            before = [best[j] for j in best if j in ancestors[i]]
-            length, path = max(before, default=(0, ()))
-            best[i] = (length + weight[i], (*path, i))
-        chain = max(best.values())[1]
-        chains.append(chain)
-        left -= set(chain)
-    return tuple(c for c in chains if len(c) > 1)
-
-
 def build_data(problem: Problem, direction: Direction, ticks: Ticks, warm: Sequence[Assignment] | None) -> TickData:
     workflow, catalog, objective = problem.workflow, problem.catalog, problem.objective
     kinds, replacement = prune_types(problem)
     limits = caps(problem, kinds, warm)
     per_s = ticks.per_s
     tasks, index, options, rank = indexed_tasks(problem, kinds)
-    types = tuple(_tick_type(r, _slot_count(problem, r, tasks, limits.cost_usd), ticks, direction) for r in kinds)
+    types = tuple(_tick_type(r, slot_count(problem, r, tasks, limits.cost_usd), ticks, direction) for r in kinds)
     duration = {
         (i, k): to_ticks(kinds[k].runtime_s(t), per_s, direction) for i, t in enumerate(tasks) for k in options[i]
     }
@@ -234,9 +213,7 @@ def build_data(problem: Problem, direction: Direction, ticks: Ticks, warm: Seque
     parents: dict[int, list[int]] = defaultdict(list)
     for p, c, _ in edges:
         parents[c].append(p)
-    ancestors: list[set[int]] = []
-    for i in range(len(tasks)):
-        ancestors.append(set().union(*([ancestors[p] | {p} for p in parents[i]] or [set()])))
+    ancestors = ancestor_sets(parents, len(tasks))
     shortest = [min(duration[i, k] for k in options[i]) for i in range(len(tasks))]
     release = [to_ticks(t.release_s, per_s, direction) for t in tasks]  # each task's own
     earliest = [max(min(types[k].release + types[k].boot for k in options[i]), release[i]) for i in range(len(tasks))]
@@ -274,8 +251,8 @@ def build_data(problem: Problem, direction: Direction, ticks: Ticks, warm: Seque
         memory_unit_bytes=unit,
         memory=tuple(int(rounding(Fraction(t.memory_bytes, unit))) for t in tasks),
         capacity=tuple(kind.resource.memory_bytes // unit for kind in types),
-        chains=_chains(len(tasks), ancestors, shortest),
-        ancestors=tuple(frozenset(a) for a in ancestors),
+        chains=chain_cover(ancestors, shortest),
+        ancestors=ancestors,
         related=tuple(
             frozenset(ancestors[i] | {j for j in range(len(tasks)) if i in ancestors[j]}) for i in range(len(tasks))
         ),

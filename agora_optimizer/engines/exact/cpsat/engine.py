@@ -57,12 +57,12 @@ from agora_optimizer.engines.exact.repair import (
     to_assignments,
 )
 from agora_optimizer.engines.exact.shared import (
+    applies,
     best_warm_start,
     colour_lanes,
     exact_result,
     is_valid,
     meets_bound,
-    proven_infeasible,
     prune_types,
 )
 from agora_optimizer.model.plan import Assignment
@@ -298,12 +298,8 @@ class CpSatEngine(Engine):
     ) -> EngineResult | None:
         started = time.perf_counter()
         self.last_phases = []
-        if problem.workflow.uses_gpus:
-            return None  # the model has no GPU capacity (see the class docstring)
-        if problem.catalog.has_spot:
-            return None  # the model knows no interruptions: its optimum and bound would be of the wrong cost
-        if len(problem.workflow.tasks) > self.max_tasks or time_limit_s <= 0 or proven_infeasible(problem):
-            return None
+        if not applies(problem, self.max_tasks, time_limit_s):
+            return None  # GPUs, spot types, too many tasks, no time, or limits proven out of reach
         warm = best_warm_start(
             problem, warm_start, TimeBudget.until(started + time_limit_s - self.margin_s - _MIN_SOLVE_S)
         )

@@ -10,11 +10,12 @@ from dataclasses import dataclass, field
 from agora_optimizer.engines.exact.repair import Slot
 from agora_optimizer.engines.exact.shared import (
     Caps,
+    ancestor_sets,
     fits_count,
     head_tail,
     indexed_tasks,
     prune_types,
-    slots_paid_for,
+    slot_count,
 )
 from agora_optimizer.engines.exact.shared import caps as shared_caps
 from agora_optimizer.model.catalog import GIB, Resource
@@ -59,7 +60,8 @@ class MilpData:
     lane_limit: dict[Pair, int]  # (task, type) -> lanes it may use (symmetry)
     duration: dict[Pair, float]
     edges: tuple[tuple[int, int, float], ...]  # (parent, child, transfer_s)
-    incomparable: tuple[frozenset[int], ...]
+    ancestors: tuple[frozenset[int], ...]
+    incomparable: tuple[frozenset[int], ...]  # per task, the tasks that may run beside it
     head: tuple[float, ...]  # earliest start
     tail: tuple[float, ...]  # shortest time from a task's start to the workflow's end
     horizon: float
@@ -115,17 +117,6 @@ def _binding(
     return frozenset(active)
 
 
-def _slot_count(problem: Problem, resource: Resource, tasks: Sequence[Task], caps: Caps) -> tuple[int, bool]:
-    """(S_k, ordered by lease start): no more machines than tasks, nor than the cost cap pays for."""
-    slots = slots_paid_for(resource, tasks, caps.cost_usd)
-    if fits_count(resource, slots):
-        return slots, False
-    assert resource.count is not None
-    if problem.objective.kind == "time" and problem.objective.budget_usd is None:
-        return resource.count, False
-    return slots, True
-
-
 def _types(
     problem: Problem,
     kinds: Sequence[Resource],
@@ -136,7 +127,8 @@ def _types(
     result = []
     for r in kinds:
         members = {i for i, t in enumerate(tasks) if r.fits(t)}
-        slots, by_lease = _slot_count(problem, r, tasks, caps)
+        slots = slot_count(problem, r, tasks, caps.cost_usd)
+        by_lease = not fits_count(r, slots)  # count_k < S_k: slots ordered by lease start, with the count rows
         lanes = _binding(tasks, members, incomparable, _cores, float(r.vcpus))
         memory = _binding(tasks, members, incomparable, memory_gib, r.memory_bytes / GIB)
         result.append(MilpType(r, slots, by_lease, lanes, memory))
@@ -154,13 +146,9 @@ def _lane_limits(tasks: Sequence[Task], types: Sequence[MilpType], rank: dict[Pa
     return limits
 
 
-def _incomparable(n: int, parents: dict[int, list[int]]) -> tuple[frozenset[int], ...]:
-    ancestors: list[set[int]] = []
-    for i in range(n):
-        found: set[int] = set()
-        for p in parents[i]:
-            found |= ancestors[p] | {p}
-        ancestors.append(found)
+def _incomparable(ancestors: Sequence[frozenset[int]]) -> tuple[frozenset[int], ...]:
+    """Per task, the tasks neither its ancestors nor its descendants (they may run beside it)."""
+    n = len(ancestors)
     return tuple(
         frozenset(i for i in range(n) if i != j and i not in ancestors[j] and j not in ancestors[i]) for j in range(n)
     )
@@ -175,7 +163,8 @@ def build_data(problem: Problem, warm: Sequence[Assignment]) -> MilpData:
     parents: dict[int, list[int]] = defaultdict(list)
     for p, c, _ in edges:
         parents[c].append(p)
-    incomparable = _incomparable(len(tasks), parents)
+    ancestors = ancestor_sets(parents, len(tasks))
+    incomparable = _incomparable(ancestors)
     shortest = [min(duration[i, k] for k in options[i]) for i in range(len(tasks))]
     earliest = [max(min(kinds[k].earliest_start_s for k in options[i]), t.release_s) for i, t in enumerate(tasks)]
     head, tail = head_tail(earliest, shortest, parents)
@@ -190,6 +179,7 @@ def build_data(problem: Problem, warm: Sequence[Assignment]) -> MilpData:
         lane_limit=_lane_limits(tasks, types, rank),
         duration=duration,
         edges=edges,
+        ancestors=ancestors,
         incomparable=incomparable,
         head=tuple(head),
         tail=tuple(tail),

@@ -18,37 +18,47 @@ K_i that task i fits on, durations p_ik = runtime_i / speed_k, transfers tr_ij =
 bytes_ij / bandwidth on edges, slots (k, m) for m < S_k, lanes l < V_k on every slot of
 k, and a horizon H that some optimal plan respects.
 
-Variables:
-- x[i,k,m] binary: task i runs on slot (k, m); u[k,m] binary: slot (k, m) is leased;
-- y[i,k,m,l] binary: task i takes lane l of slot (k, m) (tasks that need lanes on k);
-- s[i] continuous: start of i; e_i = s_i + sum p_ik x[i,k,m]; T: makespan;
-- sm[i,j], q[i,j] in [0, 1]: i and j share a machine, a lane;
-- o[i,j] binary: i starts no later than j; a[i,j] binary: i still runs at j's start;
-- L[k,m], E[k,m]: lease start and end; n[k,m] integer: billing steps; G[k,m]: billed s;
-- c[k,m',m] binary: the leases of slots m' < m of a count-limited type overlap.
+Variables, named in the model (:class:`~agora_optimizer.engines.exact.milp.model.MilpModel`) and in
+the solver as here, then their indices (``x_3_0_1``, ``start_3``, ``lease_end_0_1``):
+- x[i,k,m] binary: task i runs on slot (k, m); used[k,m] binary: slot (k, m) is leased;
+- lane[i,k,m,l] binary: task i takes lane l of slot (k, m) (tasks that need lanes on k);
+- start[i] continuous: start of i; end_i = start_i + sum p_ik x[i,k,m]; makespan;
+- same[i,j], share_lane[i,j] in [0, 1]: i and j share a machine, a lane;
+- first[i,j] binary: i starts no later than j; running_at[i,j] binary: i still runs at j's start;
+- lease_start[k,m], lease_end[k,m]; steps[k,m] integer: billing steps; billed[k,m]: billed seconds;
+- overlap[k,m',m] binary: the leases of slots m' < m of a count-limited type overlap.
 
-Constraints:
-- sum_{k,m} x[i,k,m] = 1; x <= u; u <= sum_i x; u[k,m+1] <= u[k,m];
-- s_i >= sum max(release_k + boot_k, r_i) x[i,k,m] (a lease cannot begin before 0 nor before its
-  type's release; r_i is the task's own release, e.g. after an Airflow sensor's wait); T >= e_i;
-- edge i -> j: s_j >= e_i + tr_ij (1 - sm_ij), with sm_ij <= 1 - x[i,k,m] + x[j,k,m];
-- lanes: sum_l y[i,k,m,l] = cores_i x[i,k,m]; q_ij >= y[i,k,m,l] + y[j,k,m,l] - 1;
-  s_j >= e_i - M (1 - o_ij) - M (1 - q_ij) and s_i >= e_j - M o_ij - M (1 - q_ij);
-- memory, at every task j's start: mem_j + sum_i mem_i a[i,j] <= sum mem_k x[j,k,m],
-  where s_j >= e_i - M (2 + a[i,j] - sm_ij - o_ij) forces a[i,j] = 1 when i shares j's
-  machine, starts no later and has not ended; o is a linear order (triangle
-  inequalities), so on every set of tasks that run together the o-latest one's row
-  counts them all; o_ij = 1 => s_i <= s_j, o_ij = 0 => s_j <= s_i;
-- leases: L <= s_i - boot_k + M (1 - x), E >= e_i - M (1 - x), g_k n >= E - L,
-  G >= g_k n, G >= minimum_k u, so that billed = max(minimum, ceil(lease / g) g);
-- counts: see "slots"; deadline: T <= deadline_s; budget: C <= budget_usd;
-- valid cuts (not needed for exactness): E - L >= (boot + p_ik) x[i,k,m]; E <= T;
-  E - L <= H u; the work on every lane, the memory-seconds on every slot, and the work
-  of every chain of a chain cover of the DAG (ancestors never overlap their
-  descendants) on every slot fit in E - L - boot u.
+Constraints (their names in brackets):
+- sum_{k,m} x[i,k,m] = 1 [assign]; x <= used [used_by]; used <= sum_i x [empty];
+  used[k,m+1] <= used[k,m] [symmetry];
+- start_i >= sum max(release_k + boot_k, r_i) x[i,k,m] [boot] (a lease cannot begin before 0 nor
+  before its type's release; r_i is the task's own release, e.g. after an Airflow sensor's wait);
+  makespan >= end_i [makespan];
+- edge i -> j: start_j >= end_i + tr_ij (1 - same_ij) [edge], with same_ij <= 1 - x[i,k,m] +
+  x[j,k,m] [apart];
+- lanes: sum_l lane[i,k,m,l] = cores_i x[i,k,m] [cores]; share_lane_ij >= lane[i,k,m,l] +
+  lane[j,k,m,l] - 1 [lane_shared]; start_j >= end_i - M (1 - first_ij) - M (1 - share_lane_ij)
+  [lanefirst] and start_i >= end_j - M first_ij - M (1 - share_lane_ij) [lanesecond];
+- memory, at every task j's start: mem_j + sum_i mem_i running_at[i,j] <= sum mem_k x[j,k,m]
+  [memory], where start_j >= end_i - M (2 + running_at[i,j] - same_ij - first_ij) [active]
+  forces running_at[i,j] = 1 when i shares j's machine [together], starts no later and has not
+  ended; first is a linear order (triangle inequalities [triangle, triangle2]), so on every set
+  of tasks that run together the first-latest one's row counts them all; first_ij = 1 =>
+  start_i <= start_j [before], first_ij = 0 => start_j <= start_i [after];
+- leases: lease_start <= start_i - boot_k + M (1 - x) [lstart], lease_end >= end_i - M (1 - x)
+  [lend], g_k steps >= lease_end - lease_start [steps_cover], billed >= g_k steps
+  [billed_steps], billed >= minimum_k used [minimum], so that billed = max(minimum, ceil(lease /
+  g) g);
+- counts: see "slots" [lorder, leaseapart, count]; deadline: makespan <= deadline_s [deadline];
+  budget: C <= budget_usd [cost_cap];
+- valid cuts (not needed for exactness): lease_end - lease_start >= (boot + p_ik) x[i,k,m]
+  [lspan]; lease_end <= makespan [within]; lease_end - lease_start <= H used [leased]; the work
+  on every lane, the memory-seconds on every slot, and the work of every chain of a chain cover
+  of the DAG (ancestors never overlap their descendants) on every slot fit in lease_end -
+  lease_start - boot used [energy, energy_memory, energy_chain].
 
-Objective: time T / T_lb; cost C / C_lb with C = sum price_k / 3600 G[k,m]; balanced
-alpha T / T_lb + (1 - alpha) C / C_lb: the first element of
+Objective: time T / T_lb (T the makespan); cost C / C_lb with C = sum price_k / 3600 billed[k,m];
+balanced alpha T / T_lb + (1 - alpha) C / C_lb: the first element of
 :func:`agora_optimizer.planning.problem.score`, with the problem's bounds.
 
 Reductions that cut off no optimal plan, so that "optimal" stays a true claim:
@@ -79,7 +89,7 @@ Reductions that cut off no optimal plan, so that "optimal" stays a true claim:
   colouring) without changing a time. Otherwise a slot id is leased once (the spec
   splits a lease with a gap into two ids), slots are ordered by lease start, and at
   the start of slot m at most count_k - 1 earlier slots may still be leased
-  (c[k,m',m] = 0 => E[k,m'] <= L[k,m]): exact, so no plan that re-leases machine ids
+  (overlap[k,m',m] = 0 => lease_end[k,m'] <= lease_start[k,m]): exact, so no plan that re-leases machine ids
   after a gap is cut off.
 
 Solving: HiGHS where ``highspy`` is installed (:mod:`agora_optimizer.engines.exact.milp.highs`:
@@ -88,7 +98,7 @@ PuLP's ``COIN_CMD`` on the binary PuLP 3.3 ships or PuLP 4's ``cbc`` extra bring
 (:mod:`agora_optimizer.engines.exact.milp.pulp_api`; without one CBC finds nothing), started
 from the best of the given warm start and a few list schedules (``setInitialValue`` and
 ``warmStart=True``), with ``timeLimit`` = what is left of ``time_limit_s`` after building, and
-killed (``timeout -s KILL``, where available) if it overruns that by a quarter plus 5 s.
+killed (``timeout -s KILL``, where available) at 1.1 times that plus 1 s.
 PuLP 3.3 does not expose CBC's best bound for ``COIN_CMD``, so on both PuLPs it is read from
 CBC's log (:func:`agora_optimizer.engines.exact.milp.cbc.read_cbc_bound`: the main search's
 last "Cbc0005I Partial search ... (best possible X)", else the summary's "Lower bound:", or the
@@ -121,10 +131,10 @@ from agora_optimizer.engines.exact.milp.model import build_model
 from agora_optimizer.engines.exact.milp.solution import read_solution, repair
 from agora_optimizer.engines.exact.milp.warm import set_warm_start
 from agora_optimizer.engines.exact.shared import (
+    applies,
     best_warm_start,
     exact_result,
     is_valid,
-    proven_infeasible,
 )
 from agora_optimizer.model.plan import Assignment
 from agora_optimizer.planning.problem import Problem
@@ -180,12 +190,8 @@ class MilpEngine(Engine):
     ) -> EngineResult | None:
         started = time.perf_counter()
         self.last_outcome = None
-        if problem.workflow.uses_gpus:
-            return None  # the model has no GPU capacity (see the class docstring)
-        if problem.catalog.has_spot:
-            return None  # the model knows no interruptions: its optimum and bound would be of the wrong cost
-        if len(problem.workflow.tasks) > self.max_tasks or time_limit_s <= 0 or proven_infeasible(problem):
-            return None
+        if not applies(problem, self.max_tasks, time_limit_s):
+            return None  # GPUs, spot types, too many tasks, no time, or limits proven out of reach
         deadline = TimeBudget.until(started + time_limit_s - self.margin_s - _MIN_CBC_S)  # for building: CBC needs time
         warm = best_warm_start(problem, warm_start, deadline)
         data = build_data(problem, warm or [])

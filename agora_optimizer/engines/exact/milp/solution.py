@@ -32,13 +32,13 @@ def read_solution(model: MilpModel, data: MilpData) -> _Solution:
     n = len(data.tasks)
     place = [max(data.slots_of(i), key=lambda slot: model.x[(i, *slot)].value() or 0.0) for i in range(n)]
     lanes = [
-        frozenset(key[3] for key, var in model.y.items() if key[0] == i and key[1:3] == place[i] and _is_set(var))
+        frozenset(key[3] for key, var in model.lane.items() if key[0] == i and key[1:3] == place[i] and _is_set(var))
         for i in range(n)
     ]
-    start = [v.value() or 0.0 for v in model.s]
+    start = [v.value() or 0.0 for v in model.start]
     end = [start[i] + data.duration[i, place[i][0]] for i in range(n)]
     first: dict[Pair, bool] = {}
-    for (i, j), var in model.o.items():
+    for (i, j), var in model.first.items():
         first[i, j] = _is_set(var)
         first[j, i] = not first[i, j]
     longest = {}
@@ -48,7 +48,7 @@ def read_solution(model: MilpModel, data: MilpData) -> _Solution:
             round(model.steps[slot].value() or 0.0), math.floor(billing.minimum_s / billing.granularity_s + 1e-9)
         )
         longest[slot] = steps * billing.granularity_s
-    active = {key: _is_set(var) for key, var in model.a.items()}
+    active = {key: _is_set(var) for key, var in model.running_at.items()}
     return _Solution(WarmSchedule(place, lanes, start, end), first, active, longest)
 
 

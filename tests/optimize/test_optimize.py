@@ -14,7 +14,7 @@ from agora_optimizer.io.plan_file import plan_to_dict
 from agora_optimizer.io.wfformat import load_workflow
 from agora_optimizer.model import Objective, Plan, Workflow
 from agora_optimizer.model.plan import ObjectiveKind
-from agora_optimizer.planning.optimize import default_plan, lower_bounds, optimize, score
+from agora_optimizer.optimize.optimize import default_plan, lower_bounds, optimize, score
 from agora_optimizer.planning.problem import Bounds
 from agora_optimizer.planning.validate import validate_plan
 from tests import spec_checker

@@ -338,7 +338,7 @@ def plan_each_alone(runs: Sequence[WindowRun], catalog: Catalog, time_limit_s: f
 
 def _portfolio_plans(runs: Sequence[WindowRun], catalog: Catalog, budget: TimeBudget) -> dict[str, RunPlan]:
     """Each run's plan alone on the whole catalog from the portfolio, where one meets its deadline."""
-    from agora_optimizer.planning.optimize import optimize
+    from agora_optimizer.optimize.optimize import optimize
 
     plans = {}
     for i, run in enumerate(runs):

@@ -7,11 +7,8 @@ import pytest
 from agora_optimizer.model.catalog import GIB, Billing, Catalog, Resource
 from agora_optimizer.model.plan import Objective
 from agora_optimizer.model.workflow import Edge, Task, Workflow
-from agora_optimizer.planning.leases import leases
-from agora_optimizer.planning.optimize import build_plan
-from agora_optimizer.planning.shared_counts import CountLedger
-from agora_optimizer.planning.validate import validate_plan
-from agora_optimizer.planning.window import (
+from agora_optimizer.optimize.optimize import build_plan
+from agora_optimizer.optimize.window import (
     UnplannableWindowError,
     WindowRun,
     WindowSchedule,
@@ -21,6 +18,9 @@ from agora_optimizer.planning.window import (
     plan_first_come,
     plan_jointly,
 )
+from agora_optimizer.planning.leases import leases
+from agora_optimizer.planning.shared_counts import CountLedger
+from agora_optimizer.planning.validate import validate_plan
 
 
 def _resource(name: str, speed: float, price: float, count: int | None, boot_s: float = 0.0) -> Resource:

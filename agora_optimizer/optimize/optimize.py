@@ -14,11 +14,11 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 
 from agora_optimizer.engines.one_type_default import one_type_default_assignments
-from agora_optimizer.engines.portfolio import Progress, Stage, run_portfolio
 from agora_optimizer.errors import InfeasibleObjectiveError
 from agora_optimizer.model.catalog import Catalog
 from agora_optimizer.model.plan import Assignment, Objective, Plan, SolverInfo, SolverStatus
 from agora_optimizer.model.workflow import Workflow
+from agora_optimizer.optimize.portfolio import Progress, Stage, run_portfolio
 from agora_optimizer.planning.leases import cost_usd, makespan_s
 from agora_optimizer.planning.problem import Problem, lower_bounds, score, written_assignments
 from agora_optimizer.planning.spot_replay import spot_summary

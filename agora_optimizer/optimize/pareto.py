@@ -15,12 +15,12 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from agora_optimizer.engines.portfolio import run_portfolio
 from agora_optimizer.io.documents import write_text_atomically
 from agora_optimizer.model.catalog import Catalog
 from agora_optimizer.model.plan import Assignment, Objective, Plan, SolverStatus
 from agora_optimizer.model.workflow import Workflow
-from agora_optimizer.planning.optimize import build_plan, default_plan
+from agora_optimizer.optimize.optimize import build_plan, default_plan
+from agora_optimizer.optimize.portfolio import run_portfolio
 from agora_optimizer.planning.problem import Bounds, Problem
 
 FORMAT = "agora-pareto/1"
