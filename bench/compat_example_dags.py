@@ -70,7 +70,7 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from agora_optimizer.executor.jobs import job_key  # noqa: E402
+from agora_optimizer.executor.jobs.spec import job_key  # noqa: E402
 from harness.local_airflow import AirflowDeployment, wait_until  # noqa: E402
 
 # Where the example DAGs live inside the installed airflow package, by origin.

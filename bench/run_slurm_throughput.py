@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from agora_optimizer.executor.backends.slurm import SlurmBackend  # noqa: E402
-from agora_optimizer.executor.jobs import JobSpec, read_result  # noqa: E402
+from agora_optimizer.executor.jobs.spec import JobSpec, read_result  # noqa: E402
 
 PARTITIONS = ("debug", "compute")
 

@@ -23,7 +23,7 @@ from tests.slurm_cluster import NODES, START_SCRIPT, SlurmCluster, sbatch, scanc
 
 if TYPE_CHECKING:
     from agora_optimizer.executor.backends.slurm import SlurmBackend
-    from agora_optimizer.executor.jobs import JobSpec
+    from agora_optimizer.executor.jobs.spec import JobSpec
 
 
 @pytest.fixture(scope="session")

@@ -79,7 +79,7 @@ def provision(
     from agora_optimizer.executor.backends.aws.backend import AwsBatchBackend
     from agora_optimizer.executor.backends.aws.credentials import session_from_connection
     from agora_optimizer.executor.backends.aws.errors import BACKEND
-    from agora_optimizer.executor.jobs import BackendError
+    from agora_optimizer.executor.jobs.spec import BackendError
     from agora_optimizer.io.catalog_file import load_catalog
 
     with user_errors():

@@ -11,7 +11,7 @@ Written to ``--out DIR``: one plan of the spec per run (``DAG_ID@RUN_AFTER.plan.
 the run's start, the cost objective under the run's deadline) and ``window.json`` (the runs, the
 ways side by side, the cost lower bound); with ``--gantt FILE``, the platform's window as one
 chart of machines. ``--apply`` keeps each run's plan in the plan store as that run's own (by its
-``run_after``: the executor runs the run's tasks at its placements, :mod:`agora_optimizer.executor.run_plans`),
+``run_after``: the executor runs the run's tasks at its placements, :mod:`agora_optimizer.executor.runs.plans`),
 and puts each DAG's first run's plan in force as the DAG's current plan (the cluster policy's, at parse time).
 """
 

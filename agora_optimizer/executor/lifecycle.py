@@ -1,5 +1,9 @@
 """The life of one job in the AgoraExecutor, as a pure state machine (no I/O, no Airflow).
 
+Why one module of some 540 lines: the states, the events, the actions and the transition table
+are one vocabulary, read together; each handler is a few lines against it, and the table at the
+end is the whole machine at a glance. Split, a reader would follow one transition across files.
+
 A :class:`Job` is in one :class:`JobState`; an event (a workload arrived, a submit came back,
 a poll answered, Airflow revoked the task ...) moves it through :func:`transition`, which
 returns the job's next version and the :class:`Action` list the executor carries out: submit,
@@ -16,16 +20,13 @@ this module only decides. The states::
     held ─Revoked─▶ kept (RefuseRevoke) within [agora] machine_hold_s, else done
 
 A job is ``held`` when its ``JobSpec.lease`` names a planned machine: it waits for its machine's
-turn (:mod:`~agora_optimizer.executor.machine_order` decides, the executor feeds ``Released``).
+turn (the run machine, :mod:`~agora_optimizer.executor.runs.machine`, decides by the machine order
+and has the executor feed ``Released``).
 A job without a lease goes straight to ``pending_submit``, as before planned machines existed.
 
 ``done`` jobs leave the executor's table through the one :class:`Forget` action. Times are
 the executor's monotonic clock (``*_s``) except the backend's ``queued_at``, a wall-clock
 moment compared with :attr:`Now.wall`.
-
-Why one module of some 540 lines: the states, the events, the actions and the transition table
-are one vocabulary, read together; each handler is a few lines against it, and the table at the
-end is the whole machine at a glance. Split, a reader would follow one transition across files.
 """
 
 from __future__ import annotations
@@ -37,8 +38,8 @@ from enum import StrEnum
 from typing import Any, Literal, TypeAlias
 
 from agora_optimizer.errors import AgoraError
-from agora_optimizer.executor.job_record import JobRecord
-from agora_optimizer.executor.jobs import JobSpec, JobStatus
+from agora_optimizer.executor.jobs.records import JobRecord
+from agora_optimizer.executor.jobs.spec import JobSpec, JobStatus
 
 
 class JobState(StrEnum):
@@ -170,7 +171,7 @@ class Released:
 
 @dataclass(frozen=True)
 class Moved:
-    """A repair re-placed a held job's task (:mod:`~agora_optimizer.executor.repair`): ``spec`` and ``record``
+    """A repair re-placed a held job's task (:mod:`~agora_optimizer.executor.runs.repair`): ``spec`` and ``record``
     are its new placement (resource, reservation, machine lease); ``reason`` says why, for the log."""
 
     spec: JobSpec

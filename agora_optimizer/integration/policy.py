@@ -67,7 +67,7 @@ from airflow.policies import hookimpl
 
 from agora_optimizer import settings
 from agora_optimizer.errors import AgoraError
-from agora_optimizer.executor.placement import INSTANCES_KEY, OVERFLOW, PLACEMENT_KEY, WAIT, Placement
+from agora_optimizer.executor.jobs.placement import INSTANCES_KEY, OVERFLOW, PLACEMENT_KEY, WAIT, Placement
 from agora_optimizer.integration.airflow_pools import pool_name
 from agora_optimizer.integration.celery_pools import CELERY_BACKEND, routed
 from agora_optimizer.integration.waits import smallest_fitting, waits_without_worker

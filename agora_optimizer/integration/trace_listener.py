@@ -11,7 +11,7 @@ Under the agora executor the agora worker already samples the task's process tre
 kills it over its memory): it says so with ``$AGORA_SAMPLED_BY_WORKER``, and the
 listener then does not sample a second time. Its row leaves peak RSS and CPU time empty,
 and the executor's row for the same attempt, written when the worker's result is in,
-fills them with the worker's measure (:func:`agora_optimizer.executor.job_record.executor_attempt`).
+fills them with the worker's measure (:func:`agora_optimizer.executor.jobs.records.executor_attempt`).
 
 Where the attempt ran: ``$AGORA_RESOURCE_TYPE`` / ``$AGORA_BACKEND`` when the
 machine's environment says so (the agora executor sets them, and ``$AGORA_MACHINE`` and
@@ -37,8 +37,8 @@ from typing import Any
 from airflow.listeners import hookimpl
 
 from agora_optimizer.errors import first_line
-from agora_optimizer.executor.placement import BACKEND_ENV, MACHINE_ENV, PLAN_VERSION_ENV
-from agora_optimizer.executor.placement import RESOURCE_ENV as RESOURCE_TYPE_ENV
+from agora_optimizer.executor.jobs.placement import BACKEND_ENV, MACHINE_ENV, PLAN_VERSION_ENV
+from agora_optimizer.executor.jobs.placement import RESOURCE_ENV as RESOURCE_TYPE_ENV
 from agora_optimizer.integration.celery_pools import worker_name
 from agora_optimizer.traces.records import AttemptState, TaskAttempt, TraceRecordError
 from agora_optimizer.traces.sampler import SAMPLED_BY_WORKER_ENV, ProcessTreeSampler, Sample
@@ -190,7 +190,7 @@ def _planned(task_instance: Any) -> dict[str, str]:
     """The planned ``machine`` and ``plan_version`` of the attempt: the AgoraExecutor's (``$AGORA_PLAN_VERSION``,
     ``$AGORA_MACHINE``), else from the placement the policy wrote (a mapped task's instance: its own, else the
     mapped task's overflow placement)."""
-    from agora_optimizer.executor.placement import placement_node
+    from agora_optimizer.executor.jobs.placement import placement_node
 
     if PLAN_VERSION_ENV in os.environ:
         return {"machine": os.environ.get(MACHINE_ENV, ""), "plan_version": os.environ[PLAN_VERSION_ENV]}

@@ -4,7 +4,7 @@ The executor's policy for spot capacity (``docs/spot.md``): a task interrupted o
 re-runs once, at once, on a new machine of the spot type's ``fallback`` (on-demand), booted for it,
 as soon as the machine is up and the task's inputs have been sent to it; its outputs then leave
 from there. Every other task keeps its machine and its place in the machine's order, and starts as
-the executor starts it (``executor/machine_order.py``, ``docs/running-plans.md``): once its inputs
+the executor starts it (``executor/runs/machine_order.py``, ``docs/running-plans.md``): once its inputs
 have arrived and the tasks that the plan ended before its start on its machine have left the
 machine, not at its planned start shifted by their delays. Idle time on a machine therefore takes
 up a delay: a task 130 s late that the plan follows with 99 s of idle time delays the machine's

@@ -21,7 +21,7 @@ entries come first, in the order their files were written.
 A planned DAG run may have a plan of its own (``runs/<run_after>.json``, :meth:`PlanStore.save_run`): a
 window of many runs planned together (``agora optimize --dags ... --window 24h --apply``) gives each run
 of a DAG its own plan. The policy routes at parse time from the current plan; the executor runs a run's
-tasks at its run plan's placements (:mod:`agora_optimizer.executor.run_plans`). Run plans are not
+tasks at its run plan's placements (:mod:`agora_optimizer.executor.runs.plans`). Run plans are not
 history (nothing was put in force for the DAG); :meth:`PlanStore.find` and :meth:`PlanStore.workflow` find
 them by version as they find history entries, so a run's machine order, repairs and record use its plan.
 

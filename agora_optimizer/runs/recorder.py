@@ -36,7 +36,7 @@ from typing import Any, Literal
 from airflow.listeners import hookimpl
 
 from agora_optimizer.errors import first_line
-from agora_optimizer.executor.placement import placement_node
+from agora_optimizer.executor.jobs.placement import placement_node
 from agora_optimizer.model.catalog import Resource
 from agora_optimizer.model.instances import instance_id
 from agora_optimizer.model.plan import Plan

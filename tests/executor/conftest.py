@@ -1,4 +1,5 @@
-"""Airflow in this process (the executor tests build AgoraExecutor itself): configured before its first import."""
+"""Airflow in this process (the executor tests build AgoraExecutor itself): configured before its first import; and
+Airflow's own metadata tables, in SQLite, for the statements the executor runs on them."""
 
 from __future__ import annotations
 
@@ -6,6 +7,13 @@ import atexit
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
 
 if "AIRFLOW_HOME" not in os.environ:
     _home = tempfile.mkdtemp(prefix="agora-executor-tests-")
@@ -15,3 +23,67 @@ os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 os.environ.setdefault(
     "AIRFLOW__API_AUTH__JWT_SECRET", "agora-executor-tests-secret-of-at-least-64-bytes-for-hs512-0123456789abcdef"
 )
+
+RUN_AFTER = datetime(2026, 12, 3, 7, 0, tzinfo=UTC)  # run r1 of DAG unit in the task_instances fixture
+
+
+@dataclass
+class TaskInstanceTable:
+    """Airflow's own ``task_instance`` table (and the ``dag_run`` it joins, with run ``r1`` of DAG ``unit`` after
+    :data:`RUN_AFTER`) in an in-memory SQLite that Airflow's ``Session`` opens."""
+
+    engine: Any
+    table: Any
+
+    def add(self, task_id: str, state: str | None, *, ti_id: Any = None, try_number: int = 1, **columns: Any) -> Any:
+        """A try of task ``task_id`` of run r1 in ``state`` (scheduled from a spot node), with ``columns`` besides;
+        returns its id (``ti_id``, or a new one)."""
+        import uuid
+
+        ti_id = ti_id or uuid.uuid4()
+        row = {
+            "id": ti_id, "task_id": task_id, "dag_id": "unit", "run_id": "r1", "map_index": -1,
+            "try_number": try_number, "state": state, "pool": "default_pool", "pool_slots": 1, "queue": "default",
+            "priority_weight": 1, "max_tries": 1, "hostname": "spot-node", "unixname": "",
+            "dag_version_id": uuid.uuid4(), **columns,
+        }  # fmt: skip
+        with self.engine.begin() as connection:
+            connection.execute(self.table.insert().values(**{k: v for k, v in row.items() if k in self.table.c}))
+        return ti_id
+
+    def column(self, name: str) -> dict[str, Any]:
+        """``name`` of every row, by task id."""
+        from sqlalchemy import select
+
+        with self.engine.begin() as connection:
+            return dict(connection.execute(select(self.table.c.task_id, self.table.c[name])).all())
+
+
+@pytest.fixture
+def task_instances(monkeypatch: pytest.MonkeyPatch) -> TaskInstanceTable:
+    """The statements the executor runs on the scheduler's metadata database meet Airflow's real tables."""
+    import sqlalchemy as sa
+    from airflow import settings as airflow_settings
+    from airflow.models import import_all_models
+    from airflow.models.dagrun import DagRun
+    from airflow.models.taskinstance import TaskInstance
+    from sqlalchemy.orm import scoped_session, sessionmaker
+
+    import_all_models()  # the table's foreign keys name the others
+    engine = sa.create_engine("sqlite://", poolclass=sa.pool.StaticPool)
+    TaskInstance.__table__.create(engine)
+    DagRun.__table__.create(engine)
+    with engine.begin() as connection:
+        run = {"dag_id": "unit", "run_id": "r1", "run_type": "manual", "run_after": RUN_AFTER, "log_template_id": None}
+        connection.execute(DagRun.__table__.insert().values(**run))
+    monkeypatch.setattr(airflow_settings, "Session", scoped_session(sessionmaker(bind=engine)))
+    return TaskInstanceTable(engine, TaskInstance.__table__)
+
+
+@contextmanager
+def settings_session() -> Iterator[Any]:
+    """A session of Airflow's ``Session`` factory (the table's database), closed after use."""
+    from airflow import settings as airflow_settings
+
+    with airflow_settings.Session.session_factory() as session:
+        yield session

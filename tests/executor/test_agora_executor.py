@@ -18,7 +18,7 @@ import pytest
 
 from agora_optimizer.executor.backends.base import Backend
 from agora_optimizer.executor.backends.local.backend import LocalBackend, LocalPool
-from agora_optimizer.executor.jobs import BackendError, JobSpec, JobStatus, job_key
+from agora_optimizer.executor.jobs.spec import BackendError, JobSpec, JobStatus, job_key
 from tests.conftest import CATALOGS
 
 MIB = 2**20
@@ -110,17 +110,23 @@ def test_start_starts_the_local_pools_fork_server_only_where_there_are_local_poo
     executor.start()  # the first task must not wait seconds for the fork server to load Airflow
     assert len(started) == starts
     if starts:
-        assert executor._backends["local"] is started[0]  # the backend that runs the tasks, not a spare
+        assert executor.backends.get("local") is started[0]  # the backend that runs the tasks, not a spare
+
+
+def hand_over(executor: Any, items: list[Any]) -> None:
+    """Hand the workloads to the executor as Airflow's scheduler does: queued, then triggered (in this order:
+    their priorities are equal)."""
+    for item in items:
+        executor.queue_workload(item, session=None)
+    executor.trigger_tasks(open_slots=len(items))
 
 
 def run_with(executor: Any, backend: Flaky, workloads: list[Any], timeout_s: float = 60) -> dict[Any, tuple[Any, Any]]:
     """Queue the workloads, heartbeat until each has a final event; returns key -> (state, info)."""
     from airflow.utils.state import TaskInstanceState
 
-    executor._backends["local"] = backend
-    for item in workloads:
-        executor.queued_tasks[item.ti.key] = item
-    executor._process_workloads(workloads)
+    executor.backends.use("local", backend)
+    hand_over(executor, workloads)
     events: dict[Any, tuple[Any, Any]] = {}
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and len([e for e in events.values() if e[0] != TaskInstanceState.QUEUED]) < len(
@@ -142,10 +148,9 @@ def test_a_throttled_submit_is_retried_and_the_job_then_runs(executor: Any, tmp_
     from airflow.utils.state import TaskInstanceState
 
     backend = Flaky(LocalBackend({"local-small": LocalPool("local-small", 1, 4 * 2**30)}), submit_failures=2)
-    executor._backends["local"] = backend
+    executor.backends.use("local", backend)
     item = workload("t", placement(), tmp_path)
-    executor.queued_tasks[item.ti.key] = item
-    executor._process_workloads([item])
+    hand_over(executor, [item])
     deadline = time.monotonic() + 20
     events: dict[Any, Any] = {}
     while not events and time.monotonic() < deadline:
@@ -217,10 +222,9 @@ def test_sync_survives_a_backend_that_raises_anything(executor: Any, tmp_path: P
             raise RuntimeError("bug in a backend")
 
     backend = Broken(LocalBackend({"local-small": LocalPool("local-small", 1, 4 * 2**30)}))
-    executor._backends["local"] = backend
+    executor.backends.use("local", backend)
     item = workload("t", placement(), tmp_path)
-    executor.queued_tasks[item.ti.key] = item
-    executor._process_workloads([item])
+    hand_over(executor, [item])
     executor.sync()  # logs, does not raise
     executor.revoke_task(ti=item.ti)
     assert backend.cancelled == [KEY] and item.ti.key not in executor.running
@@ -240,10 +244,9 @@ def test_a_job_waiting_in_a_queue_gets_a_fresh_token(executor: Any, tmp_path: Pa
         tmp_path / "b",
     )
     inner.submit(blocker)  # holds the pool's only core: the task's job stays pending
-    executor._backends["local"] = Flaky(inner)
+    executor.backends.use("local", Flaky(inner))
     item = workload("t", placement(), tmp_path)
-    executor.queued_tasks[item.ti.key] = item
-    executor._process_workloads([item])
+    hand_over(executor, [item])
     path = tmp_path / "jobs" / KEY / "workload.json"
     assert json.loads(path.read_text())["token"] == "first"
     executor.sync()
@@ -259,10 +262,9 @@ def _pending_behind_a_blocker(executor: Any, tmp_path: Path) -> tuple[Flaky, Loc
     command = (sys.executable, "-c", "import time; time.sleep(30)")
     inner.submit(JobSpec("blocker", "blocker", "local-small", 1, MIB, None, command, tmp_path / "b"))
     backend = Flaky(inner)
-    executor._backends["local"] = backend
+    executor.backends.use("local", backend)
     item = workload("t", placement(), tmp_path)
-    executor.queued_tasks[item.ti.key] = item
-    executor._process_workloads([item])
+    hand_over(executor, [item])
     executor.sync()
     return backend, inner, item
 
@@ -287,7 +289,7 @@ def test_a_job_that_has_just_started_is_not_revoked_until_its_task_had_time_to_r
     backend, inner, item = _pending_behind_a_blocker(executor, tmp_path)
     inner.cancel("blocker")  # the pool frees up: the job starts at the next poll
     deadline = time.monotonic() + 20
-    while executor._jobs[item.ti.key].state != "running" and time.monotonic() < deadline:
+    while executor.jobs[item.ti.key].state != "running" and time.monotonic() < deadline:
         executor.sync()
         time.sleep(0.1)
     # The scheduler's stuck check may come between the job's start and its task's first report.
@@ -377,7 +379,7 @@ def test_a_bad_backend_setting_fails_the_start_naming_its_option(
     executor = AgoraExecutor()
     with pytest.raises(AgoraError, match=rf"\[agora\] .*{option}"):
         executor.start()  # not at the first task on that backend
-    assert executor._backends == {}  # the backend itself is still made at its first job
+    assert executor.backends.made() == {}  # the backend itself is still made at its first job
 
 
 def test_a_setting_of_a_backend_the_catalog_does_not_use_is_not_read(
@@ -454,7 +456,7 @@ def test_a_backend_registered_by_name_runs_the_executors_jobs_and_gets_its_hooks
         assert sorted(backend.resources) == ["local-large", "local-small"] and backend.hooks == ["start"]
         good, bad = workload("good", placement(), tmp_path), workload("bad", placement(), tmp_path)
         events: dict[Any, Any] = {}
-        executor._process_workloads([good, bad])
+        hand_over(executor, [good, bad])
         for _ in range(3):
             executor.sync()
             events.update(executor.get_event_buffer())

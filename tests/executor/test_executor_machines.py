@@ -6,19 +6,19 @@ real plan file in a real plan store, as the cluster policy would have found it.
 
 from __future__ import annotations
 
-import logging
 import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog
 
 from agora_optimizer.executor.backends.local.backend import LocalBackend, LocalPool
-from agora_optimizer.executor.jobs import TASK_ENDED_MARK, BackendError, MachineLease, lease_key, read_result
+from agora_optimizer.executor.jobs.spec import TASK_ENDED_MARK, BackendError, MachineLease, lease_key, read_result
 from agora_optimizer.model.plan import Assignment, Objective, Plan, SolverInfo
 from agora_optimizer.plans.store import PlanStore, plan_version
-from tests.executor.test_agora_executor import MIB, executor, reconfigure, workload
+from tests.executor.test_agora_executor import MIB, executor, hand_over, reconfigure, workload
 
 __all__ = ["executor"]  # the fixture, shared
 GIB = 2**30
@@ -91,7 +91,7 @@ def heartbeat_until(executor: Any, done: Any, timeout_s: float = 90) -> None:
         if done():
             return
         time.sleep(0.1)
-    raise AssertionError(f"timed out; jobs: {[(j.record.task_id, j.state) for j in executor._jobs.values()]}")
+    raise AssertionError(f"timed out; jobs: {[(j.record.task_id, j.state) for j in executor.jobs.values()]}")
 
 
 def cancel(executor: Any, items: list[Any]) -> None:
@@ -102,7 +102,7 @@ def cancel(executor: Any, items: list[Any]) -> None:
 
 
 def states(executor: Any) -> dict[str, str]:
-    return {job.record.task_id: job.state for job in executor._jobs.values()}
+    return {job.record.task_id: job.state for job in executor.jobs.values()}
 
 
 @pytest.mark.slow
@@ -110,17 +110,15 @@ def test_a_machines_tasks_run_in_the_planned_order_on_their_lease_which_closes_a
     executor: Any, version: str, tmp_path: Path
 ) -> None:
     backend = Recording()
-    executor._backends["local"] = backend
+    executor.backends.use("local", backend)
     items = [
         workload("b", placed("b", "local-small#0", version), tmp_path),  # Airflow hands b over first
         workload("a", placed("a", "local-small#0", version), tmp_path),
         workload("c", placed("c", "local-large#0", version), tmp_path),
     ]
-    for item in items:
-        executor.queued_tasks[item.ti.key] = item
-    executor._process_workloads(items)
+    hand_over(executor, items)
     assert states(executor) == {"a": "held", "b": "held", "c": "held"}
-    jobs = {job.record.task_id: job for job in executor._jobs.values()}
+    jobs = {job.record.task_id: job for job in executor.jobs.values()}
     assert jobs["a"].spec.lease == jobs["b"].spec.lease
     lease = jobs["a"].spec.lease
     assert lease.key == lease_key("unit", "r1", "local-small#0")
@@ -134,7 +132,7 @@ def test_a_machines_tasks_run_in_the_planned_order_on_their_lease_which_closes_a
         for task, state in states(executor).items():
             if state not in ("held", "pending_submit"):
                 started.setdefault(task, time.monotonic())
-        return not executor._jobs
+        return not executor.jobs
 
     heartbeat_until(executor, record_starts)
     assert started["a"] < started["b"]
@@ -151,20 +149,18 @@ def test_a_machines_tasks_run_in_the_planned_order_on_their_lease_which_closes_a
 
 
 def test_a_machine_the_backend_refuses_is_re_placed_and_its_tasks_run_on_their_pool(
-    executor: Any, version: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    executor: Any, version: str, tmp_path: Path
 ) -> None:
     backend = Recording(refuse=("local-small#0",))
-    executor._backends["local"] = backend
-    executor._log = logging.getLogger("agora.test.executor")  # a plain logger, which caplog sees
+    executor.backends.use("local", backend)
     items = [workload(task, placed(task, "local-small#0", version), tmp_path) for task in ("a", "b")]
-    for item in items:
-        executor.queued_tasks[item.ti.key] = item
-    executor._process_workloads(items)
+    with structlog.testing.capture_logs() as logged:  # the executor's log (Airflow's structlog logger)
+        hand_over(executor, items)
     assert backend.calls == [("open", "local-small#0")]  # asked once, not per task
-    assert all(job.spec.lease is None and job.state != "held" for job in executor._jobs.values())
+    assert all(job.spec.lease is None and job.state != "held" for job in executor.jobs.values())
     (replaced,) = executor.replaced_machines
     assert (replaced.machine, replaced.resource, replaced.reason) == ("local-small#0", "local-small", "node down")
-    lines = [r.getMessage() for r in caplog.records if "cannot be had" in r.getMessage()]
+    lines = [entry["event"] for entry in logged if "cannot be had" in entry["event"]]
     assert len(lines) == 1 and "local-small#0" in lines[0] and "node down" in lines[0]
     cancel(executor, items)
 
@@ -173,13 +169,11 @@ def test_a_task_with_a_plan_that_is_gone_or_no_machine_runs_as_before(
     executor: Any, version: str, tmp_path: Path
 ) -> None:
     backend = Recording()
-    executor._backends["local"] = backend
+    executor.backends.use("local", backend)
     stale = workload("a", placed("a", "local-small#0", "0123456789ab"), tmp_path)
     unplanned = workload("z", {"resource": "local-large", "cores": 1, "memory_bytes": 256 * MIB}, tmp_path)
-    for item in (stale, unplanned):
-        executor.queued_tasks[item.ti.key] = item
-    executor._process_workloads([stale, unplanned])
-    assert all(job.spec.lease is None and job.state != "held" for job in executor._jobs.values())
+    hand_over(executor, [stale, unplanned])
+    assert all(job.spec.lease is None and job.state != "held" for job in executor.jobs.values())
     assert backend.calls == []
     cancel(executor, [stale, unplanned])
 
@@ -195,9 +189,9 @@ def test_the_plan_is_read_once_per_dag_and_version(
         return original(store, dag_id, wanted)
 
     monkeypatch.setattr(PlanStore, "find", counting)
-    executor._backends["local"] = Recording()
+    executor.backends.use("local", Recording())
     items = [workload(task, placed(task, "local-small#0", version), tmp_path) for task in ("a", "b")]
-    executor._process_workloads(items)
+    hand_over(executor, items)
     assert reads == [version]
     cancel(executor, items)
 
@@ -228,21 +222,19 @@ def test_a_machine_with_a_predicted_wait_is_asked_for_that_long_before_its_plann
         ),
     )
     backend = Leading({"local-large": 5.0})
-    executor._backends["local"] = backend
+    executor.backends.use("local", backend)
     first = workload("a", placed("a", "local-small#0", version), tmp_path)
-    executor.queued_tasks[first.ti.key] = first
-    executor._process_workloads([first])
+    hand_over(executor, [first])
     executor.sync()
     assert backend.calls == [("open", "local-small#0")]  # c's machine is 10 s away, its wait 5 s
-    (book,) = executor._books.values()
+    book = executor.runs.book(("unit", "r1"))
     book.origin_s -= 5.5  # the run's plan clock at 5.5 s
     executor.sync()
     assert backend.calls == [("open", "local-small#0"), ("open", "local-large#0")]
     later = workload("c", placed("c", "local-large#0", version), tmp_path)
-    executor.queued_tasks[later.ti.key] = later
-    executor._process_workloads([later])
+    hand_over(executor, [later])
     assert backend.calls.count(("open", "local-large#0")) == 1  # c runs in the lease asked for ahead
-    assert {job.record.task_id: job.spec.lease.machine for job in executor._jobs.values()} == {
+    assert {job.record.task_id: job.spec.lease.machine for job in executor.jobs.values()} == {
         "a": "local-small#0",
         "c": "local-large#0",
     }

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from agora_optimizer.executor import lifecycle
-from agora_optimizer.executor.job_record import JobRecord, attempt_state
-from agora_optimizer.executor.jobs import JobSpec, JobStatus, MachineLease
+from agora_optimizer.executor.jobs.records import JobRecord, attempt_state
+from agora_optimizer.executor.jobs.spec import JobSpec, JobStatus, MachineLease
 from agora_optimizer.executor.lifecycle import (
     ON_BACKEND,
     TRANSITIONS,

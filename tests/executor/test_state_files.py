@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from agora_optimizer.errors import InputFileError
-from agora_optimizer.executor import worker
 from agora_optimizer.executor.backends.slurm.pilot_files import Pilot, PilotTask
-from agora_optimizer.executor.jobs import read_result
+from agora_optimizer.executor.jobs.spec import read_result
 from agora_optimizer.executor.state_files import check_state_dir, write_private
+from agora_optimizer.executor.worker import worker
 
 SECRET_LINE = "run_task 0 /jobs/x env -- AIRFLOW__AGORA__TRACE_STORE_URL=postgresql://agora:pw@db/traces ...\n"
 

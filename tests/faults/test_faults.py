@@ -28,7 +28,7 @@ import psutil
 import pytest
 
 from agora_optimizer.executor.backends.slurm import job_name
-from agora_optimizer.executor.jobs import job_key, lease_key
+from agora_optimizer.executor.jobs.spec import job_key, lease_key
 from agora_optimizer.model.plan import Assignment, Objective, Plan, SolverInfo
 from agora_optimizer.plans.store import PlanStore
 from agora_optimizer.traces.records import TaskAttempt

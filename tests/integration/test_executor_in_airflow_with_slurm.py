@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from agora_optimizer.executor.backends.slurm import LEASE_IDLE_S, job_name
-from agora_optimizer.executor.jobs import job_key, lease_key
+from agora_optimizer.executor.jobs.spec import job_key, lease_key
 from agora_optimizer.io.catalog_file import load_catalog
 from agora_optimizer.model.plan import Assignment, Objective, Plan, SolverInfo
 from agora_optimizer.plans.store import PlanStore

@@ -1,7 +1,7 @@
 """The one interface of a backend: three calls each must make, the worker's command, and hooks every backend has.
 
-A backend (local pools, SLURM, AWS Batch) runs a :class:`~agora_optimizer.executor.jobs.JobSpec`
-and reports :class:`~agora_optimizer.executor.jobs.JobStatus` by the external id ``submit``
+A backend (local pools, SLURM, AWS Batch) runs a :class:`~agora_optimizer.executor.jobs.spec.JobSpec`
+and reports :class:`~agora_optimizer.executor.jobs.spec.JobStatus` by the external id ``submit``
 returned. It is made once, when the executor starts (:func:`~agora_optimizer.executor.backends.registry.make_backends`),
 by its :meth:`Backend.from_settings`, which reads and checks its ``[agora]`` settings then: a bad
 value fails the scheduler's start naming its option, not the first task. Making a backend opens
@@ -19,7 +19,7 @@ nothing to do for one keeps the default. The hooks:
   :meth:`Backend.close_lease`, :meth:`Backend.finished_leases`.
 
 The words of planned machines, the same in every backend: a *lease*
-(:class:`~agora_optimizer.executor.jobs.MachineLease`) is the executor's request for one planned
+(:class:`~agora_optimizer.executor.jobs.spec.MachineLease`) is the executor's request for one planned
 machine; the *allocation* is what a backend holds for it (a slice of a local pool, a SLURM job run
 by the pilot driver, a Batch queue of exactly its type); a *lease record*
 (:class:`~agora_optimizer.runs.lease_record.LeaseRecord`) is how an allocation really ran,
@@ -35,11 +35,11 @@ from pathlib import Path
 from typing import ClassVar
 
 from agora_optimizer.errors import AgoraError
-from agora_optimizer.executor.jobs import JobSpec, JobStatus, MachineLease
+from agora_optimizer.executor.jobs.spec import JobSpec, JobStatus, MachineLease
 from agora_optimizer.model.catalog import Resource
 from agora_optimizer.runs.lease_record import LeaseRecord
 
-WORKER_MODULE = "agora_optimizer.executor.worker"
+WORKER_MODULE = "agora_optimizer.executor.worker"  # python -m WORKER_MODULE: the worker package's __main__
 
 
 class Backend(ABC):

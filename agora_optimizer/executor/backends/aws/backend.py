@@ -21,7 +21,7 @@ A job runs the agora worker as its container command with the task's cores and m
 GPUs it reserves if any (Batch's ``GPU`` requirement; a job without GPUs carries none), as resource
 requirements; Batch's own records give its state, exit code, reason and times.
 With an ``s3_prefix`` the job's workload and result go through S3
-(:mod:`~agora_optimizer.executor.remote_files`): ``submit`` uploads the workload to the
+(:mod:`~agora_optimizer.executor.worker.remote_files`): ``submit`` uploads the workload to the
 worker's ``--workload-url``, and ``status`` completes a finished job with the result the
 worker uploaded to its ``--result-url`` (its own OOM kill, peak memory, CPU time).
 :meth:`AwsBatchBackend.ensure_infrastructure` creates the compute environments, queues and
@@ -63,7 +63,7 @@ from agora_optimizer.executor.backends.aws.jobs import (
 from agora_optimizer.executor.backends.aws.provisioning import ComputeNetwork, Infrastructure, Provisioner, purchase
 from agora_optimizer.executor.backends.aws.settings import AwsSettings
 from agora_optimizer.executor.backends.base import Backend, worker_argv
-from agora_optimizer.executor.jobs import (
+from agora_optimizer.executor.jobs.spec import (
     BackendError,
     JobResult,
     JobSpec,
@@ -71,7 +71,7 @@ from agora_optimizer.executor.jobs import (
     MachineLease,
     read_result,
 )
-from agora_optimizer.executor.remote_files import CONTAINER_JOB_ROOT, RemoteFileNotFound, RemoteFiles, job_urls
+from agora_optimizer.executor.worker.remote_files import CONTAINER_JOB_ROOT, RemoteFileNotFound, RemoteFiles, job_urls
 from agora_optimizer.model.catalog import Resource
 from agora_optimizer.runs.lease_record import LeaseRecord
 
@@ -215,7 +215,7 @@ class AwsBatchBackend(Backend):
         self, job_dir: Path, resource: str, *, memory_bytes: int, time_limit_s: float | None, label: str
     ) -> list[str]:
         """The worker in the container's ``python``, which cannot see ``job_dir``: it works in a directory of the
-        container (:data:`~agora_optimizer.executor.remote_files.CONTAINER_JOB_ROOT`) and fetches its workload
+        container (:data:`~agora_optimizer.executor.worker.remote_files.CONTAINER_JOB_ROOT`) and fetches its workload
         from, and returns its result to, S3 under ``s3_prefix`` (AgoraError naming the task without one)."""
         if not self.s3_prefix:
             raise AgoraError(

@@ -12,7 +12,7 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, NoRegionError
 
 from agora_optimizer.executor.backends.aws.errors import BACKEND, classify_error
-from agora_optimizer.executor.jobs import BackendError
+from agora_optimizer.executor.jobs.spec import BackendError
 
 if TYPE_CHECKING:
     from mypy_boto3_batch import BatchClient

@@ -13,7 +13,7 @@ from botocore.exceptions import (
 )
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
-from agora_optimizer.executor.jobs import (
+from agora_optimizer.executor.jobs.spec import (
     BackendError,
 )
 

@@ -17,13 +17,13 @@ from typing import Any
 
 from agora_optimizer.executor.backends.aws.credentials import mapping
 from agora_optimizer.executor.backends.aws.errors import BACKEND
-from agora_optimizer.executor.environment import job_environment
-from agora_optimizer.executor.jobs import (
+from agora_optimizer.executor.jobs.spec import (
     BackendError,
     JobPhase,
     JobResult,
     JobStatus,
 )
+from agora_optimizer.executor.worker.environment import job_environment
 from agora_optimizer.model.workflow import shown
 
 DEFAULT_QUEUE_PATTERN = "agora-{family}"
@@ -182,7 +182,7 @@ DEFAULT_ENVIRONMENT_EXCLUDE: tuple[str, ...] = (
 
 def container_environment(environment: Mapping[str, str], exclude: Sequence[str]) -> list[dict[str, str]]:
     """``environment`` as Batch key-value pairs, without the scheduler's secrets under any name Airflow
-    reads them by (:func:`~agora_optimizer.executor.environment.job_environment`) and the names ``exclude``
+    reads them by (:func:`~agora_optimizer.executor.worker.environment.job_environment`) and the names ``exclude``
     matches."""
     return [
         {"name": name, "value": value}

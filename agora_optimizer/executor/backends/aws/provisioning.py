@@ -30,7 +30,7 @@ from botocore.exceptions import (
     ClientError,
 )
 
-from agora_optimizer.executor.jobs import (
+from agora_optimizer.executor.jobs.spec import (
     BackendError,
 )
 from agora_optimizer.model.catalog import Resource

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from agora_optimizer import settings
 from agora_optimizer.errors import AgoraError
 from agora_optimizer.executor.backends.aws.provisioning import ComputeNetwork
-from agora_optimizer.executor.remote_files import split_s3_url
+from agora_optimizer.executor.worker.remote_files import split_s3_url
 
 _NETWORK_KEYS = ("aws_subnets", "aws_security_group_ids", "aws_instance_role")
 

@@ -22,7 +22,7 @@ Airflow loaded; a task then pays neither for imports nor for scanning what it in
 (the processes' side, ``warm_up`` included: :mod:`~agora_optimizer.executor.backends.local.processes`;
 the pools' capacity, devices and machines' slices: :mod:`~agora_optimizer.executor.backends.local.pools`).
 
-Planned machines (:class:`~agora_optimizer.executor.jobs.MachineLease`): machine ``TYPE#k`` of a
+Planned machines (:class:`~agora_optimizer.executor.jobs.spec.MachineLease`): machine ``TYPE#k`` of a
 pool gets its own CPU slice, the k-th run of ``vcpus`` CPUs of the pool's ``cpu_set`` (or of the
 CPUs this process may use when it has none), wrapping around when the pool has fewer CPUs than
 its machines need (:func:`machine_cpus`), the type's memory, and its GPU slice, the k-th run of the
@@ -78,7 +78,7 @@ from agora_optimizer.executor.backends.local.processes import (
     worker_exit_code,
 )
 from agora_optimizer.executor.bounded import BoundedDict
-from agora_optimizer.executor.jobs import BackendError, JobSpec, JobStatus, MachineLease, read_task_ended
+from agora_optimizer.executor.jobs.spec import BackendError, JobSpec, JobStatus, MachineLease, read_task_ended
 from agora_optimizer.executor.state_files import write_private
 from agora_optimizer.model.catalog import Resource
 from agora_optimizer.runs.lease_record import LeaseRecord

@@ -14,7 +14,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from agora_optimizer.executor.jobs import BackendError
+from agora_optimizer.executor.jobs.spec import BackendError
 from agora_optimizer.model.catalog import Resource
 from agora_optimizer.model.workflow import shown
 

@@ -31,9 +31,9 @@ from pathlib import Path
 import psutil
 
 from agora_optimizer.executor.backends.base import WORKER_MODULE
-from agora_optimizer.executor.environment import is_scheduler_secret, job_environment
-from agora_optimizer.executor.jobs import BackendError, JobSpec, JobStatus, read_result
+from agora_optimizer.executor.jobs.spec import BackendError, JobSpec, JobStatus, read_result
 from agora_optimizer.executor.state_files import open_log
+from agora_optimizer.executor.worker.environment import is_scheduler_secret, job_environment
 
 # What the pool's fork server imports once: the main script (which multiprocessing would otherwise
 # run again in every worker it starts), then the fork_server module, which calls warm_up().
@@ -42,7 +42,7 @@ FORK_PRELOAD = ["__main__", "agora_optimizer.executor.backends.local.fork_server
 # they start unless their fork server has: ~0.5 s of CPU per task (-X importtime in a task showed
 # what; base_executor is ~0.3 s, the DAG bag ~0.2 s).
 WARM_MODULES = (
-    WORKER_MODULE,
+    f"{WORKER_MODULE}.worker",  # the module that holds main(), not only its package
     "airflow.executors.workloads",
     "airflow.sdk.execution_time.execute_workload",
     "airflow.sdk.execution_time.supervisor",
@@ -126,7 +126,7 @@ def run_worker(argv: list[str], log_path: str, cwd: str, environment: dict[str, 
         for name in [name for name in os.environ if is_scheduler_secret(name)]:  # the fork server's, inherited
             del os.environ[name]
         os.environ.update(job_environment(environment))
-        from agora_optimizer.executor import worker
+        from agora_optimizer.executor.worker import worker
 
         code = worker.main(argv)
     except BaseException:

@@ -34,7 +34,7 @@ from agora_optimizer.executor.backends.slurm.pilot_files import PILOT_DRIVER, Ma
 from agora_optimizer.executor.backends.slurm.settings import SlurmSettings
 from agora_optimizer.executor.backends.slurm.submission import BACKEND, SlurmJobRef, job_name, one_line
 from agora_optimizer.executor.bounded import BoundedDict
-from agora_optimizer.executor.jobs import BackendError, JobSpec, MachineLease
+from agora_optimizer.executor.jobs.spec import BackendError, JobSpec, MachineLease
 from agora_optimizer.executor.state_files import write_private
 from agora_optimizer.model.catalog import Resource
 from agora_optimizer.model.workflow import shown

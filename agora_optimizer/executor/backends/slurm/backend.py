@@ -50,9 +50,9 @@ from agora_optimizer.executor.backends.slurm.submission import (
     single_script,
     task_described,
 )
-from agora_optimizer.executor.environment import job_environment
-from agora_optimizer.executor.jobs import BackendError, JobSpec, JobStatus, MachineLease
+from agora_optimizer.executor.jobs.spec import BackendError, JobSpec, JobStatus, MachineLease
 from agora_optimizer.executor.state_files import write_private
+from agora_optimizer.executor.worker.environment import job_environment
 from agora_optimizer.model.catalog import Resource
 from agora_optimizer.model.workflow import shown
 from agora_optimizer.runs.lease_record import LeaseRecord

@@ -1,7 +1,7 @@
 """The SLURM backend's client: agora's one SLURM client (:mod:`agora_optimizer.slurm`), its errors as BackendErrors.
 
 Every SLURM command of the backend goes through :class:`SlurmClient`, with the backend's command
-timeout: its errors become :class:`~agora_optimizer.executor.jobs.BackendError`, transient when SLURM
+timeout: its errors become :class:`~agora_optimizer.executor.jobs.spec.BackendError`, transient when SLURM
 could not be reached, with the command's own last words. :meth:`SlurmClient.sbatch` submits one job of
 one task on one node; an sbatch that timed out may have made its job, which
 :meth:`SlurmClient.find_unanswered` finds again by name (or :meth:`SlurmClient.cancel_unanswered` cancels).
@@ -17,8 +17,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from agora_optimizer.executor.backends.slurm.submission import BACKEND, GRES_TYPE, gres_option
-from agora_optimizer.executor.environment import is_scheduler_secret
-from agora_optimizer.executor.jobs import BackendError
+from agora_optimizer.executor.jobs.spec import BackendError
+from agora_optimizer.executor.worker.environment import is_scheduler_secret
 from agora_optimizer.model.workflow import shown
 from agora_optimizer.slurm.commands import run_slurm, this_user
 from agora_optimizer.slurm.errors import SlurmCommandError, SlurmOutputError

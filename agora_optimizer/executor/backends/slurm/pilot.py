@@ -49,7 +49,7 @@ from agora_optimizer.executor.backends.slurm.submission import (
     job_name,
     task_described,
 )
-from agora_optimizer.executor.jobs import BackendError, JobSpec
+from agora_optimizer.executor.jobs.spec import BackendError, JobSpec
 from agora_optimizer.executor.state_files import write_private
 from agora_optimizer.model.workflow import shown
 from agora_optimizer.slurm.jobs import SlurmRecord

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agora_optimizer.executor.jobs import JobSpec, MachineLease
+from agora_optimizer.executor.jobs.spec import JobSpec, MachineLease
 from agora_optimizer.executor.state_files import write_private
 from agora_optimizer.slurm.values import mib
 

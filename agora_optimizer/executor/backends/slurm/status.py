@@ -10,7 +10,7 @@ neither squeue nor sacct knows is ``lost``. ``PREEMPTED`` (a job of a higher-pri
 took the node, ``docs/spot.md``) finishes ``interrupted``: the job, or a task of a planned
 machine's allocation that had not ended well before, lost its capacity; it did not fail. Only that
 state says so: agora's own scancel is ``CANCELLED``, a lost node ``NODE_FAIL``. An error reaching
-SLURM raises a transient :class:`~agora_optimizer.executor.jobs.BackendError` (every command has
+SLURM raises a transient :class:`~agora_optimizer.executor.jobs.spec.BackendError` (every command has
 a timeout, so nothing hangs).
 
 A job's directory comes from what the backend remembers, else from SLURM's record of it
@@ -33,7 +33,7 @@ from agora_optimizer.executor.backends.slurm.directories import Directories
 from agora_optimizer.executor.backends.slurm.pilot import PilotPacker
 from agora_optimizer.executor.backends.slurm.pilot_files import Manifest
 from agora_optimizer.executor.backends.slurm.submission import BACKEND, SlurmJobRef
-from agora_optimizer.executor.jobs import (
+from agora_optimizer.executor.jobs.spec import (
     OOM_EXIT_CODE,
     BackendError,
     JobPhase,

@@ -24,7 +24,7 @@ import shlex
 from dataclasses import dataclass
 
 from agora_optimizer.executor.backends.slurm.pilot_files import REAP_SESSION
-from agora_optimizer.executor.jobs import JobSpec
+from agora_optimizer.executor.jobs.spec import JobSpec
 from agora_optimizer.model.workflow import shown
 
 BACKEND = "slurm"

@@ -33,7 +33,7 @@ from agora_optimizer.executor.backends.aws.jobs import (
     status_from_description,
 )
 from agora_optimizer.executor.backends.aws.provisioning import Infrastructure
-from agora_optimizer.executor.jobs import BackendError, JobSpec, JobStatus, job_key
+from agora_optimizer.executor.jobs.spec import BackendError, JobSpec, JobStatus, job_key
 from agora_optimizer.model.catalog import GIB, Catalog
 from harness.local_airflow import free_port
 from tests.executor.backends.aws.canned import CannedServer, batch_error

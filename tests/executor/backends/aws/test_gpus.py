@@ -18,7 +18,7 @@ import pytest
 from agora_optimizer.executor.backends.aws.backend import AwsBatchBackend
 from agora_optimizer.executor.backends.aws.jobs import type_queue_name
 from agora_optimizer.executor.backends.aws.provisioning import GPU_IMAGE_TYPE, Infrastructure, ec2_configuration
-from agora_optimizer.executor.jobs import BackendError
+from agora_optimizer.executor.jobs.spec import BackendError
 from agora_optimizer.model.catalog import GIB, Catalog
 from tests.executor.backends.aws.conftest import MotoServer, Network
 from tests.executor.backends.aws.test_backend import spec

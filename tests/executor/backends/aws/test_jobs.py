@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agora_optimizer.executor.backends.aws.jobs import queue_name
-from agora_optimizer.executor.jobs import BackendError
+from agora_optimizer.executor.jobs.spec import BackendError
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,7 @@ from agora_optimizer.executor.backends.aws.backend import AwsBatchBackend
 from agora_optimizer.executor.backends.aws.jobs import type_queue_name
 from agora_optimizer.executor.backends.aws.provisioning import ComputeNetwork
 from agora_optimizer.executor.backends.aws.settings import aws_compute_network
-from agora_optimizer.executor.jobs import BackendError, MachineLease, lease_key
+from agora_optimizer.executor.jobs.spec import BackendError, MachineLease, lease_key
 from agora_optimizer.model.catalog import Catalog, Resource
 from tests.executor.backends.aws.conftest import REGION, SPECIAL_QUEUE, MotoServer, Network, fake_session
 from tests.executor.backends.aws.test_backend import spec

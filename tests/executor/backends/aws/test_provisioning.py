@@ -25,7 +25,7 @@ import pytest
 
 from agora_optimizer.executor.backends.aws.backend import AwsBatchBackend, type_queue_name
 from agora_optimizer.executor.backends.aws.provisioning import wait_valid
-from agora_optimizer.executor.jobs import BackendError
+from agora_optimizer.executor.jobs.spec import BackendError
 from agora_optimizer.model.catalog import Catalog, Resource
 from tests.executor.backends.aws.conftest import (
     IMAGE,

@@ -23,13 +23,14 @@ import pytest
 from agora_optimizer.errors import AgoraError
 from agora_optimizer.executor.backends.aws.backend import AwsBatchBackend
 from agora_optimizer.executor.backends.aws.provisioning import Infrastructure
-from agora_optimizer.executor.jobs import OOM_EXIT_CODE, BackendError, JobResult, JobSpec, job_key, read_result
-from agora_optimizer.executor.remote_files import RemoteFileNotFound, RemoteFiles, job_urls
+from agora_optimizer.executor.jobs.spec import OOM_EXIT_CODE, BackendError, JobResult, JobSpec, job_key, read_result
+from agora_optimizer.executor.worker.remote_files import RemoteFileNotFound, RemoteFiles, job_urls
 from agora_optimizer.model.catalog import GIB
 from harness.local_airflow import free_port
 from tests.conftest import AWS_CATALOG
 from tests.executor.backends.aws.canned import CannedServer, s3_error
 from tests.executor.backends.aws.conftest import REGION, MotoServer, client, fake_session
+from tests.executor.test_agora_executor import hand_over
 
 # The executor tests build an AgoraExecutor, which needs Airflow configured before its first import
 # (as tests/executor/conftest.py does when that folder runs too).
@@ -341,9 +342,8 @@ def test_the_executor_passes_an_aws_task_its_workload_and_result_through_s3(
     from airflow.utils.state import TaskInstanceState
 
     item = workload("t")
-    aws_executor.queue_workload(item, session=None)
-    aws_executor.trigger_tasks(aws_executor.parallelism)
-    job = aws_executor._jobs[item.ti.key]
+    hand_over(aws_executor, [item])
+    job = aws_executor.jobs[item.ti.key]
     key = job_key("unit", "t", "r1", 1, -1)
     urls = job_urls(prefix, key)
     command = list(job.spec.command)
@@ -354,7 +354,7 @@ def test_the_executor_passes_an_aws_task_its_workload_and_result_through_s3(
     assert described["container"]["command"] == command and TOKEN not in json.dumps(described)
     assert json.loads(files.read(urls.workload))["token"] == TOKEN
 
-    aws_executor._renew_token(job)  # as for a job still waiting in its queue
+    aws_executor.tokens.renew(job)  # as for a job still waiting in its queue
     renewed = json.loads(files.read(urls.workload))["token"]
     assert renewed != TOKEN and renewed.count(".") == 2  # a signed JWT from Airflow's generator
     assert renewed == json.loads(job.spec.workload_path.read_text())["token"]
@@ -384,8 +384,7 @@ def test_an_aws_task_without_an_s3_prefix_fails_naming_the_setting_and_the_task(
         executor.start()  # said once, at start
     assert "[agora] aws_s3_prefix is not set: every task on them will fail" in caplog.text
     item = workload("t")
-    executor.queue_workload(item, session=None)
-    executor.trigger_tasks(executor.parallelism)
+    hand_over(executor, [item])
     state, info = executor.get_event_buffer()[item.ti.key]
     assert state == TaskInstanceState.FAILED
     assert info.startswith("task unit.t: resource c5.large runs on AWS Batch") and "set [agora] aws_s3_prefix" in info
@@ -408,5 +407,5 @@ def test_the_worker_of_an_aws_job_runs_in_the_container_with_its_files_in_s3() -
 
 
 def test_the_worker_imports_boto3_only_when_it_exchanges_files_through_s3() -> None:
-    check = "import sys, agora_optimizer.executor.worker; assert 'boto3' not in sys.modules, 'boto3 imported'"
+    check = "import sys, agora_optimizer.executor.worker.worker; assert 'boto3' not in sys.modules, 'boto3 imported'"
     subprocess.run([sys.executable, "-c", check], check=True, timeout=60)

@@ -30,7 +30,7 @@ import pytest
 
 from agora_optimizer.executor.backends.aws.backend import AwsBatchBackend
 from agora_optimizer.executor.backends.aws.jobs import status_from_description
-from agora_optimizer.executor.jobs import JobSpec, JobStatus
+from agora_optimizer.executor.jobs.spec import JobSpec, JobStatus
 from agora_optimizer.io.catalog_file import load_catalog
 from agora_optimizer.model.catalog import GIB, Catalog
 from tests.executor.backends.aws.conftest import (
@@ -188,7 +188,7 @@ def test_a_planned_machine_of_a_spot_type_gets_a_spot_compute_environment_of_its
 def test_a_queue_of_spot_and_on_demand_types_is_refused_naming_both(spot: Spot) -> None:
     from dataclasses import replace
 
-    from agora_optimizer.executor.jobs import BackendError
+    from agora_optimizer.executor.jobs.spec import BackendError
 
     mixed = [replace(r, extra={"job_queue": "agora-mixed"}) for r in spot.catalog.resources if "large" in r.name]
     with pytest.raises(BackendError, match=r"agora-mixed would hold spot types \(c7i.large-spot"):
@@ -254,12 +254,13 @@ def test_the_executor_reruns_a_reclaimed_spot_task_on_its_fallback_and_airflow_s
     try is put back to QUEUED there: :func:`requeue_task_instance`, recorded here)."""
     from airflow.utils.state import TaskInstanceState
 
-    from agora_optimizer.executor import interruptions
-    from agora_optimizer.executor.agora_executor import AgoraExecutor, parse_external_id
+    from agora_optimizer.executor import airflow_db
+    from agora_optimizer.executor.agora_executor import AgoraExecutor
+    from agora_optimizer.executor.lifecycle import parse_external_id
     from agora_optimizer.runs.store import RunStore
 
     requeued: list[tuple[Any, int]] = []
-    monkeypatch.setattr(interruptions, "requeue_task_instance", lambda ti_id, n: requeued.append((ti_id, n)) or "")
+    monkeypatch.setattr(airflow_db, "requeue_task_instance", lambda ti_id, n: requeued.append((ti_id, n)) or "")
     monkeypatch.setenv("AIRFLOW__AGORA__CATALOG", str(spot.catalog_path))
     monkeypatch.setenv("AIRFLOW__AGORA__STATE_DIR", str(tmp_path / "jobs"))
     monkeypatch.setenv("AIRFLOW__AGORA__TRACE_STORE_URL", f"sqlite:///{tmp_path / 'traces.db'}")

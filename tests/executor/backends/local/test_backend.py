@@ -18,7 +18,7 @@ import pytest
 from agora_optimizer.executor.backends.local.backend import LocalBackend
 from agora_optimizer.executor.backends.local.pools import LocalPool
 from agora_optimizer.executor.backends.local.processes import WARM_MODULES, fork_context, warm_up
-from agora_optimizer.executor.jobs import BackendError, JobSpec, JobStatus, job_key, read_result
+from agora_optimizer.executor.jobs.spec import BackendError, JobSpec, JobStatus, job_key, read_result
 from tests.conftest import REPO
 
 MIB = 2**20

@@ -18,7 +18,7 @@ import pytest
 
 from agora_optimizer.executor.backends.local.backend import LocalBackend
 from agora_optimizer.executor.backends.local.pools import LocalPool, machine_gpus
-from agora_optimizer.executor.jobs import BackendError, JobSpec, MachineLease, lease_key
+from agora_optimizer.executor.jobs.spec import BackendError, JobSpec, MachineLease, lease_key
 from agora_optimizer.io.catalog_file import load_catalog
 from agora_optimizer.model.catalog import Resource
 from tests.executor.backends.local.test_backend import MIB, job, wait_all

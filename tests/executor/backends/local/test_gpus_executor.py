@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from agora_optimizer.executor.backends.local import backend as local
-from agora_optimizer.executor.jobs import BackendError, JobSpec, job_key
+from agora_optimizer.executor.jobs.spec import BackendError, JobSpec, job_key
 from agora_optimizer.model.plan import Assignment
-from tests.executor.test_agora_executor import MIB, workload
+from tests.executor.test_agora_executor import MIB, hand_over, workload
 from tests.executor.test_executor_machines import cancel, heartbeat_until, save_plan
 
 GIB = 2**30
@@ -79,9 +79,7 @@ def test_planned_gpu_tasks_get_their_own_devices_and_a_cpu_task_none(
     for a in PLANNED:
         placement = {"resource": a.resource, "cores": a.cores, "memory_bytes": 512 * MIB, "gpus": a.gpus}
         items.append(workload(a.task, {**placement, "machine": a.machine, "plan_version": version}, tmp_path))
-    for item in items:
-        executor.queue_workload(item, session=None)
-    executor.trigger_tasks(executor.parallelism)
+    hand_over(executor, items)
     heartbeat_until(executor, lambda: len(started) == len(PLANNED))  # every worker started
     cancel(executor, items)
     jobs = {item.ti.task_id: started[job_key("unit", item.ti.task_id, "r1", 1, -1)] for item in items}

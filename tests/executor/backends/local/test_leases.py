@@ -15,7 +15,7 @@ import pytest
 
 from agora_optimizer.executor.backends.local.backend import LocalBackend
 from agora_optimizer.executor.backends.local.pools import LocalPool, machine_cpus, pinned
-from agora_optimizer.executor.jobs import TASK_ENDED_MARK, BackendError, JobSpec, MachineLease, lease_key
+from agora_optimizer.executor.jobs.spec import TASK_ENDED_MARK, BackendError, JobSpec, MachineLease, lease_key
 from tests.executor.backends.local.test_backend import MIB, job, wait_all
 
 AFFINITY = "import json, os, sys, time; json.dump(sorted(os.sched_getaffinity(0)), open('affinity.json', 'w')); "

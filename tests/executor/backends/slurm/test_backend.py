@@ -17,7 +17,7 @@ import pytest
 from agora_optimizer.executor.backends.slurm import SlurmBackend, SlurmJobRef, job_name, pilot
 from agora_optimizer.executor.backends.slurm.status import active_status, final_status
 from agora_optimizer.executor.backends.slurm.submission import JOB_NAME_MAX
-from agora_optimizer.executor.jobs import BackendError, JobSpec, JobStatus, read_result
+from agora_optimizer.executor.jobs.spec import BackendError, JobSpec, JobStatus, read_result
 from agora_optimizer.slurm.commands import run_slurm
 from agora_optimizer.slurm.jobs import SlurmRecord
 from tests.slurm_cluster import NODES, SlurmCluster, wait_until

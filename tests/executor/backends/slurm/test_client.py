@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agora_optimizer.executor.backends.slurm.client import gres_type
-from agora_optimizer.executor.jobs import BackendError
+from agora_optimizer.executor.jobs.spec import BackendError
 
 
 @pytest.mark.parametrize("value", [["a100"] * 10_000, "a100 " * 10_000 + "\nsecond line"], ids=["list", "long"])

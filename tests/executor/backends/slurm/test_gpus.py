@@ -21,7 +21,7 @@ import pytest
 
 from agora_optimizer.executor.backends.slurm import SlurmBackend, SlurmJobRef
 from agora_optimizer.executor.backends.slurm.pilot_files import PILOT_DRIVER, Manifest, Pilot, pilot_task
-from agora_optimizer.executor.jobs import BackendError, JobSpec, MachineLease, read_result
+from agora_optimizer.executor.jobs.spec import BackendError, JobSpec, MachineLease, read_result
 from agora_optimizer.model.catalog import Resource
 from agora_optimizer.slurm.commands import run_slurm
 from tests.executor.backends.slurm.test_backend import MIB, accounting, show_job, wait_finished

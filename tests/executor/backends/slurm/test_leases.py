@@ -13,7 +13,14 @@ from pathlib import Path
 import pytest
 
 from agora_optimizer.executor.backends.slurm import SlurmBackend, SlurmJobRef
-from agora_optimizer.executor.jobs import TASK_ENDED_MARK, BackendError, JobSpec, MachineLease, lease_key, read_result
+from agora_optimizer.executor.jobs.spec import (
+    TASK_ENDED_MARK,
+    BackendError,
+    JobSpec,
+    MachineLease,
+    lease_key,
+    read_result,
+)
 from agora_optimizer.model.catalog import Resource
 from agora_optimizer.runs.lease_record import LeaseRecord
 from tests.executor.backends.slurm.test_backend import SLEEP, accounting, job, show_job, wait_finished

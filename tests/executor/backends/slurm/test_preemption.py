@@ -14,8 +14,8 @@ import pytest
 
 from agora_optimizer.executor.backends.slurm import SlurmBackend, SlurmJobRef
 from agora_optimizer.executor.backends.slurm.status import ended_by_preemption, final_status
-from agora_optimizer.executor.jobs import JobResult, JobStatus, read_result
-from agora_optimizer.executor.preemption import SPOT_ENV, probe_for, slurm_preempted
+from agora_optimizer.executor.jobs.spec import JobResult, JobStatus, read_result
+from agora_optimizer.executor.worker.preemption import SPOT_ENV, probe_for, slurm_preempted
 from agora_optimizer.model.catalog import Resource
 from agora_optimizer.slurm.commands import run_slurm
 from agora_optimizer.slurm.jobs import SlurmRecord

@@ -1,0 +1,108 @@
+"""What the AgoraExecutor reads from and writes to Airflow's metadata database, each in a session of its own.
+
+Three statements, all the executor's own I/O with the database (its other I/O with Airflow goes through
+``BaseExecutor``: events, ``change_state``): each run's task states (:func:`task_states`, for the
+machine order and repairs), a run's dates (:func:`run_times`, to find its run plan), and an interrupted
+spot try put back in Airflow's queue (:func:`requeue_task_instance`, to re-run it on its fallback).
+The scheduler's thread-local session is never used: it commits on exit, which Airflow forbids inside
+the scheduler's loop (its HA locks), and sharing it would mix these statements into the scheduler's
+transaction.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from agora_optimizer.model.instances import instance_id
+
+NO_STATE = "none"  # a task instance Airflow has not scheduled yet (its state is NULL)
+
+
+def task_states(dag_id: str, run_id: str) -> dict[str, str]:
+    """The state of each task instance of a DAG run, from Airflow's metadata database, by its plan
+    name (``task[i]`` for a mapped task's instance; a mapped task not expanded yet is its one instance
+    of map index -1, by its task id).
+
+    A task with no state yet (its upstream tasks still run) is in it too, as :data:`NO_STATE`: the run
+    has it, and it is still to come (left out, the machine order took it for a task the run lacks).
+
+    A read-only session of its own, never committed.
+    """
+    from airflow import settings as airflow_settings
+    from airflow.models.taskinstance import TaskInstance
+    from sqlalchemy import select
+
+    if airflow_settings.Session is None:
+        return {}
+    with airflow_settings.Session.session_factory() as session:
+        rows = session.execute(
+            select(TaskInstance.task_id, TaskInstance.map_index, TaskInstance.state).where(
+                TaskInstance.dag_id == dag_id, TaskInstance.run_id == run_id
+            )
+        ).all()
+    return {
+        instance_id(str(task_id), int(index)): str(state) if state is not None else NO_STATE
+        for task_id, index, state in rows
+    }
+
+
+def run_times(dag_id: str, run_id: str) -> tuple[datetime | None, datetime | None]:
+    """The run's ``run_after`` and logical date from Airflow's metadata database ((None, None): no such run).
+
+    A read-only session of its own, never committed (as :func:`task_states` reads).
+    """
+    from airflow import settings as airflow_settings
+    from airflow.models.dagrun import DagRun
+    from sqlalchemy import select
+
+    if airflow_settings.Session is None:
+        return None, None
+    with airflow_settings.Session.session_factory() as session:
+        row = session.execute(
+            select(DagRun.run_after, DagRun.logical_date).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id)
+        ).first()
+    return (None, None) if row is None else (_aware(row[0]), _aware(row[1]))
+
+
+def _aware(moment: datetime | None) -> datetime | None:
+    if moment is None:
+        return None
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
+
+
+def requeue_task_instance(ti_id: Any, try_number: int) -> str:
+    """Put try ``try_number`` of the task instance ``ti_id`` back to QUEUED in Airflow's metadata database,
+    from RUNNING or QUEUED only; '' when done, else why not (for the log).
+
+    ``queued_dttm`` becomes now, as the scheduler sets it when it queues a try: Airflow revokes a try QUEUED
+    since before ``[scheduler] task_queued_timeout`` by that column, and the re-run's wait for the fallback
+    starts here, not when the try was first queued (maybe hours ago, before its spot job ran). The other
+    columns stay: ``queued_by_job_id`` is already this scheduler's (the executor holds the try's workload),
+    and the Execution API's start of the re-run writes ``hostname``, ``pid``, ``start_date`` and
+    ``last_heartbeat_at`` anew.
+
+    A session of its own, committed at once (as :func:`task_states` reads: never the scheduler's
+    thread-local session, whose transaction this must not join)."""
+    from airflow import settings as airflow_settings
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.state import TaskInstanceState
+    from sqlalchemy import update
+
+    if airflow_settings.Session is None:
+        return "no Airflow metadata database in this process"
+    with airflow_settings.Session.session_factory() as session:
+        changed = session.execute(
+            update(TaskInstance)
+            .where(
+                TaskInstance.id == ti_id,
+                TaskInstance.try_number == try_number,
+                TaskInstance.state.in_([TaskInstanceState.RUNNING, TaskInstanceState.QUEUED]),
+            )
+            .values(state=TaskInstanceState.QUEUED, queued_dttm=datetime.now(UTC))
+            .execution_options(synchronize_session=False)
+        )
+        session.commit()
+    if changed.rowcount != 1:
+        return f"Airflow no longer has try {try_number} running or queued (it may have failed it already)"
+    return ""

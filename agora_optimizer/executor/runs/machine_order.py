@@ -1,0 +1,300 @@
+"""The order a plan gives each planned machine, and when a held task may start on it (pure: no I/O, no clock).
+
+A plan places every task on a machine (``TYPE#N``) with a planned start and end. The executor
+runs a machine's tasks in that order, which is what the plan's makespan and lease cost assume;
+Airflow alone would start a task as soon as its upstream tasks are done, on whichever slot came
+first, and two tasks the plan put one after the other could then share a machine the plan sized
+for one of them.
+
+**The rule.** A machine runs its tasks in the planned order: by planned start, then planned end
+(then task id, so the order is total). A task whose turn it is (every task before it on its machine
+has started, or will never come) starts as soon as it fits on the machine (the type's cores and
+memory, counting what runs there now). A task whose turn it is not may start *earlier than
+planned* when it fits on its machine now and does not delay the machine's next planned task that
+has not started, N: either N would still fit beside it (what runs there, plus this task, plus N),
+or this task is planned to end before N's planned start (plan clock now + its planned duration
+<= N's planned start). Otherwise it is held.
+
+Two guards keep a plan from ever stopping a DAG:
+
+- A task that will never come (Airflow marked it skipped, upstream_failed, failed or removed, or
+  it already succeeded) does not hold the tasks behind it (:meth:`RunBook.settle`).
+- A task that Airflow keeps back (seen ``scheduled``, not queued, at two reads of its states in a
+  row: an Airflow pool or ``max_active_tasks`` that a held task fills) does not hold the tasks
+  behind it either: the held task would otherwise keep the slot it waits for.
+- A task held for ``hold_max_s`` (``[agora] machine_hold_s``) starts all the same, whatever the
+  order says (a plan that no longer matches its DAG, a tie the order could not break).
+
+A valid plan cannot deadlock under the rule: a task planned earlier on a machine never depends on
+one planned later (a child starts after its parent ends), so the order is consistent with the
+DAG's. The plan clock of a run starts when the executor sees the run's first planned task.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from agora_optimizer.model.catalog import Resource
+from agora_optimizer.model.instances import split_instance
+from agora_optimizer.model.plan import Assignment, Plan, machine_type
+
+NEVER_COMES = frozenset({"skipped", "upstream_failed", "failed", "removed", "success"})
+"""Airflow task states after which a task does not come to the executor again (for this try)."""
+KEPT_BACK = "scheduled"  # ready, but not handed to an executor: seen twice in a row, it is kept back
+
+
+@dataclass(frozen=True)
+class PlannedTask:
+    """One task of a planned machine: when the plan starts and ends it, and what it reserves."""
+
+    task_id: str
+    machine: str
+    start_s: float
+    end_s: float
+    cores: int
+    memory_bytes: int
+    gpus: int = 0
+
+    @property
+    def duration_s(self) -> float:
+        return max(0.0, self.end_s - self.start_s)
+
+
+@dataclass(frozen=True)
+class MachinePlan:
+    """One planned machine: its type's capacity and its tasks in the planned order."""
+
+    machine: str
+    resource: str
+    cores: int
+    memory_bytes: int
+    tasks: tuple[PlannedTask, ...]
+    gpus: int = 0  # the type's (section 5 of the spec)
+
+    @property
+    def planned_start_s(self) -> float:
+        return min((task.start_s for task in self.tasks), default=0.0)
+
+    @property
+    def planned_end_s(self) -> float:
+        return max((task.end_s for task in self.tasks), default=0.0)
+
+    def position(self, task_id: str) -> int:
+        return next(index for index, task in enumerate(self.tasks) if task.task_id == task_id)
+
+
+@dataclass(frozen=True)
+class MachineOrder:
+    """Every planned machine of one plan, and which machine each task is on."""
+
+    machines: Mapping[str, MachinePlan]
+    by_task: Mapping[str, PlannedTask]
+
+    @classmethod
+    def from_plan(cls, plan: Plan, resources: Mapping[str, Resource]) -> MachineOrder:
+        """The order of ``plan``; a machine whose type is not in ``resources`` is left out (its tasks run unplanned)."""
+        return cls.from_assignments(plan.assignments, resources)
+
+    @classmethod
+    def from_assignments(cls, assignments: Iterable[Assignment], resources: Mapping[str, Resource]) -> MachineOrder:
+        """The order of a schedule: a plan's assignments, or a repaired run's (what ran and what is re-planned)."""
+        grouped: dict[str, list[PlannedTask]] = {}
+        for a in assignments:
+            if not a.machine or machine_type(a.machine) not in resources:
+                continue
+            task = PlannedTask(a.task, a.machine, a.start_s, a.end_s, a.cores, a.memory_bytes, a.gpus)
+            grouped.setdefault(a.machine, []).append(task)
+        machines: dict[str, MachinePlan] = {}
+        for machine, tasks in grouped.items():
+            kind = resources[machine_type(machine)]
+            ordered = tuple(sorted(tasks, key=lambda t: (t.start_s, t.end_s, t.task_id)))
+            machines[machine] = MachinePlan(machine, kind.name, kind.vcpus, kind.memory_bytes, ordered, kind.gpus)
+        by_task = {task.task_id: task for plan_ in machines.values() for task in plan_.tasks}
+        return cls(machines, by_task)
+
+
+@dataclass(frozen=True)
+class ReplacedMachine:
+    """A planned machine its backend could not give (``open_lease`` refused, ``reason`` says why): its
+    tasks ran without it, on their resource's pool, as tasks without a machine do."""
+
+    dag_id: str
+    run_id: str
+    machine: str
+    resource: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Whether a held task may start now, and why (for the log)."""
+
+    start: bool
+    reason: str
+
+
+@dataclass
+class RunBook:
+    """Which tasks of one DAG run have started and ended on their planned machines.
+
+    ``origin_s`` is the executor's monotonic clock when it saw the run's first planned task: the
+    run's plan clock is ``now_s - origin_s``. A task that started and ended is *done*; one that
+    never started and will not come (:meth:`settle`) is *gone*; either no longer holds the tasks
+    behind it. A done task is *final* once Airflow holds it in a :data:`NEVER_COMES` state (or, for
+    a run whose states were never read, once it ended): a failed try awaiting its retry will run on
+    the machine again. A machine whose every task is final or gone has ended.
+    """
+
+    order: MachineOrder
+    origin_s: float
+    plan_version: str = ""  # the plan the run's tasks were placed by (a repair changes ``order``, not this)
+    started: set[str] = field(default_factory=set)
+    ended: set[str] = field(default_factory=set)
+    gone: set[str] = field(default_factory=set)
+    final: set[str] = field(default_factory=set)
+    answered: bool = False  # Airflow's states of the run were read at least once
+    scheduled: set[str] = field(default_factory=set)  # seen ``scheduled`` at the last read of the states
+    kept_back: set[str] = field(default_factory=set)  # seen ``scheduled`` at two reads in a row
+
+    started_s: dict[str, float] = field(default_factory=dict)  # plan clock of each started task's release
+    ended_s: dict[str, float] = field(default_factory=dict)  # and of its end
+
+    def clock_s(self, now_s: float) -> float:
+        """The run's plan clock at the executor's monotonic ``now_s``."""
+        return now_s - self.origin_s
+
+    def start(self, task_id: str, at_s: float | None = None) -> None:
+        """The task was let go to its machine (a retry starts again: it is running once more);
+        ``at_s``: the plan clock then."""
+        self.started.add(task_id)
+        self.ended.discard(task_id)
+        self.gone.discard(task_id)
+        self.final.discard(task_id)
+        self.ended_s.pop(task_id, None)
+        if at_s is not None:
+            self.started_s[task_id] = at_s
+
+    def end(self, task_id: str, at_s: float | None = None) -> bool:
+        """The task's process ended (at plan clock ``at_s``): its machine's cores and memory are free again.
+        True the first time for this start (a job's status says it ended at several polls)."""
+        if task_id not in self.started or task_id in self.ended:
+            return False
+        self.ended.add(task_id)
+        if at_s is not None:
+            self.ended_s[task_id] = at_s
+        return True
+
+    def ended_again(self, task_id: str, at_s: float) -> None:
+        """The task ended for good at plan clock ``at_s``, later than its planned machine saw it end: its try
+        re-ran off the machine (an interrupted spot job's re-run on its fallback). Only for a task ended here."""
+        if task_id in self.ended_s:
+            self.ended_s[task_id] = at_s
+
+    def settle(self, states: Mapping[str, str]) -> None:
+        """Airflow's task states (by plan name): a task in a :data:`NEVER_COMES` state is done (if it started)
+        or gone (if it never did), and so is a planned task the run does not have (a plan older than its
+        DAG, or a mapped task's instance beyond its run's width). A mapped task's planned instance whose
+        task the run has not expanded yet is still to come. A task the book counts as running stays
+        running until :meth:`end`."""
+        if states:  # no answer at all says nothing about which tasks the run has
+            self.answered = True
+            for task_id in self.order.by_task.keys() - states.keys() - self.started:
+                if not _to_expand(task_id, states):
+                    self.gone.add(task_id)
+        scheduled = {t for t, state in states.items() if state == KEPT_BACK and t in self.order.by_task}
+        self.kept_back = (scheduled & self.scheduled) - self.started
+        self.scheduled = scheduled
+        for task_id, state in states.items():
+            if task_id not in self.order.by_task or state not in NEVER_COMES:
+                continue
+            if task_id not in self.started:
+                self.gone.add(task_id)
+            else:
+                self.final.add(task_id)
+
+    def running(self, machine: str) -> list[PlannedTask]:
+        plan = self.order.machines.get(machine)
+        if plan is None:
+            return []
+        return [t for t in plan.tasks if t.task_id in self.started and t.task_id not in self.ended]
+
+    def waiting(self, machine: str) -> list[PlannedTask]:
+        """The machine's tasks that have neither started nor gone, in the planned order."""
+        plan = self.order.machines.get(machine)
+        if plan is None:
+            return []
+        return [t for t in plan.tasks if t.task_id not in self.started and t.task_id not in self.gone]
+
+    def machine_ended(self, machine: str) -> bool:
+        """Every task of the machine is final or gone: its lease may be released (a failed try whose retry
+        will come keeps it). A machine the order no longer has (a repair moved its tasks away) has ended too."""
+        plan = self.order.machines.get(machine)
+        return plan is None or all(self._over(t.task_id) for t in plan.tasks)
+
+    def awaits_word(self) -> bool:
+        """A machine whose tasks have all ended waits only for Airflow to say that no retry will come."""
+        return any(
+            all(t.task_id in self.gone or t.task_id in self.ended for t in plan.tasks) and not self.machine_ended(m)
+            for m, plan in self.order.machines.items()
+        )
+
+    def _over(self, task_id: str) -> bool:
+        if task_id in self.gone:
+            return True
+        return task_id in self.ended and (task_id in self.final or not self.answered)
+
+    def ended_machines(self) -> list[str]:
+        return [machine for machine in self.order.machines if self.machine_ended(machine)]
+
+
+def _to_expand(name: str, states: Mapping[str, str]) -> bool:
+    """``name`` is a mapped task's instance whose task Airflow has not expanded yet (its one task
+    instance of map index -1 is still to come): the run will have it if its width reaches it."""
+    task_id, index = split_instance(name)
+    return index >= 0 and task_id in states and states[task_id] not in NEVER_COMES
+
+
+def _fits(plan: MachinePlan, tasks: Iterable[PlannedTask]) -> bool:
+    tasks = list(tasks)
+    return (
+        sum(t.cores for t in tasks) <= plan.cores
+        and sum(t.memory_bytes for t in tasks) <= plan.memory_bytes
+        and sum(t.gpus for t in tasks) <= plan.gpus
+    )
+
+
+def may_start(book: RunBook, task_id: str, now_s: float, held_s: float, hold_max_s: float) -> Decision:
+    """Whether the held task ``task_id`` may start now under the module's rule.
+
+    ``now_s`` is the executor's monotonic clock, ``held_s`` how long the task has been held,
+    ``hold_max_s`` the bound past which it starts whatever the order says.
+    """
+    task = book.order.by_task.get(task_id)
+    if task is None:
+        return Decision(True, "not on a planned machine")
+    if held_s >= hold_max_s:
+        return Decision(True, f"held {held_s:.0f} s, the most [agora] machine_hold_s ({hold_max_s:g} s) allows")
+    plan = book.order.machines[task.machine]
+    running = book.running(task.machine)
+    if not _fits(plan, [*running, task]):
+        names = ", ".join(t.task_id for t in running)
+        return Decision(False, f"{task.machine} is full ({names} run there)")
+    ahead = [
+        t
+        for t in book.waiting(task.machine)
+        if plan.position(t.task_id) < plan.position(task_id) and t.task_id not in book.kept_back
+    ]
+    if not ahead:
+        return Decision(True, f"its turn on {task.machine}")
+    following = ahead[0]
+    if _fits(plan, [*running, task, following]):
+        return Decision(True, f"early on {task.machine}: {following.task_id}, planned before it, still fits beside it")
+    clock_s = now_s - book.origin_s
+    if clock_s + task.duration_s <= following.start_s:
+        return Decision(
+            True,
+            f"early on {task.machine}: planned to end at {clock_s + task.duration_s:.1f} s, before "
+            f"{following.task_id} is planned to start ({following.start_s:.1f} s)",
+        )
+    return Decision(False, f"waits for {following.task_id}, planned before it on {task.machine}")
