@@ -503,10 +503,13 @@ class AgoraExecutor(BaseExecutor):
             self._run_event(HeldWaiting(job), now)
 
     def _ask_ahead(self) -> None:
-        """Ask for the machines whose backend predicts a wait for them, that long before their planned start."""
+        """Ask for the machines whose backend predicts a wait for them, that long before their planned start.
+        Only machines of this executor's backends: a plan's Celery pool has none (the CeleryExecutor runs it)."""
+        backends = self._backends.made()
         lead_s = {
-            name: self._backends.get(self._resources[name].backend).lease_lead_s(name)
+            name: backends[backend].lease_lead_s(name)
             for name in self._runs.unused_machine_resources()
+            if (backend := self._resources[name].backend) in backends
         }
         self._run_event(AskAheadDue(lead_s))
 

@@ -18,6 +18,7 @@ from agora_optimizer.executor.backends.local.backend import LocalBackend, LocalP
 from agora_optimizer.executor.jobs.spec import TASK_ENDED_MARK, BackendError, MachineLease, lease_key, read_result
 from agora_optimizer.model.plan import Assignment, Objective, Plan, SolverInfo
 from agora_optimizer.plans.store import PlanStore, plan_version
+from tests.conftest import REPO
 from tests.executor.test_agora_executor import MIB, executor, hand_over, reconfigure, workload
 
 __all__ = ["executor"]  # the fixture, shared
@@ -239,3 +240,38 @@ def test_a_machine_with_a_predicted_wait_is_asked_for_that_long_before_its_plann
         "c": "local-large#0",
     }
     cancel(executor, [first, later])
+
+
+@pytest.mark.slow  # runs a real task on a local pool
+def test_a_plan_with_a_celery_pools_machine_still_closes_the_lease_of_its_local_machine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plan may put tasks on a Celery pool, which the CeleryExecutor runs: the AgoraExecutor has no backend for
+    it. The pool's machine, which no task of this executor ever uses, is no reason to stop its heartbeat: the
+    local machine's lease still closes after its last task, and sync logs no failure."""
+    from agora_optimizer.executor.agora_executor import AgoraExecutor
+
+    catalog = tmp_path / "mixed.yaml"
+    pool = (REPO / "catalogs" / "celery-loopback.yaml").read_text().split("resources:\n", 1)[1]
+    catalog.write_text((REPO / "catalogs" / "local.yaml").read_text() + pool)
+    plans = tmp_path / "mixed-plans"
+    monkeypatch.setenv("AIRFLOW__AGORA__CATALOG", str(catalog))
+    monkeypatch.setenv("AIRFLOW__AGORA__STATE_DIR", str(tmp_path / "jobs"))
+    monkeypatch.setenv("AIRFLOW__AGORA__TRACE_STORE_URL", f"sqlite:///{tmp_path / 'traces.db'}")
+    monkeypatch.setenv("AIRFLOW__AGORA__PLAN_DIR", str(plans))
+    version = save_plan(
+        plans,
+        (
+            Assignment("a", "local-small", "local-small#0", 0.0, 10.0, 1, GIB),
+            Assignment("p", "pool_small", "pool_small#0", 10.0, 20.0, 1, GIB),  # the CeleryExecutor's task
+        ),
+    )
+    executor = AgoraExecutor()
+    executor.start()
+    backend = Recording()
+    executor.backends.use("local", backend)
+    with structlog.testing.capture_logs() as logged:
+        hand_over(executor, [workload("a", placed("a", "local-small#0", version), tmp_path)])
+        heartbeat_until(executor, lambda: ("close", "local-small#0") in backend.calls, timeout_s=60)
+    assert backend.calls == [("open", "local-small#0"), ("close", "local-small#0")]
+    assert not [entry for entry in logged if "sync failed" in str(entry.get("event"))]
