@@ -4,14 +4,20 @@ This table is the one place a key is declared: code reads keys through :func:`ge
 which refuses undeclared ones, and the configuration reference in the docs is generated
 from :data:`SETTINGS`. As with any Airflow option, ``AIRFLOW__AGORA__<KEY>`` in the
 environment overrides ``airflow.cfg``. Airflow is imported only when a value is read.
+``[agora] catalog`` is read as a catalog in one place, :func:`configured_catalog`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from agora_optimizer.errors import AgoraError
+
+if TYPE_CHECKING:
+    from agora_optimizer.model.catalog import Catalog
 
 
 @dataclass(frozen=True)
@@ -281,6 +287,23 @@ def get_float(key: str) -> float:
         return float(value)
     except ValueError:
         raise AgoraError(f"[agora] {key} must be a number, got {value!r}") from None
+
+
+def configured_catalog(*, required: bool = False) -> Catalog:
+    """Every resource of ``[agora] catalog``, its comma-separated files merged into one catalog
+    (:func:`~agora_optimizer.io.catalog_file.merged_catalog`), read once per value of the setting;
+    empty when the setting is, unless ``required``: then it raises, saying what to set."""
+    catalogs = get("catalog")
+    if required and not catalogs.strip(" ,"):
+        raise AgoraError("[agora] catalog is empty: name the catalog files of your resources")
+    return _merged_catalog(catalogs)
+
+
+@cache
+def _merged_catalog(catalogs: str) -> Catalog:
+    from agora_optimizer.io.catalog_file import merged_catalog
+
+    return merged_catalog(catalogs)
 
 
 def agora_home() -> Path:

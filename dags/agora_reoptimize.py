@@ -29,10 +29,10 @@ with DAG(
     @task
     def retrain() -> dict[str, Any]:
         """Fit the predictor on the trace store (skipped when nothing new was recorded)."""
-        from agora_optimizer.integration.reoptimize import model_dir, planning_catalog, retrain
+        from agora_optimizer.integration.reoptimize import model_dir, retrain
         from agora_optimizer.traces.store import default_store_url
 
-        result = retrain(default_store_url(), model_dir(), planning_catalog(settings.get("catalog")))
+        result = retrain(default_store_url(), model_dir(), settings.configured_catalog(required=True))
         return {"trained": result.trained, "attempts": result.attempts, "reason": result.reason}
 
     @task
@@ -49,13 +49,13 @@ with DAG(
     @task
     def replan(dag_id: str) -> dict[str, Any]:
         """Predict, optimize and put in force a new plan for one DAG."""
-        from agora_optimizer.integration.reoptimize import model_dir, planning_catalog, replan
+        from agora_optimizer.integration.reoptimize import model_dir, replan
         from agora_optimizer.plans.store import default_plan_store
         from agora_optimizer.traces.store import default_store_url
 
         stored = replan(
             dag_id,
-            planning_catalog(settings.get("catalog")),
+            settings.configured_catalog(required=True),
             default_plan_store(),
             store_url=default_store_url(),
             models=model_dir(),

@@ -3,6 +3,6 @@ entry points: copy this file into ``$AIRFLOW_HOME/plugins``. Where agora is inst
 package, Airflow already loads the same plugin from the ``airflow.plugins`` entry point.
 """
 
-from agora_optimizer.integration.plugin import AgoraPlugin
+from agora_optimizer.plugin import AgoraPlugin
 
 __all__ = ["AgoraPlugin"]

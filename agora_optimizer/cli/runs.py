@@ -45,12 +45,13 @@ def record(
     ] = None,
 ) -> None:
     """(Re)record every finished DAG run of Airflow's metadata database (idempotent: a record is replaced)."""
+    from agora_optimizer import settings
     from agora_optimizer.plans.store import PlanStore, default_plan_store
-    from agora_optimizer.runs.recorder import configured_resources, record_finished_runs
+    from agora_optimizer.runs.recorder import record_finished_runs
 
     with user_errors(), RunStore(store_url(store)) as run_store:
         plans = PlanStore(plan_dir) if plan_dir is not None else default_plan_store()
-        records = record_finished_runs(run_store, plans, configured_resources(), dag_id=dag)
+        records = record_finished_runs(run_store, plans, settings.configured_catalog().by_name, dag_id=dag)
         where = run_store.masked_url
     planned = sum(1 for r in records if r.planned)
     say(f"recorded {len(records)} finished run(s) ({planned} planned) in {where}")

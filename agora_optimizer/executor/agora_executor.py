@@ -67,6 +67,7 @@ from airflow.executors.base_executor import BaseExecutor
 from agora_optimizer import settings
 from agora_optimizer.errors import AgoraError
 from agora_optimizer.executor import airflow_db
+from agora_optimizer.executor.airflow_pools import ensure_pools
 from agora_optimizer.executor.backend_set import BackendSet
 from agora_optimizer.executor.backends.base import Backend
 from agora_optimizer.executor.backends.registry import make_backends
@@ -74,7 +75,6 @@ from agora_optimizer.executor.config import ExecutorConfig, clock_now
 from agora_optimizer.executor.jobs.adoption import Adoption
 from agora_optimizer.executor.jobs.building import JobBuilder, unwritable
 from agora_optimizer.executor.jobs.directories import JobDirectories
-from agora_optimizer.executor.jobs.placement import Placement
 from agora_optimizer.executor.jobs.records import JobRecord, plan_task
 from agora_optimizer.executor.jobs.spec import BackendError, JobStatus, MachineLease
 from agora_optimizer.executor.jobs.table import JobTable
@@ -105,7 +105,6 @@ from agora_optimizer.executor.lifecycle import (
     WriteRecord,
     transition,
 )
-from agora_optimizer.executor.resources import load_resources
 from agora_optimizer.executor.runs.events import (
     AdoptedOnMachine,
     AskAheadDue,
@@ -147,8 +146,9 @@ from agora_optimizer.executor.runs.plans import PlanReader
 from agora_optimizer.executor.runs.replanner import Replanner
 from agora_optimizer.executor.runs.reports import RunReports
 from agora_optimizer.executor.state_files import check_state_dir
-from agora_optimizer.integration.airflow_pools import ensure_pools
+from agora_optimizer.io.catalog_file import merged_catalog
 from agora_optimizer.model.catalog import Resource
+from agora_optimizer.model.placement import Placement
 from agora_optimizer.plans.store import default_plan_store
 from agora_optimizer.runs.lease_record import LeaseRecord
 
@@ -263,7 +263,7 @@ class AgoraExecutor(BaseExecutor):
         # Capacity is the backends' to enforce (a local pool queues what does not fit, SLURM and
         # Batch queue too); Airflow hands over up to this many so that no slot waits for a round trip.
         self.parallelism = config.parallelism
-        resources = load_resources(config.catalog)
+        resources = merged_catalog(config.catalog).by_name
         # Each backend of the catalog, its settings read and checked now: a bad one fails the start, naming its option.
         backends = make_backends(resources)
         state_dir = settings.directory("state_dir", "jobs", mode=0o700)  # private whatever the umask

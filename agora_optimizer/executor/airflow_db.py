@@ -1,7 +1,8 @@
 """What the AgoraExecutor reads from and writes to Airflow's metadata database, each in a session of its own.
 
-Three statements, all the executor's own I/O with the database (its other I/O with Airflow goes through
-``BaseExecutor``: events, ``change_state``): each run's task states (:func:`task_states`, for the
+Three statements, all the executor's own I/O with the database but for the pools it creates at start
+(:mod:`~agora_optimizer.executor.airflow_pools`; its other I/O with Airflow goes through ``BaseExecutor``:
+events, ``change_state``): each run's task states (:func:`task_states`, for the
 machine order and repairs), a run's dates (:func:`run_times`, to find its run plan), and an interrupted
 spot try put back in Airflow's queue (:func:`requeue_task_instance`, to re-run it on its fallback).
 The scheduler's thread-local session is never used: it commits on exit, which Airflow forbids inside

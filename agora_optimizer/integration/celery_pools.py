@@ -17,8 +17,8 @@ to the CeleryExecutor, with :func:`routed`:
 A task that reaches the AgoraExecutor placed on a Celery pool all the same (its DAG file sets
 ``executor="agora"`` itself, or the Celery executor was added to ``[core] executor`` after the DAG
 was parsed, or a run's own plan places it there) is refused where the executor decides its placement
-(:func:`refuse_celery_pool`), naming the task, the pool and what to change: it fails at once instead
-of waiting forever.
+(:func:`~agora_optimizer.executor.jobs.building.refuse_celery_pool`), naming the task, the pool and what
+to change: it fails at once instead of waiting forever.
 
 The trace listener names the Celery worker that ran each attempt in its ``host`` field
 (:func:`worker_name`): the worker's node name (``pool_small@node1``), or ``$AGORA_WORKER_NAME``
@@ -34,30 +34,14 @@ from typing import Any
 
 from agora_optimizer import settings
 from agora_optimizer.errors import AgoraError
-from agora_optimizer.model.catalog import Resource
+from agora_optimizer.model.catalog import CELERY_BACKEND, Resource
 from agora_optimizer.model.workflow import shown
 
-CELERY_BACKEND = "celery"
 WORKER_NAME_ENV = "AGORA_WORKER_NAME"
 
 
 class CeleryExecutorNotConfigured(AgoraError):
     """A task is planned on a Celery pool, but ``[agora] celery_executor`` is not in ``[core] executor``."""
-
-
-class CeleryPoolRefused(AgoraError):
-    """A task placed on a Celery pool reached the AgoraExecutor, which does not run a Celery pool's tasks."""
-
-
-def refuse_celery_pool(resource: Resource, task: str) -> None:
-    """CeleryPoolRefused, naming ``task``, the pool and what to change, when ``resource`` is a Celery pool:
-    its tasks are the CeleryExecutor's to run, never the AgoraExecutor's."""
-    if resource.backend == CELERY_BACKEND:
-        raise CeleryPoolRefused(
-            f"task {task}: resource {shown(resource.name)} is a Celery pool (backend celery); the AgoraExecutor "
-            "does not run its tasks. Let the cluster policy route the task (list [agora] celery_executor in "
-            "[core] executor and re-parse the DAG), or plan it on a resource of another backend"
-        )
 
 
 def routed(changes: Mapping[str, Any], resource: Resource | None, executors: Collection[str]) -> dict[str, Any]:

@@ -11,7 +11,7 @@ store (``[agora] plan_dir``), each task gets:
 - on a Celery pool (``backend: celery``), ``executor`` is the CeleryExecutor's instead
   (:mod:`agora_optimizer.integration.celery_pools`);
 - ``pool`` and ``pool_slots``: ``agora_<resource>`` and the planned cores, when ``[agora]
-  airflow_pools`` is on (:mod:`agora_optimizer.integration.airflow_pools`);
+  airflow_pools`` is on (:mod:`agora_optimizer.executor.airflow_pools`);
 - ``executor_config["agora"]["placement"]``: resource, cores, reserved memory, machine,
   planned start, and a time limit from the task's ``execution_timeout``.
 
@@ -67,12 +67,12 @@ from airflow.policies import hookimpl
 
 from agora_optimizer import settings
 from agora_optimizer.errors import AgoraError
-from agora_optimizer.executor.jobs.placement import INSTANCES_KEY, OVERFLOW, PLACEMENT_KEY, WAIT, Placement
-from agora_optimizer.integration.airflow_pools import pool_name
-from agora_optimizer.integration.celery_pools import CELERY_BACKEND, routed
+from agora_optimizer.executor.airflow_pools import pool_name
+from agora_optimizer.integration.celery_pools import routed
 from agora_optimizer.integration.waits import smallest_fitting, waits_without_worker
-from agora_optimizer.model.catalog import GIB, Resource
+from agora_optimizer.model.catalog import CELERY_BACKEND, GIB, Resource
 from agora_optimizer.model.instances import split_instance
+from agora_optimizer.model.placement import INSTANCES_KEY, OVERFLOW, PLACEMENT_KEY, WAIT, Placement
 from agora_optimizer.model.plan import Assignment
 
 log = logging.getLogger(__name__)
@@ -196,7 +196,7 @@ def _dag_plan(dag_id: str) -> _DagPlan | None:
         assignments=read.assignments,
         instances=_instances(read.assignments),
         version=read.version,
-        resources=_resources(settings.get("catalog")),
+        resources=settings.configured_catalog().by_name,
         default_resource=settings.get("default_resource"),
         airflow_pools=settings.get_bool("airflow_pools"),
     )
@@ -336,8 +336,7 @@ def _plan_assignments(dag_id: str) -> _Read | None:
         stamp = path.stat().st_mtime_ns
     except OSError:
         return None
-    catalog = settings.get("catalog")
-    read = _read_assignments(str(path), stamp, catalog)
+    read = _read_assignments(str(path), stamp, settings.get("catalog"))
     if read.error:
         raise PlanNotApplicable(f"its current plan is not applied: {read.error}")
     return read
@@ -353,8 +352,9 @@ class _Read:
 
 
 @lru_cache(maxsize=PLAN_VERSIONS_KEPT)
-def _read_assignments(path: str, _mtime_ns: int, catalog: str) -> _Read:
-    """The plan's assignments by task, checked against the catalog; cached per file version, failures too."""
+def _read_assignments(path: str, _mtime_ns: int, _catalog: str) -> _Read:
+    """The plan's assignments by task, checked against ``[agora] catalog``; cached per file version and
+    value of the setting, failures too."""
     from agora_optimizer.io import plan_file
     from agora_optimizer.plans.store import plan_version
 
@@ -363,7 +363,7 @@ def _read_assignments(path: str, _mtime_ns: int, catalog: str) -> _Read:
         assignments = {assignment.task: assignment for assignment in plan_file.load_plan(path).assignments}
     except Exception as exc:  # cached and reported by the caller, once per DAG and parse
         return _Read({}, _reason(exc))
-    resources = _resources(catalog)
+    resources = settings.configured_catalog().by_name
     unknown = sorted({a.resource for a in assignments.values()} - resources.keys())
     if unknown:
         tasks = sorted(a.task for a in assignments.values() if a.resource in unknown)
@@ -371,13 +371,6 @@ def _read_assignments(path: str, _mtime_ns: int, catalog: str) -> _Read:
         listed = ", ".join(map(repr, unknown))
         return _Read({}, f"{path}: it puts {shown} on {listed}, which [agora] catalog does not declare")
     return _Read(assignments, version=version)
-
-
-@cache
-def _resources(catalogs: str) -> dict[str, Resource]:
-    from agora_optimizer.executor.resources import load_resources
-
-    return load_resources(catalogs)
 
 
 @cache

@@ -42,15 +42,6 @@ def model_dir() -> Path:
     return Path(configured).expanduser() if configured else settings.agora_home() / "models" / "predictor"
 
 
-def planning_catalog(catalogs: str) -> Catalog:
-    """One catalog of every resource in ``[agora] catalog`` (the slowest network of them between machines)."""
-    from agora_optimizer.executor.resources import merged_catalog
-
-    if not catalogs.strip(" ,"):
-        raise AgoraError("[agora] catalog is empty: name the catalog files of your resources")
-    return merged_catalog(catalogs)
-
-
 def retrain(store_url: str, directory: Path, catalog: Catalog | None = None) -> RetrainResult:
     """Fit the predictor on the store's attempts and save it, unless nothing new was recorded."""
     from agora_optimizer.predict.errors import EmptyHistoryError

@@ -1,6 +1,6 @@
 """The Airflow listener that records one trace row per task attempt, from inside the task process.
 
-Registered by :class:`agora_optimizer.integration.plugin.AgoraPlugin`. When a task
+Registered by :class:`agora_optimizer.plugin.AgoraPlugin`. When a task
 instance starts running (``on_task_instance_running``, called by the Task SDK in the
 task process), it starts a :class:`ProcessTreeSampler` on the task process; when the
 attempt succeeds or fails it stops the sampler and writes one :class:`TaskAttempt`
@@ -37,9 +37,9 @@ from typing import Any
 from airflow.listeners import hookimpl
 
 from agora_optimizer.errors import first_line
-from agora_optimizer.executor.jobs.placement import BACKEND_ENV, MACHINE_ENV, PLAN_VERSION_ENV
-from agora_optimizer.executor.jobs.placement import RESOURCE_ENV as RESOURCE_TYPE_ENV
 from agora_optimizer.integration.celery_pools import worker_name
+from agora_optimizer.model.placement import BACKEND_ENV, MACHINE_ENV, PLAN_VERSION_ENV
+from agora_optimizer.model.placement import RESOURCE_ENV as RESOURCE_TYPE_ENV
 from agora_optimizer.traces.records import AttemptState, TaskAttempt, TraceRecordError
 from agora_optimizer.traces.sampler import SAMPLED_BY_WORKER_ENV, ProcessTreeSampler, Sample
 
@@ -190,7 +190,7 @@ def _planned(task_instance: Any) -> dict[str, str]:
     """The planned ``machine`` and ``plan_version`` of the attempt: the AgoraExecutor's (``$AGORA_PLAN_VERSION``,
     ``$AGORA_MACHINE``), else from the placement the policy wrote (a mapped task's instance: its own, else the
     mapped task's overflow placement)."""
-    from agora_optimizer.executor.jobs.placement import placement_node
+    from agora_optimizer.model.placement import placement_node
 
     if PLAN_VERSION_ENV in os.environ:
         return {"machine": os.environ.get(MACHINE_ENV, ""), "plan_version": os.environ[PLAN_VERSION_ENV]}

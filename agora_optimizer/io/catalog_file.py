@@ -82,6 +82,29 @@ def load_catalog(path: str | Path) -> Catalog:
     return Catalog(resources=tuple(resources), bandwidth_bytes_per_s=bandwidth, source=source)
 
 
+def merged_catalog(catalogs: str) -> Catalog:
+    """One catalog of every resource of the comma-separated catalog files (``[agora] catalog``), each file
+    read once.
+
+    Between machines it assumes the slowest network of the files. A resource name declared
+    in two files is an error; no file at all gives an empty catalog.
+    """
+    resources: dict[str, Resource] = {}
+    bandwidths: list[float] = []
+    for path in (item.strip() for item in catalogs.split(",")):
+        if not path:
+            continue
+        catalog = load_catalog(path)
+        bandwidths.append(catalog.bandwidth_bytes_per_s)
+        for resource in catalog.resources:
+            if resource.name in resources:
+                raise AgoraError(
+                    f"[agora] catalog: resource {shown(resource.name)} is declared twice (again in {path})"
+                )
+            resources[resource.name] = resource
+    return Catalog(tuple(resources.values()), min(bandwidths, default=0.0), source=catalogs)
+
+
 def _resource(item: Node) -> Resource:
     name = item.get("name").string()
     if "#" in name:

@@ -16,6 +16,7 @@ from agora_optimizer.model.workflow import Task, shown
 
 BackendName = Literal["aws", "slurm", "local", "celery"]  # which backend runs a resource (not the Backend class)
 BACKENDS: tuple[BackendName, ...] = ("aws", "slurm", "local", "celery")
+CELERY_BACKEND: BackendName = "celery"  # a Celery pool: Airflow's CeleryExecutor runs its tasks, not the AgoraExecutor
 GIB = 2**30
 _CEIL_TOLERANCE = 1e-9
 

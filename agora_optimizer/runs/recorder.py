@@ -36,9 +36,9 @@ from typing import Any, Literal
 from airflow.listeners import hookimpl
 
 from agora_optimizer.errors import first_line
-from agora_optimizer.executor.jobs.placement import placement_node
 from agora_optimizer.model.catalog import Resource
 from agora_optimizer.model.instances import instance_id
+from agora_optimizer.model.placement import placement_node
 from agora_optimizer.model.plan import Plan
 from agora_optimizer.plans.store import PlanStore, PlanStoreError
 from agora_optimizer.runs.build import build_run_record, run_plan_version
@@ -236,15 +236,6 @@ def record_finished_runs(
     return records
 
 
-def configured_resources() -> dict[str, Resource]:
-    """Every resource of ``[agora] catalog`` (none when it is empty)."""
-    from agora_optimizer import settings
-    from agora_optimizer.executor.resources import load_resources
-
-    catalogs = settings.get("catalog")
-    return load_resources(catalogs) if catalogs else {}
-
-
 class RunListener:
     """Hands each DAG run that ends to the run recorder's thread (see the module's docstring).
 
@@ -306,12 +297,14 @@ class _Recording:
         self._store: RunStore | None = None
 
     def record(self, run: EndedRun) -> Outcome:
+        from agora_optimizer import settings
         from agora_optimizer.plans.store import default_plan_store
         from agora_optimizer.traces.store import HOOK_BUSY_TIMEOUT_S, default_store_url
 
         if self._store is None:
             self._store = RunStore(self.store_url or default_store_url(), busy_timeout_s=HOOK_BUSY_TIMEOUT_S)
-        found = record_ended_run(self._store, run.dag_id, run.run_id, default_plan_store(), configured_resources())
+        resources = settings.configured_catalog().by_name
+        found = record_ended_run(self._store, run.dag_id, run.run_id, default_plan_store(), resources)
         if isinstance(found, RunRecord):
             log.info("agora: recorded run %s/%s (%s)", found.dag_id, found.run_id, _summary(found))
             return "recorded"

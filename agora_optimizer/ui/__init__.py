@@ -1,6 +1,6 @@
 """The agora view in the Airflow UI: plans, Gantt charts, Pareto fronts and savings, behind Airflow's login.
 
-The plugin (:mod:`agora_optimizer.integration.plugin`) mounts the FastAPI app of
+The plugin (:mod:`agora_optimizer.plugin`) mounts the FastAPI app of
 :func:`agora_optimizer.ui.app.create_app` at ``/agora`` in Airflow's api-server and adds an
 "agora" entry to Airflow's navigation (and an "agora plan" tab on every DAG) that shows it.
 

@@ -111,18 +111,6 @@ def _structure(dag: object) -> DagStructure:
     return DagStructure(frozenset(task.task_id for task in tasks), edges)
 
 
-@cache
-def _catalog(catalogs: str) -> Catalog:
-    from agora_optimizer.integration.reoptimize import planning_catalog
-
-    return planning_catalog(catalogs)
-
-
-def platform_catalog() -> Catalog:
-    """Every resource of ``[agora] catalog`` (read once per value of the setting)."""
-    return _catalog(settings.get("catalog"))
-
-
 def plan_workflow(plan: Plan, catalog: Catalog, structure: DagStructure) -> Workflow:
     """The workflow the plan was made from: durations times speeds, the plan's reservations, the DAG's edges."""
     tasks = []
@@ -153,7 +141,7 @@ def comparison(entry: PlanFile) -> Comparison:
 def _compare(entry: PlanFile) -> Comparison:
     from agora_optimizer.optimize.optimize import default_plan
 
-    catalog = platform_catalog()
+    catalog = settings.configured_catalog(required=True)
     workflow = plan_workflow(entry.plan, catalog, dag_structure(entry.dag_id))
     default = default_plan(workflow, catalog, catalog.source)
     if default is None:
@@ -191,7 +179,7 @@ class FrontService:
 def _front(entry: PlanFile) -> ComputedFront:
     from agora_optimizer.optimize.pareto import pareto_front
 
-    catalog = platform_catalog()
+    catalog = settings.configured_catalog(required=True)
     workflow = plan_workflow(entry.plan, catalog, dag_structure(entry.dag_id))
     time_limit_s = settings.get_float("ui_pareto_time_limit_s")
     front = pareto_front(workflow, catalog, catalog.source, deadlines=6, time_limit_s=time_limit_s)

@@ -231,7 +231,7 @@ def test_airflow_pools_named_after_resources_when_asked(tmp_path: Path) -> None:
 def test_a_resources_pool_has_a_slot_per_core_and_no_limit_without_a_count() -> None:
     from dataclasses import replace
 
-    from agora_optimizer.integration.airflow_pools import UNLIMITED, pool_name, pool_slots
+    from agora_optimizer.executor.airflow_pools import UNLIMITED, pool_name, pool_slots
     from agora_optimizer.io.catalog_file import load_catalog
 
     compute = load_catalog(CATALOGS / "slurm-loopback.yaml").by_name["slurm-compute"]

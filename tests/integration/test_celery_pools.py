@@ -15,14 +15,8 @@ from typing import Any
 
 import pytest
 
-from agora_optimizer.integration.celery_pools import (
-    WORKER_NAME_ENV,
-    CeleryExecutorNotConfigured,
-    CeleryPoolRefused,
-    refuse_celery_pool,
-    routed,
-    worker_name,
-)
+from agora_optimizer.executor.jobs.building import CeleryPoolRefused, refuse_celery_pool
+from agora_optimizer.integration.celery_pools import WORKER_NAME_ENV, CeleryExecutorNotConfigured, routed, worker_name
 from agora_optimizer.io.catalog_file import load_catalog
 from agora_optimizer.plans.store import PlanStore
 from tests.conftest import CATALOGS

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from agora_optimizer.errors import AgoraError, FieldError
-from agora_optimizer.io.catalog_file import load_catalog
+from agora_optimizer.io.catalog_file import load_catalog, merged_catalog
 from tests.conftest import AWS_CATALOG, CATALOGS, resource, write_json, write_yaml
 
 
@@ -110,6 +110,22 @@ def test_a_comma_separated_list_is_refused_with_what_to_do_instead() -> None:
     listed = f"{CATALOGS / 'local.yaml'},{CATALOGS / 'slurm-loopback.yaml'}"
     with pytest.raises(AgoraError, match=r"a catalog is one file .*\[agora\] catalog setting takes a comma"):
         load_catalog(listed)
+
+
+def test_the_catalog_setting_merges_its_files_on_the_slowest_network(tmp_path: Path) -> None:
+    fast = write_yaml(tmp_path / "fast.yaml", {"network": {"bandwidth_bytes_per_s": 2e9}, "resources": [resource("a")]})
+    slow = write_yaml(tmp_path / "slow.yaml", {"network": {"bandwidth_bytes_per_s": 1e9}, "resources": [resource("b")]})
+    merged = merged_catalog(f" {fast}, ,{slow},")
+    assert [r.name for r in merged.resources] == ["a", "b"] and merged.bandwidth_bytes_per_s == 1e9
+    assert merged.source == f" {fast}, ,{slow},"
+    assert merged_catalog(" , ").resources == ()  # no file: an empty catalog
+
+
+def test_a_resource_declared_in_two_catalog_files_names_it_and_the_second_file(tmp_path: Path) -> None:
+    one = write_yaml(tmp_path / "one.yaml", {"network": {"bandwidth_bytes_per_s": 1e9}, "resources": [resource("a")]})
+    two = write_yaml(tmp_path / "two.yaml", {"network": {"bandwidth_bytes_per_s": 1e9}, "resources": [resource("a")]})
+    with pytest.raises(AgoraError, match=rf"^\[agora\] catalog: resource 'a' is declared twice \(again in {two}\)$"):
+        merged_catalog(f"{one},{two}")
 
 
 def test_a_celery_pool_is_a_resource_of_backend_celery() -> None:

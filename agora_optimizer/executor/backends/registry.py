@@ -16,8 +16,7 @@ from collections.abc import Callable, Mapping
 
 from agora_optimizer.errors import AgoraError
 from agora_optimizer.executor.backends.base import Backend
-from agora_optimizer.integration.celery_pools import CELERY_BACKEND
-from agora_optimizer.model.catalog import Resource
+from agora_optimizer.model.catalog import CELERY_BACKEND, Resource
 
 BackendFactory = Callable[[Mapping[str, Resource]], Backend]
 """Makes a backend for the catalog's resources of its kind (by name)."""
@@ -74,6 +73,6 @@ def make_backends(resources: Mapping[str, Resource]) -> dict[str, Backend]:
     """Each backend the catalog's ``resources`` name, by name, made now from its settings (AgoraError naming
     the option of the first bad value, or the backend's BackendError naming a resource it cannot run).
     A Celery pool has none: the CeleryExecutor runs its tasks
-    (:func:`~agora_optimizer.integration.celery_pools.refuse_celery_pool`)."""
+    (:func:`~agora_optimizer.executor.jobs.building.refuse_celery_pool`)."""
     names = sorted({resource.backend for resource in resources.values()} - {CELERY_BACKEND})
     return {name: make_backend(name, resources) for name in names}

@@ -1,5 +1,6 @@
 """From Airflow's workload to a job: the placement lookup (the plan's, the run's own plan's, a repair's, the
-default), the job directory, the worker's command and environment (:class:`JobBuilder`).
+default), a Celery pool's task refused (:func:`refuse_celery_pool`), the job directory, the worker's command
+and environment (:class:`JobBuilder`).
 
 Each workload becomes a :class:`~agora_optimizer.executor.jobs.spec.JobSpec` for the backend of its
 resource; the job runs the agora worker, which runs Airflow's own ``execute_workload`` under the
@@ -22,15 +23,14 @@ from airflow.executors.base_executor import get_execution_api_server_url
 from agora_optimizer.errors import AgoraError
 from agora_optimizer.executor.config import OOM_RETRY_GROWTH, ExecutorConfig
 from agora_optimizer.executor.jobs.directories import JobDirectories, set_aside
-from agora_optimizer.executor.jobs.placement import Placement, placement_environment, placement_from_config
 from agora_optimizer.executor.jobs.records import JobRecord, plan_task
 from agora_optimizer.executor.jobs.spec import JobSpec, MachineLease, read_result
 from agora_optimizer.executor.lifecycle import Job
 from agora_optimizer.executor.state_files import write_private
 from agora_optimizer.executor.worker.environment import job_environment
 from agora_optimizer.executor.worker.preemption import SPOT_ENV
-from agora_optimizer.integration.celery_pools import refuse_celery_pool
-from agora_optimizer.model.catalog import Resource
+from agora_optimizer.model.catalog import CELERY_BACKEND, Resource
+from agora_optimizer.model.placement import Placement, placement_environment, placement_from_config
 from agora_optimizer.model.workflow import shown
 
 if TYPE_CHECKING:
@@ -43,6 +43,22 @@ if TYPE_CHECKING:
 
 LeaseFor = Callable[[Any, Placement, Resource], MachineLease | None]
 """The lease a task instance placed on a planned machine runs in (opened with its backend if need be), or None."""
+
+
+class CeleryPoolRefused(AgoraError):
+    """A task placed on a Celery pool reached the AgoraExecutor, which does not run a Celery pool's tasks."""
+
+
+def refuse_celery_pool(resource: Resource, task: str) -> None:
+    """CeleryPoolRefused, naming ``task``, the pool and what to change, when ``resource`` is a Celery pool:
+    its tasks are the CeleryExecutor's to run, never the AgoraExecutor's
+    (:mod:`~agora_optimizer.integration.celery_pools`)."""
+    if resource.backend == CELERY_BACKEND:
+        raise CeleryPoolRefused(
+            f"task {task}: resource {shown(resource.name)} is a Celery pool (backend celery); the AgoraExecutor "
+            "does not run its tasks. Let the cluster policy route the task (list [agora] celery_executor in "
+            "[core] executor and re-parse the DAG), or plan it on a resource of another backend"
+        )
 
 
 class JobBuilder:

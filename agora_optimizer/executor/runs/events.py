@@ -8,12 +8,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeAlias
 
-from agora_optimizer.executor.jobs.placement import Placement
 from agora_optimizer.executor.jobs.records import JobRecord
 from agora_optimizer.executor.jobs.spec import JobStatus, MachineLease
 from agora_optimizer.executor.lifecycle import Event, Log
 from agora_optimizer.executor.runs.machine_order import MachineOrder, MachinePlan, RunBook
 from agora_optimizer.executor.runs.repair import Drift, Repaired, RunRepair
+from agora_optimizer.model.placement import Placement
 from agora_optimizer.model.plan import Assignment
 from agora_optimizer.runs.lease_record import LeaseRecord
 from agora_optimizer.runs.record import Repair

@@ -29,10 +29,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from agora_optimizer.executor.jobs.placement import Placement
 from agora_optimizer.executor.jobs.records import JobRecord
 from agora_optimizer.executor.jobs.spec import JobStatus
 from agora_optimizer.model.catalog import Resource
+from agora_optimizer.model.placement import Placement
 from agora_optimizer.runs.lease_record import LeaseRecord
 from agora_optimizer.runs.record import Repair
 

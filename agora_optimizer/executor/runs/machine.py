@@ -53,7 +53,6 @@ from typing import Any, TypeAlias
 from agora_optimizer.errors import AgoraError
 from agora_optimizer.executor.bounded import BoundedDict
 from agora_optimizer.executor.config import OOM_RETRY_GROWTH, ExecutorConfig
-from agora_optimizer.executor.jobs.placement import Placement
 from agora_optimizer.executor.jobs.records import JobRecord
 from agora_optimizer.executor.jobs.spec import JobStatus, lease_key
 from agora_optimizer.executor.lifecycle import Heartbeat, Log, Now, PollFailed, Released
@@ -105,6 +104,7 @@ from agora_optimizer.executor.runs.leases import OpenLeases, machine_lease, repl
 from agora_optimizer.executor.runs.machine_order import MachineOrder, MachinePlan, ReplacedMachine, RunBook, may_start
 from agora_optimizer.executor.runs.repair import RunRepair, RunRepairs, clock_at
 from agora_optimizer.model.catalog import Resource
+from agora_optimizer.model.placement import Placement
 
 STATES_INTERVAL_S = 5.0  # how often, per DAG run with held tasks or open leases, Airflow's task states are read
 RUNS_MAX = 1024  # DAG runs whose machine book is kept

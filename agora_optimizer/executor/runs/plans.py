@@ -35,9 +35,9 @@ from typing import Any
 
 from agora_optimizer.errors import AgoraError
 from agora_optimizer.executor.bounded import BoundedDict
-from agora_optimizer.executor.jobs.placement import Placement
 from agora_optimizer.executor.runs.machine_order import MachineOrder
 from agora_optimizer.model.catalog import Resource
+from agora_optimizer.model.placement import Placement
 from agora_optimizer.model.plan import Assignment
 from agora_optimizer.plans.store import PlanStore, plan_version
 

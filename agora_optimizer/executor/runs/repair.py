@@ -38,8 +38,7 @@ from agora_optimizer.errors import AgoraError
 from agora_optimizer.executor.bounded import BoundedDict
 from agora_optimizer.executor.jobs.spec import JobStatus
 from agora_optimizer.executor.runs.machine_order import MachineOrder, PlannedTask, RunBook
-from agora_optimizer.integration.celery_pools import CELERY_BACKEND
-from agora_optimizer.model.catalog import Catalog, Resource
+from agora_optimizer.model.catalog import CELERY_BACKEND, Catalog, Resource
 from agora_optimizer.model.plan import Assignment, Plan
 from agora_optimizer.planning.replan import Done, Pending, Replan, Running, TaskState
 from agora_optimizer.runs.record import Repair

@@ -79,7 +79,7 @@ class Replanner:
 
     def _catalog_of(self) -> Catalog:
         if self._catalog is None:
-            from agora_optimizer.executor.resources import merged_catalog
+            from agora_optimizer.io.catalog_file import merged_catalog
             from agora_optimizer.predict.latency import PlatformLatency, with_platform_latency
 
             self._catalog = with_platform_latency(merged_catalog(self._catalogs), PlatformLatency({}), "median")

@@ -12,7 +12,6 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from agora_optimizer.executor.config import ExecutorConfig
-from agora_optimizer.executor.jobs.placement import Placement
 from agora_optimizer.executor.jobs.records import JobRecord
 from agora_optimizer.executor.jobs.spec import JobStatus, lease_key
 from agora_optimizer.executor.lifecycle import Heartbeat, LifecycleConfig, Log, Now, PollFailed, Released
@@ -53,6 +52,7 @@ from agora_optimizer.executor.runs.machine import RunMachine, RunMachineError
 from agora_optimizer.executor.runs.machine_order import MachineOrder, ReplacedMachine
 from agora_optimizer.executor.runs.repair import Drift, Repaired
 from agora_optimizer.model.catalog import Resource
+from agora_optimizer.model.placement import Placement
 from agora_optimizer.model.plan import Assignment
 from agora_optimizer.runs.record import Repair
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from agora_optimizer.executor.jobs.placement import Placement
-from agora_optimizer.executor.resources import load_resources
 from agora_optimizer.executor.runs.plans import PlanReader
+from agora_optimizer.io.catalog_file import load_catalog
+from agora_optimizer.model.placement import Placement
 from agora_optimizer.model.plan import Assignment, Objective, Plan, SolverInfo
 from agora_optimizer.plans.store import PlanStore, plan_version
 from tests.conftest import CATALOGS
@@ -52,7 +52,7 @@ def store(tmp_path: Path) -> PlanStore:
 
 
 def looker(store: PlanStore, dates: Dates) -> PlanReader:
-    resources = load_resources(str(CATALOGS / "local.yaml"))
+    resources = load_catalog(CATALOGS / "local.yaml").by_name
     assert set(resources) == set(RESOURCES)
     return PlanReader(lambda: store, dates, resources, logging.getLogger("test.run_plans"))
 

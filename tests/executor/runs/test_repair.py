@@ -125,10 +125,10 @@ def test_a_task_is_late_past_the_slack_times_its_planned_duration() -> None:
 
 
 def test_the_replanner_sees_what_ran_what_runs_and_what_waits() -> None:
-    from agora_optimizer.executor.resources import load_resources
+    from agora_optimizer.io.catalog_file import load_catalog
     from tests.conftest import CATALOGS
 
-    resources = load_resources(str(CATALOGS / "local.yaml"))
+    resources = load_catalog(CATALOGS / "local.yaml").by_name
     assignments = [
         Assignment(task, machine.split("#")[0], machine, start, end, 1, 256 * MIB)
         for task, (machine, start, end, _) in PLANNED.items()

@@ -50,7 +50,7 @@ WARM_MODULES = (
     "airflow.sdk.execution_time.task_runner",
     "airflow.dag_processing.dagbag",  # the task process parses its DAG file with a BundleDagBag
     "airflow.providers.standard.decorators.python",  # @task and the PythonOperator, what most tasks are
-    "agora_optimizer.integration.plugin",  # the trace listener, which Airflow's plugins load in the task
+    "agora_optimizer.plugin",  # the trace listener, which Airflow's plugins load in the task
     "agora_optimizer.integration.policy",  # the cluster policy, which runs as the task parses its DAG
     "agora_optimizer.traces.store",  # where the listener writes its row
 )

@@ -11,7 +11,8 @@ Airflow discovers it at start-up (``airflow plugins`` lists it). It registers:
 
 Every process that loads plugins (each task, for the listener) imports this module, so
 the app is built on its first request, in the api-server only: the other processes never
-import FastAPI for it.
+import FastAPI for it. It stands in the top layer, with the command line: the two entry points,
+above the listeners (``integration``, ``runs``) and the view (``ui``) they register.
 """
 
 from __future__ import annotations

@@ -27,10 +27,10 @@ def test_airflow_lists_the_agora_plugin_from_the_entry_point(tmp_path: Path) -> 
     assert result.returncode == 0, result.stderr
     plugins = {p["name"]: p for p in json.loads(result.stdout)}
     assert "agora" in plugins
-    assert "agora_optimizer.integration.plugin:AgoraPlugin" in plugins["agora"]["source"]
+    assert "agora_optimizer.plugin:AgoraPlugin" in plugins["agora"]["source"]
     # The agora view: an app at /agora (every route behind Airflow's login: tests/ui), in the navigation and DAG tabs.
     assert plugins["agora"]["fastapi_apps"] == [
-        {"app": "agora_optimizer.integration.plugin.LazyAgoraApp", "url_prefix": "/agora", "name": "agora"}
+        {"app": "agora_optimizer.plugin.LazyAgoraApp", "url_prefix": "/agora", "name": "agora"}
     ]
     views = {view["url_route"]: view for view in plugins["agora"]["external_views"]}
     # relative to Airflow's base URL, so that a sub-path deployment ([api] base_url) keeps them inside it
@@ -41,7 +41,7 @@ def test_airflow_lists_the_agora_plugin_from_the_entry_point(tmp_path: Path) -> 
 def test_loading_the_plugin_does_not_import_the_web_app() -> None:
     """Every task process loads the plugin (for its listener): FastAPI and the app load in the api-server only."""
     code = (
-        "import sys, agora_optimizer.integration.plugin as p\n"
+        "import sys, agora_optimizer.plugin as p\n"
         "print('fastapi' in sys.modules, 'agora_optimizer.ui.app' in sys.modules)\n"
         "print(type(p.LazyAgoraApp().app()).__name__)"
     )

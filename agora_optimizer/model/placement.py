@@ -1,9 +1,12 @@
 """Where one task runs: the plan's choice, carried in the task's ``executor_config``.
 
-The cluster policy writes ``executor_config["agora"]["placement"]`` at parse time; the
-executor reads it back from each workload. The DAG author's hints (``cores``,
-``memory_gib``, ``runtime_s``) stay beside it under ``executor_config["agora"]``
-untouched, so planning never reads its own output as input.
+The contract between the cluster policy, the executor and the listeners, as data and its parsing
+(no Airflow): the policy writes ``executor_config["agora"]["placement"]`` at parse time; the
+executor reads it back from each workload, and the run recorder from each task instance. The DAG
+author's hints (``cores``, ``memory_gib``, ``runtime_s``) stay beside it under
+``executor_config["agora"]`` untouched, so planning never reads its own output as input. Where the
+executor ran a task is in the task's environment (:func:`placement_environment`), which the trace
+listener reads.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
-"""A task's placement in its executor_config (executor/jobs/placement.py): the policy writes it, the executor reads."""
+"""A task's placement in its executor_config (model/placement.py): the policy writes it, the executor reads."""
 
 from __future__ import annotations
 
 import pytest
 
 from agora_optimizer.errors import FieldError
-from agora_optimizer.executor.jobs.placement import Placement, placement_from_config
+from agora_optimizer.model.placement import Placement, placement_from_config
 
 
 def test_a_placement_reads_back_as_written_gpus_included() -> None:
