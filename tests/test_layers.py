@@ -15,8 +15,9 @@ Where the top-level modules stand:
 - ``gantt`` with ``io``: it writes a plan as a chart file, as ``io`` writes plans and workflows; it
   reads the model only, and ``optimize.pareto`` draws its front with it.
 - ``settings`` (the ``[agora]`` keys, read through Airflow's configuration, and the one loader of
-  ``[agora] catalog``) and ``slurm`` (the one SLURM client) above ``optimize``: the optimizer reads
-  no setting and runs no command; the trace store, the queue waits and the executor above it do.
+  ``[agora] catalog``), ``slurm`` (the one SLURM client) and ``database`` (the one opener of a SQL
+  database) above ``optimize``: the optimizer reads no setting, runs no command and opens no
+  database; the stores, the queue waits and the executor above it do.
 - ``provider_info`` (Airflow's provider entry) with ``integration``.
 - ``plugin`` (Airflow's plugin: the trace and run listeners and the agora view) with ``cli`` and
   ``__main__``: the entry points, above everything they register.
@@ -38,7 +39,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("planning",),  # the problem, bounds, leases, the checker, the building blocks every engine uses
     ("engines",),  # one module per algorithm
     ("optimize",),  # the drivers above the engines: optimize, pareto, window, the portfolio
-    ("settings", "slurm"),
+    ("settings", "slurm", "database"),
     ("traces", "queue_wait"),
     ("predict",),
     ("plans",),

@@ -121,7 +121,8 @@ def record(
     method: MethodOpt = Method.auto,
 ) -> None:
     """Record a job just submitted, with the queue it met (read now)."""
-    from agora_optimizer.queue_wait.recorder import QueueWaitStore, masked_url, record_submission
+    from agora_optimizer.database import mask_url
+    from agora_optimizer.queue_wait.recorder import QueueWaitStore, record_submission
 
     with _errors():
         _check_job(mem_gib, time_limit_s)
@@ -130,7 +131,7 @@ def record(
             db, job_id, partition, cores, int(mem_gib * GIB), time_limit_s, method=method.value
         )
     say(
-        f"recorded job {job_id} in {masked_url(db.url)}: {features.pending_jobs} pending and "
+        f"recorded job {job_id} in {mask_url(db.url)}: {features.pending_jobs} pending and "
         f"{features.running_jobs} running job(s) in partition {partition}"
     )
 

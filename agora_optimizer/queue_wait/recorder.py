@@ -29,20 +29,20 @@ from sqlalchemy import (
     String,
     Table,
     UniqueConstraint,
-    create_engine,
     func,
     insert,
     select,
     update,
 )
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+from sqlalchemy.exc import SQLAlchemyError
 
+from agora_optimizer.database import DatabaseError, failure_reason, mask_url, open_engine
 from agora_optimizer.errors import AgoraError
 from agora_optimizer.queue_wait.features import NUMERIC_COLUMNS, QueueFeatures
 from agora_optimizer.slurm.accounting import QueueWaitRecord, Unstarted, read_accounting
 from agora_optimizer.slurm.queue import QueueSnapshot, SnapshotMethod, read_snapshot
 
+BUSY_TIMEOUT_S = 5.0  # how long a writer waits for the lock (and at most to reach a PostgreSQL server)
 # A row and an accounting record are the same job when the ids match and SLURM's submit time is
 # within this of the time the row was recorded (job ids start again on a cluster whose state is wiped).
 SUBMIT_TOLERANCE = timedelta(minutes=10)
@@ -71,15 +71,7 @@ class QueueWaitStoreError(AgoraError):
     """The queue-wait database cannot be opened, read or written."""
 
     def __init__(self, url: str, reason: str) -> None:
-        super().__init__(f"queue-wait store {masked_url(url)}: {reason}")
-
-
-def masked_url(url: str) -> str:
-    """``url`` with its password (if any) shown as ``***``, for messages."""
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except (ArgumentError, ValueError):
-        return "<unparseable URL>"
+        super().__init__(f"queue-wait store {mask_url(url)}: {reason}")
 
 
 @dataclass(frozen=True)
@@ -118,17 +110,21 @@ def default_store_url() -> str:
 
 
 class QueueWaitStore:
-    """The ``queue_waits`` table in the database at ``url`` (created when absent)."""
+    """The ``queue_waits`` table in the database at ``url`` (created when absent), opened by
+    :func:`agora_optimizer.database.open_engine`: a writer waits ``busy_timeout_s`` for the lock."""
 
-    def __init__(self, url: str | None = None) -> None:
+    def __init__(self, url: str | None = None, busy_timeout_s: float = BUSY_TIMEOUT_S) -> None:
         self.url = url or default_store_url()
         try:
-            if self.url.startswith("sqlite:///") and self.url != "sqlite:///:memory:":
-                Path(self.url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-            self.engine: Engine = create_engine(self.url)
+            self.engine: Engine = open_engine(self.url, busy_timeout_s)
+        except DatabaseError as exc:
+            raise QueueWaitStoreError(self.url, f"cannot open: {exc.reason}") from None
+        try:
             metadata.create_all(self.engine)
         except (SQLAlchemyError, ImportError, ValueError, OSError) as exc:
-            raise QueueWaitStoreError(self.url, f"cannot open: {str(exc).splitlines()[0]}") from None
+            self.engine.dispose()
+            reason = failure_reason(exc, self.url, busy_timeout_s)
+            raise QueueWaitStoreError(self.url, f"cannot open: {reason}") from None
 
     def close(self) -> None:
         self.engine.dispose()

@@ -21,8 +21,9 @@ map_index, try_number): writing the same attempt twice updates the row (an upser
 freely. Bad rows are skipped and reported, never written, and never stop the good
 ones (:meth:`TraceStore.add` returns an :class:`AddReport`).
 
-Concurrency: SQLite runs in WAL mode, and every writing transaction starts with
-``BEGIN IMMEDIATE`` so that writers queue on the lock instead of failing; PostgreSQL
+Concurrency (the database is opened by :func:`agora_optimizer.database.open_engine`): SQLite runs
+in WAL mode, and every writing transaction starts with ``BEGIN IMMEDIATE`` so that writers queue on
+the lock instead of failing; PostgreSQL
 (``postgresql+psycopg://`` URLs, psycopg 3) needs nothing special, and rows are written in
 key order so that two writers cannot deadlock. How long a writer queues is the store's
 ``busy_timeout_s`` (SQLite's busy timeout, PostgreSQL's ``lock_timeout``): :data:`BUSY_TIMEOUT_S`
@@ -33,22 +34,18 @@ waits in a spool (:mod:`agora_optimizer.traces.spool`, :mod:`agora_optimizer.run
 
 from __future__ import annotations
 
-import math
-import random
-import sqlite3
-import time
 from collections.abc import Callable, Collection, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.engine import Connection, Engine, make_url
-from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import SQLAlchemyError
 
+from agora_optimizer.database import READ_ONLY, DatabaseError, failure_reason, mask_url, open_engine
 from agora_optimizer.errors import AgoraError
 from agora_optimizer.traces.records import TaskAttempt, TraceRecordError
 from agora_optimizer.traces.run_tables import add_expected_cost_of_4, create_tables_of_3
@@ -56,7 +53,6 @@ from agora_optimizer.traces.run_tables import add_expected_cost_of_4, create_tab
 SCHEMA_VERSION = 4
 BUSY_TIMEOUT_S = 60.0  # how long a writer waits for the lock: a command, an import, the UI
 HOOK_BUSY_TIMEOUT_S = 0.5  # ... agora's code in Airflow's processes (executor, run recorder, task listener)
-_PG_CONNECT_TIMEOUT_S = (2, 10)  # libpq's least, and the most any store waits to reach its server
 KEY_COLUMNS = ("dag_id", "task_id", "run_id", "map_index", "try_number")
 _PG_LOCK_KEY = 0x61676F7261  # "agora": one advisory lock for schema changes
 _CHUNK_ROWS = 500
@@ -174,14 +170,6 @@ class TaskStats:
     mean_cpu_time_s: float | None
 
 
-def mask_url(url: str) -> str:
-    """The URL with its password replaced by ``***`` (for messages and logs)."""
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except (ArgumentError, ValueError):
-        return "<unparseable URL>"
-
-
 def default_store_url() -> str:
     """``[agora] trace_store_url`` from Airflow's config, else ``sqlite:///$AIRFLOW_HOME/agora/traces.db``.
 
@@ -212,32 +200,9 @@ class TraceStore:
 
     def _create_engine(self, url: str) -> Engine:
         try:
-            parsed = make_url(url)
-        except (ArgumentError, ValueError) as exc:
-            raise TraceStoreError(self.masked_url, f"not a database URL ({exc})") from None
-        backend = parsed.get_backend_name()
-        if backend not in ("sqlite", "postgresql"):
-            raise TraceStoreError(self.masked_url, f"unsupported database '{backend}' (use sqlite or postgresql)")
-        try:
-            if backend == "sqlite":
-                database = parsed.database or ""
-                if database and database != ":memory:" and not database.startswith("file:"):
-                    Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
-                engine = sa.create_engine(parsed, connect_args={"timeout": self.busy_timeout_s})
-                _configure_sqlite(engine, self.busy_timeout_s)
-            else:
-                least, most = _PG_CONNECT_TIMEOUT_S
-                connect_args = {
-                    "connect_timeout": max(least, min(most, math.ceil(self.busy_timeout_s))),
-                    "options": f"-c lock_timeout={max(1, round(self.busy_timeout_s * 1000))}",
-                }
-                engine = sa.create_engine(parsed, pool_pre_ping=True, connect_args=connect_args)
-        except (NoSuchModuleError, ImportError) as exc:
-            hint = " (install psycopg: pip install 'psycopg[binary]')" if backend == "postgresql" else ""
-            raise TraceStoreError(self.masked_url, f"no database driver: {exc}{hint}") from None
-        except (SQLAlchemyError, OSError) as exc:
-            raise TraceStoreError(self.masked_url, self._reason(exc)) from None
-        return engine
+            return open_engine(url, self.busy_timeout_s, backends=("sqlite", "postgresql"))
+        except DatabaseError as exc:
+            raise TraceStoreError(self.masked_url, exc.reason) from None
 
     def _upgrade_schema(self) -> None:
         with self._read() as connection:  # most opens find the schema current: no write lock for them
@@ -412,7 +377,7 @@ class TraceStore:
     def _read(self) -> Iterator[Connection]:
         with self._connect() as connection:
             try:
-                yield connection.execution_options(agora_read_only=True)
+                yield connection.execution_options(**READ_ONLY)
             except SQLAlchemyError as exc:
                 raise TraceStoreError(self.masked_url, self._reason(exc)) from None
 
@@ -423,55 +388,7 @@ class TraceStore:
             raise TraceStoreError(self.masked_url, f"cannot reach the database: {self._reason(exc)}") from None
 
     def _reason(self, exc: BaseException) -> str:
-        original = getattr(exc, "orig", None) or exc
-        reason = " ".join(str(original).split()) or type(original).__name__
-        password = _password(self.url)
-        if password:
-            reason = reason.replace(password, "***")
-        if "database is locked" in reason or "lock timeout" in reason:
-            reason += f" (still locked after waiting {self.busy_timeout_s:g} s)"
-        return reason
-
-
-def _configure_sqlite(engine: Engine, busy_timeout_s: float) -> None:
-    """WAL, a busy timeout, and BEGIN IMMEDIATE for writers (the SQLAlchemy recipe for pysqlite)."""
-
-    @sa.event.listens_for(engine, "connect")
-    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
-        dbapi_connection.isolation_level = None  # SQLAlchemy emits BEGIN itself, below
-        cursor = dbapi_connection.cursor()
-        cursor.execute(f"PRAGMA busy_timeout = {max(1, round(busy_timeout_s * 1000))}")
-        _switch_to_wal(cursor, busy_timeout_s)
-        cursor.execute("PRAGMA synchronous = NORMAL")
-        cursor.close()
-
-    @sa.event.listens_for(engine, "begin")
-    def _on_begin(connection: Connection) -> None:
-        read_only = connection.get_execution_options().get("agora_read_only", False)
-        connection.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
-
-
-def _switch_to_wal(cursor: Any, busy_timeout_s: float) -> None:
-    """WAL mode, retried: SQLite answers "locked" at once, without its busy handler, when another
-    process holds the new database while this one changes its journal mode (seen with four
-    writers opening a new store together)."""
-    deadline = time.monotonic() + busy_timeout_s
-    while True:
-        try:
-            if cursor.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
-                cursor.execute("PRAGMA journal_mode = WAL")
-            return
-        except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) or time.monotonic() > deadline:
-                raise
-            time.sleep(random.uniform(0.01, 0.1))
-
-
-def _password(url: str) -> str:
-    try:
-        return make_url(url).password or ""
-    except (ArgumentError, ValueError):
-        return ""
+        return failure_reason(exc, self.url, self.busy_timeout_s)
 
 
 def _checked(attempt: TaskAttempt) -> TaskAttempt:

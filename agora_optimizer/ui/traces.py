@@ -4,7 +4,8 @@ Reads the trace store's table (:data:`agora_optimizer.traces.store.attempts_tabl
 queries the store itself has no use for: a page of attempts under filters, a DAG's most
 recent runs, and per-task aggregates over those runs. The store is opened once with
 :class:`~agora_optimizer.traces.store.TraceStore` (which creates or upgrades its schema);
-reads then go through this module's own engine. A store that cannot be read raises
+reads then go through this module's own engine (:func:`agora_optimizer.database.open_engine`, read-only
+transactions). A store that cannot be read raises
 :class:`~agora_optimizer.traces.store.TraceStoreError` with the URL's password masked.
 """
 
@@ -18,11 +19,13 @@ from functools import cache
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
-from agora_optimizer.traces.store import TraceStore, TraceStoreError, attempts_table, default_store_url, mask_url
+from agora_optimizer.database import READ_ONLY, DatabaseError, mask_url, open_engine
+from agora_optimizer.traces.store import TraceStore, TraceStoreError, attempts_table, default_store_url
 
+READ_BUSY_TIMEOUT_S = 30.0  # how long a read waits for SQLite's lock (10 s at most to reach PostgreSQL)
 ROW_COLUMNS = (
     "dag_id",
     "task_id",
@@ -72,9 +75,10 @@ class TraceReader:
     def __init__(self, url: str) -> None:
         self.masked_url = mask_url(url)
         TraceStore(url).close()  # creates or upgrades the schema, refuses a newer one
-        backend = make_url(url).get_backend_name()
-        connect_args: dict[str, Any] = {"timeout": 30} if backend == "sqlite" else {"connect_timeout": 10}
-        self._engine = sa.create_engine(url, pool_pre_ping=True, connect_args=connect_args)
+        try:
+            self._engine = open_engine(url, READ_BUSY_TIMEOUT_S)
+        except DatabaseError as exc:
+            raise TraceStoreError(self.masked_url, exc.reason) from None
 
     def page(
         self, dag_ids: Collection[str], where: TraceFilter, offset: int, limit: int
@@ -143,7 +147,7 @@ class TraceReader:
     def _read(self) -> Iterator[Connection]:
         try:
             with self._engine.connect() as connection:
-                yield connection
+                yield connection.execution_options(**READ_ONLY)
         except SQLAlchemyError as exc:
             raise TraceStoreError(self.masked_url, f"cannot be read ({type(exc).__name__})") from None
 

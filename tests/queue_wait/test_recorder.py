@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -99,6 +101,31 @@ def test_a_password_in_the_url_is_not_shown() -> None:
     with pytest.raises(QueueWaitStoreError) as caught:
         QueueWaitStore("postgresql+psycopg://agora:s3cret@127.0.0.1:1/agora")
     assert "s3cret" not in str(caught.value) and "agora:***@127.0.0.1:1" in str(caught.value)
+
+
+@pytest.mark.slow
+def test_a_postgresql_server_that_never_answers_fails_the_store_within_its_busy_timeout() -> None:
+    """The SLURM backend opens this store right after sbatch: a server that took the connection and never
+    answered held it there for good (no connect timeout); now it gives up after its busy timeout, 5 s."""
+    outcome: list[BaseException | None] = []
+
+    def open_store(url: str) -> None:
+        try:
+            QueueWaitStore(url).close()
+            outcome.append(None)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    with socket.socket() as silent:  # takes connections (the kernel's backlog) and never says a word
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(4)
+        url = f"postgresql+psycopg://agora:pw@127.0.0.1:{silent.getsockname()[1]}/agora"
+        opening = threading.Thread(target=open_store, args=(url,), daemon=True)
+        opening.start()
+        opening.join(15.0)
+        assert not opening.is_alive(), "QueueWaitStore still waits for a silent server after 15 s"
+    [error] = outcome
+    assert isinstance(error, QueueWaitStoreError) and "cannot open" in str(error) and "timeout" in str(error)
 
 
 def test_an_unreachable_database_is_an_error_naming_its_url(tmp_path: Path) -> None:
