@@ -1,5 +1,8 @@
 """``agora optimize``, ``validate``, ``gantt`` and ``pareto``: make plans, check them against the model, draw them.
 
+Why one module of some 510 lines: the four commands of one plan file's life, over the same options and
+summary lines; most of it is ``agora optimize``'s options and what it prints.
+
 :func:`register` adds them to the ``agora`` app. Errors that are the input's fault are one line
 on stderr and exit code 2 (:func:`agora_optimizer.cli.common.user_errors`); ``agora validate``
 exits 1 when the plan breaks a rule.

@@ -1,7 +1,7 @@
 """Re-planning a run that drifted: new placements for the tasks not yet queued, around what has run.
 
-(Over 500 lines on purpose: the fleet's bookkeeping of leases and counts over time serves both
-schedules below and nothing else.)
+Why one module of some 580 lines: the fleet's bookkeeping of leases and counts over time serves both
+schedules below and nothing else.
 
 When a run drifts from its plan (a task ends later than planned, fails, or is OOM-killed), the
 executor asks :func:`replan` where the tasks it has not queued yet should go now. What has run

@@ -1,5 +1,8 @@
 """The partition-based four-step heuristic of Kulagina, Meyerhenke and Benoit (ICPP 2024).
 
+Why one module of some 550 lines: the four steps are one algorithm, read top to bottom beside the
+paper; the building blocks they share live in the package's other modules.
+
 S. Kulagina, H. Meyerhenke, A. Benoit, "Mapping large memory-constrained workflows onto
 heterogeneous platforms", ICPP 2024, arXiv:2407.09077. What is public of the paper (its
 abstract) describes the heuristic as: (1) partition the DAG into blocks with an existing
@@ -9,9 +12,6 @@ blocks. Each block runs wholly on one processor, processors differ in speed and 
 and data crossing two processors pays ``bytes / bandwidth``; the goal is the makespan on
 memory-tight heterogeneous platforms. The paper's own code and its exact rules were not
 available to us: each step below is our reading of that outline.
-
-(Over 500 lines on purpose: the four steps are one algorithm, read top to bottom beside the
-paper; the building blocks they share live in the package's other modules.)
 
 What this module implements, step by step, and where it departs from the paper:
 
