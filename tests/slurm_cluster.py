@@ -122,9 +122,36 @@ def scancel(*job_ids: str) -> None:
 
 
 def wait_until(condition: Callable[[], bool], timeout_s: float, what: str, every_s: float = 0.5) -> None:
-    """Poll ``condition`` until it holds; fail the test naming ``what`` after ``timeout_s``."""
+    """Poll ``condition`` until it holds; fail the test naming ``what`` after ``timeout_s``, with the
+    cluster's state (:func:`cluster_state`) so that a failure in CI says why."""
     deadline = time.monotonic() + timeout_s
     while not condition():
         if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout_s:g} s waiting for {what}")
+            pytest.fail(f"timed out after {timeout_s:g} s waiting for {what}\n{cluster_state()}")
         time.sleep(every_s)
+
+
+def _command_output(argv: list[str]) -> str:
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=15, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"({exc})"
+    return (done.stdout + done.stderr).strip() or "(nothing)"
+
+
+def cluster_state(state_dir: Path = STATE_DIR, jobs: int = 15, log_lines: int = 8) -> str:
+    """What a failed wait needs to be understood: each node's state and reason, the first jobs of the
+    queue with theirs, and the last lines of each node's slurmd log."""
+    parts = [
+        "the cluster now: sinfo -N",
+        _command_output(["sinfo", "-N", "-h", "-o", "%N %P %T %c %m %E"]),
+        f"squeue (first {jobs})",
+        "\n".join(_command_output(["squeue", "-h", "-o", "%i %P %T %C %m %j %M %R"]).splitlines()[:jobs]),
+    ]
+    for log in sorted((state_dir / "log").glob("slurmd-*.log")):
+        try:
+            tail = log.read_text(errors="replace").splitlines()[-log_lines:]
+        except OSError as exc:
+            tail = [f"({exc})"]
+        parts += [f"{log.name} (last {log_lines} lines)", *tail]
+    return "\n".join(parts)

@@ -20,7 +20,7 @@ from agora_optimizer.executor.backends.slurm.submission import JOB_NAME_MAX
 from agora_optimizer.executor.jobs.spec import BackendError, JobSpec, JobStatus, read_result
 from agora_optimizer.slurm.commands import run_slurm
 from agora_optimizer.slurm.jobs import SlurmRecord
-from tests.slurm_cluster import NODES, SlurmCluster, wait_until
+from tests.slurm_cluster import NODES, SlurmCluster, cluster_state, wait_until
 from tests.slurm_fixtures import Tracked
 
 MIB = 2**20
@@ -64,7 +64,7 @@ def wait_finished(backend: SlurmBackend, ids: Sequence[str], timeout_s: float = 
         if all(status.phase in ("finished", "lost") for status in statuses.values()):
             return statuses
         if time.monotonic() > deadline:
-            pytest.fail(f"jobs did not finish in {timeout_s:g} s: {statuses}")
+            pytest.fail(f"jobs did not finish in {timeout_s:g} s: {statuses}\n{cluster_state()}")
         time.sleep(0.3)
 
 
