@@ -154,6 +154,19 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         run_services.end(run.directory)
 
 
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Before a test that uses the session's SLURM cluster: any of its daemons that died is started
+    again, and the test carries a warning naming it with its log's last lines (a dead node's daemon
+    would fail every later test of its partition for no fault of theirs)."""
+    if "slurm_cluster" in getattr(item, "fixturenames", ()):
+        from tests.slurm_cluster import restart_dead_daemons
+
+        report = restart_dead_daemons()
+        if report:
+            print(f"\n{report}", file=sys.stderr)
+            item.warn(pytest.PytestWarning(report))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         used = set(getattr(item, "fixturenames", ()))

@@ -23,6 +23,7 @@ the cores or memory of a running spot job makes SLURM cancel it (state ``PREEMPT
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import subprocess
@@ -96,6 +97,47 @@ def start_slurm_cluster(state_dir: Path = STATE_DIR, timeout_s: float = 900.0) -
     return SlurmCluster(
         state_dir=state_dir, version=version[-1] if version else "?", start_s=time.monotonic() - started
     )
+
+
+def dead_daemons(state_dir: Path = STATE_DIR) -> list[str]:
+    """The cluster's daemons whose pid file names a process that no longer runs (``slurmd-agora-small`` ...)."""
+    dead = []
+    for pid_file in sorted((state_dir / "run").glob("*.pid")):
+        try:
+            os.kill(int(pid_file.read_text().strip()), 0)
+        except ProcessLookupError:
+            dead.append(pid_file.stem)
+        except (OSError, ValueError):  # unreadable, or a pid owned by another user (alive)
+            continue
+    return dead
+
+
+def restart_dead_daemons(state_dir: Path = STATE_DIR, *, record_start: bool = True) -> str | None:
+    """Start again the daemons of the session's cluster that died under the tests, and say which and why.
+
+    A test must meet the cluster the session started; one whose node daemon died (last CI: every
+    job of ``debug`` timed out after some test, for a reason the logs did not keep) would fail for
+    that alone. The start script starts only what does not run; what it starts, the run stops when it
+    ends (unless ``record_start`` is false: the caller stops them). Returns the report (each daemon's
+    log's last lines), or None when all run.
+    """
+    if start_slurm_cluster.cache_info().currsize == 0:  # this process did not use the cluster yet
+        return None
+    dead = dead_daemons(state_dir)
+    if not dead:
+        return None
+    lines = [f"SLURM daemons found dead before this test: {', '.join(dead)}"]
+    for daemon in dead:
+        log = state_dir / "log" / f"{daemon}.log"
+        with contextlib.suppress(OSError):
+            lines += [f"{log.name} (last 8 lines):", *log.read_text(errors="replace").splitlines()[-8:]]
+    try:
+        start = loopback_slurm.start(state_dir)
+    except SlurmStartError as exc:
+        return "\n".join([*lines, f"restarting them failed: {exc}"])
+    if start.started and record_start:
+        record(StartedService("SLURM", state_dir, tuple(start.stop_argv())))
+    return "\n".join([*lines, f"restarted: {' '.join(start.started) or 'nothing'}"])
 
 
 def slurm_cluster_or_skip(state_dir: Path = STATE_DIR) -> SlurmCluster:

@@ -445,8 +445,13 @@ def test_restarting_the_scheduler_mid_run_loses_no_task(stack: Stack) -> None:
     stack.wait(some_done_some_not, 300, f"{run_id} half-way", "airflow-scheduler")
     stack.dc("restart", "airflow-scheduler", timeout_s=300)
     stack.succeeds(WF_DAG, run_id)
-    instances = stack.task_instances(WF_DAG, run_id)
-    assert {ti["try_number"] for ti in instances.values()} == {1}, "a task ran twice"
+    for task_id in stack.task_instances(WF_DAG, run_id):
+        tries = stack.api("GET", f"/dags/{WF_DAG}/dagRuns/{run_id}/taskInstances/{task_id}/tries")["task_instances"]
+        started = [t["try_number"] for t in tries if t.get("start_date")]
+        # A task Airflow had queued that was still held for its machine's turn when the scheduler stopped
+        # never ran: the new scheduler cannot adopt a job that was never submitted, and resets it (try 2),
+        # as it resets any executor's queued task it cannot adopt. No task may run twice.
+        assert len(started) == 1, f"{task_id}: tries {[(t['try_number'], t['state']) for t in tries]} started {started}"
     _check_run_on_planned_nodes(stack, WF_DAG, run_id, planned)
 
 

@@ -24,6 +24,8 @@ from tests.slurm_cluster import (
     START_SCRIPT,
     SlurmCluster,
     SlurmStartError,
+    dead_daemons,
+    restart_dead_daemons,
 )
 from tests.slurm_fixtures import cluster_daemons
 
@@ -181,3 +183,21 @@ def test_a_start_that_fails_stops_the_daemons_it_had_started(second_cluster: Pat
     assert "stopping what this start started: " in str(failed.value)
     assert "stopped mariadbd" in str(failed.value)  # started before slurmdbd failed
     assert cluster_daemons(second_cluster) == []
+
+
+@pytest.mark.slow
+def test_a_node_daemon_that_died_is_named_and_started_again_before_the_next_test(second_cluster: Path) -> None:
+    """tests/conftest.py's pytest_runtest_setup: a dead slurmd would fail every later job of its partition."""
+    start = loopback_slurm.start(second_cluster)
+    try:
+        assert restart_dead_daemons(second_cluster, record_start=False) is None
+        pid = int((second_cluster / "run" / "slurmd-agora-small.pid").read_text())
+        subprocess.run(["kill", "-9", str(pid)], check=True)
+        deadline = time.monotonic() + 10
+        while dead_daemons(second_cluster) != ["slurmd-agora-small"] and time.monotonic() < deadline:
+            time.sleep(0.2)
+        report = restart_dead_daemons(second_cluster, record_start=False)
+        assert report is not None and "found dead before this test: slurmd-agora-small" in report, report
+        assert "restarted: slurmd-agora-small" in report and dead_daemons(second_cluster) == []
+    finally:
+        loopback_slurm.stop(start)
