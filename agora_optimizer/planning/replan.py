@@ -299,8 +299,7 @@ def replan(
     deadline_s = plan.objective.deadline_s
     if deadline_s is not None and best[1] > deadline_s + TIME_TOLERANCE_S:
         kept_cost = best
-        for weight in DEADLINE_WEIGHTS:
-            rushed_alpha = alpha + (1.0 - alpha) * weight
+        for rushed_alpha in sorted({alpha + (1.0 - alpha) * weight for weight in DEADLINE_WEIGHTS} - {alpha}):
             rushed = _schedule(run, list_order, rank, rushed_alpha, scale, keep=False, deadline=started + time_limit_s)
             if rushed is None:
                 break  # the time limit: the best so far answers
