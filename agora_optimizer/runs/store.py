@@ -128,6 +128,9 @@ class RunStore(TraceStore):
             "reason": repair.reason,
             "tasks": json.dumps(list(repair.tasks)),
             "detail": repair.detail,
+            "forecast_end_s": repair.forecast_end_s,
+            "forecast_cost_usd": repair.forecast_cost_usd,
+            "forecast_end_at": _to_utc(repair.forecast_end_at),
             "recorded_at": datetime.now(UTC),
         }
         with self._write() as connection:
@@ -187,7 +190,15 @@ class RunStore(TraceStore):
             rows = connection.execute(query).mappings().all()
         found: dict[tuple[str, str], builtins.list[Repair]] = {}
         for row in rows:
-            repair = Repair(row["at_s"], row["reason"], tuple(json.loads(row["tasks"])), row["detail"])
+            repair = Repair(
+                row["at_s"],
+                row["reason"],
+                tuple(json.loads(row["tasks"])),
+                row["detail"],
+                row["forecast_end_s"],
+                row["forecast_cost_usd"],
+                _from_db(row["forecast_end_at"]),
+            )
             found.setdefault((row["dag_id"], row["run_id"]), []).append(repair)
         return found
 
