@@ -168,6 +168,18 @@ class RunRecord:
         return dict(json.loads(json.dumps(data)))  # tuples as lists: what a JSON reader gets back
 
 
+RUNNING = "running"  # the state of a run not recorded yet (:func:`in_progress`)
+
+
+def in_progress(dag_id: str, run_id: str, repairs: tuple[Repair, ...]) -> RunRecord:
+    """What is known of a run not recorded yet (it has not ended, or not been recorded since): its repairs and the
+    forecast they carry, state ``running``; nothing planned or actual is guessed."""
+    note = "not recorded yet: the run has not ended (or not been recorded); its repairs and forecast so far"
+    return RunRecord(
+        dag_id, run_id, RUNNING, True, "", None, None, None, None, None, 0.0, repairs=repairs, notes=(note,)
+    )
+
+
 def _iso(moment: datetime | None) -> str | None:
     return None if moment is None else moment.isoformat()
 

@@ -7,7 +7,8 @@ for the CLI, the UI and the executor:
 
 - :meth:`RunStore.put` records a run (idempotent: a run recorded again replaces its record's run
   row, task rows and priced leases, in one transaction);
-- :meth:`RunStore.get` and :meth:`RunStore.list` read records back (with their repairs);
+- :meth:`RunStore.get` and :meth:`RunStore.list` read records back (with their repairs), and
+  :meth:`RunStore.current` a run still going (its repairs and forecast so far) too;
 - :meth:`RunStore.add_leases` and :meth:`RunStore.leases`: the allocations backends report
   (:class:`~agora_optimizer.runs.lease_record.LeaseRecord`), upserted by their own key;
 - :meth:`RunStore.add_repair` and :meth:`RunStore.repairs`: what the executor repaired during a
@@ -28,7 +29,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
 from agora_optimizer.runs.lease_record import LeaseRecord
-from agora_optimizer.runs.record import Repair, RunLease, RunRecord, RunTask
+from agora_optimizer.runs.record import Repair, RunLease, RunRecord, RunTask, in_progress
 from agora_optimizer.traces.run_tables import (
     lease_records_table,
     repairs_table,
@@ -87,6 +88,15 @@ class RunStore(TraceStore):
         """The run's record, or None if it was never recorded."""
         found = self._records(runs_table.c.dag_id == dag_id, runs_table.c.run_id == run_id)
         return found[0] if found else None
+
+    def current(self, dag_id: str, run_id: str) -> RunRecord | None:
+        """The run's record; for a run not recorded yet that the executor repaired, what is known so far
+        (:func:`~agora_optimizer.runs.record.in_progress`: its repairs and forecast); else None."""
+        found = self.get(dag_id, run_id)
+        if found is not None:
+            return found
+        repairs = self.repairs(dag_id, run_id)
+        return in_progress(dag_id, run_id, tuple(repairs)) if repairs else None
 
     # -- what others report ----------------------------------------------------------------------
 
