@@ -42,6 +42,11 @@ from agora_optimizer.model.workflow import Task, Workflow
 from agora_optimizer.plans.store import PlanStore, plan_version
 from tests.conftest import write_yaml
 from tests.executor.runs.test_machine import CONFIG, GIB, RESOURCES, RUN, T0, now
+from tests.executor.runs.test_repair import Sleeping, executor, hand_over_planned, plans, run_store
+from tests.executor.runs.test_repair import save_plan as save_pool_plan
+from tests.executor.test_executor_machines import heartbeat_until
+
+__all__ = ["executor", "plans"]  # the fixtures, shared
 
 # prep on small#0 for 20 s; four simulations of 10 s each, two per machine, planned after prep's 20 s. The first
 # two are let go at once (first on their machines) and take 20 s: twice their plan, yet they end at 20 s, before
@@ -226,3 +231,33 @@ def test_a_task_whose_job_failed_teaches_nothing(tmp_path: Path) -> None:
     assert drift.reason == "task sim_1 failed (exit code 3)"
     [replan] = machine.handle(RepairsDue(), now(3))
     assert isinstance(replan, Replan) and replan.runtime_factors == {}
+
+
+# -- the executor on real pools (no Airflow: the real worker runs each job's command) -----------------------------
+
+# Four tasks of one category, 3 s each, two per pool; the first two are planned at 10 s but let go at once (first on
+# their machines) and take 9 s: they end before their planned end (13 s), so neither is late.
+ON_POOLS = {
+    "sim_1": ("local-small#0", 10.0, 13.0, 3.0),
+    "sim_2": ("local-large#0", 10.0, 13.0, 3.0),
+    "sim_3": ("local-small#0", 13.0, 16.0, 3.0),
+    "sim_4": ("local-large#0", 13.0, 16.0, 3.0),
+}
+
+
+@pytest.mark.slow
+def test_the_executor_re_plans_a_run_whose_category_runs_slow_and_records_its_forecast(
+    executor: object, plans: Path, tmp_path: Path
+) -> None:
+    version = save_pool_plan(plans, ON_POOLS)
+    executor.backends.use("local", Sleeping({"sim_1": 9.0, "sim_2": 9.0}))  # type: ignore[attr-defined]
+    hand_over_planned(executor, version, tmp_path, ON_POOLS)
+    heartbeat_until(executor, lambda: not executor.jobs, timeout_s=120)  # type: ignore[attr-defined]
+    executor.sync()  # type: ignore[attr-defined]  # the repairs reach the run store
+    repairs = run_store(tmp_path).repairs("unit", "r1")
+    assert repairs, "no repair recorded"
+    first = repairs[0]
+    assert first.reason.startswith("category cat runs ") and "later than planned" not in first.reason
+    assert "runtimes corrected from this run: cat x" in first.detail and {"sim_3", "sim_4"} & set(first.tasks)
+    assert first.forecast_end_s is not None and first.forecast_end_at is not None and first.forecast_cost_usd == 0.0
+    assert first.forecast_end_s > 16.0  # past the plan's 16 s: the two to come are expected to run slow too
