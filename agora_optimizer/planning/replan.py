@@ -30,10 +30,12 @@ first, then the objective's score):
   over the machines above, and left on its planned machine when that is not worse.
 
 **A deadline at risk.** When the plan has a deadline and the better of the two still ends past it,
-the run may buy time: the list schedule is built again with more weight on time (alpha half way to
-1, then 0.8 of the way, then time alone), which moves tasks to faster types and onto more machines
-within the catalog's counts; the best of them for the plan's objective wins as before (deadline and
-budget first: a schedule that keeps the deadline by breaking the budget by more does not). The answer
+the run may buy time: the list schedule is built again with time alone as its objective, which
+moves tasks to faster types and onto more machines within the catalog's counts, and, when that
+keeps the deadline, with the weight on time halved toward the objective's (:data:`DEADLINE_STEPS`
+times, a bisection) for the cheapest schedule that still keeps it; the best of them for the plan's
+objective wins as before (deadline and budget first: a schedule that keeps the deadline by breaking
+the budget by more does not). The answer
 says so (:attr:`Replan.deadline_note`: ``deadline at risk: ...``, what moved and what it costs). Without
 a deadline nothing of this runs: the re-plan keeps cost down as the objective says.
 
@@ -60,7 +62,9 @@ from agora_optimizer.planning.problem import Bounds, Problem
 from agora_optimizer.planning.timeline import SkippingTimeline
 
 TIME_TOLERANCE_S = 1e-6
-DEADLINE_WEIGHTS = (0.5, 0.8, 1.0)  # a deadline at risk: alpha this far from the objective's toward time alone
+DEADLINE_STEPS = (
+    4  # a deadline at risk: halvings of the weight on time, after time alone, for the cheapest that keeps it
+)
 MOVES_NAMED = 5  # tasks a deadline note names
 MACHINES_PER_TYPE = 2  # beyond it, a task tries the first-idle machines of a type (and its parents', its planned)
 TIME_CHECK_EVERY = 32  # tasks placed between two looks at the clock
@@ -298,14 +302,25 @@ def replan(
     deadline_note = ""
     deadline_s = plan.objective.deadline_s
     if deadline_s is not None and best[1] > deadline_s + TIME_TOLERANCE_S:
-        kept_cost = best
-        for rushed_alpha in sorted({alpha + (1.0 - alpha) * weight for weight in DEADLINE_WEIGHTS} - {alpha}):
-            rushed = _schedule(run, list_order, rank, rushed_alpha, scale, keep=False, deadline=started + time_limit_s)
+        kept_cost, tried = best, 0
+        low, high = alpha, 1.0  # the weight on time: ``high`` keeps the deadline (if anything does), ``low`` not
+        for step in range(DEADLINE_STEPS + 1):
+            weight = high if step == 0 else (low + high) / 2
+            if weight <= alpha:
+                break  # a time plan: its list schedule was all on time already
+            rushed = _schedule(run, list_order, rank, weight, scale, keep=False, deadline=started + time_limit_s)
             if rushed is None:
                 break  # the time limit: the best so far answers
+            tried += 1
             if problem.rank(rushed[1], rushed[2]) < problem.rank(best[1], best[2]):
                 best, method = rushed, "deadline"
-        deadline_note = _deadline_note(deadline_s, kept_cost, best, run.planned, catalog)
+            if problem.excess(rushed[1], rushed[2]) > 0:
+                if step == 0:
+                    break  # time alone cannot keep it: less weight on time will not
+                low = weight
+            else:
+                high = weight
+        deadline_note = _deadline_note(deadline_s, kept_cost, best, run.planned, catalog, tried)
 
     assignments, makespan, cost = best
     moved = [a for a in assignments if a.task not in run.planned or run.planned[a.task].machine != a.machine]
@@ -329,11 +344,18 @@ _Schedule = tuple[list[Assignment], float, float]  # (assignments, makespan, cos
 
 
 def _deadline_note(
-    deadline_s: float, before: _Schedule, after: _Schedule, planned: Mapping[str, Assignment], catalog: Catalog
+    deadline_s: float,
+    before: _Schedule,
+    after: _Schedule,
+    planned: Mapping[str, Assignment],
+    catalog: Catalog,
+    tried: int,
 ) -> str:
     """In words: the run at risk of missing ``deadline_s`` as re-planned to keep its cost (``before``), and
-    what the schedule chosen (``after``) moved to keep it."""
+    what the schedule chosen (``after``, of ``tried`` schedules with more weight on time) moved to keep it."""
     at_risk = f"deadline at risk: the run ends at {before[1]:.1f} s, past its deadline {deadline_s:.1f} s"
+    if after is before and not tried:
+        return f"{at_risk}; the re-plan's time limit left no time to look for faster types or more machines"
     if after is before:
         return f"{at_risk}; no faster type or further machine within the catalog's counts and budget keeps it"
     was = {a.task: a for a in before[0]}
