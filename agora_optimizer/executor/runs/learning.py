@@ -32,6 +32,7 @@ compared with the model's prediction, never with a prediction already corrected.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -56,7 +57,12 @@ Run = tuple[str, str]
 
 def task_category(book: RunBook, task_id: str) -> str:
     """The task's category: its plan's workflow's, else its stem (``load[3]`` -> ``load``)."""
-    return book.order.categories.get(task_id) or category_of(split_instance(task_id)[0])
+    return book.order.categories.get(task_id) or _stem(task_id)
+
+
+@functools.lru_cache(maxsize=65536)
+def _stem(task_id: str) -> str:
+    return category_of(split_instance(task_id)[0])
 
 
 def shrunk_factor(log_ratios: list[float], k: float = SHRINK_K) -> float:
@@ -148,8 +154,10 @@ class RunLearning:
         found = correction.categories.setdefault(category, _Category())
         found.log_ratios.append(math.log(ratio))
         factor = shrunk_factor(found.log_ratios, self.k)
+        if abs(math.log(factor / found.applied)) <= math.log1p(slack):
+            return None  # the common case, decided before the run's tasks are looked through
         coming = [t for t in _to_come(book) if task_category(book, t) == category]
-        if not coming or abs(math.log(factor / found.applied)) <= math.log1p(slack):
+        if not coming:
             return None
         return Drift(
             task_id,
