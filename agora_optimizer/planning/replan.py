@@ -1,6 +1,6 @@
 """Re-planning a run that drifted: new placements for the tasks not yet queued, around what has run.
 
-Why one module of some 640 lines: the fleet's bookkeeping of leases and counts over time serves the
+Why one module of some 660 lines: the fleet's bookkeeping of leases and counts over time serves the
 schedules below and nothing else.
 
 When a run drifts from its plan (a task ends later than planned, fails, or is OOM-killed), the

@@ -1,6 +1,6 @@
 """The DAG runs the AgoraExecutor runs, as one state machine (no I/O, no Airflow): books, repairs, fallbacks, outages.
 
-Why one module of some 560 lines: it is one state (the runs' books, repairs, leases, fallbacks, outages)
+Why one module of some 570 lines: it is one state (the runs' books, repairs, leases, fallbacks, outages)
 and the handlers that change it, each a few lines, with the table of handlers at its end; split by
 topic, one event's effect on the books and on the repairs would be read in two files. Its vocabulary,
 the events and actions, is :mod:`~agora_optimizer.executor.runs.events`.
