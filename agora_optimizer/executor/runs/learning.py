@@ -86,13 +86,9 @@ class RunCorrection:
     categories: dict[str, _Category] = field(default_factory=dict)
     carried: dict[str, float] = field(default_factory=dict)  # task -> factor its planned runtime was re-planned with
 
-    def factor(self, category: str, k: float = SHRINK_K) -> float:
-        found = self.categories.get(category)
-        return 1.0 if found is None else shrunk_factor(found.log_ratios, k)
-
-    def observed(self, category: str) -> int:
-        found = self.categories.get(category)
-        return 0 if found is None else len(found.log_ratios)
+    def factors(self, k: float = SHRINK_K) -> dict[str, float]:
+        """Each category's factor (those with no task ended: none)."""
+        return {category: shrunk_factor(found.log_ratios, k) for category, found in self.categories.items()}
 
 
 class RunLearning:
@@ -170,12 +166,15 @@ class RunLearning:
         correction = self.runs.get(run)
         if correction is None:
             return {}
+        by_category = {category: f for category, f in correction.factors(self.k).items() if f != 1.0}
+        if not by_category:
+            return {}
         found: dict[str, float] = {}
         for task_id in book.order.by_task:
             if task_id in book.ended or task_id in book.gone:
                 continue
-            factor = correction.factor(task_category(book, task_id), self.k)
-            if factor != 1.0:
+            factor = by_category.get(task_category(book, task_id))
+            if factor is not None:
                 found[task_id] = factor
         return found
 
@@ -185,8 +184,8 @@ class RunLearning:
         for task_id in book.order.by_task:
             if task_id not in book.ended and task_id not in book.gone:
                 correction.carried[task_id] = factors.get(task_id, 1.0)
-        for found in correction.categories.values():
-            found.applied = shrunk_factor(found.log_ratios, self.k)
+        for category, factor in correction.factors(self.k).items():
+            correction.categories[category].applied = factor
 
 
 def _to_come(book: RunBook) -> list[str]:
