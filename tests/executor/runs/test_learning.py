@@ -249,7 +249,7 @@ ON_POOLS = {
 def test_the_executor_re_plans_a_run_whose_category_runs_slow_and_records_its_forecast(
     executor: object, plans: Path, tmp_path: Path
 ) -> None:
-    version = save_pool_plan(plans, ON_POOLS)
+    version = save_pool_plan(plans, ON_POOLS, category="cat")
     executor.backends.use("local", Sleeping({"sim_1": 9.0, "sim_2": 9.0}))  # type: ignore[attr-defined]
     hand_over_planned(executor, version, tmp_path, ON_POOLS)
     heartbeat_until(executor, lambda: not executor.jobs, timeout_s=120)  # type: ignore[attr-defined]

@@ -60,10 +60,14 @@ class Sleeping(Recording):
         return super().submit(replace(spec, command=(*spec.command, "--", sys.executable, "-c", code)))
 
 
-def save_plan(plan_dir: Path, planned: dict[str, tuple[str, float, float, float]], with_workflow: bool = True) -> str:
+def save_plan(
+    plan_dir: Path, planned: dict[str, tuple[str, float, float, float]], with_workflow: bool = True, category: str = ""
+) -> str:
+    """The plan and the workflow it was made from, each task its own category (the executor learns nothing of one
+    task from another: these tests are of drifts), or all of ``category``."""
     workflow = Workflow.create(
         "unit",
-        [Task(task, runtime, 1, 256 * MIB, "cat") for task, (_, _, _, runtime) in planned.items()],
+        [Task(task, runtime, 1, 256 * MIB, category or task) for task, (_, _, _, runtime) in planned.items()],
         [Edge("a", "b")] if {"a", "b"} <= planned.keys() else [],
     )
     assignments = tuple(
