@@ -26,7 +26,7 @@ from agora_optimizer.cli.common import (
 )
 from agora_optimizer.cli.traces import StoreOpt, store_url
 from agora_optimizer.errors import AgoraError
-from agora_optimizer.runs.record import RunRecord
+from agora_optimizer.runs.record import RUNNING, RunRecord
 from agora_optimizer.runs.store import DEFAULT_LIST_LIMIT, RunStore
 
 runs_app = command_group("Run records: each DAG run's planned against actual makespan and cost.")
@@ -106,7 +106,8 @@ def show(
         Path | None, typer.Option("--chart", help="Also draw planned against actual (.png, .svg or .pdf).")
     ] = None,
 ) -> None:
-    """One run's record, task by task; ``--chart FILE`` draws the planned bars over the actual ones."""
+    """One run's record, task by task, with its forecast (expected end and cost at its last re-plan); a run still
+    going shows its repairs and forecast so far. ``--chart FILE`` draws the planned bars over the actual ones."""
 
     with user_errors():
         if chart is not None:
@@ -114,7 +115,7 @@ def show(
 
             check_chart_path(chart)  # a bad suffix fails before the store is opened
         with RunStore(store_url(store)) as run_store:
-            found = run_store.get(dag_id, run_id)
+            found = run_store.current(dag_id, run_id)  # a run still going: its repairs and forecast so far
             if found is None:
                 known = run_store.list(dag_id=dag_id, limit=1)
                 what = f"run {run_id!r} of DAG {dag_id!r}" if known else f"DAG {dag_id!r}"
@@ -132,6 +133,9 @@ def show(
 
 
 def _print_record(r: RunRecord) -> None:
+    if r.state == RUNNING:
+        _print_in_progress(r)
+        return
     planned = f"plan {r.plan_version}" if r.planned else "unplanned"
     expected = r.planned_expected_cost_usd
     say(
@@ -166,6 +170,19 @@ def _print_record(r: RunRecord) -> None:
             f"lease {lease.machine or '(attempt)'} on {lease.resource or '?'}: "
             f"{_span(lease.start_s, lease.end_s)} s, {lease.cost_usd:.4f} USD ({lease.source})"
         )
+    _print_repairs(r)
+
+
+def _print_in_progress(r: RunRecord) -> None:
+    """A run not recorded yet: what its repairs said so far."""
+    say(f"{r.dag_id} {r.run_id}: running, not recorded yet; {len(r.repairs)} repair(s) so far")
+    _print_repairs(r)
+
+
+def _print_repairs(r: RunRecord) -> None:
+    forecast = r.forecast
+    if forecast is not None:
+        say(f"forecast: {forecast.text()}")
     for repair in r.repairs:
         tasks = ", ".join(repair.tasks) or "-"
         say(f"repair at {repair.at_s:,.1f} s: {repair.reason} ({tasks}) {repair.detail}")

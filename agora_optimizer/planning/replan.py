@@ -1,6 +1,6 @@
 """Re-planning a run that drifted: new placements for the tasks not yet queued, around what has run.
 
-Why one module of some 580 lines: the fleet's bookkeeping of leases and counts over time serves both
+Why one module of some 660 lines: the fleet's bookkeeping of leases and counts over time serves the
 schedules below and nothing else.
 
 When a run drifts from its plan (a task ends later than planned, fails, or is OOM-killed), the
@@ -29,7 +29,17 @@ first, then the objective's score):
   rank, each placed where it minimises ``alpha * makespan / T + (1 - alpha) * added cost / C``
   over the machines above, and left on its planned machine when that is not worse.
 
-The list schedule is abandoned when it would pass ``time_limit_s``, so an answer comes within
+**A deadline at risk.** When the plan has a deadline and the better of the two still ends past it,
+the run may buy time: the list schedule is built again with time alone as its objective, which
+moves tasks to faster types and onto more machines within the catalog's counts, and, when that
+keeps the deadline, with the weight on time halved toward the objective's (:data:`DEADLINE_STEPS`
+times, a bisection) for the cheapest schedule that still keeps it; the best of them for the plan's
+objective wins as before (deadline and budget first: a schedule that keeps the deadline by breaking
+the budget by more does not). The answer
+says so (:attr:`Replan.deadline_note`: ``deadline at risk: ...``, what moved and what it costs). Without
+a deadline nothing of this runs: the re-plan keeps cost down as the objective says.
+
+The list schedules are abandoned when they would pass ``time_limit_s``, so an answer comes within
 about that time even on a slow machine (the kept schedule is a single pass). No Airflow, no I/O.
 """
 
@@ -52,6 +62,10 @@ from agora_optimizer.planning.problem import Bounds, Problem
 from agora_optimizer.planning.timeline import SkippingTimeline
 
 TIME_TOLERANCE_S = 1e-6
+DEADLINE_STEPS = (
+    4  # a deadline at risk: halvings of the weight on time, after time alone, for the cheapest that keeps it
+)
+MOVES_NAMED = 5  # tasks a deadline note names
 MACHINES_PER_TYPE = 2  # beyond it, a task tries the first-idle machines of a type (and its parents', its planned)
 TIME_CHECK_EVERY = 32  # tasks placed between two looks at the clock
 
@@ -97,6 +111,7 @@ class Replan:
     planned, ``moved_resource`` those of them on another type. ``makespan_s`` and ``cost_usd``
     cover the whole run (leases already paid included); ``method`` says which schedule won, and
     ``list_wall_s`` how long the list schedule took (None: abandoned at the time limit).
+    ``deadline_note``: with a deadline at risk, what the re-plan moved to keep it, and why ('' otherwise).
     """
 
     assignments: tuple[Assignment, ...]
@@ -105,9 +120,10 @@ class Replan:
     moved_resource: tuple[str, ...]
     makespan_s: float
     cost_usd: float
-    method: Literal["kept", "list"]
+    method: Literal["kept", "list", "deadline"]
     wall_s: float
     list_wall_s: float | None = None
+    deadline_note: str = ""
 
     @property
     def schedule(self) -> tuple[Assignment, ...]:
@@ -276,13 +292,35 @@ def replan(
     )
     best = _schedule(run, kept_order, rank, alpha, scale, keep=True, deadline=None)
     assert best is not None  # no deadline: always completes
-    method: Literal["kept", "list"] = "kept"
+    method: Literal["kept", "list", "deadline"] = "kept"
     list_order = _parents_first(workflow, pending, lambda t: (-rank[t], position[t]))
     list_started = time.perf_counter()
     listed = _schedule(run, list_order, rank, alpha, scale, keep=False, deadline=started + time_limit_s)
     list_wall_s = None if listed is None else time.perf_counter() - list_started
     if listed is not None and problem.rank(listed[1], listed[2]) < problem.rank(best[1], best[2]):
         best, method = listed, "list"
+    deadline_note = ""
+    deadline_s = plan.objective.deadline_s
+    if deadline_s is not None and best[1] > deadline_s + TIME_TOLERANCE_S:
+        kept_cost, tried = best, 0
+        low, high = alpha, 1.0  # the weight on time: ``high`` keeps the deadline (if anything does), ``low`` not
+        for step in range(DEADLINE_STEPS + 1):
+            weight = high if step == 0 else (low + high) / 2
+            if weight <= alpha:
+                break  # a time plan: its list schedule was all on time already
+            rushed = _schedule(run, list_order, rank, weight, scale, keep=False, deadline=started + time_limit_s)
+            if rushed is None:
+                break  # the time limit: the best so far answers
+            tried += 1
+            if problem.rank(rushed[1], rushed[2]) < problem.rank(best[1], best[2]):
+                best, method = rushed, "deadline"
+            if problem.excess(rushed[1], rushed[2]) > 0:
+                if step == 0:
+                    break  # time alone cannot keep it: less weight on time will not
+                low = weight
+            else:
+                high = weight
+        deadline_note = _deadline_note(deadline_s, kept_cost, best, run.planned, catalog, tried)
 
     assignments, makespan, cost = best
     moved = [a for a in assignments if a.task not in run.planned or run.planned[a.task].machine != a.machine]
@@ -298,6 +336,42 @@ def replan(
         method=method,
         wall_s=time.perf_counter() - started,
         list_wall_s=list_wall_s,
+        deadline_note=deadline_note,
+    )
+
+
+_Schedule = tuple[list[Assignment], float, float]  # (assignments, makespan, cost)
+
+
+def _deadline_note(
+    deadline_s: float,
+    before: _Schedule,
+    after: _Schedule,
+    planned: Mapping[str, Assignment],
+    catalog: Catalog,
+    tried: int,
+) -> str:
+    """In words: the run at risk of missing ``deadline_s`` as re-planned to keep its cost (``before``), and
+    what the schedule chosen (``after``, of ``tried`` schedules with more weight on time) moved to keep it."""
+    at_risk = f"deadline at risk: the run ends at {before[1]:.1f} s, past its deadline {deadline_s:.1f} s"
+    if after is before and not tried:
+        return f"{at_risk}; the re-plan's time limit left no time to look for faster types or more machines"
+    if after is before:
+        return f"{at_risk}; no faster type or further machine within the catalog's counts and budget keeps it"
+    was = {a.task: a for a in before[0]}
+    speed = {r.name: r.speed for r in catalog.resources}
+    faster = [a for a in after[0] if a.task in was and speed[a.resource] > speed[was[a.task].resource]]
+    named = ", ".join(f"{a.task} {was[a.task].resource} -> {a.resource}" for a in faster[:MOVES_NAMED])
+    more = f" and {len(faster) - MOVES_NAMED} more" if len(faster) > MOVES_NAMED else ""
+    machines_before = {a.machine for a in before[0]} | {a.machine for a in planned.values()}
+    added = sorted({a.machine for a in after[0]} - machines_before)
+    kept = "keeps it" if after[1] <= deadline_s + TIME_TOLERANCE_S else "comes closer"
+    moves = [f"{len(faster)} tasks moved to faster types ({named}{more})"] if faster else []
+    more_machines = f" and {len(added) - MOVES_NAMED} more" if len(added) > MOVES_NAMED else ""
+    moves += [f"{len(added)} more machines ({', '.join(added[:MOVES_NAMED])}{more_machines})"] if added else []
+    return (
+        f"{at_risk}; {', '.join(moves) or 'tasks moved to other machines'}"
+        + f"; it now ends at {after[1]:.1f} s ({kept}) for {after[2]:.4f} USD, {after[2] - before[2]:+.4f} USD"
     )
 
 

@@ -70,12 +70,44 @@ class RunLease:
 
 @dataclass(frozen=True)
 class Repair:
-    """Something the executor changed during the run: at ``at_s`` (from the run's start), why, which tasks."""
+    """Something the executor changed during the run: at ``at_s`` (from the run's start), why, which tasks.
+
+    A re-plan also says what the run is expected to be from then on, its *forecast*: when it ends on the run's
+    plan clock (``forecast_end_s``) and on the wall clock (``forecast_end_at``), and what it costs in all
+    (``forecast_cost_usd``, the leases paid included); None where the repair re-planned nothing.
+    """
 
     at_s: float
     reason: str
     tasks: tuple[str, ...] = ()
     detail: str = ""
+    forecast_end_s: float | None = None
+    forecast_cost_usd: float | None = None
+    forecast_end_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Forecast:
+    """What a run is expected to be, as its last re-plan saw it (at ``at_s``): its end on the plan clock and the
+    wall clock, and its whole cost."""
+
+    at_s: float
+    end_s: float
+    cost_usd: float
+    end_at: datetime | None = None
+
+    def text(self) -> str:
+        """``ends at 130.0 s (2026-12-05 04:12:00 UTC), costs 0.0123 USD (forecast at 40.0 s)``."""
+        wall = f" ({self.end_at:%Y-%m-%d %H:%M:%S %Z})" if self.end_at is not None else ""
+        return f"ends at {self.end_s:,.1f} s{wall}, costs {self.cost_usd:.4f} USD (forecast at {self.at_s:,.1f} s)"
+
+
+def forecast_of(repairs: tuple[Repair, ...] | list[Repair]) -> Forecast | None:
+    """The run's forecast: its last re-plan's (None before any)."""
+    for repair in reversed(repairs):
+        if repair.forecast_end_s is not None and repair.forecast_cost_usd is not None:
+            return Forecast(repair.at_s, repair.forecast_end_s, repair.forecast_cost_usd, repair.forecast_end_at)
+    return None
 
 
 @dataclass(frozen=True)
@@ -112,6 +144,11 @@ class RunRecord:
         return ratio(self.actual_makespan_s, self.planned_makespan_s)
 
     @property
+    def forecast(self) -> Forecast | None:
+        """What the run was expected to be at its last re-plan (:func:`forecast_of`)."""
+        return forecast_of(self.repairs)
+
+    @property
     def cost_ratio(self) -> float | None:
         """Actual over planned cost; None if either is missing or the plan cost nothing."""
         return ratio(self.actual_cost_usd, self.planned_cost_usd)
@@ -122,9 +159,29 @@ class RunRecord:
         for name in ("started_at", "ended_at"):
             value = data[name]
             data[name] = value.isoformat() if value is not None else None
+        for repair in data["repairs"]:
+            repair["forecast_end_at"] = _iso(repair["forecast_end_at"])
         data["makespan_ratio"] = self.makespan_ratio
         data["cost_ratio"] = self.cost_ratio
+        forecast = self.forecast
+        data["forecast"] = None if forecast is None else {**asdict(forecast), "end_at": _iso(forecast.end_at)}
         return dict(json.loads(json.dumps(data)))  # tuples as lists: what a JSON reader gets back
+
+
+RUNNING = "running"  # the state of a run not recorded yet (:func:`in_progress`)
+
+
+def in_progress(dag_id: str, run_id: str, repairs: tuple[Repair, ...]) -> RunRecord:
+    """What is known of a run not recorded yet (it has not ended, or not been recorded since): its repairs and the
+    forecast they carry, state ``running``; nothing planned or actual is guessed."""
+    note = "not recorded yet: the run has not ended (or not been recorded); its repairs and forecast so far"
+    return RunRecord(
+        dag_id, run_id, RUNNING, True, "", None, None, None, None, None, 0.0, repairs=repairs, notes=(note,)
+    )
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return None if moment is None else moment.isoformat()
 
 
 def ratio(actual: float | None, planned: float | None) -> float | None:

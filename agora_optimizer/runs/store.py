@@ -7,7 +7,8 @@ for the CLI, the UI and the executor:
 
 - :meth:`RunStore.put` records a run (idempotent: a run recorded again replaces its record's run
   row, task rows and priced leases, in one transaction);
-- :meth:`RunStore.get` and :meth:`RunStore.list` read records back (with their repairs);
+- :meth:`RunStore.get` and :meth:`RunStore.list` read records back (with their repairs), and
+  :meth:`RunStore.current` a run still going (its repairs and forecast so far) too;
 - :meth:`RunStore.add_leases` and :meth:`RunStore.leases`: the allocations backends report
   (:class:`~agora_optimizer.runs.lease_record.LeaseRecord`), upserted by their own key;
 - :meth:`RunStore.add_repair` and :meth:`RunStore.repairs`: what the executor repaired during a
@@ -28,7 +29,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
 from agora_optimizer.runs.lease_record import LeaseRecord
-from agora_optimizer.runs.record import Repair, RunLease, RunRecord, RunTask
+from agora_optimizer.runs.record import Repair, RunLease, RunRecord, RunTask, in_progress
 from agora_optimizer.traces.run_tables import (
     lease_records_table,
     repairs_table,
@@ -88,6 +89,15 @@ class RunStore(TraceStore):
         found = self._records(runs_table.c.dag_id == dag_id, runs_table.c.run_id == run_id)
         return found[0] if found else None
 
+    def current(self, dag_id: str, run_id: str) -> RunRecord | None:
+        """The run's record; for a run not recorded yet that the executor repaired, what is known so far
+        (:func:`~agora_optimizer.runs.record.in_progress`: its repairs and forecast); else None."""
+        found = self.get(dag_id, run_id)
+        if found is not None:
+            return found
+        repairs = self.repairs(dag_id, run_id)
+        return in_progress(dag_id, run_id, tuple(repairs)) if repairs else None
+
     # -- what others report ----------------------------------------------------------------------
 
     def add_leases(self, records: Iterable[LeaseRecord]) -> int:
@@ -128,6 +138,9 @@ class RunStore(TraceStore):
             "reason": repair.reason,
             "tasks": json.dumps(list(repair.tasks)),
             "detail": repair.detail,
+            "forecast_end_s": repair.forecast_end_s,
+            "forecast_cost_usd": repair.forecast_cost_usd,
+            "forecast_end_at": _to_utc(repair.forecast_end_at),
             "recorded_at": datetime.now(UTC),
         }
         with self._write() as connection:
@@ -187,7 +200,15 @@ class RunStore(TraceStore):
             rows = connection.execute(query).mappings().all()
         found: dict[tuple[str, str], builtins.list[Repair]] = {}
         for row in rows:
-            repair = Repair(row["at_s"], row["reason"], tuple(json.loads(row["tasks"])), row["detail"])
+            repair = Repair(
+                row["at_s"],
+                row["reason"],
+                tuple(json.loads(row["tasks"])),
+                row["detail"],
+                row["forecast_end_s"],
+                row["forecast_cost_usd"],
+                _from_db(row["forecast_end_at"]),
+            )
             found.setdefault((row["dag_id"], row["run_id"]), []).append(repair)
         return found
 

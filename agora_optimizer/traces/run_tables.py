@@ -1,4 +1,4 @@
-"""The run tables of the trace store's database (schema versions 3 and 4, :mod:`agora_optimizer.traces.store`).
+"""The run tables of the trace store's database (schema versions 3 to 5, :mod:`agora_optimizer.traces.store`).
 
 They live beside the store because the store owns the database's schema: its migrations create
 every table, whatever reads it; :class:`agora_optimizer.runs.store.RunStore` reads and writes them.
@@ -13,7 +13,8 @@ A record's own rows (run, tasks, priced leases) are replaced together when it is
 reported leases and repairs are written by others (backends, the executor's repair logic) and
 are never touched by re-recording. :func:`create_tables_of_3` is the migration's frozen copy:
 a later version changes these tables with a migration of its own (version 4:
-:func:`add_expected_cost_of_4`, the plan's expected cost with spot interruptions).
+:func:`add_expected_cost_of_4`, the plan's expected cost with spot interruptions; version 5:
+:func:`add_forecast_of_5`, each repair's forecast of the run).
 """
 
 from __future__ import annotations
@@ -26,9 +27,10 @@ def _run_key() -> list[sa.Column[str]]:
 
 
 ADDED_IN_4 = "planned_expected_cost_usd"
+ADDED_IN_5 = {"forecast_end_s": "FLOAT", "forecast_cost_usd": "FLOAT", "forecast_end_at": "TIMESTAMP"}
 
 
-def _tables(metadata: sa.MetaData, version: int = 4) -> tuple[sa.Table, ...]:
+def _tables(metadata: sa.MetaData, version: int = 5) -> tuple[sa.Table, ...]:
     """The run tables as in schema version ``version`` (new objects on ``metadata`` at each call)."""
     runs = sa.Table(
         "agora_runs",
@@ -102,6 +104,15 @@ def _tables(metadata: sa.MetaData, version: int = 4) -> tuple[sa.Table, ...]:
         sa.Column("detail", sa.Text, nullable=False),
         sa.Column("recorded_at", sa.DateTime(timezone=True), nullable=False),
         sa.Index("agora_run_repairs_by_run", "dag_id", "run_id"),
+        *(  # None: a repair that re-planned nothing, or one recorded before
+            [
+                sa.Column("forecast_end_s", sa.Float),
+                sa.Column("forecast_cost_usd", sa.Float),
+                sa.Column("forecast_end_at", sa.DateTime(timezone=True)),
+            ]
+            if version >= 5
+            else []
+        ),
     )
     return runs, tasks, leases, lease_records, repairs
 
@@ -122,3 +133,13 @@ def add_expected_cost_of_4(connection: sa.Connection) -> None:
     present = {column["name"] for column in sa.inspect(connection).get_columns(runs_table.name)}
     if ADDED_IN_4 not in present:
         connection.exec_driver_sql(f"ALTER TABLE {runs_table.name} ADD COLUMN {ADDED_IN_4} FLOAT")
+
+
+def add_forecast_of_5(connection: sa.Connection) -> None:
+    """Migration to schema version 5: each repair's forecast of its run (None for the repairs before)."""
+    present = {column["name"] for column in sa.inspect(connection).get_columns(repairs_table.name)}
+    for name, kind in ADDED_IN_5.items():
+        if name not in present:
+            if kind == "TIMESTAMP" and connection.dialect.name == "postgresql":
+                kind = "TIMESTAMP WITH TIME ZONE"
+            connection.exec_driver_sql(f"ALTER TABLE {repairs_table.name} ADD COLUMN {name} {kind}")

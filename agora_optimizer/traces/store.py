@@ -48,9 +48,9 @@ from sqlalchemy.exc import SQLAlchemyError
 from agora_optimizer.database import READ_ONLY, DatabaseError, failure_reason, mask_url, open_engine
 from agora_optimizer.errors import AgoraError
 from agora_optimizer.traces.records import TaskAttempt, TraceRecordError
-from agora_optimizer.traces.run_tables import add_expected_cost_of_4, create_tables_of_3
+from agora_optimizer.traces.run_tables import add_expected_cost_of_4, add_forecast_of_5, create_tables_of_3
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 BUSY_TIMEOUT_S = 60.0  # how long a writer waits for the lock: a command, an import, the UI
 HOOK_BUSY_TIMEOUT_S = 0.5  # ... agora's code in Airflow's processes (executor, run recorder, task listener)
 KEY_COLUMNS = ("dag_id", "task_id", "run_id", "map_index", "try_number")
@@ -142,6 +142,7 @@ MIGRATIONS: dict[int, Callable[[Connection], None]] = {
     2: _migrate_to_2,
     3: create_tables_of_3,
     4: add_expected_cost_of_4,
+    5: add_forecast_of_5,
 }
 
 

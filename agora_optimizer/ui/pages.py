@@ -256,6 +256,10 @@ title="expected with its spot tasks' interruptions">expected {{ m.usd(r.planned_
 <h2>Run <span id="run-id">{{ d.run.run_id }}</span></h2>
 <p class="muted">{{ d.tasks }} tasks on {{ d.machines }} machines. Per machine, each task's planned slot (hatched)
 above its actual run (green: success, red: failed), in seconds from the DAG run's start.</p>
+{% if d.forecast %}<p id="forecast">Forecast at {{ m.seconds(d.forecast.at_s) }} s: ends at
+{{ m.seconds(d.forecast.end_s) }} s
+{%- if d.forecast.end_at %} ({{ d.forecast.end_at.strftime("%Y-%m-%d %H:%M:%S") }} UTC){% endif %},
+costs {{ m.usd(d.forecast.cost_usd) }} USD.</p>{% endif %}
 {{ gantt_svg }}
 {% if gantt.pages > 1 %}<div class="pager">
 <span>machines page {{ gantt.page + 1 }} of {{ gantt.pages }} ({{ gantt.machines }} machines)</span>

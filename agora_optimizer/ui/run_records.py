@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from functools import cache
 from typing import TypeVar
 
@@ -79,7 +79,7 @@ def load(dag_id: str, limit: int, run_id: str | None = None) -> RunView:
     if run_id:
         selected = next((r for r in records if r.run_id == run_id), None)
         if selected is None:
-            selected = _read(lambda store: store.get(dag_id, run_id))
+            selected = _read(lambda store: store.current(dag_id, run_id))  # a run still going too
         if selected is None:
             raise HTTPException(status.HTTP_404_NOT_FOUND, f"DAG {dag_id} has no recorded run {run_id}")
     return RunView(dag_id, limit, records, selected)
@@ -115,6 +115,7 @@ def page(view: RunView) -> schemas.RunPage:
                 schemas.RunRepairRow(at_s=r.at_s, reason=r.reason, tasks=list(r.tasks), detail=r.detail)
                 for r in record.repairs
             ],
+            forecast=None if record.forecast is None else schemas.RunForecast(**asdict(record.forecast)),
         )
     return schemas.RunPage(
         dag_id=view.dag_id,

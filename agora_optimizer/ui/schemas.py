@@ -223,14 +223,24 @@ class RunRepairRow(BaseModel):
     detail: str
 
 
+class RunForecast(BaseModel):
+    """What the run was expected to be at its last re-plan (learning during the run, docs/running-plans.md)."""
+
+    at_s: float = Field(description="When the forecast was made, in seconds from the DAG run's start.")
+    end_s: float = Field(description="The run's expected end, in seconds from its start.")
+    end_at: datetime | None = Field(description="The same on the wall clock.")
+    cost_usd: float = Field(description="The run's expected whole cost, the leases already paid included.")
+
+
 class RunDetail(BaseModel):
-    """The selected run: its row, notes and repairs (its chart is ``run-gantt.svg?run_id=``)."""
+    """The selected run: its row, notes, repairs and forecast (its chart is ``run-gantt.svg?run_id=``)."""
 
     run: RunRow
     tasks: int
     machines: int
     notes: list[str]
     repairs: list[RunRepairRow]
+    forecast: RunForecast | None = Field(default=None, description="Null for a run never re-planned.")
 
 
 class RunPage(BaseModel):

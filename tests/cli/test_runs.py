@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -159,3 +160,26 @@ def test_a_run_planned_at_no_cost_shows_its_cost_ratio_as_n_a(tmp_path: Path, mo
     listed = runner.invoke(runs_app, ["list", "--store", url])
     free_row = next(line for line in listed.stdout.splitlines() if " free " in line)
     assert [cell.strip() for cell in free_row.split("│")][-4:-1] == ["0.0000", "n/a", "0"]  # cost, its ratio, repairs
+
+
+def test_show_gives_the_runs_forecast_and_a_run_still_going_its_repairs_so_far(tmp_path: Path) -> None:
+    from agora_optimizer.runs.record import Repair
+
+    url = f"sqlite:///{tmp_path / 'traces.db'}"
+    late = Repair(30.0, "category sim runs 1.85x its planned time", ("sim_3",), "list schedule", 95.5, 0.0456)
+    with RunStore(url) as store:
+        store.add_repair("dag", "going", replace(late, forecast_end_at=T0 + timedelta(seconds=95.5)))
+        store.put(record("done"))
+        store.add_repair("dag", "done", late)
+    runner = CliRunner()
+    going = runner.invoke(runs_app, ["show", "dag", "going", "--store", url])
+    assert going.exit_code == 0, going.output
+    assert going.stdout.startswith("dag going: running, not recorded yet; 1 repair(s) so far\n")
+    assert "forecast: ends at 95.5 s (2026-03-01 12:01:35 UTC), costs 0.0456 USD (forecast at 30.0 s)" in going.stdout
+    assert "repair at 30.0 s: category sim runs 1.85x its planned time (sim_3)" in going.stdout
+    data = json.loads(runner.invoke(runs_app, ["show", "dag", "going", "--store", url, "--json"]).stdout)
+    assert data["state"] == "running" and data["forecast"]["end_s"] == 95.5 and data["forecast"]["cost_usd"] == 0.0456
+    done = runner.invoke(runs_app, ["show", "dag", "done", "--store", url])
+    assert done.exit_code == 0 and "forecast: ends at 95.5 s, costs 0.0456 USD (forecast at 30.0 s)" in done.stdout
+    plain = runner.invoke(runs_app, ["show", "dag", "never", "--store", url])
+    assert plain.exit_code == 2 and "no record of run 'never' of DAG 'dag'" in plain.stderr

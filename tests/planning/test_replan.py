@@ -397,3 +397,41 @@ def test_a_re_plan_packs_gpus_beside_the_tasks_that_run() -> None:
     ] == []
     with pytest.raises(UnplaceableTaskError, match=r"task 'big' needs 4 GPUs.*the most is g with 2"):
         replan(Workflow.create("wf", [Task("big", 1.0, 1, GIB, "t", gpus=4)], []), cat, plan, {}, now_s=0.0)
+
+
+# a -> b -> c on the cheap type, 10 s each; a ran twice as long. The fast type is twice as fast at four times the
+# price: dearer for the same work.
+LATE_CHAIN = workflow({"a": 10.0, "b": 10.0, "c": 10.0}, [("a", "b", 0), ("b", "c", 0)])
+TWO_SPEEDS = catalog(resource("cheap", count=1), resource("fast", speed=2.0, price_per_hour_usd=14.4, count=2))
+CHAIN_ON_CHEAP = [("a", "cheap#0", 0.0), ("b", "cheap#0", 10.0), ("c", "cheap#0", 20.0)]
+
+
+def test_a_deadline_at_risk_moves_tasks_to_a_faster_type_and_the_answer_says_so(tmp_path: Path) -> None:
+    objective = Objective(kind="cost", deadline_s=35.0)
+    plan = plan_of(LATE_CHAIN, TWO_SPEEDS, CHAIN_ON_CHEAP, objective)
+    result = replan(LATE_CHAIN, TWO_SPEEDS, plan, {"a": Done("cheap#0", 20.0, 0.0)}, now_s=20.0)
+    check(LATE_CHAIN, TWO_SPEEDS, result, objective, tmp_path)
+    assert result.makespan_s <= 35.0 and result.method == "deadline"
+    assert "fast" in {a.resource for a in result.assignments}
+    note = result.deadline_note
+    assert note.startswith("deadline at risk: the run ends at 40.0 s, past its deadline 35.0 s; ")
+    assert "2 tasks moved to faster types (b cheap -> fast, c cheap -> fast)" in note and "(keeps it)" in note
+    assert note.endswith(f"for {result.cost_usd:.4f} USD, +0.0200 USD")  # what keeping it costs
+
+
+def test_without_a_deadline_a_late_run_keeps_its_cost_down_on_the_cheaper_type(tmp_path: Path) -> None:
+    objective = Objective(kind="cost")
+    plan = plan_of(LATE_CHAIN, TWO_SPEEDS, CHAIN_ON_CHEAP, objective)
+    result = replan(LATE_CHAIN, TWO_SPEEDS, plan, {"a": Done("cheap#0", 20.0, 0.0)}, now_s=20.0)
+    check(LATE_CHAIN, TWO_SPEEDS, result, objective, tmp_path)
+    assert {a.resource for a in result.assignments} == {"cheap"} and result.makespan_s == pytest.approx(40.0)
+    assert result.deadline_note == "" and result.method != "deadline"
+
+
+def test_a_deadline_no_type_can_keep_says_so_and_breaks_no_budget(tmp_path: Path) -> None:
+    objective = Objective(kind="cost", deadline_s=35.0, budget_usd=0.045)  # b and c on fast cost 0.06 in all
+    plan = plan_of(LATE_CHAIN, TWO_SPEEDS, CHAIN_ON_CHEAP, objective)
+    result = replan(LATE_CHAIN, TWO_SPEEDS, plan, {"a": Done("cheap#0", 20.0, 0.0)}, now_s=20.0)
+    check(LATE_CHAIN, TWO_SPEEDS, result, replace(objective, deadline_s=None), tmp_path)  # within the budget
+    assert {a.resource for a in result.assignments} == {"cheap"} and result.makespan_s == pytest.approx(40.0)
+    assert result.deadline_note.startswith("deadline at risk: the run ends at 40.0 s, past its deadline 35.0 s")

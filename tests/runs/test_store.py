@@ -9,7 +9,7 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from agora_optimizer.runs.lease_record import LeaseRecord
-from agora_optimizer.runs.record import Repair, RunLease, RunRecord, RunTask
+from agora_optimizer.runs.record import Forecast, Repair, RunLease, RunRecord, RunTask, forecast_of
 from agora_optimizer.runs.store import RunStore
 from agora_optimizer.traces.store import SCHEMA_VERSION, TraceStore
 
@@ -80,6 +80,38 @@ def test_repairs_of_a_run_not_yet_recorded_are_kept_in_time_order(store_url: str
     assert back is not None and [r.reason for r in back.repairs] == ["machine lost", "late start"]
 
 
+def test_a_runs_forecast_is_its_last_re_plans_and_survives_the_store_while_the_run_has_no_record(
+    store_url: str,
+) -> None:
+    paris = timezone(timedelta(hours=1))
+    first = Repair(10.0, "task a ended late", ("b",), "d", 70.0, 0.6, (T0 + timedelta(seconds=70)).astimezone(paris))
+    lost = Repair(12.0, "machine vm#1 cannot be had")  # re-planned nothing: no forecast
+    second = Repair(20.0, "category sim runs 1.85x", ("c",), "d", 95.5, 0.75, T0 + timedelta(seconds=95.5))
+    with RunStore(store_url) as store:
+        for repair in (first, lost, second):
+            store.add_repair("dag", "r1", repair)
+        back = store.repairs("dag", "r1")
+        assert back == [first, lost, second]  # the same instants, back in UTC
+        assert back[0].forecast_end_at is not None and back[0].forecast_end_at.utcoffset() == timedelta(0)
+        store.put(record())
+        recorded = store.get("dag", "r1")
+    assert forecast_of(back) == Forecast(20.0, 95.5, 0.75, T0 + timedelta(seconds=95.5))
+    assert forecast_of(back[:2]) == Forecast(10.0, 70.0, 0.6, T0 + timedelta(seconds=70))
+    assert forecast_of([lost]) is None and record().forecast is None
+    assert recorded is not None and recorded.forecast == forecast_of(back)
+    data = recorded.to_json()
+    assert data["forecast"] == {
+        "at_s": 20.0,
+        "end_s": 95.5,
+        "cost_usd": 0.75,
+        "end_at": "2026-03-01T12:01:35.500000+00:00",
+    }
+    assert data["repairs"][1]["forecast_end_at"] is None
+    assert Forecast(20.0, 95.5, 0.75, T0 + timedelta(seconds=95.5)).text() == (
+        "ends at 95.5 s (2026-03-01 12:01:35 UTC), costs 0.7500 USD (forecast at 20.0 s)"
+    )
+
+
 def test_reported_leases_upsert_by_allocation(store_url: str) -> None:
     first = LeaseRecord("dag", "r1", "vm#0", "vm", "slurm", "42", T0, T0 + timedelta(seconds=30), "slurm accounting")
     later = replace(first, ended_at=T0 + timedelta(seconds=45))  # the same allocation, reported again
@@ -135,9 +167,26 @@ def test_a_version_3_store_upgrades_and_its_records_read_with_no_expected_cost(t
         connection.exec_driver_sql("UPDATE agora_schema_version SET version = 3")
     engine.dispose()
     with RunStore(url) as store:
-        assert store.schema_version == SCHEMA_VERSION == 4
+        assert store.schema_version == SCHEMA_VERSION >= 4
         old = store.get("dag", "old")
         assert old is not None and old.planned_expected_cost_usd is None and old.tasks == record().tasks
         store.put(record("spot", planned_expected_cost_usd=0.0123))
         spot = store.get("dag", "spot")
         assert spot is not None and spot.planned_expected_cost_usd == 0.0123
+
+
+def test_a_version_4_store_upgrades_and_its_repairs_read_with_no_forecast(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'traces.db'}"
+    with RunStore(url) as store:
+        store.add_repair("dag", "r1", Repair(10.0, "machine lost", ("a",), "x"))
+    engine = sa.create_engine(url)
+    with engine.begin() as connection:  # back to version 4: the repairs table without the forecast
+        for column in ("forecast_end_s", "forecast_cost_usd", "forecast_end_at"):
+            connection.exec_driver_sql(f"ALTER TABLE agora_run_repairs DROP COLUMN {column}")
+        connection.exec_driver_sql("UPDATE agora_schema_version SET version = 4")
+    engine.dispose()
+    with RunStore(url) as store:
+        assert store.schema_version == SCHEMA_VERSION >= 5
+        assert store.repairs("dag", "r1") == [Repair(10.0, "machine lost", ("a",), "x")]
+        store.add_repair("dag", "r1", Repair(20.0, "late", ("b",), "y", 50.0, 0.1, T0))
+        assert forecast_of(store.repairs("dag", "r1")) == Forecast(20.0, 50.0, 0.1, T0)

@@ -329,3 +329,23 @@ def test_a_runs_expected_cost_with_spot_interruptions_is_shown_beside_its_planne
     rows = dict(re.findall(r'<tr data-run-id="([^"]+)"[^>]*>(.*?)</tr>', page, re.S))
     assert 'class="expected"' in rows["scheduled__planned5"] and "expected 0.0123" in rows["scheduled__planned5"]
     assert "expected" not in rows["scheduled__planned3"]
+
+
+def test_a_run_still_going_shows_its_repairs_and_its_forecast(client: TestClient, data: Data) -> None:
+    end_at = START + timedelta(seconds=130)
+    going = Repair(30.0, "category aggregate runs 1.85x its planned time", ("aggregate",), "d", 130.0, 0.0456, end_at)
+    with RunStore(data.url) as store:
+        store.add_repair(DAG, "scheduled__going", going)
+    answer = client.get(f"/api/dags/{DAG}/runs", params={"run_id": "scheduled__going"}).json()
+    assert "scheduled__going" not in [r["run_id"] for r in answer["runs"]]  # not recorded: not among the runs
+    selected = answer["selected"]
+    assert selected["run"]["state"] == "running" and [r["reason"] for r in selected["repairs"]] == [going.reason]
+    assert selected["forecast"] == {"at_s": 30.0, "end_s": 130.0, "end_at": "2026-11-01T00:02:10Z", "cost_usd": 0.0456}
+    page = client.get(f"/dags/{DAG}/runs", params={"run_id": "scheduled__going"}).text
+    forecast = re.search(r'<p id="forecast">(.*?)</p>', page, re.S)
+    assert forecast is not None and " ".join(forecast[1].split()) == (
+        "Forecast at 30.0 s: ends at 130.0 s (2026-11-01 00:02:10 UTC), costs 0.0456 USD."
+    )
+    assert client.get(f"/dags/{DAG}/run-gantt.svg", params={"run_id": "scheduled__going"}).status_code == 200
+    newest = client.get(f"/api/dags/{DAG}/runs").json()["selected"]
+    assert newest["run"]["run_id"] == "scheduled__planned5" and newest["forecast"] is None  # never re-planned

@@ -4,7 +4,7 @@ and the actions it returns for the executor to carry out. Plain frozen dataclass
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeAlias
 
@@ -277,7 +277,8 @@ class FeedJob:
 
 @dataclass(frozen=True)
 class Replan:
-    """Re-plan the run (its ``book`` and ``repair`` state, at the monotonic ``now_s``, for ``drifts``); feed back
+    """Re-plan the run (its ``book`` and ``repair`` state, at the monotonic ``now_s``, for ``drifts``), each task of
+    ``runtime_factors`` lasting that many times its planned runtime (learned during the run); feed back
     :class:`Replanned`, or :class:`ReplanFailed` when it raises."""
 
     run: Run
@@ -285,6 +286,7 @@ class Replan:
     repair: RunRepair
     now_s: float
     drifts: tuple[Drift, ...]
+    runtime_factors: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """The DAG runs the AgoraExecutor runs, as one state machine (no I/O, no Airflow): books, repairs, fallbacks, outages.
 
-Why one module of some 560 lines: it is one state (the runs' books, repairs, leases, fallbacks, outages)
+Why one module of some 570 lines: it is one state (the runs' books, repairs, leases, fallbacks, outages)
 and the handlers that change it, each a few lines, with the table of handlers at its end; split by
 topic, one event's effect on the books and on the repairs would be read in two files. Its vocabulary,
 the events and actions, is :mod:`~agora_optimizer.executor.runs.events`.
@@ -9,6 +9,7 @@ A job's own life is :mod:`~agora_optimizer.executor.lifecycle`'s. What spans job
 :class:`RunMachine`: each planned run's book (:class:`~agora_optimizer.executor.runs.machine_order.RunBook`:
 which of its tasks started and ended on their planned machines, and its plan clock), its repair state
 (:class:`~agora_optimizer.executor.runs.repair.RunRepairs`: drifts, re-planned placements, retries to come),
+what it learned of its categories' runtimes (:class:`~agora_optimizer.executor.runs.learning.RunLearning`),
 the leases open for its machines (:class:`~agora_optimizer.executor.runs.leases.OpenLeases`), the task
 instances an interruption moved off spot (their fallback, :mod:`~agora_optimizer.executor.runs.interruptions`),
 and each backend's outage. The executor feeds it events through one entry point, :meth:`RunMachine.handle`,
@@ -22,7 +23,8 @@ machine). The whole machine, at a glance::
     LeaseRefused     the backend refused it               replaced machines              RecordRepair, Log
     AskAheadDue      sync: predicted waits by resource    -                              OpenLease (ahead)
     LeasesDue        sync: the lease keys jobs hold       open leases                    CloseLease, Log
-    StatusRead       a poll's answer for a job            the book, drifts, retries      -
+    StatusRead       a poll's answer for a job            the book, drifts, retries,     -
+                                                          the run's learned runtimes
     JobLeft          a job left the table                 the book                       -
     StatesDue        sync: the runs of held jobs          when states were read          ReadStates
     StatesRead       Airflow's task states of a run       the book, drifts, retries      -
@@ -100,9 +102,10 @@ from agora_optimizer.executor.runs.interruptions import (
     interruption_repair,
     on_fallback,
 )
+from agora_optimizer.executor.runs.learning import RunLearning
 from agora_optimizer.executor.runs.leases import OpenLeases, machine_lease, replaced_repair
 from agora_optimizer.executor.runs.machine_order import MachineOrder, MachinePlan, ReplacedMachine, RunBook, may_start
-from agora_optimizer.executor.runs.repair import RunRepair, RunRepairs, clock_at
+from agora_optimizer.executor.runs.repair import RunRepair, RunRepairs, clock_at, on_the_wall
 from agora_optimizer.model.catalog import Resource
 from agora_optimizer.model.placement import Placement
 
@@ -129,6 +132,7 @@ class RunMachine:
         self._resources = resources
         self._books: BoundedDict[Run, RunBook] = BoundedDict(RUNS_MAX)
         self._repairs = RunRepairs()
+        self._learning = RunLearning()
         self._leases = OpenLeases()
         self._fallbacks: BoundedDict[Instance, str] = BoundedDict(FALLBACKS_MAX)
         self._outage_since: dict[str, float] = {}  # backend -> when its polls began to fail
@@ -161,6 +165,11 @@ class RunMachine:
     def repair_state(self, run: Run) -> RunRepair:
         """The run's repair state (drifts waiting, re-planned placements, repairs made), empty at first."""
         return self._repairs.run(*run)
+
+    def runtime_factors(self, run: Run) -> dict[str, float]:
+        """What the run taught of its runtimes: each task to come whose category's factor is not 1."""
+        book = self._books.get(run)
+        return {} if book is None else self._learning.factors(run, book)
 
     @property
     def on_fallback(self) -> Mapping[Instance, str]:
@@ -334,6 +343,7 @@ class RunMachine:
         end_s = clock_at(book, now.monotonic_s, now.wall, ended_at)
         if book.end(task_id, end_s) and status is not None:
             self._repairs.ended(book, dag_id, run_id, task_id, end_s)
+            self._learning.ended(book, record, status, end_s, now, self._repairs)  # its category's runtimes
         if status is not None and status.phase in ("finished", "lost") and not status.succeeded:
             retry_bytes = math.ceil(record.memory_bytes * OOM_RETRY_GROWTH)
             self._repairs.failed(book, dag_id, run_id, task_id, status, retry_bytes)
@@ -405,7 +415,8 @@ class RunMachine:
             drifts, repair.drifts, repair.last_s = repair.drifts, [], now.monotonic_s
             book = self._books.get(run)
             if book is not None:
-                actions.append(Replan(run, book, repair, now.monotonic_s, tuple(drifts)))
+                factors = self.runtime_factors(run)
+                actions.append(Replan(run, book, repair, now.monotonic_s, tuple(drifts), factors))
         return actions
 
     def _replanned(self, event: Replanned, now: Now) -> list[RunAction]:
@@ -417,10 +428,11 @@ class RunMachine:
         book.order = fixed.order
         repair.overrides.update(fixed.overrides)
         repair.repairs += 1
+        self._learning.applied(event.run, book, fixed.runtime_factors)
         dag_id, run_id = event.run
         return [
             MoveHeld(event.run, fixed.overrides, f"repair at {fixed.repair.at_s:.1f} s"),
-            RecordRepair(event.run, fixed.repair),
+            RecordRepair(event.run, on_the_wall(fixed.repair, book.clock_s(now.monotonic_s), now.wall)),
             Log(
                 "warning",
                 f"agora: repaired {dag_id} run {run_id} at {fixed.repair.at_s:.1f} s: {fixed.repair.reason}; "

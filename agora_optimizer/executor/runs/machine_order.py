@@ -86,10 +86,12 @@ class MachinePlan:
 
 @dataclass(frozen=True)
 class MachineOrder:
-    """Every planned machine of one plan, and which machine each task is on."""
+    """Every planned machine of one plan, and which machine each task is on; ``categories``: each task's category
+    as the plan's workflow names it (empty when the plan was saved without it: a task's stem serves then)."""
 
     machines: Mapping[str, MachinePlan]
     by_task: Mapping[str, PlannedTask]
+    categories: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_plan(cls, plan: Plan, resources: Mapping[str, Resource]) -> MachineOrder:

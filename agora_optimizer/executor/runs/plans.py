@@ -6,6 +6,9 @@ placements).
 machines (:class:`~agora_optimizer.executor.runs.machine_order.MachineOrder`) is read from the plan store
 once per (DAG, version). A plan that is gone or unreadable leaves its tasks unordered, with one log line.
 
+Each order carries its tasks' categories from the workflow the plan was made from (read with it), which
+learning during a run groups tasks by (:mod:`~agora_optimizer.executor.runs.learning`).
+
 **Run plans.** ``agora optimize --dags ... --window 24h --apply`` plans every run of a window and keeps each
 run's plan in the plan store by the run's ``run_after`` (:meth:`~agora_optimizer.plans.store.PlanStore.save_run`);
 the DAG's current plan, which the cluster policy routes from at parse time, is its first run's. When
@@ -103,12 +106,23 @@ class PlanReader:
                     self._log.warning("agora: plan %s of DAG %s not found; its tasks run unordered", version, dag_id)
                 else:
                     order = MachineOrder.from_plan(stored.plan, self._resources)
+                    order = replace(order, categories=self._categories(dag_id, version))
             except AgoraError as exc:
                 self._log.warning(
                     "agora: plan %s of DAG %s unreadable (%s); its tasks run unordered", version, dag_id, exc
                 )
             self._orders[(dag_id, version)] = order
         return self._orders[(dag_id, version)]
+
+    def _categories(self, dag_id: str, version: str) -> dict[str, str]:
+        """Each task's category in the workflow the plan was made from (what learning during a run groups by,
+        :mod:`~agora_optimizer.executor.runs.learning`); empty when the plan kept none or it cannot be read."""
+        try:
+            workflow = self._store().workflow(dag_id, version)
+        except AgoraError as exc:
+            self._log.warning("agora: workflow of plan %s of DAG %s unreadable (%s)", version, dag_id, exc)
+            return {}
+        return {} if workflow is None else {task.id: task.category for task in workflow.tasks if task.category}
 
     def run_plan(self, dag_id: str, run_id: str) -> StoredRunPlan | None:
         """The plan the run follows, None when it has none or it cannot be used (logged once per run)."""

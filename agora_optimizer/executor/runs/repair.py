@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from agora_optimizer.errors import AgoraError
 from agora_optimizer.executor.bounded import BoundedDict
@@ -132,14 +132,23 @@ class Repaired:
     overrides: dict[str, Assignment]
     moved: dict[str, Assignment]  # the re-planned tasks now on another machine
     repair: Repair
+    runtime_factors: Mapping[str, float] = field(default_factory=dict)  # by task: the runtimes it was planned from
 
 
 def repaired(
-    book: RunBook, answer: Replan, resources: Mapping[str, Resource], drifts: list[Drift], clock_s: float
+    book: RunBook,
+    answer: Replan,
+    resources: Mapping[str, Resource],
+    drifts: list[Drift],
+    clock_s: float,
+    runtime_factors: Mapping[str, float] | None = None,
+    note: str = "",
 ) -> Repaired:
-    """The run ``book`` after the re-plan ``answer`` (made at plan clock ``clock_s`` for ``drifts``)."""
+    """The run ``book`` after the re-plan ``answer`` (made at plan clock ``clock_s`` for ``drifts``, from its
+    runtimes corrected by ``runtime_factors``, which ``note`` says in words); its repair carries the run's forecast
+    on the plan clock (the wall clock is the run machine's to add)."""
     before = book.order.by_task
-    order = MachineOrder.from_assignments(answer.schedule, resources)
+    order = replace(MachineOrder.from_assignments(answer.schedule, resources), categories=book.order.categories)
     changed = [
         a
         for a in answer.assignments
@@ -155,10 +164,20 @@ def repaired(
         f"not yet queued re-placed, {len(moved)} on another machine"
         + (f" ({', '.join(shown[:MOVES_SHOWN])}{more})" if shown else "")
         + f"; predicted makespan {answer.makespan_s:.1f} s, cost {answer.cost_usd:.4f} USD"
+        + (f"; {note}" if note else "")
     )
     reasons = list(dict.fromkeys(drift.reason for drift in drifts))
-    repair = Repair(round(clock_s, 3), "; ".join(reasons), tuple(a.task for a in changed), detail)
-    return Repaired(order, {a.task: a for a in answer.assignments}, moved, repair)
+    if answer.deadline_note:
+        reasons.append(answer.deadline_note)
+    repair = Repair(
+        round(clock_s, 3),
+        "; ".join(reasons),
+        tuple(a.task for a in changed),
+        detail,
+        forecast_end_s=round(answer.makespan_s, 3),
+        forecast_cost_usd=answer.cost_usd,
+    )
+    return Repaired(order, {a.task: a for a in answer.assignments}, moved, repair, dict(runtime_factors or {}))
 
 
 class RepairError(AgoraError):
@@ -257,6 +276,13 @@ def clock_at(book: RunBook, now_s: float, now_wall: datetime, moment: datetime |
     if moment is None:
         return clock_s
     return min(clock_s, clock_s - (now_wall - moment).total_seconds())
+
+
+def on_the_wall(repair: Repair, clock_s: float, wall: datetime) -> Repair:
+    """``repair`` with its forecast's end on the wall clock too: ``wall`` is plan clock ``clock_s``."""
+    if repair.forecast_end_s is None:
+        return repair
+    return replace(repair, forecast_end_at=wall + timedelta(seconds=repair.forecast_end_s - clock_s))
 
 
 def _try_key(book: RunBook, task_id: str) -> str:

@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from agora_optimizer.executor.bounded import BoundedDict
+from agora_optimizer.executor.runs.learning import corrected_workflow, correction_note
 from agora_optimizer.executor.runs.machine_order import RunBook
 from agora_optimizer.executor.runs.repair import (
     Drift,
@@ -52,8 +53,17 @@ class Replanner:
         self._catalog: Catalog | None = None
         self._inputs: BoundedDict[tuple[str, str], tuple[Plan, Workflow | None]] = BoundedDict(PLANS_MAX)
 
-    def replan(self, book: RunBook, run: RunRepair, now_s: float, drifts: list[Drift]) -> Repaired:
-        """Re-plan the run's tasks not yet queued at the executor's monotonic ``now_s``; raises on any trouble."""
+    def replan(
+        self,
+        book: RunBook,
+        run: RunRepair,
+        now_s: float,
+        drifts: list[Drift],
+        runtime_factors: Mapping[str, float] | None = None,
+    ) -> Repaired:
+        """Re-plan the run's tasks not yet queued at the executor's monotonic ``now_s``, each task of
+        ``runtime_factors`` lasting that many times its planned runtime (learned during the run,
+        :mod:`~agora_optimizer.executor.runs.learning`); raises on any trouble."""
         plan, workflow = self._plan_and_workflow(run.dag_id, book.plan_version)
         if workflow is None:
             raise RepairError(
@@ -65,8 +75,11 @@ class Replanner:
         clock_s = book.clock_s(now_s)
         state = replan_state(book, clock_s, run.retries)
         catalog = repair_catalog(self._catalog_of(), plan)
-        answer = replan(workflow, catalog, plan, state, clock_s, time_limit_s=REPLAN_TIME_LIMIT_S)
-        return repaired(book, answer, self._resources, drifts, clock_s)
+        factors = {task: f for task, f in (runtime_factors or {}).items() if task in workflow.by_id}
+        corrected = corrected_workflow(workflow, factors)
+        answer = replan(corrected, catalog, plan, state, clock_s, time_limit_s=REPLAN_TIME_LIMIT_S)
+        note = correction_note(workflow, factors)
+        return repaired(book, answer, self._resources, drifts, clock_s, factors, note)
 
     def _plan_and_workflow(self, dag_id: str, version: str) -> tuple[Plan, Workflow | None]:
         if (dag_id, version) not in self._inputs:

@@ -60,10 +60,14 @@ class Sleeping(Recording):
         return super().submit(replace(spec, command=(*spec.command, "--", sys.executable, "-c", code)))
 
 
-def save_plan(plan_dir: Path, planned: dict[str, tuple[str, float, float, float]], with_workflow: bool = True) -> str:
+def save_plan(
+    plan_dir: Path, planned: dict[str, tuple[str, float, float, float]], with_workflow: bool = True, category: str = ""
+) -> str:
+    """The plan and the workflow it was made from, each task its own category (the executor learns nothing of one
+    task from another: these tests are of drifts), or all of ``category``."""
     workflow = Workflow.create(
         "unit",
-        [Task(task, runtime, 1, 256 * MIB, "cat") for task, (_, _, _, runtime) in planned.items()],
+        [Task(task, runtime, 1, 256 * MIB, category or task) for task, (_, _, _, runtime) in planned.items()],
         [Edge("a", "b")] if {"a", "b"} <= planned.keys() else [],
     )
     assignments = tuple(
@@ -302,3 +306,29 @@ def test_a_re_plan_never_moves_a_task_onto_a_celery_pool_it_was_not_planned_on()
         plan, assignments=(*planned[:2], replace(planned[2], resource="pool_large", machine="pool_large#0"))
     )
     assert [r.name for r in repair_catalog(catalog, on_pool).resources] == ["slurm-small", "pool_large"]
+
+
+def test_a_repair_that_keeps_a_deadline_at_risk_says_so_and_carries_the_runs_forecast() -> None:
+    from agora_optimizer.executor.runs.repair import repaired
+    from agora_optimizer.model.catalog import Billing, Catalog, Resource
+    from agora_optimizer.planning.replan import replan
+
+    cheap = Resource("cheap", "aws", 1, 4, 1.0, 3.6, 1, Billing(1.0, 0.0))
+    fast = Resource("fast", "aws", 1, 4, 2.0, 14.4, 2, Billing(1.0, 0.0))  # twice as fast, four times the price
+    catalog = Catalog((cheap, fast), 1e9)
+    workflow = Workflow.create("chain", [Task(t, 10.0, 1, GIB, "c") for t in "abc"], [Edge("a", "b"), Edge("b", "c")])
+    planned = tuple(Assignment(t, "cheap", "cheap#0", 10.0 * i, 10.0 * (i + 1), 1, GIB) for i, t in enumerate("abc"))
+    solver = SolverInfo("list-scheduling", "heuristic", None, 0.1)
+    objective = Objective(kind="cost", deadline_s=35.0)
+    plan = Plan("chain", "c", objective, 30.0, 0.03, planned, solver, "2026-12-05T00:00:00Z")
+    book = RunBook(MachineOrder.from_plan(plan, catalog.by_name), origin_s=0.0)
+    book.start("a", 0.0)
+    book.end("a", 20.0)
+    answer = replan(workflow, catalog, plan, replan_state(book, 20.0, {}), 20.0, time_limit_s=5.0)
+    late = Drift("a", "task a ended 100 % later than planned (at 20.0 s, planned 10.0 s)")
+    fixed = repaired(book, answer, catalog.by_name, [late], 20.0)
+    reason = fixed.repair.reason
+    assert reason.startswith(late.reason + "; deadline at risk: the run ends at 40.0 s, past its deadline 35.0 s; ")
+    assert "moved to faster types" in reason and {a.resource for a in fixed.moved.values()} == {"fast"}
+    assert fixed.repair.forecast_end_s == pytest.approx(answer.makespan_s) and answer.makespan_s <= 35.0
+    assert fixed.repair.forecast_cost_usd == pytest.approx(answer.cost_usd) and fixed.repair.forecast_end_at is None

@@ -1,0 +1,224 @@
+"""Learning during a run: each category's runtimes corrected from its tasks that ended (pure: no I/O, no clock).
+
+A plan's runtimes are predictions, and on new inputs a whole category can be off by the same factor
+(docs/prediction.md: the same inputs ran 10x longer in another instance, while within one run a
+category's median predicts its other tasks within 2-28 % for most families). So, per run and per
+category (the task's category as the plan's workflow names it, :attr:`MachineOrder.categories`; else
+the task's stem, ``mProject_ID0000001`` -> ``mProject``, ``load[3]`` -> ``load``), each task that ends
+is an observation: its real runtime (from its start, or its release to its machine, to its end, on
+the run's plan clock) over its planned runtime on the type it ran on. A task within
+``[agora] replan_min_late_s`` of its planned runtime ran as planned (the platform's jitter, as for a
+drift). The category's factor is the observations' mean in log space, shrunk toward 1 with few of
+them::
+
+    factor = exp(mean(log ratio) * n / (n + k))
+
+``k`` is :data:`SHRINK_K`, the ratio of the two variances the evidence has: a category's tasks
+within one run spread about 0.25 in log around their median (the 2-28 % above), while the model's
+error on new inputs is about 0.5 in log (a runtime MdAPE of 0.634 at the median over ten unseen
+sizes, issue 34): k = (0.25 / 0.5)^2, so one task that ran 2x moves its category to 1.74x, two to
+1.85x. Where the run is the evidence, the run wins fast; one outlier cannot move a category alone
+past what a second task confirms. Measured (``bench/learning_in_run.py --dir ../shared/data/wfinstances
+--k 0.25,1,2``: 20 WfInstance runs, each predicted by its categories' medians in another instance of its
+family), the runtime MdAPE of the tasks with one of their category ended before them is 0.675 from the
+model alone, 0.327 corrected with k = 0.25, 0.331 with k = 1 and 0.364 with k = 2.
+
+The factor is applied to the category's tasks that have not ended (their planned runtimes are
+multiplied by it) at every re-plan of the run (:class:`~agora_optimizer.executor.runs.events.Replan`'s
+``runtime_factors``, read by :class:`~agora_optimizer.executor.runs.replanner.Replanner`). A factor that
+moves by more than ``[agora] replan_slack`` from the one the run's plan carries now, while the category
+still has tasks to come, is a drift of its own (:class:`~agora_optimizer.executor.runs.repair.Drift`):
+the run is re-planned from the corrected runtimes before any of those tasks runs late. A re-planned
+task's planned runtime carries its factor, so its own observation divides it out again: each task is
+compared with the model's prediction, never with a prediction already corrected.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+from agora_optimizer.executor.bounded import BoundedDict
+from agora_optimizer.executor.jobs.records import JobRecord
+from agora_optimizer.executor.jobs.spec import JobStatus
+from agora_optimizer.executor.lifecycle import Now
+from agora_optimizer.executor.runs.machine_order import RunBook
+from agora_optimizer.executor.runs.repair import Drift, RunRepairs, clock_at
+from agora_optimizer.model.instances import split_instance
+from agora_optimizer.model.limits import MAX_RUNTIME_S
+from agora_optimizer.model.workflow import Workflow, category_of
+
+SHRINK_K = 0.25  # observations' weight n / (n + k): (0.25 / 0.5)^2, the within-run over the model's log spread
+RATIO_LIMIT = 100.0  # an observation further off than this is clamped (a stuck task, a clock jump)
+FACTOR_SHOWN = 5  # categories listed in a repair's detail
+RUNS_MAX = 1024  # runs whose corrections are kept
+
+Run = tuple[str, str]
+
+
+def task_category(book: RunBook, task_id: str) -> str:
+    """The task's category: its plan's workflow's, else its stem (``load[3]`` -> ``load``)."""
+    return book.order.categories.get(task_id) or _stem(task_id)
+
+
+@functools.lru_cache(maxsize=65536)
+def _stem(task_id: str) -> str:
+    return category_of(split_instance(task_id)[0])
+
+
+def shrunk_factor(log_ratios: list[float], k: float = SHRINK_K) -> float:
+    """``exp(mean(log_ratios) * n / (n + k))``: 1 with no observation, toward their mean with more."""
+    n = len(log_ratios)
+    if n == 0:
+        return 1.0
+    return math.exp(sum(log_ratios) / n * n / (n + k))
+
+
+@dataclass
+class _Category:
+    log_ratios: list[float] = field(default_factory=list)
+    applied: float = 1.0  # the factor the run's plan carries for the category now (its last re-plan's)
+
+
+@dataclass
+class RunCorrection:
+    """One run's corrections: each category's observations, and the factor each task's planned runtime carries."""
+
+    categories: dict[str, _Category] = field(default_factory=dict)
+    carried: dict[str, float] = field(default_factory=dict)  # task -> factor its planned runtime was re-planned with
+
+    def factors(self, k: float = SHRINK_K) -> dict[str, float]:
+        """Each category's factor (those with no task ended: none)."""
+        return {category: shrunk_factor(found.log_ratios, k) for category, found in self.categories.items()}
+
+
+class RunLearning:
+    """Every run's corrections (:class:`RunCorrection`, by ``(dag_id, run_id)``), fed by the tasks that end.
+
+    ``k``: the shrinkage (:data:`SHRINK_K`). The run machine feeds :meth:`ended`, asks :meth:`factors` for
+    each re-plan and tells :meth:`applied` what the re-plan used.
+    """
+
+    def __init__(self, k: float = SHRINK_K) -> None:
+        self.k = k
+        self.runs: BoundedDict[Run, RunCorrection] = BoundedDict(RUNS_MAX)
+
+    def run(self, run: Run) -> RunCorrection:
+        found = self.runs.get(run)
+        if found is None:
+            found = self.runs[run] = RunCorrection()
+        return found
+
+    def ended(
+        self, book: RunBook, record: JobRecord, status: JobStatus, end_s: float, now: Now, repairs: RunRepairs
+    ) -> None:
+        """The job's task process ended at plan clock ``end_s`` (``status``: its job's): one observation of its
+        category, unless the job is known to have failed. Its runtime runs from its start where the backend
+        says, else from its release to its machine. A drift of its run (in ``repairs``) when the category's
+        factor moved past ``repairs.slack`` from the one the plan carries and tasks of it are to come."""
+        run, task_id = (record.dag_id, record.run_id), record.plan_task
+        started_s = None if status.started_at is None else clock_at(book, now.monotonic_s, now.wall, status.started_at)
+        drift = self._observed(book, run, task_id, status, end_s, started_s, repairs.slack, repairs.min_late_s)
+        if drift is not None:
+            repairs.run(*run).drift(drift)
+
+    def _observed(
+        self,
+        book: RunBook,
+        run: Run,
+        task_id: str,
+        status: JobStatus,
+        end_s: float,
+        started_s: float | None,
+        slack: float,
+        min_late_s: float,
+    ) -> Drift | None:
+        planned = book.order.by_task.get(task_id)
+        released_s = book.started_s.get(task_id)
+        if planned is None or slack <= 0 or (status.phase != "running" and not status.succeeded):
+            return None
+        start_s = max(s for s in (released_s, started_s, -math.inf) if s is not None)
+        if not math.isfinite(start_s):
+            return None
+        correction = self.run(run)
+        model_s = planned.duration_s / correction.carried.get(task_id, 1.0)
+        actual_s = end_s - start_s
+        if model_s <= 0 or actual_s <= 0:
+            return None
+        ratio = 1.0 if abs(actual_s - model_s) <= min_late_s else actual_s / model_s
+        ratio = min(max(ratio, 1 / RATIO_LIMIT), RATIO_LIMIT)
+        category = task_category(book, task_id)
+        found = correction.categories.setdefault(category, _Category())
+        found.log_ratios.append(math.log(ratio))
+        factor = shrunk_factor(found.log_ratios, self.k)
+        if abs(math.log(factor / found.applied)) <= math.log1p(slack):
+            return None  # the common case, decided before the run's tasks are looked through
+        coming = [t for t in _to_come(book) if task_category(book, t) == category]
+        if not coming:
+            return None
+        return Drift(
+            task_id,
+            f"category {category} runs {factor:.2f}x its planned time ({len(found.log_ratios)} tasks ended, "
+            f"the last {ratio:.2f}x); its {len(coming)} tasks to come re-planned at that",
+        )
+
+    def factors(self, run: Run, book: RunBook) -> dict[str, float]:
+        """The factor of each task of the run that has not ended, where its category's is not 1."""
+        correction = self.runs.get(run)
+        if correction is None:
+            return {}
+        by_category = {category: f for category, f in correction.factors(self.k).items() if f != 1.0}
+        if not by_category:
+            return {}
+        found: dict[str, float] = {}
+        for task_id in book.order.by_task:
+            if task_id in book.ended or task_id in book.gone:
+                continue
+            factor = by_category.get(task_category(book, task_id))
+            if factor is not None:
+                found[task_id] = factor
+        return found
+
+    def applied(self, run: Run, book: RunBook, factors: Mapping[str, float]) -> None:
+        """A re-plan of the run used ``factors`` (by task): their planned runtimes carry them from now."""
+        correction = self.run(run)
+        for task_id in book.order.by_task:
+            if task_id not in book.ended and task_id not in book.gone:
+                correction.carried[task_id] = factors.get(task_id, 1.0)
+        for category, factor in correction.factors(self.k).items():
+            correction.categories[category].applied = factor
+
+
+def _to_come(book: RunBook) -> list[str]:
+    """The run's planned tasks that have not started (and will come)."""
+    return [t for t in book.order.by_task if t not in book.started and t not in book.gone]
+
+
+def corrected_workflow(workflow: Workflow, factors: Mapping[str, float]) -> Workflow:
+    """``workflow`` with each task of ``factors`` lasting that many times its runtime (the rest as they are)."""
+    if not factors:
+        return workflow
+    tasks = tuple(
+        replace(task, runtime_s=min(task.runtime_s * factors[task.id], MAX_RUNTIME_S)) if task.id in factors else task
+        for task in workflow.tasks
+    )
+    return replace(workflow, tasks=tasks)
+
+
+def correction_note(workflow: Workflow, factors: Mapping[str, float]) -> str:
+    """The factors of a re-plan in words, by category: ``runtimes corrected from this run: mProject x1.85 (12
+    tasks)``; '' for none."""
+    by_category: dict[str, list[float]] = {}
+    for task in workflow.tasks:
+        if task.id in factors:
+            by_category.setdefault(task.category or category_of(split_instance(task.id)[0]), []).append(
+                factors[task.id]
+            )
+    if not by_category:
+        return ""
+    shown = sorted(by_category.items(), key=lambda item: -abs(math.log(max(item[1]))))
+    words = [f"{name} x{max(values):.2f} ({len(values)} tasks)" for name, values in shown[:FACTOR_SHOWN]]
+    more = f" and {len(shown) - FACTOR_SHOWN} more" if len(shown) > FACTOR_SHOWN else ""
+    return "runtimes corrected from this run: " + ", ".join(words) + more

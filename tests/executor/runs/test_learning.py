@@ -1,0 +1,263 @@
+"""Learning during a run (executor/runs/learning.py): the run machine, driven with its events alone (no executor,
+no backend, no Airflow), corrects a category's runtimes from its tasks that ended and re-plans the rest from them,
+through the real re-planner over a real plan store."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from agora_optimizer.executor.jobs.records import JobRecord
+from agora_optimizer.executor.jobs.spec import JobStatus
+from agora_optimizer.executor.runs.events import (
+    FeedJob,
+    HeldJob,
+    HeldWaiting,
+    LeaseOpened,
+    LeaseWanted,
+    OpenLease,
+    RecordRepair,
+    RepairsDue,
+    Replan,
+    Replanned,
+    StatusRead,
+)
+from agora_optimizer.executor.runs.learning import (
+    SHRINK_K,
+    corrected_workflow,
+    correction_note,
+    shrunk_factor,
+    task_category,
+)
+from agora_optimizer.executor.runs.machine import RunMachine
+from agora_optimizer.executor.runs.machine_order import MachineOrder, RunBook
+from agora_optimizer.executor.runs.replanner import Replanner
+from agora_optimizer.model.placement import Placement
+from agora_optimizer.model.plan import Assignment, Objective, Plan, SolverInfo
+from agora_optimizer.model.workflow import Task, Workflow
+from agora_optimizer.plans.store import PlanStore, plan_version
+from tests.conftest import write_yaml
+from tests.executor.runs.test_machine import CONFIG, GIB, RESOURCES, RUN, T0, now
+from tests.executor.runs.test_repair import Sleeping, executor, hand_over_planned, plans, run_store
+from tests.executor.runs.test_repair import save_plan as save_pool_plan
+from tests.executor.test_executor_machines import heartbeat_until
+
+__all__ = ["executor", "plans"]  # the fixtures, shared
+
+# prep on small#0 for 20 s; four simulations of 10 s each, two per machine, planned after prep's 20 s. The first
+# two are let go at once (first on their machines) and take 20 s: twice their plan, yet they end at 20 s, before
+# their planned end (30 s), so none of them is late; only what they teach moves the plan.
+PLANNED = {
+    "prep": ("small#0", 0.0, 20.0),
+    "sim_1": ("small#1", 20.0, 30.0),
+    "sim_2": ("small#2", 20.0, 30.0),
+    "sim_3": ("small#1", 30.0, 40.0),
+    "sim_4": ("small#2", 30.0, 40.0),
+}
+CATEGORIES = {"prep": "prepare", **{f"sim_{i}": "simulate" for i in range(1, 5)}}
+
+
+def save_plan(plans: Path) -> tuple[PlanStore, str, MachineOrder]:
+    """The plan above and the workflow it was made from, in a real plan store; its version and machine order."""
+    tasks = [Task(t, end - start, 1, GIB, CATEGORIES[t]) for t, (_, start, end) in PLANNED.items()]
+    workflow = Workflow.create("sims", tasks, [])
+    assignments = tuple(Assignment(t, "small", m, start, end, 1, GIB) for t, (m, start, end) in PLANNED.items())
+    solver = SolverInfo("t", "heuristic", None, 0)
+    plan = Plan("sims", "test", Objective(kind="cost"), 40.0, 0.0, assignments, solver, "2026-12-05T00:00:00Z")
+    store = PlanStore(plans)
+    store.save("etl", plan, workflow)
+    version = plan_version(store.current_path("etl").read_bytes())
+    order = replace(MachineOrder.from_plan(plan, RESOURCES), categories=CATEGORIES)
+    return store, version, order
+
+
+def record(task: str, version: str) -> JobRecord:
+    return JobRecord("etl", task, "r1", 1, -1, "small", "local", 1, GIB, "", PLANNED[task][0], version)
+
+
+def let_go(machine: RunMachine, order: MachineOrder, version: str, task: str, at_s: float) -> None:
+    """The task's job is built in its machine's lease and let go to it."""
+    placement = Placement("small", 1, GIB, machine=PLANNED[task][0], plan_version=version)
+    for action in machine.handle(LeaseWanted(RUN, task, placement, order, "local"), now(at_s)):
+        if isinstance(action, OpenLease):
+            opened = LeaseOpened(RUN, action.lease, action.backend, action.order, action.plan_version)
+            machine.handle(opened, now(at_s))
+    [released] = machine.handle(HeldWaiting(HeldJob(task, record(task, version), True, at_s)), now(at_s))
+    assert isinstance(released, FeedJob) and type(released.event).__name__ == "Released"
+
+
+def ends(machine: RunMachine, task: str, version: str, started_s: float, ended_s: float) -> None:
+    status = JobStatus(
+        "finished",
+        exit_code=0,
+        started_at=T0 + timedelta(seconds=started_s),
+        ended_at=T0 + timedelta(seconds=ended_s),
+    )
+    assert machine.handle(StatusRead(record(task, version), True, status), now(ended_s + 1)) == []
+
+
+def catalog_file(tmp_path: Path) -> Path:
+    small = {
+        "name": "small", "backend": "local", "vcpus": 2, "memory_gib": 4, "speed": 1.0, "price_per_hour_usd": 0.1,
+        "billing": {"granularity_s": 1, "minimum_s": 0}, "boot_s": 0,
+    }  # fmt: skip
+    return write_yaml(tmp_path / "catalog.yaml", {"network": {"bandwidth_bytes_per_s": 1e9}, "resources": [small]})
+
+
+# -- the rule, pure --------------------------------------------------------------------------------
+
+
+def test_one_observation_moves_a_category_less_than_two_and_neither_all_the_way() -> None:
+    twice = math.log(2.0)
+    assert shrunk_factor([]) == 1.0
+    one, two = shrunk_factor([twice]), shrunk_factor([twice, twice])
+    assert 1.0 < one < two < 2.0
+    assert one == pytest.approx(2 ** (1 / (1 + SHRINK_K))) and two == pytest.approx(2 ** (2 / (2 + SHRINK_K)))
+    assert shrunk_factor([twice], k=2.0) == pytest.approx(2 ** (1 / 3))  # a stronger prior moves it less
+    assert shrunk_factor([math.log(0.5), math.log(0.5)]) == pytest.approx(1 / two)  # as fast either way
+
+
+def test_a_tasks_category_is_its_workflows_else_its_stem() -> None:
+    order = MachineOrder.from_assignments([], RESOURCES)
+    book = RunBook(replace(order, categories={"a_1": "align"}), origin_s=0.0)
+    assert task_category(book, "a_1") == "align"
+    assert [task_category(book, t) for t in ("sim_3", "mProject_ID0000007", "load[3]", "g.extract")] == [
+        "sim", "mProject", "load", "extract",
+    ]  # fmt: skip
+
+
+def test_a_corrected_workflow_lasts_its_factor_longer_and_the_note_says_so_by_category() -> None:
+    tasks = [Task(t, 10.0, 1, GIB, CATEGORIES[t]) for t in PLANNED]
+    workflow = Workflow.create("sims", tasks, [])
+    corrected = corrected_workflow(workflow, {"sim_3": 1.85, "sim_4": 1.85})
+    assert [t.runtime_s for t in corrected.tasks] == [10.0, 10.0, 10.0, 18.5, 18.5]
+    assert corrected_workflow(workflow, {}) is workflow
+    assert correction_note(workflow, {"sim_3": 1.85, "sim_4": 1.85}) == (
+        "runtimes corrected from this run: simulate x1.85 (2 tasks)"
+    )
+
+
+# -- the machine -----------------------------------------------------------------------------------
+
+
+def test_a_category_that_ran_twice_its_plan_is_re_planned_at_about_twice_before_its_tasks_to_come_drift(
+    tmp_path: Path,
+) -> None:
+    store, version, order = save_plan(tmp_path / "plans")
+    machine = RunMachine(CONFIG, RESOURCES)
+    for task in ("prep", "sim_1", "sim_2"):
+        let_go(machine, order, version, task, 0.0)
+    ends(machine, "sim_1", version, 0.0, 20.0)
+    ends(machine, "sim_2", version, 0.0, 20.0)
+    drifts = machine.repair_state(RUN).drifts
+    assert drifts and all(d.reason.startswith("category simulate runs ") for d in drifts)  # no task was late
+    assert "1.85x its planned time (2 tasks ended, the last 2.00x); its 2 tasks to come" in drifts[-1].reason
+
+    [replan] = machine.handle(RepairsDue(), now(21))
+    assert isinstance(replan, Replan)
+    factor = 2 ** (2 / (2 + SHRINK_K))
+    assert replan.runtime_factors == pytest.approx({"sim_3": factor, "sim_4": factor})  # prep's category: none
+    assert 1.8 < factor < 2.0
+
+    replanner = Replanner(str(catalog_file(tmp_path)), RESOURCES, lambda: store)
+    plain = replanner.replan(replan.book, replan.repair, replan.now_s, list(replan.drifts))
+    fixed = replanner.replan(replan.book, replan.repair, replan.now_s, list(replan.drifts), replan.runtime_factors)
+    for task in ("sim_3", "sim_4"):  # planned from the corrected runtimes: 10 s more x (factor - 1)
+        longer_s = fixed.order.by_task[task].duration_s - plain.order.by_task[task].duration_s
+        assert longer_s == pytest.approx(10.0 * (factor - 1), abs=1e-6)
+    assert fixed.order.categories == CATEGORIES and fixed.runtime_factors == replan.runtime_factors
+    assert "runtimes corrected from this run: simulate x1.85 (2 tasks)" in fixed.repair.detail
+
+    # the forecast moves with the correction, and the record says when on the wall clock too
+    assert plain.repair.forecast_end_s is not None and fixed.repair.forecast_end_s is not None
+    assert fixed.repair.forecast_end_s > plain.repair.forecast_end_s + 8.0
+    assert fixed.repair.forecast_cost_usd is not None and plain.repair.forecast_cost_usd is not None
+    assert fixed.repair.forecast_cost_usd > plain.repair.forecast_cost_usd
+    actions = machine.handle(Replanned(RUN, fixed), now(21))
+    [recorded] = [a for a in actions if isinstance(a, RecordRepair)]
+    assert recorded.repair.forecast_end_at == T0 + timedelta(seconds=fixed.repair.forecast_end_s)
+
+    # sim_3 takes twice its model's runtime too: compared with the model, not with its corrected plan (which it
+    # kept), it confirms the category's factor, which grows toward 2; nothing moves enough to re-plan again
+    let_go(machine, fixed.order, version, "sim_3", 21.0)
+    ends(machine, "sim_3", version, 21.0, 21.0 + 2 * fixed.order.by_task["sim_3"].duration_s / factor)
+    assert machine.repair_state(RUN).drifts == []
+    assert machine.runtime_factors(RUN) == pytest.approx({"sim_4": 2 ** (3 / (3 + SHRINK_K))})
+
+
+def test_one_task_moves_its_category_less_than_two_and_on_time_within_the_jitter_is_on_time(tmp_path: Path) -> None:
+    _, version, order = save_plan(tmp_path / "plans")
+    machine = RunMachine(CONFIG, RESOURCES)
+    for task in ("prep", "sim_1"):
+        let_go(machine, order, version, task, 0.0)
+    ends(machine, "sim_1", version, 0.0, 20.0)
+    [replan] = machine.handle(RepairsDue(), now(21))
+    assert isinstance(replan, Replan)
+    assert replan.runtime_factors["sim_2"] == pytest.approx(2 ** (1 / (1 + SHRINK_K)))  # below the 1.85 of two
+
+    jittery = RunMachine(replace(CONFIG, replan_min_late_s=15.0), RESOURCES)  # 10 s more is the platform's jitter
+    for task in ("prep", "sim_1"):
+        let_go(jittery, order, version, task, 0.0)
+    ends(jittery, "sim_1", version, 0.0, 20.0)
+    assert jittery.repair_state(RUN).drifts == [] and jittery.handle(RepairsDue(), now(21)) == []
+
+
+def test_a_category_with_no_task_to_come_or_repair_off_brings_no_re_plan(tmp_path: Path) -> None:
+    _, version, order = save_plan(tmp_path / "plans")
+    machine = RunMachine(CONFIG, RESOURCES)
+    let_go(machine, order, version, "prep", 0.0)
+    ends(machine, "prep", version, 0.0, 19.0)  # prepare: 0.95x, and its only task
+    assert machine.repair_state(RUN).drifts == []
+
+    off = RunMachine(replace(CONFIG, replan_slack=0.0), RESOURCES)
+    for task in ("prep", "sim_1"):
+        let_go(off, order, version, task, 0.0)
+    ends(off, "sim_1", version, 0.0, 20.0)
+    assert off.repair_state(RUN).drifts == [] and off.handle(RepairsDue(), now(21)) == []
+
+
+def test_a_task_whose_job_failed_teaches_nothing(tmp_path: Path) -> None:
+    _, version, order = save_plan(tmp_path / "plans")
+    machine = RunMachine(CONFIG, RESOURCES)
+    for task in ("prep", "sim_1"):
+        let_go(machine, order, version, task, 0.0)
+    failed = JobStatus("finished", exit_code=3, started_at=T0, ended_at=T0 + timedelta(seconds=2))
+    machine.handle(StatusRead(record("sim_1", version), True, failed), now(3))
+    [drift] = machine.repair_state(RUN).drifts
+    assert drift.reason == "task sim_1 failed (exit code 3)"
+    [replan] = machine.handle(RepairsDue(), now(3))
+    assert isinstance(replan, Replan) and replan.runtime_factors == {}
+
+
+# -- the executor on real pools (no Airflow: the real worker runs each job's command) -----------------------------
+
+# Four tasks of one category, 3 s each, two per pool; the first two are planned at 10 s but let go at once (first on
+# their machines) and take 9 s: they end before their planned end (13 s), so neither is late.
+ON_POOLS = {
+    "sim_1": ("local-small#0", 10.0, 13.0, 3.0),
+    "sim_2": ("local-large#0", 10.0, 13.0, 3.0),
+    "sim_3": ("local-small#0", 13.0, 16.0, 3.0),
+    "sim_4": ("local-large#0", 13.0, 16.0, 3.0),
+}
+
+
+@pytest.mark.slow
+def test_the_executor_re_plans_a_run_whose_category_runs_slow_and_records_its_forecast(
+    executor: object, plans: Path, tmp_path: Path
+) -> None:
+    version = save_pool_plan(plans, ON_POOLS, category="cat")
+    executor.backends.use("local", Sleeping({"sim_1": 9.0, "sim_2": 9.0}))  # type: ignore[attr-defined]
+    hand_over_planned(executor, version, tmp_path, ON_POOLS)
+    heartbeat_until(executor, lambda: not executor.jobs, timeout_s=120)  # type: ignore[attr-defined]
+    executor.sync()  # type: ignore[attr-defined]  # the repairs reach the run store
+    repairs = run_store(tmp_path).repairs("unit", "r1")
+    assert repairs, "no repair recorded"
+    first = repairs[0]
+    assert first.reason.startswith("category cat runs ") and "later than planned" not in first.reason
+    assert "runtimes corrected from this run: cat x" in first.detail and {"sim_3", "sim_4"} & set(first.tasks)
+    assert first.forecast_end_s is not None and first.forecast_end_at is not None and first.forecast_cost_usd == 0.0
+    assert first.forecast_end_s > 16.0  # past the plan's 16 s: the two to come are expected to run slow too
