@@ -135,7 +135,7 @@ def test_a_version_3_store_upgrades_and_its_records_read_with_no_expected_cost(t
         connection.exec_driver_sql("UPDATE agora_schema_version SET version = 3")
     engine.dispose()
     with RunStore(url) as store:
-        assert store.schema_version == SCHEMA_VERSION == 4
+        assert store.schema_version == SCHEMA_VERSION >= 4
         old = store.get("dag", "old")
         assert old is not None and old.planned_expected_cost_usd is None and old.tasks == record().tasks
         store.put(record("spot", planned_expected_cost_usd=0.0123))
