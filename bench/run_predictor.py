@@ -38,7 +38,7 @@ import json
 import statistics
 import sys
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +88,7 @@ def score_instance(prediction: Prediction, actual: Workflow) -> dict[str, Any]:
         "runtime": runtime_scores([by_id[t.id].reference_runtime_s for t in tasks], [t.runtime_s for t in tasks]),
         "memory": memory_scores([by_id[t.id].memory_bytes for t in recorded], [t.memory_bytes for t in recorded]),
         "sources": prediction.sources(),
+        "runtime_models": dict(Counter(t.runtime_model or "hint" for t in prediction.tasks)),
         "pairs": {
             "runtime": [(by_id[t.id].reference_runtime_s, t.runtime_s) for t in tasks],
             "memory": [(by_id[t.id].memory_bytes, t.memory_bytes) for t in recorded],
@@ -170,7 +171,22 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "cold_start": {"pooled": pooled(cold), "per_instance": _strip(cold)},
             "oracle_mdape_median": statistics.median(oracle) if oracle else None,
         }
+    report["median_over_families"] = _median_over_families(report["families"])
     return rounded(report)
+
+
+def _median_over_families(families: dict[str, Any]) -> dict[str, float | None]:
+    """The leave-one-out runtime MdAPE at the median over families, beside the oracle floor's (issue 34's target)."""
+
+    def median(values: list[float | None]) -> float | None:
+        known = [v for v in values if v is not None]
+        return statistics.median(known) if known else None
+
+    return {
+        "families": len(families),
+        "runtime_mdape": median([f["leave_one_out"]["pooled"]["runtime"]["mdape"] for f in families.values()]),
+        "oracle_mdape": median([f["oracle_mdape_median"] for f in families.values()]),
+    }
 
 
 def _strip(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -228,6 +244,13 @@ def markdown(report: dict[str, Any]) -> str:
             f" | {_pct(mem['exceedance'])}{_mark(mem['exceedance'], EXCEEDANCE_TARGET)}"
             f" | {_x(mem['median_over_reservation'])}{_over_mark(mem['median_over_reservation'])} |"
         )
+    overall = report.get("median_over_families")
+    if overall:
+        lines += [
+            "",
+            f"At the median over the {overall['families']} families: runtime MdAPE {_pct(overall['runtime_mdape'])},"
+            f" own-instance category-median floor {_pct(overall['oracle_mdape'])}.",
+        ]
     lines += [
         "",
         "### Per held-out instance, and the end effect on a plan",
@@ -236,8 +259,9 @@ def markdown(report: dict[str, Any]) -> str:
         "made from the truth (1.00 = no loss). OOM: tasks of the replay whose true peak exceeds the",
         "memory the plan reserved (they would be killed; n/a where the instance records no memory).",
         "",
-        "| instance | tasks | MdAPE | exceedance | over-res. | sources (runtime) | makespan ratio | cost ratio | OOM |",
-        "|---|---:|---:|---:|---:|---|---:|---:|---:|",
+        "| instance | tasks | MdAPE | exceedance | over-res. | sources (runtime) | runtime model |"
+        " makespan ratio | cost ratio | OOM |",
+        "|---|---:|---:|---:|---:|---|---|---:|---:|---:|",
     ]
     for data in report["families"].values():
         for row in data["leave_one_out"]["per_instance"]:
@@ -250,7 +274,8 @@ def markdown(report: dict[str, Any]) -> str:
             lines.append(
                 f"| {row['instance']} | {row['tasks']} | {_pct(row['runtime']['mdape'])}"
                 f" | {_pct(row['memory']['exceedance'])} | {_x(row['memory']['median_over_reservation'])}"
-                f" | {sources} | {_x(effect.get('makespan_ratio'))} | {_x(effect.get('cost_ratio'))} | {oom_text} |"
+                f" | {sources} | {', '.join(f'{k} {v}' for k, v in sorted(row.get('runtime_models', {}).items()))}"
+                f" | {_x(effect.get('makespan_ratio'))} | {_x(effect.get('cost_ratio'))} | {oom_text} |"
             )
     lines += [
         "",

@@ -132,6 +132,7 @@ def predict(
                 "reference_runtime_s": t.reference_runtime_s,
                 "memory_bytes": t.memory_bytes,
                 "runtime_source": t.runtime_source,
+                "runtime_model": t.runtime_model,  # per category: "trees" or "scaling" ("" for a hint)
                 "memory_source": t.memory_source,
             }
             for t in prediction.tasks
@@ -149,7 +150,7 @@ def predict(
                 t.category,
                 f"{min(times):,.2f}..{max(times):,.2f}" if times else "-",
                 f"{t.memory_bytes / 2**20:,.1f}",
-                f"{t.runtime_source}/{t.memory_source}",
+                f"{t.runtime_source}{f' ({t.runtime_model})' if t.runtime_model else ''}/{t.memory_source}",
             ]
         )
     title = f"{prediction.workflow}: {len(prediction.tasks)} tasks, model {directory}"

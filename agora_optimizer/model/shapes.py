@@ -18,7 +18,9 @@ class TaskShape:
     ``dag_id`` names the workflow (for a WfFormat file: its stem), so that a task seen in
     past runs of the same workflow is recognised. ``hint_runtime_s`` and
     ``hint_memory_bytes`` are values the workflow declares for the task (used only when no
-    history answers, see :mod:`agora_optimizer.predict.fallback`).
+    history answers, see :mod:`agora_optimizer.predict.fallback`). ``input_files`` and
+    ``output_files`` count the files behind ``input_bytes`` and ``output_bytes`` (0 where the
+    source does not say: a DAG, a WfFormat task that gives only ``readBytes``).
     """
 
     task_id: str
@@ -31,6 +33,8 @@ class TaskShape:
     hint_runtime_s: float | None = None
     hint_memory_bytes: int | None = None
     gpus: int = 0  # the GPUs the task needs, as declared (none are predicted)
+    input_files: int = 0  # how many files ``input_bytes`` sums (0: unknown, or none)
+    output_files: int = 0  # ... and ``output_bytes``
 
     @property
     def key(self) -> tuple[str, str]:

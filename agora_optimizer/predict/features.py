@@ -6,7 +6,9 @@ same shape, so that training rows and prediction rows are built by one function,
 :func:`feature_frame`. Its columns:
 
 - categorical: ``category``, ``operator``, ``task_stem`` (the task id without its index);
-- task numbers: ``log_input_bytes``, ``log_output_bytes``, ``cores`` (run-level numbers
+- task numbers: ``log_input_bytes``, ``log_output_bytes``, ``log_input_files``,
+  ``log_output_files`` (how many files the bytes are spread over; 0 where unknown),
+  ``cores`` (run-level numbers
   such as a fan-out's width were tried and dropped: with a handful of runs they act as run
   identifiers, and a new run's values send it to the leaves of an unrelated run);
 - resource numbers (:func:`with_resource`): ``log_speed``, ``vcpus``, ``memory_gib``.
@@ -26,7 +28,7 @@ from agora_optimizer.model.shapes import TaskShape
 from agora_optimizer.traces.records import TaskAttempt
 
 CATEGORICAL = ("category", "operator", "task_stem")
-TASK_NUMERIC = ("log_input_bytes", "log_output_bytes", "cores")
+TASK_NUMERIC = ("log_input_bytes", "log_output_bytes", "log_input_files", "log_output_files", "cores")
 RESOURCE_NUMERIC = ("log_speed", "vcpus", "memory_gib")
 
 _INDEX_SUFFIX = re.compile(r"(_ID\d+|_\d+|\[\d+\])$")
@@ -45,6 +47,8 @@ def shape_of_attempt(attempt: TaskAttempt) -> TaskShape:
         operator=attempt.operator,
         input_bytes=attempt.input_bytes or 0,
         output_bytes=attempt.output_bytes or 0,
+        input_files=attempt.input_files or 0,
+        output_files=attempt.output_files or 0,
         cores=attempt.requested_cores or 1,
         dag_id=attempt.dag_id,
     )
@@ -59,6 +63,8 @@ def feature_frame(shapes: Sequence[TaskShape]) -> pd.DataFrame:
             "task_stem": [task_stem(shape.task_id) for shape in shapes],
             "log_input_bytes": [math.log1p(max(shape.input_bytes, 0)) for shape in shapes],
             "log_output_bytes": [math.log1p(max(shape.output_bytes, 0)) for shape in shapes],
+            "log_input_files": [math.log1p(max(shape.input_files, 0)) for shape in shapes],
+            "log_output_files": [math.log1p(max(shape.output_files, 0)) for shape in shapes],
             "cores": [float(shape.cores) for shape in shapes],
         }
     )

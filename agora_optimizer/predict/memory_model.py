@@ -1,7 +1,10 @@
 """``MemoryQuantileRegressor``: a safe upper quantile (p97.5 by default) of a task's peak memory.
 
 A point model (boosted trees on ``log(peak bytes)``, the same pipeline as the runtime
-model, without resource columns: a peak is the task's, not the machine's) plus a
+model, without resource columns: a peak is the task's, not the machine's, correcting a
+baseline: with ``base="scaling"``, each category's power law of the size it reads,
+:class:`~agora_optimizer.predict.scaling_model.ScalingRegressor`, so that a run reading more
+than any seen gets more memory; with ``base="median"``, the category's median) plus a
 conformal margin: the ``quantile`` of the out-of-fold log residuals, per category where a
 category has at least ``min_category_rows`` of them, else over all rows. Folds hold out
 whole groups (runs) where the category was seen in other runs, so the margin measures how
@@ -38,6 +41,7 @@ from agora_optimizer.predict.runtime_model import (
     known_group,
     one_thread,
 )
+from agora_optimizer.predict.scaling_model import ScalingRegressor
 
 MIN_BYTES = 1.0
 
@@ -54,8 +58,13 @@ def conformal_margin(residuals: np.ndarray, quantile: float) -> float:
 class MemoryQuantileRegressor(RegressorMixin, BaseEstimator):
     """Upper ``quantile`` of peak memory in bytes, from task features."""
 
+    # What a model saved before ``base`` existed (format agora-predictor/1) reads: the category's median.
+    base = "median"
+    scaling_: ScalingRegressor | None = None
+
     def __init__(
         self,
+        base: str = "scaling",
         quantile: float = 0.975,
         min_margin: float = 0.1,
         n_splits: int = 5,
@@ -65,6 +74,7 @@ class MemoryQuantileRegressor(RegressorMixin, BaseEstimator):
         learning_rate: float = 0.1,
         random_state: int = 0,
     ) -> None:
+        self.base = base
         self.quantile = quantile
         self.min_margin = min_margin
         self.n_splits = n_splits
@@ -78,18 +88,35 @@ class MemoryQuantileRegressor(RegressorMixin, BaseEstimator):
         return boosted_trees(TASK_NUMERIC, self.min_samples_leaf, self.max_iter, self.learning_rate, self.random_state)
 
     def _fit_point(self, X: pd.DataFrame, target: np.ndarray) -> tuple[Any, tuple[Any, ...]]:
-        """The point model: category baseline + trees on the rest (as the runtime model)."""
+        """The point model: a baseline (the category's median, or its power law of size) + trees on the rest."""
         levels = group_baseline(X, target)
-        return self._model().fit(X, target - baseline_of(X, *levels)), levels
+        scaling = None
+        if self.base == "scaling":
+            scaling = ScalingRegressor(runtime_floor_s=MIN_BYTES).fit(X, np.exp(target))
+        base = self._baseline(levels, scaling, X)
+        return self._model().fit(X, target - base), (*levels, scaling)
 
     @staticmethod
-    def _predict_point(model: Any, levels: tuple[Any, ...], X: pd.DataFrame) -> np.ndarray:
+    def _baseline(levels: tuple[Any, ...], scaling: ScalingRegressor | None, X: pd.DataFrame) -> np.ndarray:
+        """Each row's log level: its category's power law of size where one was fitted, else the medians."""
+        base = baseline_of(X, *levels[:3])
+        if scaling is not None:
+            mine = np.array([str(c) in scaling.intercept_ for c in X["category"]], dtype=bool)
+            if mine.any():
+                base[mine] = scaling.predict_log(X.loc[mine])
+        return base
+
+    @classmethod
+    def _predict_point(cls, model: Any, levels: tuple[Any, ...], X: pd.DataFrame) -> np.ndarray:
         correction = model.predict(X)
         correction[~known_group(X, levels[0], levels[1])] = 0.0
-        return np.asarray(baseline_of(X, *levels) + correction, dtype=float)
+        scaling = levels[3] if len(levels) > 3 else None
+        return np.asarray(cls._baseline(levels, scaling, X) + correction, dtype=float)
 
     def fit(self, X: pd.DataFrame, y: Any, groups: Any = None) -> Self:
         """Learn peaks ``y`` (bytes); ``groups`` (one label per row, e.g. the run) shapes the folds."""
+        if self.base not in ("median", "scaling"):
+            raise ValueError(f"base must be 'median' or 'scaling', got {self.base!r}")
         if not 0.5 <= self.quantile < 1.0:
             raise ValueError(f"quantile must be in [0.5, 1), got {self.quantile!r}")
         if not 0.0 <= self.min_margin <= 5.0:
@@ -101,7 +128,7 @@ class MemoryQuantileRegressor(RegressorMixin, BaseEstimator):
         with one_thread():
             residuals = self._out_of_fold_residuals(X, target, groups)
             self.pipeline_, levels = self._fit_point(X, target)
-        self.category_level_, self.operator_level_, self.overall_level_ = levels
+        self.category_level_, self.operator_level_, self.overall_level_, self.scaling_ = levels
         known = np.isfinite(residuals)
         self.margin_ = max(conformal_margin(residuals[known], self.quantile), self.min_margin)
         self.category_margins_: dict[str, float] = {}
@@ -152,7 +179,6 @@ class MemoryQuantileRegressor(RegressorMixin, BaseEstimator):
         X = check_frame(X, [*CATEGORICAL, *TASK_NUMERIC], "MemoryQuantileRegressor.predict")
         margins = np.array([self.category_margins_.get(str(c), self.margin_) for c in X["category"]], dtype=float)
         with one_thread():
-            point = self._predict_point(
-                self.pipeline_, (self.category_level_, self.operator_level_, self.overall_level_), X
-            )
+            levels = (self.category_level_, self.operator_level_, self.overall_level_, self.scaling_)
+            point = self._predict_point(self.pipeline_, levels, X)
             return np.asarray(np.exp(point + margins), dtype=float)

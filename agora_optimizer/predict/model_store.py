@@ -5,8 +5,9 @@
   other type is refused before anything in it is built, so loading never runs code the
   file chose (a pickle, a ``__reduce__``, an arbitrary function);
 - ``history.json``: the cold-start chain's per-task and per-category summary;
-- ``metadata.json``: format, library versions, features, estimator parameters, the
-  training data's hash and size, metrics, ``trained_at``, and the SHA-256 of the two
+- ``metadata.json``: format, library versions, features, estimator parameters, which runtime
+  model answers for each category (``runtime_model_per_category``), the training data's hash
+  and size, metrics, ``trained_at``, and the SHA-256 of the two
   other files, checked on load (a file changed after training is refused).
 
 A save replaces the directory as a whole (a new sibling directory swapped in), so a crash
@@ -39,11 +40,13 @@ from agora_optimizer.predict.fallback import History
 from agora_optimizer.predict.features import CATEGORICAL, RESOURCE_NUMERIC, TASK_NUMERIC
 from agora_optimizer.predict.memory_model import MemoryQuantileRegressor
 from agora_optimizer.predict.predictor import Predictor
+from agora_optimizer.predict.runtime_choice import RuntimeChoiceRegressor
 from agora_optimizer.predict.runtime_model import RuntimeRegressor
 
 log = logging.getLogger(__name__)
 
-MODEL_FORMAT = "agora-predictor/1"
+MODEL_FORMAT = "agora-predictor/2"  # 2: the runtime model chooses per category (RuntimeChoiceRegressor)
+READABLE_FORMATS = ("agora-predictor/1", MODEL_FORMAT)  # 1: the runtime model is the trees alone
 MODEL_FILE = "predictor.skops"
 HISTORY_FILE = "history.json"
 METADATA_FILE = "metadata.json"
@@ -56,7 +59,9 @@ MAX_MODEL_BYTES = 64 * 2**20
 # the function listed here is still refused.
 TRUSTED_TYPES = [
     "agora_optimizer.predict.memory_model.MemoryQuantileRegressor",
+    "agora_optimizer.predict.runtime_choice.RuntimeChoiceRegressor",
     "agora_optimizer.predict.runtime_model.RuntimeRegressor",
+    "agora_optimizer.predict.scaling_model.ScalingRegressor",
     "functools.partial",
     "sklearn.ensemble._hist_gradient_boosting.predictor.TreePredictor",
     "sklearn.utils.validation.check_array",
@@ -129,9 +134,10 @@ def _write_model_files(
             "runtime_uses_resource_columns": bool(predictor.runtime_model.uses_resources_),
         },
         "estimators": {
-            "runtime": {"class": "RuntimeRegressor", "params": predictor.runtime_model.get_params()},
-            "memory": {"class": "MemoryQuantileRegressor", "params": predictor.memory_model.get_params()},
+            "runtime": {"class": type(predictor.runtime_model).__name__, "params": _params(predictor.runtime_model)},
+            "memory": {"class": "MemoryQuantileRegressor", "params": _params(predictor.memory_model)},
         },
+        "runtime_model_per_category": _choices(predictor),
         "has_memory_model": predictor.has_memory_model,
         "default_memory_bytes": predictor.default_memory_bytes,
         "training_data": {
@@ -147,6 +153,25 @@ def _write_model_files(
     (directory / MODEL_FILE).chmod(0o644)  # a model is for all to read, whatever the umask
 
 
+def _params(estimator: Any) -> dict[str, Any]:
+    """An estimator's parameters as JSON (a nested estimator by its own, ``trees__max_iter``...)."""
+    return {k: v for k, v in estimator.get_params(deep=True).items() if not hasattr(v, "get_params")}
+
+
+def _choices(predictor: Predictor) -> dict[str, Any]:
+    """Which runtime model answers for each category, and the held-out errors it was chosen by."""
+    model = predictor.runtime_model
+    if not isinstance(model, RuntimeChoiceRegressor):
+        return {}
+    return {
+        category: {
+            "model": chosen,
+            **({"held_out_mdae_log": model.errors_[category]} if category in model.errors_ else {}),
+        }
+        for category, chosen in sorted(model.choice_.items())
+    }
+
+
 def read_metadata(directory: str | Path) -> dict[str, Any]:
     """The metadata of a model directory, checked for format and the files it lists."""
     directory = Path(directory)
@@ -159,9 +184,10 @@ def read_metadata(directory: str | Path) -> dict[str, Any]:
         raise ModelFileError(path, "missing: not a model directory written by `agora train`") from None
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise ModelFileError(path, f"not a readable JSON metadata file ({exc})") from None
-    if not isinstance(document, dict) or document.get("format") != MODEL_FORMAT:
+    if not isinstance(document, dict) or document.get("format") not in READABLE_FORMATS:
         found = document.get("format") if isinstance(document, dict) else type(document).__name__
-        raise ModelFileError(path, f"format is {found!r}, expected {MODEL_FORMAT!r}")
+        expected = " or ".join(repr(f) for f in READABLE_FORMATS)
+        raise ModelFileError(path, f"format is {found!r}, expected {expected}; retrain with `agora train`")
     files = document.get("files")
     if not isinstance(files, dict) or set(files) != {MODEL_FILE, HISTORY_FILE}:
         raise ModelFileError(path, f"'files' must list the SHA-256 of {MODEL_FILE} and {HISTORY_FILE}")
@@ -180,7 +206,7 @@ def load_predictor(directory: str | Path) -> Predictor:
             raise ModelFileError(path, f"is larger than {MAX_MODEL_BYTES} bytes")
         if file_sha256(path) != expected:
             raise ModelFileError(path, "changed since training (its SHA-256 differs from metadata.json); retrain")
-    estimators = _load_estimators(directory / MODEL_FILE)
+    estimators = _load_estimators(directory / MODEL_FILE, document["format"])
     history_path = directory / HISTORY_FILE
     try:
         history = History.from_json(json.loads(history_path.read_text(encoding="utf-8")))
@@ -201,8 +227,12 @@ def load_predictor(directory: str | Path) -> Predictor:
     return predictor
 
 
-def _load_estimators(path: Path) -> dict[str, Any]:
-    """The estimators of a skops file, refusing any type outside skops' defaults and ``TRUSTED_TYPES``."""
+def _load_estimators(path: Path, model_format: str) -> dict[str, Any]:
+    """The estimators of a skops file, refusing any type outside skops' defaults and ``TRUSTED_TYPES``.
+
+    Format 1 holds the trees alone as its runtime model (a :class:`RuntimeRegressor`), format 2 the
+    per-category choice (a :class:`RuntimeChoiceRegressor`): any other runtime model is refused.
+    """
     import skops.io as sio
 
     # skops raises many kinds of exception on a bad file (zip, JSON, schema, types): at this
@@ -217,13 +247,19 @@ def _load_estimators(path: Path) -> dict[str, Any]:
         loaded = sio.load(path, trusted=TRUSTED_TYPES)
     except Exception as exc:
         raise ModelFileError(path, f"cannot be loaded ({type(exc).__name__}: {exc})") from None
+    runtime_class, fitted = (
+        (RuntimeChoiceRegressor, "choice_") if model_format == MODEL_FORMAT else (RuntimeRegressor, "pipeline_")
+    )
     if (
         not isinstance(loaded, dict)
-        or not isinstance(loaded.get("runtime"), RuntimeRegressor)
+        or not isinstance(loaded.get("runtime"), runtime_class)
         or not isinstance(loaded.get("memory"), MemoryQuantileRegressor)
-        or not hasattr(loaded["runtime"], "pipeline_")
+        or not hasattr(loaded["runtime"], fitted)
     ):
-        raise ModelFileError(path, "does not hold a fitted runtime and memory model")
+        raise ModelFileError(
+            path,
+            f"does not hold a fitted runtime model ({runtime_class.__name__}, format {model_format}) and memory model",
+        )
     return loaded
 
 

@@ -1,6 +1,8 @@
 """The predictor's front door: learn from task attempts, answer for a workflow on a catalog.
 
-``Predictor().fit(attempts)`` learns a :class:`RuntimeRegressor` and a
+``Predictor().fit(attempts)`` learns a :class:`RuntimeChoiceRegressor` (per category, boosted
+trees or a power law of the size read, whichever erred less on held-out runs; a model saved
+before it holds a :class:`RuntimeRegressor`, the trees alone, and still answers) and a
 :class:`MemoryQuantileRegressor` and summarises the history for the cold-start chain;
 ``predict(workflow, catalog)`` gives every task its runtime on every resource type of the
 catalog, its memory quantile, and the level of the chain that answered each;
@@ -36,12 +38,15 @@ from agora_optimizer.predict.features import (
     with_resource,
 )
 from agora_optimizer.predict.memory_model import MemoryQuantileRegressor
+from agora_optimizer.predict.runtime_choice import RuntimeChoiceRegressor
 from agora_optimizer.predict.runtime_model import RuntimeRegressor
 from agora_optimizer.traces.records import TaskAttempt
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MEMORY_BYTES = GIB
+
+RuntimeModel = RuntimeChoiceRegressor | RuntimeRegressor
 
 
 @dataclass(frozen=True)
@@ -55,6 +60,7 @@ class TaskPrediction:
     memory_bytes: int
     runtime_source: Level
     memory_source: Level
+    runtime_model: str = ""  # the model behind the runtime: "trees" or "scaling" (per category), "" for a hint
 
 
 @dataclass(frozen=True)
@@ -97,11 +103,11 @@ class Predictor:
 
     def __init__(
         self,
-        runtime_model: RuntimeRegressor | None = None,
+        runtime_model: RuntimeModel | None = None,
         memory_model: MemoryQuantileRegressor | None = None,
         default_memory_bytes: int = DEFAULT_MEMORY_BYTES,
     ) -> None:
-        self.runtime_model = runtime_model if runtime_model is not None else RuntimeRegressor()
+        self.runtime_model: RuntimeModel = runtime_model if runtime_model is not None else RuntimeChoiceRegressor()
         self.memory_model = memory_model if memory_model is not None else MemoryQuantileRegressor()
         self.default_memory_bytes = default_memory_bytes
         self.fitted = False
@@ -134,7 +140,8 @@ class Predictor:
         if skipped:
             log.warning("skipped %d attempt(s): %s", sum(skipped.values()), dict(skipped))
         frame, reference = _training_frame(runtime_rows)
-        self.runtime_model.fit(frame, reference)
+        runs = [f"{a.dag_id}\x00{a.run_id}" for a, _ in runtime_rows]
+        self.runtime_model.fit(frame, reference, groups=runs)
         residuals = np.log(np.maximum(reference, self.runtime_model.runtime_floor_s)) - np.log(
             self.runtime_model.predict(frame)
         )
@@ -143,8 +150,7 @@ class Predictor:
         if memory_index:
             memory_frame = frame.iloc[memory_index].reset_index(drop=True)
             peaks = [runtime_rows[i][0].peak_rss_bytes for i in memory_index]
-            groups = [f"{runtime_rows[i][0].dag_id}\x00{runtime_rows[i][0].run_id}" for i in memory_index]
-            self.memory_model.fit(memory_frame, peaks, groups=groups)
+            self.memory_model.fit(memory_frame, peaks, groups=[runs[i] for i in memory_index])
         self.history = summarise(
             residuals=[((a.dag_id, a.task_id), float(r)) for (a, _), r in zip(runtime_rows, residuals, strict=True)],
             peaks=_peaks(attempts),
@@ -188,9 +194,17 @@ class Predictor:
                     memory_bytes=math.ceil(memory_estimate.value),
                     runtime_source=runtime.source,
                     memory_source=memory_estimate.source,
+                    runtime_model=self.runtime_model_of(shape.category) if runtime.source != "hint" else "",
                 )
             )
         return Prediction(workflow.name, tuple(tasks), tuple(r.name for r in chosen))
+
+    def runtime_model_of(self, category: str) -> str:
+        """The runtime model that answers for ``category``: "scaling" or "trees" (a model saved before the
+        choice: "trees" for every category)."""
+        if isinstance(self.runtime_model, RuntimeChoiceRegressor):
+            return self.runtime_model.chosen(category)
+        return "trees"
 
     def _reference_per_type(self, frame: pd.DataFrame, chosen: Sequence[Resource]) -> dict[str, np.ndarray]:
         """The model's reference runtime of every task, per type (the same for all unless types matter)."""

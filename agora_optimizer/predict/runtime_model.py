@@ -148,8 +148,11 @@ class RuntimeRegressor(RegressorMixin, BaseEstimator):
         self.resource_features = resource_features
         self.random_state = random_state
 
-    def fit(self, X: pd.DataFrame, y: Any) -> Self:
-        """Learn from rows of :func:`~agora_optimizer.predict.features.feature_frame` (+ resource columns)."""
+    def fit(self, X: pd.DataFrame, y: Any, groups: Any = None) -> Self:
+        """Learn from rows of :func:`~agora_optimizer.predict.features.feature_frame` (+ resource columns).
+
+        ``groups`` (the rows' runs) is not used: it is accepted as the other runtime models take it.
+        """
         if self.resource_features not in ("auto", "always", "never"):
             raise ValueError(f"resource_features must be 'auto', 'always' or 'never', got {self.resource_features!r}")
         if not self.runtime_floor_s > 0:

@@ -22,6 +22,7 @@ AttemptState = Literal["success", "failed", "oom_killed", "cancelled", "lost", "
 ATTEMPT_STATES: tuple[AttemptState, ...] = get_args(AttemptState)
 
 MAX_BYTES = 2**60
+MAX_FILES = 10**9  # files one task reads or writes: beyond, a count is absurd
 
 
 class TraceRecordError(AgoraError):
@@ -69,6 +70,8 @@ class TaskAttempt:
     error_text: str = ""
     machine: str = ""  # the machine id (``TYPE#N``) the attempt ran on, when a plan placed it
     plan_version: str = ""  # the version of the plan in force (:func:`~agora_optimizer.plans.store.plan_version`)
+    input_files: int | None = None  # how many files ``input_bytes`` sums (None: not recorded)
+    output_files: int | None = None  # ... and ``output_bytes``
 
     @property
     def key(self) -> str:
@@ -108,6 +111,8 @@ class TaskAttempt:
             ("peak_rss_bytes", MAX_BYTES),
             ("input_bytes", MAX_BYTES),
             ("output_bytes", MAX_BYTES),
+            ("input_files", MAX_FILES),
+            ("output_files", MAX_FILES),
             ("requested_memory_bytes", MAX_BYTES),
             ("requested_cores", MAX_CORES),
             ("speed", MAX_SPEED),

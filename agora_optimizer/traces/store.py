@@ -13,7 +13,9 @@ own version, not :data:`attempts_table` (always the newest), so that an old data
 upgrades step by step: version 1 creates the table as first shipped, version 2 adds the
 planned ``machine`` and ``plan_version`` of each attempt, version 3 the run records'
 tables (:mod:`agora_optimizer.traces.run_tables`, read and written by
-:class:`agora_optimizer.runs.store.RunStore`).
+:class:`agora_optimizer.runs.store.RunStore`), version 4 each run's planned expected cost, version 5
+each repair's forecast of its run, version 6 the count of files each attempt read and wrote
+(``input_files``, ``output_files``).
 
 Rows are keyed by the natural key of an attempt, (dag_id, task_id, run_id,
 map_index, try_number): writing the same attempt twice updates the row (an upsert,
@@ -50,7 +52,7 @@ from agora_optimizer.errors import AgoraError
 from agora_optimizer.traces.records import TaskAttempt, TraceRecordError
 from agora_optimizer.traces.run_tables import add_expected_cost_of_4, add_forecast_of_5, create_tables_of_3
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 BUSY_TIMEOUT_S = 60.0  # how long a writer waits for the lock: a command, an import, the UI
 HOOK_BUSY_TIMEOUT_S = 0.5  # ... agora's code in Airflow's processes (executor, run recorder, task listener)
 KEY_COLUMNS = ("dag_id", "task_id", "run_id", "map_index", "try_number")
@@ -113,6 +115,8 @@ attempts_table = sa.Table(
     *_columns_of_1(),
     sa.Column("machine", sa.String, nullable=False, default="", server_default=""),
     sa.Column("plan_version", sa.String, nullable=False, default="", server_default=""),
+    sa.Column("input_files", sa.Integer),
+    sa.Column("output_files", sa.Integer),
 )  # the primary key (dag_id, task_id, ...) also serves the look-ups by DAG and by task
 
 _ATTEMPT_FIELDS = tuple(f.name for f in fields(TaskAttempt))
@@ -137,12 +141,24 @@ def _migrate_to_2(connection: Connection) -> None:
             )
 
 
+_ADDED_IN_6 = ("input_files", "output_files")
+
+
+def _migrate_to_6(connection: Connection) -> None:
+    """Version 6: how many files each attempt read and wrote (None for the rows before)."""
+    present = {column["name"] for column in sa.inspect(connection).get_columns(attempts_table.name)}
+    for name in _ADDED_IN_6:
+        if name not in present:
+            connection.exec_driver_sql(f"ALTER TABLE {attempts_table.name} ADD COLUMN {name} INTEGER")
+
+
 MIGRATIONS: dict[int, Callable[[Connection], None]] = {
     1: _migrate_to_1,
     2: _migrate_to_2,
     3: create_tables_of_3,
     4: add_expected_cost_of_4,
     5: add_forecast_of_5,
+    6: _migrate_to_6,
 }
 
 

@@ -11,7 +11,9 @@
 A task's category is its declared ``category``, else its program (``command.program``)
 when that is a plain name, else the category derived from its name (``category_of``).
 Its input bytes are the summed sizes of its input files, or ``readBytes`` when it lists
-none; ``cpu_time_s`` is ``avgCPU`` (a percentage) / 100 * runtime.
+none; its input files, how many it lists (an attempt's ``input_files`` is None where it lists
+none: ``readBytes`` does not say how many files it read); outputs alike; ``cpu_time_s`` is
+``avgCPU`` (a percentage) / 100 * runtime.
 """
 
 from __future__ import annotations
@@ -104,6 +106,8 @@ def read_workflow_shape(path: str | Path, hints: bool = False) -> WorkflowShape:
                 operator=task.program,
                 input_bytes=_input_bytes(task, sizes, record),
                 output_bytes=_output_bytes(task, sizes, record),
+                input_files=len(task.inputs),
+                output_files=len(task.outputs),
                 cores=_cores(record),
                 gpus=task.gpus,
                 dag_id=dag_id,
@@ -196,6 +200,8 @@ def _attempt(dag_id: str, task: _RawTask, sizes: dict[str, int], hosts: dict[str
         cpu_time_s=avg_cpu / 100.0 * runtime if avg_cpu is not None else None,
         input_bytes=_input_bytes(task, sizes, record),
         output_bytes=_output_bytes(task, sizes, record),
+        input_files=len(task.inputs) if task.inputs else None,
+        output_files=len(task.outputs) if task.outputs else None,
     )
 
 

@@ -65,6 +65,7 @@ def test_predict_json_shape_on_a_stripped_workflow(model_dir: Path, tmp_path: Pa
         assert set(task["runtime_s"]) == catalog_types and all(v > 0 for v in task["runtime_s"].values())
         assert isinstance(task["memory_bytes"], int) and task["memory_bytes"] > 0
         assert task["runtime_source"] == "category"
+        assert task["runtime_model"] == "scaling"  # each category was seen in one run: the power law answers
 
 
 @pytest.mark.slow  # the model_dir fixture trains a model

@@ -12,9 +12,16 @@ from agora_optimizer.model.catalog import Resource
 from agora_optimizer.model.shapes import TaskShape
 from agora_optimizer.predict.features import feature_frame, with_resource
 from agora_optimizer.predict.memory_model import MemoryQuantileRegressor, conformal_margin
+from agora_optimizer.predict.runtime_choice import RuntimeChoiceRegressor
 from agora_optimizer.predict.runtime_model import RuntimeRegressor
+from agora_optimizer.predict.scaling_model import ScalingRegressor
 
-ESTIMATORS = [RuntimeRegressor(min_samples_leaf=2, max_iter=30), MemoryQuantileRegressor(max_iter=30, n_splits=3)]
+ESTIMATORS = [
+    RuntimeRegressor(min_samples_leaf=2, max_iter=30),
+    MemoryQuantileRegressor(max_iter=30, n_splits=3),
+    ScalingRegressor(),
+    RuntimeChoiceRegressor(n_splits=3),
+]
 
 
 def _rows(n: int = 60) -> tuple[pd.DataFrame, np.ndarray]:

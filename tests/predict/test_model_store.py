@@ -125,7 +125,7 @@ def test_a_file_changed_after_training_is_refused(saved: Path, tmp_path: Path) -
     ("damage", "message"),
     [
         (lambda d: (d / METADATA_FILE).write_text("{not json"), "metadata.json"),
-        (lambda d: (d / METADATA_FILE).write_text(json.dumps({"format": "other/9"})), "other/9"),
+        (lambda d: (d / METADATA_FILE).write_text(json.dumps({"format": "other/9"})), "other/9.*retrain"),
         (lambda d: (d / METADATA_FILE).unlink(), "missing"),
         (lambda d: (d / HISTORY_FILE).unlink(), HISTORY_FILE),
         (lambda d: ((d / HISTORY_FILE).write_text('{"tasks": 3}'), _rehash(d)), HISTORY_FILE),
@@ -135,6 +135,30 @@ def test_damaged_model_directories_are_clear_errors(saved: Path, tmp_path: Path,
     directory = _copy(saved, tmp_path)
     damage(directory)
     with pytest.raises(AgoraError, match=message):
+        load_predictor(directory)
+
+
+def test_metadata_says_which_runtime_model_answers_each_category(saved: Path, trained: Predictor) -> None:
+    chosen = read_metadata(saved)["runtime_model_per_category"]
+    assert chosen and {c: v["model"] for c, v in chosen.items()} == {c: trained.runtime_model_of(c) for c in chosen}
+    assert all(set(entry) <= {"model", "held_out_mdae_log"} for entry in chosen.values())
+
+
+def test_a_model_of_format_1_still_loads_and_answers_from_its_trees(catalog: Catalog) -> None:
+    """The shipped model was saved before the per-category choice: it loads, and says its trees answered."""
+    shipped = Path(__file__).resolve().parents[2] / "models" / "predictor"
+    if read_metadata(shipped)["format"] != "agora-predictor/1":
+        pytest.skip("the shipped model has been retrained in format 2")
+    predictor = load_predictor(shipped)
+    prediction = predictor.predict(read_workflow_shape(SRA_2), catalog)
+    assert prediction.tasks and {t.runtime_model for t in prediction.tasks} == {"trees"}
+
+
+def test_a_format_2_file_holding_the_trees_alone_is_refused(saved: Path, tmp_path: Path, trained: Predictor) -> None:
+    directory = _copy(saved, tmp_path)
+    sio.dump({"runtime": trained.runtime_model.trees_, "memory": trained.memory_model}, directory / MODEL_FILE)
+    _rehash(directory)
+    with pytest.raises(ModelFileError, match="RuntimeChoiceRegressor, format agora-predictor/2"):
         load_predictor(directory)
 
 

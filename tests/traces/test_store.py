@@ -56,6 +56,8 @@ def test_every_field_survives_a_round_trip(store_url: str) -> None:
         state="oom_killed",
         input_bytes=10**12,
         output_bytes=0,
+        input_files=12,
+        output_files=0,
         error_text="Killed\nexit code 137 ✗",
     )
     with TraceStore(store_url) as store:
@@ -294,6 +296,30 @@ def test_a_version_1_store_upgrades_and_keeps_its_rows_with_no_machine(tmp_path:
         store.add([attempt("new", machine="local-large#0", plan_version="abc123def456")])
         new = store.attempt("dag", "new", "r1", 1, -1)
         assert new is not None and (new.machine, new.plan_version) == ("local-large#0", "abc123def456")
+
+
+def test_a_version_4_store_upgrades_and_its_old_rows_read_with_no_file_counts(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'v4.db'}"
+    with TraceStore(url) as store:
+        store.add([attempt("old", input_bytes=100)])
+    engine = sa.create_engine(url)
+    with engine.begin() as connection:  # back to version 4: the attempts table without the file counts
+        for name in ("input_files", "output_files"):
+            connection.exec_driver_sql(f"ALTER TABLE agora_task_attempts DROP COLUMN {name}")
+        connection.exec_driver_sql("UPDATE agora_schema_version SET version = 4")
+    engine.dispose()
+    with TraceStore(url) as store:
+        assert store.schema_version == SCHEMA_VERSION >= 5
+        (old,) = store.attempts()
+        assert (old.input_bytes, old.input_files, old.output_files) == (100, None, None)
+        store.add([attempt("new", input_bytes=100, input_files=4, output_files=1)])
+        new = store.attempt("dag", "new", "r1", 1, -1)
+        assert new is not None and (new.input_files, new.output_files) == (4, 1)
+
+
+def test_a_negative_file_count_is_refused_and_named() -> None:
+    with pytest.raises(TraceRecordError, match=r"field 'input_files': must be >= 0"):
+        attempt(input_files=-1)
 
 
 @contextmanager

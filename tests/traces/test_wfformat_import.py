@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 
@@ -35,9 +36,30 @@ def test_attempts_carry_the_records_values() -> None:
         assert attempt.cpu_time_s == pytest.approx(record["avgCPU"] / 100 * record["runtimeInSeconds"])
         assert attempt.input_bytes == sum(sizes[f] for f in spec["inputFiles"])
         assert attempt.output_bytes == sum(sizes[f] for f in spec["outputFiles"])
+        assert attempt.input_files == (len(spec["inputFiles"]) or None)
+        assert attempt.output_files == (len(spec["outputFiles"]) or None)
         assert attempt.host == record["machines"][0]
         assert attempt.requested_cores == record["coreCount"]
         assert attempt.category == record["command"]["program"]
+
+
+def test_shapes_and_their_feature_rows_carry_file_counts() -> None:
+    from agora_optimizer.predict.features import feature_frame, shape_of_attempt
+
+    document = json.loads(BLAST_1.read_text())
+    specs = {t["id"]: t for t in document["workflow"]["specification"]["tasks"]}
+    shapes = read_workflow_shape(BLAST_1).tasks
+    assert any(len(specs[s.task_id]["inputFiles"]) > 1 for s in shapes)  # the check below can tell counts apart
+    for shape in shapes:
+        assert (shape.input_files, shape.output_files) == (
+            len(specs[shape.task_id]["inputFiles"]),
+            len(specs[shape.task_id]["outputFiles"]),
+        )
+    by_attempt = {a.task_id: shape_of_attempt(a) for a in attempts_from_wfformat(BLAST_1)}
+    assert all(by_attempt[s.task_id].input_files == s.input_files for s in shapes)  # training rows = prediction rows
+    frame = feature_frame(shapes)
+    assert frame["log_input_files"].tolist() == pytest.approx([math.log1p(s.input_files) for s in shapes])
+    assert frame["log_output_files"].tolist() == pytest.approx([math.log1p(s.output_files) for s in shapes])
 
 
 def test_bad_task_records_are_skipped_and_counted_not_fatal(tmp_path: Path) -> None:
