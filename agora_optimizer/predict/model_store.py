@@ -1,6 +1,7 @@
 """Save and load a trained predictor: a directory with three files, and no pickle.
 
-- ``predictor.skops``: the two fitted estimators, in skops' format (a zip of JSON and
+- ``predictor.skops``: the two fitted estimators and the runtime quantiles' residuals
+  (:mod:`~agora_optimizer.predict.runtime_quantiles`), in skops' format (a zip of JSON and
   numpy arrays), loaded with an explicit list of trusted types: a file that names any
   other type is refused before anything in it is built, so loading never runs code the
   file chose (a pickle, a ``__reduce__``, an arbitrary function);
@@ -8,6 +9,9 @@
 - ``metadata.json``: format, library versions, features, estimator parameters, the
   training data's hash and size, metrics, ``trained_at``, and the SHA-256 of the two
   other files, checked on load (a file changed after training is refused).
+
+A model saved before the runtime quantiles loads with one warning: its p50 and p90 are its point
+prediction (a factor of 1.0) until it is trained again.
 
 A save replaces the directory as a whole (a new sibling directory swapped in), so a crash
 while saving never leaves a mix of two models, nor a half-written one.
@@ -40,6 +44,7 @@ from agora_optimizer.predict.features import CATEGORICAL, RESOURCE_NUMERIC, TASK
 from agora_optimizer.predict.memory_model import MemoryQuantileRegressor
 from agora_optimizer.predict.predictor import Predictor
 from agora_optimizer.predict.runtime_model import RuntimeRegressor
+from agora_optimizer.predict.runtime_quantiles import RuntimeQuantiles
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +62,7 @@ MAX_MODEL_BYTES = 64 * 2**20
 TRUSTED_TYPES = [
     "agora_optimizer.predict.memory_model.MemoryQuantileRegressor",
     "agora_optimizer.predict.runtime_model.RuntimeRegressor",
+    "agora_optimizer.predict.runtime_quantiles.RuntimeQuantiles",
     "functools.partial",
     "sklearn.ensemble._hist_gradient_boosting.predictor.TreePredictor",
     "sklearn.utils.validation.check_array",
@@ -114,9 +120,10 @@ def _write_model_files(
 ) -> None:
     import skops.io as sio
 
-    sio.dump(
-        {"runtime": predictor.runtime_model, "memory": predictor.memory_model}, directory / MODEL_FILE, compression=8
-    )
+    estimators = {"runtime": predictor.runtime_model, "memory": predictor.memory_model}
+    if predictor.has_runtime_quantiles:
+        estimators["runtime_quantiles"] = predictor.runtime_quantiles
+    sio.dump(estimators, directory / MODEL_FILE, compression=8)
     write_text_atomically(directory / HISTORY_FILE, json.dumps(predictor.history.to_json(), indent=1) + "\n", 0o644)
     document = {
         "format": MODEL_FORMAT,
@@ -131,6 +138,17 @@ def _write_model_files(
         "estimators": {
             "runtime": {"class": "RuntimeRegressor", "params": predictor.runtime_model.get_params()},
             "memory": {"class": "MemoryQuantileRegressor", "params": predictor.memory_model.get_params()},
+            **(
+                {
+                    "runtime_quantiles": {
+                        "class": "RuntimeQuantiles",
+                        "params": predictor.runtime_quantiles.get_params(),
+                        "summary": predictor.runtime_quantiles.summary(),
+                    }
+                }
+                if predictor.has_runtime_quantiles
+                else {}
+            ),
         },
         "has_memory_model": predictor.has_memory_model,
         "default_memory_bytes": predictor.default_memory_bytes,
@@ -194,6 +212,15 @@ def load_predictor(directory: str | Path) -> Predictor:
     )
     predictor.history = history
     predictor.has_memory_model = bool(document.get("has_memory_model"))
+    if "runtime_quantiles" in estimators:
+        predictor.runtime_quantiles = estimators["runtime_quantiles"]
+        predictor.has_runtime_quantiles = True
+    else:
+        log.warning(
+            "model %s has no runtime quantiles (saved before them): its p50 and p90 runtimes are its point "
+            "prediction; retrain with `agora train` to learn them",
+            directory,
+        )
     training = document.get("training_data", {})
     predictor.training_sha256 = str(training.get("sha256", ""))
     predictor.skipped = dict(training.get("skipped", {}))
@@ -224,6 +251,11 @@ def _load_estimators(path: Path) -> dict[str, Any]:
         or not hasattr(loaded["runtime"], "pipeline_")
     ):
         raise ModelFileError(path, "does not hold a fitted runtime and memory model")
+    quantiles = loaded.get("runtime_quantiles")
+    if quantiles is not None and (
+        not isinstance(quantiles, RuntimeQuantiles) or not hasattr(quantiles, "pooled_residuals_")
+    ):
+        raise ModelFileError(path, "holds runtime quantiles that are not fitted RuntimeQuantiles")
     return loaded
 
 

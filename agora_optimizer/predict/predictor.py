@@ -3,9 +3,10 @@
 ``Predictor().fit(attempts)`` learns a :class:`RuntimeRegressor` and a
 :class:`MemoryQuantileRegressor` and summarises the history for the cold-start chain;
 ``predict(workflow, catalog)`` gives every task its runtime on every resource type of the
-catalog, its memory quantile, and the level of the chain that answered each;
-``predicted_workflow`` turns that into a :class:`Workflow` the optimizer can plan
-(reference runtimes, ``memory_source="predicted"``).
+catalog, with its p50 and p90 (:mod:`agora_optimizer.predict.runtime_quantiles`), its memory
+quantile, and the level of the chain that answered each; ``predicted_workflow`` turns that into a
+:class:`Workflow` the optimizer can plan (reference runtimes at a chosen quantile,
+``memory_source="predicted"``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import math
 import statistics
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
 import numpy as np
@@ -37,6 +38,7 @@ from agora_optimizer.predict.features import (
 )
 from agora_optimizer.predict.memory_model import MemoryQuantileRegressor
 from agora_optimizer.predict.runtime_model import RuntimeRegressor
+from agora_optimizer.predict.runtime_quantiles import REPORTED_QUANTILES, RuntimeQuantiles, quantile_label
 from agora_optimizer.traces.records import TaskAttempt
 
 log = logging.getLogger(__name__)
@@ -55,6 +57,21 @@ class TaskPrediction:
     memory_bytes: int
     runtime_source: Level
     memory_source: Level
+    # Each reported quantile's runtime over ``runtime_s`` ({"p50": 0.97, "p90": 2.4}); 1.0 where unknown.
+    runtime_factors: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+
+    def runtime_at(self, label: str) -> dict[str, float]:
+        """The runtime on each type at quantile ``label`` (``p50``, ``p90``)."""
+        factor = self.runtime_factors.get(label, 1.0)
+        return {name: value * factor for name, value in self.runtime_s.items()}
+
+    @property
+    def runtime_s_p50(self) -> dict[str, float]:
+        return self.runtime_at("p50")
+
+    @property
+    def runtime_s_p90(self) -> dict[str, float]:
+        return self.runtime_at("p90")
 
 
 @dataclass(frozen=True)
@@ -100,9 +117,12 @@ class Predictor:
         runtime_model: RuntimeRegressor | None = None,
         memory_model: MemoryQuantileRegressor | None = None,
         default_memory_bytes: int = DEFAULT_MEMORY_BYTES,
+        runtime_quantiles: RuntimeQuantiles | None = None,
     ) -> None:
         self.runtime_model = runtime_model if runtime_model is not None else RuntimeRegressor()
         self.memory_model = memory_model if memory_model is not None else MemoryQuantileRegressor()
+        self.runtime_quantiles = runtime_quantiles if runtime_quantiles is not None else RuntimeQuantiles()
+        self.has_runtime_quantiles = False  # a model saved before them has none: every factor is 1.0
         self.default_memory_bytes = default_memory_bytes
         self.fitted = False
         self.has_memory_model = False
@@ -135,6 +155,9 @@ class Predictor:
             log.warning("skipped %d attempt(s): %s", sum(skipped.values()), dict(skipped))
         frame, reference = _training_frame(runtime_rows)
         self.runtime_model.fit(frame, reference)
+        runs = [f"{a.dag_id}\x00{a.run_id}" for a, _ in runtime_rows]
+        self.runtime_quantiles.fit(self.runtime_model, frame, reference, groups=runs)
+        self.has_runtime_quantiles = True
         residuals = np.log(np.maximum(reference, self.runtime_model.runtime_floor_s)) - np.log(
             self.runtime_model.predict(frame)
         )
@@ -179,6 +202,9 @@ class Predictor:
             runtime = self._runtime(shape, model_s)
             memory_estimate = self._memory(shape, None if memory is None else float(memory[i]))
             scale = runtime.value / model_s  # a task's own history or hint rescales every type alike
+            factors = {
+                quantile_label(q): self.runtime_factor(shape.category, runtime.source, q) for q in REPORTED_QUANTILES
+            }
             tasks.append(
                 TaskPrediction(
                     task_id=shape.task_id,
@@ -188,9 +214,30 @@ class Predictor:
                     memory_bytes=math.ceil(memory_estimate.value),
                     runtime_source=runtime.source,
                     memory_source=memory_estimate.source,
+                    runtime_factors=MappingProxyType(factors),
                 )
             )
         return Prediction(workflow.name, tuple(tasks), tuple(r.name for r in chosen))
+
+    def runtime_factor(self, category: str, source: Level, quantile: float) -> float:
+        """The factor that takes a task's predicted runtime to its ``quantile``.
+
+        A declared hint is the author's number, not the model's: its spread is unknown, so it is kept
+        as declared (1.0). Any other answer gets its category's factor (the pooled one for a category
+        the quantiles did not learn); 1.0 for a model saved without quantiles.
+        """
+        if source == "hint" or not self.has_runtime_quantiles:
+            return 1.0
+        return float(self.runtime_quantiles.factors([category], quantile)[0])
+
+    def quantile_note(self, quantile: float) -> str:
+        """How the runtimes at ``quantile`` were made, for a plan's reader."""
+        label = quantile_label(quantile)
+        if not self.has_runtime_quantiles:
+            return (
+                f"runtimes at {label}: the model has no runtime quantiles (saved before them), so its point prediction"
+            )
+        return f"runtimes at {label} (declared hints as declared)"
 
     def _reference_per_type(self, frame: pd.DataFrame, chosen: Sequence[Resource]) -> dict[str, np.ndarray]:
         """The model's reference runtime of every task, per type (the same for all unless types matter)."""
@@ -225,11 +272,15 @@ class Predictor:
         category = max(model_bytes, float(shape.hint_memory_bytes or 0)) if known and model_bytes else None
         return first_answer(task, category, shape.hint_memory_bytes, float(self.default_memory_bytes))
 
-    def predicted_workflow(self, workflow: WorkflowShape, catalog: Catalog) -> Workflow:
+    def predicted_workflow(
+        self, workflow: WorkflowShape, catalog: Catalog, runtime_quantile: float | None = None
+    ) -> Workflow:
         """The workflow with predicted reference runtimes and memory quantiles, ready to plan.
 
-        A quantile above the largest type's memory is cut to it (logged): no machine can
-        reserve more, and the plan then gives the task the largest machine there is.
+        ``runtime_quantile`` (e.g. 0.9): each runtime at that quantile (:meth:`runtime_factor`);
+        ``None``: the model's point prediction. A memory quantile above the largest type's memory is
+        cut to it (logged): no machine can reserve more, and the plan then gives the task the largest
+        machine there is.
         """
         prediction = self.predict(workflow, catalog)
         by_id = {t.task_id: t for t in prediction.tasks}
@@ -237,13 +288,17 @@ class Predictor:
         tasks = []
         cut = 0
         for shape in workflow.tasks:
-            memory = by_id[shape.task_id].memory_bytes
+            predicted = by_id[shape.task_id]
+            memory = predicted.memory_bytes
+            factor = 1.0
+            if runtime_quantile is not None:
+                factor = self.runtime_factor(shape.category, predicted.runtime_source, runtime_quantile)
             if largest is not None and memory > largest:
                 memory, cut = largest, cut + 1
             tasks.append(
                 Task(
                     id=shape.task_id,
-                    runtime_s=by_id[shape.task_id].reference_runtime_s,
+                    runtime_s=predicted.reference_runtime_s * factor,
                     cores=shape.cores,
                     memory_bytes=memory,
                     category=shape.category,
