@@ -65,6 +65,10 @@ def test_predict_json_shape_on_a_stripped_workflow(model_dir: Path, tmp_path: Pa
         assert set(task["runtime_s"]) == catalog_types and all(v > 0 for v in task["runtime_s"].values())
         assert isinstance(task["memory_bytes"], int) and task["memory_bytes"] > 0
         assert task["runtime_source"] == "category"
+        for name, runtime_s in task["runtime_s"].items():  # the quantiles of the same runtime, p90 above p50
+            assert task["runtime_s_p90"][name] >= task["runtime_s_p50"][name] > 0 and runtime_s > 0
+    assert document["runtime_quantiles"] is True
+    assert any(t["runtime_s_p90"] != t["runtime_s_p50"] for t in document["tasks"])
 
 
 @pytest.mark.slow  # the model_dir fixture trains a model
@@ -74,6 +78,8 @@ def test_predict_table_and_type_filter(model_dir: Path) -> None:
     assert {tuple(t["runtime_s"]) for t in json.loads(out)["tasks"]} == {("c5.large",)}
     code, out, _ = invoke("predict", SRA_2, "-c", AWS_CATALOG, "-m", model_dir)
     assert code == 0 and "bowtie2" in out
+    header = out.split("┡")[0]  # the columns' names, wrapped as the terminal's width wants
+    assert "p50" in header and "p90" in header
 
 
 @pytest.mark.slow  # the model_dir fixture trains a model
