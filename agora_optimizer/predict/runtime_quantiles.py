@@ -65,6 +65,14 @@ def quantile_label(quantile: float) -> str:
     return f"p{round(100 * quantile, 4):g}"
 
 
+def quantile_reason(choice: str | float, has_deadline: bool) -> str:
+    """Why a plan's runtimes are at the quantile they are, for its reader."""
+    quantile = quantile_label(resolve_quantile(choice, has_deadline))
+    if choice != AUTO:
+        return f"{quantile}, as asked"
+    return f"{quantile}, auto: {'a deadline is set' if has_deadline else 'no deadline'}"
+
+
 class RuntimeQuantiles(BaseEstimator):
     """Multiplicative factors per category that turn a runtime model's answer into its quantiles.
 
