@@ -189,6 +189,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("objective", "balanced", "What re-planning minimises: time, cost or balanced."),
     Setting("plan_time_limit_s", "60", "Wall-time limit of one DAG's re-planning."),
     Setting(
+        "runtime_quantile",
+        "auto",
+        "Which quantile of the predicted runtimes re-planning plans from: p50, p90, a number in [0.5, 1), or "
+        "auto (p90 for a plan with a deadline, so that 9 tasks in 10 end in time; else p50). The plan records it.",
+    ),
+    Setting(
         "deadlines",
         "",
         "Comma-separated dag_id=DURATION (e.g. etl=6h, report=90m; DURATION as 90m, 6h, 1d, 3600s or "
