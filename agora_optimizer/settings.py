@@ -191,8 +191,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "runtime_quantile",
         "auto",
-        "Which quantile of the predicted runtimes re-planning plans from: p50, p90, a number in [0.5, 1), or "
-        "auto (p90 for a plan with a deadline, so that 9 tasks in 10 end in time; else p50). The plan records it.",
+        "Predicted runtimes' quantile for re-planning: p50, p90 or auto (p90 with a deadline).",
     ),
     Setting(
         "deadlines",
