@@ -93,6 +93,12 @@ def train(
         f"trained on {predictor.training_rows['runtime']} attempts ({predictor.training_rows['memory']} with "
         f"memory) from {predictor.training_rows['runs']} runs; model written to {directory}"
     )
+    quantiles = predictor.runtime_quantiles.summary()
+    say(
+        f"runtime quantiles: p50 {quantiles['pooled_p50']:.2f}x, p90 {quantiles['pooled_p90']:.2f}x the point "
+        f"prediction (pooled over {quantiles['residuals']} errors on held-out runs; "
+        f"{quantiles['categories_with_own_factors']} categories have their own)"
+    )
 
 
 def predict(

@@ -40,6 +40,7 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     code, out, err = invoke("train", "--wfinstances", BLAST_1, "--wfinstances", SRA_1, "--out", directory)
     assert code == 0, err
     assert "trained on" in out
+    assert "runtime quantiles: p50 " in out and "errors on held-out runs" in out
     return directory
 
 
