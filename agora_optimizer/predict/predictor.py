@@ -196,15 +196,15 @@ class Predictor:
         frame = feature_frame(workflow.tasks)
         per_type = self._reference_per_type(frame, chosen)
         memory = self.memory_model.predict(frame) if self.has_memory_model else None
+        categories = [shape.category for shape in workflow.tasks]
+        quantiles = {quantile_label(q): self._category_factors(categories, q) for q in REPORTED_QUANTILES}
         tasks = []
         for i, shape in enumerate(workflow.tasks):
             model_s = statistics.median(float(values[i]) for values in per_type.values())
             runtime = self._runtime(shape, model_s)
             memory_estimate = self._memory(shape, None if memory is None else float(memory[i]))
             scale = runtime.value / model_s  # a task's own history or hint rescales every type alike
-            factors = {
-                quantile_label(q): self.runtime_factor(shape.category, runtime.source, q) for q in REPORTED_QUANTILES
-            }
+            factors = {label: 1.0 if runtime.source == "hint" else float(f[i]) for label, f in quantiles.items()}
             tasks.append(
                 TaskPrediction(
                     task_id=shape.task_id,
@@ -219,16 +219,15 @@ class Predictor:
             )
         return Prediction(workflow.name, tuple(tasks), tuple(r.name for r in chosen))
 
-    def runtime_factor(self, category: str, source: Level, quantile: float) -> float:
-        """The factor that takes a task's predicted runtime to its ``quantile``.
+    def _category_factors(self, categories: Sequence[str], quantile: float) -> np.ndarray:
+        """The factor that takes each task's predicted runtime to its ``quantile``: its category's (the pooled
+        one for a category the quantiles did not learn), 1.0 for a model saved without quantiles.
 
-        A declared hint is the author's number, not the model's: its spread is unknown, so it is kept
-        as declared (1.0). Any other answer gets its category's factor (the pooled one for a category
-        the quantiles did not learn); 1.0 for a model saved without quantiles.
-        """
-        if source == "hint" or not self.has_runtime_quantiles:
-            return 1.0
-        return float(self.runtime_quantiles.factors([category], quantile)[0])
+        A declared hint is the author's number, not the model's: its spread is unknown, so callers keep it
+        as declared (1.0)."""
+        if not self.has_runtime_quantiles:
+            return np.ones(len(categories))
+        return self.runtime_quantiles.factors(categories, quantile)
 
     def quantile_note(self, quantile: float) -> str:
         """How the runtimes at ``quantile`` were made, for a plan's reader."""
@@ -277,22 +276,22 @@ class Predictor:
     ) -> Workflow:
         """The workflow with predicted reference runtimes and memory quantiles, ready to plan.
 
-        ``runtime_quantile`` (e.g. 0.9): each runtime at that quantile (:meth:`runtime_factor`);
+        ``runtime_quantile`` (e.g. 0.9): each runtime at that quantile (a hint as declared);
         ``None``: the model's point prediction. A memory quantile above the largest type's memory is
         cut to it (logged): no machine can reserve more, and the plan then gives the task the largest
         machine there is.
         """
         prediction = self.predict(workflow, catalog)
         by_id = {t.task_id: t for t in prediction.tasks}
+        categories = [shape.category for shape in workflow.tasks]
+        factors = self._category_factors(categories, runtime_quantile) if runtime_quantile is not None else None
         largest = catalog.largest().memory_bytes if catalog.resources else None
         tasks = []
         cut = 0
-        for shape in workflow.tasks:
+        for i, shape in enumerate(workflow.tasks):
             predicted = by_id[shape.task_id]
             memory = predicted.memory_bytes
-            factor = 1.0
-            if runtime_quantile is not None:
-                factor = self.runtime_factor(shape.category, predicted.runtime_source, runtime_quantile)
+            factor = 1.0 if factors is None or predicted.runtime_source == "hint" else float(factors[i])
             if largest is not None and memory > largest:
                 memory, cut = largest, cut + 1
             tasks.append(
