@@ -97,10 +97,11 @@ class RuntimeQuantiles(BaseEstimator):
         if not self.runtime_floor_s > 0:
             raise ValueError(f"runtime_floor_s must be > 0, got {self.runtime_floor_s!r}")
         X = check_frame(X, ["category"], "RuntimeQuantiles.fit")
-        target = np.log(np.maximum(check_target(y, len(X), "RuntimeQuantiles.fit"), self.runtime_floor_s))
+        runtimes = check_target(y, len(X), "RuntimeQuantiles.fit")
+        target = np.log(np.maximum(runtimes, self.runtime_floor_s))
 
         def fit_predict(train: np.ndarray, test: np.ndarray) -> np.ndarray:
-            model = clone(estimator, safe=False).fit(X.iloc[train], np.exp(target[train]))
+            model = clone(estimator, safe=False).fit(X.iloc[train], runtimes[train])
             return np.log(np.maximum(np.asarray(model.predict(X.iloc[test]), dtype=float), self.runtime_floor_s))
 
         residuals = out_of_fold_residuals(
