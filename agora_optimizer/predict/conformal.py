@@ -44,6 +44,7 @@ def out_of_fold_residuals(
     n_splits: int,
     random_state: int,
     who: str,
+    known_categories_only: bool = False,
 ) -> np.ndarray:
     """One residual (``target`` minus prediction) per row, from a model that did not see the row.
 
@@ -51,7 +52,9 @@ def out_of_fold_residuals(
     run, provided that model saw the row's category: that is the error on a new run of a known
     task (an unknown category is the fallback chain's business). Other rows (a category seen in
     one run only, or no groups) get the residual of three plain row folds: the spread within a
-    run. A single row gets none (NaN).
+    run. A single row gets none (NaN); with ``known_categories_only``, nor does a row whose
+    category the row fold's model did not see (its error is an unknown category's, which says
+    nothing of how far a known one strays).
     """
     labels = None if groups is None else np.asarray(groups)
     if labels is not None and len(labels) != len(X):
@@ -70,6 +73,8 @@ def out_of_fold_residuals(
         folds = KFold(n_splits=min(3, len(X)), shuffle=True, random_state=random_state)
         for train, test in folds.split(X):
             test = np.intersect1d(test, missing)
+            if known_categories_only:
+                test = test[np.isin(categories[test], categories[train])]
             if len(test):
                 residuals[test] = target[test] - fit_predict(train, test)
     return residuals

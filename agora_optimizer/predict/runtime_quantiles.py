@@ -5,7 +5,10 @@ more: a runtime the task stays under nine times in ten. :class:`RuntimeQuantiles
 regressor with ``fit``/``predict`` (the runtime model, or whatever replaces it): it fits clones of
 it on folds that hold out whole runs (:func:`~agora_optimizer.predict.conformal.out_of_fold_residuals`,
 as the memory margin does) and keeps the log residuals ``log(true) - log(predicted)`` per category
-where a category has at least ``min_category_rows`` of them, else pooled over all rows. The
+where a category has at least ``min_category_rows`` of them, else pooled over all rows. Only the
+errors on categories the fold's model had seen count: an unseen category's error (a task that ran
+once) is the cold start's, tens of times a known task's, and would swamp the pooled factors that
+the known categories with few errors take. The
 runtime at quantile q is the model's answer times ``exp(q-quantile of the residuals)``: at p50
 about 1 (the model's own bias on new runs), at p90 the headroom that keeps nine tasks in ten.
 
@@ -105,7 +108,7 @@ class RuntimeQuantiles(BaseEstimator):
             return np.log(np.maximum(np.asarray(model.predict(X.iloc[test]), dtype=float), self.runtime_floor_s))
 
         residuals = out_of_fold_residuals(
-            X, target, groups, fit_predict, self.n_splits, self.random_state, "RuntimeQuantiles.fit"
+            X, target, groups, fit_predict, self.n_splits, self.random_state, "RuntimeQuantiles.fit", True
         )
         known = np.isfinite(residuals)
         categories = X["category"].astype(str).to_numpy()

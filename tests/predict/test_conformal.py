@@ -42,3 +42,17 @@ def test_out_of_fold_residuals_hold_out_whole_runs() -> None:
     assert residuals[runs == "d"] == pytest.approx(np.full(5, 2.0 - 0.0))  # d: 2 against the others' mean 0
     with pytest.raises(ValueError, match="test: 3 groups for 20 rows"):
         out_of_fold_residuals(X, target, runs[:3], fit_predict, n_splits=4, random_state=0, who="test")
+
+
+def test_known_categories_only_leaves_a_category_the_fold_never_saw_without_a_residual() -> None:
+    X = pd.DataFrame({"category": ["a"] * 6 + ["once"]})
+    target = np.zeros(7)
+
+    def fit_predict(train: np.ndarray, test: np.ndarray) -> np.ndarray:
+        return np.zeros(len(test))
+
+    runs = ["r"] * 7  # one run: row folds only
+    every = out_of_fold_residuals(X, target, runs, fit_predict, n_splits=3, random_state=0, who="test")
+    known = out_of_fold_residuals(X, target, runs, fit_predict, 3, 0, "test", known_categories_only=True)
+    assert np.all(np.isfinite(every))
+    assert np.all(np.isfinite(known[:6])) and np.isnan(known[6])

@@ -158,3 +158,16 @@ def test_auto_is_p90_with_a_deadline_and_p50_without() -> None:
     assert resolve_quantile("auto", has_deadline=False) == 0.5
     assert resolve_quantile(0.75, has_deadline=True) == 0.75
     assert [quantile_label(q) for q in (0.5, 0.9, 0.975)] == ["p50", "p90", "p97.5"]
+
+
+def test_a_task_seen_once_does_not_swamp_the_pooled_factors() -> None:
+    """A category that ran once has no error of a known task to give: were its cold-start error (here 1000x)
+    counted, a known category with few errors of its own would plan 1000x its runtime at p90."""
+    X, y, groups = _synthetic(range(3), seed=6)
+    once = feature_frame([TaskShape("report_1", "report", "op", input_bytes=10**6, dag_id="other")])
+    with_once = RuntimeQuantiles(min_category_rows=1000).fit(
+        _CategoryMedian(), pd.concat([X, once], ignore_index=True), np.append(y, 1000.0 * y.max()), [*groups, "x"]
+    )
+    alone = RuntimeQuantiles(min_category_rows=1000).fit(_CategoryMedian(), X, y, groups)
+    assert with_once.n_residuals_ == alone.n_residuals_ == len(X)
+    assert with_once.summary()["pooled_p90"] == alone.summary()["pooled_p90"] < 3.0
