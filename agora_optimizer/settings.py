@@ -189,6 +189,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("objective", "balanced", "What re-planning minimises: time, cost or balanced."),
     Setting("plan_time_limit_s", "60", "Wall-time limit of one DAG's re-planning."),
     Setting(
+        "runtime_quantile",
+        "auto",
+        "Predicted runtimes' quantile for re-planning: p50, p90 or auto (p90 with a deadline).",
+    ),
+    Setting(
         "deadlines",
         "",
         "Comma-separated dag_id=DURATION (e.g. etl=6h, report=90m; DURATION as 90m, 6h, 1d, 3600s or "

@@ -10,7 +10,9 @@ Usage:
    the held-out one from its shape alone (names, categories, file sizes: the file's
    runtimes and memory are not read), and score
    - runtime: median absolute percentage error (MdAPE) of the reference runtime, over the
-     tasks whose recorded runtime is > 0, and over those of >= 1 s;
+     tasks whose recorded runtime is > 0, and over those of >= 1 s; and the coverage of the
+     predicted p50 and p90 (the share of those tasks whose runtime is at most it: a calibrated
+     p90 covers about 90 %);
    - memory (tasks with a recorded peak): the share whose peak exceeds the predicted
      quantile, and the median over-reservation (predicted / peak).
    The numbers are pooled over the family's held-out tasks (a large instance weighs more),
@@ -53,8 +55,8 @@ from agora_optimizer.model.plan import Objective  # noqa: E402
 from agora_optimizer.model.workflow import Workflow  # noqa: E402
 from agora_optimizer.optimize.optimize import optimize  # noqa: E402
 from agora_optimizer.planning.validate import validate_plan  # noqa: E402
-from agora_optimizer.predict.evaluation import memory_scores, rounded, runtime_scores  # noqa: E402
-from agora_optimizer.predict.predictor import Prediction, Predictor  # noqa: E402
+from agora_optimizer.predict.evaluation import coverage, memory_scores, rounded, runtime_scores  # noqa: E402
+from agora_optimizer.predict.predictor import Prediction, Predictor, TaskPrediction  # noqa: E402
 from agora_optimizer.predict.replay import replay  # noqa: E402
 from agora_optimizer.traces.records import TaskAttempt  # noqa: E402
 from agora_optimizer.traces.wfformat_import import attempts_from_wfformat, read_workflow_shape  # noqa: E402
@@ -83,17 +85,24 @@ def score_instance(prediction: Prediction, actual: Workflow) -> dict[str, Any]:
     by_id = {t.task_id: t for t in prediction.tasks}
     tasks = actual.tasks
     recorded = [t for t in tasks if t.memory_source == "recorded"]
+    at = {label: [_reference_at(by_id[t.id], label) for t in tasks] for label in ("p50", "p90")}
     return {
         "tasks": len(tasks),
         "runtime": runtime_scores([by_id[t.id].reference_runtime_s for t in tasks], [t.runtime_s for t in tasks]),
+        "coverage": {label: coverage(at[label], [t.runtime_s for t in tasks]) for label in at},
         "memory": memory_scores([by_id[t.id].memory_bytes for t in recorded], [t.memory_bytes for t in recorded]),
         "sources": prediction.sources(),
         "runtime_models": dict(Counter(t.runtime_model or "hint" for t in prediction.tasks)),
         "pairs": {
             "runtime": [(by_id[t.id].reference_runtime_s, t.runtime_s) for t in tasks],
+            **{f"runtime_{label}": list(zip(at[label], [t.runtime_s for t in tasks], strict=True)) for label in at},
             "memory": [(by_id[t.id].memory_bytes, t.memory_bytes) for t in recorded],
         },
     }
+
+
+def _reference_at(task: TaskPrediction, label: str) -> float:
+    return task.reference_runtime_s * task.runtime_factors.get(label, 1.0)
 
 
 def end_effect(
@@ -128,8 +137,10 @@ def end_effect(
 def pooled(instances: list[dict[str, Any]]) -> dict[str, Any]:
     runtime = [p for i in instances for p in i["pairs"]["runtime"]]
     memory = [p for i in instances for p in i["pairs"]["memory"]]
+    at = {label: [p for i in instances for p in i["pairs"][f"runtime_{label}"]] for label in ("p50", "p90")}
     return {
         "runtime": runtime_scores([p for p, _ in runtime], [a for _, a in runtime]),
+        "coverage": {label: coverage([p for p, _ in pairs], [a for _, a in pairs]) for label, pairs in at.items()},
         "memory": memory_scores([p for p, _ in memory], [a for _, a in memory]),
     }
 
@@ -144,6 +155,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     actual = {path: load_workflow(path) for path in files}
     wanted = [f for f in (args.families.split(",") if args.families else sorted(by_family)) if len(by_family[f]) >= 2]
     report: dict[str, Any] = {"catalog": args.catalog, "time_limit_s": args.time_limit_s, "families": {}}
+    held_out_rows: list[dict[str, Any]] = []
     for family in wanted:
         instances = []
         for held_out in by_family[family]:
@@ -157,6 +169,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     predictor, held_out, actual[held_out], catalog, args.catalog, args.time_limit_s
                 )
             instances.append(row)
+            held_out_rows.append(row)
             print(f"{family}: {held_out.stem} done", file=sys.stderr, flush=True)
         cold = []
         others = [a for f, paths in by_family.items() if f != family for p in paths for a in attempts[p]]
@@ -172,6 +185,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "oracle_mdape_median": statistics.median(oracle) if oracle else None,
         }
     report["median_over_families"] = _median_over_families(report["families"])
+    if held_out_rows:
+        report["leave_one_out_pooled"] = pooled(held_out_rows)  # every family's held-out tasks together
     return rounded(report)
 
 
@@ -191,6 +206,16 @@ def _median_over_families(families: dict[str, Any]) -> dict[str, float | None]:
 
 def _strip(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{k: v for k, v in row.items() if k != "pairs"} for row in rows]
+
+
+def _share(pooled_scores: dict[str, Any], label: str) -> float | None:
+    """The pooled coverage of a quantile (None in a report written before the quantiles)."""
+    return pooled_scores.get("coverage", {}).get(label, {}).get("share")
+
+
+def _median(values: list[float | None]) -> float | None:
+    known = [value for value in values if value is not None]
+    return statistics.median(known) if known else None
 
 
 def _pct(value: float | None) -> str:
@@ -231,8 +256,8 @@ def markdown(report: dict[str, Any]) -> str:
         "## Leave one instance out, within the family",
         "",
         "| family | instances | tasks | runtime MdAPE | MdAPE (>= 1 s) | own-instance category-median floor |"
-        " memory tasks | exceedance | over-reservation |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        " runtime <= p50 | runtime <= p90 | memory tasks | exceedance | over-reservation |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for family, data in report["families"].items():
         p = data["leave_one_out"]["pooled"]
@@ -240,7 +265,8 @@ def markdown(report: dict[str, Any]) -> str:
         lines.append(
             f"| {family} | {data['instances']} | {rt['tasks']}"
             f" | {_pct(rt['mdape'])}{_mark(rt['mdape'], RUNTIME_TARGET)}"
-            f" | {_pct(rt['mdape_ge_1s'])} | {_pct(data['oracle_mdape_median'])} | {mem['tasks']}"
+            f" | {_pct(rt['mdape_ge_1s'])} | {_pct(data['oracle_mdape_median'])}"
+            f" | {_pct(_share(p, 'p50'))} | {_pct(_share(p, 'p90'))} | {mem['tasks']}"
             f" | {_pct(mem['exceedance'])}{_mark(mem['exceedance'], EXCEEDANCE_TARGET)}"
             f" | {_x(mem['median_over_reservation'])}{_over_mark(mem['median_over_reservation'])} |"
         )
@@ -250,6 +276,19 @@ def markdown(report: dict[str, Any]) -> str:
             "",
             f"At the median over the {overall['families']} families: runtime MdAPE {_pct(overall['runtime_mdape'])},"
             f" own-instance category-median floor {_pct(overall['oracle_mdape'])}.",
+        ]
+    overall = report.get("leave_one_out_pooled")
+    if overall and "coverage" in overall:
+        families = [_share(d["leave_one_out"]["pooled"], "p90") for d in report["families"].values()]
+        instances = [
+            _share(row, "p90") for d in report["families"].values() for row in d["leave_one_out"]["per_instance"]
+        ]
+        lines += [
+            "",
+            f"Runtime quantiles over every family's held-out tasks ({overall['coverage']['p90']['tasks']}): "
+            f"{_pct(_share(overall, 'p50'))} ran within their p50, {_pct(_share(overall, 'p90'))} within their p90 "
+            f"(median over families {_pct(_median(families))}, over held-out instances {_pct(_median(instances))}; "
+            "target about 90 %).",
         ]
     lines += [
         "",
@@ -281,8 +320,9 @@ def markdown(report: dict[str, Any]) -> str:
         "",
         "## Cross-family cold start (no instance of the family seen)",
         "",
-        "| family | tasks | runtime MdAPE | MdAPE (>= 1 s) | exceedance | over-reservation | sources (runtime) |",
-        "|---|---:|---:|---:|---:|---:|---|",
+        "| family | tasks | runtime MdAPE | MdAPE (>= 1 s) | runtime <= p90 | exceedance | over-reservation |"
+        " sources (runtime) |",
+        "|---|---:|---:|---:|---:|---:|---:|---|",
     ]
     for family, data in report["families"].items():
         p = data["cold_start"]["pooled"]
@@ -292,7 +332,7 @@ def markdown(report: dict[str, Any]) -> str:
                 counts[k] += v
         lines.append(
             f"| {family} | {p['runtime']['tasks']} | {_pct(p['runtime']['mdape'])}"
-            f" | {_pct(p['runtime']['mdape_ge_1s'])}"
+            f" | {_pct(p['runtime']['mdape_ge_1s'])} | {_pct(_share(p, 'p90'))}"
             f" | {_pct(p['memory']['exceedance'])} | {_x(p['memory']['median_over_reservation'])}"
             f" | {', '.join(f'{k} {v}' for k, v in sorted(counts.items()))} |"
         )

@@ -1,6 +1,6 @@
 """``agora optimize``, ``validate``, ``gantt`` and ``pareto``: make plans, check them against the model, draw them.
 
-Why one module of some 510 lines: the four commands of one plan file's life, over the same options and
+Why one module of some 540 lines: the four commands of one plan file's life, over the same options and
 summary lines; most of it is ``agora optimize``'s options and what it prints.
 
 :func:`register` adds them to the ``agora`` app. Errors that are the input's fault are one line
@@ -16,6 +16,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -142,6 +143,13 @@ def optimize(
     model: Annotated[
         Path | None, typer.Option(help="For airflow:DAG_ID with an empty trace store: a trained predictor dir.")
     ] = None,
+    runtime_quantile: Annotated[
+        str,
+        typer.Option(
+            help="For predicted runtimes (airflow:DAG_ID, --dags): plan from their p50, p90, another quantile in "
+            "[0.5, 1), or auto: p90 where a deadline is set (9 tasks in 10 end in time), else p50."
+        ),
+    ] = "auto",
     apply: Annotated[
         bool, typer.Option("--apply", help="For airflow:DAG_ID: also put the plan in force (agora plans apply).")
     ] = False,
@@ -168,17 +176,30 @@ def optimize(
     from agora_optimizer.optimize.optimize import default_plan, optimize_problem
     from agora_optimizer.planning.problem import Problem, lower_bounds
     from agora_optimizer.predict.latency import statistic_of, with_platform_latency
+    from agora_optimizer.predict.runtime_quantiles import (
+        AUTO,
+        parse_quantile,
+        quantile_label,
+        quantile_reason,
+        resolve_quantile,
+    )
 
     started = time.perf_counter()  # the time limit counts loading and bounding too
+    with user_errors():
+        quantile_choice = parse_quantile(runtime_quantile)
     if dags:
         _optimize_window(dags, window, window_start, catalog, out, time_limit_s, dag_folder, store, model, apply,
-                         plan_dir, gantt, as_json, platform_latency.value)  # fmt: skip
+                         plan_dir, gantt, as_json, platform_latency.value, quantile_choice)  # fmt: skip
         return
     with user_errors():
         if workflow is None:
             raise AgoraError("give a WORKFLOW (a WfFormat file or airflow:DAG_ID), or --dags with --window")
         if apply and not str(workflow).startswith("airflow:"):  # before anything is planned or written
             raise AgoraError("--apply puts a plan in force for an Airflow DAG: give WORKFLOW as airflow:DAG_ID")
+        if quantile_choice != AUTO and not str(workflow).startswith("airflow:"):
+            raise AgoraError(
+                f"--runtime-quantile is for predicted runtimes (airflow:DAG_ID or --dags): {workflow} records its own"
+            )
         for option, value in (
             ("--alpha", alpha),
             ("--deadline-s", deadline_s),
@@ -191,12 +212,16 @@ def optimize(
         cat = load_catalog(catalog)
         if queue_wait_model is not None:
             cat = _with_predicted_queue_waits(cat, queue_wait_model, queue_time_limit_s)
+        quantile = None  # the file's own runtimes
+        runtimes = f"as {workflow} records them (not predicted)"
         if str(workflow).startswith("airflow:"):
             from agora_optimizer.integration.airflow_dag import predicted_dag_workflow
 
             dag_id = str(workflow).removeprefix("airflow:")
+            quantile = resolve_quantile(quantile_choice, has_deadline=deadline_s is not None)
+            runtimes = f"predicted, at {quantile_reason(quantile_choice, deadline_s is not None)}"
             with _stdout_to_stderr():  # Airflow logs to stdout while it parses: stdout is the command's output
-                wf, origin = predicted_dag_workflow(dag_id, cat, dag_folder, store, model)
+                wf, origin = predicted_dag_workflow(dag_id, cat, dag_folder, store, model, quantile)
             say(f"agora: predictions: {origin}", err=True)
         else:
             wf = load_workflow(workflow, default_memory_bytes=int(default_memory_gib * GIB))
@@ -209,11 +234,14 @@ def optimize(
         problem = Problem.create(wf, planned, goal)
         with _progress_bar(f"planning {len(wf.tasks)} tasks") as progress:
             plan = optimize_problem(problem, str(catalog), time_limit_s, progress=progress, started=started)
+        if quantile is not None:  # the plan says which runtimes it was made from
+            plan = replace(plan, runtime_quantile=quantile_label(quantile))
         baseline = default_plan(wf, planned, str(catalog))
         # The bounds of any plan the catalog file holds: a written plan (each task's own duration, its latency
         # only in the gaps) may lease a little less than the planned holds, whose bounds the engines used.
         bounds = problem.bounds if planned is cat else lower_bounds(wf, cat, deadline_s)
         summary = _summary(plan, baseline, bounds.makespan_s, bounds.cost_usd, out)
+        summary["runtimes"] = runtimes
         write_plan(plan, out)  # the summary's last line says so; the store below may fail, so it is said first
         if apply:
             from agora_optimizer.cli.plans import plan_store
@@ -248,6 +276,7 @@ def _optimize_window(
     gantt: Path | None,
     as_json: bool,
     platform_latency: str,
+    runtime_quantile: str | float,
 ) -> None:
     """``--dags``: plan every run of the window together (:mod:`agora_optimizer.cli.window`)."""
     from agora_optimizer.cli.window import plan_window
@@ -259,7 +288,8 @@ def _optimize_window(
         with _stdout_to_stderr():  # Airflow logs to stdout while it parses: stdout is the command's output
             summary = plan_window(selectors, window, window_start, cat, str(catalog), out, time_limit_s,
                                   dag_folder=dag_folder, store=store, model=model, apply=apply, plan_dir=plan_dir,
-                                  gantt=gantt, platform_latency=platform_latency)  # fmt: skip
+                                  gantt=gantt, platform_latency=platform_latency,
+                                  runtime_quantile=runtime_quantile)  # fmt: skip
     if as_json:
         out_console.print_json(json.dumps(summary))
         return
@@ -344,6 +374,7 @@ def _summary(plan: Plan, baseline: Plan | None, makespan_lb: float, cost_lb: flo
         "agora": row(plan),
         "default": None if baseline is None else {**row(baseline), "resource": baseline.assignments[0].resource},
         "spot": None if plan.spot is None else plan.spot.__dict__,
+        "runtime_quantile": plan.runtime_quantile,
     }
 
 
@@ -387,6 +418,7 @@ def _print_summary(summary: dict[str, Any]) -> None:
         say(f"{name}: released at {release_s:,.0f} s (predicted queue wait, not billed)")
     for line in summary.get("platform_latency_lines", []):
         say(f"platform latency: {line}")
+    say(f"runtimes: {summary['runtimes']}")
     say(f"plan written to {summary['plan']}")
 
 

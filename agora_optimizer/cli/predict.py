@@ -93,6 +93,12 @@ def train(
         f"trained on {predictor.training_rows['runtime']} attempts ({predictor.training_rows['memory']} with "
         f"memory) from {predictor.training_rows['runs']} runs; model written to {directory}"
     )
+    quantiles = predictor.runtime_quantiles.summary()
+    say(
+        f"runtime quantiles: p50 {quantiles['pooled_p50']:.2f}x, p90 {quantiles['pooled_p90']:.2f}x the point "
+        f"prediction (pooled over {quantiles['residuals']} errors on held-out runs; "
+        f"{quantiles['categories_with_own_factors']} categories have their own)"
+    )
 
 
 def predict(
@@ -124,11 +130,14 @@ def predict(
         "catalog": str(catalog),
         "resources": list(prediction.resources),
         "sources": prediction.sources(),
+        "runtime_quantiles": predictor.has_runtime_quantiles,  # false: a model saved before them (p50 = p90)
         "tasks": [
             {
                 "id": t.task_id,
                 "category": t.category,
                 "runtime_s": dict(t.runtime_s),
+                "runtime_s_p50": t.runtime_s_p50,
+                "runtime_s_p90": t.runtime_s_p90,
                 "reference_runtime_s": t.reference_runtime_s,
                 "memory_bytes": t.memory_bytes,
                 "runtime_source": t.runtime_source,
@@ -141,21 +150,27 @@ def predict(
     if as_json:
         out_console.print_json(json.dumps(document))
         return
-    rows = []
-    for t in prediction.tasks:
-        times = list(t.runtime_s.values())
-        rows.append(
-            [
-                t.task_id,
-                t.category,
-                f"{min(times):,.2f}..{max(times):,.2f}" if times else "-",
-                f"{t.memory_bytes / 2**20:,.1f}",
-                f"{t.runtime_source}{f' ({t.runtime_model})' if t.runtime_model else ''}/{t.memory_source}",
-            ]
-        )
+    rows = [
+        [
+            t.task_id,
+            t.category,
+            _span(t.runtime_s_p50),
+            _span(t.runtime_s_p90),
+            f"{t.memory_bytes / 2**20:,.1f}",
+            f"{t.runtime_source}{f' ({t.runtime_model})' if t.runtime_model else ''}/{t.memory_source}",
+        ]
+        for t in prediction.tasks
+    ]
     title = f"{prediction.workflow}: {len(prediction.tasks)} tasks, model {directory}"
-    columns = ("task", "category", "runtime (s) fastest..slowest type", "memory (MiB)", "sources")
+    columns = ("task", "category", "p50 runtime (s)", "p90 runtime (s)", "memory (MiB)", "sources")
     out_console.print(data_table(title, columns, rows))
+    say("runtimes: fastest..slowest type; p90: 9 runs in 10 take no longer (a declared hint is as declared)")
+
+
+def _span(runtimes: dict[str, float]) -> str:
+    """``fastest..slowest`` of a task's runtimes over the types."""
+    times = list(runtimes.values())
+    return f"{min(times):,.2f}..{max(times):,.2f}" if times else "-"
 
 
 def simulate(

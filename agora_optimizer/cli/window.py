@@ -1,7 +1,8 @@
 """``agora optimize --dags SELECTOR... --window 24h``: every DAG run of a time window, planned together.
 
 The runs come from the DAGs' own schedules (:mod:`agora_optimizer.integration.window_runs`), each
-DAG's tasks with predicted runtimes and memory (as ``agora optimize airflow:DAG_ID``), each run's
+DAG's tasks with predicted runtimes and memory (as ``agora optimize airflow:DAG_ID``; runtimes at
+``--runtime-quantile``, auto: p90 for a DAG whose runs have a deadline, else p50), each run's
 deadline from ``[agora] deadlines`` or the DAG's ``DeadlineAlert``. They are planned together on the
 catalog, whose counts they share (:func:`agora_optimizer.optimize.window.plan_jointly`), and, for
 the report, each alone: in the order they start on what the ones before left, and each on the
@@ -73,6 +74,7 @@ def plan_window(
     plan_dir: Path | None = None,
     gantt: Path | None = None,
     platform_latency: str = "median",
+    runtime_quantile: str | float = "auto",
 ) -> dict[str, Any]:
     """Plan the window, write its plans and summary; the summary. Raises :class:`WindowPlanError`
     (after writing everything) when a run misses its deadline."""
@@ -87,6 +89,7 @@ def plan_window(
     from agora_optimizer.optimize.window import cost_lower_bound, plan_each_alone, plan_first_come, plan_jointly
     from agora_optimizer.planning.bounds import makespan_lower_bound_s
     from agora_optimizer.predict.latency import statistic_of, with_platform_latency
+    from agora_optimizer.predict.runtime_quantiles import quantile_label, quantile_reason, resolve_quantile
 
     started = time.perf_counter()
     statistic = statistic_of(platform_latency)
@@ -105,9 +108,14 @@ def plan_window(
     if not scheduled:
         raise AgoraError(f"no DAG run in the window {start.isoformat()} + {window} ({', '.join(sorted(idle))})")
     workflows: dict[str, Workflow] = {}
+    quantiles: dict[str, str] = {}  # each DAG's: p90 where its runs have a deadline (auto)
     for dag_id in sorted({r.dag_id for r in scheduled}):
-        workflows[dag_id], origin = predicted_dag_workflow(dag_id, catalog, dag_folder, store, model)
+        has_deadline = any(r.deadline_s is not None for r in scheduled if r.dag_id == dag_id)
+        quantile = resolve_quantile(runtime_quantile, has_deadline)
+        quantiles[dag_id] = quantile_label(quantile)
+        workflows[dag_id], origin = predicted_dag_workflow(dag_id, catalog, dag_folder, store, model, quantile)
         say(f"agora: {dag_id}: predictions: {origin}", err=True)
+        say(f"agora: {dag_id}: runtimes: predicted, at {quantile_reason(runtime_quantile, has_deadline)}", err=True)
     latency = _platform_latency(statistic, store, workflows)
     file_catalog, catalog = catalog, with_platform_latency(catalog, latency, statistic)  # each task's hold longer
     runs: list[WindowRun] = []
@@ -137,7 +145,13 @@ def plan_window(
     from agora_optimizer.io.plan_file import write_plan
 
     rows: list[dict[str, Any]] = []
-    documents = {plan.run.name: _plan_document(plan, catalog, catalog_label, started) for plan in joint.plans}
+    documents = {
+        plan.run.name: replace(
+            _plan_document(plan, catalog, catalog_label, started),
+            runtime_quantile=quantiles[by_name[plan.run.name].dag_id],
+        )
+        for plan in joint.plans
+    }
     for plan in joint.plans:
         path = out_dir / f"{_file_name(plan.run.name)}.plan.json"
         write_plan(documents[plan.run.name], path)
@@ -150,6 +164,7 @@ def plan_window(
                 "offset_s": item.offset_s,
                 "deadline_s": item.deadline_s,
                 "deadline_source": item.deadline_source,
+                "runtime_quantile": quantiles[item.dag_id],
                 "makespan_s": plan.makespan_s,
                 "cost_usd": plan.cost_usd,
                 "on_time": plan.on_time,

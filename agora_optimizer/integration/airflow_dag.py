@@ -233,13 +233,16 @@ def predicted_dag_workflow(
     folder: str | Path | None = None,
     store_url: str | None = None,
     model_dir: str | Path | None = None,
+    runtime_quantile: float | None = None,
 ) -> tuple[Workflow, str]:
     """The DAG as a workflow whose tasks carry predicted runtimes and memory, and where they came from.
 
     The predictor learns from the trace store's attempts when it has any (every DAG's: a
     task's own history, then its category's, answer first); with an empty store it is the
     trained model of ``model_dir`` (default: the shipped one), and the DAG's declared hints
-    and the defaults answer for tasks it has never seen.
+    and the defaults answer for tasks it has never seen. ``runtime_quantile`` (0.9 for p90):
+    the runtimes at that quantile (:mod:`agora_optimizer.predict.runtime_quantiles`); ``None``: the
+    model's point prediction.
     """
     from agora_optimizer import settings
     from agora_optimizer.predict.errors import EmptyHistoryError
@@ -271,8 +274,10 @@ def predicted_dag_workflow(
         directory = Path(model_dir) if model_dir is not None else default_model_dir()
         predictor = load_predictor(directory)
         origin = f"{origin}; model {directory}"
-    workflow = predictor.predicted_workflow(shape, catalog)
+    workflow = predictor.predicted_workflow(shape, catalog, runtime_quantile)
     sources = predictor.predict(shape, catalog).sources()
+    if runtime_quantile is not None:
+        origin = f"{origin}; {predictor.quantile_note(runtime_quantile)}"
     workflow, waits = release_waits(workflow, catalog, [task.task_id for task in expanded.tasks if task.waits])
     notes = [f"mapped {task}: {width.describe()}" for task, width in sorted(widths.items())]
     if waits:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -95,24 +95,31 @@ def replan(
     objective: str = "balanced",
     time_limit_s: float = 60.0,
     platform_latency: str = "median",
+    runtime_quantile: str | None = None,
 ) -> StoredPlan:
     """Predict, optimize and put in force a new plan for ``dag_id``; the old one stays in the history.
 
     ``platform_latency`` (median, p90 or none): what each task's duration gains for the platform's
     latency, learned from the same trace store with the DAG's edges (as ``agora optimize`` does).
+    ``runtime_quantile`` (p50, p90, auto, a number; default ``[agora] runtime_quantile``): the
+    predicted runtimes' quantile the plan is made from, which the plan records.
     """
     from agora_optimizer.integration.airflow_dag import learned_platform_latency, predicted_dag_workflow
     from agora_optimizer.optimize.optimize import optimize
     from agora_optimizer.predict.latency import statistic_of, with_platform_latency
+    from agora_optimizer.predict.runtime_quantiles import parse_quantile, quantile_label, resolve_quantile
 
     kind = next((k for k in OBJECTIVE_KINDS if k == objective), None)
     if kind is None:
         raise AgoraError(f"[agora] objective must be one of {', '.join(OBJECTIVE_KINDS)}, got {objective!r}")
     model = models if (models / "metadata.json").exists() else None
     statistic = statistic_of(platform_latency)
-    workflow, _origin = predicted_dag_workflow(dag_id, catalog, folder, store_url, model)
+    goal = Objective(kind=kind)
+    choice = parse_quantile(runtime_quantile or settings.get("runtime_quantile"), "[agora] runtime_quantile")
+    quantile = resolve_quantile(choice, has_deadline=goal.deadline_s is not None)
+    workflow, _origin = predicted_dag_workflow(dag_id, catalog, folder, store_url, model, quantile)
     edges = {dag_id: [(e.parent, e.child) for e in workflow.edges]}
     latency = learned_platform_latency(store_url, edges, statistic)
     planned = with_platform_latency(catalog, latency, statistic)
-    plan = optimize(workflow, planned, Objective(kind=kind), catalog.source, time_limit_s)
-    return plans.save(dag_id, plan, workflow=workflow)
+    plan = optimize(workflow, planned, goal, catalog.source, time_limit_s)
+    return plans.save(dag_id, replace(plan, runtime_quantile=quantile_label(quantile)), workflow=workflow)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
@@ -23,6 +24,7 @@ from agora_optimizer.model.plan import (
 from agora_optimizer.model.workflow import shown
 
 _STATUSES: tuple[SolverStatus, ...] = ("optimal", "feasible", "heuristic")
+_QUANTILE_LABEL = re.compile(r"p\d{1,2}(\.\d+)?")
 
 
 def plan_to_dict(plan: Plan) -> dict[str, Any]:
@@ -38,6 +40,7 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
         "solver": asdict(plan.solver),
         "created_at": plan.created_at,
         **({} if plan.spot is None else {"spot": asdict(plan.spot)}),
+        **({} if plan.runtime_quantile is None else {"runtime_quantile": plan.runtime_quantile}),
     }
 
 
@@ -89,7 +92,18 @@ def plan_from_document(document: Any, source: str) -> Plan:
         solver=_solver(root.get("solver")),
         created_at=created_at,
         spot=_spot(root.get("spot", None)),
+        runtime_quantile=_runtime_quantile(root.get("runtime_quantile", None)),
     )
+
+
+def _runtime_quantile(node: Node) -> str | None:
+    """The optional ``runtime_quantile`` (``p90``): the predicted runtimes' quantile the plan was made from."""
+    if node.optional() is None:
+        return None
+    label = node.string()
+    if not _QUANTILE_LABEL.fullmatch(label):
+        raise node.fail(f"expected a quantile such as p50 or p90, got {shown(label)}")
+    return label
 
 
 def _spot(node: Node) -> SpotFigures | None:

@@ -71,6 +71,9 @@ class Plan:
     created_at: str
     format: str = PLAN_FORMAT
     spot: SpotFigures | None = None  # only where some task is on a spot type
+    # The quantile of the predicted runtimes the plan was made from ("p50", "p90"); None: the workflow's own
+    # runtimes (a file's recorded ones). Not in the spec, which ignores it.
+    runtime_quantile: str | None = None
 
 
 def machine_type(machine: str) -> str:

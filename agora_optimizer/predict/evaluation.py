@@ -4,7 +4,9 @@
   the tasks whose recorded runtime is > 0 (a 0 s task has no percentage error), and over
   those of at least 1 s (sub-second runtimes are mostly timer noise);
 - memory: the share of tasks whose recorded peak exceeds the predicted quantile
-  (exceedance), and the median of predicted / recorded peak (over-reservation).
+  (exceedance), and the median of predicted / recorded peak (over-reservation);
+- runtime quantiles: the share of tasks whose recorded runtime is at most their predicted
+  p50 or p90 (coverage; a calibrated p90 covers about 90 %).
 """
 
 from __future__ import annotations
@@ -39,6 +41,12 @@ def runtime_scores(predicted: Sequence[float], actual: Sequence[float]) -> dict[
         "tasks_ge_1s": len(long),
         "mdape_ge_1s": statistics.median(long) if long else None,
     }
+
+
+def coverage(upper: Sequence[float], actual: Sequence[float]) -> dict[str, Any]:
+    """The share of tasks with a runtime > 0 whose runtime is at most its predicted quantile (None where none)."""
+    pairs = [(u, a) for u, a in zip(upper, actual, strict=True) if a > 0]
+    return {"tasks": len(pairs), "share": sum(1 for u, a in pairs if a <= u) / len(pairs) if pairs else None}
 
 
 def memory_scores(predicted: Sequence[float], actual: Sequence[float | None]) -> dict[str, Any]:

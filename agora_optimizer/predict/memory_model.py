@@ -22,15 +22,14 @@ for 1 % more memory reserved at the median.
 
 from __future__ import annotations
 
-import math
 from typing import Any, Self
 
 import numpy as np
 import pandas as pd
 from sklearn.base import BaseEstimator, RegressorMixin
-from sklearn.model_selection import GroupKFold, KFold
 from sklearn.utils.validation import check_is_fitted
 
+from agora_optimizer.predict.conformal import conformal_margin, out_of_fold_residuals
 from agora_optimizer.predict.features import CATEGORICAL, TASK_NUMERIC
 from agora_optimizer.predict.runtime_model import (
     baseline_of,
@@ -44,15 +43,6 @@ from agora_optimizer.predict.runtime_model import (
 from agora_optimizer.predict.scaling_model import ScalingRegressor
 
 MIN_BYTES = 1.0
-
-
-def conformal_margin(residuals: np.ndarray, quantile: float) -> float:
-    """The split-conformal upper margin: the ceil((n+1)q)-th smallest residual (the largest if beyond)."""
-    if len(residuals) == 0:
-        return 0.0
-    ordered = np.sort(residuals)
-    rank = min(math.ceil((len(ordered) + 1) * quantile), len(ordered))
-    return max(float(ordered[rank - 1]), 0.0)
 
 
 class MemoryQuantileRegressor(RegressorMixin, BaseEstimator):
@@ -142,36 +132,15 @@ class MemoryQuantileRegressor(RegressorMixin, BaseEstimator):
         return self
 
     def _out_of_fold_residuals(self, X: pd.DataFrame, target: np.ndarray, groups: Any) -> np.ndarray:
-        """One residual per row, from a model that did not see the row.
+        """One residual per row from a point model that did not see the row's run (or the row)."""
 
-        Where ``groups`` (runs) are given, a row's residual comes from a model that did not
-        see its run, provided that model saw the row's category: that is the error on a new
-        run of a known task, the case the margin is for (an unknown category is the
-        fallback chain's business). Other rows (a category seen in one run only, or no
-        groups) get the residual of three plain row folds: the spread within a run.
-        """
-        labels = None if groups is None else np.asarray(groups)
-        if labels is not None and len(labels) != len(X):
-            raise ValueError(f"MemoryQuantileRegressor.fit: {len(labels)} groups for {len(X)} rows")
-        residuals = np.full(len(X), np.nan)
-        categories = X["category"].astype(str).to_numpy()
-        if labels is not None and len(set(labels.tolist())) >= 2:
-            splitter = GroupKFold(n_splits=min(self.n_splits, len(set(labels.tolist()))))
-            for train, test in splitter.split(X, target, labels):
-                known = np.isin(categories[test], categories[train])
-                if known.any():
-                    test = test[known]
-                    model, levels = self._fit_point(X.iloc[train], target[train])
-                    residuals[test] = target[test] - self._predict_point(model, levels, X.iloc[test])
-        missing = np.flatnonzero(np.isnan(residuals))
-        if len(missing) and len(X) >= 2:
-            folds = KFold(n_splits=min(3, len(X)), shuffle=True, random_state=self.random_state)
-            for train, test in folds.split(X):
-                test = np.intersect1d(test, missing)
-                if len(test):
-                    model, levels = self._fit_point(X.iloc[train], target[train])
-                    residuals[test] = target[test] - self._predict_point(model, levels, X.iloc[test])
-        return residuals
+        def fit_predict(train: np.ndarray, test: np.ndarray) -> np.ndarray:
+            model, levels = self._fit_point(X.iloc[train], target[train])
+            return self._predict_point(model, levels, X.iloc[test])
+
+        return out_of_fold_residuals(
+            X, target, groups, fit_predict, self.n_splits, self.random_state, "MemoryQuantileRegressor.fit"
+        )
 
     def predict(self, X: pd.DataFrame) -> np.ndarray:
         """Upper-quantile peaks in bytes."""

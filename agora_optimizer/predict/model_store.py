@@ -1,6 +1,7 @@
 """Save and load a trained predictor: a directory with three files, and no pickle.
 
-- ``predictor.skops``: the two fitted estimators, in skops' format (a zip of JSON and
+- ``predictor.skops``: the two fitted estimators and the runtime quantiles' residuals
+  (:mod:`~agora_optimizer.predict.runtime_quantiles`), in skops' format (a zip of JSON and
   numpy arrays), loaded with an explicit list of trusted types: a file that names any
   other type is refused before anything in it is built, so loading never runs code the
   file chose (a pickle, a ``__reduce__``, an arbitrary function);
@@ -9,6 +10,9 @@
   model answers for each category (``runtime_model_per_category``), the training data's hash
   and size, metrics, ``trained_at``, and the SHA-256 of the two
   other files, checked on load (a file changed after training is refused).
+
+A model saved before the runtime quantiles loads with one warning: its p50 and p90 are its point
+prediction (a factor of 1.0) until it is trained again.
 
 A save replaces the directory as a whole (a new sibling directory swapped in), so a crash
 while saving never leaves a mix of two models, nor a half-written one.
@@ -42,6 +46,7 @@ from agora_optimizer.predict.memory_model import MemoryQuantileRegressor
 from agora_optimizer.predict.predictor import Predictor
 from agora_optimizer.predict.runtime_choice import RuntimeChoiceRegressor
 from agora_optimizer.predict.runtime_model import RuntimeRegressor
+from agora_optimizer.predict.runtime_quantiles import RuntimeQuantiles
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +67,7 @@ TRUSTED_TYPES = [
     "agora_optimizer.predict.runtime_choice.RuntimeChoiceRegressor",
     "agora_optimizer.predict.runtime_model.RuntimeRegressor",
     "agora_optimizer.predict.scaling_model.ScalingRegressor",
+    "agora_optimizer.predict.runtime_quantiles.RuntimeQuantiles",
     "functools.partial",
     "sklearn.ensemble._hist_gradient_boosting.predictor.TreePredictor",
     "sklearn.utils.validation.check_array",
@@ -119,9 +125,10 @@ def _write_model_files(
 ) -> None:
     import skops.io as sio
 
-    sio.dump(
-        {"runtime": predictor.runtime_model, "memory": predictor.memory_model}, directory / MODEL_FILE, compression=8
-    )
+    estimators = {"runtime": predictor.runtime_model, "memory": predictor.memory_model}
+    if predictor.has_runtime_quantiles:
+        estimators["runtime_quantiles"] = predictor.runtime_quantiles
+    sio.dump(estimators, directory / MODEL_FILE, compression=8)
     write_text_atomically(directory / HISTORY_FILE, json.dumps(predictor.history.to_json(), indent=1) + "\n", 0o644)
     document = {
         "format": MODEL_FORMAT,
@@ -136,6 +143,17 @@ def _write_model_files(
         "estimators": {
             "runtime": {"class": type(predictor.runtime_model).__name__, "params": _params(predictor.runtime_model)},
             "memory": {"class": "MemoryQuantileRegressor", "params": _params(predictor.memory_model)},
+            **(
+                {
+                    "runtime_quantiles": {
+                        "class": "RuntimeQuantiles",
+                        "params": predictor.runtime_quantiles.get_params(),
+                        "summary": predictor.runtime_quantiles.summary(),
+                    }
+                }
+                if predictor.has_runtime_quantiles
+                else {}
+            ),
         },
         "runtime_model_per_category": _choices(predictor),
         "has_memory_model": predictor.has_memory_model,
@@ -220,6 +238,15 @@ def load_predictor(directory: str | Path) -> Predictor:
     )
     predictor.history = history
     predictor.has_memory_model = bool(document.get("has_memory_model"))
+    if "runtime_quantiles" in estimators:
+        predictor.runtime_quantiles = estimators["runtime_quantiles"]
+        predictor.has_runtime_quantiles = True
+    else:
+        log.warning(
+            "model %s has no runtime quantiles (saved before them): its p50 and p90 runtimes are its point "
+            "prediction; retrain with `agora train` to learn them",
+            directory,
+        )
     training = document.get("training_data", {})
     predictor.training_sha256 = str(training.get("sha256", ""))
     predictor.skipped = dict(training.get("skipped", {}))
@@ -260,6 +287,11 @@ def _load_estimators(path: Path, model_format: str) -> dict[str, Any]:
             path,
             f"does not hold a fitted runtime model ({runtime_class.__name__}, format {model_format}) and memory model",
         )
+    quantiles = loaded.get("runtime_quantiles")
+    if quantiles is not None and (
+        not isinstance(quantiles, RuntimeQuantiles) or not hasattr(quantiles, "pooled_residuals_")
+    ):
+        raise ModelFileError(path, "holds runtime quantiles that are not fitted RuntimeQuantiles")
     return loaded
 
 

@@ -5,9 +5,10 @@ trees or a power law of the size read, whichever erred less on held-out runs; a 
 before it holds a :class:`RuntimeRegressor`, the trees alone, and still answers) and a
 :class:`MemoryQuantileRegressor` and summarises the history for the cold-start chain;
 ``predict(workflow, catalog)`` gives every task its runtime on every resource type of the
-catalog, its memory quantile, and the level of the chain that answered each;
-``predicted_workflow`` turns that into a :class:`Workflow` the optimizer can plan
-(reference runtimes, ``memory_source="predicted"``).
+catalog, with its p50 and p90 (:mod:`agora_optimizer.predict.runtime_quantiles`), its memory
+quantile, and the level of the chain that answered each; ``predicted_workflow`` turns that into a
+:class:`Workflow` the optimizer can plan (reference runtimes at a chosen quantile,
+``memory_source="predicted"``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import math
 import statistics
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
 import numpy as np
@@ -40,6 +41,7 @@ from agora_optimizer.predict.features import (
 from agora_optimizer.predict.memory_model import MemoryQuantileRegressor
 from agora_optimizer.predict.runtime_choice import RuntimeChoiceRegressor
 from agora_optimizer.predict.runtime_model import RuntimeRegressor
+from agora_optimizer.predict.runtime_quantiles import REPORTED_QUANTILES, RuntimeQuantiles, quantile_label
 from agora_optimizer.traces.records import TaskAttempt
 
 log = logging.getLogger(__name__)
@@ -61,6 +63,21 @@ class TaskPrediction:
     runtime_source: Level
     memory_source: Level
     runtime_model: str = ""  # the model behind the runtime: "trees" or "scaling" (per category), "" for a hint
+    # Each reported quantile's runtime over ``runtime_s`` ({"p50": 0.97, "p90": 2.4}); 1.0 where unknown.
+    runtime_factors: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+
+    def runtime_at(self, label: str) -> dict[str, float]:
+        """The runtime on each type at quantile ``label`` (``p50``, ``p90``)."""
+        factor = self.runtime_factors.get(label, 1.0)
+        return {name: value * factor for name, value in self.runtime_s.items()}
+
+    @property
+    def runtime_s_p50(self) -> dict[str, float]:
+        return self.runtime_at("p50")
+
+    @property
+    def runtime_s_p90(self) -> dict[str, float]:
+        return self.runtime_at("p90")
 
 
 @dataclass(frozen=True)
@@ -106,9 +123,12 @@ class Predictor:
         runtime_model: RuntimeModel | None = None,
         memory_model: MemoryQuantileRegressor | None = None,
         default_memory_bytes: int = DEFAULT_MEMORY_BYTES,
+        runtime_quantiles: RuntimeQuantiles | None = None,
     ) -> None:
         self.runtime_model: RuntimeModel = runtime_model if runtime_model is not None else RuntimeChoiceRegressor()
         self.memory_model = memory_model if memory_model is not None else MemoryQuantileRegressor()
+        self.runtime_quantiles = runtime_quantiles if runtime_quantiles is not None else RuntimeQuantiles()
+        self.has_runtime_quantiles = False  # a model saved before them has none: every factor is 1.0
         self.default_memory_bytes = default_memory_bytes
         self.fitted = False
         self.has_memory_model = False
@@ -142,6 +162,8 @@ class Predictor:
         frame, reference = _training_frame(runtime_rows)
         runs = [f"{a.dag_id}\x00{a.run_id}" for a, _ in runtime_rows]
         self.runtime_model.fit(frame, reference, groups=runs)
+        self.runtime_quantiles.fit(self.runtime_model, frame, reference, groups=runs)
+        self.has_runtime_quantiles = True
         residuals = np.log(np.maximum(reference, self.runtime_model.runtime_floor_s)) - np.log(
             self.runtime_model.predict(frame)
         )
@@ -179,12 +201,15 @@ class Predictor:
         frame = feature_frame(workflow.tasks)
         per_type = self._reference_per_type(frame, chosen)
         memory = self.memory_model.predict(frame) if self.has_memory_model else None
+        categories = [shape.category for shape in workflow.tasks]
+        quantiles = {quantile_label(q): self._category_factors(categories, q) for q in REPORTED_QUANTILES}
         tasks = []
         for i, shape in enumerate(workflow.tasks):
             model_s = statistics.median(float(values[i]) for values in per_type.values())
             runtime = self._runtime(shape, model_s)
             memory_estimate = self._memory(shape, None if memory is None else float(memory[i]))
             scale = runtime.value / model_s  # a task's own history or hint rescales every type alike
+            factors = {label: 1.0 if runtime.source == "hint" else float(f[i]) for label, f in quantiles.items()}
             tasks.append(
                 TaskPrediction(
                     task_id=shape.task_id,
@@ -195,6 +220,7 @@ class Predictor:
                     runtime_source=runtime.source,
                     memory_source=memory_estimate.source,
                     runtime_model=self.runtime_model_of(shape.category) if runtime.source != "hint" else "",
+                    runtime_factors=MappingProxyType(factors),
                 )
             )
         return Prediction(workflow.name, tuple(tasks), tuple(r.name for r in chosen))
@@ -205,6 +231,25 @@ class Predictor:
         if isinstance(self.runtime_model, RuntimeChoiceRegressor):
             return self.runtime_model.chosen(category)
         return "trees"
+
+    def _category_factors(self, categories: Sequence[str], quantile: float) -> np.ndarray:
+        """The factor that takes each task's predicted runtime to its ``quantile``: its category's (the pooled
+        one for a category the quantiles did not learn), 1.0 for a model saved without quantiles.
+
+        A declared hint is the author's number, not the model's: its spread is unknown, so callers keep it
+        as declared (1.0)."""
+        if not self.has_runtime_quantiles:
+            return np.ones(len(categories))
+        return self.runtime_quantiles.factors(categories, quantile)
+
+    def quantile_note(self, quantile: float) -> str:
+        """How the runtimes at ``quantile`` were made, for a plan's reader."""
+        label = quantile_label(quantile)
+        if not self.has_runtime_quantiles:
+            return (
+                f"runtimes at {label}: the model has no runtime quantiles (saved before them), so its point prediction"
+            )
+        return f"runtimes at {label} (declared hints as declared)"
 
     def _reference_per_type(self, frame: pd.DataFrame, chosen: Sequence[Resource]) -> dict[str, np.ndarray]:
         """The model's reference runtime of every task, per type (the same for all unless types matter)."""
@@ -239,25 +284,33 @@ class Predictor:
         category = max(model_bytes, float(shape.hint_memory_bytes or 0)) if known and model_bytes else None
         return first_answer(task, category, shape.hint_memory_bytes, float(self.default_memory_bytes))
 
-    def predicted_workflow(self, workflow: WorkflowShape, catalog: Catalog) -> Workflow:
+    def predicted_workflow(
+        self, workflow: WorkflowShape, catalog: Catalog, runtime_quantile: float | None = None
+    ) -> Workflow:
         """The workflow with predicted reference runtimes and memory quantiles, ready to plan.
 
-        A quantile above the largest type's memory is cut to it (logged): no machine can
-        reserve more, and the plan then gives the task the largest machine there is.
+        ``runtime_quantile`` (e.g. 0.9): each runtime at that quantile (a hint as declared);
+        ``None``: the model's point prediction. A memory quantile above the largest type's memory is
+        cut to it (logged): no machine can reserve more, and the plan then gives the task the largest
+        machine there is.
         """
         prediction = self.predict(workflow, catalog)
         by_id = {t.task_id: t for t in prediction.tasks}
+        categories = [shape.category for shape in workflow.tasks]
+        factors = self._category_factors(categories, runtime_quantile) if runtime_quantile is not None else None
         largest = catalog.largest().memory_bytes if catalog.resources else None
         tasks = []
         cut = 0
-        for shape in workflow.tasks:
-            memory = by_id[shape.task_id].memory_bytes
+        for i, shape in enumerate(workflow.tasks):
+            predicted = by_id[shape.task_id]
+            memory = predicted.memory_bytes
+            factor = 1.0 if factors is None or predicted.runtime_source == "hint" else float(factors[i])
             if largest is not None and memory > largest:
                 memory, cut = largest, cut + 1
             tasks.append(
                 Task(
                     id=shape.task_id,
-                    runtime_s=by_id[shape.task_id].reference_runtime_s,
+                    runtime_s=predicted.reference_runtime_s * factor,
                     cores=shape.cores,
                     memory_bytes=memory,
                     category=shape.category,

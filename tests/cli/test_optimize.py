@@ -46,6 +46,8 @@ def test_optimize_table_output(tmp_path: Path, capsys) -> None:
     assert code == 0
     assert "one-type default" in stdout and "against the one-type default (every task on" in stdout
     assert "lower bound" in stdout
+    assert f"runtimes: as {BLAST} records them (not predicted)" in stdout  # which numbers the plan was made from
+    assert "runtime_quantile" not in json.loads((tmp_path / "p.json").read_text())
 
 
 @pytest.mark.slow  # plans for seconds
@@ -360,3 +362,19 @@ def test_apply_of_a_wfformat_workflow_is_refused_before_anything_is_planned_or_w
     assert (code, stdout) == (2, "")
     assert stderr == "agora: error: --apply puts a plan in force for an Airflow DAG: give WORKFLOW as airflow:DAG_ID\n"
     assert not out.exists() and not plans.exists()
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("p90", f"--runtime-quantile is for predicted runtimes (airflow:DAG_ID or --dags): {BLAST} records its own"),
+        ("p100", "--runtime-quantile: expected p50, p90, auto or a quantile in [0.5, 1), got 'p100'"),
+    ],
+)
+def test_a_runtime_quantile_for_a_workflow_file_or_out_of_range_is_refused(
+    value: str, message: str, tmp_path: Path, capsys
+) -> None:
+    out = tmp_path / "plan.json"
+    code, stdout, stderr = _run(capsys, "optimize", BLAST, "-c", AWS_CATALOG, "-o", out, "--runtime-quantile", value)
+    assert (code, stdout, stderr) == (2, "", f"agora: error: {message}\n")
+    assert not out.exists()

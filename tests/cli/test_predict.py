@@ -40,6 +40,7 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     code, out, err = invoke("train", "--wfinstances", BLAST_1, "--wfinstances", SRA_1, "--out", directory)
     assert code == 0, err
     assert "trained on" in out
+    assert "runtime quantiles: p50 " in out and "errors on held-out runs" in out
     return directory
 
 
@@ -66,6 +67,10 @@ def test_predict_json_shape_on_a_stripped_workflow(model_dir: Path, tmp_path: Pa
         assert isinstance(task["memory_bytes"], int) and task["memory_bytes"] > 0
         assert task["runtime_source"] == "category"
         assert task["runtime_model"] == "scaling"  # each category was seen in one run: the power law answers
+        for name, runtime_s in task["runtime_s"].items():  # the quantiles of the same runtime, p90 above p50
+            assert task["runtime_s_p90"][name] >= task["runtime_s_p50"][name] > 0 and runtime_s > 0
+    assert document["runtime_quantiles"] is True
+    assert any(t["runtime_s_p90"] != t["runtime_s_p50"] for t in document["tasks"])
 
 
 @pytest.mark.slow  # the model_dir fixture trains a model
@@ -75,6 +80,8 @@ def test_predict_table_and_type_filter(model_dir: Path) -> None:
     assert {tuple(t["runtime_s"]) for t in json.loads(out)["tasks"]} == {("c5.large",)}
     code, out, _ = invoke("predict", SRA_2, "-c", AWS_CATALOG, "-m", model_dir)
     assert code == 0 and "bowtie2" in out
+    header = out.split("┡")[0]  # the columns' names, wrapped as the terminal's width wants
+    assert "p50" in header and "p90" in header
 
 
 @pytest.mark.slow  # the model_dir fixture trains a model

@@ -82,6 +82,32 @@ def test_traces_of_past_runs_replace_the_hints(tmp_path: Path) -> None:
     assert extract["end_s"] - extract["start_s"] < 5.0  # the hint said 2 s, the traces 2 to 2.3 s
 
 
+def test_a_deadline_plans_from_the_p90_runtimes_and_says_so(tmp_path: Path) -> None:
+    """auto: p90 under a deadline, so the plan is no shorter than the p50 plan; each plan and the CLI say which."""
+    store = f"sqlite:///{tmp_path / 'traces.db'}"
+    with TraceStore(store) as traces:
+        traces.add(_attempts(10))  # aggregate takes 40 s growing 5 % a run: its p90 is above its p50
+    plans, lines = {}, {}
+    for quantile in ("p50", "auto"):
+        out = tmp_path / f"{quantile}.json"
+        result = _agora(
+            tmp_path, "optimize", f"airflow:{DAG_ID}", "--catalog", str(REPO / "catalogs" / "local.yaml"),
+            "--dag-folder", str(REPO / "dags"), "--store", store, "-o", str(out), "--time-limit-s", "5",
+            "--objective", "time", "--deadline-s", "600", "--runtime-quantile", quantile,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        plans[quantile] = load_plan(out)
+        lines[quantile] = [line for line in result.stdout.splitlines() if line.startswith("runtimes:")]
+    assert lines == {
+        "p50": ["runtimes: predicted, at p50, as asked"],
+        "auto": ["runtimes: predicted, at p90, auto: a deadline is set"],
+    }
+    assert (plans["p50"].runtime_quantile, plans["auto"].runtime_quantile) == ("p50", "p90")
+    assert plans["auto"].makespan_s >= plans["p50"].makespan_s
+    aggregate = {q: next(a for a in plan.assignments if a.task == "aggregate") for q, plan in plans.items()}
+    assert aggregate["auto"].end_s - aggregate["auto"].start_s > aggregate["p50"].end_s - aggregate["p50"].start_s
+
+
 def test_a_task_most_runs_skip_is_left_out_of_the_plan_and_named(tmp_path: Path) -> None:
     store = f"sqlite:///{tmp_path / 'traces.db'}"
     rows = [a for a in _attempts(4) if a.task_id != "profile" or a.run_id == "manual__0"]  # a branch skips it

@@ -96,6 +96,7 @@ def test_the_rerun_dag_replans_opted_in_dags_from_the_traces_and_keeps_history(t
         "AIRFLOW__AGORA__MODEL_DIR": str(tmp_path / "model"),
         "AIRFLOW__AGORA__TRACE_STORE_URL": store_url,
         "AIRFLOW__AGORA__PLAN_TIME_LIMIT_S": "5",
+        "AIRFLOW__AGORA__RUNTIME_QUANTILE": "p90",  # not the default's p50 (no deadline): the setting is read
     }
     migrate_database(env)
     plans = PlanStore(tmp_path / "plans")
@@ -111,4 +112,5 @@ def test_the_rerun_dag_replans_opted_in_dags_from_the_traces_and_keeps_history(t
     aggregate = next(a for a in current.plan.assignments if a.task == "aggregate")
     assert 35.0 <= aggregate.end_s - aggregate.start_s <= 50.0  # learned from the traces, not the 5 s hint
     assert aggregate.memory_bytes >= 700 * MIB
+    assert current.plan.runtime_quantile == "p90"  # the plan says which runtimes it was made from
     assert (tmp_path / "model" / "metadata.json").exists()

@@ -135,3 +135,17 @@ def test_gpus_are_written_only_where_reserved_and_read_back(plan_path: Path, tmp
     (tmp_path / "bad.json").write_text(json.dumps(document))
     with pytest.raises(FieldError, match=r"bad\.json: field 'assignments\[0\]\.gpus': expected a whole number"):
         load_plan(tmp_path / "bad.json")
+
+
+def test_the_runtime_quantile_a_plan_was_made_from_is_written_only_where_known(plan_path: Path, tmp_path: Path) -> None:
+    plan = load_plan(plan_path)
+    assert plan.runtime_quantile is None  # absent: the workflow's own runtimes
+    from_p90 = replace(plan, runtime_quantile="p90")
+    write_plan(from_p90, tmp_path / "p90.json")
+    document = json.loads((tmp_path / "p90.json").read_text())
+    assert document["runtime_quantile"] == "p90" and list(document)[: len(SPEC_KEYS)] == SPEC_KEYS
+    assert load_plan(tmp_path / "p90.json") == from_p90
+    document["runtime_quantile"] = "ninety"
+    (tmp_path / "bad.json").write_text(json.dumps(document))
+    with pytest.raises(FieldError, match=r"field 'runtime_quantile': expected a quantile such as p50 or p90"):
+        load_plan(tmp_path / "bad.json")

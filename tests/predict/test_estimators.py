@@ -11,7 +11,7 @@ from sklearn.exceptions import NotFittedError
 from agora_optimizer.model.catalog import Resource
 from agora_optimizer.model.shapes import TaskShape
 from agora_optimizer.predict.features import feature_frame, with_resource
-from agora_optimizer.predict.memory_model import MemoryQuantileRegressor, conformal_margin
+from agora_optimizer.predict.memory_model import MemoryQuantileRegressor
 from agora_optimizer.predict.runtime_choice import RuntimeChoiceRegressor
 from agora_optimizer.predict.runtime_model import RuntimeRegressor
 from agora_optimizer.predict.scaling_model import ScalingRegressor
@@ -94,14 +94,6 @@ def test_several_resource_types_are_learned_from() -> None:
     assert model.uses_resources_
     ratio = model.predict(with_resource(X, fast)) / model.predict(with_resource(X, slow))
     assert np.median(ratio) == pytest.approx(2.0, rel=0.15)
-
-
-def test_conformal_margin_is_an_upper_quantile() -> None:
-    residuals = np.linspace(-1.0, 1.0, 101)
-    assert conformal_margin(residuals, 0.95) == pytest.approx(0.94, abs=0.03)
-    assert conformal_margin(np.array([0.3]), 0.95) == pytest.approx(0.3)  # too few: the largest
-    assert conformal_margin(np.array([-2.0, -1.0]), 0.95) == 0.0  # never below the point estimate
-    assert conformal_margin(np.zeros(0), 0.95) == 0.0
 
 
 def test_memory_quantile_covers_its_own_spread() -> None:

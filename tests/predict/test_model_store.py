@@ -90,6 +90,38 @@ def test_metadata_says_what_was_trained_how(saved: Path, trained: Predictor) -> 
     assert metadata["estimators"]["runtime"]["params"] == trained.runtime_model.get_params()
 
 
+def test_the_runtime_quantiles_come_back(saved: Path, trained: Predictor, catalog: Catalog) -> None:
+    loaded = load_predictor(saved)
+    assert loaded.has_runtime_quantiles
+    shape = read_workflow_shape(SRA_2)
+    assert [t.runtime_factors for t in loaded.predict(shape, catalog).tasks] == [
+        t.runtime_factors for t in trained.predict(shape, catalog).tasks
+    ]
+    summary = read_metadata(saved)["estimators"]["runtime_quantiles"]["summary"]
+    assert summary["pooled_p90"] >= summary["pooled_p50"] and summary["residuals"] > 0
+
+
+def test_a_model_saved_before_the_quantiles_loads_with_one_warning(
+    saved: Path, tmp_path: Path, catalog: Catalog, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The two estimators alone, as models were saved before the runtime quantiles: factors of 1.0, said once."""
+    directory = _copy(saved, tmp_path)
+    estimators = sio.load(directory / MODEL_FILE, trusted=model_store.TRUSTED_TYPES)
+    sio.dump({"runtime": estimators["runtime"], "memory": estimators["memory"]}, directory / MODEL_FILE)
+    _rehash(directory)
+    with caplog.at_level("WARNING", logger=model_store.log.name):
+        old = load_predictor(directory)
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and "no runtime quantiles" in warnings[0] and str(directory) in warnings[0]
+    assert not old.has_runtime_quantiles
+    shape = read_workflow_shape(SRA_2)
+    for task in old.predict(shape, catalog).tasks:
+        assert task.runtime_s_p50 == task.runtime_s_p90 == dict(task.runtime_s)
+    assert "no runtime quantiles" in old.quantile_note(0.9)
+    save_predictor(old, tmp_path / "again")  # and saves again as it is, without them
+    assert "runtime_quantiles" not in read_metadata(tmp_path / "again")["estimators"]
+
+
 def test_a_pickle_in_place_of_the_model_is_refused_and_not_run(saved: Path, tmp_path: Path) -> None:
     directory = _copy(saved, tmp_path)
     marker = tmp_path / MARKER_NAME

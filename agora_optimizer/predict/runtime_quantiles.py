@@ -1,0 +1,150 @@
+"""``RuntimeQuantiles``: how far a runtime model's answers stray on new runs, as a factor per category.
+
+The runtime model gives one number per task (about the median). A plan under a deadline needs
+more: a runtime the task stays under nine times in ten. :class:`RuntimeQuantiles` wraps any
+regressor with ``fit``/``predict`` (the runtime model, or whatever replaces it): it fits clones of
+it on folds that hold out whole runs (:func:`~agora_optimizer.predict.conformal.out_of_fold_residuals`,
+as the memory margin does) and keeps the log residuals ``log(true) - log(predicted)`` per category
+where a category has at least ``min_category_rows`` of them, else pooled over all rows. Only the
+errors on categories the fold's model had seen count: an unseen category's error (a task that ran
+once) is the cold start's, tens of times a known task's, and would swamp the pooled factors that
+the known categories with few errors take. The
+runtime at quantile q is the model's answer times ``exp(q-quantile of the residuals)``: at p50
+about 1 (the model's own bias on new runs), at p90 the headroom that keeps nine tasks in ten.
+
+Quantiles are written ``p50``, ``p90`` (or any number in [0.5, 1)); ``auto`` is p90 when the plan
+has a deadline and p50 otherwise (:func:`resolve_quantile`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from typing import Any, Self
+
+import numpy as np
+import pandas as pd
+from sklearn.base import BaseEstimator, clone
+from sklearn.utils.validation import check_is_fitted
+
+from agora_optimizer.errors import AgoraError
+from agora_optimizer.predict.conformal import out_of_fold_residuals, residual_quantile
+from agora_optimizer.predict.runtime_model import check_frame, check_target
+
+AUTO = "auto"
+REPORTED_QUANTILES = (0.5, 0.9)  # what every prediction carries: p50 and p90
+DEADLINE_QUANTILE = 0.9  # auto, with a deadline
+DEFAULT_QUANTILE = 0.5  # auto, without one
+_LABEL = re.compile(r"p(\d{1,2}(?:\.\d+)?)")
+
+
+def parse_quantile(text: str, field: str = "--runtime-quantile") -> str | float:
+    """``auto``, or a quantile in [0.5, 1) from ``p90``, ``0.9`` or ``90``; else an error naming ``field``."""
+    value = text.strip().lower()
+    if value == AUTO:
+        return AUTO
+    match = _LABEL.fullmatch(value)
+    try:
+        number = float(match.group(1)) / 100 if match else float(value)
+    except ValueError:
+        number = math.nan
+    if not match and number >= 1.0:
+        number /= 100  # "90" as a percentile
+    if not 0.5 <= number < 1.0:
+        raise AgoraError(f"{field}: expected p50, p90, auto or a quantile in [0.5, 1), got {text!r}")
+    return number
+
+
+def resolve_quantile(choice: str | float, has_deadline: bool) -> float:
+    """The quantile a plan is made from: ``choice``, or for ``auto`` p90 with a deadline and p50 without."""
+    if choice == AUTO:
+        return DEADLINE_QUANTILE if has_deadline else DEFAULT_QUANTILE
+    return float(choice)
+
+
+def quantile_label(quantile: float) -> str:
+    """``0.9`` -> ``p90``, ``0.975`` -> ``p97.5``."""
+    return f"p{round(100 * quantile, 4):g}"
+
+
+def quantile_reason(choice: str | float, has_deadline: bool) -> str:
+    """Why a plan's runtimes are at the quantile they are, for its reader."""
+    quantile = quantile_label(resolve_quantile(choice, has_deadline))
+    if choice != AUTO:
+        return f"{quantile}, as asked"
+    return f"{quantile}, auto: {'a deadline is set' if has_deadline else 'no deadline'}"
+
+
+class RuntimeQuantiles(BaseEstimator):
+    """Multiplicative factors per category that turn a runtime model's answer into its quantiles.
+
+    ``fit(estimator, X, y, groups)``: ``estimator`` is the (unfitted or fitted) runtime model, cloned
+    per fold; ``y`` the runtimes it learns (seconds), ``groups`` one label per row (the run).
+    """
+
+    def __init__(
+        self, n_splits: int = 5, min_category_rows: int = 10, runtime_floor_s: float = 0.01, random_state: int = 0
+    ) -> None:
+        self.n_splits = n_splits
+        self.min_category_rows = min_category_rows
+        self.runtime_floor_s = runtime_floor_s
+        self.random_state = random_state
+
+    def fit(self, estimator: Any, X: pd.DataFrame, y: Any, groups: Any = None) -> Self:
+        """Learn the out-of-fold log residuals of ``estimator`` on ``X``, ``y``."""
+        if self.n_splits < 2:
+            raise ValueError(f"n_splits must be >= 2, got {self.n_splits!r}")
+        if self.min_category_rows < 1:
+            raise ValueError(f"min_category_rows must be >= 1, got {self.min_category_rows!r}")
+        if not self.runtime_floor_s > 0:
+            raise ValueError(f"runtime_floor_s must be > 0, got {self.runtime_floor_s!r}")
+        X = check_frame(X, ["category"], "RuntimeQuantiles.fit")
+        runtimes = check_target(y, len(X), "RuntimeQuantiles.fit")
+        target = np.log(np.maximum(runtimes, self.runtime_floor_s))
+
+        def fit_predict(train: np.ndarray, test: np.ndarray) -> np.ndarray:
+            model = clone(estimator, safe=False).fit(X.iloc[train], runtimes[train])
+            return np.log(np.maximum(np.asarray(model.predict(X.iloc[test]), dtype=float), self.runtime_floor_s))
+
+        residuals = out_of_fold_residuals(
+            X, target, groups, fit_predict, self.n_splits, self.random_state, "RuntimeQuantiles.fit", True
+        )
+        known = np.isfinite(residuals)
+        categories = X["category"].astype(str).to_numpy()
+        self.pooled_residuals_ = np.sort(residuals[known])
+        self.category_residuals_: dict[str, np.ndarray] = {}
+        for category in sorted(set(categories[known].tolist())):
+            mine = residuals[known & (categories == category)]
+            if len(mine) >= self.min_category_rows:
+                self.category_residuals_[category] = np.sort(mine)
+        self.n_residuals_ = int(known.sum())
+        return self
+
+    def factors(self, categories: Sequence[str], quantile: float) -> np.ndarray:
+        """Each category's factor at ``quantile`` (its own residuals where it had enough, else the pooled)."""
+        check_is_fitted(self, "pooled_residuals_")
+        if not 0.0 < quantile < 1.0:
+            raise ValueError(f"quantile must be in (0, 1), got {quantile!r}")
+        pooled = self._pooled(quantile)
+        cache: dict[str, float] = {}
+        out = np.empty(len(categories), dtype=float)
+        for i, category in enumerate(categories):
+            key = str(category)
+            if key not in cache:
+                mine = self.category_residuals_.get(key)
+                cache[key] = pooled if mine is None else math.exp(residual_quantile(mine, quantile))
+            out[i] = cache[key]
+        return out
+
+    def summary(self) -> dict[str, Any]:
+        """The pooled p50 and p90 factors and how many residuals and categories they come from."""
+        check_is_fitted(self, "pooled_residuals_")
+        return {
+            "residuals": self.n_residuals_,
+            "categories_with_own_factors": len(self.category_residuals_),
+            **{f"pooled_{quantile_label(q)}": self._pooled(q) for q in REPORTED_QUANTILES},
+        }
+
+    def _pooled(self, quantile: float) -> float:
+        return math.exp(residual_quantile(self.pooled_residuals_, quantile))
