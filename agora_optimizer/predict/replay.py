@@ -18,10 +18,11 @@ whose true peak is unknown (not recorded) are counted apart.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
 
 from agora_optimizer.errors import PlanMismatchError
-from agora_optimizer.model.catalog import Catalog
+from agora_optimizer.model.catalog import Catalog, Resource
 from agora_optimizer.model.plan import Assignment, Plan
 from agora_optimizer.model.workflow import Workflow
 from agora_optimizer.planning.leases import cost_usd, makespan_s
@@ -73,46 +74,76 @@ class Replay:
 
 def replay(plan: Plan, actual: Workflow, catalog: Catalog) -> Replay:
     """Re-time ``plan`` with ``actual``'s runtimes; raises if the plan does not fit the workflow or catalog."""
-    _check_matches(plan, actual, catalog)
+    check_matches(plan, actual, catalog)
+    placed = true_times(plan.assignments, actual, catalog)
+    items = [placed[a.task] for a in start_ordered(plan.assignments, actual)]
+    return summarised(plan, actual, catalog, items)
+
+
+def start_ordered(assignments: Iterable[Assignment], actual: Workflow) -> list[Assignment]:
+    """``assignments`` by planned start, parents first on ties: the order a run starts them in."""
     position = {task_id: i for i, task_id in enumerate(actual.topological_order)}
-    order = sorted(plan.assignments, key=lambda a: (a.start_s, position[a.task]))
+    return sorted(assignments, key=lambda a: (a.start_s, position[a.task]))
+
+
+def true_times(
+    planned: Iterable[Assignment],
+    actual: Workflow,
+    catalog: Catalog,
+    ran: Iterable[Assignment] = (),
+    now_s: float = 0.0,
+) -> dict[str, Assignment]:
+    """Every task timed with ``actual``'s runtimes: ``ran`` as it ran, then ``planned`` (the plan's
+    decisions for the tasks not started by ``now_s``) in its start order, none before ``now_s``.
+
+    A machine that ran nothing before ``now_s`` boots from ``now_s`` on (from 0 for a plan not yet
+    started). Raises :class:`PlanMismatchError` where a task would start before a parent.
+    """
     placed: dict[str, Assignment] = {}
     timelines: dict[str, MachineTimeline] = {}
     last_start: dict[str, float] = {}
-    for planned in order:
-        task = actual.by_id[planned.task]
-        resource = catalog.by_name[planned.resource]
-        ready = max(resource.boot_s, task.release_s, last_start.get(planned.machine, 0.0))
+    for done in ran:
+        resource = catalog.by_name[done.resource]
+        cores, memory = min(done.cores, resource.vcpus), min(done.memory_bytes, resource.memory_bytes)
+        _timeline(timelines, done.machine, resource).add(
+            done.start_s, done.end_s, cores, memory, min(done.gpus, resource.gpus)
+        )
+        last_start[done.machine] = max(last_start.get(done.machine, 0.0), done.start_s)
+        placed[done.task] = done
+    for planned_task in start_ordered(planned, actual):
+        task = actual.by_id[planned_task.task]
+        resource = catalog.by_name[planned_task.resource]
+        machine = planned_task.machine
+        booted = now_s + (0.0 if machine in timelines else resource.boot_s)
+        ready = max(booted, task.release_s, last_start.get(machine, 0.0))
         for edge in actual.parents[task.id]:
             parent = placed.get(edge.parent)
             if parent is None:  # a parent the plan starts later: the plan breaks precedence
                 raise PlanMismatchError(
                     f"plan starts task '{task.id}' before its parent '{edge.parent}'; validate the plan first"
                 )
-            transfer = 0.0 if parent.machine == planned.machine else catalog.transfer_s(edge.bytes)
+            transfer = 0.0 if parent.machine == machine else catalog.transfer_s(edge.bytes)
             ready = max(ready, parent.end_s + transfer)
-        timeline = timelines.get(planned.machine)
-        if timeline is None:
-            timeline = timelines[planned.machine] = MachineTimeline(
-                resource.vcpus, resource.memory_bytes, gpus=resource.gpus
-            )
+        timeline = _timeline(timelines, machine, resource)
         duration = resource.runtime_s(task)
-        cores, memory = min(planned.cores, resource.vcpus), min(planned.memory_bytes, resource.memory_bytes)
-        gpus = min(planned.gpus, resource.gpus)
+        cores, memory = min(planned_task.cores, resource.vcpus), min(planned_task.memory_bytes, resource.memory_bytes)
+        gpus = min(planned_task.gpus, resource.gpus)
         start = timeline.earliest_start(ready, duration, cores, memory, gpus)
         timeline.add(start, start + duration, cores, memory, gpus)
-        last_start[planned.machine] = start
-        placed[task.id] = Assignment(
-            task=task.id,
-            resource=resource.name,
-            machine=planned.machine,
-            start_s=start,
-            end_s=start + duration,
-            cores=planned.cores,
-            memory_bytes=planned.memory_bytes,
-            gpus=planned.gpus,
-        )
-    items = [placed[a.task] for a in order]
+        last_start[machine] = start
+        placed[task.id] = replace(planned_task, start_s=start, end_s=start + duration)
+    return placed
+
+
+def _timeline(timelines: dict[str, MachineTimeline], machine: str, resource: Resource) -> MachineTimeline:
+    timeline = timelines.get(machine)
+    if timeline is None:
+        timeline = timelines[machine] = MachineTimeline(resource.vcpus, resource.memory_bytes, gpus=resource.gpus)
+    return timeline
+
+
+def summarised(plan: Plan, actual: Workflow, catalog: Catalog, items: Sequence[Assignment]) -> Replay:
+    """The replay of ``plan`` whose tasks ran as ``items`` (true times): makespan, cost, tasks short of memory."""
     oom = tuple(
         OomTask(a.task, a.machine, a.memory_bytes, actual.by_id[a.task].memory_bytes)
         for a in items
@@ -131,7 +162,7 @@ def replay(plan: Plan, actual: Workflow, catalog: Catalog) -> Replay:
     )
 
 
-def _check_matches(plan: Plan, actual: Workflow, catalog: Catalog) -> None:
+def check_matches(plan: Plan, actual: Workflow, catalog: Catalog) -> None:
     if plan.workflow != actual.name:
         raise PlanMismatchError(f"plan is for workflow '{plan.workflow}', not '{actual.name}' ({actual.source})")
     planned = {a.task for a in plan.assignments}
