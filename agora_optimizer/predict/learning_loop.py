@@ -21,11 +21,12 @@ are in :mod:`agora_optimizer.predict.learning_loop_report`.
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +67,63 @@ class LoopSettings:
     forecast_share: float = FORECAST_SHARE
 
 
+@dataclass(frozen=True)
+class Scale:
+    """What a replay in Airflow makes of a recorded task (``dags/agora_wfinstance.py``): runtime times
+    ``time_s`` clamped into [``min_runtime_s``, ``max_runtime_s``]; memory times ``memory`` capped at
+    ``max_memory_bytes``, plus ``process_bytes`` (the task process itself). The identity by default.
+
+    Training and truth are scaled alike, so that a simulated run is the run the replay DAG makes.
+    """
+
+    time_s: float = 1.0
+    min_runtime_s: float = 0.0
+    max_runtime_s: float = math.inf
+    memory: float = 1.0
+    max_memory_bytes: float = math.inf
+    process_bytes: int = 0
+
+    def runtime_s(self, runtime_s: float) -> float:
+        return min(max(runtime_s * self.time_s, self.min_runtime_s), self.max_runtime_s)
+
+    def memory_bytes(self, memory_bytes: int) -> int:
+        return int(min(round(memory_bytes * self.memory), self.max_memory_bytes)) + self.process_bytes
+
+    def attempt(self, attempt: TaskAttempt) -> TaskAttempt:
+        runtime_s, peak = attempt.runtime_s, attempt.peak_rss_bytes
+        return replace(
+            attempt,
+            runtime_s=None if runtime_s is None else self.runtime_s(runtime_s),
+            peak_rss_bytes=None if peak is None else self.memory_bytes(peak),
+        )
+
+    def workflow(self, workflow: Workflow) -> Workflow:
+        if self == Scale():
+            return workflow
+        recorded = [
+            replace(
+                t,
+                runtime_s=self.runtime_s(t.runtime_s),
+                memory_bytes=self.memory_bytes(t.memory_bytes) if t.memory_source == "recorded" else t.memory_bytes,
+            )
+            for t in workflow.tasks
+        ]
+        return Workflow.create(workflow.name, recorded, list(workflow.edges), source=workflow.source)
+
+
+@dataclass(frozen=True)
+class LoopPlan:
+    """One held-out instance planned: from predictions under the deadline, from the truth, and the default."""
+
+    predicted: Workflow
+    actual: Workflow
+    deadline_s: float
+    plan: Plan
+    truth: Plan | None
+    default: Plan | None
+    runtime_sources: dict[str, int]
+
+
 def family_of(path: Path) -> str:
     """A WfInstances file's family: its name up to the first ``-`` (``blast-chameleon-small-001`` -> ``blast``)."""
     return path.stem.split("-", 1)[0]
@@ -85,6 +143,33 @@ def held_out_instances(files: Sequence[Path], names: Sequence[str] = ()) -> list
     return [path for path in sorted(files) if len(families[family_of(path)]) >= 2]
 
 
+def plan_instance(
+    predictor: Predictor,
+    held_out: Path,
+    catalog: Catalog,
+    catalog_label: str,
+    settings: LoopSettings = LoopSettings(),
+    scale: Scale = Scale(),
+) -> LoopPlan:
+    """Steps 1, 2 and 4 of the module docstring: the plan the run of ``held_out`` follows, and its yardsticks."""
+    actual = scale.workflow(load_workflow(held_out))
+    shape = read_workflow_shape(held_out)
+    predicted = predictor.predicted_workflow(shape, catalog)
+    limit_s = settings.time_limit_s
+    fastest = optimize(predicted, catalog, Objective("time"), catalog_label, limit_s)
+    deadline_s = settings.deadline_factor * fastest.makespan_s
+    plan = _under_deadline(predicted, catalog, catalog_label, settings.objective, deadline_s, limit_s) or fastest
+    return LoopPlan(
+        predicted=predicted,
+        actual=actual,
+        deadline_s=deadline_s,
+        plan=plan,
+        truth=_under_deadline(actual, catalog, catalog_label, settings.objective, deadline_s, limit_s),
+        default=default_plan(predicted, catalog, catalog_label),
+        runtime_sources=predictor.predict(shape, catalog).sources()["runtime"],
+    )
+
+
 def simulate_run(
     predictor: Predictor,
     held_out: Path,
@@ -92,53 +177,65 @@ def simulate_run(
     catalog_label: str,
     settings: LoopSettings = LoopSettings(),
     repair: RepairStep | None = None,
+    scale: Scale = Scale(),
 ) -> dict[str, Any]:
     """One held-out instance through the loop: the run's JSON object (see the module's docstring)."""
     started = time.perf_counter()
-    actual = load_workflow(held_out)
-    predicted = predictor.predicted_workflow(read_workflow_shape(held_out), catalog)
-    limit_s = settings.time_limit_s
-    fastest = optimize(predicted, catalog, Objective("time"), catalog_label, limit_s)
-    deadline_s = settings.deadline_factor * fastest.makespan_s
-    plan = _under_deadline(predicted, catalog, catalog_label, settings.objective, deadline_s, limit_s) or fastest
+    planned = plan_instance(predictor, held_out, catalog, catalog_label, settings, scale)
+    predicted, actual, plan, default = planned.predicted, planned.actual, planned.plan, planned.default
     run = _run(plan, predicted, actual, catalog, settings, repair)
     made = run.replay
     forecast_at_s = settings.forecast_share * made.makespan_s
-    foreseen = forecast(run, predicted, catalog, forecast_at_s, repair) if run.replay.assignments else None
-    truth = _under_deadline(actual, catalog, catalog_label, settings.objective, deadline_s, limit_s)
-    default = default_plan(predicted, catalog, catalog_label)
+    foreseen = forecast(run, predicted, catalog, forecast_at_s, repair) if made.assignments else None
     default_run = _run(default, predicted, actual, catalog, settings, repair) if default is not None else None
-    predicted_s = {t.id: t.runtime_s for t in predicted.tasks}
-    scores = runtime_scores([predicted_s[t.id] for t in actual.tasks], [t.runtime_s for t in actual.tasks])
     result: dict[str, Any] = {
-        "workflow": actual.name,
-        "family": family_of(held_out),
+        **plan_fields(held_out, planned, settings),
         "simulated": True,
-        "tasks": len(actual.tasks),
-        "objective": settings.objective,
-        "deadline_s": deadline_s,
-        "planned_makespan_s": plan.makespan_s,
         "actual_makespan_s": made.makespan_s,
-        "deadline_met": made.makespan_s <= deadline_s * (1 + 1e-9),
-        "planned_cost_usd": plan.cost_usd,
+        "deadline_met": made.makespan_s <= planned.deadline_s * (1 + 1e-9),
         "actual_cost_usd": made.cost_usd,
-        "truth_plan_cost_usd": None if truth is None else truth.cost_usd,
-        "truth_plan_makespan_s": None if truth is None else truth.makespan_s,
-        "truth_meets_deadline": truth is not None,
         "repairs": len(run.repairs),
         "forecast_at_s": forecast_at_s,
         "forecast_makespan_s": None if foreseen is None else foreseen.makespan_s,
-        "default_planned_makespan_s": None if default is None else default.makespan_s,
-        "default_planned_cost_usd": None if default is None else default.cost_usd,
         "default_actual_makespan_s": None if default_run is None else default_run.replay.makespan_s,
         "default_actual_cost_usd": None if default_run is None else default_run.replay.cost_usd,
         "default_repairs": None if default_run is None else len(default_run.repairs),
         **memory_over_reservation(made.assignments, actual),
-        "runtime_mdape": scores["mdape"],
-        "runtime_sources": predictor.predict(read_workflow_shape(held_out), catalog).sources()["runtime"],
         "wall_s": time.perf_counter() - started,
     }
     return result
+
+
+def plan_fields(held_out: Path, planned: LoopPlan, settings: LoopSettings) -> dict[str, Any]:
+    """The run's JSON fields known before it runs: its plans, the deadline, how well its runtimes were predicted."""
+    truth, default = planned.truth, planned.default
+    predicted_s = {t.id: t.runtime_s for t in planned.predicted.tasks}
+    tasks = planned.actual.tasks
+    scores = runtime_scores([predicted_s[t.id] for t in tasks], [t.runtime_s for t in tasks])
+    return {
+        "workflow": planned.actual.name,
+        "family": family_of(held_out),
+        "tasks": len(tasks),
+        "objective": planned.plan.objective.kind,
+        "deadline_s": planned.deadline_s,
+        "planned_makespan_s": planned.plan.makespan_s,
+        "planned_cost_usd": planned.plan.cost_usd,
+        "truth_plan_cost_usd": None if truth is None else truth.cost_usd,
+        "truth_plan_makespan_s": None if truth is None else truth.makespan_s,
+        "truth_meets_deadline": truth is not None,
+        "default_planned_makespan_s": None if default is None else default.makespan_s,
+        "default_planned_cost_usd": None if default is None else default.cost_usd,
+        "runtime_mdape": scores["mdape"],
+        "runtime_sources": planned.runtime_sources,
+    }
+
+
+def trained_without(
+    attempts: Mapping[Path, Sequence[TaskAttempt]], held_out: Path, scale: Scale = Scale()
+) -> Predictor:
+    """A predictor trained on every instance of ``attempts`` but ``held_out`` (by file name), scaled by ``scale``."""
+    rows = [scale.attempt(a) for path, found in attempts.items() if path.stem != held_out.stem for a in found]
+    return Predictor().fit(rows)
 
 
 def memory_over_reservation(ran: Sequence[Assignment], actual: Workflow) -> dict[str, Any]:
@@ -164,6 +261,7 @@ def simulate_instances(
     settings: LoopSettings = LoopSettings(),
     repair: RepairStep | None = None,
     progress: Callable[[dict[str, Any]], None] | None = None,
+    scale: Scale = Scale(),
 ) -> list[dict[str, Any]]:
     """Each of ``held_out`` through :func:`simulate_run`, predicted by a model trained on every one of ``files``
     but it (by file name).
@@ -174,9 +272,9 @@ def simulate_instances(
     attempts: dict[Path, list[TaskAttempt]] = {path: attempts_from_wfformat(path) for path in files}
     runs = []
     for path in held_out:
-        predictor = Predictor().fit([a for other, rows in attempts.items() if other.stem != path.stem for a in rows])
         try:
-            result = simulate_run(predictor, path, catalog, catalog_label, settings, repair)
+            predictor = trained_without(attempts, path, scale)
+            result = simulate_run(predictor, path, catalog, catalog_label, settings, repair, scale)
         except AgoraError as exc:
             result = {"workflow": path.stem, "family": family_of(path), "simulated": True, "error": str(exc)}
         result = rounded(result, 6)

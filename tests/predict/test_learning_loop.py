@@ -36,3 +36,19 @@ def test_memory_over_reservation_counts_tasks_with_a_recorded_peak_only() -> Non
         "tasks_over_reservation": 1,
         "median_reservation_over_peak": pytest.approx((0.5 + 4.0) / 2),
     }
+
+
+def test_the_scale_is_the_replay_dags_clamped_runtime_and_capped_memory_plus_the_process() -> None:
+    from agora_optimizer.predict.learning_loop import Scale
+    from agora_optimizer.traces.records import TaskAttempt
+
+    scale = Scale(time_s=0.02, min_runtime_s=5.0, max_runtime_s=60.0, memory=0.25, max_memory_bytes=GIB // 4,
+                  process_bytes=100)  # fmt: skip
+    assert [scale.runtime_s(s) for s in (10.0, 1000.0, 10_000.0)] == [5.0, pytest.approx(20.0), 60.0]
+    assert scale.memory_bytes(GIB // 2) == GIB // 8 + 100 and scale.memory_bytes(4 * GIB) == GIB // 4 + 100
+    attempt = scale.attempt(TaskAttempt("d", "t", "r", runtime_s=1000.0, peak_rss_bytes=None))
+    assert attempt.runtime_s == pytest.approx(20.0) and attempt.peak_rss_bytes is None
+    workflow = Workflow.create("w", [Task("a", 1000.0, 1, GIB, "c"), Task("b", 1.0, 1, GIB, "c", "default")], [])
+    scaled = scale.workflow(workflow)
+    assert scaled.by_id["a"].memory_bytes == GIB // 4 + 100 and scaled.by_id["b"].memory_bytes == GIB  # not recorded
+    assert Scale().workflow(workflow) is workflow
