@@ -53,6 +53,8 @@ if plan is None:
 write_plan(plan, out)
 default_plan_store().save(dag_id, plan, workflow=workflow)  # in force, with its workflow, as --apply does
 """
+
+
 def replay_deployment(
     root: Path,
     workflows: Sequence[str],
