@@ -118,9 +118,11 @@ def replay_with_repairs(
     step = repair or plain_repair()
     in_force, plans, events = plan, [plan], list[RepairEvent]()
     ran: dict[str, Assignment] = {}
+    fresh: dict[str, float] = {}  # machines the re-plans added, and when: they boot after it
     now_s, last_repair_s = 0.0, -float("inf")
     while True:
-        timed = true_times([a for a in in_force.assignments if a.task not in ran], actual, catalog, ran.values(), now_s)
+        pending = [a for a in in_force.assignments if a.task not in ran]
+        timed = true_times(pending, actual, catalog, ran.values(), now_s, fresh)
         if len(events) >= max_repairs:
             break
         by_task = {a.task: a for a in in_force.assignments}
@@ -138,6 +140,8 @@ def replay_with_repairs(
         state = state_at(timed, at_s)
         answer = step(planned, catalog, in_force, state, at_s)
         ran = {task_id: timed[task_id] for task_id in state}
+        known = {a.machine for a in in_force.assignments}
+        fresh.update({a.machine: at_s for a in answer.assignments if a.machine not in known and a.machine not in fresh})
         in_force = replace(
             in_force,
             assignments=tuple(sorted(answer.schedule, key=lambda a: (a.start_s, a.task))),

@@ -18,7 +18,7 @@ whose true peak is unknown (not recorded) are counted apart.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from agora_optimizer.errors import PlanMismatchError
@@ -92,12 +92,14 @@ def true_times(
     catalog: Catalog,
     ran: Iterable[Assignment] = (),
     now_s: float = 0.0,
+    fresh: Mapping[str, float] | None = None,
 ) -> dict[str, Assignment]:
     """Every task timed with ``actual``'s runtimes: ``ran`` as it ran, then ``planned`` (the plan's
     decisions for the tasks not started by ``now_s``) in its start order, none before ``now_s``.
 
-    A machine that ran nothing before ``now_s`` boots from ``now_s`` on (from 0 for a plan not yet
-    started). Raises :class:`PlanMismatchError` where a task would start before a parent.
+    A machine is up ``boot_s`` after 0, as the plan has it; one of ``fresh`` (a machine a re-plan
+    added, with the time of that re-plan) ``boot_s`` after that time. Raises
+    :class:`PlanMismatchError` where a task would start before a parent.
     """
     placed: dict[str, Assignment] = {}
     timelines: dict[str, MachineTimeline] = {}
@@ -114,8 +116,8 @@ def true_times(
         task = actual.by_id[planned_task.task]
         resource = catalog.by_name[planned_task.resource]
         machine = planned_task.machine
-        booted = now_s + (0.0 if machine in timelines else resource.boot_s)
-        ready = max(booted, task.release_s, last_start.get(machine, 0.0))
+        booted = (fresh or {}).get(machine, 0.0) + resource.boot_s
+        ready = max(now_s, booted, task.release_s, last_start.get(machine, 0.0))
         for edge in actual.parents[task.id]:
             parent = placed.get(edge.parent)
             if parent is None:  # a parent the plan starts later: the plan breaks precedence

@@ -80,3 +80,21 @@ def test_each_instance_is_planned_from_predictions_run_on_the_truth_and_repaired
     assert document["summary"]["runs"] == 2 and document["summary"]["failed"] == 0
     table = out.with_suffix(".md").read_text()
     assert "tiny-slow-001" in table and "deadline met" in table
+
+
+@pytest.mark.airflow
+def test_the_real_mode_runs_a_plan_made_from_predictions_and_the_default_in_airflow(tmp_path: Path) -> None:
+    """``--backend local``, CI size: bacass (11 tasks) held out from the bundled instances, tasks of 0.5-1.5 s
+    that declare no runtime or memory; each run's numbers are its record's (Airflow's task times)."""
+    out = tmp_path / "loop-real.json"
+    argv = ["--backend", "local", "--train-dir", str(REPO / "workflows"), "--workflows", "bacass-dirt02-001",
+            "--time-scale", "0.01", "--min-runtime-s", "0.5", "--max-runtime-s", "1.5", "--time-limit-s", "2",
+            "--out", str(out)]  # fmt: skip
+    assert run_learning_loop.main(argv) == 0
+    (run,) = json.loads(out.read_text())["runs"]
+    assert run["simulated"] is False and run["workflow"] == "bacass-dirt02-001" and run["tasks"] == 11
+    assert run["state"] == run["default_state"] == "success"
+    assert all(run[field] is not None for field in FIELDS if field != "truth_plan_cost_usd"), run
+    assert run["actual_makespan_s"] > 1.0 and run["actual_cost_usd"] > 0  # 11 tasks of >= 0.5 s, priced pools
+    assert run["deadline_met"] == (run["actual_makespan_s"] <= run["deadline_s"])
+    assert run["simulated_actual_makespan_s"] > 0 and run["tries"] >= 11
