@@ -8,15 +8,13 @@ is not.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
+from tests.bench import bench_script
 from tests.conftest import REPO, wfformat_15, write_json
 
 pytestmark = pytest.mark.slow  # two instances trained, planned four times each and replayed: seconds
@@ -27,16 +25,7 @@ FIELDS = (
 )  # fmt: skip
 
 
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("run_learning_loop", REPO / "bench" / "run_learning_loop.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-run_learning_loop = _load()
+run_learning_loop = bench_script("run_learning_loop")
 
 
 def _instance(name: str, scale: float) -> dict[str, Any]:
