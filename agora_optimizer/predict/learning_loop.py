@@ -186,7 +186,10 @@ def simulate_run(
     run = _run(plan, predicted, actual, catalog, settings, repair)
     made = run.replay
     forecast_at_s = settings.forecast_share * made.makespan_s
-    foreseen = forecast(run, predicted, catalog, forecast_at_s, repair) if made.assignments else None
+    try:
+        foreseen = forecast(run, predicted, catalog, forecast_at_s, repair) if made.assignments else None
+    except AgoraError:  # a re-plan that fails there (the executor's would too): no forecast
+        foreseen = None
     default_run = _run(default, predicted, actual, catalog, settings, repair) if default is not None else None
     result: dict[str, Any] = {
         **plan_fields(held_out, planned, settings),
@@ -195,6 +198,7 @@ def simulate_run(
         "deadline_met": made.makespan_s <= planned.deadline_s * (1 + 1e-9),
         "actual_cost_usd": made.cost_usd,
         "repairs": len(run.repairs),
+        "repair_failures": list(run.failures),
         "forecast_at_s": forecast_at_s,
         "forecast_makespan_s": None if foreseen is None else foreseen.makespan_s,
         "default_actual_makespan_s": None if default_run is None else default_run.replay.makespan_s,

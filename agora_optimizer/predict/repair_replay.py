@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
+from agora_optimizer.errors import AgoraError
 from agora_optimizer.model.catalog import Catalog
 from agora_optimizer.model.plan import Assignment, Plan
 from agora_optimizer.model.workflow import Workflow
@@ -70,6 +71,7 @@ class RepairedRun:
     replay: Replay
     repairs: tuple[RepairEvent, ...]
     plans: tuple[Plan, ...]  # plans[0] the plan as made, plans[i] the plan in force after repair i
+    failures: tuple[str, ...] = ()  # re-plans that raised: the run went on under the plan in force
 
     def plan_at(self, now_s: float) -> Plan:
         """The plan in force at ``now_s``: after the last repair made by then."""
@@ -111,19 +113,20 @@ def replay_with_repairs(
     """Run ``plan`` (made from ``planned``) with ``actual``'s runtimes, re-planned by ``repair`` as tasks end late.
 
     ``slack`` and ``min_late_s``: :func:`late`; ``interval_s``: the least time between two repairs;
-    ``max_repairs``: no repair after that many. Raises as :func:`~.replay.replay` does on a plan that
-    does not fit ``actual`` or ``catalog``, and as the repair step does.
+    ``max_repairs``: no repair tried after that many. Raises as :func:`~.replay.replay` does on a plan
+    that does not fit ``actual`` or ``catalog``; a repair step that raises an :class:`AgoraError` leaves
+    the run under the plan in force, as the executor does, and is listed in ``failures``.
     """
     check_matches(plan, actual, catalog)
     step = repair or plain_repair()
-    in_force, plans, events = plan, [plan], list[RepairEvent]()
+    in_force, plans, events, failures = plan, [plan], list[RepairEvent](), list[str]()
     ran: dict[str, Assignment] = {}
     fresh: dict[str, float] = {}  # machines the re-plans added, and when: they boot after it
     now_s, last_repair_s = 0.0, -float("inf")
     while True:
         pending = [a for a in in_force.assignments if a.task not in ran]
         timed = true_times(pending, actual, catalog, ran.values(), now_s, fresh)
-        if len(events) >= max_repairs:
+        if len(events) + len(failures) >= max_repairs:
             break
         by_task = {a.task: a for a in in_force.assignments}
         drifts = [
@@ -138,8 +141,13 @@ def replay_with_repairs(
         if at_s >= max(a.end_s for a in timed.values()) - TIME_TOLERANCE_S:
             break  # deferred past the run's end: nothing left to repair
         state = state_at(timed, at_s)
-        answer = step(planned, catalog, in_force, state, at_s)
         ran = {task_id: timed[task_id] for task_id in state}
+        now_s = last_repair_s = at_s
+        try:
+            answer = step(planned, catalog, in_force, state, at_s)
+        except AgoraError as exc:  # as in the executor: the run goes on as planned, the failure said
+            failures.append(f"at {at_s:.1f} s ({late_task} late): {exc}")
+            continue
         known = {a.machine for a in in_force.assignments}
         fresh.update({a.machine: at_s for a in answer.assignments if a.machine not in known and a.machine not in fresh})
         in_force = replace(
@@ -152,9 +160,8 @@ def replay_with_repairs(
         events.append(
             RepairEvent(at_s, late_task, answer.method, len(answer.moved_machine), answer.makespan_s, answer.cost_usd)
         )
-        now_s = last_repair_s = at_s
     items = [timed[a.task] for a in start_ordered(plan.assignments, actual)]
-    return RepairedRun(summarised(plan, actual, catalog, items), tuple(events), tuple(plans))
+    return RepairedRun(summarised(plan, actual, catalog, items), tuple(events), tuple(plans), tuple(failures))
 
 
 def forecast(

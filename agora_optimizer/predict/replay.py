@@ -8,7 +8,9 @@ in the plan's start order, and each starts at the earliest instant that
 - its machine is up (``boot_s``) and has started the task before it in the plan's order,
 - its own release (``release_s``, e.g. an Airflow sensor's wait before it) has passed,
 - the machine has the task's cores and *reserved* memory free for its whole true runtime
-  (the reservation is the plan's ``memory_bytes``: that is what an executor asks for).
+  (the reservation is the plan's ``memory_bytes``: that is what an executor asks for), and so
+  has its type, over all its machines, within its ``count`` (a run that goes faster than planned
+  may not run more of a type at once than the catalog has).
 
 A task whose true peak exceeds its reservation would be killed for lack of memory: the
 replay counts and lists them (``oom_tasks``), and times them as if they had run, so the
@@ -102,14 +104,10 @@ def true_times(
     :class:`PlanMismatchError` where a task would start before a parent.
     """
     placed: dict[str, Assignment] = {}
-    timelines: dict[str, MachineTimeline] = {}
+    capacity = _Capacity(catalog)
     last_start: dict[str, float] = {}
     for done in ran:
-        resource = catalog.by_name[done.resource]
-        cores, memory = min(done.cores, resource.vcpus), min(done.memory_bytes, resource.memory_bytes)
-        _timeline(timelines, done.machine, resource).add(
-            done.start_s, done.end_s, cores, memory, min(done.gpus, resource.gpus)
-        )
+        capacity.take(done, done.start_s)
         last_start[done.machine] = max(last_start.get(done.machine, 0.0), done.start_s)
         placed[done.task] = done
     for planned_task in start_ordered(planned, actual):
@@ -126,22 +124,68 @@ def true_times(
                 )
             transfer = 0.0 if parent.machine == machine else catalog.transfer_s(edge.bytes)
             ready = max(ready, parent.end_s + transfer)
-        timeline = _timeline(timelines, machine, resource)
         duration = resource.runtime_s(task)
-        cores, memory = min(planned_task.cores, resource.vcpus), min(planned_task.memory_bytes, resource.memory_bytes)
-        gpus = min(planned_task.gpus, resource.gpus)
-        start = timeline.earliest_start(ready, duration, cores, memory, gpus)
-        timeline.add(start, start + duration, cores, memory, gpus)
+        timed = replace(planned_task, start_s=ready, end_s=ready + duration)
+        start = capacity.earliest_start(timed)
+        timed = replace(timed, start_s=start, end_s=start + duration)
+        capacity.take(timed, start)
         last_start[machine] = start
-        placed[task.id] = replace(planned_task, start_s=start, end_s=start + duration)
+        placed[task.id] = timed
     return placed
 
 
-def _timeline(timelines: dict[str, MachineTimeline], machine: str, resource: Resource) -> MachineTimeline:
-    timeline = timelines.get(machine)
-    if timeline is None:
-        timeline = timelines[machine] = MachineTimeline(resource.vcpus, resource.memory_bytes, gpus=resource.gpus)
-    return timeline
+class _Capacity:
+    """What is in use over time, per machine and, for a type with a ``count``, over all its machines: a
+    run's executor holds a type to ``count`` machines' cores and memory at once (its Airflow pool has
+    ``count x vcpus`` slots; a local pool has that many cores), however the plan numbered them."""
+
+    def __init__(self, catalog: Catalog) -> None:
+        self.catalog = catalog
+        self.machines: dict[str, MachineTimeline] = {}
+        self.types: dict[str, MachineTimeline] = {}
+
+    def _needs(self, a: Assignment) -> tuple[Resource, int, int, int]:
+        resource = self.catalog.by_name[a.resource]
+        return (
+            resource,
+            min(a.cores, resource.vcpus),
+            min(a.memory_bytes, resource.memory_bytes),
+            min(a.gpus, resource.gpus),
+        )
+
+    def _timelines(self, a: Assignment) -> list[MachineTimeline]:
+        resource = self.catalog.by_name[a.resource]
+        timelines = [self._get(self.machines, a.machine, resource, 1)]
+        if resource.count is not None:
+            timelines.append(self._get(self.types, resource.name, resource, resource.count))
+        return timelines
+
+    @staticmethod
+    def _get(found: dict[str, MachineTimeline], key: str, resource: Resource, machines: int) -> MachineTimeline:
+        timeline = found.get(key)
+        if timeline is None:
+            timeline = found[key] = MachineTimeline(
+                resource.vcpus * machines, resource.memory_bytes * machines, gpus=resource.gpus * machines
+            )
+        return timeline
+
+    def earliest_start(self, a: Assignment) -> float:
+        """The earliest start from ``a.start_s`` on at which ``a`` fits its machine and its type for its duration."""
+        _, cores, memory, gpus = self._needs(a)
+        duration, start = a.end_s - a.start_s, a.start_s
+        timelines = self._timelines(a)
+        while True:
+            moved = start
+            for timeline in timelines:
+                moved = timeline.earliest_start(moved, duration, cores, memory, gpus)
+            if moved <= start:
+                return start
+            start = moved
+
+    def take(self, a: Assignment, start_s: float) -> None:
+        _, cores, memory, gpus = self._needs(a)
+        for timeline in self._timelines(a):
+            timeline.add(start_s, start_s + a.end_s - a.start_s, cores, memory, gpus)
 
 
 def summarised(plan: Plan, actual: Workflow, catalog: Catalog, items: Sequence[Assignment]) -> Replay:

@@ -114,3 +114,20 @@ def test_the_assumed_workflow_of_a_plan_gives_back_what_it_was_made_from(planned
     for task in workflow.tasks:
         assert assumed.by_id[task.id].runtime_s == pytest.approx(task.runtime_s, rel=1e-9, abs=1e-9)
     assert replay_with_repairs(plan, assumed, _scaled(workflow, 2.0), catalog).repairs
+
+
+def test_a_repair_that_fails_leaves_the_run_under_its_plan_as_the_executor_does(planned, catalog) -> None:
+    from agora_optimizer.planning.replan import ReplanError
+
+    workflow, plan = planned
+    truth = _scaled(workflow, 2.0)
+
+    def failing(w: Workflow, c: Catalog, p: Plan, state: Mapping[str, TaskState], now_s: float) -> Replan:
+        raise ReplanError("task 'x' fits on no machine within the catalog's counts")
+
+    run = replay_with_repairs(plan, workflow, truth, catalog, repair=failing)
+    assert run.repairs == () and run.plans == (plan,) and run.failures
+    assert all("fits on no machine" in failure and " late): " in failure for failure in run.failures)
+    unrepaired = {a.task: a for a in replay(plan, truth, catalog).assignments}
+    for a in run.replay.assignments:  # every task where the plan had it, when a run without repair starts it
+        assert a.machine == unrepaired[a.task].machine and a.start_s == pytest.approx(unrepaired[a.task].start_s)
