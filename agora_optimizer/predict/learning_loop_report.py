@@ -98,6 +98,7 @@ def summary(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "share_over_reservation": over / memory_tasks if memory_tasks else None,
         "median_reservation_over_peak": _median([r.get("median_reservation_over_peak") for r in ok]),
         "repairs_median": _median([r.get("repairs") for r in ok]),
+        "runs_with_failed_repairs": sum(1 for r in ok if r.get("repair_failures")),
         "runtime_mdape_by_family": family_mdape,
         "runtime_mdape_median": _median(list(family_mdape.values())),
     }
@@ -113,6 +114,11 @@ def _x(value: float | None) -> str:
 
 def _num(value: Any, digits: int = 1) -> str:
     return "-" if not isinstance(value, int | float) or isinstance(value, bool) else f"{value:,.{digits}f}"
+
+
+def _repairs(run: dict[str, Any]) -> str:
+    failed = run.get("repair_failures") or 0
+    return f"{run['repairs']}" + (f" (+{failed} failed)" if failed else "")
 
 
 def _mark(value: float | None, target: float, above: bool = False) -> str:
@@ -150,7 +156,7 @@ def markdown(document: dict[str, Any]) -> str:
             f"| {r['workflow']} | {r['tasks']} | {_num(r['deadline_s'])} | {_num(r['planned_makespan_s'])} "
             f"| {_num(r['actual_makespan_s'])} | {'yes' if r['deadline_met'] else 'no'} "
             f"| {_num(r.get('forecast_makespan_s'))} | {_num(r['planned_cost_usd'], 4)} "
-            f"| {_num(r['actual_cost_usd'], 4)} | {_num(r.get('truth_plan_cost_usd'), 4)} | {r['repairs']} "
+            f"| {_num(r['actual_cost_usd'], 4)} | {_num(r.get('truth_plan_cost_usd'), 4)} | {_repairs(r)} "
             f"| {_num(r.get('default_actual_makespan_s'))} | {_num(r.get('default_actual_cost_usd'), 4)} "
             f"| {r.get('tasks_over_reservation', '-')}/{r.get('memory_tasks', '-')} "
             f"| {_x(r.get('median_reservation_over_peak'))} | {_pct(r.get('runtime_mdape'))} |"
@@ -192,7 +198,8 @@ def markdown(document: dict[str, Any]) -> str:
     ]  # fmt: skip
     lines += [
         "",
-        f"{s['runs']} runs ({s['failed']} without a plan); median repairs per run {_num(s['repairs_median'])}.",
+        f"{s['runs']} runs ({s['failed']} without a plan); median repairs per run {_num(s['repairs_median'])}; "
+        f"{s['runs_with_failed_repairs']} runs with a re-plan that failed (the run went on under its plan).",
         "",
         "| figure | value | target |",
         "|---|---:|---|",
