@@ -101,21 +101,18 @@ def main(argv: list[str] | None = None) -> int:
         interval_s=args.repair_interval_s,
         max_repairs=args.max_repairs,
     )
-    if not args.simulate:
-        raise SystemExit("--backend local without --simulate: the real runs are not built yet; give --simulate")
     started = time.perf_counter()
-    runs = simulate_instances(
-        train,
-        held_out,
-        load_catalog(catalog_path),
-        label,
-        settings,
-        progress=lambda r: print(json.dumps(r), flush=True),
-    )
+    if args.simulate:
+        catalog = load_catalog(catalog_path)
+        runs = simulate_instances(train, held_out, catalog, label, settings, progress=_show, scale=_scale(args))
+    else:
+        runs = _real_runs(args, train, held_out, catalog_path, label, settings)
     document: dict[str, Any] = {
         "command": " ".join(["python", "bench/run_learning_loop.py", *(argv if argv is not None else sys.argv[1:])]),
         "date": datetime.now(UTC).strftime("%Y-%m-%d"),
-        "simulated": True,
+        "simulated": args.simulate,
+        "backend": "simulated" if args.simulate else args.backend,
+        "scale": vars(_scale(args)) if args.scaled or not args.simulate else None,
         "catalog": label,
         "deadline_factor": settings.deadline_factor,
         "objective": settings.objective,
