@@ -152,8 +152,12 @@ def markdown(document: dict[str, Any]) -> str:
         if "error" in r:
             lines.append(f"| {r['workflow']} | no run: {r['error']} |" + " |" * 14)
             continue
+        states = [r.get(f"{kind}state") for kind in ("", "default_")]  # a real run's: Airflow's end state
+        shown = ", ".join(f"{kind} run {state}" for kind, state in zip(("agora", "default"), states, strict=True)
+                          if state not in (None, "success"))  # fmt: skip
         lines.append(
-            f"| {r['workflow']} | {r['tasks']} | {_num(r['deadline_s'])} | {_num(r['planned_makespan_s'])} "
+            f"| {r['workflow']}{f' ({shown})' if shown else ''} | {r['tasks']} | {_num(r['deadline_s'])} "
+            f"| {_num(r['planned_makespan_s'])} "
             f"| {_num(r['actual_makespan_s'])} | {'yes' if r['deadline_met'] else 'no'} "
             f"| {_num(r.get('forecast_makespan_s'))} | {_num(r['planned_cost_usd'], 4)} "
             f"| {_num(r['actual_cost_usd'], 4)} | {_num(r.get('truth_plan_cost_usd'), 4)} | {_repairs(r)} "

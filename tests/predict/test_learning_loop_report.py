@@ -43,3 +43,12 @@ def test_the_deadline_share_counts_only_runs_whose_truth_plan_meets_the_deadline
                       "summary": s})  # fmt: skip
     assert "| b-2 | no run: no plan |" in table
     assert "| deadline met, of the 2 runs whose truth plan meets it | 50.0 % | >= 90% ✗ |" in table
+
+
+def test_a_real_run_that_did_not_succeed_says_so_in_its_row() -> None:
+    runs = [
+        _run("a-1", 100.0, 110.0, True, True, state="failed", default_state="success"),
+        _run("a-2", 1.0, 1.0, True, True),
+    ]
+    table = markdown({"command": "c", "catalog": "c.yaml", "runs": runs, "summary": summary(runs)})
+    assert "| a-1 (agora run failed) | 3 |" in table and "| a-2 | 3 |" in table  # a simulated run has no state
