@@ -43,16 +43,12 @@ summary; ``--out`` with ``.md`` instead of ``.json`` gets the results table.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import signal
-import sqlite3
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-import zlib
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -61,33 +57,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from agora_optimizer.plans.store import plan_version  # noqa: E402
-from harness.local_airflow import AirflowDeployment, wait_until  # noqa: E402
-
-CATALOGS = {
-    "local": REPO / "catalogs" / "local-priced.yaml",
-    "slurm": REPO / "catalogs" / "slurm-loopback-2core.yaml",
-}
-DAG_ID_PREFIX = "agora_wfinstance_"
-DEFAULT_PLAN = """
-import sys
-from agora_optimizer.integration.airflow_dag import learned_platform_latency, predicted_dag_workflow
-from agora_optimizer.io.catalog_file import load_catalog
-from agora_optimizer.io.plan_file import write_plan
-from agora_optimizer.optimize.optimize import default_plan
-from agora_optimizer.plans.store import default_plan_store
-from agora_optimizer.predict.latency import with_platform_latency
-
-dag_id, catalog_path, folder, out = sys.argv[1:5]
-catalog = load_catalog(catalog_path)
-workflow, _ = predicted_dag_workflow(dag_id, catalog, folder=folder)
-edges = {dag_id: [(edge.parent, edge.child) for edge in workflow.edges]}  # as agora optimize learns it
-planned = with_platform_latency(catalog, learned_platform_latency(None, edges), "median")
-plan = default_plan(workflow, planned, catalog_path)
-if plan is None:
-    raise SystemExit(f"{dag_id}: no single type of {catalog_path} fits every task")
-write_plan(plan, out)
-default_plan_store().save(dag_id, plan, workflow=workflow)  # in force, with its workflow, as --apply does
-"""
+from harness.local_airflow import AirflowDeployment  # noqa: E402
+from harness.replay_runs import CATALOGS, DAG_ID_PREFIX, ReplayRuns, replay_deployment  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -104,28 +75,15 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"--slow-workflow: {slow_workflow!r} is not one of --workflows")
     catalog = (args.catalog or CATALOGS[args.backend]).resolve()
     root = Path(tempfile.mkdtemp(prefix="agora-bench-plans-"))
-    (root / "dags").mkdir()
-    (root / "dags" / "agora_wfinstance.py").symlink_to(REPO / "dags" / "agora_wfinstance.py")
-    airflow = AirflowDeployment(
-        home=root / "home",
-        dags_folder=root / "dags",
-        extra_env={
-            "AGORA_WFINSTANCE": ",".join(workflows),
-            "AGORA_WORKFLOWS_DIR": str(args.workflows_dir.resolve()),
-            "AGORA_WFINSTANCE_TIME_SCALE": f"{args.time_scale:g}",
-            "AGORA_WFINSTANCE_MIN_RUNTIME_S": f"{args.min_runtime_s:g}",
-            "AGORA_WFINSTANCE_MAX_RUNTIME_S": f"{args.max_runtime_s:g}",
-            "AGORA_WFINSTANCE_MEMORY_SCALE": f"{args.memory_scale:g}",
-            "AGORA_WFINSTANCE_LOAD": args.task_load,
-            "AIRFLOW__AGORA__CATALOG": str(catalog),
-            "AIRFLOW__AGORA__PLAN_DIR": str(root / "plans"),
-            "AIRFLOW__AGORA__STATE_DIR": str(root / "jobs"),
-            "AIRFLOW__AGORA__TRACE_STORE_URL": f"sqlite:///{root / 'traces.db'}",
-            "AIRFLOW__AGORA__REOPTIMIZE_SCHEDULE": "",  # the rerun DAG would re-plan behind the benchmark's back
-            # The DAG file reads these when a task parses it: on SLURM the task inherits nothing else.
-            "AIRFLOW__AGORA__TASK_ENVIRONMENT": "AGORA_WFINSTANCE*,AGORA_WORKFLOWS_DIR",
-            "AIRFLOW__CORE__MIN_SERIALIZED_DAG_UPDATE_INTERVAL": "5",  # a new plan in force within seconds, not 30
-        },
+    airflow = replay_deployment(
+        root,
+        workflows,
+        args.workflows_dir,
+        catalog,
+        time_scale=args.time_scale,
+        runtime_range_s=(args.min_runtime_s, args.max_runtime_s),
+        memory_scale=args.memory_scale,
+        task_load=args.task_load,
     )
     bench = _Bench(args, airflow, catalog, root)
     started = time.perf_counter()
@@ -176,7 +134,7 @@ class _Bench:
         self.airflow = airflow
         self.catalog = catalog
         self.root = root
-        self.agora = str(Path(sys.executable).with_name("agora"))
+        self.runs = ReplayRuns(airflow, root, settle_s=args.settle_s)
         self.results: list[dict[str, Any]] = []
 
     def run(
@@ -197,21 +155,19 @@ class _Bench:
         if plan_of is not None:
             pass  # the plan in force already
         elif kind == "agora":  # --apply also keeps the workflow beside the plan, which repair re-plans from
-            self._agora(["optimize", f"airflow:{dag_id}", "--catalog", str(self.catalog), "--objective",
-                         objective or self.args.objective, "--time-limit-s", f"{self.args.optimize_time_limit_s:g}",
-                         "--dag-folder", str(self.airflow.dags_folder), "-o", str(plan_path), "--json",
-                         "--apply"])  # fmt: skip
+            self.runs.agora(["optimize", f"airflow:{dag_id}", "--catalog", str(self.catalog), "--objective",
+                             objective or self.args.objective, "--time-limit-s", f"{self.args.optimize_time_limit_s:g}",
+                             "--dag-folder", str(self.airflow.dags_folder), "-o", str(plan_path), "--json",
+                             "--apply"])  # fmt: skip
         else:
-            self._python(DEFAULT_PLAN, dag_id, str(self.catalog), str(self.airflow.dags_folder), str(plan_path))
-        self._wait_in_force(dag_id, plan_version(plan_path.read_bytes()))
+            self.runs.default_plan(dag_id, self.catalog, plan_path)
+        self.runs.wait_in_force(dag_id, plan_version(plan_path.read_bytes()))
         conf: dict[str, Any] = {}
         slowed = ""
         if slow_factor:
             slowed = _slowed_task(plan_path)
             conf = {"agora_slow": {slowed: slow_factor}}
-        run_id = self.airflow.trigger(dag_id, conf)
-        state = self.airflow.wait_for_run(dag_id, run_id, timeout_s=self.args.run_timeout_s)
-        record = self._record(dag_id, run_id)
+        run_id, state, record = self.runs.run(dag_id, conf, self.args.run_timeout_s)
         plan = json.loads(plan_path.read_text())
         result = {
             "workflow": name,
@@ -226,7 +182,7 @@ class _Bench:
             "planned_cost_usd": record.get("planned_cost_usd"),
             "actual_cost_usd": record.get("actual_cost_usd"),
             "repairs": len(record.get("repairs") or []),
-            "cpu_share": self._cpu_share(dag_id, run_id),
+            "cpu_share": self.runs.cpu_share(dag_id, run_id),
             "plan_version": record.get("plan_version"),
             "slowed": {slowed: slow_factor} if slowed else {},
             "repair": repair,
@@ -234,55 +190,6 @@ class _Bench:
         }
         self.results.append(result)
         print(json.dumps(result), flush=True)
-
-    def _record(self, dag_id: str, run_id: str) -> dict[str, Any]:
-        """The run's record, rebuilt once the executor's trace rows are in (they land after the run ends)."""
-        time.sleep(self.args.settle_s)
-        self._agora(["runs", "record", "--dag", dag_id])
-        shown = self._agora(["runs", "show", dag_id, run_id, "--json"])
-        record: dict[str, Any] = json.loads(shown)
-        return record
-
-    def _cpu_share(self, dag_id: str, run_id: str) -> float | None:
-        """The median over the run's task attempts of CPU time over wall time (None without both)."""
-        from agora_optimizer.traces.store import TraceStore
-
-        with TraceStore(f"sqlite:///{self.root / 'traces.db'}") as store:
-            attempts = store.attempts(dag_id=dag_id, run_id=run_id)
-        shares = [a.cpu_time_s / a.runtime_s for a in attempts if a.cpu_time_s is not None and a.runtime_s]
-        return round(statistics.median(shares), 3) if shares else None
-
-    def _wait_in_force(self, dag_id: str, version: str) -> None:
-        """Until the scheduler's copy of the DAG (its newest serialization in Airflow's database) carries
-        the plan ``version`` in its tasks' placements. A run triggered before would run under the previous
-        plan: Airflow re-parses every few seconds but writes a changed DAG at most every ``[core]
-        min_serialized_dag_update_interval`` (set to 5 s here; 30 s by default)."""
-        database = self.airflow.home / "airflow.db"
-
-        def serialized() -> bool:
-            with contextlib.closing(sqlite3.connect(database)) as connection:
-                row = connection.execute(
-                    "SELECT data, data_compressed FROM serialized_dag WHERE dag_id = ? ORDER BY last_updated DESC",
-                    (dag_id,),
-                ).fetchone()
-            if row is None:
-                return False
-            text = row[0] if row[0] is not None else zlib.decompress(row[1]).decode()
-            return f'"plan_version": "{version}"' in text
-
-        wait_until(serialized, 180, f"Airflow to serialize {dag_id} with plan {version}", self.airflow)
-
-    def _agora(self, arguments: list[str]) -> str:
-        answer = subprocess.run([self.agora, *arguments], env=self.airflow.env, capture_output=True, text=True)
-        if answer.returncode != 0:
-            raise SystemExit(f"agora {' '.join(arguments)} failed ({answer.returncode}): {answer.stderr[-2000:]}")
-        return answer.stdout
-
-    def _python(self, script: str, *arguments: str) -> None:
-        answer = subprocess.run([sys.executable, "-c", script, *arguments], env=self.airflow.env,
-                                capture_output=True, text=True)  # fmt: skip
-        if answer.returncode != 0:
-            raise SystemExit(f"the default plan of {arguments[0]} failed: {answer.stderr[-2000:]}")
 
 
 def _slowed_task(plan_path: Path, early: float = 0.4) -> str:

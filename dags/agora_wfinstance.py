@@ -65,6 +65,8 @@ SLOW_CONF_KEY = "agora_slow"
 WORKFLOWS_DIR_ENV = "AGORA_WORKFLOWS_DIR"
 LOAD_ENV = "AGORA_WFINSTANCE_LOAD"
 LOADS = ("cpu", "sleep")
+HINTS_ENV = "AGORA_WFINSTANCE_HINTS"
+HINTS = ("all", "none")
 
 DEFAULT_WORKFLOW = "blast-chameleon-small-001"
 TIME_SCALE = 0.02  # blast-chameleon-small-001: 383 s of recorded work become about 8 s
@@ -99,6 +101,14 @@ def _replay(runtime_s: float, memory_bytes: int, **context: Any) -> None:
         while time.thread_time() < deadline:
             pass
     del block
+
+
+def _hints() -> str:
+    """``$AGORA_WFINSTANCE_HINTS``: ``all`` (the default) or ``none``."""
+    hints = os.environ.get(HINTS_ENV, "").strip() or HINTS[0]
+    if hints not in HINTS:
+        raise ValueError(f"${HINTS_ENV} must be one of {', '.join(HINTS)}, got {hints!r}")
+    return hints
 
 
 def _load() -> str:
@@ -185,8 +195,10 @@ def build_dag(
     runtime_range_s: tuple[float, float] = (REPLAY_MIN_RUNTIME_S, REPLAY_MAX_RUNTIME_S),
     max_memory_bytes: int = REPLAY_MAX_MEMORY_BYTES,
     task_process_bytes: int = TASK_PROCESS_BYTES,
+    hints: str = HINTS[0],
 ) -> DAG:
-    """The DAG replaying ``directory/<name>.json``, runtimes clamped to ``runtime_range_s``."""
+    """The DAG replaying ``directory/<name>.json``, runtimes clamped to ``runtime_range_s``; ``hints``:
+    ``all`` declares each task's scaled runtime and memory, ``none`` its cores and recorded category only."""
     low_s, high_s = runtime_range_s
     if not 0 < low_s <= high_s:
         raise ValueError(f"${MIN_RUNTIME_ENV} ({low_s:g}) must be > 0 and <= ${MAX_RUNTIME_ENV} ({high_s:g})")
@@ -213,13 +225,16 @@ def build_dag(
         for wf_task in workflow.tasks:
             runtime_s = min(max(wf_task.runtime_s * time_scale, low_s), high_s)
             memory_bytes = min(round(wf_task.memory_bytes * memory_scale), max_memory_bytes)
+            declared: dict[str, Any] = {
+                "cores": wf_task.cores,
+                "runtime_s": runtime_s,
+                "memory_bytes": memory_bytes + task_process_bytes,
+                "category": REPLAY_CATEGORY_PREFIX + wf_task.category,
+            }
+            if hints == "none":
+                declared = {"cores": wf_task.cores, "category": wf_task.category}
             config = {
-                "agora": {
-                    "cores": wf_task.cores,
-                    "runtime_s": runtime_s,
-                    "memory_bytes": memory_bytes + task_process_bytes,
-                    "category": REPLAY_CATEGORY_PREFIX + wf_task.category,
-                },
+                "agora": declared,
                 "agora_wfinstance": {
                     "category": wf_task.category,
                     "wf_task_id": wf_task.id,
@@ -241,8 +256,9 @@ def _build_all() -> dict[str, DAG]:
     max_memory = int(_scale(MAX_MEMORY_ENV, REPLAY_MAX_MEMORY_BYTES))
     task_process = int(_scale(TASK_PROCESS_ENV, TASK_PROCESS_BYTES))
     directory = workflows_dir()
+    hints = _hints()
     dags = [
-        build_dag(name, directory, time_scale, memory_scale, runtime_range_s, max_memory, task_process)
+        build_dag(name, directory, time_scale, memory_scale, runtime_range_s, max_memory, task_process, hints)
         for name in names or [DEFAULT_WORKFLOW]
     ]
     return {dag.dag_id: dag for dag in dags}

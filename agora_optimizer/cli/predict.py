@@ -177,25 +177,60 @@ def simulate(
     plan: Annotated[Path, typer.Argument(help="A plan file (JSON), e.g. made from predictions.")],
     actual: Annotated[Path, typer.Option("--actual", "-a", help="The workflow with its true runtimes and memory.")],
     catalog: PlanCatalogOpt = None,
+    repair: Annotated[
+        bool,
+        typer.Option(
+            "--repair", help="Re-plan the tasks not started yet whenever one ends late, as the executor does."
+        ),
+    ] = False,
+    planned: Annotated[
+        Path | None,
+        typer.Option(
+            "--planned", help="With --repair: the workflow the plan was made from (default: read from the plan)."
+        ),
+    ] = None,
+    slack: Annotated[
+        float, typer.Option("--slack", min=0.0, help="With --repair: late by more than this share of its duration.")
+    ] = 0.2,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] = False,
 ) -> None:
     """Replay PLAN with the actual runtimes and memory: makespan, cost, and tasks that would run out of memory."""
     from agora_optimizer.io.plan_file import load_plan
     from agora_optimizer.io.wfformat import load_workflow
+    from agora_optimizer.predict.repair_replay import assumed_workflow, replay_with_repairs
     from agora_optimizer.predict.replay import replay
 
+    repairs: list[dict[str, Any]] = []
     with user_errors():
         loaded = load_plan(plan)
-        result = replay(loaded, load_workflow(actual), plan_catalog(plan, loaded, catalog))
+        truth = load_workflow(actual)
+        cat = plan_catalog(plan, loaded, catalog)
+        if repair:
+            made_from = load_workflow(planned) if planned else assumed_workflow(loaded, truth, cat)
+            run = replay_with_repairs(loaded, made_from, truth, cat, slack=slack)
+            result = run.replay
+            repairs = [
+                {"at_s": e.at_s, "late_task": e.late_task, "moved_tasks": e.moved_tasks,
+                 "forecast_makespan_s": e.forecast_makespan_s, "forecast_cost_usd": e.forecast_cost_usd}
+                for e in run.repairs
+            ]  # fmt: skip
+        else:
+            result = replay(loaded, truth, cat)
     summary = result.summary()
+    if repair:
+        summary["repairs"] = repairs
     if as_json:
         out_console.print_json(json.dumps(summary))
         return
     lines = [
         f"{result.workflow}: planned makespan {result.planned_makespan_s:,.1f} s, "
         f"cost {result.planned_cost_usd:.4f} USD",
-        f"actual (replayed): makespan {result.makespan_s:,.1f} s, cost {result.cost_usd:.4f} USD",
+        f"actual (replayed{', repaired' if repair else ''}): makespan {result.makespan_s:,.1f} s, "
+        f"cost {result.cost_usd:.4f} USD",
     ]
+    if repair:
+        first = f", the first at {repairs[0]['at_s']:,.1f} s ({repairs[0]['late_task']} late)" if repairs else ""
+        lines.append(f"{len(repairs)} repair(s){first}")
     if result.oom_tasks:
         worst = statistics.median(t.actual_bytes / max(t.reserved_bytes, 1) for t in result.oom_tasks)
         lines.append(

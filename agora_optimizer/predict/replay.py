@@ -8,7 +8,9 @@ in the plan's start order, and each starts at the earliest instant that
 - its machine is up (``boot_s``) and has started the task before it in the plan's order,
 - its own release (``release_s``, e.g. an Airflow sensor's wait before it) has passed,
 - the machine has the task's cores and *reserved* memory free for its whole true runtime
-  (the reservation is the plan's ``memory_bytes``: that is what an executor asks for).
+  (the reservation is the plan's ``memory_bytes``: that is what an executor asks for), and so
+  has its type, over all its machines, within its ``count`` (a run that goes faster than planned
+  may not run more of a type at once than the catalog has).
 
 A task whose true peak exceeds its reservation would be killed for lack of memory: the
 replay counts and lists them (``oom_tasks``), and times them as if they had run, so the
@@ -18,10 +20,11 @@ whose true peak is unknown (not recorded) are counted apart.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 
 from agora_optimizer.errors import PlanMismatchError
-from agora_optimizer.model.catalog import Catalog
+from agora_optimizer.model.catalog import Catalog, Resource
 from agora_optimizer.model.plan import Assignment, Plan
 from agora_optimizer.model.workflow import Workflow
 from agora_optimizer.planning.leases import cost_usd, makespan_s
@@ -73,46 +76,120 @@ class Replay:
 
 def replay(plan: Plan, actual: Workflow, catalog: Catalog) -> Replay:
     """Re-time ``plan`` with ``actual``'s runtimes; raises if the plan does not fit the workflow or catalog."""
-    _check_matches(plan, actual, catalog)
+    check_matches(plan, actual, catalog)
+    placed = true_times(plan.assignments, actual, catalog)
+    items = [placed[a.task] for a in start_ordered(plan.assignments, actual)]
+    return summarised(plan, actual, catalog, items)
+
+
+def start_ordered(assignments: Iterable[Assignment], actual: Workflow) -> list[Assignment]:
+    """``assignments`` by planned start, parents first on ties: the order a run starts them in."""
     position = {task_id: i for i, task_id in enumerate(actual.topological_order)}
-    order = sorted(plan.assignments, key=lambda a: (a.start_s, position[a.task]))
+    return sorted(assignments, key=lambda a: (a.start_s, position[a.task]))
+
+
+def true_times(
+    planned: Iterable[Assignment],
+    actual: Workflow,
+    catalog: Catalog,
+    ran: Iterable[Assignment] = (),
+    now_s: float = 0.0,
+    fresh: Mapping[str, float] | None = None,
+) -> dict[str, Assignment]:
+    """Every task timed with ``actual``'s runtimes: ``ran`` as it ran, then ``planned`` (the plan's
+    decisions for the tasks not started by ``now_s``) in its start order, none before ``now_s``.
+
+    A machine is up ``boot_s`` after 0, as the plan has it; one of ``fresh`` (a machine a re-plan
+    added, with the time of that re-plan) ``boot_s`` after that time. Raises
+    :class:`PlanMismatchError` where a task would start before a parent.
+    """
     placed: dict[str, Assignment] = {}
-    timelines: dict[str, MachineTimeline] = {}
+    capacity = _Capacity(catalog)
     last_start: dict[str, float] = {}
-    for planned in order:
-        task = actual.by_id[planned.task]
-        resource = catalog.by_name[planned.resource]
-        ready = max(resource.boot_s, task.release_s, last_start.get(planned.machine, 0.0))
+    for done in ran:
+        capacity.take(done, done.start_s)
+        last_start[done.machine] = max(last_start.get(done.machine, 0.0), done.start_s)
+        placed[done.task] = done
+    for planned_task in start_ordered(planned, actual):
+        task = actual.by_id[planned_task.task]
+        resource = catalog.by_name[planned_task.resource]
+        machine = planned_task.machine
+        booted = (fresh or {}).get(machine, 0.0) + resource.boot_s
+        ready = max(now_s, booted, task.release_s, last_start.get(machine, 0.0))
         for edge in actual.parents[task.id]:
             parent = placed.get(edge.parent)
             if parent is None:  # a parent the plan starts later: the plan breaks precedence
                 raise PlanMismatchError(
                     f"plan starts task '{task.id}' before its parent '{edge.parent}'; validate the plan first"
                 )
-            transfer = 0.0 if parent.machine == planned.machine else catalog.transfer_s(edge.bytes)
+            transfer = 0.0 if parent.machine == machine else catalog.transfer_s(edge.bytes)
             ready = max(ready, parent.end_s + transfer)
-        timeline = timelines.get(planned.machine)
-        if timeline is None:
-            timeline = timelines[planned.machine] = MachineTimeline(
-                resource.vcpus, resource.memory_bytes, gpus=resource.gpus
-            )
         duration = resource.runtime_s(task)
-        cores, memory = min(planned.cores, resource.vcpus), min(planned.memory_bytes, resource.memory_bytes)
-        gpus = min(planned.gpus, resource.gpus)
-        start = timeline.earliest_start(ready, duration, cores, memory, gpus)
-        timeline.add(start, start + duration, cores, memory, gpus)
-        last_start[planned.machine] = start
-        placed[task.id] = Assignment(
-            task=task.id,
-            resource=resource.name,
-            machine=planned.machine,
-            start_s=start,
-            end_s=start + duration,
-            cores=planned.cores,
-            memory_bytes=planned.memory_bytes,
-            gpus=planned.gpus,
+        timed = replace(planned_task, start_s=ready, end_s=ready + duration)
+        start = capacity.earliest_start(timed)
+        timed = replace(timed, start_s=start, end_s=start + duration)
+        capacity.take(timed, start)
+        last_start[machine] = start
+        placed[task.id] = timed
+    return placed
+
+
+class _Capacity:
+    """What is in use over time, per machine and, for a type with a ``count``, over all its machines: a
+    run's executor holds a type to ``count`` machines' cores and memory at once (its Airflow pool has
+    ``count x vcpus`` slots; a local pool has that many cores), however the plan numbered them."""
+
+    def __init__(self, catalog: Catalog) -> None:
+        self.catalog = catalog
+        self.machines: dict[str, MachineTimeline] = {}
+        self.types: dict[str, MachineTimeline] = {}
+
+    def _needs(self, a: Assignment) -> tuple[Resource, int, int, int]:
+        resource = self.catalog.by_name[a.resource]
+        return (
+            resource,
+            min(a.cores, resource.vcpus),
+            min(a.memory_bytes, resource.memory_bytes),
+            min(a.gpus, resource.gpus),
         )
-    items = [placed[a.task] for a in order]
+
+    def _timelines(self, a: Assignment) -> list[MachineTimeline]:
+        resource = self.catalog.by_name[a.resource]
+        timelines = [self._get(self.machines, a.machine, resource, 1)]
+        if resource.count is not None:
+            timelines.append(self._get(self.types, resource.name, resource, resource.count))
+        return timelines
+
+    @staticmethod
+    def _get(found: dict[str, MachineTimeline], key: str, resource: Resource, machines: int) -> MachineTimeline:
+        timeline = found.get(key)
+        if timeline is None:
+            timeline = found[key] = MachineTimeline(
+                resource.vcpus * machines, resource.memory_bytes * machines, gpus=resource.gpus * machines
+            )
+        return timeline
+
+    def earliest_start(self, a: Assignment) -> float:
+        """The earliest start from ``a.start_s`` on at which ``a`` fits its machine and its type for its duration."""
+        _, cores, memory, gpus = self._needs(a)
+        duration, start = a.end_s - a.start_s, a.start_s
+        timelines = self._timelines(a)
+        while True:
+            moved = start
+            for timeline in timelines:
+                moved = timeline.earliest_start(moved, duration, cores, memory, gpus)
+            if moved <= start:
+                return start
+            start = moved
+
+    def take(self, a: Assignment, start_s: float) -> None:
+        _, cores, memory, gpus = self._needs(a)
+        for timeline in self._timelines(a):
+            timeline.add(start_s, start_s + a.end_s - a.start_s, cores, memory, gpus)
+
+
+def summarised(plan: Plan, actual: Workflow, catalog: Catalog, items: Sequence[Assignment]) -> Replay:
+    """The replay of ``plan`` whose tasks ran as ``items`` (true times): makespan, cost, tasks short of memory."""
     oom = tuple(
         OomTask(a.task, a.machine, a.memory_bytes, actual.by_id[a.task].memory_bytes)
         for a in items
@@ -131,7 +208,7 @@ def replay(plan: Plan, actual: Workflow, catalog: Catalog) -> Replay:
     )
 
 
-def _check_matches(plan: Plan, actual: Workflow, catalog: Catalog) -> None:
+def check_matches(plan: Plan, actual: Workflow, catalog: Catalog) -> None:
     if plan.workflow != actual.name:
         raise PlanMismatchError(f"plan is for workflow '{plan.workflow}', not '{actual.name}' ({actual.source})")
     planned = {a.task for a in plan.assignments}

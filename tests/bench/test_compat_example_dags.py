@@ -7,26 +7,14 @@ from __future__ import annotations
 
 import importlib.util
 import re
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
-from tests.conftest import REPO
+from tests.bench import bench_script
 
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("compat_example_dags", REPO / "bench" / "compat_example_dags.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    return module
-
-
-compat = _load()
+compat = bench_script("compat_example_dags")
 
 
 def ti(task_id: str, state: str | None = "success", map_index: int = -1, **fields: Any) -> Any:

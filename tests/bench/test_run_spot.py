@@ -2,25 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
-from types import ModuleType
 
+from tests.bench import bench_script
 from tests.conftest import BUNDLED, REPO
 
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("run_spot", REPO / "bench" / "run_spot.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-run_spot = _load()
+run_spot = bench_script("run_spot")
 
 
 def test_a_small_workflow_is_planned_replayed_and_reported(tmp_path: Path) -> None:

@@ -183,3 +183,26 @@ def test_predict_shows_task_and_category_names_as_they_are(tmp_path: Path, monke
     assert out.lstrip().startswith("genome[a100]: 2 tasks, model ")
     row = next(line for line in out.splitlines() if "align[/x]" in line)
     assert "bwa[a100]" in row
+
+
+def test_simulate_with_repair_re_plans_a_run_whose_tasks_take_twice_the_plan(tmp_path: Path) -> None:
+    """``--repair``: the plan's own durations are what it assumed; a truth twice as slow drifts and is repaired."""
+    from agora_optimizer.io.catalog_file import load_catalog
+    from agora_optimizer.io.plan_file import write_plan
+    from agora_optimizer.io.wfformat import load_workflow
+
+    document = json.loads(SRA_2.read_text())
+    for record in document["workflow"]["execution"]["tasks"]:
+        record["runtimeInSeconds"] = 2 * record["runtimeInSeconds"]
+    slower = write_json(tmp_path / SRA_2.name, document)
+    plan = optimize(load_workflow(SRA_2), load_catalog(AWS_CATALOG), Objective(kind="time"), "aws", time_limit_s=1.0)
+    plan_path = tmp_path / "plan.json"
+    write_plan(plan, plan_path)
+    code, out, err = invoke("simulate", plan_path, "--actual", slower, "--catalog", AWS_CATALOG, "--repair", "--json")
+    assert code == 0, err
+    repaired = json.loads(out)
+    assert repaired["repairs"] and repaired["actual"]["makespan_s"] > plan.makespan_s
+    assert all(r["at_s"] > 0 and r["late_task"] for r in repaired["repairs"])
+    code, out, err = invoke("simulate", plan_path, "--actual", SRA_2, "--catalog", AWS_CATALOG, "--repair")
+    assert code == 0, err
+    assert "0 repair(s)" in out and "replayed, repaired" in out  # the truth it was planned with: nothing late

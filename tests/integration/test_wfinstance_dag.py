@@ -223,6 +223,8 @@ def probe(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "clamped": {"AGORA_WFINSTANCE_TIME_SCALE": "1", "AGORA_WFINSTANCE_MIN_RUNTIME_S": "1.5",
                     "AGORA_WFINSTANCE_MAX_RUNTIME_S": "2", "AGORA_WFINSTANCE_MAX_MEMORY_BYTES": str(64 * MIB)},
         "bad_clamps": {"AGORA_WFINSTANCE_MIN_RUNTIME_S": "5", "AGORA_WFINSTANCE_MAX_RUNTIME_S": "2"},
+        "no_hints": {"AGORA_WFINSTANCE_HINTS": "none"},
+        "bad_hints": {"AGORA_WFINSTANCE_HINTS": "some"},
     }  # fmt: skip
     expected = _expected(DEFAULT).tasks
     biggest = max(expected, key=lambda t: expected[t]["memory_bytes"])
@@ -291,6 +293,21 @@ def test_a_missing_workflow_is_an_import_error_naming_the_file_and_the_variable(
     assert DEFAULT in error  # the workflows that are there
     bad = probe["bad_scale"]["errors"]["agora_wfinstance.py"]
     assert "$AGORA_WFINSTANCE_TIME_SCALE must be a number, got 'fast'" in bad
+
+
+def test_without_hints_a_task_declares_its_cores_and_recorded_category_only(probe: dict[str, Any]) -> None:
+    """``AGORA_WFINSTANCE_HINTS=none`` (bench/run_learning_loop.py): the plan alone knows what a task takes;
+    the task still runs its scaled runtime and memory."""
+    expected = _expected(DEFAULT)
+    tasks = probe["no_hints"]["dags"][f"agora_wfinstance_{DEFAULT}"]
+    for task_id, task in tasks.items():
+        about = task["executor_config"]["agora_wfinstance"]
+        assert task["executor_config"]["agora"] == {"cores": expected.tasks[task_id]["cores"],
+                                                    "category": about["category"]}  # fmt: skip
+        runtime_s, memory_bytes = _scaled(expected.tasks[task_id], DEFAULT_TIME_SCALE, DEFAULT_MEMORY_SCALE)
+        assert task["op_kwargs"] == {"runtime_s": pytest.approx(runtime_s), "memory_bytes": memory_bytes}
+    bad = probe["bad_hints"]["errors"]["agora_wfinstance.py"]
+    assert "$AGORA_WFINSTANCE_HINTS must be one of all, none, got 'some'" in bad
 
 
 def test_the_clamps_are_options_and_refused_when_they_make_no_range(probe: dict[str, Any]) -> None:

@@ -77,3 +77,28 @@ def test_a_plan_for_another_workflow_or_catalog_is_refused(planned, catalog: Cat
     strange = (replace(plan.assignments[0], resource="x9.mega", machine="x9.mega#0"), *plan.assignments[1:])
     with pytest.raises(UnknownResourceError, match=re.escape("x9.mega")):
         replay(replace(plan, assignments=strange), workflow, catalog)
+
+
+def test_a_type_runs_no_more_machines_at_once_than_its_count_even_when_the_truth_would_allow() -> None:
+    """Two independent tasks planned one after the other on two machines of a type of count 1 (leases that
+    never overlap, as the spec's count asks): the replay does not start the second at 0 on its idle machine,
+    as the executor's pool of one machine would not."""
+    from agora_optimizer.model.catalog import Resource
+    from agora_optimizer.model.plan import Assignment, SolverInfo
+    from agora_optimizer.model.workflow import Task
+
+    one = Resource("one", "local", vcpus=1, memory_gib=1, speed=1.0, price_per_hour_usd=3.6, count=1)
+    catalog = Catalog(resources=(one,), bandwidth_bytes_per_s=1e9, source="<test>")
+    workflow = Workflow.create("two", [Task("a", 10.0, 1, 2**20, "c"), Task("b", 10.0, 1, 2**20, "c")], [])
+    items = (
+        Assignment("a", "one", "one#0", 0.0, 10.0, 1, 2**20),
+        Assignment("b", "one", "one#1", 10.0, 20.0, 1, 2**20),
+    )
+    plan = Plan(
+        "two", "<test>", Objective("time"), 20.0, 0.02, items, SolverInfo("hand", "heuristic", None, 0.0), "now"
+    )
+    assert validate_plan(plan, workflow, catalog) == []
+    result = replay(plan, workflow, catalog)
+    assert [(a.start_s, a.end_s) for a in result.assignments] == [(0.0, 10.0), (10.0, 20.0)]
+    unlimited = Catalog(resources=(replace(one, count=None),), bandwidth_bytes_per_s=1e9, source="<test>")
+    assert replay(plan, workflow, unlimited).makespan_s == 10.0  # without a count, both machines at once
