@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 
 from agora_optimizer import settings
 from agora_optimizer.executor.lifecycle import LifecycleConfig, Now
+from agora_optimizer.planning.replan import REPLAN_SLACK
 
 OOM_RETRY_GROWTH = 1.5  # a retry after an OOM kill reserves this much more than the attempt that died
 
@@ -21,7 +22,7 @@ class ExecutorConfig:
     default_resource: str = ""
     airflow_pools: bool = True
     job_retention_days: float = 7.0
-    replan_slack: float = 0.2
+    replan_slack: float = REPLAN_SLACK
     replan_min_late_s: float = 5.0
     task_environment: tuple[str, ...] = ()  # names (shell patterns) of variables passed on to every task
     lifecycle: LifecycleConfig = field(default_factory=LifecycleConfig)

@@ -62,12 +62,25 @@ from agora_optimizer.planning.problem import Bounds, Problem
 from agora_optimizer.planning.timeline import SkippingTimeline
 
 TIME_TOLERANCE_S = 1e-6
+REPLAN_SLACK = 0.2  # [agora] replan_slack's default: how late (a share of its planned duration) a task may end
+REPLAN_TIME_LIMIT_S = 0.5  # the executor's re-plans abandon their list schedules past it (the scheduler's loop waits)
 DEADLINE_STEPS = (
     4  # a deadline at risk: halvings of the weight on time, after time alone, for the cheapest that keeps it
 )
 MOVES_NAMED = 5  # tasks a deadline note names
 MACHINES_PER_TYPE = 2  # beyond it, a task tries the first-idle machines of a type (and its parents', its planned)
 TIME_CHECK_EVERY = 32  # tasks placed between two looks at the clock
+
+
+def late_by_s(start_s: float, end_s: float, ended_s: float, slack: float, min_late_s: float = 0.0) -> float | None:
+    """How late a task planned from ``start_s`` to ``end_s`` ended (at ``ended_s``) when that is a drift that
+    calls for a re-plan: later than planned by more than ``slack`` times its planned duration and more than
+    ``min_late_s`` (the platform's jitter); None when it is not, or ``slack`` <= 0 (repair off). The executor's
+    rule (:func:`agora_optimizer.executor.runs.repair.late_end`) and the simulated repairs' alike."""
+    duration_s, late_s = end_s - start_s, ended_s - end_s
+    if slack <= 0 or duration_s <= 0 or late_s <= max(slack * duration_s, min_late_s):
+        return None
+    return late_s
 
 
 class ReplanError(AgoraError):

@@ -31,11 +31,18 @@ from agora_optimizer.errors import AgoraError
 from agora_optimizer.model.catalog import Catalog
 from agora_optimizer.model.plan import Assignment, Plan
 from agora_optimizer.model.workflow import Workflow
-from agora_optimizer.planning.replan import Done, Replan, Running, TaskState, replan
+from agora_optimizer.planning.replan import (
+    REPLAN_SLACK,
+    REPLAN_TIME_LIMIT_S,
+    Done,
+    Replan,
+    Running,
+    TaskState,
+    late_by_s,
+    replan,
+)
 from agora_optimizer.predict.replay import Replay, check_matches, start_ordered, summarised, true_times
 
-REPLAN_SLACK = 0.2  # [agora] replan_slack's default
-REPLAN_TIME_LIMIT_S = 0.5  # the executor's re-planner's limit on the list schedule
 MAX_REPAIRS = 100  # a run re-planned this often stops repairing (a guard; the executor has none)
 TIME_TOLERANCE_S = 1e-6
 
@@ -82,9 +89,7 @@ class RepairedRun:
 def late(planned: Assignment, end_s: float, slack: float, min_late_s: float = 0.0) -> bool:
     """The executor's drift rule: the task ended later than planned by more than ``slack`` times its
     planned duration and more than ``min_late_s`` (``slack`` <= 0: repair off)."""
-    duration_s = planned.end_s - planned.start_s
-    late_s = end_s - planned.end_s
-    return slack > 0 and duration_s > 0 and late_s > max(slack * duration_s, min_late_s)
+    return late_by_s(planned.start_s, planned.end_s, end_s, slack, min_late_s) is not None
 
 
 def state_at(ran: Mapping[str, Assignment], now_s: float) -> dict[str, TaskState]:

@@ -40,7 +40,7 @@ from agora_optimizer.executor.jobs.spec import JobStatus
 from agora_optimizer.executor.runs.machine_order import MachineOrder, PlannedTask, RunBook
 from agora_optimizer.model.catalog import CELERY_BACKEND, Catalog, Resource
 from agora_optimizer.model.plan import Assignment, Plan
-from agora_optimizer.planning.replan import Done, Pending, Replan, Running, TaskState
+from agora_optimizer.planning.replan import Done, Pending, Replan, Running, TaskState, late_by_s
 from agora_optimizer.runs.record import Repair
 
 REPLAN_INTERVAL_S = 5.0  # at most one re-plan per run this often: drifts in between wait for the next
@@ -62,13 +62,12 @@ def late_end(task: PlannedTask, end_s: float, slack: float, min_late_s: float = 
     """A drift if ``task`` ended (plan clock ``end_s``) later than planned by more than ``slack`` times its
     planned duration and more than ``min_late_s`` (the platform's jitter: a 5 s task one second late has not
     drifted); None if it did not, or ``slack`` <= 0 (repair off)."""
-    duration_s = task.duration_s
-    late_s = end_s - task.end_s
-    if slack <= 0 or duration_s <= 0 or late_s <= max(slack * duration_s, min_late_s):
+    late_s = late_by_s(task.start_s, task.end_s, end_s, slack, min_late_s)
+    if late_s is None:
         return None
     return Drift(
         task.task_id,
-        f"task {task.task_id} ended {100 * late_s / duration_s:.0f} % later than planned "
+        f"task {task.task_id} ended {100 * late_s / task.duration_s:.0f} % later than planned "
         f"(at {end_s:.1f} s, planned {task.end_s:.1f} s)",
     )
 

@@ -25,10 +25,9 @@ from agora_optimizer.executor.runs.repair import (
 from agora_optimizer.model.catalog import Catalog, Resource
 from agora_optimizer.model.plan import Plan
 from agora_optimizer.model.workflow import Workflow
-from agora_optimizer.planning.replan import replan
+from agora_optimizer.planning.replan import REPLAN_TIME_LIMIT_S, replan
 from agora_optimizer.plans.store import PlanStore, default_plan_store
 
-REPLAN_TIME_LIMIT_S = 0.5  # the re-planner's list schedule is abandoned past it (the scheduler's loop waits)
 PLANS_MAX = 64  # (dag_id, plan_version) whose plan and workflow are kept for re-planning
 
 
