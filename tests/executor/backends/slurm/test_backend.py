@@ -268,7 +268,9 @@ def test_a_new_instance_reports_on_and_cancels_jobs_another_one_submitted(tmp_pa
     wait_finished(first, [done, *packed])
     del first
     second = SlurmBackend()  # knows nothing: job directories come from SLURM's WorkDir
-    statuses = second.status([done, *packed, running])
+    # A packed task that failed is reported once SLURM has ended its allocation (while it is COMPLETING, a
+    # failure may yet be a preemption): the first instance may have seen it end before, the second waits too.
+    statuses = wait_finished(second, [done, *packed])
     assert statuses[done].exit_code == 4 and "exited with code 4" in statuses[done].reason
     assert [statuses[i].exit_code for i in packed] == [10, 11]
     wait_until(lambda: second.status([running])[running].phase == "running", 30, "the job to run")
