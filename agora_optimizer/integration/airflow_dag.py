@@ -275,7 +275,7 @@ def predicted_dag_workflow(
         predictor = load_predictor(directory)
         origin = f"{origin}; model {directory}"
     workflow = predictor.predicted_workflow(shape, catalog, runtime_quantile)
-    sources = predictor.predict(shape, catalog).sources()
+    sources = predictor.predict(shape, catalog).describe_sources()
     if runtime_quantile is not None:
         origin = f"{origin}; {predictor.quantile_note(runtime_quantile)}"
     workflow, waits = release_waits(workflow, catalog, [task.task_id for task in expanded.tasks if task.waits])
@@ -286,7 +286,7 @@ def predicted_dag_workflow(
     if left_out:
         shown = ", ".join(task.describe() for task in left_out)
         notes.append(f"planned on the path its runs take most often, without {shown}")
-    return workflow, "; ".join([f"{origin}; answered by {sources}", *notes])
+    return workflow, "; ".join([f"{origin}; answered: {sources}", *notes])
 
 
 def _default_map_width(value: str) -> int:
