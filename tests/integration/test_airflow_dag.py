@@ -58,7 +58,7 @@ def _plan(home: Path, store: str, out: Path) -> tuple[dict[str, dict[str, object
 def test_a_dag_with_no_history_is_planned_from_its_declared_hints(tmp_path: Path) -> None:
     by_task, err = _plan(tmp_path, f"sqlite:///{tmp_path / 'empty.db'}", tmp_path / "plan.json")
     assert set(by_task) == {"extract", "clean", "aggregate", "profile", "load"}
-    assert "'runtime': {'hint': 5}" in err
+    assert "runtime: 5 from their hints" in err
     assert by_task["aggregate"]["memory_bytes"] == 1 * GIB  # executor_config={"agora": {"memory_gib": 1, ...}}
     assert by_task["load"]["start_s"] >= max(by_task[t]["end_s"] for t in ("clean", "aggregate", "profile")) - 1e-9
 
@@ -124,7 +124,7 @@ def test_traces_only_from_resources_the_catalog_dropped_leave_the_hints_in_charg
         traces.add(_attempts(2, resource_type="retired-pool"))  # a pool since removed from the catalog
     by_task, err = _plan(tmp_path, store, tmp_path / "plan.json")
     assert "nothing to learn from for this catalog" in err and "unknown resource type" in err
-    assert "'runtime': {'hint': 5}" in err
+    assert "runtime: 5 from their hints" in err
     assert by_task["aggregate"]["memory_bytes"] == 1 * GIB  # the declared hint, as with no history
 
 
