@@ -20,6 +20,10 @@ machine's environment says so (the agora executor sets them, and ``$AGORA_MACHIN
 non-default queue name as the resource type. The host is the machine's, except under a Celery
 worker, whose name it is (``pool_small@node1``: :func:`agora_optimizer.integration.celery_pools.worker_name`).
 
+What the attempt read: ``executor_config["agora"]["input_bytes"]`` / ``["input_files"]`` evaluated
+with the run's context (a template rendered, a callable called), else the sizes of its local inlets
+(:mod:`agora_optimizer.integration.task_inputs`); a value that cannot be a size is logged and left empty.
+
 A listener runs inside the task: every hook swallows and logs its own errors, so a
 trace store that is down or a bad row never fails the task. State changes reported
 outside a task process (an API server marking a task failed) are not attempts and
@@ -38,6 +42,7 @@ from airflow.listeners import hookimpl
 
 from agora_optimizer.errors import first_line
 from agora_optimizer.integration.celery_pools import worker_name
+from agora_optimizer.integration.task_inputs import INPUT_FIELDS, run_inputs
 from agora_optimizer.model.placement import BACKEND_ENV, MACHINE_ENV, PLAN_VERSION_ENV
 from agora_optimizer.model.placement import RESOURCE_ENV as RESOURCE_TYPE_ENV
 from agora_optimizer.traces.records import AttemptState, TaskAttempt, TraceRecordError
@@ -183,7 +188,26 @@ def attempt_from_task_instance(
         state=state,
         error_text=_error_text(error),
         **_planned(task_instance),
+        **read_inputs(task_instance),
     )
+
+
+def read_inputs(task_instance: Any) -> dict[str, int | None]:
+    """``input_bytes`` and ``input_files`` of the attempt ({} when the task says nothing it can be sized by, or
+    says it wrongly: logged, never raised, the attempt is recorded without them)."""
+    task = getattr(task_instance, "task", None)
+    if task is None:
+        return {}
+    try:
+        declared = any(name in _agora_config(task_instance) for name in INPUT_FIELDS)
+        context = task_instance.get_template_context() if declared else {}
+        inputs = run_inputs(task, context, str(task_instance.dag_id))
+    except Exception as exc:  # a FieldError names the DAG, task and field; anything else is the DAG's code's
+        log.warning("agora: %s recorded without its input size: %s", _describe(task_instance), first_line(exc))
+        return {}
+    for note in inputs.notes:
+        log.info("agora: %s: %s", _describe(task_instance), note)
+    return {"input_bytes": inputs.input_bytes, "input_files": inputs.input_files}
 
 
 def _planned(task_instance: Any) -> dict[str, str]:
