@@ -51,7 +51,8 @@ class TaskInputs:
         if self.input_bytes is None and self.input_files is None:
             said = "unknown"
         else:
-            files = f" in {self.input_files} files" if self.input_files is not None else ""
+            count = self.input_files
+            files = f" in {count} file{'' if count == 1 else 's'}" if count is not None else ""
             said = f"{self.input_bytes if self.input_bytes is not None else 'unknown'} bytes{files} ({self.source})"
         return "; ".join([said, *self.notes])
 
