@@ -97,6 +97,13 @@ def declared_inputs(task: Any, hints: Mapping[str, Any], source: str) -> InputDe
     return InputDeclaration(literal=literal, per_run=tuple(per_run), inlets=inlets)
 
 
+def says_nothing(task: Any) -> bool:
+    """``task`` declares no input field and names no inlet: its upstream tasks' outputs are what it reads."""
+    hints = _hints(task)
+    declared = any(name in hints for name in INPUT_FIELDS)
+    return not declared and not any(inlet_uri(inlet) for inlet in getattr(task, "inlets", None) or ())
+
+
 def checked_size(value: object, source: str, field: str) -> int:
     """``value`` as a count of bytes or files (a whole number >= 0, or such a number written as text)."""
     if isinstance(value, str):
@@ -149,20 +156,35 @@ def planned_inputs(
 
 
 def upstream_outputs(dag_id: str, upstream: Sequence[str], attempts: Iterable[TaskAttempt]) -> TaskInputs:
-    """The sum of the upstream tasks' median recorded output bytes (and files); unknown when none recorded them."""
+    """What the upstream tasks wrote, as recorded: per task and run, the sum over its map indexes of the last
+    try's ``output_bytes`` (and files); per task the median over runs; summed over the tasks. Before a run
+    ``attempts`` are every run's; in a run, that run's. Unknown when no upstream task recorded its output."""
     wanted = set(upstream)
-    recorded: dict[str, list[TaskAttempt]] = {}
+    last: dict[tuple[str, str, int], TaskAttempt] = {}
     for attempt in attempts:
         if attempt.dag_id == dag_id and attempt.task_id in wanted and attempt.output_bytes is not None:
-            recorded.setdefault(attempt.task_id, []).append(attempt)
-    if not recorded:
+            key = (attempt.task_id, attempt.run_id, attempt.map_index)
+            if key not in last or attempt.try_number > last[key].try_number:
+                last[key] = attempt
+    per_run: dict[str, dict[str, list[TaskAttempt]]] = {}
+    for (task_id, run_id, _), attempt in last.items():
+        per_run.setdefault(task_id, {}).setdefault(run_id, []).append(attempt)
+    if not per_run:
         return TaskInputs()
-    total = sum(int(statistics.median(a.output_bytes or 0 for a in rows)) for rows in recorded.values())
-    counts = [[a.output_files for a in rows if a.output_files is not None] for rows in recorded.values()]
-    files = sum(int(statistics.median(c)) for c in counts) if all(counts) else None
-    silent = sorted(wanted - set(recorded))
+    total = files = 0
+    files_known = True
+    for runs in per_run.values():
+        total += int(statistics.median(sum(a.output_bytes or 0 for a in rows) for rows in runs.values()))
+        counts = [sum(a.output_files or 0 for a in rows) for rows in runs.values() if _all_counted(rows)]
+        files_known = files_known and bool(counts)
+        files += int(statistics.median(counts)) if counts else 0
+    silent = sorted(wanted - set(per_run))
     notes = (f"no recorded output of upstream {', '.join(silent)}",) if silent else ()
-    return TaskInputs(total, files, "upstream", notes)
+    return TaskInputs(min(total, MAX_BYTES), min(files, MAX_FILES) if files_known else None, "upstream", notes)
+
+
+def _all_counted(rows: Sequence[TaskAttempt]) -> bool:
+    return all(a.output_files is not None for a in rows)
 
 
 def inlet_uri(inlet: object) -> str:

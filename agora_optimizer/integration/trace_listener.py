@@ -22,7 +22,8 @@ worker, whose name it is (``pool_small@node1``: :func:`agora_optimizer.integrati
 
 What the attempt read: ``executor_config["agora"]["input_bytes"]`` / ``["input_files"]`` evaluated
 with the run's context (a template rendered, a callable called), else the sizes of its local inlets
-(:mod:`agora_optimizer.integration.task_inputs`); a value that cannot be a size is logged and left empty.
+(:mod:`agora_optimizer.integration.task_inputs`), else what its upstream tasks' rows of the same run say they
+wrote (``output_bytes``); a value that cannot be a size is logged and left empty.
 
 A listener runs inside the task: every hook swallows and logs its own errors, so a
 trace store that is down or a bad row never fails the task. State changes reported
@@ -35,6 +36,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -42,7 +44,7 @@ from airflow.listeners import hookimpl
 
 from agora_optimizer.errors import first_line
 from agora_optimizer.integration.celery_pools import worker_name
-from agora_optimizer.integration.task_inputs import INPUT_FIELDS, run_inputs
+from agora_optimizer.integration.task_inputs import INPUT_FIELDS, run_inputs, says_nothing, upstream_outputs
 from agora_optimizer.model.placement import BACKEND_ENV, MACHINE_ENV, PLAN_VERSION_ENV
 from agora_optimizer.model.placement import RESOURCE_ENV as RESOURCE_TYPE_ENV
 from agora_optimizer.traces.records import AttemptState, TaskAttempt, TraceRecordError
@@ -102,15 +104,16 @@ class TraceListener:
                 return  # e.g. the API server marking a task instance: no attempt ran here
             sample = sampler.stop() if sampler is not None else None
             attempt = attempt_from_task_instance(task_instance, state, error, sample)
-            self._write(attempt)
+            self._write(attempt, sized_by_upstream(task_instance, attempt))
         except TraceRecordError as exc:
             log.warning("agora: trace row skipped: %s", exc)
         except Exception:
             log.exception("agora: cannot record the trace of task instance %s", _describe(task_instance))
 
-    def _write(self, attempt: TaskAttempt) -> None:
+    def _write(self, attempt: TaskAttempt, upstream: Sequence[str] = ()) -> None:
         """Write the row, then a few that wait in the spool; a store that is down, or locked past the hooks'
-        short busy timeout, does not hold the task: the row waits in the spool instead."""
+        short busy timeout, does not hold the task: the row waits in the spool instead. ``upstream``: the
+        tasks whose recorded outputs in this run are what the attempt read (:func:`sized_by_upstream`)."""
         from agora_optimizer.traces.store import HOOK_BUSY_TIMEOUT_S, TraceStore, default_store_url
 
         try:
@@ -120,6 +123,8 @@ class TraceListener:
             return
         with store:
             try:
+                if upstream:
+                    attempt = _with_upstream_outputs(store, attempt, upstream)
                 report = store.add([attempt])
             except Exception as exc:
                 self._spool(attempt, exc)
@@ -208,6 +213,26 @@ def read_inputs(task_instance: Any) -> dict[str, int | None]:
     for note in inputs.notes:
         log.info("agora: %s: %s", _describe(task_instance), note)
     return {"input_bytes": inputs.input_bytes, "input_files": inputs.input_files}
+
+
+def sized_by_upstream(task_instance: Any, attempt: TaskAttempt) -> tuple[str, ...]:
+    """The upstream task ids whose outputs in this run the attempt read, when nothing else says what it read
+    (no declared size, no inlet): as planning reads the task (:func:`~agora_optimizer.integration.task_inputs.
+    planned_inputs`). Empty when the attempt's size is known or the task has no upstream task."""
+    task = getattr(task_instance, "task", None)
+    if attempt.input_bytes is not None or task is None or not says_nothing(task):
+        return ()
+    return tuple(sorted(str(name) for name in getattr(task, "upstream_task_ids", None) or ()))
+
+
+def _with_upstream_outputs(store: Any, attempt: TaskAttempt, upstream: Sequence[str]) -> TaskAttempt:
+    """``attempt`` with the sum of what its upstream tasks wrote in its run, where the store recorded it."""
+    from dataclasses import replace
+
+    inputs = upstream_outputs(attempt.dag_id, upstream, store.attempts(dag_id=attempt.dag_id, run_id=attempt.run_id))
+    if inputs.input_bytes is None:
+        return attempt
+    return replace(attempt, input_bytes=inputs.input_bytes, input_files=inputs.input_files)
 
 
 def _planned(task_instance: Any) -> dict[str, str]:

@@ -33,6 +33,7 @@ from agora_optimizer.integration.task_inputs import (
     local_path,
     planned_inputs,
     run_inputs,
+    upstream_outputs,
 )
 from agora_optimizer.traces.records import MAX_BYTES, TaskAttempt
 
@@ -191,3 +192,18 @@ def test_before_a_run_a_task_that_says_nothing_reads_what_its_upstream_tasks_wro
     assert planned_inputs(NO_DECLARATION, ("sized", "load"), ["profile"], recorded) == TaskInputs()
     declared = _declared(_task({"input_bytes": 7}))
     assert planned_inputs(declared, ("sized", "t"), ["extract"], recorded).input_bytes == 7  # declared first
+
+
+def test_a_mapped_upstream_task_wrote_the_sum_of_its_instances_last_tries_per_run() -> None:
+    def row(run: int, map_index: int, try_number: int, size: int) -> TaskAttempt:
+        return TaskAttempt.create(
+            dag_id="sized", task_id="split", run_id=f"r{run}", map_index=map_index, try_number=try_number,
+            output_bytes=size, output_files=1,
+        )  # fmt: skip
+
+    recorded = [row(1, 0, 1, 100), row(1, 1, 1, 999), row(1, 1, 2, 200)]  # run 1: 100 + 200 (the retry's)
+    recorded += [row(2, 0, 1, 400), row(2, 1, 1, 400), row(3, 0, 1, 1000), row(3, 1, 1, 1000)]  # 800, 2000
+    assert upstream_outputs("sized", ["split"], recorded) == TaskInputs(800, 2, "upstream")
+    in_run_1 = [a for a in recorded if a.run_id == "r1"]  # what the listener reads in run 1
+    assert upstream_outputs("sized", ["split"], in_run_1) == TaskInputs(300, 2, "upstream")
+    assert upstream_outputs("other_dag", ["split"], recorded) == TaskInputs()

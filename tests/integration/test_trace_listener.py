@@ -181,3 +181,36 @@ def test_a_recorded_attempt_reads_the_size_its_template_gives_with_the_runs_conf
     assert "DAG 'sized': field 'broken.executor_config.agora.input_bytes': cannot evaluate it: UndefinedError" in (
         warning
     )
+
+
+def test_a_task_that_says_nothing_of_its_input_records_what_its_upstream_tasks_wrote_in_its_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from airflow.providers.standard.operators.empty import EmptyOperator
+    from airflow.sdk import DAG
+
+    from agora_optimizer.integration.trace_listener import TraceListener
+    from agora_optimizer.traces.records import TaskAttempt
+    from agora_optimizer.traces.store import TraceStore
+
+    monkeypatch.setenv("AIRFLOW__AGORA__STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.delenv("AGORA_SAMPLED_BY_WORKER", raising=False)
+    with DAG("piped", schedule=None):
+        extract, clean = EmptyOperator(task_id="extract"), EmptyOperator(task_id="clean")
+        load = EmptyOperator(task_id="load")
+        [extract, clean] >> load
+    url = f"sqlite:///{tmp_path / 'traces.db'}"
+    wrote = [("manual__1", "extract", 5000), ("manual__1", "clean", 700), ("manual__0", "extract", 10**9)]
+    with TraceStore(url) as store:  # what an importer or an executor that measures outputs recorded
+        store.add(
+            TaskAttempt.create(dag_id="piped", task_id=t, run_id=r, output_bytes=b, output_files=2) for r, t, b in wrote
+        )
+    listener = TraceListener(store_url=url)
+    listener.on_task_instance_success(None, _runtime_ti(load, {}))
+    with TraceStore(url) as store:
+        (row,) = store.attempts(task_id="load")
+    assert (row.input_bytes, row.input_files) == (5700, 4)  # this run's upstream rows, not run manual__0's
+    listener.on_task_instance_success(None, _runtime_ti(extract, {}, "manual__2"))
+    with TraceStore(url) as store:
+        (first,) = store.attempts(task_id="extract", run_id="manual__2")
+    assert (first.input_bytes, first.input_files) == (None, None)  # no upstream task: unknown
