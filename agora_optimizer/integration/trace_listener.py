@@ -229,7 +229,8 @@ def _with_upstream_outputs(store: Any, attempt: TaskAttempt, upstream: Sequence[
     """``attempt`` with the sum of what its upstream tasks wrote in its run, where the store recorded it."""
     from dataclasses import replace
 
-    inputs = upstream_outputs(attempt.dag_id, upstream, store.attempts(dag_id=attempt.dag_id, run_id=attempt.run_id))
+    rows = [row for name in upstream for row in store.attempts(attempt.dag_id, name, run_id=attempt.run_id)]
+    inputs = upstream_outputs(attempt.dag_id, upstream, rows)
     if inputs.input_bytes is None:
         return attempt
     return replace(attempt, input_bytes=inputs.input_bytes, input_files=inputs.input_files)

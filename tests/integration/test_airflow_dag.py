@@ -300,3 +300,10 @@ def test_what_a_task_reads_is_planned_with_and_the_prediction_follows_its_size(t
     assert "reads_file 100000000 bytes in 1 file (inlets)" in err
     assert 80.0 <= after["reads_file"] <= 125.0
     assert after["small"] == pytest.approx(before["small"]) and after["large"] == pytest.approx(before["large"])
+    (folder / "sized.py").write_text((folder / "sized.py").read_text().replace("10**8", "-1"))
+    result = _agora(
+        tmp_path, "optimize", "airflow:sized", "--catalog", str(REPO / "catalogs" / "local.yaml"),
+        "--dag-folder", str(folder), "--store", store, "-o", str(tmp_path / "bad.json"),
+    )  # fmt: skip
+    assert result.returncode == 2 and not (tmp_path / "bad.json").exists()
+    assert "(DAG 'sized'): field 'large.executor_config.agora.input_bytes': must be >= 0, got -1" in result.stderr
