@@ -9,12 +9,14 @@ A WfFormat task lists the files it reads; an Airflow task says it here, the firs
 2. the task's ``inlets`` that name a local file or directory (an :class:`~airflow.sdk.Asset` or a string:
    ``file:///data/in.csv`` or ``/data/in``): their sizes summed and files counted, a directory walked;
    a path that does not exist counts 0, and is named; an object-store URI (``s3://``) is unknown;
-3. before a run, the sum of the upstream tasks' recorded output bytes (the trace store's
-   ``output_bytes``; nothing records them for Airflow tasks yet, imported traces may).
+3. what the upstream tasks recorded writing (the trace store's ``output_bytes``, :func:`upstream_outputs`;
+   nothing records it for Airflow tasks yet, imported traces and other collectors may).
 
-The trace listener records what (1) and (2) say with the run's context (:func:`run_inputs`); planning
-asks :func:`planned_inputs` with what the DAG file declares (:func:`declared_inputs`) and the recorded
-attempts. A bad value is a :class:`~agora_optimizer.errors.FieldError` naming the DAG, the task and the field.
+The trace listener records what (1) and (2) say with the run's context (:func:`run_inputs`), and (3)
+from the upstream rows of its run; planning asks :func:`planned_inputs` with what the DAG file
+declares (:func:`declared_inputs`) and the recorded attempts, so that the rows the predictor learns
+from and the tasks it answers for are sized alike. A bad value is a
+:class:`~agora_optimizer.errors.FieldError` naming the DAG, the task and the field.
 """
 
 from __future__ import annotations
@@ -189,10 +191,10 @@ def _all_counted(rows: Sequence[TaskAttempt]) -> bool:
 
 def inlet_uri(inlet: object) -> str:
     """The URI or path an inlet names ("" for an inlet that names none: an asset alias, a reference by name)."""
-    if isinstance(inlet, str):
-        return inlet
-    if isinstance(inlet, os.PathLike):
-        return os.fspath(inlet) if not hasattr(inlet, "protocol") else str(inlet)  # an ObjectStoragePath: its URI
+    if isinstance(inlet, str | os.PathLike):
+        return os.fsdecode(inlet)  # a path; an Asset: its URI
+    if isinstance(getattr(inlet, "protocol", None), str):
+        return str(inlet)  # an ObjectStoragePath (a UPath): its URI
     uri = getattr(inlet, "uri", None)
     return uri if isinstance(uri, str) else ""
 

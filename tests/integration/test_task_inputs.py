@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 from airflow.providers.standard.operators.empty import EmptyOperator
-from airflow.sdk import DAG, Asset
+from airflow.sdk import DAG, Asset, ObjectStoragePath
 
 from agora_optimizer.errors import FieldError
 from agora_optimizer.integration.task_inputs import (
@@ -147,14 +147,18 @@ def test_local_inlets_are_measured_a_directory_walked_and_a_missing_path_named(t
     tree = tmp_path / "parts"
     size += _write(tree / "a.bin", 100) + _write(tree / "deep" / "b.bin", 50) + _write(tree / "deep" / "c.bin", 0)
     missing = tmp_path / "not-yet"
-    inlets = [Asset(f"file://{tmp_path / 'one.csv'}"), str(tree), missing, Asset.ref(name="by-name-only")]
+    size += _write(tmp_path / "store" / "obj", 66)
+    inlets = [
+        Asset(f"file://{tmp_path / 'one.csv'}"), str(tree), missing, Asset.ref(name="by-name-only"),
+        ObjectStoragePath(f"file://{tmp_path / 'store' / 'obj'}"),
+    ]  # fmt: skip
     task = _task(inlets=inlets)
     inputs = run_inputs(task, {}, "sized")
-    assert (inputs.input_bytes, inputs.input_files, inputs.source) == (1384, 4, "inlets")
+    assert (inputs.input_bytes, inputs.input_files, inputs.source) == (size, 5, "inlets")
     assert inputs.notes == (f"inlet {missing}: {missing} does not exist, counted 0 bytes",)
     assert planned_inputs(_declared(task), ("sized", "t"), [], []) == inputs  # the same files before the run
     _write(missing, 16)  # the run's input arrived: the next run reads more
-    assert run_inputs(task, {}, "sized") == TaskInputs(1400, 5, "inlets")
+    assert run_inputs(task, {}, "sized") == TaskInputs(size + 16, 6, "inlets")
 
 
 def test_object_store_inlets_are_unknown_and_a_declared_size_wins_over_inlets(tmp_path: Path) -> None:
