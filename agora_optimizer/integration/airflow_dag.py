@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from agora_optimizer.traces.records import TaskAttempt
 
 AIRFLOW_PREFIX = "airflow:"
+INPUTS_SHOWN = 10  # tasks whose input sizes agora optimize names (a DAG of thousands would fill a screen)
 
 
 class DagNotFoundError(AgoraError):
@@ -222,13 +223,15 @@ def planned_dag_inputs(shape: DagShape, attempts: Sequence[TaskAttempt] = ()) ->
     return planned
 
 
-def inputs_note(shape: DagShape, planned: Mapping[str, TaskInputs]) -> str:
-    """``inputs: extract 2048 bytes in 3 files (inlets), ...``: the sizes a plan was made from ("" when none)."""
+def inputs_note(shape: DagShape, planned: Mapping[str, TaskInputs], most: int = INPUTS_SHOWN) -> str:
+    """``inputs: extract 2048 bytes in 3 files (inlets), ...``: the sizes a plan was made from, of the first
+    ``most`` tasks that say one ("" when none does)."""
     from agora_optimizer.model.instances import split_instance
 
     said = {split_instance(task.task_id)[0]: planned[task.task_id] for task in shape.tasks}
     shown_inputs = [f"{name} {inputs.describe()}" for name, inputs in said.items() if inputs.source or inputs.notes]
-    return f"inputs: {', '.join(shown_inputs)}" if shown_inputs else ""
+    more = f" and {len(shown_inputs) - most} more tasks" if len(shown_inputs) > most else ""
+    return f"inputs: {', '.join(shown_inputs[:most])}{more}" if shown_inputs else ""
 
 
 def workflow_shape(

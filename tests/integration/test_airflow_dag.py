@@ -307,3 +307,24 @@ def test_what_a_task_reads_is_planned_with_and_the_prediction_follows_its_size(t
     )  # fmt: skip
     assert result.returncode == 2 and not (tmp_path / "bad.json").exists()
     assert "(DAG 'sized'): field 'large.executor_config.agora.input_bytes': must be >= 0, got -1" in result.stderr
+
+
+def test_the_sizes_a_plan_used_are_named_for_a_few_tasks_and_counted_for_the_rest() -> None:
+    from agora_optimizer.integration.airflow_dag import inputs_note
+    from agora_optimizer.integration.dag_shape import DagShape, DagTask
+    from agora_optimizer.integration.task_inputs import TaskInputs
+
+    tasks = tuple(DagTask(task_id=f"t{i}", operator="EmptyOperator", upstream=()) for i in range(5))
+    tasks += (
+        DagTask(task_id="mapped[0]", operator="x", upstream=()),
+        DagTask(task_id="mapped[1]", operator="x", upstream=()),
+    )
+    planned = {task.task_id: TaskInputs(100 * i, 1, "inlets") for i, task in enumerate(tasks)}
+    planned["t0"] = TaskInputs()  # unknown, and nothing to say of it
+    shape = DagShape(dag_id="d", fileloc="d.py", tasks=tasks)
+    assert (
+        inputs_note(shape, planned, most=2)
+        == "inputs: t1 100 bytes in 1 file (inlets), t2 200 bytes in 1 file (inlets) and 3 more tasks"
+    )
+    assert inputs_note(shape, planned).endswith("t4 400 bytes in 1 file (inlets), mapped 600 bytes in 1 file (inlets)")
+    assert inputs_note(shape, dict.fromkeys(planned, TaskInputs())) == ""
