@@ -119,8 +119,13 @@ def _dag_task(fileloc: str, task: Any, mapped_group: Any = None) -> DagTask:
         literal_width=_literal_width(task, mapped_group),
         map_group=str(getattr(mapped_group, "group_id", "") or ""),
         waits=waits_without_worker(task),
-        inputs=declared_inputs(task, hints, f"{fileloc} (DAG '{task.dag_id}')"),
+        inputs=declared_inputs(task, hints, _dag_named(fileloc, getattr(task, "dag_id", None))),
     )
+
+
+def _dag_named(fileloc: str, dag_id: object) -> str:
+    """``dags/etl.py (DAG 'etl')``: where an error about a task's declared input sizes points."""
+    return f"{fileloc} (DAG '{dag_id}')" if isinstance(dag_id, str) and dag_id else fileloc
 
 
 def _closest_mapped_group(task: Any) -> Any:
