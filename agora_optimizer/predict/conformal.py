@@ -31,6 +31,32 @@ def residual_quantile(residuals: np.ndarray, quantile: float) -> float:
     return float(ordered[rank - 1])
 
 
+def weighted_residual_quantile(residuals: np.ndarray, weights: np.ndarray, quantile: float) -> float:
+    """:func:`residual_quantile` where row i counts ``weights[i]`` (e.g. 1 / its run's rows: each run once).
+
+    The rank rule on the total weight W: the smallest residual whose cumulative weight reaches
+    (W + 1) q (the largest if none does); with unit weights it is :func:`residual_quantile`.
+    """
+    if len(residuals) == 0:
+        return 0.0
+    if len(weights) != len(residuals):
+        raise ValueError(f"{len(weights)} weights for {len(residuals)} residuals")
+    order = np.argsort(residuals, kind="stable")
+    ordered, cumulative = residuals[order], np.cumsum(weights[order])
+    rank = int(np.searchsorted(cumulative, (cumulative[-1] + 1.0) * quantile - 1e-9))
+    return float(ordered[min(max(rank, 0), len(ordered) - 1)])
+
+
+def run_weights(groups: np.ndarray) -> np.ndarray:
+    """Each group (run) the same total weight, however many rows it has; the weights sum to the rows.
+
+    Runs of equal size weigh each row 1 (the plain rank rule); a run of 300 rows beside three of 40
+    weighs as much as each of them, not 2.5 times all three together.
+    """
+    _, inverse, counts = np.unique(groups, return_inverse=True, return_counts=True)
+    return len(groups) / (len(counts) * counts[inverse])
+
+
 def conformal_margin(residuals: np.ndarray, quantile: float) -> float:
     """The split-conformal upper margin: :func:`residual_quantile`, never below 0 (the point estimate)."""
     return max(residual_quantile(residuals, quantile), 0.0)

@@ -5,7 +5,10 @@ more: a runtime the task stays under nine times in ten. :class:`RuntimeQuantiles
 regressor with ``fit``/``predict`` (the runtime model, or whatever replaces it): it fits clones of
 it on folds that hold out whole runs (:func:`~agora_optimizer.predict.conformal.out_of_fold_residuals`,
 as the memory margin does) and keeps the log residuals ``log(true) - log(predicted)`` per category
-where a category has at least ``min_category_rows`` of them, else pooled over all rows. Only the
+where a category has at least ``min_category_rows`` of them, else pooled over all rows. Each
+held-out run weighs the same, however many tasks it has: a quantile is of runs, not of tasks, so one
+large run that strays (blast's medium instance: 300 tasks 10x slower on the same inputs as three
+small ones) sets the p90, not the p50. Only the
 errors on categories the fold's model had seen count: an unseen category's error (a task that ran
 once) is the cold start's, tens of times a known task's, and would swamp the pooled factors that
 the known categories with few errors take. The
@@ -29,7 +32,12 @@ from sklearn.base import BaseEstimator, clone
 from sklearn.utils.validation import check_is_fitted
 
 from agora_optimizer.errors import AgoraError
-from agora_optimizer.predict.conformal import out_of_fold_residuals, residual_quantile
+from agora_optimizer.predict.conformal import (
+    out_of_fold_residuals,
+    residual_quantile,
+    run_weights,
+    weighted_residual_quantile,
+)
 from agora_optimizer.predict.runtime_model import check_frame, check_target
 
 AUTO = "auto"
@@ -112,12 +120,16 @@ class RuntimeQuantiles(BaseEstimator):
         )
         known = np.isfinite(residuals)
         categories = X["category"].astype(str).to_numpy()
-        self.pooled_residuals_ = np.sort(residuals[known])
+        runs = np.zeros(len(X), dtype=int) if groups is None else np.unique(np.asarray(groups), return_inverse=True)[1]
+        self.pooled_residuals_, self.pooled_weights_ = _by_run(residuals[known], runs[known])
         self.category_residuals_: dict[str, np.ndarray] = {}
+        self.category_weights_: dict[str, np.ndarray] = {}
         for category in sorted(set(categories[known].tolist())):
-            mine = residuals[known & (categories == category)]
-            if len(mine) >= self.min_category_rows:
-                self.category_residuals_[category] = np.sort(mine)
+            mine = known & (categories == category)
+            if mine.sum() >= self.min_category_rows:
+                self.category_residuals_[category], self.category_weights_[category] = _by_run(
+                    residuals[mine], runs[mine]
+                )
         self.n_residuals_ = int(known.sum())
         return self
 
@@ -133,7 +145,8 @@ class RuntimeQuantiles(BaseEstimator):
             key = str(category)
             if key not in cache:
                 mine = self.category_residuals_.get(key)
-                cache[key] = pooled if mine is None else math.exp(residual_quantile(mine, quantile))
+                weights = getattr(self, "category_weights_", {}).get(key)
+                cache[key] = pooled if mine is None else math.exp(_quantile(mine, weights, quantile))
             out[i] = cache[key]
         return out
 
@@ -147,4 +160,17 @@ class RuntimeQuantiles(BaseEstimator):
         }
 
     def _pooled(self, quantile: float) -> float:
-        return math.exp(residual_quantile(self.pooled_residuals_, quantile))
+        return math.exp(_quantile(self.pooled_residuals_, getattr(self, "pooled_weights_", None), quantile))
+
+
+def _by_run(residuals: np.ndarray, runs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The residuals sorted, with weights that give every held-out run among them the same total."""
+    order = np.argsort(residuals, kind="stable")
+    return residuals[order], run_weights(runs)[order]
+
+
+def _quantile(residuals: np.ndarray, weights: np.ndarray | None, quantile: float) -> float:
+    """The quantile of runs (a model saved before the weights: of rows)."""
+    if weights is None:
+        return residual_quantile(residuals, quantile)
+    return weighted_residual_quantile(residuals, weights, quantile)

@@ -6,7 +6,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from agora_optimizer.predict.conformal import conformal_margin, out_of_fold_residuals, residual_quantile
+from agora_optimizer.predict.conformal import (
+    conformal_margin,
+    out_of_fold_residuals,
+    residual_quantile,
+    run_weights,
+    weighted_residual_quantile,
+)
 
 
 def test_conformal_margin_is_an_upper_quantile() -> None:
@@ -56,3 +62,22 @@ def test_known_categories_only_leaves_a_category_the_fold_never_saw_without_a_re
     known = out_of_fold_residuals(X, target, runs, fit_predict, 3, 0, "test", known_categories_only=True)
     assert np.all(np.isfinite(every))
     assert np.all(np.isfinite(known[:6])) and np.isnan(known[6])
+
+
+def test_the_weighted_quantile_with_runs_of_equal_size_is_the_rank_rule() -> None:
+    residuals = np.random.default_rng(3).normal(size=60)
+    groups = np.repeat(np.arange(6), 10)
+    weights = run_weights(groups)
+    assert np.allclose(weights, 1.0)
+    for quantile in (0.1, 0.5, 0.9, 0.99):
+        assert weighted_residual_quantile(residuals, weights, quantile) == residual_quantile(residuals, quantile)
+
+
+def test_run_weights_give_each_run_the_same_total_and_sum_to_the_rows() -> None:
+    groups = np.array(["a"] * 3 + ["b"] * 30 + ["c"] * 7)
+    weights = run_weights(groups)
+    assert weights.sum() == pytest.approx(len(groups))
+    totals = {g: weights[groups == g].sum() for g in "abc"}
+    assert totals["a"] == pytest.approx(totals["b"]) == pytest.approx(totals["c"])
+    with pytest.raises(ValueError, match="2 weights for 3 residuals"):
+        weighted_residual_quantile(np.zeros(3), np.ones(2), 0.5)

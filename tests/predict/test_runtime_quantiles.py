@@ -171,3 +171,22 @@ def test_a_task_seen_once_does_not_swamp_the_pooled_factors() -> None:
     alone = RuntimeQuantiles(min_category_rows=1000).fit(_CategoryMedian(), X, y, groups)
     assert with_once.n_residuals_ == alone.n_residuals_ == len(X)
     assert with_once.summary()["pooled_p90"] == alone.summary()["pooled_p90"] < 3.0
+
+
+def test_a_quantile_is_of_runs_so_one_large_run_that_strays_sets_the_p90_not_the_p50() -> None:
+    # Three runs of 40 tasks at about 10 s and one of 300 at about 100 s on the same inputs (as blast's
+    # small and medium instances): a new run is three times in four like the small ones.
+    rng = np.random.default_rng(7)
+    sizes = {"small-1": (40, 10.0), "small-2": (40, 10.0), "small-3": (40, 10.0), "medium": (300, 100.0)}
+    shapes, runtimes, groups = [], [], []
+    for run, (tasks, seconds) in sizes.items():
+        for i in range(tasks):
+            shapes.append(TaskShape(f"blastall_{i}", "blastall", "op", input_bytes=10**6, dag_id=run))
+            runtimes.append(seconds * math.exp(rng.normal(0.0, 0.05)))
+            groups.append(run)
+    X, y = feature_frame(shapes), np.array(runtimes)
+    quantiles = RuntimeQuantiles(n_splits=4).fit(_CategoryMedian(), X, y, groups)
+    p50, p90 = (float(quantiles.factors(["blastall"], q)[0]) for q in (0.5, 0.9))
+    # Out of fold, a small run is predicted from the medium's median (10x too high), the medium from the
+    # small ones' (10x too low): by tasks the medium's 300 would make the p50 10x; by runs it is 0.1x.
+    assert p50 < 0.2 and p90 > 5.0, (p50, p90)
