@@ -34,6 +34,10 @@ beside this folder (or from ``$AGORA_WORKFLOWS_DIR``) with agora's WfFormat read
   ``executor_config["agora_wfinstance"]`` carries the task's recorded ``category``, its WfFormat
   ``wf_task_id`` and ``wf_task_name``. They sit in their own key because the planner's reader
   refuses keys it does not know in ``"agora"``.
+- ``executor_config["agora"]`` also carries, with or without the hints, the task's ``input_bytes`` and
+  ``input_files``: what the recorded task read, as the predictor sizes a WfFormat task
+  (:func:`agora_optimizer.traces.wfformat_import.read_workflow_shape`). They are what the task reads, not
+  a guess at what it takes: a plan sizes the replayed tasks with them, and the trace listener records them.
 
 A missing workflow file is an import error that names the file and the environment variable.
 The bundled workflows are WfCommons WfInstances, LGPL-3.0 (``workflows/README.md``).
@@ -53,6 +57,7 @@ from airflow.sdk import DAG, task
 
 from agora_optimizer.io.documents import read_document
 from agora_optimizer.io.wfformat import load_workflow
+from agora_optimizer.traces.wfformat_import import read_workflow_shape
 
 WORKFLOW_ENV = "AGORA_WFINSTANCE"
 TIME_SCALE_ENV = "AGORA_WFINSTANCE_TIME_SCALE"
@@ -198,7 +203,8 @@ def build_dag(
     hints: str = HINTS[0],
 ) -> DAG:
     """The DAG replaying ``directory/<name>.json``, runtimes clamped to ``runtime_range_s``; ``hints``:
-    ``all`` declares each task's scaled runtime and memory, ``none`` its cores and recorded category only."""
+    ``all`` declares each task's scaled runtime and memory, ``none`` its cores and recorded category only;
+    both declare its recorded input bytes and files."""
     low_s, high_s = runtime_range_s
     if not 0 < low_s <= high_s:
         raise ValueError(f"${MIN_RUNTIME_ENV} ({low_s:g}) must be > 0 and <= ${MAX_RUNTIME_ENV} ({high_s:g})")
@@ -211,6 +217,7 @@ def build_dag(
         )
     workflow = load_workflow(path)
     names = _wf_task_names(path)
+    shapes = {shape.task_id: shape for shape in read_workflow_shape(path).tasks}
     ids = airflow_task_ids([t.id for t in workflow.tasks])
     with DAG(
         dag_id=DAG_ID_PREFIX + _sanitized(name),
@@ -233,6 +240,9 @@ def build_dag(
             }
             if hints == "none":
                 declared = {"cores": wf_task.cores, "category": wf_task.category}
+            # What the task reads, as the predictor sizes the WfFormat task: not a hint, declared either way.
+            shape = shapes[wf_task.id]
+            declared |= {"input_bytes": shape.input_bytes, "input_files": shape.input_files}
             config = {
                 "agora": declared,
                 "agora_wfinstance": {

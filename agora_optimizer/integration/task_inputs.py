@@ -9,8 +9,8 @@ A WfFormat task lists the files it reads; an Airflow task says it here, the firs
 2. the task's ``inlets`` that name a local file or directory (an :class:`~airflow.sdk.Asset` or a string:
    ``file:///data/in.csv`` or ``/data/in``): their sizes summed and files counted, a directory walked;
    a path that does not exist counts 0, and is named; an object-store URI (``s3://``) is unknown;
-3. what the upstream tasks recorded writing (the trace store's ``output_bytes``, :func:`upstream_outputs`;
-   nothing records it for Airflow tasks yet, imported traces and other collectors may).
+3. what the upstream tasks recorded writing (the trace store's ``output_bytes``, :func:`upstream_outputs`:
+   the trace listener records it from a task's local outlets when the task succeeds, sized as inlets are).
 
 The trace listener records what (1) and (2) say with the run's context (:func:`run_inputs`), and (3)
 from the upstream rows of its run; planning asks :func:`planned_inputs` with what the DAG file
@@ -95,7 +95,7 @@ def declared_inputs(task: Any, hints: Mapping[str, Any], source: str) -> InputDe
             per_run.append(name)
         else:
             literal[name] = checked_size(value, source, _field(task, name))
-    inlets = tuple(uri for uri in (inlet_uri(inlet) for inlet in getattr(task, "inlets", None) or ()) if uri)
+    inlets = named_uris(getattr(task, "inlets", None))
     return InputDeclaration(literal=literal, per_run=tuple(per_run), inlets=inlets)
 
 
@@ -103,7 +103,7 @@ def says_nothing(task: Any) -> bool:
     """``task`` declares no input field and names no inlet: its upstream tasks' outputs are what it reads."""
     hints = _hints(task)
     declared = any(name in hints for name in INPUT_FIELDS)
-    return not declared and not any(inlet_uri(inlet) for inlet in getattr(task, "inlets", None) or ())
+    return not declared and not named_uris(getattr(task, "inlets", None))
 
 
 def checked_size(value: object, source: str, field: str) -> int:
@@ -128,8 +128,7 @@ def run_inputs(task: Any, context: Mapping[str, Any], dag_id: str) -> TaskInputs
     if any(name in hints for name in INPUT_FIELDS):
         values = {name: _evaluated(task, hints[name], context, source, name) for name in INPUT_FIELDS if name in hints}
         return TaskInputs(values.get("input_bytes"), values.get("input_files"), "declared")
-    inlets = [uri for uri in (inlet_uri(inlet) for inlet in getattr(task, "inlets", None) or ()) if uri]
-    return inlet_sizes(inlets)
+    return inlet_sizes(named_uris(getattr(task, "inlets", None)))
 
 
 def planned_inputs(
@@ -199,6 +198,11 @@ def inlet_uri(inlet: object) -> str:
     return uri if isinstance(uri, str) else ""
 
 
+def named_uris(items: Iterable[object] | None) -> tuple[str, ...]:
+    """The URIs and paths that a task's inlets or outlets name, in order (those that name none left out)."""
+    return tuple(uri for uri in (inlet_uri(item) for item in items or ()) if uri)
+
+
 def local_path(uri: str) -> Path | None:
     """The local path a URI names: ``file:///a/b`` (or ``file://localhost/a/b``) and ``/a/b``; None for the rest."""
     parts = urlsplit(uri)
@@ -209,20 +213,21 @@ def local_path(uri: str) -> Path | None:
     return None
 
 
-def inlet_sizes(uris: Sequence[str]) -> TaskInputs:
-    """The bytes and files of the inlets' local paths (unknown when none is local)."""
+def inlet_sizes(uris: Sequence[str], role: str = "inlet") -> TaskInputs:
+    """The bytes and files of the inlets' local paths (unknown when none is local); ``role`` names the URIs in
+    the notes (the trace listener sizes a task's outlets with it: ``"outlet"``)."""
     total_bytes = total_files = 0
     measured = False
     notes: list[str] = []
     for uri in uris:
         path = local_path(uri)
         if path is None:
-            notes.append(f"inlet {uri}: not a local path, its size is unknown")
+            notes.append(f"{role} {uri}: not a local path, its size is unknown")
             continue
         measured = True
         size = path_size(path)
         if size is None:
-            notes.append(f"inlet {uri}: {path} does not exist, counted 0 bytes")
+            notes.append(f"{role} {uri}: {path} does not exist, counted 0 bytes")
             continue
         total_bytes, total_files = total_bytes + size[0], total_files + size[1]
     if not measured:

@@ -23,7 +23,9 @@ worker, whose name it is (``pool_small@node1``: :func:`agora_optimizer.integrati
 What the attempt read: ``executor_config["agora"]["input_bytes"]`` / ``["input_files"]`` evaluated
 with the run's context (a template rendered, a callable called), else the sizes of its local inlets
 (:mod:`agora_optimizer.integration.task_inputs`), else what its upstream tasks' rows of the same run say they
-wrote (``output_bytes``); a value that cannot be a size is logged and left empty.
+wrote (``output_bytes``); a value that cannot be a size is logged and left empty. What a successful attempt
+wrote: the sizes of its outlets that name a local file or directory, measured as it ends, as inlets are sized
+(``output_bytes``, ``output_files``; :func:`read_outputs`): what its downstream tasks then read.
 
 A listener runs inside the task: every hook swallows and logs its own errors, so a
 trace store that is down or a bad row never fails the task. State changes reported
@@ -44,7 +46,14 @@ from airflow.listeners import hookimpl
 
 from agora_optimizer.errors import first_line
 from agora_optimizer.integration.celery_pools import worker_name
-from agora_optimizer.integration.task_inputs import INPUT_FIELDS, run_inputs, says_nothing, upstream_outputs
+from agora_optimizer.integration.task_inputs import (
+    INPUT_FIELDS,
+    inlet_sizes,
+    named_uris,
+    run_inputs,
+    says_nothing,
+    upstream_outputs,
+)
 from agora_optimizer.model.placement import BACKEND_ENV, MACHINE_ENV, PLAN_VERSION_ENV
 from agora_optimizer.model.placement import RESOURCE_ENV as RESOURCE_TYPE_ENV
 from agora_optimizer.traces.records import AttemptState, TaskAttempt, TraceRecordError
@@ -194,6 +203,7 @@ def attempt_from_task_instance(
         error_text=_error_text(error),
         **_planned(task_instance),
         **read_inputs(task_instance),
+        **(read_outputs(task_instance) if state == "success" else {}),
     )
 
 
@@ -213,6 +223,22 @@ def read_inputs(task_instance: Any) -> dict[str, int | None]:
     for note in inputs.notes:
         log.info("agora: %s: %s", _describe(task_instance), note)
     return {"input_bytes": inputs.input_bytes, "input_files": inputs.input_files}
+
+
+def read_outputs(task_instance: Any) -> dict[str, int | None]:
+    """``output_bytes`` and ``output_files`` of a successful attempt: the sizes of its outlets that name a local
+    file or directory, measured now ({} when none does; logged, never raised)."""
+    try:
+        outlets = named_uris(getattr(getattr(task_instance, "task", None), "outlets", None))
+        outputs = inlet_sizes(outlets, role="outlet")
+    except Exception as exc:  # an outlet that cannot be read must not hold the task up
+        log.warning("agora: %s recorded without its output size: %s", _describe(task_instance), first_line(exc))
+        return {}
+    for note in outputs.notes:
+        log.info("agora: %s: %s", _describe(task_instance), note)
+    if outputs.input_bytes is None:
+        return {}
+    return {"output_bytes": outputs.input_bytes, "output_files": outputs.input_files}
 
 
 def sized_by_upstream(task_instance: Any, attempt: TaskAttempt) -> tuple[str, ...]:

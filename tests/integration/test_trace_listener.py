@@ -214,3 +214,47 @@ def test_a_task_that_says_nothing_of_its_input_records_what_its_upstream_tasks_w
     with TraceStore(url) as store:
         (first,) = store.attempts(task_id="extract", run_id="manual__2")
     assert (first.input_bytes, first.input_files) == (None, None)  # no upstream task: unknown
+
+
+def test_a_successful_attempt_records_what_its_local_outlets_hold_and_its_downstream_task_reads_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Outlets that name a local file or directory are sized when the task ends, as inlets are; an object-store
+    outlet is unknown; a failed attempt records no output (what it left is not what it writes)."""
+    from airflow.providers.standard.operators.empty import EmptyOperator
+    from airflow.sdk import DAG, Asset
+
+    from agora_optimizer.integration.trace_listener import TraceListener
+    from agora_optimizer.traces.store import TraceStore
+
+    monkeypatch.setenv("AIRFLOW__AGORA__STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.delenv("AGORA_SAMPLED_BY_WORKER", raising=False)
+    (tmp_path / "out.csv").write_bytes(b"x" * 1000)
+    parts = tmp_path / "parts"
+    (parts / "day=1").mkdir(parents=True)
+    (parts / "a.parquet").write_bytes(b"y" * 300)
+    (parts / "day=1" / "b.parquet").write_bytes(b"z" * 200)
+    with DAG("written", schedule=None):
+        extract = EmptyOperator(
+            task_id="extract", outlets=[Asset(f"file://{tmp_path / 'out.csv'}"), str(parts), Asset("s3://b/k.csv")]
+        )
+        remote = EmptyOperator(task_id="remote", outlets=[Asset("s3://b/other.csv")])
+        load = EmptyOperator(task_id="load")
+        [extract, remote] >> load
+    url = f"sqlite:///{tmp_path / 'traces.db'}"
+    listener = TraceListener(store_url=url)
+    with caplog.at_level("INFO", logger="agora_optimizer.integration.trace_listener"):
+        listener.on_task_instance_success(None, _runtime_ti(extract, {}))
+    assert any("outlet s3://b/k.csv: not a local path" in r.getMessage() for r in caplog.records)
+    listener.on_task_instance_success(None, _runtime_ti(remote, {}))
+    listener.on_task_instance_success(None, _runtime_ti(load, {}))
+    with TraceStore(url) as store:
+        rows = {row.task_id: row for row in store.attempts(run_id="manual__1")}
+    assert (rows["extract"].output_bytes, rows["extract"].output_files) == (1500, 3)  # the s3 outlet: unknown
+    assert (rows["remote"].output_bytes, rows["remote"].output_files) == (None, None)
+    assert (rows["load"].output_bytes, rows["load"].output_files) == (None, None)  # no outlet
+    assert (rows["load"].input_bytes, rows["load"].input_files) == (1500, 3)  # what extract wrote in this run
+    listener.on_task_instance_failed(None, _runtime_ti(extract, {}, "manual__2"), RuntimeError("disk full"))
+    with TraceStore(url) as store:
+        (failed,) = store.attempts(task_id="extract", run_id="manual__2")
+    assert (failed.state, failed.output_bytes, failed.output_files) == ("failed", None, None)

@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from agora_optimizer.traces.wfformat_import import read_workflow_shape
 from harness.local_airflow import migrate_database
 from tests.conftest import REPO
 
@@ -80,6 +81,7 @@ PROBE = textwrap.dedent(
     out["shape_edges"] = sorted([e.parent, e.child] for e in shape.edges)
     out["workflow_edges"] = sorted([e.parent, e.child] for e in workflow.edges)
     out["workflow_tasks"] = sorted(t.id for t in workflow.tasks)
+    out["shape_inputs"] = {t.task_id: {"input_bytes": t.input_bytes, "input_files": t.input_files} for t in shape.tasks}
 
     spec = importlib.util.spec_from_file_location("agora_wfinstance_probe", dags / "agora_wfinstance.py")
     module = importlib.util.module_from_spec(spec)
@@ -152,6 +154,12 @@ class Expected:
 
     tasks: dict[str, dict[str, Any]]  # id -> runtime_s, memory_bytes, cores, name (as recorded)
     edges: set[tuple[str, str]]
+    inputs: dict[str, dict[str, int]]  # id -> input_bytes, input_files: as the predictor sizes the WfFormat task
+
+
+def _inputs(name: str) -> dict[str, dict[str, int]]:
+    shape = read_workflow_shape(WORKFLOWS / f"{name}.json")
+    return {t.task_id: {"input_bytes": t.input_bytes, "input_files": t.input_files} for t in shape.tasks}
 
 
 def _expected(name: str) -> Expected:
@@ -169,7 +177,7 @@ def _expected(name: str) -> Expected:
         }
         edges |= {(parent, item["id"]) for parent in item.get("parents", [])}
         edges |= {(item["id"], child) for child in item.get("children", [])}
-    return Expected(tasks, edges)
+    return Expected(tasks, edges, _inputs(name))
 
 
 def _scaled(task: dict[str, Any], time_scale: float, memory_scale: float) -> tuple[float, int]:
@@ -253,7 +261,7 @@ def _check_dag(found: dict[str, Any], name: str, time_scale: float, memory_scale
         # Its own category: the shipped model knows the recorded task's, whose runtime is not the replay's.
         assert hints == {"cores": expected.tasks[task_id]["cores"], "runtime_s": pytest.approx(runtime_s),
                          "memory_bytes": memory_bytes + TASK_PROCESS_BYTES,
-                         "category": f"replay:{about['category']}"}  # fmt: skip
+                         "category": f"replay:{about['category']}", **expected.inputs[task_id]}  # fmt: skip
         assert task["op_kwargs"] == {"runtime_s": pytest.approx(runtime_s), "memory_bytes": memory_bytes}
         assert about["wf_task_id"] == task_id and about["wf_task_name"] == expected.tasks[task_id]["name"]
         assert about["category"] and about["category"] in about["wf_task_name"]
@@ -295,15 +303,16 @@ def test_a_missing_workflow_is_an_import_error_naming_the_file_and_the_variable(
     assert "$AGORA_WFINSTANCE_TIME_SCALE must be a number, got 'fast'" in bad
 
 
-def test_without_hints_a_task_declares_its_cores_and_recorded_category_only(probe: dict[str, Any]) -> None:
+def test_without_hints_a_task_declares_its_cores_recorded_category_and_input_only(probe: dict[str, Any]) -> None:
     """``AGORA_WFINSTANCE_HINTS=none`` (bench/run_learning_loop.py): the plan alone knows what a task takes;
-    the task still runs its scaled runtime and memory."""
+    the task still runs its scaled runtime and memory, and says what it reads (a size, not a hint)."""
     expected = _expected(DEFAULT)
     tasks = probe["no_hints"]["dags"][f"agora_wfinstance_{DEFAULT}"]
     for task_id, task in tasks.items():
         about = task["executor_config"]["agora_wfinstance"]
         assert task["executor_config"]["agora"] == {"cores": expected.tasks[task_id]["cores"],
-                                                    "category": about["category"]}  # fmt: skip
+                                                    "category": about["category"],
+                                                    **expected.inputs[task_id]}  # fmt: skip
         runtime_s, memory_bytes = _scaled(expected.tasks[task_id], DEFAULT_TIME_SCALE, DEFAULT_MEMORY_SCALE)
         assert task["op_kwargs"] == {"runtime_s": pytest.approx(runtime_s), "memory_bytes": memory_bytes}
     bad = probe["bad_hints"]["errors"]["agora_wfinstance.py"]
@@ -334,6 +343,14 @@ def test_agora_plans_the_dag_with_the_workflows_edges(probe: dict[str, Any]) -> 
     assert {tuple(e) for e in probe["shape_edges"]} == expected.edges
     assert {tuple(e) for e in probe["workflow_edges"]} == expected.edges
     assert set(probe["workflow_tasks"]) == set(expected.tasks)
+
+
+def test_agora_plans_each_replayed_task_with_what_the_recorded_task_read(probe: dict[str, Any]) -> None:
+    """The plan's task shapes carry the sizes the predictor gives the WfFormat tasks (read_workflow_shape)."""
+    expected = _expected(DEFAULT)
+    assert probe["shape_inputs"] == expected.inputs
+    assert all(sizes["input_files"] > 0 for sizes in expected.inputs.values())  # blast: every task lists its inputs
+    assert sum(sizes["input_bytes"] for sizes in expected.inputs.values()) > 10**9  # blastall's 5 GB each
 
 
 def test_a_replayed_task_holds_its_scaled_memory_and_burns_its_scaled_cpu_time(probe: dict[str, Any]) -> None:
