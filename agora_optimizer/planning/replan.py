@@ -1,6 +1,6 @@
 """Re-planning a run that drifted: new placements for the tasks not yet queued, around what has run.
 
-Why one module of some 660 lines: the fleet's bookkeeping of leases and counts over time serves the
+Why one module of some 700 lines: the fleet's bookkeeping of leases and counts over time serves the
 schedules below and nothing else.
 
 When a run drifts from its plan (a task ends later than planned, fails, or is OOM-killed), the
@@ -11,13 +11,20 @@ start and an expected end of ``max(now, start + planned duration)``. Every other
 reserves more memory, :class:`Pending`).
 
 The machines of the plan that are leased already (those of done and running tasks, and those
-whose planned lease has begun) stay available from when they are free and from ``now`` on; a task
-on them waits for no boot but one under way, and one still held for planned tasks is paid up to now
-(a failed attempt ran on it). Any other machine, a planned one not leased yet
-or a new one the catalog allows, starts its lease no earlier than ``now`` (nor its type's release)
-and boots first. Section 3 of the spec holds for the whole schedule, what ran and what is planned:
+whose planned lease has begun, where its type's ``count`` left room for it beside what ran: a
+machine planned to follow one that ran late waited for it) stay available from when they are free
+and from ``now`` on; a task on them waits for no boot but one under way, and one still held for
+planned tasks is paid up to now (a failed attempt ran on it). Any other machine, a planned one not
+leased yet or a new one the catalog allows, starts its lease no earlier than ``now`` (nor its
+type's release) and boots first. Section 3 of the spec holds for what is planned beside what ran:
 cores and memory per machine, parents' ends plus transfers, and at no instant more leases of a
 type than its ``count`` (checked over time, so a machine whose lease has ended frees its place).
+Only what a lease gains is checked against the others: a run may have held more machines of a type
+at once than its plan did (the executor holds a type to ``count x vcpus`` cores, whichever machine
+ids run them), and that past forbids nothing to come. So a task always has a place: where every
+candidate would break the count (on a type of count 1, a machine's lease would grow back over the
+one before it, or on over the one after it), it goes on a leased machine after that machine's
+first task, which the machine whose lease ends last can always take.
 
 Two schedules are built and the better one for the plan's objective is kept (deadline and budget
 first, then the objective's score):
@@ -165,6 +172,11 @@ class _Machine(GrowingLease):
         self.timeline.add(start_s, end_s, cores, memory_bytes, gpus)
         self.lease_start_s, self.lease_end_s = self.lease_after(start_s, end_s)
 
+    @property
+    def first_start_s(self) -> float:
+        """The earliest a task may start on it without its lease beginning sooner (its floor, with no lease)."""
+        return self.floor_s if self.lease_start_s is None else self.lease_start_s + self.resource.boot_s
+
 
 class _Fleet:
     """The machines of one re-planned schedule: leased ones, planned ones not leased yet, new ones."""
@@ -192,13 +204,21 @@ class _Fleet:
             raise ReplanError(
                 f"machine '{machine_id}' is not TYPE#N of a resource type of catalog {self.catalog.source}"
             )
-        floor = self.now_s if leased else max(self.now_s, resource.release_s) + resource.boot_s
+        floor = self.now_s if leased else self.boot_floor_s(resource)
         timeline = SkippingTimeline(
             resource.vcpus, resource.memory_bytes, self.min_task_memory_bytes, gpus=resource.gpus
         )
         made = self.by_id[machine_id] = _Machine(machine_id, resource, timeline, floor, leased)
         self.next_index[head] = max(self.next_index[head], int(index) + 1)
         return made
+
+    def boot_floor_s(self, resource: Resource) -> float:
+        """The earliest a task starts on a machine of ``resource`` not leased yet: booted from now (or its release)."""
+        return max(self.now_s, resource.release_s) + resource.boot_s
+
+    def unlease(self, machine: _Machine) -> None:
+        """``machine``, held for leased with nothing on it yet, is not: it boots when its lease begins."""
+        machine.leased, machine.floor_s = False, self.boot_floor_s(machine.resource)
 
     def empty(self, resource: Resource) -> _Machine:
         """A machine of ``resource`` with no lease: the first planned one not leased, else a new id."""
@@ -217,34 +237,23 @@ class _Fleet:
         machine.take(start_s, end_s, cores, memory_bytes, gpus)
 
     def count_allows(self, machine: _Machine, start_s: float, end_s: float) -> bool:
-        """Whether ``machine``'s lease, grown to hold [start_s, end_s), keeps its type within ``count``."""
+        """Whether ``machine``'s lease, grown to hold [start_s, end_s), keeps its type within ``count``.
+
+        Only what the lease gains is checked, against the other leases of its type: its lease as it is
+        stays as it ran (a run may have held more machines of a type at once than the plan did: the
+        executor holds a type to ``count x vcpus`` cores, whichever machines run them), so the machine
+        whose lease ends last may always grow past its end.
+        """
         limit = machine.resource.count
         active = self.active[machine.resource.name]
         if limit is None or len(active) - (machine.lease_start_s is not None) < limit:
             return True
-        if machine.lease_start_s is not None and machine.lease_start_s <= start_s and end_s <= machine.lease_end_s:
-            return True  # within its lease as it is
         first, last = machine.lease_after(start_s, end_s)
-        overlapping = [
-            m
-            for m in active
-            if m is not machine
-            and m.lease_start_s is not None
-            and m.lease_start_s < last - TIME_TOLERANCE_S
-            and m.lease_end_s > first + TIME_TOLERANCE_S
-        ]
-        if len(overlapping) < limit:
-            return True
-        events: list[tuple[float, int]] = []
-        for other in overlapping:
-            assert other.lease_start_s is not None
-            events += [(max(other.lease_start_s, first), 1), (min(other.lease_end_s, last), -1)]
-        overlap = 0
-        for _, step in sorted(events):  # an end sorts before a start at the same instant
-            overlap += step
-            if overlap >= limit:
-                return False
-        return True
+        gained = [(first, last)] if machine.lease_start_s is None else [(first, machine.lease_start_s)]
+        if machine.lease_start_s is not None:
+            gained.append((machine.lease_end_s, last))
+        others = [m for m in active if m is not machine]
+        return all(_most_at_once(others, a, b) < limit for a, b in gained if b - a > TIME_TOLERANCE_S)
 
     def cost_usd(self) -> float:
         return sum(
@@ -252,6 +261,20 @@ class _Fleet:
             for m in self.by_id.values()
             if m.lease_start_s is not None
         )
+
+
+def _most_at_once(machines: list[_Machine], start_s: float, end_s: float) -> int:
+    """The most leases of ``machines`` held at one instant of [start_s, end_s)."""
+    events: list[tuple[float, int]] = []
+    for m in machines:
+        first = m.lease_start_s
+        if first is not None and first < end_s - TIME_TOLERANCE_S and m.lease_end_s > start_s + TIME_TOLERANCE_S:
+            events += [(max(first, start_s), 1), (min(m.lease_end_s, end_s), -1)]
+    most = held = 0
+    for _, step in sorted(events):  # an end sorts before a start at the same instant
+        held += step
+        most = max(most, held)
+    return most
 
 
 @dataclass
@@ -268,6 +291,7 @@ class _Run:
     options: dict[str, list[Resource]]
     reserve: dict[str, int]
     fixed: list[Assignment] = field(default_factory=list)  # done and running tasks, as they run
+    leased_told: bool = False  # ``leased`` is the caller's word, not read from the plan
 
 
 def replan(
@@ -401,11 +425,12 @@ def _prepare(
         if task_id not in workflow.by_id:
             raise ReplanError(f"state names task '{task_id}', which is not in workflow '{workflow.name}'")
     planned = {a.task: a for a in plan.assignments}
+    told = leased is not None
     if leased is None:
         leased = _leased_by_plan(plan, catalog, now_s)
     reserve: dict[str, int] = {}
     options: dict[str, list[Resource]] = {}
-    run = _Run(workflow, catalog, plan, now_s, state, set(leased), planned, options, reserve)
+    run = _Run(workflow, catalog, plan, now_s, state, set(leased), planned, options, reserve, leased_told=told)
     for task in workflow.tasks:
         status = state.get(task.id, Pending())
         reserve[task.id] = max(task.memory_bytes, status.memory_bytes or 0) if not isinstance(status, Done) else 0
@@ -487,19 +512,25 @@ def _base_fleet(run: _Run) -> tuple[_Fleet, dict[str, tuple[_Machine, float]]]:
             continue  # a type the catalog lost: its tasks are searched for elsewhere
         machine = fleet.machine(planned.machine, leased=planned.machine in run.leased)
         first[machine.id] = min(first.get(machine.id, planned.start_s), planned.start_s)
-    for machine_id, start in sorted(first.items()):
-        machine = fleet.by_id[machine_id]
-        if machine.lease_start_s is None and machine.leased:  # leased, nothing started on it yet: booting
-            fleet.active[machine.resource.name].append(machine)
-            machine.lease_start_s, machine.lease_end_s = start - machine.resource.boot_s, run.now_s
-            machine.floor_s = max(run.now_s, start)
-        elif machine.lease_start_s is None:
-            fleet.spare[machine.resource.name][machine_id] = None
     for planned in run.plan.assignments:  # a leased machine still held for tasks to come is paid up to now
         held = fleet.by_id.get(planned.machine)
         coming = not isinstance(run.state.get(planned.task, Pending()), Done)
         if coming and held is not None and held.leased and held.lease_start_s is not None:
             held.lease_end_s = max(held.lease_end_s, run.now_s)
+    for machine_id, start in sorted(first.items(), key=lambda item: (item[1], item[0])):
+        machine = fleet.by_id[machine_id]
+        if machine.lease_start_s is not None:
+            continue
+        # leased, nothing started on it yet: booting; unless the plan alone says so and its type's count had
+        # no room for it beside what ran (a machine planned to follow one that ran late waited for it)
+        if machine.leased and not run.leased_told and not fleet.count_allows(machine, start, run.now_s):
+            fleet.unlease(machine)
+        if machine.leased:
+            fleet.active[machine.resource.name].append(machine)
+            machine.lease_start_s, machine.lease_end_s = start - machine.resource.boot_s, run.now_s
+            machine.floor_s = max(run.now_s, start)
+        else:
+            fleet.spare[machine.resource.name][machine_id] = None
     return fleet, ends
 
 
@@ -546,9 +577,10 @@ def _schedule(
                 if not place.hopeless(resource):
                     for machine in _candidates(fleet, resource, inputs, planned_machine):
                         place.consider(machine)
-        if place.best is None:  # count forbade every candidate: the machine that is leased last may always grow
+        if place.best is None:  # count forbade every candidate: a leased machine, from its first task on
             for machine in (m for r in options for m in fleet.active[r.name]):
-                place.consider(machine)
+                place.consider(machine)  # (its lease growing back over another's may be what count forbade)
+                place.consider(machine, not_before_s=machine.first_start_s)  # the last leased may always grow
         best = place.choice()
         if best is None:
             raise ReplanError(f"task '{task_id}' fits on no machine within the catalog's counts")
@@ -602,10 +634,11 @@ class _Placer:
             self.planned is None or self.planned.resource is not resource
         )
 
-    def consider(self, machine: _Machine) -> None:
+    def consider(self, machine: _Machine, not_before_s: float = 0.0) -> None:
+        """Score the task on ``machine``, started as soon as it can there (and not before ``not_before_s``)."""
         task, best = self.task, self.best
         duration = machine.resource.runtime_s(task)
-        ready = max(machine.floor_s, task.release_s, self.arrivals.on(machine))
+        ready = max(machine.floor_s, task.release_s, self.arrivals.on(machine), not_before_s)
         if machine is not self.planned and self._beaten(ready + duration):
             return
         start = machine.timeline.earliest_start(ready, duration, task.cores, self.memory_bytes, task.gpus)

@@ -435,3 +435,57 @@ def test_a_deadline_no_type_can_keep_says_so_and_breaks_no_budget(tmp_path: Path
     check(LATE_CHAIN, TWO_SPEEDS, result, replace(objective, deadline_s=None), tmp_path)  # within the budget
     assert {a.resource for a in result.assignments} == {"cheap"} and result.makespan_s == pytest.approx(40.0)
     assert result.deadline_note.startswith("deadline at risk: the run ends at 40.0 s, past its deadline 35.0 s")
+
+
+def most_leased_at_once_from(schedule: tuple[Assignment, ...], cat: Catalog, now_s: float) -> dict[str, int]:
+    """Per type, the most machines leased at one instant from ``now_s`` on (what ran before it aside)."""
+    events: dict[str, list[tuple[float, int]]] = {}
+    for lease in leases(schedule, cat):
+        if lease.end_s > now_s + 1e-6:
+            events.setdefault(lease.resource.name, []).extend([(max(lease.start_s, now_s), 1), (lease.end_s, -1)])
+    most: dict[str, int] = {}
+    for name, steps in events.items():
+        at_once = 0
+        for _, step in sorted(steps):  # an end sorts before a start at the same instant
+            at_once += step
+            most[name] = max(most.get(name, 0), at_once)
+    return most
+
+
+# p -> x, and y, on one type of count 1: p on m#0, then x and y on m#1 once m#0's lease has ended
+SEQUENTIAL = workflow({"p": 20.0, "x": 10.0, "y": 10.0}, [("p", "x", 0)])
+ONE_AT_A_TIME = catalog(resource("m", count=1))
+SEQUENTIAL_ROWS = [("p", "m#0", 0.0), ("x", "m#1", 20.0), ("y", "m#1", 30.0)]
+
+
+@pytest.mark.parametrize(
+    ("state", "now_s"), [({}, 0.0), ({"p": Running("m#0", 0.0)}, 5.0), ({"p": Running("m#0", 0.0)}, 25.0)]
+)
+def test_a_count_1_type_whose_next_machine_would_grow_back_over_the_one_before_still_places_every_task(
+    state: dict[str, TaskState], now_s: float, tmp_path: Path
+) -> None:
+    # y is free from now, but on m#1 it would start before x (m#1's lease growing back over m#0's), on m#0 after p
+    # (m#0's growing over m#1's), and a new m#2 would be a second machine at once: the re-plan still places it on a
+    # machine the run leases, after that machine's first task.
+    objective = Objective(kind="cost")
+    plan = plan_of(SEQUENTIAL, ONE_AT_A_TIME, SEQUENTIAL_ROWS, objective)
+    result = replan(SEQUENTIAL, ONE_AT_A_TIME, plan, state, now_s=now_s)
+    check(SEQUENTIAL, ONE_AT_A_TIME, result, objective, tmp_path)  # one machine of m at a time, as the spec says
+    late_by_s = max(0.0, now_s - 20.0)  # p, planned to end at 20 s, is expected to end at now
+    assert result.makespan_s == pytest.approx(plan.makespan_s + late_by_s)
+    assert result.cost_usd == pytest.approx(plan.cost_usd + 3.6 / 3600 * late_by_s)  # no second machine at once
+
+
+def test_a_run_whose_leases_of_a_count_1_type_overlapped_still_grows_one_of_them(tmp_path: Path) -> None:
+    # m has 2 cores, count 1: the plan runs a on m#0, then b and c on m#1; the run (whose executor holds the type to
+    # count x vcpus cores, whatever the machine ids) started b beside a, so m#0 and m#1 were leased at once.
+    wf = workflow({"a": 10.0, "b": 10.0, "c": 10.0}, [])
+    cat = catalog(resource("m", count=1, vcpus=2))
+    objective = Objective(kind="cost")
+    plan = plan_of(wf, cat, [("a", "m#0", 0.0), ("b", "m#1", 10.0), ("c", "m#1", 20.0)], objective)
+    state: dict[str, TaskState] = {"a": Running("m#0", 0.0), "b": Running("m#1", 0.0)}
+    result = replan(wf, cat, plan, state, now_s=5.0)
+    assert {a.task for a in result.assignments} == {"c"}
+    assert validate_plan(whole_plan(result.fixed, cat, objective), as_run(wf, cat, result), cat) != []  # what ran
+    assert most_leased_at_once_from(result.schedule, cat, 10.0) == {"m": 1}  # from when a and b end: one at a time
+    assert most_leased_at_once_from(result.schedule, cat, 5.0) == {"m": 2}  # the overlap that ran, no other
