@@ -9,6 +9,7 @@ done or running task's runtime is what it really took (or is expected to), so th
 from __future__ import annotations
 
 import itertools
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from agora_optimizer.planning.leases import cost_usd, leases, makespan_s
 from agora_optimizer.planning.replan import Done, Pending, Replan, ReplanError, Running, TaskState, replan
 from agora_optimizer.planning.retime import retime, start_order
 from agora_optimizer.planning.validate import validate_plan
+from agora_optimizer.predict.repair_replay import replay_with_repairs
 from tests import spec_checker
 from tests.conftest import BUNDLED, wfformat_15, write_json, write_yaml
 
@@ -489,3 +491,28 @@ def test_a_run_whose_leases_of_a_count_1_type_overlapped_still_grows_one_of_them
     assert validate_plan(whole_plan(result.fixed, cat, objective), as_run(wf, cat, result), cat) != []  # what ran
     assert most_leased_at_once_from(result.schedule, cat, 10.0) == {"m": 1}  # from when a and b end: one at a time
     assert most_leased_at_once_from(result.schedule, cat, 5.0) == {"m": 2}  # the overlap that ran, no other
+
+
+def test_every_re_plan_of_a_drifting_run_on_count_1_types_places_every_task_and_is_valid() -> None:
+    # As the simulated learning loop drives re-plans (predict/repair_replay.py): a plan for cost under a deadline of
+    # 1.5x the fastest plan's makespan, run on a truth where every third task takes 1.3x as long, re-planned at each
+    # late end. The local pools have count 1: a plan follows a machine with the next one of its type.
+    wf = load_workflow(BUNDLED / "montage-chameleon-2mass-01d-001.json")
+    cat = load_catalog(BUNDLED.parent / "catalogs" / "local-priced.yaml")
+    assert {r.count for r in cat.resources} == {1}
+    stages = [Stage(ListSchedulingEngine(), 1.0)]
+    fastest = optimize(wf, cat, Objective(kind="time"), "local", time_limit_s=5.0, stages=stages)
+    objective = Objective(kind="cost", deadline_s=1.5 * fastest.makespan_s)
+    plan = optimize(wf, cat, objective, "local", time_limit_s=5.0, stages=stages)
+    slower = [replace(t, runtime_s=t.runtime_s * (1.3 if i % 3 == 0 else 1.0)) for i, t in enumerate(wf.tasks)]
+    invalid: list[str] = []
+
+    def checked(wf: Workflow, cat: Catalog, plan: Plan, state: Mapping[str, TaskState], now_s: float) -> Replan:
+        result = replan(wf, cat, plan, state, now_s)
+        whole = whole_plan(result.schedule, cat, replace(plan.objective, deadline_s=None))  # a miss is no error
+        invalid.extend(f"at {now_s} s: {v}" for v in validate_plan(whole, as_run(wf, cat, result), cat))
+        return result
+
+    run = replay_with_repairs(plan, wf, Workflow.create(wf.name, slower, wf.edges), cat, repair=checked)
+    assert run.failures == ()  # before: 11 of 41 re-plans found no machine within the counts for some task
+    assert len(run.repairs) >= 10 and invalid == []
