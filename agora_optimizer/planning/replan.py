@@ -577,10 +577,12 @@ def _schedule(
                 if not place.hopeless(resource):
                     for machine in _candidates(fleet, resource, inputs, planned_machine):
                         place.consider(machine)
-        if place.best is None:  # count forbade every candidate: a leased machine, from its first task on
+        if place.best is None:  # count forbade every candidate: a machine the run leases, from its first task on
             for machine in (m for r in options for m in fleet.active[r.name]):
-                place.consider(machine)  # (its lease growing back over another's may be what count forbade)
-                place.consider(machine, not_before_s=machine.first_start_s)  # the last leased may always grow
+                place.consider(machine)
+                # As soon as it can there, its lease may grow back over another's; from its first task on it grows
+                # forward only, which the machine whose lease ends last may always do.
+                place.consider(machine, not_before_s=machine.first_start_s)
         best = place.choice()
         if best is None:
             raise ReplanError(f"task '{task_id}' fits on no machine within the catalog's counts")

@@ -3,7 +3,9 @@
 Every re-plan here is checked whole (done and running tasks as they ran, pending ones as placed)
 by the plan validator and by the independent spec checker, against the workflow *as it ran*: a
 done or running task's runtime is what it really took (or is expected to), so the spec's
-"duration = runtime / speed" holds for it too.
+"duration = runtime / speed" holds for it too. Where the run itself held more machines of a type at
+once than its count (as an executor that holds a type to ``count x vcpus`` cores may), what is
+planned keeps the count from the instant that ended.
 """
 
 from __future__ import annotations
