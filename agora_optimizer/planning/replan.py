@@ -19,7 +19,9 @@ leased yet or a new one the catalog allows, starts its lease no earlier than ``n
 type's release) and boots first. Section 3 of the spec holds for what is planned beside what ran:
 cores and memory per machine, parents' ends plus transfers, and at no instant more leases of a
 type than its ``count`` (checked over time, so a machine whose lease has ended frees its place).
-Only what a lease gains is checked against the others: a run may have held more machines of a type
+The count bounds the leases as the spec reads them from the tasks (first start minus boot to last
+end; what is paid for a machine held idle or booting is cost, not a lease the checker sees), and
+only what a lease gains is checked against the others: a run may have held more machines of a type
 at once than its plan did (the executor holds a type to ``count x vcpus`` cores, whichever machine
 ids run them), and that past forbids nothing to come. So a task always has a place: where every
 candidate would break the count (on a type of count 1, a machine's lease would grow back over the
@@ -157,7 +159,10 @@ class _Machine(GrowingLease):
 
     ``leased``: its lease began before now, so no new lease waits for it; ``floor_s`` is the
     earliest a task may start on it (now, or the end of its boot; a machine not leased yet boots
-    after now, or after its type's release).
+    after now, or after its type's release). ``lease_start_s`` and ``lease_end_s``: what is paid
+    for it (a leased machine held for tasks to come up to now, one booting from its boot);
+    ``span``: its lease as the spec reads it from the tasks on it, first start minus boot to last
+    end (None with no task yet), which the type's ``count`` bounds.
     """
 
     id: str
@@ -167,15 +172,22 @@ class _Machine(GrowingLease):
     leased: bool
     lease_start_s: float | None = None
     lease_end_s: float = 0.0
+    span: tuple[float, float] | None = None
 
     def take(self, start_s: float, end_s: float, cores: int, memory_bytes: int, gpus: int = 0) -> None:
         self.timeline.add(start_s, end_s, cores, memory_bytes, gpus)
         self.lease_start_s, self.lease_end_s = self.lease_after(start_s, end_s)
+        self.span = self.span_after(start_s, end_s)
+
+    def span_after(self, start_s: float, end_s: float) -> tuple[float, float]:
+        """Its span once it also holds a task over [start_s, end_s)."""
+        first = start_s - self.resource.boot_s
+        return (first, end_s) if self.span is None else (min(self.span[0], first), max(self.span[1], end_s))
 
     @property
     def first_start_s(self) -> float:
-        """The earliest a task may start on it without its lease beginning sooner (its floor, with no lease)."""
-        return self.floor_s if self.lease_start_s is None else self.lease_start_s + self.resource.boot_s
+        """The earliest a task may start on it without its span beginning sooner (its floor, with no task)."""
+        return self.floor_s if self.span is None else self.span[0] + self.resource.boot_s
 
 
 class _Fleet:
@@ -237,22 +249,19 @@ class _Fleet:
         machine.take(start_s, end_s, cores, memory_bytes, gpus)
 
     def count_allows(self, machine: _Machine, start_s: float, end_s: float) -> bool:
-        """Whether ``machine``'s lease, grown to hold [start_s, end_s), keeps its type within ``count``.
+        """Whether ``machine``'s span, grown to hold [start_s, end_s), keeps its type within ``count``.
 
-        Only what the lease gains is checked, against the other leases of its type: its lease as it is
+        Only what the span gains is checked, against the other spans of its type: its span as it is
         stays as it ran (a run may have held more machines of a type at once than the plan did: the
         executor holds a type to ``count x vcpus`` cores, whichever machines run them), so the machine
-        whose lease ends last may always grow past its end.
+        whose span ends last may always grow past its end.
         """
         limit = machine.resource.count
-        active = self.active[machine.resource.name]
-        if limit is None or len(active) - (machine.lease_start_s is not None) < limit:
+        others = [m.span for m in self.active[machine.resource.name] if m is not machine and m.span is not None]
+        if limit is None or len(others) < limit:
             return True
-        first, last = machine.lease_after(start_s, end_s)
-        gained = [(first, last)] if machine.lease_start_s is None else [(first, machine.lease_start_s)]
-        if machine.lease_start_s is not None:
-            gained.append((machine.lease_end_s, last))
-        others = [m for m in active if m is not machine]
+        first, last = machine.span_after(start_s, end_s)
+        gained = [(first, last)] if machine.span is None else [(first, machine.span[0]), (machine.span[1], last)]
         return all(_most_at_once(others, a, b) < limit for a, b in gained if b - a > TIME_TOLERANCE_S)
 
     def cost_usd(self) -> float:
@@ -263,13 +272,12 @@ class _Fleet:
         )
 
 
-def _most_at_once(machines: list[_Machine], start_s: float, end_s: float) -> int:
-    """The most leases of ``machines`` held at one instant of [start_s, end_s)."""
+def _most_at_once(spans: list[tuple[float, float]], start_s: float, end_s: float) -> int:
+    """The most of ``spans`` that hold one instant of [start_s, end_s)."""
     events: list[tuple[float, int]] = []
-    for m in machines:
-        first = m.lease_start_s
-        if first is not None and first < end_s - TIME_TOLERANCE_S and m.lease_end_s > start_s + TIME_TOLERANCE_S:
-            events += [(max(first, start_s), 1), (min(m.lease_end_s, end_s), -1)]
+    for first, last in spans:
+        if first < end_s - TIME_TOLERANCE_S and last > start_s + TIME_TOLERANCE_S:
+            events += [(max(first, start_s), 1), (min(last, end_s), -1)]
     most = held = 0
     for _, step in sorted(events):  # an end sorts before a start at the same instant
         held += step

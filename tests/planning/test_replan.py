@@ -518,3 +518,17 @@ def test_every_re_plan_of_a_drifting_run_on_count_1_types_places_every_task_and_
     run = replay_with_repairs(plan, wf, Workflow.create(wf.name, slower, wf.edges), cat, repair=checked)
     assert run.failures == ()  # before: 11 of 41 re-plans found no machine within the counts for some task
     assert len(run.repairs) >= 10 and invalid == []
+
+
+def test_a_machine_held_for_a_retry_while_the_next_one_ran_takes_it_only_within_the_count(tmp_path: Path) -> None:
+    # The plan: a then b on m#0, c on m#1 after them (count 1). b failed at 10 s and c ran in its place, on m#1:
+    # m#0 is held (paid) for b up to now, but b back on m#0 would make m#0's lease, first task to last, cover c's.
+    wf = workflow({"a": 10.0, "b": 10.0, "c": 5.0}, [])
+    cat = catalog(resource("m", count=1))
+    objective = Objective(kind="cost")
+    plan = plan_of(wf, cat, [("a", "m#0", 0.0), ("b", "m#0", 10.0), ("c", "m#1", 20.0)], objective)
+    state: dict[str, TaskState] = {"a": Done("m#0", 10.0, 0.0), "b": Pending(), "c": Done("m#1", 15.0, 10.0)}
+    result = replan(wf, cat, plan, state, now_s=15.0)
+    check(wf, cat, result, objective, tmp_path)
+    (retry,) = result.assignments
+    assert retry.machine != "m#0" and retry.start_s == pytest.approx(15.0)
