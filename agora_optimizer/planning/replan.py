@@ -317,7 +317,8 @@ def replan(
 
     ``state``: each task's :class:`Done`, :class:`Running` or :class:`Pending` (a task not in it is
     pending). ``leased``: the plan's machines leased already (default: those of done and running
-    tasks, and those whose planned lease began by ``now_s``). ``scale``: the objective's makespan
+    tasks, and those whose planned lease began by ``now_s`` where their type's count left room for
+    them beside what ran). ``scale``: the objective's makespan
     and cost scales (:func:`agora_optimizer.planning.problem.lower_bounds`; they take a second or more on a
     thousand tasks, so the default is the plan's own makespan and cost). ``time_limit_s``: the list
     schedule is abandoned beyond it, and the kept one answers.
