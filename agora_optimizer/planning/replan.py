@@ -1,6 +1,6 @@
 """Re-planning a run that drifted: new placements for the tasks not yet queued, around what has run.
 
-Why one module of some 660 lines: the fleet's bookkeeping of leases and counts over time serves the
+Why one module of some 700 lines: the fleet's bookkeeping of leases and counts over time serves the
 schedules below and nothing else.
 
 When a run drifts from its plan (a task ends later than planned, fails, or is OOM-killed), the
@@ -11,13 +11,22 @@ start and an expected end of ``max(now, start + planned duration)``. Every other
 reserves more memory, :class:`Pending`).
 
 The machines of the plan that are leased already (those of done and running tasks, and those
-whose planned lease has begun) stay available from when they are free and from ``now`` on; a task
-on them waits for no boot but one under way, and one still held for planned tasks is paid up to now
-(a failed attempt ran on it). Any other machine, a planned one not leased yet
-or a new one the catalog allows, starts its lease no earlier than ``now`` (nor its type's release)
-and boots first. Section 3 of the spec holds for the whole schedule, what ran and what is planned:
+whose planned lease has begun, where its type's ``count`` left room for it beside what ran: a
+machine planned to follow one that ran late waited for it) stay available from when they are free
+and from ``now`` on; a task on them waits for no boot but one under way, and one still held for
+planned tasks is paid up to now (a failed attempt ran on it). Any other machine, a planned one not
+leased yet or a new one the catalog allows, starts its lease no earlier than ``now`` (nor its
+type's release) and boots first. Section 3 of the spec holds for what is planned beside what ran:
 cores and memory per machine, parents' ends plus transfers, and at no instant more leases of a
 type than its ``count`` (checked over time, so a machine whose lease has ended frees its place).
+The count bounds the leases as the spec reads them from the tasks (first start minus boot to last
+end; what is paid for a machine held idle or booting is cost, not a lease the checker sees), and
+only what a lease gains is checked against the others: a run may have held more machines of a type
+at once than its plan did (the executor holds a type to ``count x vcpus`` cores, whichever machine
+ids run them), and that past forbids nothing to come. So a task always has a place: where every
+candidate would break the count (on a type of count 1, a machine's lease would grow back over the
+one before it, or on over the one after it), it goes on a leased machine after that machine's
+first task, which the machine whose lease ends last can always take.
 
 Two schedules are built and the better one for the plan's objective is kept (deadline and budget
 first, then the objective's score):
@@ -150,7 +159,10 @@ class _Machine(GrowingLease):
 
     ``leased``: its lease began before now, so no new lease waits for it; ``floor_s`` is the
     earliest a task may start on it (now, or the end of its boot; a machine not leased yet boots
-    after now, or after its type's release).
+    after now, or after its type's release). ``lease_start_s`` and ``lease_end_s``: what is paid
+    for it (a leased machine held for tasks to come up to now, one booting from its boot);
+    ``span``: its lease as the spec reads it from the tasks on it, first start minus boot to last
+    end (None with no task yet), which the type's ``count`` bounds.
     """
 
     id: str
@@ -160,10 +172,22 @@ class _Machine(GrowingLease):
     leased: bool
     lease_start_s: float | None = None
     lease_end_s: float = 0.0
+    span: tuple[float, float] | None = None
 
     def take(self, start_s: float, end_s: float, cores: int, memory_bytes: int, gpus: int = 0) -> None:
         self.timeline.add(start_s, end_s, cores, memory_bytes, gpus)
         self.lease_start_s, self.lease_end_s = self.lease_after(start_s, end_s)
+        self.span = self.span_after(start_s, end_s)
+
+    def span_after(self, start_s: float, end_s: float) -> tuple[float, float]:
+        """Its span once it also holds a task over [start_s, end_s)."""
+        first = start_s - self.resource.boot_s
+        return (first, end_s) if self.span is None else (min(self.span[0], first), max(self.span[1], end_s))
+
+    @property
+    def first_start_s(self) -> float:
+        """The earliest a task may start on it without its span beginning sooner (its floor, with no task)."""
+        return self.floor_s if self.span is None else self.span[0] + self.resource.boot_s
 
 
 class _Fleet:
@@ -192,13 +216,21 @@ class _Fleet:
             raise ReplanError(
                 f"machine '{machine_id}' is not TYPE#N of a resource type of catalog {self.catalog.source}"
             )
-        floor = self.now_s if leased else max(self.now_s, resource.release_s) + resource.boot_s
+        floor = self.now_s if leased else self.boot_floor_s(resource)
         timeline = SkippingTimeline(
             resource.vcpus, resource.memory_bytes, self.min_task_memory_bytes, gpus=resource.gpus
         )
         made = self.by_id[machine_id] = _Machine(machine_id, resource, timeline, floor, leased)
         self.next_index[head] = max(self.next_index[head], int(index) + 1)
         return made
+
+    def boot_floor_s(self, resource: Resource) -> float:
+        """The earliest a task starts on a machine of ``resource`` not leased yet: booted from now (or its release)."""
+        return max(self.now_s, resource.release_s) + resource.boot_s
+
+    def unlease(self, machine: _Machine) -> None:
+        """``machine``, held for leased with nothing on it yet, is not: it boots when its lease begins."""
+        machine.leased, machine.floor_s = False, self.boot_floor_s(machine.resource)
 
     def empty(self, resource: Resource) -> _Machine:
         """A machine of ``resource`` with no lease: the first planned one not leased, else a new id."""
@@ -217,34 +249,20 @@ class _Fleet:
         machine.take(start_s, end_s, cores, memory_bytes, gpus)
 
     def count_allows(self, machine: _Machine, start_s: float, end_s: float) -> bool:
-        """Whether ``machine``'s lease, grown to hold [start_s, end_s), keeps its type within ``count``."""
+        """Whether ``machine``'s span, grown to hold [start_s, end_s), keeps its type within ``count``.
+
+        Only what the span gains is checked, against the other spans of its type: its span as it is
+        stays as it ran (a run may have held more machines of a type at once than the plan did: the
+        executor holds a type to ``count x vcpus`` cores, whichever machines run them), so the machine
+        whose span ends last may always grow past its end.
+        """
         limit = machine.resource.count
-        active = self.active[machine.resource.name]
-        if limit is None or len(active) - (machine.lease_start_s is not None) < limit:
+        others = [m.span for m in self.active[machine.resource.name] if m is not machine and m.span is not None]
+        if limit is None or len(others) < limit:
             return True
-        if machine.lease_start_s is not None and machine.lease_start_s <= start_s and end_s <= machine.lease_end_s:
-            return True  # within its lease as it is
-        first, last = machine.lease_after(start_s, end_s)
-        overlapping = [
-            m
-            for m in active
-            if m is not machine
-            and m.lease_start_s is not None
-            and m.lease_start_s < last - TIME_TOLERANCE_S
-            and m.lease_end_s > first + TIME_TOLERANCE_S
-        ]
-        if len(overlapping) < limit:
-            return True
-        events: list[tuple[float, int]] = []
-        for other in overlapping:
-            assert other.lease_start_s is not None
-            events += [(max(other.lease_start_s, first), 1), (min(other.lease_end_s, last), -1)]
-        overlap = 0
-        for _, step in sorted(events):  # an end sorts before a start at the same instant
-            overlap += step
-            if overlap >= limit:
-                return False
-        return True
+        first, last = machine.span_after(start_s, end_s)
+        gained = [(first, last)] if machine.span is None else [(first, machine.span[0]), (machine.span[1], last)]
+        return all(_most_at_once(others, a, b) < limit for a, b in gained if b - a > TIME_TOLERANCE_S)
 
     def cost_usd(self) -> float:
         return sum(
@@ -252,6 +270,19 @@ class _Fleet:
             for m in self.by_id.values()
             if m.lease_start_s is not None
         )
+
+
+def _most_at_once(spans: list[tuple[float, float]], start_s: float, end_s: float) -> int:
+    """The most of ``spans`` that hold one instant of [start_s, end_s)."""
+    events: list[tuple[float, int]] = []
+    for first, last in spans:
+        if first < end_s - TIME_TOLERANCE_S and last > start_s + TIME_TOLERANCE_S:
+            events += [(max(first, start_s), 1), (min(last, end_s), -1)]
+    most = held = 0
+    for _, step in sorted(events):  # an end sorts before a start at the same instant
+        held += step
+        most = max(most, held)
+    return most
 
 
 @dataclass
@@ -268,6 +299,7 @@ class _Run:
     options: dict[str, list[Resource]]
     reserve: dict[str, int]
     fixed: list[Assignment] = field(default_factory=list)  # done and running tasks, as they run
+    leased_told: bool = False  # ``leased`` is the caller's word, not read from the plan
 
 
 def replan(
@@ -285,7 +317,8 @@ def replan(
 
     ``state``: each task's :class:`Done`, :class:`Running` or :class:`Pending` (a task not in it is
     pending). ``leased``: the plan's machines leased already (default: those of done and running
-    tasks, and those whose planned lease began by ``now_s``). ``scale``: the objective's makespan
+    tasks, and those whose planned lease began by ``now_s`` where their type's count left room for
+    them beside what ran). ``scale``: the objective's makespan
     and cost scales (:func:`agora_optimizer.planning.problem.lower_bounds`; they take a second or more on a
     thousand tasks, so the default is the plan's own makespan and cost). ``time_limit_s``: the list
     schedule is abandoned beyond it, and the kept one answers.
@@ -401,11 +434,12 @@ def _prepare(
         if task_id not in workflow.by_id:
             raise ReplanError(f"state names task '{task_id}', which is not in workflow '{workflow.name}'")
     planned = {a.task: a for a in plan.assignments}
+    told = leased is not None
     if leased is None:
         leased = _leased_by_plan(plan, catalog, now_s)
     reserve: dict[str, int] = {}
     options: dict[str, list[Resource]] = {}
-    run = _Run(workflow, catalog, plan, now_s, state, set(leased), planned, options, reserve)
+    run = _Run(workflow, catalog, plan, now_s, state, set(leased), planned, options, reserve, leased_told=told)
     for task in workflow.tasks:
         status = state.get(task.id, Pending())
         reserve[task.id] = max(task.memory_bytes, status.memory_bytes or 0) if not isinstance(status, Done) else 0
@@ -487,19 +521,25 @@ def _base_fleet(run: _Run) -> tuple[_Fleet, dict[str, tuple[_Machine, float]]]:
             continue  # a type the catalog lost: its tasks are searched for elsewhere
         machine = fleet.machine(planned.machine, leased=planned.machine in run.leased)
         first[machine.id] = min(first.get(machine.id, planned.start_s), planned.start_s)
-    for machine_id, start in sorted(first.items()):
-        machine = fleet.by_id[machine_id]
-        if machine.lease_start_s is None and machine.leased:  # leased, nothing started on it yet: booting
-            fleet.active[machine.resource.name].append(machine)
-            machine.lease_start_s, machine.lease_end_s = start - machine.resource.boot_s, run.now_s
-            machine.floor_s = max(run.now_s, start)
-        elif machine.lease_start_s is None:
-            fleet.spare[machine.resource.name][machine_id] = None
     for planned in run.plan.assignments:  # a leased machine still held for tasks to come is paid up to now
         held = fleet.by_id.get(planned.machine)
         coming = not isinstance(run.state.get(planned.task, Pending()), Done)
         if coming and held is not None and held.leased and held.lease_start_s is not None:
             held.lease_end_s = max(held.lease_end_s, run.now_s)
+    for machine_id, start in sorted(first.items(), key=lambda item: (item[1], item[0])):
+        machine = fleet.by_id[machine_id]
+        if machine.lease_start_s is not None:
+            continue
+        # leased, nothing started on it yet: booting; unless the plan alone says so and its type's count had
+        # no room for it beside what ran (a machine planned to follow one that ran late waited for it)
+        if machine.leased and not run.leased_told and not fleet.count_allows(machine, start, run.now_s):
+            fleet.unlease(machine)
+        if machine.leased:
+            fleet.active[machine.resource.name].append(machine)
+            machine.lease_start_s, machine.lease_end_s = start - machine.resource.boot_s, run.now_s
+            machine.floor_s = max(run.now_s, start)
+        else:
+            fleet.spare[machine.resource.name][machine_id] = None
     return fleet, ends
 
 
@@ -546,9 +586,12 @@ def _schedule(
                 if not place.hopeless(resource):
                     for machine in _candidates(fleet, resource, inputs, planned_machine):
                         place.consider(machine)
-        if place.best is None:  # count forbade every candidate: the machine that is leased last may always grow
+        if place.best is None:  # count forbade every candidate: a machine the run leases, from its first task on
             for machine in (m for r in options for m in fleet.active[r.name]):
                 place.consider(machine)
+                # As soon as it can there, its lease may grow back over another's; from its first task on it grows
+                # forward only, which the machine whose lease ends last may always do.
+                place.consider(machine, not_before_s=machine.first_start_s)
         best = place.choice()
         if best is None:
             raise ReplanError(f"task '{task_id}' fits on no machine within the catalog's counts")
@@ -602,10 +645,11 @@ class _Placer:
             self.planned is None or self.planned.resource is not resource
         )
 
-    def consider(self, machine: _Machine) -> None:
+    def consider(self, machine: _Machine, not_before_s: float = 0.0) -> None:
+        """Score the task on ``machine``, started as soon as it can there (and not before ``not_before_s``)."""
         task, best = self.task, self.best
         duration = machine.resource.runtime_s(task)
-        ready = max(machine.floor_s, task.release_s, self.arrivals.on(machine))
+        ready = max(machine.floor_s, task.release_s, self.arrivals.on(machine), not_before_s)
         if machine is not self.planned and self._beaten(ready + duration):
             return
         start = machine.timeline.earliest_start(ready, duration, task.cores, self.memory_bytes, task.gpus)
