@@ -416,7 +416,8 @@ class RunMachine:
             book = self._books.get(run)
             if book is not None:
                 factors = self.runtime_factors(run)
-                actions.append(Replan(run, book, repair, now.monotonic_s, tuple(drifts), factors))
+                memory = self._learning.memory_factors(run, book, repair.retries)
+                actions.append(Replan(run, book, repair, now.monotonic_s, tuple(drifts), factors, memory))
         return actions
 
     def _replanned(self, event: Replanned, now: Now) -> list[RunAction]:
@@ -428,7 +429,7 @@ class RunMachine:
         book.order = fixed.order
         repair.overrides.update(fixed.overrides)
         repair.repairs += 1
-        self._learning.applied(event.run, book, fixed.runtime_factors)
+        self._learning.applied(event.run, book, fixed.runtime_factors, fixed.memory_factors)
         dag_id, run_id = event.run
         return [
             MoveHeld(event.run, fixed.overrides, f"repair at {fixed.repair.at_s:.1f} s"),

@@ -1,0 +1,160 @@
+"""Learning memory during a run: a category's reservations raised from its tasks that ended (pure: no I/O).
+
+A plan reserves for each task the memory the model predicts; the executor kills a task that peaks
+above its reservation, and on sizes the training never had a whole category can be under by the same
+factor (issue 34: a bwa run of a size never seen peaked at 100x its reservations). So, per run and per
+category, as Sizey and Ponder learn online from the tasks that completed, each task that ends is an
+observation of its category, a ratio to the *model's* reservation of that task:
+
+- it ended with a measured peak: ``peak / model`` (exact);
+- it was killed for memory at its limit: the peak was above the limit, and its retry reserves the
+  limit times :data:`OOM_RETRY_GROWTH` anyway, so ``limit x growth / model`` (a floor, grown).
+
+While no ratio is above 1, the model was right and nothing changes. Once one is, the category's tasks
+still to come reserve the model's prediction times the largest ratio seen times :data:`MEMORY_MARGIN`
+(never less than the model's own, never more than the largest type holds), and a killed task's retry
+at least that and its limit times the growth. Within one WfInstance run a category's largest peak so
+far, times 1.1, is exceeded by 0.26 % of the tasks that follow it, times 1.2 by 0.22 % (the 2,694
+tasks with a recorded peak in the 22 chameleon instances, each category's tasks in a shuffled order);
+the margin is 1.2. Nothing is ever lowered below the model's reservation within a run: a task bigger
+than those seen may still come.
+
+The rule is the executor's (:mod:`agora_optimizer.executor.runs.learning`, whose re-plans reserve it)
+and the simulated runs' (:mod:`agora_optimizer.predict.repair_replay`, which kills and retries a task
+over its reservation as the executor would).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+from agora_optimizer.model.instances import split_instance
+from agora_optimizer.model.workflow import Task, Workflow, category_of
+
+OOM_RETRY_GROWTH = 1.5  # a retry after an OOM kill reserves this much more than the attempt that died
+MEMORY_MARGIN = 1.2  # over the largest ratio seen: a category's peaks within a run exceed 1.2x its max so far in 0.22 %
+RAISE_STEP = 1.1  # a category's factor that rose by more than this over the one its plan carries calls for a re-plan
+NOTE_SHOWN = 5  # categories a note names
+
+
+def observed_ratio(model_bytes: int, peak_bytes: int | None = None, killed_at_bytes: int | None = None) -> float | None:
+    """One ended task's ratio to the model's reservation ``model_bytes``: ``peak_bytes / model`` for a measured
+    peak, ``killed_at_bytes x OOM_RETRY_GROWTH / model`` for a kill at that limit; None when there is nothing
+    to learn (no model, no peak)."""
+    if model_bytes <= 0:
+        return None
+    if killed_at_bytes is not None and killed_at_bytes > 0:
+        return killed_at_bytes * OOM_RETRY_GROWTH / model_bytes
+    if peak_bytes is not None and peak_bytes > 0:
+        return peak_bytes / model_bytes
+    return None
+
+
+def memory_factor(max_ratio: float, margin: float = MEMORY_MARGIN) -> float:
+    """What a category's tasks to come reserve, times the model's prediction: 1 while no ratio was above 1,
+    else the largest ratio times ``margin``."""
+    return 1.0 if max_ratio <= 1.0 else max_ratio * margin
+
+
+def reservation_bytes(model_bytes: int, factor: float, cap_bytes: int | None = None) -> int:
+    """The model's reservation raised by ``factor``, at most ``cap_bytes`` (the largest type's memory), never
+    below the model's own."""
+    raised = math.ceil(model_bytes * factor) if factor > 1.0 else model_bytes
+    if cap_bytes is not None:
+        raised = min(raised, cap_bytes)
+    return max(model_bytes, raised)
+
+
+def retry_bytes(killed_at_bytes: int, model_bytes: int, factor: float, cap_bytes: int | None = None) -> int:
+    """What the retry of a task killed for memory at ``killed_at_bytes`` reserves: its limit times
+    :data:`OOM_RETRY_GROWTH`, and at least its category's raised reservation; at most ``cap_bytes``."""
+    grown = max(math.ceil(killed_at_bytes * OOM_RETRY_GROWTH), reservation_bytes(model_bytes, factor))
+    return grown if cap_bytes is None else min(grown, cap_bytes)
+
+
+@functools.lru_cache(maxsize=65536)
+def id_stem(task_id: str) -> str:
+    """A task id's category stem: ``mProject_ID0000001`` -> ``mProject``, ``load[3]`` -> ``load``."""
+    return category_of(split_instance(task_id)[0])
+
+
+def category_of_task(task: Task) -> str:
+    """The task's category: its own, else its id's stem (:func:`id_stem`)."""
+    return task.category or id_stem(task.id)
+
+
+@dataclass
+class CategoryMemory:
+    """One category's memory in a run: the largest ratio seen, over how many tasks, and the factor its plan carries."""
+
+    max_ratio: float = 0.0
+    tasks: int = 0
+    applied: float = 1.0
+
+    @property
+    def factor(self) -> float:
+        return memory_factor(self.max_ratio)
+
+    @property
+    def rose(self) -> bool:
+        """The factor rose past the one the plan carries by more than :data:`RAISE_STEP`: the tasks to come
+        would reserve too little."""
+        return self.factor > self.applied * RAISE_STEP
+
+
+@dataclass
+class RunMemory:
+    """One run's memory learned by category (:class:`CategoryMemory`)."""
+
+    categories: dict[str, CategoryMemory] = field(default_factory=dict)
+
+    def observe(self, category: str, ratio: float) -> CategoryMemory:
+        """One ended task of ``category`` (its :func:`observed_ratio`)."""
+        found = self.categories.setdefault(category, CategoryMemory())
+        found.max_ratio = max(found.max_ratio, ratio)
+        found.tasks += 1
+        return found
+
+    def factor(self, category: str) -> float:
+        found = self.categories.get(category)
+        return 1.0 if found is None else found.factor
+
+    def factors(self) -> dict[str, float]:
+        """Each category's factor, where it is not 1."""
+        return {name: found.factor for name, found in self.categories.items() if found.factor != 1.0}
+
+    def applied_now(self) -> None:
+        """A re-plan reserved every category's factor: the plan carries them from now."""
+        for found in self.categories.values():
+            found.applied = found.factor
+
+
+def raised_workflow(workflow: Workflow, factors: Mapping[str, float], cap_bytes: int | None = None) -> Workflow:
+    """``workflow`` with each task of ``factors`` reserving that many times its memory (:func:`reservation_bytes`)."""
+    if not factors:
+        return workflow
+    tasks = tuple(
+        replace(task, memory_bytes=reservation_bytes(task.memory_bytes, factors[task.id], cap_bytes))
+        if task.id in factors
+        else task
+        for task in workflow.tasks
+    )
+    return replace(workflow, tasks=tasks)
+
+
+def memory_note(workflow: Workflow, factors: Mapping[str, float]) -> str:
+    """The raised reservations of a re-plan in words, by category: ``memory raised from this run: bwa x3.60
+    (12 tasks)``; '' for none."""
+    by_category: dict[str, list[float]] = {}
+    for task in workflow.tasks:
+        if factors.get(task.id, 1.0) > 1.0:
+            by_category.setdefault(category_of_task(task), []).append(factors[task.id])
+    if not by_category:
+        return ""
+    shown = sorted(by_category.items(), key=lambda item: -max(item[1]))
+    words = [f"{name} x{max(values):.2f} ({len(values)} tasks)" for name, values in shown[:NOTE_SHOWN]]
+    more = f" and {len(shown) - NOTE_SHOWN} more" if len(shown) > NOTE_SHOWN else ""
+    return "memory raised from this run: " + ", ".join(words) + more
