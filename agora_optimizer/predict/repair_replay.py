@@ -55,11 +55,9 @@ from agora_optimizer.planning.replan import (
     replan,
 )
 from agora_optimizer.predict.memory_in_run import (
-    RAISE_STEP,
     CategoryMemory,
     RunMemory,
     category_of_task,
-    memory_factor,
     observed_ratio,
     raised_workflow,
     retry_bytes,
@@ -153,32 +151,36 @@ class _Memory:
         peak = task.memory_bytes if task.memory_source == "recorded" else None
         model = self.planned.by_id[a.task].memory_bytes
         ratio = observed_ratio(model, killed_at_bytes=a.memory_bytes) if killed else observed_ratio(model, peak)
-        return None if ratio is None else self.learned.observe(self.category[a.task], ratio)
+        return None if ratio is None else self.learned.observe(self.category[a.task], a.task, ratio, killed)
 
     def retry_bytes(self, a: Assignment) -> int:
         """What the retry of the killed attempt ``a`` reserves."""
         model = self.planned.by_id[a.task].memory_bytes
-        return retry_bytes(a.memory_bytes, model, self.learned.factor(self.category[a.task]), self.largest_bytes)
+        factor = self.learned.factor(self.category[a.task], a.task)
+        return retry_bytes(a.memory_bytes, model, factor, self.largest_bytes)
 
     def factors(self, tasks: Collection[str]) -> dict[str, float]:
         """The memory factor of each of ``tasks`` whose category's is not 1."""
         by_category = self.learned.factors()
         return {t: by_category[self.category[t]] for t in tasks if self.category[t] in by_category}
 
-    def first_rise(
+    def first_change(
         self, timed: Mapping[str, Assignment], now_s: float, learned: Collection[str]
     ) -> tuple[float, str] | None:
-        """When and which task ending after ``now_s`` (none of ``learned``) first raises its category's factor
-        past the one the plan carries while tasks of it are still to start: the learning's own drift."""
+        """When and which task ending after ``now_s`` (none of ``learned``) first moves its category's factor from
+        the one the plan carries while tasks of it are still to start: the learning's own drift."""
         last_start: dict[str, float] = {}
         for a in timed.values():
             category = self.category[a.task]
             last_start[category] = max(last_start.get(category, -math.inf), a.start_s)
-        seen = {name: found.max_ratio for name, found in self.learned.categories.items()}
+        ahead: dict[str, CategoryMemory] = {}  # the categories as they would be, copied when first touched
         ending = sorted((a.end_s, a.task) for a in timed.values() if a.end_s > now_s + TIME_TOLERANCE_S)
         for end_s, task_id in ending:
-            a = timed[task_id]
-            if task_id in learned or self.killed_share(a) < 1.0:
+            if (
+                task_id in learned
+                or self.killed_share(timed[task_id]) < 1.0
+                or last_start[self.category[task_id]] <= end_s
+            ):
                 continue
             task = self.actual.by_id[task_id]
             model = self.planned.by_id[task_id].memory_bytes
@@ -186,10 +188,10 @@ class _Memory:
             if ratio is None:
                 continue
             category = self.category[task_id]
-            seen[category] = max(seen.get(category, 0.0), ratio)
-            found = self.learned.categories.get(category)
-            applied = 1.0 if found is None else found.applied
-            if memory_factor(seen[category]) > applied * RAISE_STEP and last_start[category] > end_s:
+            if category not in ahead:
+                ahead[category] = self.learned.categories.get(category, CategoryMemory()).copy()
+            ahead[category].observe(task_id, ratio, killed=False)
+            if ahead[category].changed:
                 return end_s, task_id
         return None
 
@@ -333,7 +335,7 @@ def _next_event(
             and memory.killed_share(a) >= 1.0
             and late(by_task[a.task], a.end_s, slack, min_late_s)
         ]
-        rise = memory.first_rise(timed, now_s, learned)
+        rise = memory.first_change(timed, now_s, learned)
         if rise is not None:
             drifts.append(rise)
     gap_s = last_repair_s + interval_s if slack > 0 else -math.inf

@@ -35,8 +35,9 @@ compared with the model's prediction, never with a prediction already corrected.
 Memory is learned alongside, by the rule of :mod:`agora_optimizer.predict.memory_in_run`: a task that
 ended with a measured peak, or was killed for memory at its limit, is an observation of its category's
 peak over the model's reservation; once one is above 1, the category's tasks to come (and a killed
-task's retry) reserve the largest ratio times a margin, never less than the model's own. A factor that
-rose past the one the plan carries, with tasks of the category to come, is a drift too: the re-plan
+task's retry) reserve an upper quantile of the ratios times a margin (a kill's limit, doubled, until
+its retry measures its peak), never less than the model's own. A factor that moved by more than 10 % from the
+one the plan carries, with tasks of the category to come, is a drift too: the re-plan
 (:class:`~agora_optimizer.executor.runs.events.Replan`'s ``memory_factors``) reserves the raised memory
 before those tasks start, and moves them to a type that holds it.
 """
@@ -136,7 +137,7 @@ class RunLearning:
 
     def _memory_observed(self, book: RunBook, run: Run, record: JobRecord, status: JobStatus) -> Drift | None:
         """The job's peak (it succeeded) or its limit (it was killed for memory) over the model's reservation of
-        its task: a drift when its category's factor rose past the one the plan carries, with tasks to come."""
+        its task: a drift when its category's factor moved from the one the plan carries, with tasks to come."""
         task_id = record.plan_task
         planned = book.order.by_task.get(task_id)
         if planned is None:
@@ -152,21 +153,17 @@ class RunLearning:
         if ratio is None:
             return None
         category = task_category(book, task_id)
-        found = correction.memory.observe(category, ratio)
-        if not found.rose:
+        found = correction.memory.observe(category, task_id, ratio, killed=status.oom_killed)
+        if not found.changed:
             return None
         coming = [t for t in _to_come(book) if task_category(book, t) == category]
         if not coming:
             return None
-        last = (
-            f"the last killed at its limit of {record.memory_bytes} bytes"
-            if status.oom_killed
-            else (f"the last peaked at {ratio:.2f}x")
-        )
+        last = f"killed at {record.memory_bytes} bytes" if status.oom_killed else f"peaked at {ratio:.2f}x"
         return Drift(
             task_id,
-            f"category {category} peaked at up to {found.max_ratio:.2f}x its predicted memory ({found.tasks} tasks "
-            f"ended, {last}); its {len(coming)} tasks to come reserve {found.factor:.2f}x",
+            f"category {category}'s {len(coming)} tasks to come reserve {found.factor:.2f}x their predicted memory, "
+            f"not {found.applied:.2f}x ({found.tasks} tasks ended; task {task_id} {last})",
         )
 
     def _observed(
@@ -230,15 +227,14 @@ class RunLearning:
         """The memory factor of each task of the run that has not ended, or whose retry (``retries``) is to come,
         where its category's is not 1."""
         correction = self.runs.get(run)
-        by_category = {} if correction is None else correction.memory.factors()
-        if not by_category:
+        if correction is None or not correction.memory.categories:
             return {}
         found: dict[str, float] = {}
         for task_id in book.order.by_task:
             if task_id in book.gone or (task_id in book.ended and task_id not in retries):
                 continue
-            factor = by_category.get(task_category(book, task_id))
-            if factor is not None:
+            factor = correction.memory.factor(task_category(book, task_id), task_id)
+            if factor != 1.0:
                 found[task_id] = factor
         return found
 
