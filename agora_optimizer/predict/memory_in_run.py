@@ -8,22 +8,23 @@ observation of its category, a ratio to the *model's* reservation of that task:
 
 - it ended with a measured peak: ``peak / model``, exact;
 - it was killed for memory at its limit: the peak was above the limit, by how much no one knows, so
-  ``limit x KILL_GROWTH / model``, a floor doubled (the classic answer to a failed allocation), until
-  the task's own retry measures its peak and replaces it.
+  ``limit x KILL_GROWTH / model``, the limit doubled, until the task's own retry measures its peak
+  and replaces it.
 
 The category's factor is an upper quantile of its ratios (exact ones and the floors standing; the
 :data:`RATIO_QUANTILE` one, by rank: the largest until ten tasks ended, then the second largest...)
 times :data:`MEMORY_MARGIN`, once that is above 1. Its tasks still to come reserve the model's
 prediction times it (never less than the model's own, never more than the largest type holds), and a
 killed task's retry at least that, its own floor, and its limit times :data:`OOM_RETRY_GROWTH` (the
-executor's own retry growth). Within one WfInstance run a category's largest peak so far, times 1.1,
-is exceeded by 0.26 % of the tasks that follow it, times 1.2 by 0.22 % (the 2,694 tasks with a
-recorded peak in the 22 chameleon instances, each category's tasks in a shuffled order): the margin
-is 1.2. The quantile keeps one task far above the rest (the model errs per task too: it reserves its
-97.5th percentile, so one task in forty is over by design) from raising every task of its category;
-its own retry grows. A floor is a guess, and an exact peak replaces it, so a factor falls back as
-retries succeed, but never below 1: nothing is lowered below the model's reservation within a run,
-since a task bigger than those seen may still come.
+executor's own retry growth). Within one WfInstance run, 0.33 % of the tasks peak above that quantile
+of their category's peaks before them times 1.2 (0.22 % above the largest times 1.2, 0.26 % above the
+largest times 1.1; the 2,694 tasks with a recorded peak in the 22 chameleon instances, each
+category's tasks in a shuffled order): the margin is 1.2. The quantile keeps one task far above the
+rest (the model errs per task too: it reserves its 97.5th percentile, so one task in forty is over by
+design) from raising every task of its category; its own retry grows. A floor is a guess, and an
+exact peak replaces it, so a factor falls back as retries succeed, but never below 1: nothing is
+lowered below the model's reservation within a run, since a task bigger than those seen may still
+come.
 
 The rule is the executor's (:mod:`agora_optimizer.executor.runs.learning`, whose re-plans reserve it)
 and the simulated runs' (:mod:`agora_optimizer.predict.repair_replay`, which kills and retries a task
@@ -44,7 +45,7 @@ from agora_optimizer.model.workflow import Task, Workflow, category_of
 OOM_RETRY_GROWTH = 1.5  # a retry after an OOM kill reserves this much more than the attempt that died
 KILL_GROWTH = 2.0  # a kill's floor for its category: the limit doubled, until the task's own peak is measured
 RATIO_QUANTILE = 0.9  # the ratios' upper quantile a category's tasks to come reserve
-MEMORY_MARGIN = 1.2  # over the largest ratio seen: a category's peaks within a run exceed 1.2x its max so far in 0.22 %
+MEMORY_MARGIN = 1.2  # over that quantile: 0.33 % of a category's peaks within a run exceed it (the docstring)
 CHANGE_STEP = 1.1  # a category's factor that moved by more than this from the one its plan carries calls for a re-plan
 NOTE_SHOWN = 5  # categories a note names
 

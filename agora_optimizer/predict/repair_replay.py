@@ -372,9 +372,11 @@ def forecast(
     on what the run did after)."""
     ran = {a.task: a for a in run.replay.assignments}
     state = state_at(ran, now_s)
-    for a in run.killed:  # killed by now, its retry not started: pending, reserving what its retry does
-        if a.end_s <= now_s + TIME_TOLERANCE_S and a.task not in state:
-            state[a.task] = Pending(ran[a.task].memory_bytes)
+    for a in sorted(run.killed, key=lambda a: a.start_s):  # an attempt running now, to be killed; or killed by now
+        if a.start_s <= now_s < a.end_s - TIME_TOLERANCE_S:
+            state[a.task] = Running(a.machine, a.start_s, a.memory_bytes)
+        elif a.end_s <= now_s + TIME_TOLERANCE_S and not isinstance(state.get(a.task), Done | Running):
+            state[a.task] = Pending(ran[a.task].memory_bytes)  # its retry, not started, reserves what it did
     step = repair or plain_repair()
     return step(run.workflow_at(now_s, planned), catalog, run.plan_at(now_s), state, now_s)
 

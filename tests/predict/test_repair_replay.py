@@ -14,7 +14,7 @@ from agora_optimizer.model.plan import Objective, Plan
 from agora_optimizer.model.workflow import Task, Workflow
 from agora_optimizer.optimize.optimize import optimize
 from agora_optimizer.planning.leases import cost_usd
-from agora_optimizer.planning.replan import Done, Replan, Running, TaskState, replan
+from agora_optimizer.planning.replan import Done, Pending, Replan, Running, TaskState, replan
 from agora_optimizer.planning.validate import validate_plan
 from agora_optimizer.predict.repair_replay import (
     RepairedRun,
@@ -189,3 +189,20 @@ def test_a_category_under_its_prediction_is_never_lowered_and_a_peak_no_type_hol
     huge, too_big, huge_plan = _aligns(16 * GIB, 20 * GIB, n=2)  # above the largest type: no retry can help
     beyond = replay_with_repairs(huge_plan, huge, too_big, ONE_AT_A_TIME)
     assert beyond.killed == () and len(beyond.replay.oom_tasks) == 2
+
+
+def test_the_repairs_and_the_forecast_see_a_killed_task_pending_with_its_retrys_memory_or_running_again():
+    predicted, truth, plan = _aligns(GIB, 3 * GIB)
+    seen: list[tuple[float, Workflow, dict[str, TaskState]]] = []
+
+    def step(w: Workflow, c: Catalog, p: Plan, state: Mapping[str, TaskState], now_s: float) -> Replan:
+        seen.append((now_s, w, dict(state)))
+        return replan(w, c, p, state, now_s, time_limit_s=0.2)
+
+    run = replay_with_repairs(plan, predicted, truth, ONE_AT_A_TIME, repair=step)
+    now_s, workflow, state = seen[0]  # the first kill, at a third of align_0's 10 s
+    assert now_s == pytest.approx(10.0 / 3) and state == {"align_0": Pending(math.ceil(2.4 * GIB))}
+    assert workflow.by_id["align_1"].memory_bytes == math.ceil(2.4 * GIB)  # the rest re-planned at that
+    forecast(run, predicted, ONE_AT_A_TIME, 5.0, step)  # the retry runs then, at 2.4 GiB (to be killed at 11.3 s)
+    assert seen[-1][2] == {"align_0": Running("m#0", pytest.approx(10.0 / 3), math.ceil(2.4 * GIB))}
+    assert seen[-1][1] == run.workflows[1]  # the workflow of the plan in force then
