@@ -65,6 +65,7 @@ from agora_optimizer.predict.memory_in_run import (
 from agora_optimizer.predict.replay import Replay, check_matches, start_ordered, summarised, true_times
 
 MAX_REPAIRS = 100  # a run re-planned this often stops repairing for late tasks (a guard; the executor has none)
+_CAUSES = {"late": "late", "killed": "killed for memory", "memory": "taught its category's memory"}
 MAX_KILLS = 16  # a task killed this often runs as if it fitted (a guard: Airflow's retries would end sooner)
 TIME_TOLERANCE_S = 1e-6
 
@@ -83,7 +84,8 @@ def plain_repair(time_limit_s: float = REPLAN_TIME_LIMIT_S) -> RepairStep:
 
 @dataclass(frozen=True)
 class RepairEvent:
-    """One re-plan of the run: when, which late task set it off, and what it predicted for the whole run."""
+    """One re-plan of the run: when, which task set it off and how (``cause``: it ended ``late``, was ``killed``
+    for memory, or moved its category's ``memory``), and what it predicted for the whole run."""
 
     at_s: float
     late_task: str
@@ -91,6 +93,7 @@ class RepairEvent:
     moved_tasks: int
     forecast_makespan_s: float
     forecast_cost_usd: float
+    cause: str = "late"
 
 
 @dataclass(frozen=True)
@@ -254,7 +257,7 @@ def replay_with_repairs(
         )  # fmt: skip
         if event is None:
             break
-        at_s, cause, kill = event
+        at_s, cause_task, cause = event
         state = state_at(timed, at_s)
         newly_killed = [timed[t] for t, s in state.items() if isinstance(s, Done) and memory.killed_share(timed[t]) < 1]
         for a in sorted(newly_killed, key=lambda a: a.end_s):
@@ -281,7 +284,7 @@ def replay_with_repairs(
         try:
             answer = step(workflow, catalog, in_force, step_state, at_s)
         except AgoraError as exc:  # as in the executor: the run goes on as planned, the failure said
-            failures.append(f"at {at_s:.1f} s ({cause} {'killed for memory' if kill else 'late'}): {exc}")
+            failures.append(f"at {at_s:.1f} s ({cause_task} {_CAUSES[cause]}): {exc}")
             in_force = _retried_in_place(in_force, retries, catalog, {a.task for a in newly_killed})
             continue
         known = {a.machine for a in in_force.assignments}
@@ -296,7 +299,9 @@ def replay_with_repairs(
         plans.append(in_force)
         workflows.append(workflow)
         events.append(
-            RepairEvent(at_s, cause, answer.method, len(answer.moved_machine), answer.makespan_s, answer.cost_usd)
+            RepairEvent(
+                at_s, cause_task, answer.method, len(answer.moved_machine), answer.makespan_s, answer.cost_usd, cause
+            )
         )
     items = [timed[a.task] for a in start_ordered(plan.assignments, actual)]
     made = summarised(plan, actual, catalog, items)
@@ -318,18 +323,19 @@ def _next_event(
     min_late_s: float,
     interval_s: float,
     max_repairs: int,
-) -> tuple[float, str, bool] | None:
-    """The run's next repair: ``(when, the task that set it off, whether a kill did)``; None when the run is over.
+) -> tuple[float, str, str] | None:
+    """The run's next repair: ``(when, the task that set it off, how: a RepairEvent's cause)``; None when the run
+    is over.
 
     A kill is always one (the executor re-plans it; without repair it is retried where it was); a late task or
     a category's memory rising only while repairs are on and fewer than ``max_repairs`` were made, and not when
     the interval would defer it past the run's end."""
     kills = sorted((a.end_s, a.task) for a in timed.values() if memory.killed_share(a) < 1.0)
-    drifts: list[tuple[float, str]] = []
+    drifts: list[tuple[float, str, str]] = []
     if slack > 0 and repairs < max_repairs:
         by_task = {a.task: a for a in in_force.assignments}
         drifts = [
-            (a.end_s, a.task)
+            (a.end_s, a.task, "late")
             for a in timed.values()
             if a.end_s > now_s + TIME_TOLERANCE_S
             and memory.killed_share(a) >= 1.0
@@ -337,16 +343,16 @@ def _next_event(
         ]
         rise = memory.first_change(timed, now_s, learned)
         if rise is not None:
-            drifts.append(rise)
+            drifts.append((*rise, "memory"))
     gap_s = last_repair_s + interval_s if slack > 0 else -math.inf
     if drifts:
-        end_s, task_id = min(drifts)
+        end_s, task_id, cause = min(drifts)
         at_s = max(end_s, gap_s)
         if at_s < max(a.end_s for a in timed.values()) - TIME_TOLERANCE_S and (not kills or at_s <= kills[0][0]):
-            return at_s, task_id, False
+            return at_s, task_id, cause
     if kills:
         end_s, task_id = kills[0]
-        return max(end_s, now_s, gap_s), task_id, True
+        return max(end_s, now_s, gap_s), task_id, "killed"
     return None
 
 
