@@ -123,21 +123,26 @@ class RunLearning:
         """The job's task process ended at plan clock ``end_s`` (``status``: its job's): one observation of its
         category, unless the job is known to have failed. Its runtime runs from its start where the backend
         says, else from its release to its machine. A drift of its run (in ``repairs``) when the category's
-        factor moved past ``repairs.slack`` from the one the plan carries and tasks of it are to come. Its peak
-        (or the limit it was killed at) is an observation of its category's memory, a drift when the category's
-        reservations rose (:meth:`_memory_observed`)."""
+        factor moved past ``repairs.slack`` from the one the plan carries and tasks of it are to come."""
         run, task_id = (record.dag_id, record.run_id), record.plan_task
         started_s = None if status.started_at is None else clock_at(book, now.monotonic_s, now.wall, status.started_at)
         drift = self._observed(book, run, task_id, status, end_s, started_s, repairs.slack, repairs.min_late_s)
         if drift is not None:
             repairs.run(*run).drift(drift)
-        drift = self._memory_observed(book, run, record, status) if repairs.slack > 0 else None
+
+    def finished(self, book: RunBook, record: JobRecord, status: JobStatus, repairs: RunRepairs) -> None:
+        """The job finished (``status``: its final one, which says its peak or its kill; a task's end may have been
+        seen before, from its worker's mark): its peak, or the limit it was killed at, over the model's reservation
+        of its task is an observation of its category's memory; a drift of its run (in ``repairs``) when the
+        category's factor moved from the one the plan carries and tasks of it are to come."""
+        if repairs.slack <= 0 or status.phase != "finished":
+            return
+        run = (record.dag_id, record.run_id)
+        drift = self._memory_observed(book, run, record, status)
         if drift is not None:
             repairs.run(*run).drift(drift)
 
     def _memory_observed(self, book: RunBook, run: Run, record: JobRecord, status: JobStatus) -> Drift | None:
-        """The job's peak (it succeeded) or its limit (it was killed for memory) over the model's reservation of
-        its task: a drift when its category's factor moved from the one the plan carries, with tasks to come."""
         task_id = record.plan_task
         planned = book.order.by_task.get(task_id)
         if planned is None:

@@ -344,6 +344,8 @@ class RunMachine:
         if book.end(task_id, end_s) and status is not None:
             self._repairs.ended(book, dag_id, run_id, task_id, end_s)
             self._learning.ended(book, record, status, end_s, now, self._repairs)  # its category's runtimes
+        if status is not None:
+            self._learning.finished(book, record, status, self._repairs)  # its category's memory
         if status is not None and status.phase in ("finished", "lost") and not status.succeeded:
             retry_bytes = math.ceil(record.memory_bytes * OOM_RETRY_GROWTH)
             self._repairs.failed(book, dag_id, run_id, task_id, status, retry_bytes)

@@ -247,6 +247,10 @@ def test_a_category_whose_first_tasks_peak_at_3x_their_prediction_reserves_that_
     machine = RunMachine(CONFIG, RESOURCES)
     for task in ("prep", "sim_1", "sim_2"):
         let_go(machine, order, version, task, 0.0)
+    # sim_1's worker marks its task's end first (on time: nothing to learn of its runtime), then its job finishes
+    mark = JobStatus("running", started_at=T0, task_ended_at=T0 + timedelta(seconds=10.0))
+    machine.handle(StatusRead(record("sim_1", version), True, mark), now(10.5))
+    assert machine.repair_state(RUN).drifts == []
     for task in ("sim_1", "sim_2"):  # on time, each peaking at 3 GiB where 1 GiB was predicted (and reserved)
         ends_with(machine, task, version, 10.0, exit_code=0, peak_rss_bytes=3 * GIB)
     drifts = machine.repair_state(RUN).drifts
