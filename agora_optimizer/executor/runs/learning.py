@@ -229,35 +229,43 @@ class RunLearning:
         return found
 
     def memory_factors(self, run: Run, book: RunBook, retries: Collection[str] = ()) -> dict[str, float]:
-        """The memory factor of each task of the run that has not ended, or whose retry (``retries``) is to come,
-        where its category's is not 1."""
+        """The memory factor of each task of the run a re-plan places (not started, or whose retry, ``retries``, is
+        to come: a running task keeps what it reserved), where it is not 1."""
         correction = self.runs.get(run)
         if correction is None or not correction.memory.categories:
             return {}
         found: dict[str, float] = {}
-        for task_id in book.order.by_task:
-            if task_id in book.gone or (task_id in book.ended and task_id not in retries):
-                continue
+        for task_id in _placed(book, retries):
             factor = correction.memory.factor(task_category(book, task_id), task_id)
             if factor != 1.0:
                 found[task_id] = factor
         return found
 
     def applied(
-        self, run: Run, book: RunBook, factors: Mapping[str, float], memory_factors: Mapping[str, float] | None = None
+        self,
+        run: Run,
+        book: RunBook,
+        factors: Mapping[str, float],
+        memory_factors: Mapping[str, float] | None = None,
+        retries: Collection[str] = (),
     ) -> None:
-        """A re-plan of the run used ``factors`` and ``memory_factors`` (by task): their planned runtimes and
-        reservations carry them from now."""
+        """A re-plan of the run used ``factors`` and ``memory_factors`` (by task; ``retries``: the tasks whose retry
+        it placed): their planned runtimes and the reservations of the tasks it placed carry them from now."""
         correction = self.run(run)
-        raised = memory_factors or {}
         for task_id in book.order.by_task:
             if task_id not in book.ended and task_id not in book.gone:
                 correction.carried[task_id] = factors.get(task_id, 1.0)
-            if task_id in raised or (task_id not in book.ended and task_id not in book.gone):
-                correction.memory_carried[task_id] = raised.get(task_id, 1.0)
+        raised = memory_factors or {}
+        for task_id in _placed(book, retries):
+            correction.memory_carried[task_id] = raised.get(task_id, 1.0)
         for category, factor in correction.factors(self.k).items():
             correction.categories[category].applied = factor
         correction.memory.applied_now()
+
+
+def _placed(book: RunBook, retries: Collection[str]) -> list[str]:
+    """The run's planned tasks a re-plan places: not started and coming, or a failed one whose retry is to come."""
+    return [t for t in book.order.by_task if (t not in book.started and t not in book.gone) or t in retries]
 
 
 def _to_come(book: RunBook) -> list[str]:

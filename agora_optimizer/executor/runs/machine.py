@@ -431,7 +431,7 @@ class RunMachine:
         book.order = fixed.order
         repair.overrides.update(fixed.overrides)
         repair.repairs += 1
-        self._learning.applied(event.run, book, fixed.runtime_factors, fixed.memory_factors)
+        self._learning.applied(event.run, book, fixed.runtime_factors, fixed.memory_factors, repair.retries)
         dag_id, run_id = event.run
         return [
             MoveHeld(event.run, fixed.overrides, f"repair at {fixed.repair.at_s:.1f} s"),

@@ -271,9 +271,9 @@ def test_a_category_whose_first_tasks_peak_at_3x_their_prediction_reserves_that_
     }  # fmt: skip
     assert "memory raised from this run: simulate x3.60 (2 tasks)" in fixed.repair.detail
     machine.handle(Replanned(RUN, fixed), now(12))
-    # sim_3 peaks at 3.3 GiB under its raised 3.6: confirmed, nothing to re-plan; the plan carries 3.6 from now
+    # sim_3 peaks at 3.2 GiB under its raised 3.6: 3.84 is within 10 % of what the plan carries, nothing to re-plan
     let_go(machine, fixed.order, version, "sim_3", 12.0)
-    ends_with(machine, "sim_3", version, 22.0, exit_code=0, peak_rss_bytes=int(3.3 * GIB))
+    ends_with(machine, "sim_3", version, 22.0, exit_code=0, peak_rss_bytes=int(3.2 * GIB))
     assert machine.repair_state(RUN).drifts == []
 
 
@@ -292,8 +292,8 @@ def test_a_task_killed_for_memory_has_its_retry_and_its_categorys_tasks_to_come_
     )
     [replan] = machine.handle(RepairsDue(), now(6))
     assert isinstance(replan, Replan)
-    # the retry of sim_1, and the tasks to come; sim_2 runs (the re-plan leaves its reservation as it is)
-    assert replan.memory_factors == pytest.approx({task: 2.4 for task in ("sim_1", "sim_2", "sim_3", "sim_4")})
+    # the retry of sim_1, and the tasks to come; sim_2 runs (and keeps what it reserved)
+    assert replan.memory_factors == pytest.approx({task: 2.4 for task in ("sim_1", "sim_3", "sim_4")})
     replanner = Replanner(str(catalog_file(tmp_path)), RESOURCES, lambda: store)
     fixed = replanner.replan(
         replan.book, replan.repair, replan.now_s, list(replan.drifts), replan.runtime_factors, replan.memory_factors
