@@ -42,10 +42,12 @@ def dump(out: Path) -> None:
             "task_stem": category,
             "log_input_bytes": log_in,
             "log_output_bytes": log_out,
+            "log_input_files": log_files,
+            "log_output_files": log_files / 2,
             "cores": cores,
         }
-        for (i, category), log_in, log_out, cores in itertools.product(
-            enumerate([*categories, "never-seen"]), (0.0, 10.0, 20.0), (0.0, 15.0), (1, 4)
+        for (i, category), log_in, log_out, log_files, cores in itertools.product(
+            enumerate([*categories, "never-seen"]), (0.0, 10.0, 20.0), (0.0, 15.0), (0.0, 2.0), (1, 4)
         )
     ]
     frame = pd.DataFrame(rows)

@@ -7,8 +7,10 @@ way the DAG processor does. A DAG author may declare what a task needs in its
     PythonOperator(task_id="train", ..., executor_config={"agora": {"cores": 4, "memory_gib": 8, "runtime_s": 600}})
 
 and ``"gpus": 1`` for a task that needs accelerators (a need, not a hint: the plan puts it only on
-a type with as many GPUs, section 5 of the spec). Declared runtime and memory are hints: the
-predictor prefers what the task's own history says and falls back to them (see :mod:`agora_optimizer.predict.fallback`).
+a type with as many GPUs, section 5 of the spec). What a task reads (``input_bytes``, ``input_files``,
+its inlets) feeds the predictor's size features (:mod:`agora_optimizer.integration.task_inputs`).
+Declared runtime and memory are hints: the predictor prefers what the task's own history says and
+falls back to them (see :mod:`agora_optimizer.predict.fallback`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from agora_optimizer.errors import AgoraError, FieldError
 from agora_optimizer.integration.dag_shape import DagShape, DagTask
+from agora_optimizer.integration.task_inputs import TaskInputs, declared_inputs, planned_inputs
 from agora_optimizer.integration.waits import release_waits, waits_without_worker
 from agora_optimizer.model.catalog import GIB
 from agora_optimizer.model.limits import MAX_GPUS
@@ -34,6 +37,7 @@ if TYPE_CHECKING:
     from agora_optimizer.traces.records import TaskAttempt
 
 AIRFLOW_PREFIX = "airflow:"
+INPUTS_SHOWN = 10  # tasks whose input sizes agora optimize names (a DAG of thousands would fill a screen)
 
 
 class DagNotFoundError(AgoraError):
@@ -74,6 +78,7 @@ def _first_line(error: object) -> str:
 # "resource_type" and "backend" say where a task ran when no agora executor did (the trace listener reads them).
 _HINT_KEYS = frozenset(
     {"cores", "gpus", "memory_gib", "memory_bytes", "runtime_s", "category", "placement", "resource_type", "backend"}
+    | {"input_bytes", "input_files"}
 )
 
 
@@ -114,7 +119,13 @@ def _dag_task(fileloc: str, task: Any, mapped_group: Any = None) -> DagTask:
         literal_width=_literal_width(task, mapped_group),
         map_group=str(getattr(mapped_group, "group_id", "") or ""),
         waits=waits_without_worker(task),
+        inputs=declared_inputs(task, hints, _dag_named(fileloc, getattr(task, "dag_id", None))),
     )
+
+
+def _dag_named(fileloc: str, dag_id: object) -> str:
+    """``dags/etl.py (DAG 'etl')``: where an error about a task's declared input sizes points."""
+    return f"{fileloc} (DAG '{dag_id}')" if isinstance(dag_id, str) and dag_id else fileloc
 
 
 def _closest_mapped_group(task: Any) -> Any:
@@ -204,12 +215,40 @@ def mapped_widths(shape: DagShape, attempts: Iterable[TaskAttempt], default_widt
     }
 
 
-def workflow_shape(shape: DagShape) -> WorkflowShape:
-    """The DAG as the predictor sees a workflow before it runs: task ids, operators, hints and edges."""
+def planned_dag_inputs(shape: DagShape, attempts: Sequence[TaskAttempt] = ()) -> dict[str, TaskInputs]:
+    """What each task of the DAG will read in its next run (:func:`~agora_optimizer.integration.task_inputs.
+    planned_inputs`: a size given as a template or a callable is the median ``attempts`` recorded)."""
+    from agora_optimizer.model.instances import split_instance
+
+    planned: dict[str, TaskInputs] = {}
+    for task in shape.tasks:
+        name = split_instance(task.task_id)[0]  # a mapped instance reads as its task's runs did
+        upstream = [split_instance(parent)[0] for parent in task.upstream]
+        planned[task.task_id] = planned_inputs(task.inputs, (shape.dag_id, name), upstream, attempts)
+    return planned
+
+
+def inputs_note(shape: DagShape, planned: Mapping[str, TaskInputs], most: int = INPUTS_SHOWN) -> str:
+    """``inputs: extract 2048 bytes in 3 files (inlets), ...``: the sizes a plan was made from, of the first
+    ``most`` tasks that say one ("" when none does)."""
+    from agora_optimizer.model.instances import split_instance
+
+    said = {split_instance(task.task_id)[0]: planned[task.task_id] for task in shape.tasks}
+    shown_inputs = [f"{name} {inputs.describe()}" for name, inputs in said.items() if inputs.source or inputs.notes]
+    more = f" and {len(shown_inputs) - most} more tasks" if len(shown_inputs) > most else ""
+    return f"inputs: {', '.join(shown_inputs[:most])}{more}" if shown_inputs else ""
+
+
+def workflow_shape(
+    shape: DagShape, attempts: Sequence[TaskAttempt] = (), inputs: Mapping[str, TaskInputs] | None = None
+) -> WorkflowShape:
+    """The DAG as the predictor sees a workflow before it runs: task ids, operators, hints, edges, and the
+    bytes and files each task reads (``inputs``, else :func:`planned_dag_inputs` of ``attempts``)."""
     from agora_optimizer.model.shapes import TaskShape, WorkflowShape
     from agora_optimizer.model.workflow import Edge
     from agora_optimizer.predict.features import task_stem
 
+    planned = inputs if inputs is not None else planned_dag_inputs(shape, attempts)
     tasks = tuple(
         TaskShape(
             task_id=task.task_id,
@@ -220,6 +259,8 @@ def workflow_shape(shape: DagShape) -> WorkflowShape:
             dag_id=shape.dag_id,
             hint_runtime_s=task.runtime_hint_s,
             hint_memory_bytes=task.memory_hint_bytes,
+            input_bytes=planned[task.task_id].input_bytes or 0,  # 0: unknown, as the features read it
+            input_files=planned[task.task_id].input_files or 0,
         )
         for task in shape.tasks
     )
@@ -260,7 +301,8 @@ def predicted_dag_workflow(
     dag = without(dag, [task.task_id for task in left_out])
     widths = mapped_widths(dag, attempts, _default_map_width(settings.get("default_map_width")))
     expanded = expand_mapped(dag, widths)
-    shape = workflow_shape(expanded)
+    inputs = planned_dag_inputs(expanded, attempts)
+    shape = workflow_shape(expanded, inputs=inputs)
     predictor: Predictor | None = None
     origin = "no attempts in the trace store"
     if attempts:
@@ -275,18 +317,19 @@ def predicted_dag_workflow(
         predictor = load_predictor(directory)
         origin = f"{origin}; model {directory}"
     workflow = predictor.predicted_workflow(shape, catalog, runtime_quantile)
-    sources = predictor.predict(shape, catalog).sources()
+    sources = predictor.predict(shape, catalog).describe_sources()
     if runtime_quantile is not None:
         origin = f"{origin}; {predictor.quantile_note(runtime_quantile)}"
     workflow, waits = release_waits(workflow, catalog, [task.task_id for task in expanded.tasks if task.waits])
     notes = [f"mapped {task}: {width.describe()}" for task, width in sorted(widths.items())]
+    notes += [note for note in [inputs_note(expanded, inputs)] if note]
     if waits:
         shown_waits = ", ".join(wait.describe() for wait in waits)
         notes.append(f"waits without a worker, planned as release times of the tasks after them: {shown_waits}")
     if left_out:
         shown = ", ".join(task.describe() for task in left_out)
         notes.append(f"planned on the path its runs take most often, without {shown}")
-    return workflow, "; ".join([f"{origin}; answered by {sources}", *notes])
+    return workflow, "; ".join([f"{origin}; answered: {sources}", *notes])
 
 
 def _default_map_width(value: str) -> int:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from agora_optimizer.integration.task_inputs import NO_DECLARATION, InputDeclaration
+
 
 @dataclass(frozen=True)
 class DagTask:
@@ -25,6 +27,7 @@ class DagTask:
     map_group: str = ""  # the closest mapped task group's id: its tasks' instance i follow each other's i
     waits: bool = False  # waits without a worker (deferrable, or a reschedule-mode sensor): a release, not work
     gpus: int = 0  # declared: the GPUs the task needs (section 5 of the spec)
+    inputs: InputDeclaration = NO_DECLARATION  # what it reads: declared sizes, inlets (integration/task_inputs.py)
 
 
 @dataclass(frozen=True)

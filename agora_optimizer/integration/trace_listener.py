@@ -20,6 +20,11 @@ machine's environment says so (the agora executor sets them, and ``$AGORA_MACHIN
 non-default queue name as the resource type. The host is the machine's, except under a Celery
 worker, whose name it is (``pool_small@node1``: :func:`agora_optimizer.integration.celery_pools.worker_name`).
 
+What the attempt read: ``executor_config["agora"]["input_bytes"]`` / ``["input_files"]`` evaluated
+with the run's context (a template rendered, a callable called), else the sizes of its local inlets
+(:mod:`agora_optimizer.integration.task_inputs`), else what its upstream tasks' rows of the same run say they
+wrote (``output_bytes``); a value that cannot be a size is logged and left empty.
+
 A listener runs inside the task: every hook swallows and logs its own errors, so a
 trace store that is down or a bad row never fails the task. State changes reported
 outside a task process (an API server marking a task failed) are not attempts and
@@ -31,6 +36,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -38,6 +44,7 @@ from airflow.listeners import hookimpl
 
 from agora_optimizer.errors import first_line
 from agora_optimizer.integration.celery_pools import worker_name
+from agora_optimizer.integration.task_inputs import INPUT_FIELDS, run_inputs, says_nothing, upstream_outputs
 from agora_optimizer.model.placement import BACKEND_ENV, MACHINE_ENV, PLAN_VERSION_ENV
 from agora_optimizer.model.placement import RESOURCE_ENV as RESOURCE_TYPE_ENV
 from agora_optimizer.traces.records import AttemptState, TaskAttempt, TraceRecordError
@@ -97,15 +104,16 @@ class TraceListener:
                 return  # e.g. the API server marking a task instance: no attempt ran here
             sample = sampler.stop() if sampler is not None else None
             attempt = attempt_from_task_instance(task_instance, state, error, sample)
-            self._write(attempt)
+            self._write(attempt, sized_by_upstream(task_instance, attempt))
         except TraceRecordError as exc:
             log.warning("agora: trace row skipped: %s", exc)
         except Exception:
             log.exception("agora: cannot record the trace of task instance %s", _describe(task_instance))
 
-    def _write(self, attempt: TaskAttempt) -> None:
+    def _write(self, attempt: TaskAttempt, upstream: Sequence[str] = ()) -> None:
         """Write the row, then a few that wait in the spool; a store that is down, or locked past the hooks'
-        short busy timeout, does not hold the task: the row waits in the spool instead."""
+        short busy timeout, does not hold the task: the row waits in the spool instead. ``upstream``: the
+        tasks whose recorded outputs in this run are what the attempt read (:func:`sized_by_upstream`)."""
         from agora_optimizer.traces.store import HOOK_BUSY_TIMEOUT_S, TraceStore, default_store_url
 
         try:
@@ -115,6 +123,8 @@ class TraceListener:
             return
         with store:
             try:
+                if upstream:
+                    attempt = _with_upstream_outputs(store, attempt, upstream)
                 report = store.add([attempt])
             except Exception as exc:
                 self._spool(attempt, exc)
@@ -183,7 +193,47 @@ def attempt_from_task_instance(
         state=state,
         error_text=_error_text(error),
         **_planned(task_instance),
+        **read_inputs(task_instance),
     )
+
+
+def read_inputs(task_instance: Any) -> dict[str, int | None]:
+    """``input_bytes`` and ``input_files`` of the attempt ({} when the task says nothing it can be sized by, or
+    says it wrongly: logged, never raised, the attempt is recorded without them)."""
+    task = getattr(task_instance, "task", None)
+    if task is None:
+        return {}
+    try:
+        declared = any(name in _agora_config(task_instance) for name in INPUT_FIELDS)
+        context = task_instance.get_template_context() if declared else {}
+        inputs = run_inputs(task, context, str(task_instance.dag_id))
+    except Exception as exc:  # a FieldError names the DAG, task and field; anything else is the DAG's code's
+        log.warning("agora: %s recorded without its input size: %s", _describe(task_instance), first_line(exc))
+        return {}
+    for note in inputs.notes:
+        log.info("agora: %s: %s", _describe(task_instance), note)
+    return {"input_bytes": inputs.input_bytes, "input_files": inputs.input_files}
+
+
+def sized_by_upstream(task_instance: Any, attempt: TaskAttempt) -> tuple[str, ...]:
+    """The upstream task ids whose outputs in this run the attempt read, when nothing else says what it read
+    (no declared size, no inlet): as planning reads the task (:func:`~agora_optimizer.integration.task_inputs.
+    planned_inputs`). Empty when the attempt's size is known or the task has no upstream task."""
+    task = getattr(task_instance, "task", None)
+    if attempt.input_bytes is not None or task is None or not says_nothing(task):
+        return ()
+    return tuple(sorted(str(name) for name in getattr(task, "upstream_task_ids", None) or ()))
+
+
+def _with_upstream_outputs(store: Any, attempt: TaskAttempt, upstream: Sequence[str]) -> TaskAttempt:
+    """``attempt`` with the sum of what its upstream tasks wrote in its run, where the store recorded it."""
+    from dataclasses import replace
+
+    rows = [row for name in upstream for row in store.attempts(attempt.dag_id, name, run_id=attempt.run_id)]
+    inputs = upstream_outputs(attempt.dag_id, upstream, rows)
+    if inputs.input_bytes is None:
+        return attempt
+    return replace(attempt, input_bytes=inputs.input_bytes, input_files=inputs.input_files)
 
 
 def _planned(task_instance: Any) -> dict[str, str]:

@@ -30,7 +30,7 @@ from agora_optimizer.model.catalog import GIB, Catalog, Resource
 from agora_optimizer.model.shapes import TaskShape, WorkflowShape
 from agora_optimizer.model.workflow import Task, Workflow
 from agora_optimizer.predict.errors import EmptyHistoryError, PredictorError, UnknownResourceError
-from agora_optimizer.predict.fallback import Estimate, History, Level, first_answer, summarise
+from agora_optimizer.predict.fallback import LEVELS, Estimate, History, Level, first_answer, summarise
 from agora_optimizer.predict.features import (
     RESOURCE_NUMERIC,
     feature_frame,
@@ -49,6 +49,17 @@ log = logging.getLogger(__name__)
 DEFAULT_MEMORY_BYTES = GIB
 
 RuntimeModel = RuntimeChoiceRegressor | RuntimeRegressor
+
+
+# What each level of the cold-start chain means, as ``describe_sources`` says it.
+LEVEL_WORDS: Mapping[Level, str] = MappingProxyType(
+    {
+        "task": "from their own runs",
+        "category": "from their category's or operator's runs",
+        "hint": "from their hints",
+        "default": "from the defaults",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -103,6 +114,25 @@ class Prediction:
             "runtime": dict(Counter(t.runtime_source for t in self.tasks)),
             "memory": dict(Counter(t.memory_source for t in self.tasks)),
         }
+
+    def describe_sources(self, names_shown: int = 3) -> str:
+        """Which tasks each level answered, runtime then memory, best level first, a few names each.
+
+        ``runtime: 2 from their own runs (extract, load), 3 from hints (clean, ...); memory: ...``
+        """
+        parts = []
+        for quantity in ("runtime", "memory"):
+            by_level: dict[str, list[str]] = {}
+            for task in self.tasks:
+                by_level.setdefault(getattr(task, f"{quantity}_source"), []).append(task.task_id)
+            answered = []
+            for level in LEVELS:
+                ids = by_level.get(level, [])
+                if ids:
+                    shown = ", ".join([*ids[:names_shown], *(["..."] if len(ids) > names_shown else [])])
+                    answered.append(f"{len(ids)} {LEVEL_WORDS[level]} ({shown})")
+            parts.append(f"{quantity}: {', '.join(answered) or 'no tasks'}")
+        return "; ".join(parts)
 
 
 def training_hash(attempts: Sequence[TaskAttempt]) -> str:

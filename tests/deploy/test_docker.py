@@ -579,6 +579,20 @@ def test_start_order_uses_conditions_and_healthchecks(config: dict[str, Any]) ->
         visit(name, ())
 
 
+def test_each_shared_volume_is_first_mounted_by_one_service_that_the_others_wait_for(config: dict[str, Any]) -> None:
+    # Docker copies the image's content at the mount path into a named volume at its first mount: two
+    # containers created at once that both mount a new volume race there (CI: slurm-large "failed to
+    # mkdir .../agora-data/_data/models: file exists" beside slurm-small). So each volume that several
+    # services mount has one that mounts it first, and every other one waits for it.
+    named = set(config.get("volumes") or {})
+    for volume in sorted(named):
+        users = sorted(name for name in config["services"] if volume in mounts(config, name).values())
+        if len(users) < 2:
+            continue
+        firsts = [first for first in users if all(waits_for(config, other, first) for other in users if other != first)]
+        assert firsts, f"volume {volume}: none of {users} is mounted before all the others"
+
+
 def test_state_dir_dags_logs_and_munge_key_are_shared_volumes(config: dict[str, Any]) -> None:
     env = environment(config, "airflow-scheduler")
     named = set(config.get("volumes") or {})

@@ -58,7 +58,7 @@ def _plan(home: Path, store: str, out: Path) -> tuple[dict[str, dict[str, object
 def test_a_dag_with_no_history_is_planned_from_its_declared_hints(tmp_path: Path) -> None:
     by_task, err = _plan(tmp_path, f"sqlite:///{tmp_path / 'empty.db'}", tmp_path / "plan.json")
     assert set(by_task) == {"extract", "clean", "aggregate", "profile", "load"}
-    assert "'runtime': {'hint': 5}" in err
+    assert "runtime: 5 from their hints" in err
     assert by_task["aggregate"]["memory_bytes"] == 1 * GIB  # executor_config={"agora": {"memory_gib": 1, ...}}
     assert by_task["load"]["start_s"] >= max(by_task[t]["end_s"] for t in ("clean", "aggregate", "profile")) - 1e-9
 
@@ -124,7 +124,7 @@ def test_traces_only_from_resources_the_catalog_dropped_leave_the_hints_in_charg
         traces.add(_attempts(2, resource_type="retired-pool"))  # a pool since removed from the catalog
     by_task, err = _plan(tmp_path, store, tmp_path / "plan.json")
     assert "nothing to learn from for this catalog" in err and "unknown resource type" in err
-    assert "'runtime': {'hint': 5}" in err
+    assert "runtime: 5 from their hints" in err
     assert by_task["aggregate"]["memory_bytes"] == 1 * GIB  # the declared hint, as with no history
 
 
@@ -242,3 +242,89 @@ def test_a_declared_gpus_need_is_planned_onto_a_gpu_type_and_reserved(tmp_path: 
         "--store", f"sqlite:///{tmp_path / 't.db'}", "-o", str(tmp_path / "bad.json"),
     )  # fmt: skip
     assert result.returncode == 2 and "fit.executor_config.agora.gpus" in result.stderr
+
+
+def _scan(run: int, size: int, seconds: float) -> TaskAttempt:
+    """A past run of a task of category ``scan`` that read ``size`` bytes in about ``seconds``."""
+    start = datetime(2026, 11, 1, tzinfo=UTC)
+    return TaskAttempt.create(
+        dag_id="sized", task_id="scan_before", run_id=f"r{run}_{size}", category="scan", operator="EmptyOperator",
+        resource_type="local-small", backend="local", input_bytes=size, started_at=start,
+        ended_at=start + timedelta(seconds=seconds * (1 + 0.02 * run)), peak_rss_bytes=100 * 2**20,
+    )  # fmt: skip
+
+
+def test_what_a_task_reads_is_planned_with_and_the_prediction_follows_its_size(tmp_path: Path) -> None:
+    """A declared ``input_bytes`` and a file inlet reach the predictor as they do for WfFormat tasks: trained on
+    a category's runs that read 1 MB in 10 s and 100 MB in 100 s, a task declaring 100 MB is planned at about
+    100 s and one declaring 1 MB at about 10 s; a task whose inlet file grows from 1 MB to 100 MB between two
+    plans goes from about 10 s to about 100 s (the runtime model answers by size, not by the category's median)."""
+    folder = tmp_path / "dags"
+    folder.mkdir()
+    data = tmp_path / "data.bin"
+    (folder / "sized.py").write_text(
+        "from datetime import datetime\n"
+        "from airflow.sdk import DAG, Asset\n"
+        "from airflow.providers.standard.operators.empty import EmptyOperator\n"
+        "with DAG('sized', schedule=None, start_date=datetime(2026, 1, 1)):\n"
+        "    EmptyOperator(task_id='small', executor_config={'agora': {'category': 'scan', 'input_bytes': 10**6}})\n"
+        "    EmptyOperator(task_id='large', executor_config={'agora': {'category': 'scan', 'input_bytes': 10**8}})\n"
+        f"    EmptyOperator(task_id='reads_file', inlets=[Asset('file://{data}')],\n"
+        "                  executor_config={'agora': {'category': 'scan'}})\n"
+    )
+    past = [_scan(run, size, seconds) for run in range(4) for size, seconds in ((10**6, 10.0), (10**8, 100.0))]
+    store = f"sqlite:///{tmp_path / 'traces.db'}"
+    with TraceStore(store) as traces:
+        assert traces.add(past).written == 8
+
+    def planned_runtimes_s(out: Path) -> tuple[dict[str, float], str]:
+        result = _agora(
+            tmp_path, "optimize", "airflow:sized", "--catalog", str(REPO / "catalogs" / "local.yaml"),
+            "--dag-folder", str(folder), "--store", store, "-o", str(out), "--time-limit-s", "5",
+            "--runtime-quantile", "p50",
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        assignments = json.loads(out.read_text())["assignments"]
+        return {a["task"]: a["end_s"] - a["start_s"] for a in assignments}, result.stderr
+
+    with data.open("wb") as file:
+        file.truncate(10**6)  # sparse: its size is what the inlet reads
+    before, err = planned_runtimes_s(tmp_path / "before.json")
+    assert "inputs: small 1000000 bytes (declared), large 100000000 bytes (declared)" in err
+    assert "reads_file 1000000 bytes in 1 file (inlets)" in err
+    assert 8.0 <= before["small"] <= 12.5 and 80.0 <= before["large"] <= 125.0
+    assert 8.0 <= before["reads_file"] <= 12.5
+    with data.open("wb") as file:
+        file.truncate(10**8)
+    after, err = planned_runtimes_s(tmp_path / "after.json")
+    assert "reads_file 100000000 bytes in 1 file (inlets)" in err
+    assert 80.0 <= after["reads_file"] <= 125.0
+    assert after["small"] == pytest.approx(before["small"]) and after["large"] == pytest.approx(before["large"])
+    (folder / "sized.py").write_text((folder / "sized.py").read_text().replace("10**8", "-1"))
+    result = _agora(
+        tmp_path, "optimize", "airflow:sized", "--catalog", str(REPO / "catalogs" / "local.yaml"),
+        "--dag-folder", str(folder), "--store", store, "-o", str(tmp_path / "bad.json"),
+    )  # fmt: skip
+    assert result.returncode == 2 and not (tmp_path / "bad.json").exists()
+    assert "(DAG 'sized'): field 'large.executor_config.agora.input_bytes': must be >= 0, got -1" in result.stderr
+
+
+def test_the_sizes_a_plan_used_are_named_for_a_few_tasks_and_counted_for_the_rest() -> None:
+    from agora_optimizer.integration.airflow_dag import inputs_note
+    from agora_optimizer.integration.dag_shape import DagShape, DagTask
+    from agora_optimizer.integration.task_inputs import TaskInputs
+
+    tasks = tuple(DagTask(task_id=f"t{i}", operator="EmptyOperator", upstream=()) for i in range(5))
+    tasks += (
+        DagTask(task_id="mapped[0]", operator="x", upstream=()),
+        DagTask(task_id="mapped[1]", operator="x", upstream=()),
+    )
+    planned = {task.task_id: TaskInputs(100 * i, 1, "inlets") for i, task in enumerate(tasks)}
+    planned["t0"] = TaskInputs()  # unknown, and nothing to say of it
+    shape = DagShape(dag_id="d", fileloc="d.py", tasks=tasks)
+    assert (
+        inputs_note(shape, planned, most=2)
+        == "inputs: t1 100 bytes in 1 file (inlets), t2 200 bytes in 1 file (inlets) and 3 more tasks"
+    )
+    assert inputs_note(shape, planned).endswith("t4 400 bytes in 1 file (inlets), mapped 600 bytes in 1 file (inlets)")
+    assert inputs_note(shape, dict.fromkeys(planned, TaskInputs())) == ""

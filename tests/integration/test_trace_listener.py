@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -121,3 +122,95 @@ def test_a_store_another_process_holds_does_not_hold_the_task_its_row_waits_and_
     assert pending() == 0
     with TraceStore(url) as store:
         assert sorted(a.task_id for a in store.attempts()) == ["next", "t"]
+
+
+def _runtime_ti(task: Any, conf: dict[str, Any], run_id: str = "manual__1") -> Any:
+    """The Task SDK's own task instance of a run whose conf is ``conf``: its template context is Airflow's."""
+    import uuid
+    from datetime import UTC, datetime
+
+    from airflow.sdk.api.datamodels._generated import DagRun, DagRunState, DagRunType, TIRunContext
+    from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
+
+    now = datetime(2026, 12, 5, tzinfo=UTC)
+    run = DagRun(
+        dag_id=task.dag_id, run_id=run_id, logical_date=None, data_interval_start=None, data_interval_end=None,
+        run_after=now, start_date=now, end_date=None, run_type=DagRunType.MANUAL, state=DagRunState.RUNNING, conf=conf,
+        consumed_asset_events=[], partition_key=None,
+    )  # fmt: skip
+    return RuntimeTaskInstance.model_construct(
+        id=uuid.uuid4(), task_id=task.task_id, dag_id=task.dag_id, run_id=run_id, try_number=1, map_index=-1,
+        dag_version_id=uuid.uuid4(), task=task, start_date=now, end_date=now,
+        _ti_context_from_server=TIRunContext(dag_run=run, max_tries=0),
+    )  # fmt: skip
+
+
+def test_a_recorded_attempt_reads_the_size_its_template_gives_with_the_runs_conf_and_params(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``input_bytes`` as a template of the run's params (which the run's conf overrides) and conf: each
+    attempt records its own run's size; a template that fails records none, and the task is not held up."""
+    from airflow.providers.standard.operators.empty import EmptyOperator
+    from airflow.sdk import DAG
+
+    from agora_optimizer.integration.trace_listener import TraceListener
+    from agora_optimizer.traces.store import TraceStore
+
+    monkeypatch.setenv("AIRFLOW__AGORA__STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.delenv("AGORA_SAMPLED_BY_WORKER", raising=False)
+    sized = {"input_bytes": "{{ params.rows * dag_run.conf['row_bytes'] }}", "input_files": "{{ params.rows }}"}
+    with DAG("sized", schedule=None, params={"rows": 10}):
+        load = EmptyOperator(task_id="load", executor_config={"agora": sized})
+        broken = EmptyOperator(task_id="broken", executor_config={"agora": {"input_bytes": "{{ dag_run.conf['x'] }}"}})
+    url = f"sqlite:///{tmp_path / 'traces.db'}"
+    listener = TraceListener(store_url=url)
+    listener.on_task_instance_success(None, _runtime_ti(load, {"row_bytes": 100}))
+    with TraceStore(url) as store:
+        (first,) = store.attempts()
+    assert (first.input_bytes, first.input_files) == (1000, 10)  # params.rows's default, conf's row_bytes
+    listener.on_task_instance_success(None, _runtime_ti(load, {"row_bytes": 100, "rows": 3}, "manual__2"))
+    with TraceStore(url) as store:
+        (second,) = store.attempts(run_id="manual__2")
+    assert (second.input_bytes, second.input_files) == (300, 3)  # this run's conf overrides params.rows
+    with caplog.at_level("WARNING", logger="agora_optimizer.integration.trace_listener"):
+        listener.on_task_instance_success(None, _runtime_ti(broken, {"row_bytes": 100}))
+    with TraceStore(url) as store:
+        (row,) = store.attempts(task_id="broken")
+    assert (row.state, row.input_bytes, row.input_files) == ("success", None, None)
+    (warning,) = [r.getMessage() for r in caplog.records if "input size" in r.getMessage()]
+    assert "DAG 'sized': field 'broken.executor_config.agora.input_bytes': cannot evaluate it: UndefinedError" in (
+        warning
+    )
+
+
+def test_a_task_that_says_nothing_of_its_input_records_what_its_upstream_tasks_wrote_in_its_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from airflow.providers.standard.operators.empty import EmptyOperator
+    from airflow.sdk import DAG
+
+    from agora_optimizer.integration.trace_listener import TraceListener
+    from agora_optimizer.traces.records import TaskAttempt
+    from agora_optimizer.traces.store import TraceStore
+
+    monkeypatch.setenv("AIRFLOW__AGORA__STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.delenv("AGORA_SAMPLED_BY_WORKER", raising=False)
+    with DAG("piped", schedule=None):
+        extract, clean = EmptyOperator(task_id="extract"), EmptyOperator(task_id="clean")
+        load = EmptyOperator(task_id="load")
+        [extract, clean] >> load
+    url = f"sqlite:///{tmp_path / 'traces.db'}"
+    wrote = [("manual__1", "extract", 5000), ("manual__1", "clean", 700), ("manual__0", "extract", 10**9)]
+    with TraceStore(url) as store:  # what an importer or an executor that measures outputs recorded
+        store.add(
+            TaskAttempt.create(dag_id="piped", task_id=t, run_id=r, output_bytes=b, output_files=2) for r, t, b in wrote
+        )
+    listener = TraceListener(store_url=url)
+    listener.on_task_instance_success(None, _runtime_ti(load, {}))
+    with TraceStore(url) as store:
+        (row,) = store.attempts(task_id="load")
+    assert (row.input_bytes, row.input_files) == (5700, 4)  # this run's upstream rows, not run manual__0's
+    listener.on_task_instance_success(None, _runtime_ti(extract, {}, "manual__2"))
+    with TraceStore(url) as store:
+        (first,) = store.attempts(task_id="extract", run_id="manual__2")
+    assert (first.input_bytes, first.input_files) == (None, None)  # no upstream task: unknown

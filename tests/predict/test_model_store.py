@@ -176,14 +176,26 @@ def test_metadata_says_which_runtime_model_answers_each_category(saved: Path, tr
     assert all(set(entry) <= {"model", "held_out_mdae_log"} for entry in chosen.values())
 
 
-def test_a_model_of_format_1_still_loads_and_answers_from_its_trees(catalog: Catalog) -> None:
-    """The shipped model was saved before the per-category choice: it loads, and says its trees answered."""
-    shipped = Path(__file__).resolve().parents[2] / "models" / "predictor"
-    if read_metadata(shipped)["format"] != "agora-predictor/1":
-        pytest.skip("the shipped model has been retrained in format 2")
-    predictor = load_predictor(shipped)
+def test_a_model_of_format_1_still_loads_and_answers_from_its_trees(
+    saved: Path, tmp_path: Path, trained: Predictor, catalog: Catalog, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A model saved before the per-category choice (the trees alone, no quantiles) loads and says so."""
+    directory = _copy(saved, tmp_path)
+    sio.dump({"runtime": trained.runtime_model.trees_, "memory": trained.memory_model}, directory / MODEL_FILE)
+    metadata = json.loads((directory / METADATA_FILE).read_text())
+    (directory / METADATA_FILE).write_text(json.dumps({**metadata, "format": "agora-predictor/1"}))
+    _rehash(directory)
+    with caplog.at_level("WARNING"):
+        predictor = load_predictor(directory)
+    assert "has no runtime quantiles" in caplog.text and not predictor.has_runtime_quantiles
     prediction = predictor.predict(read_workflow_shape(SRA_2), catalog)
     assert prediction.tasks and {t.runtime_model for t in prediction.tasks} == {"trees"}
+
+
+def test_the_shipped_model_is_of_the_current_format_with_quantiles() -> None:
+    shipped = Path(__file__).resolve().parents[2] / "models" / "predictor"
+    assert read_metadata(shipped)["format"] == model_store.MODEL_FORMAT  # retrain: models/README.md
+    assert load_predictor(shipped).has_runtime_quantiles
 
 
 def test_a_format_2_file_holding_the_trees_alone_is_refused(saved: Path, tmp_path: Path, trained: Predictor) -> None:

@@ -44,6 +44,20 @@ def test_each_level_answers_and_says_so(trained: Predictor, catalog: Catalog) ->
     assert tasks[3].memory_bytes >= trained.default_memory_bytes  # an unknown task gets a safe reservation
 
 
+def test_the_description_names_which_tasks_each_level_answered(trained: Predictor, catalog: Catalog) -> None:
+    seen = read_workflow_shape(BLAST_1).tasks[1]
+    hinted = [
+        TaskShape(f"mystery_{i}", "mystery", "", 10, 10, dag_id="x", hint_runtime_s=4.0, hint_memory_bytes=2**25)
+        for i in range(5)
+    ]
+    shape = WorkflowShape("mixed", (seen, *hinted), ())
+    text = trained.predict(shape, catalog).describe_sources(names_shown=3)
+    runtime, memory = text.split("; ")
+    hints = "5 from their hints (mystery_0, mystery_1, mystery_2, ...)"  # three names, then "..."
+    assert runtime == f"runtime: 1 from their own runs ({seen.task_id}), {hints}"
+    assert memory.startswith("memory: 1 from their own runs") and "mystery_3" not in memory
+
+
 def test_a_task_seen_before_gets_its_own_history(trained: Predictor, catalog: Catalog) -> None:
     recorded = load_workflow(BLAST_1)
     tasks = trained.predict(read_workflow_shape(BLAST_1), catalog).tasks
