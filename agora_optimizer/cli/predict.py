@@ -201,6 +201,7 @@ def simulate(
     from agora_optimizer.predict.replay import replay
 
     repairs: list[dict[str, Any]] = []
+    killed: list[str] = []  # with --repair: the attempts killed for memory (a task, once per kill)
     with user_errors():
         loaded = load_plan(plan)
         truth = load_workflow(actual)
@@ -210,15 +211,17 @@ def simulate(
             run = replay_with_repairs(loaded, made_from, truth, cat, slack=slack)
             result = run.replay
             repairs = [
-                {"at_s": e.at_s, "late_task": e.late_task, "moved_tasks": e.moved_tasks,
+                {"at_s": e.at_s, "late_task": e.late_task, "cause": e.cause, "moved_tasks": e.moved_tasks,
                  "forecast_makespan_s": e.forecast_makespan_s, "forecast_cost_usd": e.forecast_cost_usd}
                 for e in run.repairs
             ]  # fmt: skip
+            killed = [a.task for a in run.killed]
         else:
             result = replay(loaded, truth, cat)
     summary = result.summary()
     if repair:
         summary["repairs"] = repairs
+        summary["killed_for_memory"] = killed
     if as_json:
         out_console.print_json(json.dumps(summary))
         return
@@ -229,8 +232,13 @@ def simulate(
         f"cost {result.cost_usd:.4f} USD",
     ]
     if repair:
-        first = f", the first at {repairs[0]['at_s']:,.1f} s ({repairs[0]['late_task']} late)" if repairs else ""
-        lines.append(f"{len(repairs)} repair(s){first}")
+        first = repairs[0] if repairs else None
+        when = f", the first at {first['at_s']:,.1f} s ({first['late_task']} {first['cause']})" if first else ""
+        lines.append(f"{len(repairs)} repair(s){when}")
+        if killed:
+            lines.append(
+                f"{len(set(killed))} task(s) killed for memory and retried ({len(killed)} retries), their time counted"
+            )
     if result.oom_tasks:
         worst = statistics.median(t.actual_bytes / max(t.reserved_bytes, 1) for t in result.oom_tasks)
         lines.append(

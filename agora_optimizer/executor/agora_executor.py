@@ -626,8 +626,9 @@ class AgoraExecutor(BaseExecutor):
         """Re-plan the run and apply the answer; any error leaves the run as planned: a plan never stops a DAG."""
         try:
             fixed = self._replanner.replan(
-                action.book, action.repair, action.now_s, list(action.drifts), action.runtime_factors
-            )
+                action.book, action.repair, action.now_s, list(action.drifts), action.runtime_factors,
+                action.memory_factors,
+            )  # fmt: skip
             return self._run_event(Replanned(action.run, fixed))
         except Exception as exc:
             return self._run_event(ReplanFailed(action.run, action.drifts, str(exc)))

@@ -9,8 +9,7 @@ from datetime import UTC, datetime
 from agora_optimizer import settings
 from agora_optimizer.executor.lifecycle import LifecycleConfig, Now
 from agora_optimizer.planning.replan import REPLAN_SLACK
-
-OOM_RETRY_GROWTH = 1.5  # a retry after an OOM kill reserves this much more than the attempt that died
+from agora_optimizer.predict.memory_in_run import OOM_RETRY_GROWTH  # noqa: F401  (the jobs' and runs' retry growth)
 
 
 @dataclass(frozen=True)

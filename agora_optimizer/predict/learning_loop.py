@@ -6,9 +6,10 @@ For one held-out WfFormat instance and a predictor trained without it (:func:`si
    and memory are not read);
 2. plan the predicted workflow for time; the deadline is ``deadline_factor`` (1.5) times that plan's
    makespan; plan it again for ``objective`` (cost) under that deadline: the plan the run follows;
-3. run that plan on the true runtimes with the executor's repairs
-   (:func:`~agora_optimizer.predict.repair_replay.replay_with_repairs`), and note what the run forecast
-   for itself once ``forecast_share`` (a quarter) of it had run;
+3. run that plan on the true runtimes and peaks with the executor's repairs
+   (:func:`~agora_optimizer.predict.repair_replay.replay_with_repairs`: a task over its reservation is
+   killed and retried, and its category's memory learned), and note what the run forecast for itself
+   once ``forecast_share`` (a quarter) of it had run;
 4. beside it, the plan made from the truth under the same deadline (its cost is the floor the issue's
    "actual cost at most 1.15x the truth plan's" compares with; None where the truth cannot meet the
    deadline), and the one-type default (made from the same predictions, run with repairs too).
@@ -205,7 +206,7 @@ def simulate_run(
         "default_actual_makespan_s": None if default_run is None else default_run.replay.makespan_s,
         "default_actual_cost_usd": None if default_run is None else default_run.replay.cost_usd,
         "default_repairs": None if default_run is None else len(default_run.repairs),
-        **memory_over_reservation(made.assignments, actual),
+        **memory_over_reservation(made.assignments, actual, run.killed),
         "wall_s": time.perf_counter() - started,
     }
     return result
@@ -243,18 +244,21 @@ def trained_without(
     return Predictor().fit(rows)
 
 
-def memory_over_reservation(ran: Sequence[Assignment], actual: Workflow) -> dict[str, Any]:
-    """Over the tasks with a recorded peak: how many peaked above what their machine reserved (the
-    executor kills those), and the median of reservation over peak (1.0: not a byte bought for nothing)."""
-    pairs = [
-        (a.memory_bytes, actual.by_id[a.task].memory_bytes)
-        for a in ran
-        if actual.by_id[a.task].memory_source == "recorded" and actual.by_id[a.task].memory_bytes > 0
-    ]
+def memory_over_reservation(
+    ran: Sequence[Assignment], actual: Workflow, killed: Sequence[Assignment] = ()
+) -> dict[str, Any]:
+    """Over the tasks with a recorded peak: how many peaked above what their first attempt reserved (the
+    executor kills those: ``killed`` are the attempts killed, ``ran`` each task's last attempt), how many
+    retries the kills cost, and the median of the last attempt's reservation over the peak (1.0: not a
+    byte bought for nothing)."""
+    recorded = {t.id for t in actual.tasks if t.memory_source == "recorded" and t.memory_bytes > 0}
+    pairs = [(a.task, a.memory_bytes, actual.by_id[a.task].memory_bytes) for a in ran if a.task in recorded]
+    over = {a.task for a in killed if a.task in recorded} | {task for task, reserved, peak in pairs if peak > reserved}
     return {
         "memory_tasks": len(pairs),
-        "tasks_over_reservation": sum(1 for reserved, peak in pairs if peak > reserved),
-        "median_reservation_over_peak": statistics.median(r / p for r, p in pairs) if pairs else None,
+        "tasks_over_reservation": len(over),
+        "memory_retries": sum(1 for a in killed if a.task in recorded),
+        "median_reservation_over_peak": statistics.median(r / p for _, r, p in pairs) if pairs else None,
     }
 
 

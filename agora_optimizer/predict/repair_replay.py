@@ -18,32 +18,55 @@ re-planner over the workflow the plan was made from, as the executor's re-planne
 corrects the predictions of the pending tasks from what the done ones took (learning during the
 run) plugs in there, and the run's forecast (:func:`forecast`) goes through it too.
 
-Not modelled: tasks killed for lack of memory (counted in the replay's ``oom_tasks``, timed as if
-they ran, as :func:`~.replay.replay` does), and failed tries.
+**Memory, as the executor meets it.** A task whose true peak is above what its attempt reserves is
+killed: when its memory reaches the reservation, its memory assumed to grow evenly over its runtime
+(after ``reservation / peak`` of its true runtime; the replay cannot know when a real task's peak
+comes). The kill is a drift (the executor's too): the killed attempt's time stays on its machine
+(paid), and its retry is pending, reserving what :mod:`~agora_optimizer.predict.memory_in_run` says
+(its limit grown, at least its category's raised reservation). As tasks end, each category's memory
+is learned by that module's rule; a category whose reservations rose, with tasks to come, is a drift;
+every re-plan is made from the workflow with the raised reservations (:attr:`RepairedRun.workflows`).
+Without repairs (``slack`` <= 0), or when a re-plan fails, the retry stays on its machine, its
+reservation grown to at most its type's memory, as Airflow's retry of the executor's job does. A task
+whose peak no type holds (or killed :data:`MAX_KILLS` times) runs as if it fitted and stays in the
+replay's ``oom_tasks``. Not modelled: other failed tries.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+import math
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field, replace
 
 from agora_optimizer.errors import AgoraError
 from agora_optimizer.model.catalog import Catalog
 from agora_optimizer.model.plan import Assignment, Plan
 from agora_optimizer.model.workflow import Workflow
+from agora_optimizer.planning.leases import cost_usd, makespan_s
 from agora_optimizer.planning.replan import (
     REPLAN_SLACK,
     REPLAN_TIME_LIMIT_S,
     Done,
+    Pending,
     Replan,
     Running,
     TaskState,
     late_by_s,
     replan,
 )
+from agora_optimizer.predict.memory_in_run import (
+    CategoryMemory,
+    RunMemory,
+    category_of_task,
+    observed_ratio,
+    raised_workflow,
+    retry_bytes,
+)
 from agora_optimizer.predict.replay import Replay, check_matches, start_ordered, summarised, true_times
 
-MAX_REPAIRS = 100  # a run re-planned this often stops repairing (a guard; the executor has none)
+MAX_REPAIRS = 100  # a run re-planned this often stops repairing for late tasks (a guard; the executor has none)
+_CAUSES = {"late": "late", "killed": "killed for memory", "memory": "taught its category's memory"}
+MAX_KILLS = 16  # a task killed this often runs as if it fitted (a guard: Airflow's retries would end sooner)
 TIME_TOLERANCE_S = 1e-6
 
 RepairStep = Callable[[Workflow, Catalog, Plan, Mapping[str, TaskState], float], Replan]
@@ -61,7 +84,8 @@ def plain_repair(time_limit_s: float = REPLAN_TIME_LIMIT_S) -> RepairStep:
 
 @dataclass(frozen=True)
 class RepairEvent:
-    """One re-plan of the run: when, which late task set it off, and what it predicted for the whole run."""
+    """One re-plan of the run: when, which task set it off and how (``cause``: it ended ``late``, was ``killed``
+    for memory, or moved its category's ``memory``), and what it predicted for the whole run."""
 
     at_s: float
     late_task: str
@@ -69,21 +93,110 @@ class RepairEvent:
     moved_tasks: int
     forecast_makespan_s: float
     forecast_cost_usd: float
+    cause: str = "late"
 
 
 @dataclass(frozen=True)
 class RepairedRun:
     """A plan's run with repairs: the replay of what ran (true times), the repairs, the plan in force after each."""
 
-    replay: Replay
+    replay: Replay  # its makespan and cost count the killed attempts too
     repairs: tuple[RepairEvent, ...]
     plans: tuple[Plan, ...]  # plans[0] the plan as made, plans[i] the plan in force after repair i
     failures: tuple[str, ...] = ()  # re-plans that raised: the run went on under the plan in force
+    killed: tuple[Assignment, ...] = ()  # attempts killed for memory (each task's last attempt is in the replay)
+    workflows: tuple[Workflow, ...] = ()  # the workflow each plan was made from (its reservations raised)
+
+    def _made(self, now_s: float) -> int:
+        made = [i + 1 for i, event in enumerate(self.repairs) if event.at_s <= now_s + TIME_TOLERANCE_S]
+        return made[-1] if made else 0
 
     def plan_at(self, now_s: float) -> Plan:
         """The plan in force at ``now_s``: after the last repair made by then."""
-        made = [i + 1 for i, event in enumerate(self.repairs) if event.at_s <= now_s + TIME_TOLERANCE_S]
-        return self.plans[made[-1] if made else 0]
+        return self.plans[self._made(now_s)]
+
+    def workflow_at(self, now_s: float, planned: Workflow) -> Workflow:
+        """The workflow the plan in force at ``now_s`` was made from (``planned`` where none was kept)."""
+        made = self._made(now_s)
+        return self.workflows[made] if made < len(self.workflows) else planned
+
+    def first_over_reservation(self) -> set[str]:
+        """The tasks whose first attempt was over its reservation: killed, or run as if it fitted."""
+        return {a.task for a in self.killed} | {t.task for t in self.replay.oom_tasks}
+
+
+@dataclass
+class _Memory:
+    """The run's memory as the executor meets it: which attempts are killed, what each category learned."""
+
+    planned: Workflow
+    actual: Workflow
+    catalog: Catalog
+    learned: RunMemory = field(default_factory=RunMemory)
+    kills: dict[str, int] = field(default_factory=dict)  # task -> its attempts killed so far
+
+    def __post_init__(self) -> None:
+        self.largest_bytes = max((r.memory_bytes for r in self.catalog.resources), default=0)
+        self.category = {t.id: category_of_task(t) for t in self.planned.tasks}
+
+    def killed_share(self, a: Assignment) -> float:
+        """The share of its true runtime after which the attempt is killed (1: it is not)."""
+        task = self.actual.by_id[a.task]
+        if task.memory_source != "recorded" or task.memory_bytes <= a.memory_bytes:
+            return 1.0
+        if a.memory_bytes >= self.largest_bytes or self.kills.get(a.task, 0) >= MAX_KILLS:
+            return 1.0  # no type holds it, or a guard: it runs as if it fitted (the replay's oom_tasks)
+        return a.memory_bytes / task.memory_bytes
+
+    def observe(self, a: Assignment, killed: bool) -> CategoryMemory | None:
+        """The attempt ended (``killed`` at its reservation, or with its true peak): one observation."""
+        task = self.actual.by_id[a.task]
+        peak = task.memory_bytes if task.memory_source == "recorded" else None
+        model = self.planned.by_id[a.task].memory_bytes
+        ratio = observed_ratio(model, killed_at_bytes=a.memory_bytes) if killed else observed_ratio(model, peak)
+        return None if ratio is None else self.learned.observe(self.category[a.task], a.task, ratio, killed)
+
+    def retry_bytes(self, a: Assignment) -> int:
+        """What the retry of the killed attempt ``a`` reserves."""
+        model = self.planned.by_id[a.task].memory_bytes
+        factor = self.learned.factor(self.category[a.task], a.task)
+        return retry_bytes(a.memory_bytes, model, factor, self.largest_bytes)
+
+    def factors(self, tasks: Collection[str]) -> dict[str, float]:
+        """The memory factor of each of ``tasks`` whose category's is not 1."""
+        by_category = self.learned.factors()
+        return {t: by_category[self.category[t]] for t in tasks if self.category[t] in by_category}
+
+    def first_change(
+        self, timed: Mapping[str, Assignment], now_s: float, learned: Collection[str]
+    ) -> tuple[float, str] | None:
+        """When and which task ending after ``now_s`` (none of ``learned``) first moves its category's factor from
+        the one the plan carries while tasks of it are still to start: the learning's own drift."""
+        last_start: dict[str, float] = {}
+        for a in timed.values():
+            category = self.category[a.task]
+            last_start[category] = max(last_start.get(category, -math.inf), a.start_s)
+        ahead: dict[str, CategoryMemory] = {}  # the categories as they would be, copied when first touched
+        ending = sorted((a.end_s, a.task) for a in timed.values() if a.end_s > now_s + TIME_TOLERANCE_S)
+        for end_s, task_id in ending:
+            if (
+                task_id in learned
+                or self.killed_share(timed[task_id]) < 1.0
+                or last_start[self.category[task_id]] <= end_s
+            ):
+                continue
+            task = self.actual.by_id[task_id]
+            model = self.planned.by_id[task_id].memory_bytes
+            ratio = observed_ratio(model, task.memory_bytes) if task.memory_source == "recorded" else None
+            if ratio is None:
+                continue
+            category = self.category[task_id]
+            if category not in ahead:
+                ahead[category] = self.learned.categories.get(category, CategoryMemory()).copy()
+            ahead[category].observe(task_id, ratio, killed=False)
+            if ahead[category].changed:
+                return end_s, task_id
+        return None
 
 
 def late(planned: Assignment, end_s: float, slack: float, min_late_s: float = 0.0) -> bool:
@@ -115,43 +228,64 @@ def replay_with_repairs(
     max_repairs: int = MAX_REPAIRS,
     repair: RepairStep | None = None,
 ) -> RepairedRun:
-    """Run ``plan`` (made from ``planned``) with ``actual``'s runtimes, re-planned by ``repair`` as tasks end late.
+    """Run ``plan`` (made from ``planned``) with ``actual``'s runtimes and peaks, re-planned by ``repair`` as tasks
+    end late, are killed for memory, or teach their category's memory (the module's docstring).
 
     ``slack`` and ``min_late_s``: :func:`late`; ``interval_s``: the least time between two repairs;
-    ``max_repairs``: no repair tried after that many. Raises as :func:`~.replay.replay` does on a plan
-    that does not fit ``actual`` or ``catalog``; a repair step that raises an :class:`AgoraError` leaves
-    the run under the plan in force, as the executor does, and is listed in ``failures``.
+    ``max_repairs``: no repair tried for a late task or a category's memory after that many (a kill is always
+    repaired, as the executor does). Raises as :func:`~.replay.replay` does on a plan that does not fit
+    ``actual`` or ``catalog``; a repair step that raises an :class:`AgoraError` leaves the run under the plan in
+    force, as the executor does, and is listed in ``failures``.
     """
     check_matches(plan, actual, catalog)
     step = repair or plain_repair()
-    in_force, plans, events, failures = plan, [plan], list[RepairEvent](), list[str]()
+    memory = _Memory(planned, actual, catalog)
+    in_force, plans, workflows = plan, [plan], [planned]
+    events, failures = list[RepairEvent](), list[str]()
     ran: dict[str, Assignment] = {}
+    killed: list[Assignment] = []
+    retries: dict[str, int] = {}  # killed tasks whose retry has not started: what it reserves
+    learned: set[str] = set()  # tasks whose end was learned from
     fresh: dict[str, float] = {}  # machines the re-plans added, and when: they boot after it
     now_s, last_repair_s = 0.0, -float("inf")
     while True:
         pending = [a for a in in_force.assignments if a.task not in ran]
-        timed = true_times(pending, actual, catalog, ran.values(), now_s, fresh)
-        if len(events) + len(failures) >= max_repairs:
+        timed = true_times(pending, actual, catalog, [*killed, *ran.values()], now_s, fresh, memory.killed_share)
+        event = _next_event(
+            timed, in_force, memory, learned, now_s, last_repair_s, len(events) + len(failures),
+            slack=slack, min_late_s=min_late_s, interval_s=interval_s, max_repairs=max_repairs,
+        )  # fmt: skip
+        if event is None:
             break
-        by_task = {a.task: a for a in in_force.assignments}
-        drifts = [
-            (a.end_s, a.task)
-            for a in timed.values()
-            if a.end_s > now_s + TIME_TOLERANCE_S and late(by_task[a.task], a.end_s, slack, min_late_s)
-        ]
-        if not drifts:
-            break
-        end_s, late_task = min(drifts)
-        at_s = max(end_s, last_repair_s + interval_s)
-        if at_s >= max(a.end_s for a in timed.values()) - TIME_TOLERANCE_S:
-            break  # deferred past the run's end: nothing left to repair
+        at_s, cause_task, cause = event
         state = state_at(timed, at_s)
+        newly_killed = [timed[t] for t, s in state.items() if isinstance(s, Done) and memory.killed_share(timed[t]) < 1]
+        for a in sorted(newly_killed, key=lambda a: a.end_s):
+            killed.append(a)
+            memory.kills[a.task] = memory.kills.get(a.task, 0) + 1
+            if slack > 0:  # the executor learns while it repairs
+                memory.observe(a, killed=True)
+            del state[a.task]
+        for task_id, status in sorted(state.items(), key=lambda item: timed[item[0]].end_s):
+            if isinstance(status, Done) and task_id not in learned and slack > 0:
+                learned.add(task_id)
+                memory.observe(timed[task_id], killed=False)
+        retries = {t: b for t, b in retries.items() if t not in state}  # a retry that started is no longer pending
+        retries.update({a.task: memory.retry_bytes(a) for a in newly_killed})
         ran = {task_id: timed[task_id] for task_id in state}
-        now_s = last_repair_s = at_s
+        now_s = at_s
+        if slack <= 0:  # no repair: Airflow retries a killed task on its machine
+            in_force = _retried_in_place(in_force, retries, catalog, set(retries) & {a.task for a in newly_killed})
+            continue
+        last_repair_s = at_s
+        factors = memory.factors([t for t in planned.by_id if t not in ran])
+        workflow = raised_workflow(planned, factors, memory.largest_bytes)
+        step_state = {**state, **{t: Pending(b) for t, b in retries.items()}}
         try:
-            answer = step(planned, catalog, in_force, state, at_s)
+            answer = step(workflow, catalog, in_force, step_state, at_s)
         except AgoraError as exc:  # as in the executor: the run goes on as planned, the failure said
-            failures.append(f"at {at_s:.1f} s ({late_task} late): {exc}")
+            failures.append(f"at {at_s:.1f} s ({cause_task} {_CAUSES[cause]}): {exc}")
+            in_force = _retried_in_place(in_force, retries, catalog, {a.task for a in newly_killed})
             continue
         known = {a.machine for a in in_force.assignments}
         fresh.update({a.machine: at_s for a in answer.assignments if a.machine not in known and a.machine not in fresh})
@@ -161,12 +295,79 @@ def replay_with_repairs(
             makespan_s=answer.makespan_s,
             cost_usd=answer.cost_usd,
         )
+        memory.learned.applied_now()
         plans.append(in_force)
+        workflows.append(workflow)
         events.append(
-            RepairEvent(at_s, late_task, answer.method, len(answer.moved_machine), answer.makespan_s, answer.cost_usd)
+            RepairEvent(
+                at_s, cause_task, answer.method, len(answer.moved_machine), answer.makespan_s, answer.cost_usd, cause
+            )
         )
     items = [timed[a.task] for a in start_ordered(plan.assignments, actual)]
-    return RepairedRun(summarised(plan, actual, catalog, items), tuple(events), tuple(plans), tuple(failures))
+    made = summarised(plan, actual, catalog, items)
+    if killed:  # the killed attempts ran and were paid for
+        made = replace(made, makespan_s=makespan_s([*items, *killed]), cost_usd=cost_usd([*items, *killed], catalog))
+    return RepairedRun(made, tuple(events), tuple(plans), tuple(failures), tuple(killed), tuple(workflows))
+
+
+def _next_event(
+    timed: Mapping[str, Assignment],
+    in_force: Plan,
+    memory: _Memory,
+    learned: Collection[str],
+    now_s: float,
+    last_repair_s: float,
+    repairs: int,
+    *,
+    slack: float,
+    min_late_s: float,
+    interval_s: float,
+    max_repairs: int,
+) -> tuple[float, str, str] | None:
+    """The run's next repair: ``(when, the task that set it off, how: a RepairEvent's cause)``; None when the run
+    is over.
+
+    A kill is always one (the executor re-plans it; without repair it is retried where it was); a late task or
+    a category's memory rising only while repairs are on and fewer than ``max_repairs`` were made, and not when
+    the interval would defer it past the run's end."""
+    kills = sorted((a.end_s, a.task) for a in timed.values() if memory.killed_share(a) < 1.0)
+    drifts: list[tuple[float, str, str]] = []
+    if slack > 0 and repairs < max_repairs:
+        by_task = {a.task: a for a in in_force.assignments}
+        drifts = [
+            (a.end_s, a.task, "late")
+            for a in timed.values()
+            if a.end_s > now_s + TIME_TOLERANCE_S
+            and memory.killed_share(a) >= 1.0
+            and late(by_task[a.task], a.end_s, slack, min_late_s)
+        ]
+        rise = memory.first_change(timed, now_s, learned)
+        if rise is not None:
+            drifts.append((*rise, "memory"))
+    gap_s = last_repair_s + interval_s if slack > 0 else -math.inf
+    if drifts:
+        end_s, task_id, cause = min(drifts)
+        at_s = max(end_s, gap_s)
+        if at_s < max(a.end_s for a in timed.values()) - TIME_TOLERANCE_S and (not kills or at_s <= kills[0][0]):
+            return at_s, task_id, cause
+    if kills:
+        end_s, task_id = kills[0]
+        return max(end_s, now_s, gap_s), task_id, "killed"
+    return None
+
+
+def _retried_in_place(plan: Plan, retries: Mapping[str, int], catalog: Catalog, tasks: Collection[str]) -> Plan:
+    """``plan`` with each of ``tasks`` (killed, not re-planned) retried on its machine, reserving its retry's
+    memory (``retries``) up to its type's."""
+    if not tasks:
+        return plan
+    assignments = tuple(
+        replace(a, memory_bytes=max(a.memory_bytes, min(retries[a.task], catalog.by_name[a.resource].memory_bytes)))
+        if a.task in tasks
+        else a
+        for a in plan.assignments
+    )
+    return replace(plan, assignments=assignments)
 
 
 def forecast(
@@ -176,8 +377,14 @@ def forecast(
     plan then in force and the state of the run's tasks then (what ran before ``now_s`` does not depend
     on what the run did after)."""
     ran = {a.task: a for a in run.replay.assignments}
+    state = state_at(ran, now_s)
+    for a in sorted(run.killed, key=lambda a: a.start_s):  # an attempt running now, to be killed; or killed by now
+        if a.start_s <= now_s < a.end_s - TIME_TOLERANCE_S:
+            state[a.task] = Running(a.machine, a.start_s, a.memory_bytes)
+        elif a.end_s <= now_s + TIME_TOLERANCE_S and not isinstance(state.get(a.task), Done | Running):
+            state[a.task] = Pending(ran[a.task].memory_bytes)  # its retry, not started, reserves what it did
     step = repair or plain_repair()
-    return step(planned, catalog, run.plan_at(now_s), state_at(ran, now_s), now_s)
+    return step(run.workflow_at(now_s, planned), catalog, run.plan_at(now_s), state, now_s)
 
 
 def assumed_workflow(plan: Plan, actual: Workflow, catalog: Catalog) -> Workflow:

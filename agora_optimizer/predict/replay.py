@@ -20,7 +20,7 @@ whose true peak is unknown (not recorded) are counted apart.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from agora_optimizer.errors import PlanMismatchError
@@ -95,13 +95,15 @@ def true_times(
     ran: Iterable[Assignment] = (),
     now_s: float = 0.0,
     fresh: Mapping[str, float] | None = None,
+    killed_share: Callable[[Assignment], float] | None = None,
 ) -> dict[str, Assignment]:
     """Every task timed with ``actual``'s runtimes: ``ran`` as it ran, then ``planned`` (the plan's
     decisions for the tasks not started by ``now_s``) in its start order, none before ``now_s``.
 
     A machine is up ``boot_s`` after 0, as the plan has it; one of ``fresh`` (a machine a re-plan
-    added, with the time of that re-plan) ``boot_s`` after that time. Raises
-    :class:`PlanMismatchError` where a task would start before a parent.
+    added, with the time of that re-plan) ``boot_s`` after that time. ``killed_share``: the share of
+    its true runtime after which a planned attempt ends (below 1: killed for memory; by default every
+    attempt runs to its end). Raises :class:`PlanMismatchError` where a task would start before a parent.
     """
     placed: dict[str, Assignment] = {}
     capacity = _Capacity(catalog)
@@ -124,7 +126,7 @@ def true_times(
                 )
             transfer = 0.0 if parent.machine == machine else catalog.transfer_s(edge.bytes)
             ready = max(ready, parent.end_s + transfer)
-        duration = resource.runtime_s(task)
+        duration = resource.runtime_s(task) * (1.0 if killed_share is None else killed_share(planned_task))
         timed = replace(planned_task, start_s=ready, end_s=ready + duration)
         start = capacity.earliest_start(timed)
         timed = replace(timed, start_s=start, end_s=start + duration)

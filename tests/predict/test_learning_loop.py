@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -34,7 +35,18 @@ def test_memory_over_reservation_counts_tasks_with_a_recorded_peak_only() -> Non
     assert memory_over_reservation(ran, workflow) == {
         "memory_tasks": 2,
         "tasks_over_reservation": 1,
+        "memory_retries": 0,
         "median_reservation_over_peak": pytest.approx((0.5 + 4.0) / 2),
+    }
+    # b's first attempt, at 0.5 GiB, and a's second, at 1.5 GiB, were killed: both first attempts were over, and
+    # the reservation that counts is the last attempt's
+    retried = [replace(ran[0], memory_bytes=3 * GIB), *ran[1:]]
+    killed = [replace(ran[1], memory_bytes=GIB // 2), ran[0], replace(ran[0], memory_bytes=GIB * 3 // 2)]
+    assert memory_over_reservation(retried, workflow, killed) == {
+        "memory_tasks": 2,
+        "tasks_over_reservation": 2,
+        "memory_retries": 3,
+        "median_reservation_over_peak": pytest.approx((1.5 + 4.0) / 2),
     }
 
 

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import replace
 
 import pytest
 
 from agora_optimizer.io.wfformat import load_workflow
-from agora_optimizer.model.catalog import Catalog
+from agora_optimizer.model.catalog import Catalog, Resource
 from agora_optimizer.model.plan import Objective, Plan
-from agora_optimizer.model.workflow import Workflow
+from agora_optimizer.model.workflow import Task, Workflow
 from agora_optimizer.optimize.optimize import optimize
-from agora_optimizer.planning.replan import Done, Replan, Running, TaskState, replan
+from agora_optimizer.planning.leases import cost_usd
+from agora_optimizer.planning.replan import Done, Pending, Replan, Running, TaskState, replan
 from agora_optimizer.planning.validate import validate_plan
 from agora_optimizer.predict.repair_replay import (
     RepairedRun,
@@ -131,3 +133,76 @@ def test_a_repair_that_fails_leaves_the_run_under_its_plan_as_the_executor_does(
     unrepaired = {a.task: a for a in replay(plan, truth, catalog).assignments}
     for a in run.replay.assignments:  # every task where the plan had it, when a run without repair starts it
         assert a.machine == unrepaired[a.task].machine and a.start_s == pytest.approx(unrepaired[a.task].start_s)
+
+
+# -- memory: a task over its reservation is killed and retried, its category learned ------------------------------
+
+GIB = 2**30
+ONE_AT_A_TIME = Catalog(
+    (Resource("m", "local", vcpus=1, memory_gib=16, speed=1.0, price_per_hour_usd=3.6, count=1),), 1e9
+)  # one machine, one task at a time: each task's end is known before the next starts
+
+
+def _aligns(predicted_bytes: int, peak_bytes: int, n: int = 8) -> tuple[Workflow, Workflow, Plan]:
+    """``n`` tasks of one category, 10 s each, predicted at ``predicted_bytes`` and peaking at ``peak_bytes``; the
+    plan made from the prediction (one after the other on m#0), and the truth."""
+    predicted = Workflow.create("aligns", [Task(f"align_{i}", 10.0, 1, predicted_bytes, "align") for i in range(n)], [])
+    truth = Workflow.create("aligns", [replace(t, memory_bytes=peak_bytes) for t in predicted.tasks], [])
+    plan = optimize(predicted, ONE_AT_A_TIME, Objective("cost"), "one", time_limit_s=0.5)
+    return predicted, truth, plan
+
+
+def test_a_category_whose_first_tasks_peak_at_3x_their_prediction_is_raised_for_the_rest_and_the_kills_are_paid():
+    predicted, truth, plan = _aligns(GIB, 3 * GIB)
+    assert replay(plan, truth, ONE_AT_A_TIME).makespan_s == pytest.approx(80.0)  # the old replay: as if they fit
+    run = replay_with_repairs(plan, predicted, truth, ONE_AT_A_TIME)
+    # the first task killed at 1 GiB (its limit doubled, x 1.2: 2.4 GiB for its retry and the rest), its retry at
+    # 2.4 GiB (5.76 GiB); that one measures the peak, 3 GiB, and the rest reserve 3.6 GiB: each fits the first time
+    assert [(a.task, a.memory_bytes / GIB) for a in run.killed] == [
+        ("align_0", 1.0), ("align_0", pytest.approx(2.4))
+    ]  # fmt: skip
+    assert run.first_over_reservation() == {"align_0"}
+    assert all(a.memory_bytes >= 3 * GIB for a in run.replay.assignments) and run.replay.oom_tasks == ()
+    # each killed attempt ran until its memory reached its reservation (evenly: 1/3 and 0.8 of its 10 s), and is paid
+    assert run.replay.makespan_s == pytest.approx(80.0 + 10.0 / 3 + 8.0)
+    assert run.replay.cost_usd == pytest.approx(math.ceil(run.replay.makespan_s) / 1000)  # billed by the second
+    # the first task to fit measured its peak, 3 GiB: the floor gives way to 3 GiB x 1.2 for the tasks to come
+    assert [w.by_id["align_7"].memory_bytes / GIB for w in run.workflows] == pytest.approx([1.0, 2.4, 5.76, 3.6])
+    last = replace(_whole(plan, run), cost_usd=cost_usd(run.replay.assignments, ONE_AT_A_TIME))  # the kills aside
+    assert validate_plan(last, truth, ONE_AT_A_TIME) == []  # each task's last attempt, on the truth
+
+
+def test_without_repairs_every_task_over_its_reservation_is_killed_and_retried_in_place_grown():
+    predicted, truth, plan = _aligns(GIB, 3 * GIB)
+    run = replay_with_repairs(plan, predicted, truth, ONE_AT_A_TIME, slack=0)
+    assert run.repairs == () and run.first_over_reservation() == set(predicted.by_id)  # nothing learned: all 8
+    assert len(run.killed) == 8 * 3  # 1, 1.5 and 2.25 GiB killed; 3.375 GiB fits
+    assert {a.memory_bytes for a in run.replay.assignments} == {math.ceil(math.ceil(math.ceil(GIB * 1.5) * 1.5) * 1.5)}
+    assert {a.machine for a in run.replay.assignments} == {"m#0"}
+
+
+def test_a_category_under_its_prediction_is_never_lowered_and_a_peak_no_type_holds_runs_as_before():
+    predicted, truth, plan = _aligns(2 * GIB, GIB)
+    run = replay_with_repairs(plan, predicted, truth, ONE_AT_A_TIME)
+    assert run.killed == () and run.repairs == () and run.replay == replay(plan, truth, ONE_AT_A_TIME)
+    assert {a.memory_bytes for a in run.replay.assignments} == {2 * GIB}
+    huge, too_big, huge_plan = _aligns(16 * GIB, 20 * GIB, n=2)  # above the largest type: no retry can help
+    beyond = replay_with_repairs(huge_plan, huge, too_big, ONE_AT_A_TIME)
+    assert beyond.killed == () and len(beyond.replay.oom_tasks) == 2
+
+
+def test_the_repairs_and_the_forecast_see_a_killed_task_pending_with_its_retrys_memory_or_running_again():
+    predicted, truth, plan = _aligns(GIB, 3 * GIB)
+    seen: list[tuple[float, Workflow, dict[str, TaskState]]] = []
+
+    def step(w: Workflow, c: Catalog, p: Plan, state: Mapping[str, TaskState], now_s: float) -> Replan:
+        seen.append((now_s, w, dict(state)))
+        return replan(w, c, p, state, now_s, time_limit_s=0.2)
+
+    run = replay_with_repairs(plan, predicted, truth, ONE_AT_A_TIME, repair=step)
+    now_s, workflow, state = seen[0]  # the first kill, at a third of align_0's 10 s
+    assert now_s == pytest.approx(10.0 / 3) and state == {"align_0": Pending(math.ceil(2.4 * GIB))}
+    assert workflow.by_id["align_1"].memory_bytes == math.ceil(2.4 * GIB)  # the rest re-planned at that
+    forecast(run, predicted, ONE_AT_A_TIME, 5.0, step)  # the retry runs then, at 2.4 GiB (to be killed at 11.3 s)
+    assert seen[-1][2] == {"align_0": Running("m#0", pytest.approx(10.0 / 3), math.ceil(2.4 * GIB))}
+    assert seen[-1][1] == run.workflows[1]  # the workflow of the plan in force then

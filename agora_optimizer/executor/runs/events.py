@@ -278,8 +278,9 @@ class FeedJob:
 @dataclass(frozen=True)
 class Replan:
     """Re-plan the run (its ``book`` and ``repair`` state, at the monotonic ``now_s``, for ``drifts``), each task of
-    ``runtime_factors`` lasting that many times its planned runtime (learned during the run); feed back
-    :class:`Replanned`, or :class:`ReplanFailed` when it raises."""
+    ``runtime_factors`` lasting that many times its planned runtime and each of ``memory_factors`` reserving that
+    many times its predicted memory (learned during the run); feed back :class:`Replanned`, or
+    :class:`ReplanFailed` when it raises."""
 
     run: Run
     book: RunBook
@@ -287,6 +288,7 @@ class Replan:
     now_s: float
     drifts: tuple[Drift, ...]
     runtime_factors: Mapping[str, float] = field(default_factory=dict)
+    memory_factors: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -31,13 +31,21 @@ still has tasks to come, is a drift of its own (:class:`~agora_optimizer.executo
 the run is re-planned from the corrected runtimes before any of those tasks runs late. A re-planned
 task's planned runtime carries its factor, so its own observation divides it out again: each task is
 compared with the model's prediction, never with a prediction already corrected.
+
+Memory is learned alongside, by the rule of :mod:`agora_optimizer.predict.memory_in_run`: a task that
+ended with a measured peak, or was killed for memory at its limit, is an observation of its category's
+peak over the model's reservation; once one is above 1, the category's tasks to come (and a killed
+task's retry) reserve an upper quantile of the ratios times a margin (a kill's limit, doubled, until
+its retry measures its peak), never less than the model's own. A factor that moved by more than 10 % from the
+one the plan carries, with tasks of the category to come, is a drift too: the re-plan
+(:class:`~agora_optimizer.executor.runs.events.Replan`'s ``memory_factors``) reserves the raised memory
+before those tasks start, and moves them to a type that holds it.
 """
 
 from __future__ import annotations
 
-import functools
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 
 from agora_optimizer.executor.bounded import BoundedDict
@@ -46,9 +54,9 @@ from agora_optimizer.executor.jobs.spec import JobStatus
 from agora_optimizer.executor.lifecycle import Now
 from agora_optimizer.executor.runs.machine_order import RunBook
 from agora_optimizer.executor.runs.repair import Drift, RunRepairs, clock_at
-from agora_optimizer.model.instances import split_instance
 from agora_optimizer.model.limits import MAX_RUNTIME_S
-from agora_optimizer.model.workflow import Workflow, category_of
+from agora_optimizer.model.workflow import Workflow
+from agora_optimizer.predict.memory_in_run import RunMemory, category_of_task, id_stem, observed_ratio
 
 SHRINK_K = 0.25  # observations' weight n / (n + k): (0.25 / 0.5)^2, the within-run over the model's log spread
 RATIO_LIMIT = 100.0  # an observation further off than this is clamped (a stuck task, a clock jump)
@@ -60,12 +68,7 @@ Run = tuple[str, str]
 
 def task_category(book: RunBook, task_id: str) -> str:
     """The task's category: its plan's workflow's, else its stem (``load[3]`` -> ``load``)."""
-    return book.order.categories.get(task_id) or _stem(task_id)
-
-
-@functools.lru_cache(maxsize=65536)
-def _stem(task_id: str) -> str:
-    return category_of(split_instance(task_id)[0])
+    return book.order.categories.get(task_id) or id_stem(task_id)
 
 
 def shrunk_factor(log_ratios: list[float], k: float = SHRINK_K) -> float:
@@ -84,10 +87,13 @@ class _Category:
 
 @dataclass
 class RunCorrection:
-    """One run's corrections: each category's observations, and the factor each task's planned runtime carries."""
+    """One run's corrections: each category's observations, and the factor each task's planned runtime carries;
+    the same for memory."""
 
     categories: dict[str, _Category] = field(default_factory=dict)
     carried: dict[str, float] = field(default_factory=dict)  # task -> factor its planned runtime was re-planned with
+    memory: RunMemory = field(default_factory=RunMemory)
+    memory_carried: dict[str, float] = field(default_factory=dict)  # task -> factor its reservation was raised by
 
     def factors(self, k: float = SHRINK_K) -> dict[str, float]:
         """Each category's factor (those with no task ended: none)."""
@@ -123,6 +129,47 @@ class RunLearning:
         drift = self._observed(book, run, task_id, status, end_s, started_s, repairs.slack, repairs.min_late_s)
         if drift is not None:
             repairs.run(*run).drift(drift)
+
+    def finished(self, book: RunBook, record: JobRecord, status: JobStatus, repairs: RunRepairs) -> None:
+        """The job finished (``status``: its final one, which says its peak or its kill; a task's end may have been
+        seen before, from its worker's mark): its peak, or the limit it was killed at, over the model's reservation
+        of its task is an observation of its category's memory; a drift of its run (in ``repairs``) when the
+        category's factor moved from the one the plan carries and tasks of it are to come."""
+        if repairs.slack <= 0 or status.phase != "finished":
+            return
+        run = (record.dag_id, record.run_id)
+        drift = self._memory_observed(book, run, record, status)
+        if drift is not None:
+            repairs.run(*run).drift(drift)
+
+    def _memory_observed(self, book: RunBook, run: Run, record: JobRecord, status: JobStatus) -> Drift | None:
+        task_id = record.plan_task
+        planned = book.order.by_task.get(task_id)
+        if planned is None:
+            return None
+        correction = self.run(run)
+        model_bytes = round(planned.memory_bytes / correction.memory_carried.get(task_id, 1.0))
+        if status.oom_killed:
+            ratio = observed_ratio(model_bytes, killed_at_bytes=record.memory_bytes)
+        elif status.succeeded:
+            ratio = observed_ratio(model_bytes, peak_bytes=status.peak_rss_bytes)
+        else:
+            ratio = None
+        if ratio is None:
+            return None
+        category = task_category(book, task_id)
+        found = correction.memory.observe(category, task_id, ratio, killed=status.oom_killed)
+        if not found.changed:
+            return None
+        coming = [t for t in _to_come(book) if task_category(book, t) == category]
+        if not coming:
+            return None
+        last = f"killed at {record.memory_bytes} bytes" if status.oom_killed else f"peaked at {ratio:.2f}x"
+        return Drift(
+            task_id,
+            f"category {category}'s {len(coming)} tasks to come reserve {found.factor:.2f}x their predicted memory, "
+            f"not {found.applied:.2f}x ({found.tasks} tasks ended; task {task_id} {last})",
+        )
 
     def _observed(
         self,
@@ -181,14 +228,44 @@ class RunLearning:
                 found[task_id] = factor
         return found
 
-    def applied(self, run: Run, book: RunBook, factors: Mapping[str, float]) -> None:
-        """A re-plan of the run used ``factors`` (by task): their planned runtimes carry them from now."""
+    def memory_factors(self, run: Run, book: RunBook, retries: Collection[str] = ()) -> dict[str, float]:
+        """The memory factor of each task of the run a re-plan places (not started, or whose retry, ``retries``, is
+        to come: a running task keeps what it reserved), where it is not 1."""
+        correction = self.runs.get(run)
+        if correction is None or not correction.memory.categories:
+            return {}
+        found: dict[str, float] = {}
+        for task_id in _placed(book, retries):
+            factor = correction.memory.factor(task_category(book, task_id), task_id)
+            if factor != 1.0:
+                found[task_id] = factor
+        return found
+
+    def applied(
+        self,
+        run: Run,
+        book: RunBook,
+        factors: Mapping[str, float],
+        memory_factors: Mapping[str, float] | None = None,
+        retries: Collection[str] = (),
+    ) -> None:
+        """A re-plan of the run used ``factors`` and ``memory_factors`` (by task; ``retries``: the tasks whose retry
+        it placed): their planned runtimes and the reservations of the tasks it placed carry them from now."""
         correction = self.run(run)
         for task_id in book.order.by_task:
             if task_id not in book.ended and task_id not in book.gone:
                 correction.carried[task_id] = factors.get(task_id, 1.0)
+        raised = memory_factors or {}
+        for task_id in _placed(book, retries):
+            correction.memory_carried[task_id] = raised.get(task_id, 1.0)
         for category, factor in correction.factors(self.k).items():
             correction.categories[category].applied = factor
+        correction.memory.applied_now()
+
+
+def _placed(book: RunBook, retries: Collection[str]) -> list[str]:
+    """The run's planned tasks a re-plan places: not started and coming, or a failed one whose retry is to come."""
+    return [t for t in book.order.by_task if (t not in book.started and t not in book.gone) or t in retries]
 
 
 def _to_come(book: RunBook) -> list[str]:
@@ -213,9 +290,7 @@ def correction_note(workflow: Workflow, factors: Mapping[str, float]) -> str:
     by_category: dict[str, list[float]] = {}
     for task in workflow.tasks:
         if task.id in factors:
-            by_category.setdefault(task.category or category_of(split_instance(task.id)[0]), []).append(
-                factors[task.id]
-            )
+            by_category.setdefault(category_of_task(task), []).append(factors[task.id])
     if not by_category:
         return ""
     shown = sorted(by_category.items(), key=lambda item: -abs(math.log(max(item[1]))))

@@ -344,6 +344,8 @@ class RunMachine:
         if book.end(task_id, end_s) and status is not None:
             self._repairs.ended(book, dag_id, run_id, task_id, end_s)
             self._learning.ended(book, record, status, end_s, now, self._repairs)  # its category's runtimes
+        if status is not None:
+            self._learning.finished(book, record, status, self._repairs)  # its category's memory
         if status is not None and status.phase in ("finished", "lost") and not status.succeeded:
             retry_bytes = math.ceil(record.memory_bytes * OOM_RETRY_GROWTH)
             self._repairs.failed(book, dag_id, run_id, task_id, status, retry_bytes)
@@ -416,7 +418,8 @@ class RunMachine:
             book = self._books.get(run)
             if book is not None:
                 factors = self.runtime_factors(run)
-                actions.append(Replan(run, book, repair, now.monotonic_s, tuple(drifts), factors))
+                memory = self._learning.memory_factors(run, book, repair.retries)
+                actions.append(Replan(run, book, repair, now.monotonic_s, tuple(drifts), factors, memory))
         return actions
 
     def _replanned(self, event: Replanned, now: Now) -> list[RunAction]:
@@ -428,7 +431,7 @@ class RunMachine:
         book.order = fixed.order
         repair.overrides.update(fixed.overrides)
         repair.repairs += 1
-        self._learning.applied(event.run, book, fixed.runtime_factors)
+        self._learning.applied(event.run, book, fixed.runtime_factors, fixed.memory_factors, repair.retries)
         dag_id, run_id = event.run
         return [
             MoveHeld(event.run, fixed.overrides, f"repair at {fixed.repair.at_s:.1f} s"),

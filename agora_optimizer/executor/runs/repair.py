@@ -132,6 +132,7 @@ class Repaired:
     moved: dict[str, Assignment]  # the re-planned tasks now on another machine
     repair: Repair
     runtime_factors: Mapping[str, float] = field(default_factory=dict)  # by task: the runtimes it was planned from
+    memory_factors: Mapping[str, float] = field(default_factory=dict)  # by task: the reservations it was raised by
 
 
 def repaired(
@@ -142,10 +143,12 @@ def repaired(
     clock_s: float,
     runtime_factors: Mapping[str, float] | None = None,
     note: str = "",
+    memory_factors: Mapping[str, float] | None = None,
 ) -> Repaired:
     """The run ``book`` after the re-plan ``answer`` (made at plan clock ``clock_s`` for ``drifts``, from its
-    runtimes corrected by ``runtime_factors``, which ``note`` says in words); its repair carries the run's forecast
-    on the plan clock (the wall clock is the run machine's to add)."""
+    runtimes corrected by ``runtime_factors`` and its reservations raised by ``memory_factors``, which ``note``
+    says in words); its repair carries the run's forecast on the plan clock (the wall clock is the run machine's
+    to add)."""
     before = book.order.by_task
     order = replace(MachineOrder.from_assignments(answer.schedule, resources), categories=book.order.categories)
     changed = [
@@ -176,7 +179,14 @@ def repaired(
         forecast_end_s=round(answer.makespan_s, 3),
         forecast_cost_usd=answer.cost_usd,
     )
-    return Repaired(order, {a.task: a for a in answer.assignments}, moved, repair, dict(runtime_factors or {}))
+    return Repaired(
+        order,
+        {a.task: a for a in answer.assignments},
+        moved,
+        repair,
+        dict(runtime_factors or {}),
+        dict(memory_factors or {}),
+    )
 
 
 class RepairError(AgoraError):

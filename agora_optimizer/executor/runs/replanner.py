@@ -27,6 +27,7 @@ from agora_optimizer.model.plan import Plan
 from agora_optimizer.model.workflow import Workflow
 from agora_optimizer.planning.replan import REPLAN_TIME_LIMIT_S, replan
 from agora_optimizer.plans.store import PlanStore, default_plan_store
+from agora_optimizer.predict.memory_in_run import memory_note, raised_workflow
 
 PLANS_MAX = 64  # (dag_id, plan_version) whose plan and workflow are kept for re-planning
 
@@ -59,9 +60,11 @@ class Replanner:
         now_s: float,
         drifts: list[Drift],
         runtime_factors: Mapping[str, float] | None = None,
+        memory_factors: Mapping[str, float] | None = None,
     ) -> Repaired:
         """Re-plan the run's tasks not yet queued at the executor's monotonic ``now_s``, each task of
-        ``runtime_factors`` lasting that many times its planned runtime (learned during the run,
+        ``runtime_factors`` lasting that many times its planned runtime and each of ``memory_factors`` reserving
+        that many times its predicted memory, at most the largest type's (learned during the run,
         :mod:`~agora_optimizer.executor.runs.learning`); raises on any trouble."""
         plan, workflow = self._plan_and_workflow(run.dag_id, book.plan_version)
         if workflow is None:
@@ -75,10 +78,12 @@ class Replanner:
         state = replan_state(book, clock_s, run.retries)
         catalog = repair_catalog(self._catalog_of(), plan)
         factors = {task: f for task, f in (runtime_factors or {}).items() if task in workflow.by_id}
-        corrected = corrected_workflow(workflow, factors)
+        memory = {task: f for task, f in (memory_factors or {}).items() if task in workflow.by_id}
+        largest_bytes = max((r.memory_bytes for r in catalog.resources), default=None)
+        corrected = raised_workflow(corrected_workflow(workflow, factors), memory, largest_bytes)
         answer = replan(corrected, catalog, plan, state, clock_s, time_limit_s=REPLAN_TIME_LIMIT_S)
-        note = correction_note(workflow, factors)
-        return repaired(book, answer, self._resources, drifts, clock_s, factors, note)
+        note = "; ".join(n for n in (correction_note(workflow, factors), memory_note(workflow, memory)) if n)
+        return repaired(book, answer, self._resources, drifts, clock_s, factors, note, memory)
 
     def _plan_and_workflow(self, dag_id: str, version: str) -> tuple[Plan, Workflow | None]:
         if (dag_id, version) not in self._inputs:

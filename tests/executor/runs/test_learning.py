@@ -233,6 +233,88 @@ def test_a_task_whose_job_failed_teaches_nothing(tmp_path: Path) -> None:
     assert isinstance(replan, Replan) and replan.runtime_factors == {}
 
 
+# -- memory, learned during the run ---------------------------------------------------------------
+
+
+def ends_with(machine: RunMachine, task: str, version: str, at_s: float, **status: object) -> None:
+    """The task's job, let go at 0, ends at ``at_s`` (its planned runtime: no runtime drift) with ``status``."""
+    ended = JobStatus("finished", started_at=T0, ended_at=T0 + timedelta(seconds=at_s), **status)  # type: ignore[arg-type]
+    machine.handle(StatusRead(record(task, version), True, ended), now(at_s + 1))
+
+
+def test_a_category_whose_first_tasks_peak_at_3x_their_prediction_reserves_that_for_the_rest(tmp_path: Path) -> None:
+    store, version, order = save_plan(tmp_path / "plans")
+    machine = RunMachine(CONFIG, RESOURCES)
+    for task in ("prep", "sim_1", "sim_2"):
+        let_go(machine, order, version, task, 0.0)
+    # sim_1's worker marks its task's end first (on time: nothing to learn of its runtime), then its job finishes
+    mark = JobStatus("running", started_at=T0, task_ended_at=T0 + timedelta(seconds=10.0))
+    machine.handle(StatusRead(record("sim_1", version), True, mark), now(10.5))
+    assert machine.repair_state(RUN).drifts == []
+    for task in ("sim_1", "sim_2"):  # on time, each peaking at 3 GiB where 1 GiB was predicted (and reserved)
+        ends_with(machine, task, version, 10.0, exit_code=0, peak_rss_bytes=3 * GIB)
+    drifts = machine.repair_state(RUN).drifts
+    assert drifts and all(d.reason.startswith("category simulate's 2 tasks to come reserve 3.60x") for d in drifts)
+    assert drifts[-1].reason.endswith(
+        "their predicted memory, not 1.00x (2 tasks ended; task sim_2 peaked at 3.00x)"
+    )  # no task was late
+
+    [replan] = machine.handle(RepairsDue(), now(12))
+    assert isinstance(replan, Replan)
+    assert replan.memory_factors == pytest.approx({"sim_3": 3.6, "sim_4": 3.6}) and replan.runtime_factors == {}
+    replanner = Replanner(str(catalog_file(tmp_path)), RESOURCES, lambda: store)
+    fixed = replanner.replan(
+        replan.book, replan.repair, replan.now_s, list(replan.drifts), replan.runtime_factors, replan.memory_factors
+    )
+    assert {t: fixed.overrides[t].memory_bytes for t in ("sim_3", "sim_4")} == {
+        "sim_3": math.ceil(3.6 * GIB), "sim_4": math.ceil(3.6 * GIB)
+    }  # fmt: skip
+    assert "memory raised from this run: simulate x3.60 (2 tasks)" in fixed.repair.detail
+    machine.handle(Replanned(RUN, fixed), now(12))
+    # sim_3 peaks at 3.2 GiB under its raised 3.6: 3.84 is within 10 % of what the plan carries, nothing to re-plan
+    let_go(machine, fixed.order, version, "sim_3", 12.0)
+    ends_with(machine, "sim_3", version, 22.0, exit_code=0, peak_rss_bytes=int(3.2 * GIB))
+    assert machine.repair_state(RUN).drifts == []
+
+
+def test_a_task_killed_for_memory_has_its_retry_and_its_categorys_tasks_to_come_raised(tmp_path: Path) -> None:
+    store, version, order = save_plan(tmp_path / "plans")
+    machine = RunMachine(CONFIG, RESOURCES)
+    for task in ("prep", "sim_1", "sim_2"):
+        let_go(machine, order, version, task, 0.0)
+    ends_with(machine, "sim_1", version, 4.0, exit_code=137, oom_killed=True)  # killed at its 1 GiB
+    reasons = [d.reason for d in machine.repair_state(RUN).drifts]
+    assert "task sim_1 was killed for memory (OOM)" in reasons
+    assert (
+        "category simulate's 2 tasks to come reserve 2.40x their predicted memory, not 1.00x (1 tasks ended; "
+        + (f"task sim_1 killed at {GIB} bytes)")
+        in reasons
+    )
+    [replan] = machine.handle(RepairsDue(), now(6))
+    assert isinstance(replan, Replan)
+    # the retry of sim_1, and the tasks to come; sim_2 runs (and keeps what it reserved)
+    assert replan.memory_factors == pytest.approx({task: 2.4 for task in ("sim_1", "sim_3", "sim_4")})
+    replanner = Replanner(str(catalog_file(tmp_path)), RESOURCES, lambda: store)
+    fixed = replanner.replan(
+        replan.book, replan.repair, replan.now_s, list(replan.drifts), replan.runtime_factors, replan.memory_factors
+    )
+    raised = math.ceil(2.4 * GIB)  # its limit doubled, with the margin: above the executor's own retry growth
+    assert {t: fixed.overrides[t].memory_bytes for t in ("sim_1", "sim_3", "sim_4")} == dict.fromkeys(
+        ("sim_1", "sim_3", "sim_4"), raised
+    )
+    assert "sim_2" not in fixed.overrides and fixed.order.by_task["prep"].memory_bytes == GIB
+
+
+def test_tasks_under_their_prediction_lower_nothing_and_bring_no_re_plan(tmp_path: Path) -> None:
+    _, version, order = save_plan(tmp_path / "plans")
+    machine = RunMachine(CONFIG, RESOURCES)
+    for task in ("prep", "sim_1", "sim_2"):
+        let_go(machine, order, version, task, 0.0)
+    for task in ("sim_1", "sim_2"):
+        ends_with(machine, task, version, 10.0, exit_code=0, peak_rss_bytes=GIB // 4)
+    assert machine.repair_state(RUN).drifts == [] and machine.handle(RepairsDue(), now(12)) == []
+
+
 # -- the executor on real pools (no Airflow: the real worker runs each job's command) -----------------------------
 
 # Four tasks of one category, 3 s each, two per pool; the first two are planned at 10 s but let go at once (first on
