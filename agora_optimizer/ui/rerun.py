@@ -13,8 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agora_optimizer.errors import AgoraError
-
-RERUN_DAG_ID = "agora_reoptimize"
+from agora_optimizer.integration.reoptimize import RERUN_DAG_ID
 
 
 class RerunError(AgoraError):
