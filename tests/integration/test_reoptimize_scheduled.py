@@ -11,7 +11,8 @@ creation here, as Airflow ships), and one a minute after, one at a time (``max_a
 1. A user unpauses ``agora_reoptimize``; its first run is ``scheduled`` (not ``manual``) and succeeds. The
    model directory then holds a model trained on the 15 attempts, the DAG's plan in force changed, the stale one
    is kept first in the history, and ``aggregate`` is planned with the 40 s and 1,000 MiB of its traces.
-2. The user pauses the rerun; once the serialized DAG carries the plan in force, a triggered run of
+2. The user pauses the rerun (a second run may have begun: it stops where it is, and learns nothing from
+   the first one's own attempts); once the serialized DAG carries the plan in force, a triggered run of
    ``agora_example_etl`` is placed by it: every attempt and the run record name its version.
 3. Unpaused again, the next scheduled run learns from that run: the model is trained on 20 attempts (the
    rerun DAG's own tasks are not learned from) and one more plan is put in force.
@@ -80,6 +81,24 @@ def _wait_scheduled_success(airflow: AirflowDeployment, after: datetime | None, 
     return found[0]
 
 
+def _wait_quiet(airflow: AirflowDeployment, dag_id: str) -> None:
+    """Until no task of ``dag_id`` is queued or running, three polls in a row.
+
+    A paused DAG's running run stops where it is: its started tasks end, no other task is scheduled
+    until the DAG is unpaused (a second rerun may have begun the moment the first ended).
+    """
+    quiet: list[bool] = []
+
+    def idle() -> bool:
+        answer = airflow.request(
+            "GET", f"/dags/{dag_id}/dagRuns/~/taskInstances", params={"state": ["queued", "running"]}
+        )
+        quiet.append(answer["total_entries"] == 0)
+        return quiet[-3:] == [True] * 3
+
+    wait_until(idle, 120, f"the tasks of {dag_id} to end", airflow)
+
+
 def _wait_serialized_with(airflow: AirflowDeployment, dag_id: str, version: str) -> None:
     """Until the serialized DAG the scheduler runs ``dag_id`` from carries plan ``version``'s placements.
 
@@ -140,9 +159,7 @@ def test_the_scheduled_rerun_retrains_replans_and_the_next_run_uses_the_plan(tmp
         first = _wait_scheduled_success(airflow, None, 150)
         assert _trained_on(models) == len(SEEDED) == 15
         _set_paused(airflow, RERUN, True)  # no rerun re-plans while the ETL runs below
-        wait_until(
-            lambda: all(run["state"] != "running" for run in _runs(airflow, RERUN)), 120, "the rerun to end", airflow
-        )
+        _wait_quiet(airflow, RERUN)
         entries = plans.history(ETL)
         assert len(entries) >= 2 and entries[0].read_bytes() == stale.path.read_bytes()
         replanned = plans.find(ETL, plan_version(entries[1].read_bytes()))  # the first run's plan
@@ -174,7 +191,7 @@ def test_the_scheduled_rerun_retrains_replans_and_the_next_run_uses_the_plan(tmp
         # 3. The next scheduled run learns from that run and puts one more plan in force.
         history_before = len(plans.history(ETL))
         _set_paused(airflow, RERUN, False)
-        second = _wait_scheduled_success(airflow, etl_ended, 150)
+        second = _wait_scheduled_success(airflow, etl_ended, 180)
         assert second["dag_run_id"] != first["dag_run_id"]
         assert {run["run_type"] for run in _runs(airflow, RERUN)} == {"scheduled"}  # nobody triggered the rerun
     assert _trained_on(models) == len(SEEDED) + len(attempts)  # not the rerun DAG's own attempts
