@@ -28,7 +28,7 @@ from agora_optimizer.plans.store import PlanStore, StoredPlan
 if TYPE_CHECKING:
     from agora_optimizer.traces.records import TaskAttempt
 
-RERUN_DAG_ID = "agora_reoptimize"  # dags/agora_reoptimize.py
+RERUN_DAG_ID = "agora_reoptimize"  # dags/agora_reoptimize.py (the UI names it too: ui/rerun.py)
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from agora_optimizer.errors import AgoraError
-from agora_optimizer.integration.reoptimize import RERUN_DAG_ID
+
+RERUN_DAG_ID = "agora_reoptimize"
 
 
 class RerunError(AgoraError):
