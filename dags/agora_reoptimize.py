@@ -15,9 +15,10 @@ from typing import Any
 from airflow.sdk import DAG, get_current_context, task
 
 from agora_optimizer import settings
+from agora_optimizer.integration.reoptimize import RERUN_DAG_ID
 
 with DAG(
-    dag_id="agora_reoptimize",
+    dag_id=RERUN_DAG_ID,
     schedule=settings.get("reoptimize_schedule") or None,
     start_date=datetime(2026, 1, 1),
     catchup=False,

@@ -2,9 +2,9 @@
 
 ``dags/agora_reoptimize.py`` calls these on a schedule (``[agora] reoptimize_schedule``):
 
-1. :func:`retrain` fits the predictor on every attempt of the trace store and saves it
-   to ``[agora] model_dir`` with its metadata, unless the store holds no attempt the last
-   model has not seen;
+1. :func:`retrain` fits the predictor on every attempt of the trace store (but the rerun DAG's
+   own) and saves it to ``[agora] model_dir`` with its metadata, unless the store holds no
+   attempt the last model has not seen;
 2. :func:`opted_in_dags` lists the DAGs of the DAG folder that carry ``[agora] reoptimize_tag``;
 3. :func:`replan` predicts each one's tasks (the store's history first, then the model,
    the DAG's hints, the defaults), optimizes it on ``[agora] catalog`` and puts the plan in
@@ -28,6 +28,8 @@ from agora_optimizer.plans.store import PlanStore, StoredPlan
 if TYPE_CHECKING:
     from agora_optimizer.traces.records import TaskAttempt
 
+RERUN_DAG_ID = "agora_reoptimize"  # dags/agora_reoptimize.py (the UI names it too: ui/rerun.py)
+
 
 @dataclass(frozen=True)
 class RetrainResult:
@@ -43,14 +45,19 @@ def model_dir() -> Path:
 
 
 def retrain(store_url: str, directory: Path, catalog: Catalog | None = None) -> RetrainResult:
-    """Fit the predictor on the store's attempts and save it, unless nothing new was recorded."""
+    """Fit the predictor on the store's attempts and save it, unless nothing new was recorded.
+
+    The rerun DAG's own attempts are left out: under a scheduler its tasks are traced as any DAG's are,
+    and they say nothing of the DAGs it plans; counted, every rerun would find the last one's attempts
+    new and train again.
+    """
     from agora_optimizer.predict.errors import EmptyHistoryError
     from agora_optimizer.predict.model_store import read_metadata, save_predictor
     from agora_optimizer.predict.predictor import Predictor
     from agora_optimizer.traces.store import TraceStore
 
     with TraceStore(store_url) as store:
-        attempts = store.attempts()
+        attempts = [a for a in store.attempts() if a.dag_id != RERUN_DAG_ID]
     source = f"store: {len(attempts)} attempts, fingerprint {_fingerprint(attempts)}"
     if not attempts:
         return RetrainResult(False, 0, directory, "the trace store is empty")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from agora_optimizer.integration.reoptimize import retrain
+from agora_optimizer.integration.reoptimize import RERUN_DAG_ID, retrain
 from agora_optimizer.model.plan import Assignment, Objective, Plan, SolverInfo
 from agora_optimizer.plans.store import PlanStore
 from agora_optimizer.traces.records import TaskAttempt
@@ -75,6 +75,22 @@ def test_retrain_skips_when_nothing_new_was_recorded(tmp_path: Path) -> None:
     with TraceStore(url) as store:
         store.add(history("etl", 41.0, 710, runs=4))  # one more run
     assert retrain(url, models).trained
+
+
+@pytest.mark.slow  # trains a model
+def test_retrain_does_not_learn_from_the_rerun_dags_own_attempts(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'traces.db'}"
+    models = tmp_path / "model"
+    with TraceStore(url) as store:
+        store.add(history("etl", 40.0, 700))
+    assert retrain(url, models).attempts == 15
+    with TraceStore(url) as store:  # what a scheduled rerun leaves in the store: its own tasks' attempts
+        store.add(
+            TaskAttempt.create(dag_id=RERUN_DAG_ID, task_id=task, run_id="scheduled__1", runtime_s=3.0, state="success")
+            for task in ("retrain", "dags_to_replan", "replan")
+        )
+    again = retrain(url, models)
+    assert (again.trained, again.attempts, again.reason) == (False, 15, "no new attempts since the last training")
 
 
 @pytest.mark.airflow
