@@ -49,7 +49,7 @@ import hashlib
 import os
 import re
 import time
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +72,7 @@ LOAD_ENV = "AGORA_WFINSTANCE_LOAD"
 LOADS = ("cpu", "sleep")
 HINTS_ENV = "AGORA_WFINSTANCE_HINTS"
 HINTS = ("all", "none")
+REPLAY_RETRIES = 2  # without hints: a task killed for memory tries again, with more
 
 DEFAULT_WORKFLOW = "blast-chameleon-small-001"
 TIME_SCALE = 0.02  # blast-chameleon-small-001: 383 s of recorded work become about 8 s
@@ -106,6 +107,13 @@ def _replay(runtime_s: float, memory_bytes: int, **context: Any) -> None:
         while time.thread_time() < deadline:
             pass
     del block
+
+
+def _retries(hints: str) -> dict[str, Any]:
+    """Without hints a task's memory is predicted and may be short: it is killed at its reservation and
+    retried, as a user's task would be, with more memory (the executor's retry after a kill, and what the
+    run learned of its category); with the recorded values declared, a failure is a failure."""
+    return {"retries": REPLAY_RETRIES, "retry_delay": timedelta(seconds=1)} if hints == "none" else {}
 
 
 def _hints() -> str:
@@ -251,7 +259,9 @@ def build_dag(
                     "wf_task_name": names.get(wf_task.id, wf_task.id),
                 },
             }
-            replay = task(task_id=ids[wf_task.id], executor_config=config, do_xcom_push=False)(_replay)
+            replay = task(task_id=ids[wf_task.id], executor_config=config, do_xcom_push=False, **_retries(hints))(
+                _replay
+            )
             operators[wf_task.id] = replay(runtime_s=runtime_s, memory_bytes=memory_bytes)
         for edge in workflow.edges:
             operators[edge.parent] >> operators[edge.child]

@@ -65,6 +65,7 @@ PROBE = textwrap.dedent(
                         "executor_config": t.executor_config,
                         "op_kwargs": t.op_kwargs,
                         "do_xcom_push": t.do_xcom_push,
+                        "retries": t.retries,
                     }
                     for t in dag.tasks
                 }
@@ -266,6 +267,7 @@ def _check_dag(found: dict[str, Any], name: str, time_scale: float, memory_scale
         assert about["wf_task_id"] == task_id and about["wf_task_name"] == expected.tasks[task_id]["name"]
         assert about["category"] and about["category"] in about["wf_task_name"]
         assert task["do_xcom_push"] is False
+        assert task["retries"] == 0  # with the recorded values declared, a failure is a failure
 
 
 def test_the_default_dag_is_the_workflow_scaled_by_the_default_scales(probe: dict[str, Any]) -> None:
@@ -315,6 +317,7 @@ def test_without_hints_a_task_declares_its_cores_recorded_category_and_input_onl
                                                     **expected.inputs[task_id]}  # fmt: skip
         runtime_s, memory_bytes = _scaled(expected.tasks[task_id], DEFAULT_TIME_SCALE, DEFAULT_MEMORY_SCALE)
         assert task["op_kwargs"] == {"runtime_s": pytest.approx(runtime_s), "memory_bytes": memory_bytes}
+        assert task["retries"] == 2  # a task killed at a predicted reservation tries again, with more memory
     bad = probe["bad_hints"]["errors"]["agora_wfinstance.py"]
     assert "$AGORA_WFINSTANCE_HINTS must be one of all, none, got 'some'" in bad
 
