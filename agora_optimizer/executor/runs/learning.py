@@ -25,9 +25,10 @@ model alone, 0.327 corrected with k = 0.25, 0.331 with k = 1 and 0.364 with k = 
 
 The rule (an observation's ratio, the shrunk factor, the corrected workflow) is
 :mod:`agora_optimizer.predict.runtime_in_run`'s, shared with the simulated runs
-(:mod:`agora_optimizer.predict.repair_replay`). The factor is applied to the category's tasks that have not ended (their planned runtimes are
-multiplied by it) at every re-plan of the run (:class:`~agora_optimizer.executor.runs.events.Replan`'s
-``runtime_factors``, read by :class:`~agora_optimizer.executor.runs.replanner.Replanner`). A factor that
+(:mod:`agora_optimizer.predict.repair_replay`). The factor is applied to the category's tasks that have not
+ended (their planned runtimes are multiplied by it) at every re-plan of the run
+(:class:`~agora_optimizer.executor.runs.events.Replan`'s ``runtime_factors``, read by
+:class:`~agora_optimizer.executor.runs.replanner.Replanner`). A factor that
 moves by more than ``[agora] replan_slack`` from the one the run's plan carries now, while the category
 still has tasks to come, is a drift of its own (:class:`~agora_optimizer.executor.runs.repair.Drift`):
 the run is re-planned from the corrected runtimes before any of those tasks runs late. A re-planned
