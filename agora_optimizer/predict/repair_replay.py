@@ -204,7 +204,7 @@ class _Memory:
             if category not in ahead.categories:
                 known = self.runtimes.categories.get(category)
                 if known is not None:
-                    ahead.categories[category] = replace(known, log_ratios=list(known.log_ratios))
+                    ahead.categories[category] = replace(known)
             if ahead.observe(category, ratio).moved(slack, ahead.k):
                 return end_s, task_id
         return None

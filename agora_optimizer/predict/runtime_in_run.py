@@ -44,13 +44,15 @@ def runtime_ratio(actual_s: float, model_s: float, min_late_s: float = 0.0) -> f
 
 @dataclass
 class CategoryRuntime:
-    """One category's observations in a run, and the factor the run's plan carries for it now."""
+    """One category's observations in a run (their count and sum in log), and the factor its plan carries now."""
 
-    log_ratios: list[float] = field(default_factory=list)
+    tasks: int = 0
+    total_log: float = 0.0
     applied: float = 1.0
 
     def factor(self, k: float = SHRINK_K) -> float:
-        return shrunk_factor(self.log_ratios, k)
+        """:func:`shrunk_factor` of its observations."""
+        return math.exp(self.total_log / (self.tasks + k)) if self.tasks else 1.0
 
     def moved(self, slack: float, k: float = SHRINK_K) -> bool:
         """Its factor is more than ``slack`` away (either way) from the one the plan carries."""
@@ -66,7 +68,8 @@ class RunRuntimes:
 
     def observe(self, category: str, ratio: float) -> CategoryRuntime:
         found = self.categories.setdefault(category, CategoryRuntime())
-        found.log_ratios.append(math.log(ratio))
+        found.tasks += 1
+        found.total_log += math.log(ratio)
         return found
 
     def factors(self) -> dict[str, float]:
