@@ -8,7 +8,7 @@ For one held-out WfFormat instance and a predictor trained without it (:func:`si
    makespan; plan it again for ``objective`` (cost) under that deadline: the plan the run follows;
 3. run that plan on the true runtimes and peaks with the executor's repairs
    (:func:`~agora_optimizer.predict.repair_replay.replay_with_repairs`: a task over its reservation is
-   killed and retried, and its category's memory learned), and note what the run forecast for itself
+   killed and retried; each category's memory and runtime learned), and note what the run forecast for itself
    once ``forecast_share`` (a quarter) of it had run;
 4. beside it, the plan made from the truth under the same deadline (its cost is the floor the issue's
    "actual cost at most 1.15x the truth plan's" compares with; None where the truth cannot meet the

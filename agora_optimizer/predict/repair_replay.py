@@ -30,6 +30,12 @@ Without repairs (``slack`` <= 0), or when a re-plan fails, the retry stays on it
 reservation grown to at most its type's memory, as Airflow's retry of the executor's job does. A task
 whose peak no type holds (or killed :data:`MAX_KILLS` times) runs as if it fitted and stays in the
 replay's ``oom_tasks``. Not modelled: other failed tries.
+
+**Runtimes, as the executor learns them.** As tasks end, each category's runtime factor is learned by
+:mod:`~agora_optimizer.predict.runtime_in_run`'s rule (a task's true duration over its model's on its
+type); a factor that moved by more than ``slack`` from the one the plan carries, with tasks of the
+category to start, is a drift; every re-plan is made from the workflow with the not-ended tasks'
+runtimes corrected by it, and so is the run's forecast (:func:`forecast`: from the tasks ended by then).
 """
 
 from __future__ import annotations
@@ -63,9 +69,15 @@ from agora_optimizer.predict.memory_in_run import (
     retry_bytes,
 )
 from agora_optimizer.predict.replay import Replay, check_matches, start_ordered, summarised, true_times
+from agora_optimizer.predict.runtime_in_run import RunRuntimes, corrected_workflow, runtime_ratio
 
 MAX_REPAIRS = 100  # a run re-planned this often stops repairing for late tasks (a guard; the executor has none)
-_CAUSES = {"late": "late", "killed": "killed for memory", "memory": "taught its category's memory"}
+_CAUSES = {
+    "late": "late",
+    "killed": "killed for memory",
+    "memory": "taught its category's memory",
+    "runtime": "taught its category's runtime",
+}
 MAX_KILLS = 16  # a task killed this often runs as if it fitted (a guard: Airflow's retries would end sooner)
 TIME_TOLERANCE_S = 1e-6
 
@@ -105,7 +117,9 @@ class RepairedRun:
     plans: tuple[Plan, ...]  # plans[0] the plan as made, plans[i] the plan in force after repair i
     failures: tuple[str, ...] = ()  # re-plans that raised: the run went on under the plan in force
     killed: tuple[Assignment, ...] = ()  # attempts killed for memory (each task's last attempt is in the replay)
-    workflows: tuple[Workflow, ...] = ()  # the workflow each plan was made from (its reservations raised)
+    workflows: tuple[Workflow, ...] = ()  # what each plan was made from (reservations raised, runtimes corrected)
+    runtime_factors: tuple[Mapping[str, float], ...] = ()  # the runtime factors each of those workflows carries
+    runtime_seen: tuple[tuple[float, str, float], ...] = ()  # (end, task, runtime ratio) of each task learned from
 
     def _made(self, now_s: float) -> int:
         made = [i + 1 for i, event in enumerate(self.repairs) if event.at_s <= now_s + TIME_TOLERANCE_S]
@@ -119,6 +133,11 @@ class RepairedRun:
         """The workflow the plan in force at ``now_s`` was made from (``planned`` where none was kept)."""
         made = self._made(now_s)
         return self.workflows[made] if made < len(self.workflows) else planned
+
+    def runtime_factors_at(self, now_s: float) -> Mapping[str, float]:
+        """The runtime factors the workflow of the plan in force at ``now_s`` carries."""
+        made = self._made(now_s)
+        return self.runtime_factors[made] if made < len(self.runtime_factors) else {}
 
     def first_over_reservation(self) -> set[str]:
         """The tasks whose first attempt was over its reservation: killed, or run as if it fitted."""
@@ -134,6 +153,8 @@ class _Memory:
     catalog: Catalog
     learned: RunMemory = field(default_factory=RunMemory)
     kills: dict[str, int] = field(default_factory=dict)  # task -> its attempts killed so far
+    runtimes: RunRuntimes = field(default_factory=RunRuntimes)
+    min_late_s: float = 0.0
 
     def __post_init__(self) -> None:
         self.largest_bytes = max((r.memory_bytes for r in self.catalog.resources), default=0)
@@ -156,6 +177,38 @@ class _Memory:
         ratio = observed_ratio(model, killed_at_bytes=a.memory_bytes) if killed else observed_ratio(model, peak)
         return None if ratio is None else self.learned.observe(self.category[a.task], a.task, ratio, killed)
 
+    def runtime_ratio(self, a: Assignment) -> float | None:
+        """The attempt's true duration over its model's on its type (the executor's observation)."""
+        model_s = self.catalog.by_name[a.resource].runtime_s(self.planned.by_id[a.task])
+        return runtime_ratio(a.end_s - a.start_s, model_s, self.min_late_s)
+
+    def runtime_factors(self, tasks: Collection[str]) -> dict[str, float]:
+        """The runtime factor of each of ``tasks`` whose category's is not 1."""
+        by_category = self.runtimes.factors()
+        return {t: by_category[self.category[t]] for t in tasks if self.category[t] in by_category}
+
+    def first_runtime_change(
+        self, timed: Mapping[str, Assignment], now_s: float, learned: Collection[str], slack: float
+    ) -> tuple[float, str] | None:
+        """When and which task ending after ``now_s`` (none of ``learned``) first moves its category's runtime
+        factor by more than ``slack`` from the one the plan carries while tasks of it are still to start."""
+        last_start = _last_starts(timed, self.category)
+        ahead = RunRuntimes(k=self.runtimes.k)
+        for end_s, task_id in sorted((a.end_s, a.task) for a in timed.values() if a.end_s > now_s + TIME_TOLERANCE_S):
+            category = self.category[task_id]
+            if task_id in learned or self.killed_share(timed[task_id]) < 1.0 or last_start[category] <= end_s:
+                continue
+            ratio = self.runtime_ratio(timed[task_id])
+            if ratio is None:
+                continue
+            if category not in ahead.categories:
+                known = self.runtimes.categories.get(category)
+                if known is not None:
+                    ahead.categories[category] = replace(known)
+            if ahead.observe(category, ratio).moved(slack, ahead.k):
+                return end_s, task_id
+        return None
+
     def retry_bytes(self, a: Assignment) -> int:
         """What the retry of the killed attempt ``a`` reserves."""
         model = self.planned.by_id[a.task].memory_bytes
@@ -172,10 +225,7 @@ class _Memory:
     ) -> tuple[float, str] | None:
         """When and which task ending after ``now_s`` (none of ``learned``) first moves its category's factor from
         the one the plan carries while tasks of it are still to start: the learning's own drift."""
-        last_start: dict[str, float] = {}
-        for a in timed.values():
-            category = self.category[a.task]
-            last_start[category] = max(last_start.get(category, -math.inf), a.start_s)
+        last_start = _last_starts(timed, self.category)
         ahead: dict[str, CategoryMemory] = {}  # the categories as they would be, copied when first touched
         ending = sorted((a.end_s, a.task) for a in timed.values() if a.end_s > now_s + TIME_TOLERANCE_S)
         for end_s, task_id in ending:
@@ -197,6 +247,14 @@ class _Memory:
             if ahead[category].changed:
                 return end_s, task_id
         return None
+
+
+def _last_starts(timed: Mapping[str, Assignment], category: Mapping[str, str]) -> dict[str, float]:
+    """Each category's last start in ``timed``."""
+    last_start: dict[str, float] = {}
+    for a in timed.values():
+        last_start[category[a.task]] = max(last_start.get(category[a.task], -math.inf), a.start_s)
+    return last_start
 
 
 def late(planned: Assignment, end_s: float, slack: float, min_late_s: float = 0.0) -> bool:
@@ -239,8 +297,10 @@ def replay_with_repairs(
     """
     check_matches(plan, actual, catalog)
     step = repair or plain_repair()
-    memory = _Memory(planned, actual, catalog)
+    memory = _Memory(planned, actual, catalog, min_late_s=min_late_s)
     in_force, plans, workflows = plan, [plan], [planned]
+    carried: list[Mapping[str, float]] = [{}]
+    seen: list[tuple[float, str, float]] = []
     events, failures = list[RepairEvent](), list[str]()
     ran: dict[str, Assignment] = {}
     killed: list[Assignment] = []
@@ -270,6 +330,10 @@ def replay_with_repairs(
             if isinstance(status, Done) and task_id not in learned and slack > 0:
                 learned.add(task_id)
                 memory.observe(timed[task_id], killed=False)
+                ratio = memory.runtime_ratio(timed[task_id])
+                if ratio is not None:
+                    memory.runtimes.observe(memory.category[task_id], ratio)
+                    seen.append((timed[task_id].end_s, task_id, ratio))
         retries = {t: b for t, b in retries.items() if t not in state}  # a retry that started is no longer pending
         retries.update({a.task: memory.retry_bytes(a) for a in newly_killed})
         ran = {task_id: timed[task_id] for task_id in state}
@@ -279,7 +343,8 @@ def replay_with_repairs(
             continue
         last_repair_s = at_s
         factors = memory.factors([t for t in planned.by_id if t not in ran])
-        workflow = raised_workflow(planned, factors, memory.largest_bytes)
+        runtime_factors = memory.runtime_factors([t for t in planned.by_id if not isinstance(state.get(t), Done)])
+        workflow = raised_workflow(corrected_workflow(planned, runtime_factors), factors, memory.largest_bytes)
         step_state = {**state, **{t: Pending(b) for t, b in retries.items()}}
         try:
             answer = step(workflow, catalog, in_force, step_state, at_s)
@@ -296,8 +361,10 @@ def replay_with_repairs(
             cost_usd=answer.cost_usd,
         )
         memory.learned.applied_now()
+        memory.runtimes.applied_now()
         plans.append(in_force)
         workflows.append(workflow)
+        carried.append(runtime_factors)
         events.append(
             RepairEvent(
                 at_s, cause_task, answer.method, len(answer.moved_machine), answer.makespan_s, answer.cost_usd, cause
@@ -307,7 +374,9 @@ def replay_with_repairs(
     made = summarised(plan, actual, catalog, items)
     if killed:  # the killed attempts ran and were paid for
         made = replace(made, makespan_s=makespan_s([*items, *killed]), cost_usd=cost_usd([*items, *killed], catalog))
-    return RepairedRun(made, tuple(events), tuple(plans), tuple(failures), tuple(killed), tuple(workflows))
+    return RepairedRun(
+        made, tuple(events), tuple(plans), tuple(failures), tuple(killed), tuple(workflows), tuple(carried), tuple(seen)
+    )
 
 
 def _next_event(
@@ -344,6 +413,9 @@ def _next_event(
         rise = memory.first_change(timed, now_s, learned)
         if rise is not None:
             drifts.append((*rise, "memory"))
+        moved = memory.first_runtime_change(timed, now_s, learned, slack)
+        if moved is not None:
+            drifts.append((*moved, "runtime"))
     gap_s = last_repair_s + interval_s if slack > 0 else -math.inf
     if drifts:
         end_s, task_id, cause = min(drifts)
@@ -384,7 +456,24 @@ def forecast(
         elif a.end_s <= now_s + TIME_TOLERANCE_S and not isinstance(state.get(a.task), Done | Running):
             state[a.task] = Pending(ran[a.task].memory_bytes)  # its retry, not started, reserves what it did
     step = repair or plain_repair()
-    return step(run.workflow_at(now_s, planned), catalog, run.plan_at(now_s), state, now_s)
+    return step(_learned_workflow(run, planned, state, now_s), catalog, run.plan_at(now_s), state, now_s)
+
+
+def _learned_workflow(run: RepairedRun, planned: Workflow, state: Mapping[str, TaskState], now_s: float) -> Workflow:
+    """The workflow of the plan in force at ``now_s``, its not-ended tasks' runtimes corrected by what the tasks
+    ended by then taught their categories (the executor's learning, as of ``now_s``)."""
+    category = {t.id: category_of_task(t) for t in planned.tasks}
+    learned = RunRuntimes()
+    for end_s, task_id, ratio in run.runtime_seen:
+        if end_s <= now_s + TIME_TOLERANCE_S:
+            learned.observe(category[task_id], ratio)
+    by_category, carried = learned.factors(), run.runtime_factors_at(now_s)
+    factors = {
+        t: by_category.get(category[t], 1.0) / carried.get(t, 1.0)
+        for t in planned.by_id
+        if not isinstance(state.get(t), Done)
+    }
+    return corrected_workflow(run.workflow_at(now_s, planned), {t: f for t, f in factors.items() if f != 1.0})
 
 
 def assumed_workflow(plan: Plan, actual: Workflow, catalog: Catalog) -> Workflow:

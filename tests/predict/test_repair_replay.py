@@ -206,3 +206,33 @@ def test_the_repairs_and_the_forecast_see_a_killed_task_pending_with_its_retrys_
     forecast(run, predicted, ONE_AT_A_TIME, 5.0, step)  # the retry runs then, at 2.4 GiB (to be killed at 11.3 s)
     assert seen[-1][2] == {"align_0": Running("m#0", pytest.approx(10.0 / 3), math.ceil(2.4 * GIB))}
     assert seen[-1][1] == run.workflows[1]  # the workflow of the plan in force then
+
+
+def test_a_category_whose_first_tasks_take_2x_is_re_predicted_for_the_rest_and_the_forecast_follows() -> None:
+    predicted = Workflow.create("aligns", [Task(f"align_{i}", 10.0, 1, GIB, "align") for i in range(8)], [])
+    truth = _scaled(predicted, 2.0)  # every task takes 20 s, not 10: the run takes 160 s
+    plan = optimize(predicted, ONE_AT_A_TIME, Objective("cost"), "one", time_limit_s=0.5)
+    seen: list[Workflow] = []
+
+    def step(workflow: Workflow, catalog: Catalog, plan: Plan, state: Mapping[str, TaskState], now_s: float) -> Replan:
+        seen.append(workflow)
+        return replan(workflow, catalog, plan, state, now_s, time_limit_s=0.5)
+
+    run = replay_with_repairs(plan, predicted, truth, ONE_AT_A_TIME, repair=step)
+    assert run.replay.makespan_s == pytest.approx(160.0)
+    # the first task's 2x moves its category to 2^(1/1.25) = 1.74x: the re-plan then sees the 7 tasks to come at that
+    one = 2 ** (1 / 1.25)
+    assert run.repairs[0].at_s == pytest.approx(20.0)
+    assert [t.runtime_s for t in seen[0].tasks] == pytest.approx([10.0] + [10.0 * one] * 7)
+    assert run.workflows[1] == seen[0] and run.runtime_factors[1] == pytest.approx(
+        {f"align_{i}": one for i in range(1, 8)}
+    )
+    # the re-plans carry it: tasks of 20 s planned at 17.4 s are no longer late, so no re-plan after each of them
+    assert len(run.repairs) < 4
+    # after three tasks the run forecasts its 160 s within a few %: 60 s run, five tasks to come at 2^(3/3.25)x
+    foreseen = forecast(run, predicted, ONE_AT_A_TIME, 60.0, step)
+    assert foreseen.makespan_s == pytest.approx(60.0 + 5 * 10.0 * 2 ** (3 / 3.25))
+    assert abs(foreseen.makespan_s / 160.0 - 1) < 0.05
+    # repair off, nothing is learned: the plan and its runtimes as made
+    without = replay_with_repairs(plan, predicted, truth, ONE_AT_A_TIME, slack=0)
+    assert without.repairs == () and without.runtime_seen == ()

@@ -23,9 +23,12 @@ past what a second task confirms. Measured (``bench/learning_in_run.py --dir ../
 family), the runtime MdAPE of the tasks with one of their category ended before them is 0.675 from the
 model alone, 0.327 corrected with k = 0.25, 0.331 with k = 1 and 0.364 with k = 2.
 
-The factor is applied to the category's tasks that have not ended (their planned runtimes are
-multiplied by it) at every re-plan of the run (:class:`~agora_optimizer.executor.runs.events.Replan`'s
-``runtime_factors``, read by :class:`~agora_optimizer.executor.runs.replanner.Replanner`). A factor that
+The rule (an observation's ratio, the shrunk factor, the corrected workflow) is
+:mod:`agora_optimizer.predict.runtime_in_run`'s, shared with the simulated runs
+(:mod:`agora_optimizer.predict.repair_replay`). The factor is applied to the category's tasks that have not
+ended (their planned runtimes are multiplied by it) at every re-plan of the run
+(:class:`~agora_optimizer.executor.runs.events.Replan`'s ``runtime_factors``, read by
+:class:`~agora_optimizer.executor.runs.replanner.Replanner`). A factor that
 moves by more than ``[agora] replan_slack`` from the one the run's plan carries now, while the category
 still has tasks to come, is a drift of its own (:class:`~agora_optimizer.executor.runs.repair.Drift`):
 the run is re-planned from the corrected runtimes before any of those tasks runs late. A re-planned
@@ -46,7 +49,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from agora_optimizer.executor.bounded import BoundedDict
 from agora_optimizer.executor.jobs.records import JobRecord
@@ -54,12 +57,17 @@ from agora_optimizer.executor.jobs.spec import JobStatus
 from agora_optimizer.executor.lifecycle import Now
 from agora_optimizer.executor.runs.machine_order import RunBook
 from agora_optimizer.executor.runs.repair import Drift, RunRepairs, clock_at
-from agora_optimizer.model.limits import MAX_RUNTIME_S
 from agora_optimizer.model.workflow import Workflow
 from agora_optimizer.predict.memory_in_run import RunMemory, category_of_task, id_stem, observed_ratio
+from agora_optimizer.predict.runtime_in_run import (  # the rule, shared with the simulated runs
+    SHRINK_K,
+    corrected_workflow,
+    runtime_ratio,
+    shrunk_factor,
+)
 
-SHRINK_K = 0.25  # observations' weight n / (n + k): (0.25 / 0.5)^2, the within-run over the model's log spread
-RATIO_LIMIT = 100.0  # an observation further off than this is clamped (a stuck task, a clock jump)
+__all__ = ["SHRINK_K", "RunCorrection", "RunLearning", "corrected_workflow", "correction_note", "shrunk_factor"]
+
 FACTOR_SHOWN = 5  # categories listed in a repair's detail
 RUNS_MAX = 1024  # runs whose corrections are kept
 
@@ -69,14 +77,6 @@ Run = tuple[str, str]
 def task_category(book: RunBook, task_id: str) -> str:
     """The task's category: its plan's workflow's, else its stem (``load[3]`` -> ``load``)."""
     return book.order.categories.get(task_id) or id_stem(task_id)
-
-
-def shrunk_factor(log_ratios: list[float], k: float = SHRINK_K) -> float:
-    """``exp(mean(log_ratios) * n / (n + k))``: 1 with no observation, toward their mean with more."""
-    n = len(log_ratios)
-    if n == 0:
-        return 1.0
-    return math.exp(sum(log_ratios) / n * n / (n + k))
 
 
 @dataclass
@@ -191,11 +191,9 @@ class RunLearning:
             return None
         correction = self.run(run)
         model_s = planned.duration_s / correction.carried.get(task_id, 1.0)
-        actual_s = end_s - start_s
-        if model_s <= 0 or actual_s <= 0:
+        ratio = runtime_ratio(end_s - start_s, model_s, min_late_s)
+        if ratio is None:
             return None
-        ratio = 1.0 if abs(actual_s - model_s) <= min_late_s else actual_s / model_s
-        ratio = min(max(ratio, 1 / RATIO_LIMIT), RATIO_LIMIT)
         category = task_category(book, task_id)
         found = correction.categories.setdefault(category, _Category())
         found.log_ratios.append(math.log(ratio))
@@ -271,17 +269,6 @@ def _placed(book: RunBook, retries: Collection[str]) -> list[str]:
 def _to_come(book: RunBook) -> list[str]:
     """The run's planned tasks that have not started (and will come)."""
     return [t for t in book.order.by_task if t not in book.started and t not in book.gone]
-
-
-def corrected_workflow(workflow: Workflow, factors: Mapping[str, float]) -> Workflow:
-    """``workflow`` with each task of ``factors`` lasting that many times its runtime (the rest as they are)."""
-    if not factors:
-        return workflow
-    tasks = tuple(
-        replace(task, runtime_s=min(task.runtime_s * factors[task.id], MAX_RUNTIME_S)) if task.id in factors else task
-        for task in workflow.tasks
-    )
-    return replace(workflow, tasks=tasks)
 
 
 def correction_note(workflow: Workflow, factors: Mapping[str, float]) -> str:
