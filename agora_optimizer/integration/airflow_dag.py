@@ -316,8 +316,9 @@ def predicted_dag_workflow(
         directory = Path(model_dir) if model_dir is not None else default_model_dir()
         predictor = load_predictor(directory)
         origin = f"{origin}; model {directory}"
-    workflow = predictor.predicted_workflow(shape, catalog, runtime_quantile)
-    sources = predictor.predict(shape, catalog).describe_sources()
+    prediction = predictor.predict(shape, catalog)
+    workflow = predictor.predicted_workflow(shape, catalog, runtime_quantile, prediction)
+    sources = prediction.describe_sources()
     if runtime_quantile is not None:
         origin = f"{origin}; {predictor.quantile_note(runtime_quantile)}"
     workflow, waits = release_waits(workflow, catalog, [task.task_id for task in expanded.tasks if task.waits])

@@ -155,7 +155,8 @@ def plan_instance(
     """Steps 1, 2 and 4 of the module docstring: the plan the run of ``held_out`` follows, and its yardsticks."""
     actual = scale.workflow(load_workflow(held_out))
     shape = read_workflow_shape(held_out)
-    predicted = predictor.predicted_workflow(shape, catalog)
+    prediction = predictor.predict(shape, catalog)
+    predicted = predictor.predicted_workflow(shape, catalog, prediction=prediction)
     limit_s = settings.time_limit_s
     fastest = optimize(predicted, catalog, Objective("time"), catalog_label, limit_s)
     deadline_s = settings.deadline_factor * fastest.makespan_s
@@ -167,7 +168,7 @@ def plan_instance(
         plan=plan,
         truth=_under_deadline(actual, catalog, catalog_label, settings.objective, deadline_s, limit_s),
         default=default_plan(predicted, catalog, catalog_label),
-        runtime_sources=predictor.predict(shape, catalog).sources()["runtime"],
+        runtime_sources=prediction.sources()["runtime"],
     )
 
 

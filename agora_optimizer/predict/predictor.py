@@ -315,16 +315,22 @@ class Predictor:
         return first_answer(task, category, shape.hint_memory_bytes, float(self.default_memory_bytes))
 
     def predicted_workflow(
-        self, workflow: WorkflowShape, catalog: Catalog, runtime_quantile: float | None = None
+        self,
+        workflow: WorkflowShape,
+        catalog: Catalog,
+        runtime_quantile: float | None = None,
+        prediction: Prediction | None = None,
     ) -> Workflow:
         """The workflow with predicted reference runtimes and memory quantiles, ready to plan.
 
         ``runtime_quantile`` (e.g. 0.9): each runtime at that quantile (a hint as declared);
         ``None``: the model's point prediction. A memory quantile above the largest type's memory is
         cut to it (logged): no machine can reserve more, and the plan then gives the task the largest
-        machine there is.
+        machine there is. ``prediction``: :meth:`predict`'s answer for ``workflow`` on ``catalog``,
+        where the caller has it already (else it is asked here).
         """
-        prediction = self.predict(workflow, catalog)
+        if prediction is None:
+            prediction = self.predict(workflow, catalog)
         by_id = {t.task_id: t for t in prediction.tasks}
         categories = [shape.category for shape in workflow.tasks]
         factors = self._category_factors(categories, runtime_quantile) if runtime_quantile is not None else None
