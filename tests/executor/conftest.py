@@ -3,10 +3,7 @@ Airflow's own metadata tables, in SQLite, for the statements the executor runs o
 
 from __future__ import annotations
 
-import atexit
 import os
-import shutil
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -15,11 +12,9 @@ from typing import Any
 
 import pytest
 
-if "AIRFLOW_HOME" not in os.environ:
-    _home = tempfile.mkdtemp(prefix="agora-executor-tests-")
-    atexit.register(shutil.rmtree, _home, ignore_errors=True)  # one per session (per xdist worker): not left in /tmp
-    os.environ["AIRFLOW_HOME"] = _home
-os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+from tests.airflow_home import private_airflow_home
+
+private_airflow_home("agora-executor-tests-")
 os.environ.setdefault(
     "AIRFLOW__API_AUTH__JWT_SECRET", "agora-executor-tests-secret-of-at-least-64-bytes-for-hs512-0123456789abcdef"
 )

@@ -6,23 +6,10 @@ Each source is asked as the trace listener asks it (in a run, with a context) an
 
 from __future__ import annotations
 
-import atexit
-import os
-import shutil
-import tempfile
-
-if "AIRFLOW_HOME" not in os.environ:  # as tests/executor/conftest.py: before the first import of airflow
-    _home = tempfile.mkdtemp(prefix="agora-inputs-tests-")
-    atexit.register(shutil.rmtree, _home, ignore_errors=True)
-    os.environ["AIRFLOW_HOME"] = _home
-os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
-
 from pathlib import Path
 from typing import Any
 
 import pytest
-from airflow.providers.standard.operators.empty import EmptyOperator
-from airflow.sdk import DAG, Asset, ObjectStoragePath
 
 from agora_optimizer.errors import FieldError
 from agora_optimizer.integration.task_inputs import (
@@ -36,6 +23,12 @@ from agora_optimizer.integration.task_inputs import (
     upstream_outputs,
 )
 from agora_optimizer.traces.records import MAX_BYTES, TaskAttempt
+from tests.airflow_home import private_airflow_home
+
+private_airflow_home("agora-inputs-tests-")  # before the first import of airflow
+
+from airflow.providers.standard.operators.empty import EmptyOperator  # noqa: E402
+from airflow.sdk import DAG, Asset, ObjectStoragePath  # noqa: E402
 
 
 def _task(agora: dict[str, Any] | None = None, inlets: list[Any] | None = None, task_id: str = "t") -> Any:

@@ -6,24 +6,13 @@ plain ``datetime`` arithmetic, not by asking Airflow again.
 
 from __future__ import annotations
 
-import atexit
-import os
-import shutil
-import tempfile
-
-if "AIRFLOW_HOME" not in os.environ:  # as tests/executor/conftest.py: before the first import of airflow
-    _home = tempfile.mkdtemp(prefix="agora-window-tests-")
-    atexit.register(shutil.rmtree, _home, ignore_errors=True)
-    os.environ["AIRFLOW_HOME"] = _home
-os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
-
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from agora_optimizer.integration.window_runs import (
+from agora_optimizer.integration.window_runs import (  # imports airflow only when asked
     LATEST_END,
     MAX_WINDOW_S,
     ScheduledRun,
@@ -33,6 +22,9 @@ from agora_optimizer.integration.window_runs import (
     runs_in_window,
     select_dags,
 )
+from tests.airflow_home import private_airflow_home
+
+private_airflow_home("agora-window-tests-")  # before the first import of airflow
 
 START = datetime(2026, 12, 3, tzinfo=UTC)  # the window's start in most tests
 DAY_S = 86400.0
