@@ -194,13 +194,19 @@ def raised_workflow(workflow: Workflow, factors: Mapping[str, float], cap_bytes:
 def memory_note(workflow: Workflow, factors: Mapping[str, float]) -> str:
     """The raised reservations of a re-plan in words, by category: ``memory raised from this run: bwa x3.60
     (12 tasks)``; '' for none."""
+    return category_factors_note("memory raised from this run", workflow, {t: f for t, f in factors.items() if f > 1.0})
+
+
+def category_factors_note(heading: str, workflow: Workflow, factors: Mapping[str, float]) -> str:
+    """``HEADING: bwa x3.60 (12 tasks), ...``: the tasks of ``factors`` by category, each category's largest factor,
+    the :data:`NOTE_SHOWN` furthest from 1 first; '' for none (the executor's runtime and memory notes alike)."""
     by_category: dict[str, list[float]] = {}
     for task in workflow.tasks:
-        if factors.get(task.id, 1.0) > 1.0:
+        if task.id in factors:
             by_category.setdefault(category_of_task(task), []).append(factors[task.id])
     if not by_category:
         return ""
-    shown = sorted(by_category.items(), key=lambda item: -max(item[1]))
+    shown = sorted(by_category.items(), key=lambda item: -abs(math.log(max(item[1]))))
     words = [f"{name} x{max(values):.2f} ({len(values)} tasks)" for name, values in shown[:NOTE_SHOWN]]
     more = f" and {len(shown) - NOTE_SHOWN} more" if len(shown) > NOTE_SHOWN else ""
-    return "memory raised from this run: " + ", ".join(words) + more
+    return f"{heading}: " + ", ".join(words) + more

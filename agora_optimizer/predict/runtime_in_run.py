@@ -27,10 +27,11 @@ RATIO_LIMIT = 100.0  # an observation further off than this is clamped (a stuck 
 
 def shrunk_factor(log_ratios: list[float], k: float = SHRINK_K) -> float:
     """``exp(mean(log_ratios) * n / (n + k))``: 1 with no observation, toward their mean with more."""
-    n = len(log_ratios)
-    if n == 0:
-        return 1.0
-    return math.exp(sum(log_ratios) / n * n / (n + k))
+    return _shrunk(sum(log_ratios), len(log_ratios), k)
+
+
+def _shrunk(total_log: float, n: int, k: float) -> float:
+    return math.exp(total_log / (n + k)) if n else 1.0
 
 
 def runtime_ratio(actual_s: float, model_s: float, min_late_s: float = 0.0) -> float | None:
@@ -52,7 +53,7 @@ class CategoryRuntime:
 
     def factor(self, k: float = SHRINK_K) -> float:
         """:func:`shrunk_factor` of its observations."""
-        return math.exp(self.total_log / (self.tasks + k)) if self.tasks else 1.0
+        return _shrunk(self.total_log, self.tasks, k)
 
     def moved(self, slack: float, k: float = SHRINK_K) -> bool:
         """Its factor is more than ``slack`` away (either way) from the one the plan carries."""

@@ -58,9 +58,10 @@ from agora_optimizer.executor.lifecycle import Now
 from agora_optimizer.executor.runs.machine_order import RunBook
 from agora_optimizer.executor.runs.repair import Drift, RunRepairs, clock_at
 from agora_optimizer.model.workflow import Workflow
-from agora_optimizer.predict.memory_in_run import RunMemory, category_of_task, id_stem, observed_ratio
+from agora_optimizer.predict.memory_in_run import RunMemory, category_factors_note, id_stem, observed_ratio
 from agora_optimizer.predict.runtime_in_run import (  # the rule, shared with the simulated runs
     SHRINK_K,
+    RunRuntimes,
     corrected_workflow,
     runtime_ratio,
     shrunk_factor,
@@ -68,7 +69,6 @@ from agora_optimizer.predict.runtime_in_run import (  # the rule, shared with th
 
 __all__ = ["SHRINK_K", "RunCorrection", "RunLearning", "corrected_workflow", "correction_note", "shrunk_factor"]
 
-FACTOR_SHOWN = 5  # categories listed in a repair's detail
 RUNS_MAX = 1024  # runs whose corrections are kept
 
 Run = tuple[str, str]
@@ -80,24 +80,14 @@ def task_category(book: RunBook, task_id: str) -> str:
 
 
 @dataclass
-class _Category:
-    log_ratios: list[float] = field(default_factory=list)
-    applied: float = 1.0  # the factor the run's plan carries for the category now (its last re-plan's)
-
-
-@dataclass
 class RunCorrection:
-    """One run's corrections: each category's observations, and the factor each task's planned runtime carries;
-    the same for memory."""
+    """One run's corrections: each category's runtime observations (:class:`RunRuntimes`, the simulated runs' own)
+    and the factor each task's planned runtime carries; the same for memory."""
 
-    categories: dict[str, _Category] = field(default_factory=dict)
+    runtimes: RunRuntimes = field(default_factory=RunRuntimes)
     carried: dict[str, float] = field(default_factory=dict)  # task -> factor its planned runtime was re-planned with
     memory: RunMemory = field(default_factory=RunMemory)
     memory_carried: dict[str, float] = field(default_factory=dict)  # task -> factor its reservation was raised by
-
-    def factors(self, k: float = SHRINK_K) -> dict[str, float]:
-        """Each category's factor (those with no task ended: none)."""
-        return {category: shrunk_factor(found.log_ratios, k) for category, found in self.categories.items()}
 
 
 class RunLearning:
@@ -114,7 +104,7 @@ class RunLearning:
     def run(self, run: Run) -> RunCorrection:
         found = self.runs.get(run)
         if found is None:
-            found = self.runs[run] = RunCorrection()
+            found = self.runs[run] = RunCorrection(RunRuntimes(k=self.k))
         return found
 
     def ended(
@@ -195,17 +185,16 @@ class RunLearning:
         if ratio is None:
             return None
         category = task_category(book, task_id)
-        found = correction.categories.setdefault(category, _Category())
-        found.log_ratios.append(math.log(ratio))
-        factor = shrunk_factor(found.log_ratios, self.k)
-        if abs(math.log(factor / found.applied)) <= math.log1p(slack):
+        found = correction.runtimes.observe(category, ratio)
+        if not found.moved(slack, self.k):
             return None  # the common case, decided before the run's tasks are looked through
+        factor = found.factor(self.k)
         coming = [t for t in _to_come(book) if task_category(book, t) == category]
         if not coming:
             return None
         return Drift(
             task_id,
-            f"category {category} runs {factor:.2f}x its planned time ({len(found.log_ratios)} tasks ended, "
+            f"category {category} runs {factor:.2f}x its planned time ({found.tasks} tasks ended, "
             f"the last {ratio:.2f}x); its {len(coming)} tasks to come re-planned at that",
         )
 
@@ -214,7 +203,7 @@ class RunLearning:
         correction = self.runs.get(run)
         if correction is None:
             return {}
-        by_category = {category: f for category, f in correction.factors(self.k).items() if f != 1.0}
+        by_category = correction.runtimes.factors()
         if not by_category:
             return {}
         found: dict[str, float] = {}
@@ -256,8 +245,7 @@ class RunLearning:
         raised = memory_factors or {}
         for task_id in _placed(book, retries):
             correction.memory_carried[task_id] = raised.get(task_id, 1.0)
-        for category, factor in correction.factors(self.k).items():
-            correction.categories[category].applied = factor
+        correction.runtimes.applied_now()
         correction.memory.applied_now()
 
 
@@ -274,13 +262,4 @@ def _to_come(book: RunBook) -> list[str]:
 def correction_note(workflow: Workflow, factors: Mapping[str, float]) -> str:
     """The factors of a re-plan in words, by category: ``runtimes corrected from this run: mProject x1.85 (12
     tasks)``; '' for none."""
-    by_category: dict[str, list[float]] = {}
-    for task in workflow.tasks:
-        if task.id in factors:
-            by_category.setdefault(category_of_task(task), []).append(factors[task.id])
-    if not by_category:
-        return ""
-    shown = sorted(by_category.items(), key=lambda item: -abs(math.log(max(item[1]))))
-    words = [f"{name} x{max(values):.2f} ({len(values)} tasks)" for name, values in shown[:FACTOR_SHOWN]]
-    more = f" and {len(shown) - FACTOR_SHOWN} more" if len(shown) > FACTOR_SHOWN else ""
-    return "runtimes corrected from this run: " + ", ".join(words) + more
+    return category_factors_note("runtimes corrected from this run", workflow, factors)
