@@ -4,7 +4,8 @@ Registered by :class:`agora_optimizer.plugin.AgoraPlugin`. When a task
 instance starts running (``on_task_instance_running``, called by the Task SDK in the
 task process), it starts a :class:`ProcessTreeSampler` on the task process; when the
 attempt succeeds or fails it stops the sampler and writes one :class:`TaskAttempt`
-(peak RSS, CPU time, times, host, operator, error text) to the trace store named by
+(peak RSS, CPU time, times, host, operator, error text; for a mapped task, its map index and how many
+instances it has in the run, :func:`map_width`) to the trace store named by
 ``[agora] trace_store_url``.
 
 Under the agora executor the agora worker already samples the task's process tree (and
@@ -190,6 +191,7 @@ def attempt_from_task_instance(
         run_id=str(task_instance.run_id),
         try_number=int(task_instance.try_number or 1),
         map_index=_map_index(task_instance),
+        map_width=map_width(task_instance),
         operator=_operator_name(task),
         category=declared_category(task_instance),
         resource_type=resource_type,
@@ -325,6 +327,29 @@ def _key(task_instance: Any) -> _Key:
 def _map_index(task_instance: Any) -> int:
     value = getattr(task_instance, "map_index", -1)
     return -1 if value is None else int(value)
+
+
+def map_width(task_instance: Any) -> int | None:
+    """How many instances the attempt's mapped task has in its run (None for an unmapped task, or when Airflow
+    cannot say: logged, never raised). Asked of Airflow's API server through the Task SDK
+    (``RuntimeTaskInstance.get_ti_count``), not counting the instances a shorter re-expansion removed."""
+    index = _map_index(task_instance)
+    if index < 0:
+        return None
+    try:
+        from airflow.sdk import TaskInstanceState
+
+        states = [state.value for state in TaskInstanceState if state != TaskInstanceState.REMOVED]
+        count = task_instance.get_ti_count(
+            dag_id=str(task_instance.dag_id),
+            task_ids=[str(task_instance.task_id)],
+            run_ids=[str(task_instance.run_id)],
+            states=[*states, "null"],  # "null": an instance not yet scheduled
+        )
+    except Exception as exc:  # outside a task process, or an API server that does not answer
+        log.warning("agora: %s recorded without its map width: %s", _describe(task_instance), first_line(exc))
+        return None
+    return max(int(count), index + 1)  # the attempt itself is one of them
 
 
 def _operator_name(task: Any) -> str:
