@@ -171,7 +171,8 @@ def expand_mapped(shape: DagShape, widths: Mapping[str, MapWidth]) -> DagShape:
 
     An instance depends on every instance of each mapped parent (Airflow runs a task after all of
     its upstream task's instances), except within one mapped task group, where instance ``i`` of a
-    task follows instance ``i`` of its parent in the group. A task ``widths`` does not name keeps
+    task follows instance ``i`` of its parent in the group. Each instance carries its index and its
+    task's planned width (the predictor's ``map_index`` and ``map_width``). A task ``widths`` does not name keeps
     one instance per :data:`agora_optimizer.predict.map_width.MapWidth` default: callers name every
     mapped task (:func:`mapped_widths`).
     """
@@ -199,7 +200,10 @@ def expand_mapped(shape: DagShape, widths: Mapping[str, MapWidth]) -> DagShape:
                 )
                 upstream += [names[parent][index]] if twin else names[parent]
             category = task.category or (task_stem(task.task_id) if task.mapped else "")
-            expanded.append(replace(task, task_id=name, upstream=tuple(sorted(upstream)), category=category))
+            instance = replace(task, task_id=name, upstream=tuple(sorted(upstream)), category=category)
+            if name != task.task_id:  # an instance: its index and its task's planned width
+                instance = replace(instance, map_index=index, map_width=len(names[task.task_id]))
+            expanded.append(instance)
     return replace(shape, tasks=tuple(expanded))
 
 
@@ -261,6 +265,8 @@ def workflow_shape(
             hint_memory_bytes=task.memory_hint_bytes,
             input_bytes=planned[task.task_id].input_bytes or 0,  # 0: unknown, as the features read it
             input_files=planned[task.task_id].input_files or 0,
+            map_index=task.map_index,
+            map_width=task.map_width,
         )
         for task in shape.tasks
     )
