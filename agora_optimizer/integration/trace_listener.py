@@ -39,7 +39,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -57,12 +57,13 @@ from agora_optimizer.integration.task_inputs import (
 )
 from agora_optimizer.model.placement import BACKEND_ENV, MACHINE_ENV, PLAN_VERSION_ENV
 from agora_optimizer.model.placement import RESOURCE_ENV as RESOURCE_TYPE_ENV
+from agora_optimizer.model.task_hints import declared_category as category_of
+from agora_optimizer.model.task_hints import task_agora_config
 from agora_optimizer.traces.records import AttemptState, TaskAttempt, TraceRecordError
 from agora_optimizer.traces.sampler import SAMPLED_BY_WORKER_ENV, ProcessTreeSampler, Sample
 
 log = logging.getLogger(__name__)
 
-EXECUTOR_CONFIG_KEY = "agora"
 MAX_ERROR_CHARS = 4000
 LISTENER_REPLAY_ROWS = 20  # spooled rows a task process writes after its own, once the store answers
 
@@ -278,17 +279,14 @@ def _planned(task_instance: Any) -> dict[str, str]:
     return {name: _string(placement.get(name)) for name in ("machine", "plan_version")}
 
 
-def _agora_config(task_instance: Any) -> dict[str, Any]:
-    task = getattr(task_instance, "task", None)
-    config = getattr(task, "executor_config", None) or getattr(task_instance, "executor_config", None) or {}
-    agora = config.get(EXECUTOR_CONFIG_KEY, {}) if isinstance(config, dict) else {}
-    return agora if isinstance(agora, dict) else {}
+def _agora_config(task_instance: Any) -> Mapping[str, Any]:
+    """The attempt's task's ``executor_config["agora"]`` ({} where none, or malformed: a listener never raises)."""
+    return task_agora_config(getattr(task_instance, "task", None), task_instance)
 
 
 def declared_category(task_instance: Any) -> str:
     """``executor_config["agora"]["category"]`` where the DAG declares one (else the predictor uses the task id)."""
-    category = _agora_config(task_instance).get("category")
-    return category.strip() if isinstance(category, str) else ""
+    return category_of(_agora_config(task_instance))
 
 
 def resource_of(task_instance: Any) -> tuple[str, str]:
