@@ -13,7 +13,12 @@ store (``[agora] plan_dir``), each task gets:
 - ``pool`` and ``pool_slots``: ``agora_<resource>`` and the planned cores, when ``[agora]
   airflow_pools`` is on (:mod:`agora_optimizer.executor.airflow_pools`);
 - ``executor_config["agora"]["placement"]``: resource, cores, reserved memory, machine,
-  planned start, and a time limit from the task's ``execution_timeout``.
+  planned start, and a time limit from the task's ``execution_timeout``;
+- ``priority_weight`` (``weight_rule`` absolute): higher the earlier the plan starts the task, for
+  a task whose author left both at Airflow's defaults. Airflow queues ready tasks by weight up to
+  the DAG's ``max_active_tasks``; by its default weights, 16 tasks the plan starts late could fill
+  those slots, held by the executor for their machines' turns, while a task planned to start now
+  could not be queued at all.
 
 Tasks the plan does not name (added since the last optimization) go to
 ``[agora] default_resource`` with their declared hints; a task that waits without a worker (a
@@ -58,7 +63,7 @@ import logging
 import weakref
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
@@ -87,7 +92,8 @@ log = logging.getLogger(__name__)
 DEFAULT_MEMORY_BYTES = GIB // 2
 PLAN_VERSIONS_KEPT = 256  # plan files (path, mtime) whose reading the policy remembers
 # What the policy may set on a task, in the order it sets them (and restores them in reverse).
-TASK_ATTRIBUTES = ("executor", "queue", "pool", "pool_slots", "executor_config")
+TASK_ATTRIBUTES = ("executor", "queue", "pool", "pool_slots", "executor_config", "priority_weight", "weight_rule")
+AIRFLOW_DEFAULT_WEIGHT = (1, "downstream")  # a task's priority_weight and weight_rule as Airflow leaves them
 
 
 class PlanNotApplicable(AgoraError):
@@ -130,6 +136,9 @@ def apply_plan(task: Any) -> Placement | None:
     changes: dict[str, Any] = {"executor": plan.executor, "queue": placement.resource}
     if plan.airflow_pools and not mapped:  # the executor creates missing pools when it starts
         changes |= {"pool": pool_name(placement.resource), "pool_slots": placement.cores}
+    weight = plan.priorities.get(task.task_id)
+    if weight is not None and not mapped and _airflow_weight(task) == AIRFLOW_DEFAULT_WEIGHT:
+        changes |= {"priority_weight": weight, "weight_rule": "absolute"}
     config = dict(task.executor_config or {})
     agora = dict(agora_config(config)) | {PLACEMENT_KEY: placement.to_config()}
     if instances:
@@ -182,6 +191,7 @@ class _DagPlan:
     resources: Mapping[str, Resource]
     default_resource: str
     airflow_pools: bool
+    priorities: Mapping[str, int] = field(default_factory=dict)  # by task id: higher, planned to start earlier
 
 
 NO_PLAN = _DagPlan("", "", {}, {}, "", {}, "", False)  # the DAG has no plan to apply: its tasks are left alone
@@ -207,7 +217,15 @@ def _dag_plan(dag_id: str) -> _DagPlan | None:
         resources=settings.configured_catalog().by_name,
         default_resource=settings.get("default_resource"),
         airflow_pools=settings.get_bool("airflow_pools"),
+        priorities=planned_priorities(read.assignments),
     )
+
+
+def planned_priorities(assignments: Mapping[str, Assignment]) -> dict[str, int]:
+    """Each unmapped planned task's priority weight: the number of tasks the plan starts at or after it (the
+    first has the most, the last 1), ties broken by task id."""
+    unmapped = sorted((a.start_s, name) for name, a in assignments.items() if split_instance(name)[1] < 0)
+    return {name: len(unmapped) - rank for rank, (_, name) in enumerate(unmapped)}
 
 
 def _instances(assignments: Mapping[str, Assignment]) -> dict[str, dict[int, Assignment]]:
@@ -257,6 +275,12 @@ def _set_all_or_none(task: Any, changes: Mapping[str, Any]) -> None:
             except Exception:  # restore the others; the caller logs the first failure
                 log.debug("agora policy: could not restore %s of task %s", name, _task_id(task), exc_info=True)
         raise
+
+
+def _airflow_weight(task: Any) -> tuple[int, str]:
+    """The task's priority weight and weight rule (a custom strategy's class path: never the default)."""
+    rule = getattr(task, "weight_rule", "downstream")
+    return getattr(task, "priority_weight", 1), rule if isinstance(rule, str) else repr(rule)
 
 
 def _is_mapped(task: Any) -> bool:

@@ -43,6 +43,17 @@ with DAG(dag_id="waiting", schedule=None, start_date=datetime(2026, 1, 1)):
     poking = PythonSensor(task_id="poking", python_callable=lambda: True)
     deferred >> poking >> EmptyOperator(task_id="work")
 """
+WEIGHTS = """
+from datetime import datetime
+from airflow.providers.standard.operators.empty import EmptyOperator
+from airflow.sdk import DAG
+
+with DAG(dag_id="weighted", schedule=None, start_date=datetime(2026, 1, 1)):
+    EmptyOperator(task_id="late")
+    EmptyOperator(task_id="early")
+    EmptyOperator(task_id="mine", priority_weight=7)
+    EmptyOperator(task_id="unplanned")
+"""
 REPORT = """
 import json, sys
 from airflow.dag_processing.dagbag import DagBag
@@ -52,7 +63,8 @@ for dag_id, dag in bag.dags.items():
     for task in dag.tasks:
         out["tasks"][f"{dag_id}.{task.task_id}"] = {
             "executor": task.executor, "queue": task.queue, "pool": task.pool, "pool_slots": task.pool_slots,
-            "config": task.executor_config,
+            "config": task.executor_config, "priority_weight": task.priority_weight,
+            "weight_rule": str(getattr(task.weight_rule, "value", task.weight_rule)),
         }
 print("REPORT" + json.dumps(out))
 """
@@ -103,10 +115,12 @@ def parsed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     (root / "dags").mkdir()
     (root / "dags" / "three.py").write_text(DAGS)
     (root / "dags" / "waits.py").write_text(WAITS)
+    (root / "dags" / "weights.py").write_text(WEIGHTS)
     store = PlanStore(root / "plans")
     store.save("planned", plan({"a": "local-small", "b": "local-large"}))
     store.save("waiting", plan({"poking": "local-large", "work": "local-large"}))
     store.save("stale", plan({"a": "gpu-node", "b": "local-small"}))
+    store.save("weighted", plan({"early": "local-small", "mine": "local-small", "late": "local-large"}))
     return parse(root)
 
 
@@ -122,6 +136,20 @@ def test_planned_tasks_go_to_the_agora_executor_on_their_planned_resource(parsed
     )
     assert placement["time_limit_s"] == 300.0  # from execution_timeout
     assert b["config"]["agora"]["memory_gib"] == 2  # the author's hints are kept beside the placement
+
+
+@pytest.mark.slow  # Airflow parses the DAGs in a Python of its own (the parsed fixture)
+def test_airflow_queues_the_tasks_the_plan_starts_first_first(parsed: dict[str, Any]) -> None:
+    """Held for their machines' turns, tasks the plan starts late would otherwise fill max_active_tasks first."""
+    weights = {
+        name: (task["priority_weight"], task["weight_rule"])
+        for name, task in parsed["tasks"].items()
+        if name.startswith("weighted.")
+    }
+    assert weights["weighted.early"] == (3, "absolute") and weights["weighted.late"] == (1, "absolute")
+    assert weights["weighted.mine"] == (7, "downstream")  # its author's weight is kept
+    assert weights["weighted.unplanned"] == (1, "downstream")  # not in the plan: as Airflow would
+    assert parsed["tasks"]["unplanned.a"]["weight_rule"] == "downstream"  # a DAG without a plan is left alone
 
 
 @pytest.mark.slow  # Airflow parses the DAGs in a Python of its own (the parsed fixture)
