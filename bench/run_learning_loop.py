@@ -241,6 +241,7 @@ def _run_in(
             )
             made = result.get("actual_makespan_s")
             result["deadline_met"] = made is not None and made <= planned.deadline_s * (1 + 1e-9)
+            result.update(_forecast(result.pop("_record"), settings.forecast_share))
             result["wall_s"] = time.perf_counter() - began
             pending.append((result, planned.default, ids, dag_id, predicted))
         # The defaults run as Airflow without agora's repairs would run them (a kill for memory still retries).
@@ -268,6 +269,7 @@ def _run_plan(
     with TraceStore(store_url) as store:
         tried = store.attempts(dag_id=dag_id, run_id=run_id)
     return {
+        **({"_record": record} if not prefix else {}),
         f"{prefix}run_id": run_id,
         f"{prefix}state": state,
         f"{prefix}actual_makespan_s": record.get("actual_makespan_s"),
@@ -275,6 +277,20 @@ def _run_plan(
         f"{prefix}repairs": len(record.get("repairs") or []),
         f"{prefix}record_planned_makespan_s": record.get("planned_makespan_s"),
         **({f"{prefix}{k}": v for k, v in _memory(tried).items()}),
+    }
+
+
+def _forecast(record: dict[str, Any], share: float) -> dict[str, Any]:
+    """What the run forecast for itself once ``share`` of it had run: its last re-plan's forecast by then (times
+    on its plan clock), else its plan's makespan (a run not re-planned expects its plan)."""
+    made = record.get("actual_makespan_s")
+    if made is None:
+        return {"forecast_at_s": None, "forecast_makespan_s": None}
+    at_s = share * made
+    said = [r for r in record.get("repairs") or [] if r.get("forecast_end_s") is not None and r["at_s"] <= at_s]
+    return {
+        "forecast_at_s": at_s,
+        "forecast_makespan_s": said[-1]["forecast_end_s"] if said else record.get("planned_makespan_s"),
     }
 
 

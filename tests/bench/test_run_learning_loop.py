@@ -88,3 +88,19 @@ def test_the_real_mode_runs_a_plan_made_from_predictions_and_the_default_in_airf
     assert run["actual_makespan_s"] > 1.0 and run["actual_cost_usd"] > 0  # 11 tasks of >= 0.5 s, priced pools
     assert run["deadline_met"] == (run["actual_makespan_s"] <= run["deadline_s"])
     assert run["simulated_actual_makespan_s"] > 0 and run["tries"] >= 11
+    assert run["forecast_at_s"] == pytest.approx(run["actual_makespan_s"] / 4) and run["forecast_makespan_s"] > 0
+
+
+def test_a_real_runs_forecast_at_a_quarter_is_its_last_re_plans_by_then_else_its_plan() -> None:
+    record = {
+        "actual_makespan_s": 100.0,
+        "planned_makespan_s": 80.0,
+        "repairs": [
+            {"at_s": 10.0, "forecast_end_s": 90.0},
+            {"at_s": 20.0, "forecast_end_s": None},  # a repair that re-planned nothing forecasts nothing
+            {"at_s": 30.0, "forecast_end_s": 99.0},  # after the quarter: not yet known then
+        ],
+    }
+    assert run_learning_loop._forecast(record, 0.25) == {"forecast_at_s": 25.0, "forecast_makespan_s": 90.0}
+    assert run_learning_loop._forecast({**record, "repairs": []}, 0.25)["forecast_makespan_s"] == 80.0
+    assert run_learning_loop._forecast({"actual_makespan_s": None}, 0.25)["forecast_makespan_s"] is None
