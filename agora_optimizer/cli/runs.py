@@ -2,14 +2,16 @@
 
 The store is ``--store URL`` or else ``[agora] trace_store_url`` (the trace store's database).
 ``--json`` prints JSON only on stdout. Errors are one line on stderr and exit code 2, as
-everywhere in ``agora``.
+everywhere in ``agora``. ``list`` and ``show`` only read: they import neither Airflow nor the
+database layer until a store is there to read, and an SQLite store that does not exist yet is
+reported in one line ("no runs recorded"), never created.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -26,8 +28,10 @@ from agora_optimizer.cli.common import (
 )
 from agora_optimizer.cli.traces import StoreOpt, store_url
 from agora_optimizer.errors import AgoraError
-from agora_optimizer.runs.record import RUNNING, RunRecord
-from agora_optimizer.runs.store import DEFAULT_LIST_LIMIT, RunStore
+from agora_optimizer.runs.record import DEFAULT_LIST_LIMIT, RUNNING, RunRecord
+
+if TYPE_CHECKING:
+    from agora_optimizer.runs.store import RunStore
 
 runs_app = command_group("Run records: each DAG run's planned against actual makespan and cost.")
 
@@ -48,6 +52,7 @@ def record(
     from agora_optimizer import settings
     from agora_optimizer.plans.store import PlanStore, default_plan_store
     from agora_optimizer.runs.recorder import record_finished_runs
+    from agora_optimizer.runs.store import RunStore
 
     with user_errors(), RunStore(store_url(store)) as run_store:
         plans = PlanStore(plan_dir) if plan_dir is not None else default_plan_store()
@@ -65,13 +70,22 @@ def list_runs(
     as_json: JsonOpt = False,
 ) -> None:
     """The recorded runs, newest first: planned against actual makespan and cost, repairs."""
-
-    with user_errors(), RunStore(store_url(store)) as run_store:
-        records = run_store.list(dag_id=dag, limit=limit)
+    with user_errors():
+        url = _url_to_read(store)
+        if (run_store := _existing_store(url)) is None:
+            records: list[RunRecord] = []
+            where = url
+        else:
+            with run_store:
+                records = run_store.list(dag_id=dag, limit=limit)
+                where = run_store.masked_url
         if dag is not None and not records:
-            raise RunNotFoundError(f"no recorded run of DAG {dag!r} in {run_store.masked_url}")
+            raise RunNotFoundError(f"no recorded run of DAG {dag!r} in {where}")
     if as_json:
         typer.echo(json.dumps([_summary(r) for r in records]))
+        return
+    if not records:
+        say(f"no runs recorded in {where}")
         return
     columns = ("dag", "run", "state", "planned", "plan", "makespan plan (s)", "makespan (s)", "ratio",
                "cost plan (USD)", "cost (USD)", "ratio", "repairs")  # fmt: skip
@@ -114,7 +128,10 @@ def show(
             from agora_optimizer.gantt import check_chart_path
 
             check_chart_path(chart)  # a bad suffix fails before the store is opened
-        with RunStore(store_url(store)) as run_store:
+        url = _url_to_read(store)
+        if (run_store := _existing_store(url)) is None:
+            raise RunNotFoundError(f"no record of DAG {dag_id!r} in {url} (no runs recorded)")
+        with run_store:
             found = run_store.current(dag_id, run_id)  # a run still going: its repairs and forecast so far
             if found is None:
                 known = run_store.list(dag_id=dag_id, limit=1)
@@ -130,6 +147,26 @@ def show(
         _print_record(found)
     if chart is not None:
         say(f"chart written to {chart}", err=True)
+
+
+def _url_to_read(store: str | None) -> str:
+    """``--store``, else the trace store in effect, read without importing Airflow and without creating it."""
+    from agora_optimizer import settings
+
+    return store or settings.in_effect("trace_store_url").value
+
+
+def _existing_store(url: str) -> RunStore | None:
+    """The store at ``url`` opened, or None when it is an SQLite file that does not exist: nothing was
+    recorded there, and a command that only reads does not create it."""
+    from agora_optimizer.database import sqlite_file
+
+    path = sqlite_file(url)
+    if path is not None and not path.is_file():
+        return None
+    from agora_optimizer.runs.store import RunStore
+
+    return RunStore(url)
 
 
 def _print_record(r: RunRecord) -> None:

@@ -101,6 +101,21 @@ def test_bad_input_is_one_line_naming_it_with_exit_2(
     assert result.stdout == "" and named in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
 
+def test_no_runs_is_one_line_and_a_missing_store_is_not_created(tmp_path: Path) -> None:
+    missing = f"sqlite:///{tmp_path / 'none' / 'traces.db'}"
+    with RunStore(f"sqlite:///{tmp_path / 'empty.db'}") as store:
+        empty = store.url
+    for url in (missing, empty):
+        listed = CliRunner().invoke(runs_app, ["list", "--store", url])
+        assert (listed.exit_code, listed.stdout) == (0, f"no runs recorded in {url}\n")
+    shown = CliRunner().invoke(runs_app, ["show", "etl", "r1", "--store", missing])
+    assert (
+        shown.exit_code == 2
+        and shown.stderr == f"agora: error: no record of DAG 'etl' in {missing} (no runs recorded)\n"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.db"]  # reading made no directory, no database
+
+
 def test_the_main_cli_has_the_runs_commands() -> None:
     from agora_optimizer.cli import main
 
