@@ -12,16 +12,22 @@ Only this module imports the groups; they import :mod:`~agora_optimizer.cli.comm
 the trace store option of ``traces``, ``optimize --apply`` the plan store of ``plans``), never this
 module (``tests/test_import_cycles.py``). :func:`main` is the ``agora`` console script
 (``agora_optimizer.cli:main``) and ``python -m agora_optimizer``.
+
+Help is as wide as the terminal, at most :data:`HELP_MAX_WIDTH` (80 when not a terminal, or
+``COLUMNS``), and a flag's row shows no ``<bool>``: a flag takes no value.
 """
 
 from __future__ import annotations
 
 import functools
+import shutil
 import sys
 from collections.abc import Callable
 from typing import Any
 
 import typer
+from typer import _click, rich_utils
+from typer.core import TyperOption
 
 from agora_optimizer.cli import optimize, predict
 from agora_optimizer.cli.aws import aws_app
@@ -43,14 +49,32 @@ app.add_typer(config_app, name="config")
 app.add_typer(aws_app, name="aws")
 
 
+HELP_MAX_WIDTH = 100  # columns: wider help lines are hard to read
+
+
 @functools.cache
 def _command() -> Callable[..., Any]:
     """The click command tree of ``app``, built once per process (50 ms: every annotation is read)."""
-    return typer.main.get_command(app)
+    command = typer.main.get_command(app)
+    _flags_without_type(command)
+    return command
+
+
+def _flags_without_type(command: _click.Command) -> None:
+    """Show no type on the help row of a flag (``--json``, ``--help``): typer shows ``<bool>``, though a
+    flag takes no value. Its help row shows the metavar instead of the type when there is one."""
+    help_option = command.get_help_option(_click.Context(command))  # made once per command, then kept
+    for param in [*command.params, *([help_option] if help_option is not None else [])]:
+        if isinstance(param, TyperOption) and param.is_flag and param.metavar is None:
+            param.metavar = ""
+    for sub in getattr(command, "commands", {}).values():
+        _flags_without_type(sub)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``agora`` console script; returns the exit code."""
+    if rich_utils.MAX_WIDTH is None:  # TERMINAL_WIDTH, typer's own setting, wins
+        rich_utils.MAX_WIDTH = min(shutil.get_terminal_size().columns, HELP_MAX_WIDTH)
     command = _command()
     try:
         command(args=argv if argv is not None else sys.argv[1:], prog_name="agora")

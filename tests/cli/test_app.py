@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from typer import rich_utils
 
-from agora_optimizer.cli import main
+from agora_optimizer.cli import HELP_MAX_WIDTH, main
 from tests.conftest import AWS_CATALOG, BUNDLED, REPO
 
 BLAST = BUNDLED / "blast-chameleon-small-001.json"
@@ -103,3 +105,18 @@ def test_the_commands_that_only_read_write_nothing_on_an_empty_home(tmp_path: Pa
     store = f"sqlite:///{airflow_home}/agora/traces.db"
     assert f"\nno runs recorded in {store}\n[]\n" in done.stdout  # one line, or an empty JSON list
     assert done.stderr == f"agora: error: no record of DAG 'nope' in {store} (no runs recorded)\n"
+
+
+@pytest.mark.parametrize(("columns", "width"), [(80, 80), (250, HELP_MAX_WIDTH)])
+def test_help_uses_the_terminal_width_up_to_a_limit_and_flags_show_no_type(
+    columns: int, width: int, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("COLUMNS", str(columns))  # what a terminal of that width says when not a terminal
+    monkeypatch.setattr(rich_utils, "MAX_WIDTH", None)  # set by the first main() of the process
+    for command in (["--help"], ["optimize", "--help"], ["runs", "list", "--help"], ["config", "show", "--help"]):
+        assert main(command) == 0
+        shown = capsys.readouterr().out
+        assert {len(line) for line in shown.splitlines() if line.startswith("╭")} == {width}, command
+        assert "<bool>" not in shown and "--help  " in shown  # a flag's row: its name, then its help
+        if command[0] == "optimize":
+            assert re.search(r"--json +Print a JSON", shown)
