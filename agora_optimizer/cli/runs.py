@@ -87,15 +87,14 @@ def list_runs(
     if not records:
         say(f"no runs recorded in {where}")
         return
-    columns = ("dag", "run", "state", "planned", "plan", "makespan plan (s)", "makespan (s)", "ratio",
-               "cost plan (USD)", "cost (USD)", "ratio", "repairs")  # fmt: skip
+    columns = ("dag", "run", "state", "plan", "makespan plan (s)", "makespan (s)", "makespan ratio",
+               "cost plan (USD)", "cost (USD)", "cost ratio", "repairs")  # fmt: skip
     rows = [
         [
             r.dag_id,
             r.run_id,
             r.state,
-            "yes" if r.planned else "no",
-            r.plan_version or "-",
+            r.plan_version or "-" if r.planned else "none",
             number(r.planned_makespan_s, "{:,.1f}"),
             number(r.actual_makespan_s, "{:,.1f}"),
             ratio_text(r.actual_makespan_s, r.planned_makespan_s, "{:.2f}"),
@@ -106,8 +105,11 @@ def list_runs(
         ]
         for r in records
     ]
-    right = [c for c in columns if "(" in c or c in ("ratio", "repairs")]
-    out_console.print(data_table(f"{len(records)} run(s)", columns, rows, right=right))
+    right = [c for c in columns if "(" in c or "ratio" in c or c == "repairs"]
+    # At 80 columns, the figures against the plan before the plan's own and the run's state.
+    drop = ("makespan plan (s)", "cost plan (USD)", "plan", "repairs", "state")
+    table = data_table(f"{len(records)} run(s)", columns, rows, right=right, drop=drop, fold=("dag", "run"))
+    out_console.print(table)
 
 
 @runs_app.command("show")
@@ -175,10 +177,12 @@ def _print_record(r: RunRecord) -> None:
         return
     planned = f"plan {r.plan_version}" if r.planned else "unplanned"
     expected = r.planned_expected_cost_usd
+    say(f"{r.dag_id} {r.run_id}: {r.state}, {planned}")
     say(
-        f"{r.dag_id} {r.run_id}: {r.state}, {planned}; makespan {number(r.actual_makespan_s, '{:,.1f}')} s "
-        f"(planned {number(r.planned_makespan_s, '{:,.1f}')}, "
-        f"ratio {ratio_text(r.actual_makespan_s, r.planned_makespan_s, '{:.2f}')}); "
+        f"makespan {number(r.actual_makespan_s, '{:,.1f}')} s (planned {number(r.planned_makespan_s, '{:,.1f}')}, "
+        f"ratio {ratio_text(r.actual_makespan_s, r.planned_makespan_s, '{:.2f}')})"
+    )
+    say(
         f"cost {r.actual_cost_usd:.4f} USD (planned {number(r.planned_cost_usd, '{:.4f}')}, "
         f"ratio {ratio_text(r.actual_cost_usd, r.planned_cost_usd, '{:.2f}')}"
         + (f"; expected with spot interruptions {expected:.4f}" if expected is not None else "")
@@ -201,7 +205,9 @@ def _print_record(r: RunRecord) -> None:
             ]
         )
     right = [c for c in columns if "(" in c or c == "try"]
-    out_console.print(data_table(f"{len(r.tasks)} task(s)", columns, rows, right=right))
+    drop = ("try", "planned machine", "late (s)", "state")  # at 80 columns: where and when it ran, first
+    fold = ("task", "actual machine", "planned machine")
+    out_console.print(data_table(f"{len(r.tasks)} task(s)", columns, rows, right=right, drop=drop, fold=fold))
     for lease in r.leases:
         say(
             f"lease {lease.machine or '(attempt)'} on {lease.resource or '?'}: "
