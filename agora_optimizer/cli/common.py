@@ -191,8 +191,8 @@ def data_table(
     if table_width(natural) > width:  # rich would cut words to fit: give each column its width
         spare = width - table_width(narrowest)
         for i in sorted(shown, key=lambda i: columns[i] not in fold):  # the folded names first, then in order
-            widths[i] = narrowest(i) + max(0, min(spare, natural(i) - narrowest(i)))
-            spare -= widths[i] - narrowest(i)
+            extra = max(0, min(spare, natural(i) - narrowest(i)))
+            widths[i], spare = narrowest(i) + extra, spare - extra
     caption = f"left out to fit {width} columns: {', '.join(left_out)}" if left_out else None
     table = Table(title=Text(title, style="table.title"), caption=caption and Text(caption, style="table.caption"))
     for i in shown:
