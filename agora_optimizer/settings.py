@@ -352,6 +352,7 @@ class InEffect:
 
     value: str
     source: str
+    meant: bool = False  # the value is what the empty setting means (Setting.when_empty)
 
 
 def airflow_home() -> Path:
@@ -373,19 +374,18 @@ def in_effect(key: str) -> InEffect:
     if setting is None:
         raise UnknownSettingError(f"[agora] {key} is not a setting; known: {', '.join(sorted(_BY_KEY))}")
     variable = f"AIRFLOW__AGORA__{key.upper()}"
-    path = airflow_config_file()
-    section = _config_file_section(path)
+    section = _config_file_section(airflow_config_file())
     if variable in os.environ:
         found = InEffect(_expanded(os.environ[variable]).strip(), f"environment {variable}")
     elif setting.sensitive and (indirect := _indirect(variable, section, key)):
         found = InEffect(get(key), f"{indirect} (read by Airflow)")
     elif key in section:
-        found = InEffect(_expanded(section[key]).strip(), f"file {path}")
+        found = InEffect(_expanded(section[key]).strip(), "airflow.cfg")
     else:
         found = InEffect(setting.default, "default")
     if found.value or not setting.when_empty:
         return found
-    return InEffect(setting.when_empty.format(agora=airflow_home() / "agora"), found.source)
+    return InEffect(setting.when_empty.format(agora=airflow_home() / "agora"), found.source, meant=True)
 
 
 def _indirect(variable: str, section: dict[str, str], key: str) -> str:
@@ -398,7 +398,7 @@ def _indirect(variable: str, section: dict[str, str], key: str) -> str:
         return ""
     for suffix in ("_cmd", "_secret"):
         if key + suffix in section:
-            return f"{key}{suffix} in {airflow_config_file()}"
+            return f"{key}{suffix} in airflow.cfg"
     return ""
 
 

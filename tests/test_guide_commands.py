@@ -404,12 +404,12 @@ def _config_show(shell: Shell, result: Result) -> None:
     shown = {
         key: (value, source) for key, value, source in re.findall(r"^(\w+) += (.*?)   \((.*)\)$", result.stdout, re.M)
     }
-    cfg = f"file {shell.airflow_home / 'airflow.cfg'}"
+    cfg = "airflow.cfg"
     assert shown["catalog"] == ("/path/to/my-resources.yaml", cfg), shown
     assert shown["objective"] == ("cost", cfg)
     assert shown["reoptimize_schedule"] == ("0 3 * * *", cfg)
     assert shown["plan_time_limit_s"] == ("30", cfg)
-    assert shown["trace_store_url"] == (f"sqlite:///{shell.airflow_home}/agora/traces.db", "default")
+    assert shown["trace_store_url"] == (f"sqlite:///{shell.airflow_home}/agora/traces.db", cfg)  # empty there
 
 
 @check("agora plans history my_pipeline")

@@ -62,7 +62,7 @@ def test_the_environment_wins_over_the_file_which_wins_over_the_default(
         "Catalog = ignored.yaml\nplan_dir = $PROJECT/plans\n"
     )
     monkeypatch.setenv("AIRFLOW__AGORA__PLAN_TIME_LIMIT_S", "7")
-    cfg = f"file {airflow_home / 'airflow.cfg'}"
+    cfg = "airflow.cfg"
     assert settings.in_effect("plan_time_limit_s") == settings.InEffect(
         "7", "environment AIRFLOW__AGORA__PLAN_TIME_LIMIT_S"
     )
@@ -80,9 +80,11 @@ def test_an_empty_value_shows_what_it_means_under_airflow_home(
     elsewhere.write_text("[agora]\nstate_dir =\n")
     monkeypatch.setenv("AIRFLOW_CONFIG", str(elsewhere))
     agora = airflow_home / "agora"
-    assert settings.in_effect("trace_store_url") == settings.InEffect(f"sqlite:///{agora}/traces.db", "default")
-    assert settings.in_effect("plan_dir") == settings.InEffect(f"{agora}/plans", "default")
-    assert settings.in_effect("state_dir") == settings.InEffect(f"{agora}/jobs", f"file {elsewhere}")
+    assert settings.in_effect("trace_store_url") == settings.InEffect(
+        f"sqlite:///{agora}/traces.db", "default", meant=True
+    )
+    assert settings.in_effect("plan_dir") == settings.InEffect(f"{agora}/plans", "default", meant=True)
+    assert settings.in_effect("state_dir") == settings.InEffect(f"{agora}/jobs", "airflow.cfg", meant=True)
     assert list(airflow_home.rglob("*")) == [elsewhere.parent, elsewhere]  # nothing created
 
 

@@ -19,14 +19,16 @@ Help is as wide as the terminal, at most :data:`HELP_MAX_WIDTH` (80 when not a t
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import os
 import shutil
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import typer
-from typer import _click, rich_utils
+from typer import _click
 from typer.core import TyperOption
 
 from agora_optimizer.cli import optimize, predict
@@ -73,11 +75,32 @@ def _flags_without_type(command: _click.Command) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``agora`` console script; returns the exit code."""
-    if rich_utils.MAX_WIDTH is None:  # TERMINAL_WIDTH, typer's own setting, wins
-        rich_utils.MAX_WIDTH = min(shutil.get_terminal_size().columns, HELP_MAX_WIDTH)
     command = _command()
-    try:
-        command(args=argv if argv is not None else sys.argv[1:], prog_name="agora")
-    except SystemExit as exc:  # click's standalone mode ends every run this way
-        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    with _help_width():
+        try:
+            command(args=argv if argv is not None else sys.argv[1:], prog_name="agora")
+        except SystemExit as exc:  # click's standalone mode ends every run this way
+            return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     return 0
+
+
+@contextlib.contextmanager
+def _help_width() -> Iterator[None]:
+    """Typer's help and error panels as wide as the terminal, at most HELP_MAX_WIDTH, unless TERMINAL_WIDTH
+    (typer's own setting) says otherwise. Typer reads TERMINAL_WIDTH when its help module is imported,
+    which only help and errors do (50 ms, 0.2 s on a busy machine: not for every command)."""
+    if os.environ.get("TERMINAL_WIDTH"):
+        yield
+        return
+    width = min(shutil.get_terminal_size().columns, HELP_MAX_WIDTH)
+    if "typer.rich_utils" in sys.modules:  # imported already (an earlier main() of this process): set it there
+        from typer import rich_utils
+
+        rich_utils.MAX_WIDTH = width
+        yield
+        return
+    os.environ["TERMINAL_WIDTH"] = str(width)
+    try:
+        yield
+    finally:
+        os.environ.pop("TERMINAL_WIDTH", None)

@@ -71,8 +71,8 @@ def list_runs(
 ) -> None:
     """The recorded runs, newest first: planned against actual makespan and cost, repairs."""
     with user_errors():
-        url = _url_to_read(store)
-        if (run_store := _existing_store(url)) is None:
+        url, run_store = _existing_store(store)
+        if run_store is None:
             records: list[RunRecord] = []
             where = url
         else:
@@ -130,8 +130,8 @@ def show(
             from agora_optimizer.gantt import check_chart_path
 
             check_chart_path(chart)  # a bad suffix fails before the store is opened
-        url = _url_to_read(store)
-        if (run_store := _existing_store(url)) is None:
+        url, run_store = _existing_store(store)
+        if run_store is None:
             raise RunNotFoundError(f"no record of DAG {dag_id!r} in {url} (no runs recorded)")
         with run_store:
             found = run_store.current(dag_id, run_id)  # a run still going: its repairs and forecast so far
@@ -151,24 +151,24 @@ def show(
         say(f"chart written to {chart}", err=True)
 
 
-def _url_to_read(store: str | None) -> str:
-    """``--store``, else the trace store in effect, read without importing Airflow and without creating it."""
+def _existing_store(store: str | None) -> tuple[str, RunStore | None]:
+    """The URL of the store to read (``--store``, else the trace store in effect, read without importing
+    Airflow), and the store opened; None when it is an SQLite file that does not exist: nothing was
+    recorded there, and a command that only reads does not create it."""
     from agora_optimizer import settings
 
-    return store or settings.in_effect("trace_store_url").value
+    found = settings.in_effect("trace_store_url") if store is None else settings.InEffect(store, "--store")
+    if found.meant:  # sqlite:///$AIRFLOW_HOME/agora/traces.db: no URL parser (SQLAlchemy) needed for its file
+        path: Path | None = Path(found.value.removeprefix("sqlite:///"))
+    else:
+        from agora_optimizer.database import sqlite_file
 
-
-def _existing_store(url: str) -> RunStore | None:
-    """The store at ``url`` opened, or None when it is an SQLite file that does not exist: nothing was
-    recorded there, and a command that only reads does not create it."""
-    from agora_optimizer.database import sqlite_file
-
-    path = sqlite_file(url)
+        path = sqlite_file(found.value)
     if path is not None and not path.is_file():
-        return None
+        return found.value, None
     from agora_optimizer.runs.store import RunStore
 
-    return RunStore(url)
+    return found.value, RunStore(found.value)
 
 
 def _print_record(r: RunRecord) -> None:

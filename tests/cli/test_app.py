@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from typer import rich_utils
 
 from agora_optimizer.cli import HELP_MAX_WIDTH, main
 from tests.conftest import AWS_CATALOG, BUNDLED, REPO
@@ -112,7 +111,7 @@ def test_help_uses_the_terminal_width_up_to_a_limit_and_flags_show_no_type(
     columns: int, width: int, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("COLUMNS", str(columns))  # what a terminal of that width says when not a terminal
-    monkeypatch.setattr(rich_utils, "MAX_WIDTH", None)  # set by the first main() of the process
+    monkeypatch.delenv("TERMINAL_WIDTH", raising=False)
     for command in (["--help"], ["optimize", "--help"], ["runs", "list", "--help"], ["config", "show", "--help"]):
         assert main(command) == 0
         shown = capsys.readouterr().out

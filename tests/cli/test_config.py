@@ -63,7 +63,7 @@ def test_config_alone_shows_the_values_in_effect_and_where_each_came_from(tmp_pa
     assert shown.splitlines()[0] == f"agora settings in effect (airflow.cfg: {home / 'airflow.cfg'})"
     values = {key: (value, source) for key, value, source in SHOWN.findall(shown)}
     assert set(values) == {s.key for s in SETTINGS} and len(shown.splitlines()) == len(SETTINGS) + 1
-    cfg = f"file {home / 'airflow.cfg'}"
+    cfg = "airflow.cfg"
     assert values["objective"] == ("cost", cfg)
     assert values["plan_time_limit_s"] == ("7", "environment AIRFLOW__AGORA__PLAN_TIME_LIMIT_S")  # env wins
     assert values["plan_dir"] == (f"{home}/agora/plans", cfg)  # the path used, though the file says nothing
