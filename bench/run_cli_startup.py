@@ -1,14 +1,15 @@
 """How fast the ``agora`` commands that only read answer, and that they write nothing.
 
 Usage:
-  python bench/run_cli_startup.py [--repeat 5] [--checkout DIR] [--out bench/results/cli-startup]
+  python bench/run_cli_startup.py [--repeat 5] [--checkout DIR ...] [--out bench/results/cli-startup]
 
 Runs each command of :data:`COMMANDS` (``agora --help`` and every group's and command's
 ``--help``, ``runs list``, ``runs show nope nope``, ``config show``, ``config``) ``--repeat`` times
-as ``python -m agora_optimizer`` from ``--checkout`` (this one by default; another checkout, such as
-the main branch's, to compare), each run with a fresh, empty ``AIRFLOW_HOME`` and ``HOME`` and no
+as ``python -m agora_optimizer`` from each ``--checkout`` (this one by default; give another, such as
+the main branch's, to compare: their runs alternate, so that both meet the same load), each run with
+a fresh, empty ``AIRFLOW_HOME`` and ``HOME`` and no
 ``AIRFLOW_*`` variable, stdout and stderr to pipes (so the width is 80). It records each command's
-median wall time, its exit code, and every file the runs left in those homes, and writes
+median wall time, its exit code, and every file and directory the runs left in those homes, and writes
 ``OUT.json`` and ``OUT.md``. ``python -c pass`` is measured the same way: the interpreter's own start.
 """
 
@@ -26,6 +27,7 @@ import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 GROUPS = ("traces", "queue", "plans", "runs", "config", "aws")
@@ -54,74 +56,95 @@ def timed_run(argv: list[str], checkout: Path) -> tuple[float, int, list[str]]:
         start = time.perf_counter()
         done = subprocess.run(argv, cwd=checkout, env=env, capture_output=True, timeout=120, check=False)
         wall_s = time.perf_counter() - start
-        left = sorted(str(path.relative_to(scratch)) for path in Path(scratch).rglob("*") if path.is_file())
+        made = set(Path(scratch).rglob("*")) - {airflow_home, home}
+        left = sorted(str(path.relative_to(scratch)) + ("/" if path.is_dir() else "") for path in made)
     return wall_s, done.returncode, left
 
 
-def measure(command: tuple[str, ...], checkout: Path, repeat: int) -> dict[str, object]:
+def measure(command: tuple[str, ...], checkouts: list[Path], repeat: int) -> dict[str, object]:
+    """``command``'s runs from each checkout, alternating: per checkout, its median and slowest wall time,
+    exit codes and what it left in the homes."""
     argv = [sys.executable, "-c", "pass"] if command == ("python -c pass",) else [
         sys.executable, "-m", "agora_optimizer", *command
     ]  # fmt: skip
-    runs = [timed_run(argv, checkout) for _ in range(repeat)]
+    runs: dict[Path, list[tuple[float, int, list[str]]]] = {checkout: [] for checkout in checkouts}
+    for _ in range(repeat):
+        for checkout in checkouts:
+            runs[checkout].append(timed_run(argv, checkout))
     return {
         "command": "python -c pass" if command == ("python -c pass",) else "agora " + shlex.join(command),
-        "median_s": statistics.median(wall for wall, _, _ in runs),
-        "max_s": max(wall for wall, _, _ in runs),
-        "exit_codes": sorted({code for _, code, _ in runs}),
-        "files_written": sorted({name for _, _, left in runs for name in left}),
+        "checkouts": {
+            str(checkout): {
+                "median_s": statistics.median(wall for wall, _, _ in done),
+                "max_s": max(wall for wall, _, _ in done),
+                "exit_codes": sorted({code for _, code, _ in done}),
+                "files_written": sorted({name for _, _, left in done for name in left}),
+            }
+            for checkout, done in runs.items()
+        },
     }
 
 
-def markdown(result: dict[str, object]) -> str:
-    rows = result["commands"]
-    assert isinstance(rows, list)
+def markdown(result: dict[str, Any]) -> str:
+    checkouts = result["checkouts"]
     lines = [
         f"# Start-up of the agora commands that only read ({result['date']})",
         "",
         f"`{result['invocation']}`",
         "",
-        f"Checkout `{result['checkout']}` (commit {result['commit']}); Python {result['python']}, "
-        f"{result['cpus']} CPUs, load average {result['load_average']} at the start. Each command "
-        f"{result['repeat']} times as `python -m agora_optimizer`, each time in a fresh empty "
-        "`AIRFLOW_HOME` and `HOME`, output to pipes; median and slowest wall time, exit codes, files left "
+        f"Python {result['python']}, {result['cpus']} CPUs, load average {result['load_average']} at the start "
+        f"and {result['load_average_end']} at the end. Each command {result['repeat']} times from each "
+        "checkout (alternating) as `python -m agora_optimizer`, each time in a fresh empty `AIRFLOW_HOME` and "
+        "`HOME`, output to pipes: median and slowest wall time (s), exit codes, files and directories left "
         f"in the homes. Budget: {BUDGET_S:g} s (issue 35).",
         "",
-        "| command | median (s) | max (s) | exit | files written |",
-        "|---|---|---|---|---|",
+        *(f"- checkout {i + 1}: `{c['path']}` at {c['commit']}" for i, c in enumerate(checkouts)),
+        "",
+        "| command | "
+        + " | ".join(f"{i + 1}: median, max | {i + 1}: exit | {i + 1}: written" for i in range(len(checkouts)))
+        + " |",
+        "|---|" + "---|---|---|" * len(checkouts),
     ]
-    for row in rows:
-        written = ", ".join(f"`{name}`" for name in row["files_written"]) or "none"
-        codes = ", ".join(map(str, row["exit_codes"]))
-        lines.append(f"| `{row['command']}` | {row['median_s']:.2f} | {row['max_s']:.2f} | {codes} | {written} |")
+    for row in result["commands"]:
+        cells = []
+        for checkout in checkouts:
+            found = row["checkouts"][checkout["path"]]
+            written = ", ".join(f"`{name}`" for name in found["files_written"]) or "none"
+            codes = ", ".join(map(str, found["exit_codes"]))
+            cells.append(f"{found['median_s']:.2f}, {found['max_s']:.2f} | {codes} | {written}")
+        lines.append(f"| `{row['command']}` | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeat", type=int, default=5, help="runs of each command (the median is kept)")
-    parser.add_argument("--checkout", type=Path, default=REPO, help="the agora checkout to run")
+    parser.add_argument("--checkout", type=Path, action="append", help="an agora checkout to run (repeatable)")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "cli-startup")
     args = parser.parse_args(argv)
-    checkout = args.checkout.resolve()
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=checkout, capture_output=True, text=True, check=False
-    ).stdout.strip()
-    result: dict[str, object] = {
+    checkouts = [path.resolve() for path in args.checkout or [REPO]]
+    result: dict[str, Any] = {
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "invocation": "python bench/run_cli_startup.py " + shlex.join(argv if argv is not None else sys.argv[1:]),
-        "checkout": str(checkout),
-        "commit": commit or "?",
+        "checkouts": [{"path": str(path), "commit": _commit(path)} for path in checkouts],
         "python": platform.python_version(),
         "cpus": os.cpu_count(),
         "load_average": " ".join(f"{load:.2f}" for load in os.getloadavg()),
         "repeat": args.repeat,
-        "commands": [measure(command, checkout, args.repeat) for command in (("python -c pass",), *COMMANDS)],
+        "commands": [measure(command, checkouts, args.repeat) for command in (("python -c pass",), *COMMANDS)],
     }
+    result["load_average_end"] = " ".join(f"{load:.2f}" for load in os.getloadavg())
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
     args.out.with_suffix(".md").write_text(markdown(result))
     print(markdown(result), end="")
     return 0
+
+
+def _commit(checkout: Path) -> str:
+    found = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=checkout, capture_output=True, text=True)
+    dirty = subprocess.run(["git", "status", "--porcelain"], cwd=checkout, capture_output=True, text=True).stdout
+    return (found.stdout.strip() or "?") + (" (uncommitted changes)" if dirty.strip() else "")
 
 
 if __name__ == "__main__":

@@ -87,12 +87,13 @@ def show() -> None:
     with user_errors():
         found = {setting.key: settings.in_effect(setting.key) for setting in SETTINGS}
         path = settings.airflow_config_file()
-    say(f"agora settings in effect (airflow.cfg: {path}{'' if path.is_file() else ', not found'})")
+    lines = [f"agora settings in effect (airflow.cfg: {path}{'' if path.is_file() else ', not found'})"]
     width = max(len(setting.key) for setting in SETTINGS)
     for setting in SETTINGS:
         value, source = found[setting.key].value, found[setting.key].source
-        if setting.sensitive and value and not source.startswith("default"):
+        if setting.sensitive and value and not found[setting.key].meant:
             from agora_optimizer.database import mask_url  # e.g. a database URL with its password
 
             value = mask_url(value)
-        say(f"{setting.key:<{width}} = {value}   ({source})")
+        lines.append(f"{setting.key:<{width}} = {value}   ({source})")
+    say("\n".join(lines))  # one print: forty cost 50 ms
