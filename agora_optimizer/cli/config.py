@@ -29,7 +29,7 @@ do not edit by hand. agora reads its settings from Airflow's configuration: the 
 section of `airflow.cfg`, or `AIRFLOW__AGORA__<KEY>` in the environment, which wins, as for
 any Airflow option. agora registers the section with Airflow (as a provider), so
 `airflow config get-value agora KEY` and `airflow config list` know every key and its
-default; `agora config show` prints the values in effect and where each came from.
+default; `agora config show` prints the values in force.
 """
 
 
