@@ -4,7 +4,7 @@ Usage:
   python bench/run_cli_startup.py [--repeat 5] [--checkout DIR ...] [--out bench/results/cli-startup]
 
 Runs each command of :data:`COMMANDS` (``agora --help`` and every group's and command's
-``--help``, ``runs list``, ``runs show nope nope``, ``config show``, ``config``) ``--repeat`` times
+``--help``, ``runs list``, ``runs show nope nope``, ``traces list``, ``config show``, ``config``) ``--repeat`` times
 as ``python -m agora_optimizer`` from each ``--checkout`` (this one by default; give another, such as
 the main branch's, to compare: their runs alternate, so that both meet the same load), each run with
 a fresh, empty ``AIRFLOW_HOME`` and ``HOME`` and no
@@ -36,6 +36,7 @@ COMMANDS: tuple[tuple[str, ...], ...] = (
     ("--help",),
     ("runs", "list"),
     ("runs", "show", "nope", "nope"),
+    ("traces", "list"),
     ("config", "show"),
     ("config",),
     *((name, "--help") for name in (*PLANNING, *GROUPS)),

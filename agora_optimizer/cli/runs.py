@@ -26,7 +26,7 @@ from agora_optimizer.cli.common import (
     say,
     user_errors,
 )
-from agora_optimizer.cli.traces import StoreOpt, store_url
+from agora_optimizer.cli.traces import StoreOpt, store_to_read, store_url
 from agora_optimizer.errors import AgoraError
 from agora_optimizer.runs.record import DEFAULT_LIST_LIMIT, RUNNING, RunRecord
 
@@ -152,23 +152,13 @@ def show(
 
 
 def _existing_store(store: str | None) -> tuple[str, RunStore | None]:
-    """The URL of the store to read (``--store``, else the trace store in effect, read without importing
-    Airflow), and the store opened; None when it is an SQLite file that does not exist: nothing was
-    recorded there, and a command that only reads does not create it."""
-    from agora_optimizer import settings
-
-    found = settings.in_effect("trace_store_url") if store is None else settings.InEffect(store, "--store")
-    if found.meant:  # sqlite:///$AIRFLOW_HOME/agora/traces.db: no URL parser (SQLAlchemy) needed for its file
-        path: Path | None = Path(found.value.removeprefix("sqlite:///"))
-    else:
-        from agora_optimizer.database import sqlite_file
-
-        path = sqlite_file(found.value)
-    if path is not None and not path.is_file():
-        return found.value, None
+    """The URL of the store to read and the store opened; None when there is no store there yet."""
+    url, there = store_to_read(store)
+    if not there:
+        return url, None
     from agora_optimizer.runs.store import RunStore
 
-    return found.value, RunStore(found.value)
+    return url, RunStore(url)
 
 
 def _print_record(r: RunRecord) -> None:

@@ -64,6 +64,8 @@ READ_ONLY = (
     ["runs", "list"],
     ["runs", "list", "--json"],
     ["runs", "show", "nope", "nope"],
+    ["traces", "list"],
+    ["traces", "stats"],
     ["config", "show"],
     ["config"],
 )
