@@ -123,3 +123,18 @@ def test_the_values_in_effect_are_the_ones_airflow_and_the_code_read(tmp_path: P
     read = json.loads(answer.stdout.splitlines()[-1])
     assert read["agora"] == read["airflow"]
     assert read["agora"]["catalog"] == "b.yaml" and read["agora"]["plan_dir"] == f"{tmp_path}/plans"
+
+
+@pytest.mark.slow  # starts a Python that imports Airflow
+@pytest.mark.airflow
+def test_a_secret_given_as_a_command_is_left_to_airflow(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")} | {"AIRFLOW_HOME": str(tmp_path)}
+    env["AIRFLOW__AGORA__TRACE_STORE_URL_CMD"] = "echo postgresql+psycopg://agora:from-a-vault@db/traces"
+    script = "from agora_optimizer import settings\nprint(repr(settings.in_effect('trace_store_url')))"
+    shown = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=True
+    ).stdout.splitlines()[-1]
+    expected = settings.InEffect(
+        "postgresql+psycopg://agora:from-a-vault@db/traces", "AIRFLOW__AGORA__TRACE_STORE_URL_CMD (read by Airflow)"
+    )
+    assert shown == repr(expected)
