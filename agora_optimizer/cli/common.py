@@ -160,9 +160,10 @@ def data_table(
 
     The table fits ``width`` (the console's: the terminal's, 80 when not a terminal). A column is as
     narrow as its longest cell and the longest word of its header (headers wrap between words, cells
-    never; the first column, the rows' labels, not even its header, unless folded), and a column named in ``fold`` as
-    narrow as :data:`FOLD_MIN_WIDTH` (its long cells folded over lines). When even that is too wide,
-    the columns named in ``drop`` are left out, first named first, until it fits, and a caption says which.
+    never; the first column, the rows' labels, not even its header), and a column named in ``fold``
+    as narrow as :data:`FOLD_MIN_WIDTH` (its long cells folded over lines). When even that is too
+    wide, the columns named in ``drop`` are left out, first named first, until it fits, and a caption
+    says which. Called without ``drop``, ``fold`` and ``width``, as before they were added.
     """
     cells = [[str(cell) for cell in row] for row in rows]
     width = width or out_console.width
@@ -190,7 +191,8 @@ def data_table(
     widths: dict[int, int | None] = dict.fromkeys(shown)
     if table_width(natural) > width:  # rich would cut words to fit: give each column its width
         spare = width - table_width(narrowest)
-        for i in sorted(shown, key=lambda i: columns[i] not in fold):  # the folded names first, then in order
+        # The folded names first, then the columns that need least to be whole: most headers on one line.
+        for i in sorted(shown, key=lambda i: (columns[i] not in fold, natural(i) - narrowest(i))):
             extra = max(0, min(spare, natural(i) - narrowest(i)))
             widths[i], spare = narrowest(i) + extra, spare - extra
     caption = f"left out to fit {width} columns: {', '.join(left_out)}" if left_out else None
