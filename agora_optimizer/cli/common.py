@@ -163,7 +163,7 @@ def data_table(
     never; the first column, the rows' labels, not even its header), and a column named in ``fold``
     as narrow as :data:`FOLD_MIN_WIDTH` (its long cells folded over lines). When even that is too
     wide, the columns named in ``drop`` are left out, first named first, until it fits, and a caption
-    says which. Called without ``drop``, ``fold`` and ``width``, as before they were added.
+    says which.
     """
     cells = [[str(cell) for cell in row] for row in rows]
     width = width or out_console.width
