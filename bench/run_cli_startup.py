@@ -143,9 +143,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _commit(checkout: Path) -> str:
-    found = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=checkout, capture_output=True, text=True)
+    found = subprocess.run(["git", "log", "-1", "--format=%h (%s)"], cwd=checkout, capture_output=True, text=True)
     dirty = subprocess.run(["git", "status", "--porcelain"], cwd=checkout, capture_output=True, text=True).stdout
-    return (found.stdout.strip() or "?") + (" (uncommitted changes)" if dirty.strip() else "")
+    subject = found.stdout.strip()[:80]  # a copy made with git archive names its source in its subject
+    return (subject or "?") + (", with uncommitted changes" if dirty.strip() else "")
 
 
 if __name__ == "__main__":
