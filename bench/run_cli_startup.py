@@ -143,10 +143,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _commit(checkout: Path) -> str:
-    found = subprocess.run(["git", "log", "-1", "--format=%h (%s)"], cwd=checkout, capture_output=True, text=True)
+    found = subprocess.run(["git", "log", "-1", "--format=%h %s"], cwd=checkout, capture_output=True, text=True)
     dirty = subprocess.run(["git", "status", "--porcelain"], cwd=checkout, capture_output=True, text=True).stdout
-    subject = found.stdout.strip()[:80]  # a copy made with git archive names its source in its subject
-    return (subject or "?") + (", with uncommitted changes" if dirty.strip() else "")
+    commit, _, subject = found.stdout.strip().partition(" ")  # a git archive copy names its source in its subject
+    shown = f"{commit} ({subject[:80]}{'...' if len(subject) > 80 else ''})" if commit else "?"
+    return shown + (", with uncommitted changes" if dirty.strip() else "")
 
 
 if __name__ == "__main__":

@@ -91,7 +91,6 @@ def list_attempts(
 ) -> None:
     """List the stored attempts, oldest first."""
     from agora_optimizer.errors import FieldError
-    from agora_optimizer.traces.store import TraceStore
 
     with user_errors():
         if state is not None and state not in ATTEMPT_STATES:
@@ -99,6 +98,8 @@ def list_attempts(
         url, there = store_to_read(store)
         attempts = []
         if there:
+            from agora_optimizer.traces.store import TraceStore
+
             with TraceStore(url) as trace_store:
                 attempts, url = trace_store.attempts(dag_id=dag, task_id=task, state=state), trace_store.masked_url
     if as_json:
@@ -128,12 +129,12 @@ def list_attempts(
 @traces_app.command("stats")
 def stats(dag: DagOpt = None, store: StoreOpt = None, as_json: JsonOpt = False) -> None:
     """Per task: attempts, failures, mean runtime, largest peak RSS, mean CPU time."""
-    from agora_optimizer.traces.store import TraceStore
-
     with user_errors():
         url, there = store_to_read(store)
         rows, total = [], 0
         if there:
+            from agora_optimizer.traces.store import TraceStore
+
             with TraceStore(url) as trace_store:
                 rows, total, url = trace_store.stats(dag_id=dag), trace_store.count(), trace_store.masked_url
     if as_json:
