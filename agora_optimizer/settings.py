@@ -82,6 +82,11 @@ SETTINGS: tuple[Setting, ...] = (
         when_empty="{agora}/plans",
     ),
     Setting(
+        "plan_history_max",
+        "100",
+        "History entries kept per DAG; agora_reoptimize drops older ones no run names (0: all).",
+    ),
+    Setting(
         "state_dir",
         "",
         "Where the executor keeps one directory per task attempt (workload, worker log, result); "

@@ -12,7 +12,8 @@ For one held-out WfFormat instance and a predictor trained without it (:func:`si
    once ``forecast_share`` (a quarter) of it had run;
 4. beside it, the plan made from the truth under the same deadline (its cost is the floor the issue's
    "actual cost at most 1.15x the truth plan's" compares with; None where the truth cannot meet the
-   deadline), and the one-type default (made from the same predictions, run with repairs too).
+   deadline), and the one-type default (made from the same predictions), run as Airflow without agora
+   would run it: no repair (a task killed for memory is still retried with more, as any retry would be).
 
 Each run is one JSON object with the fields of ``bench/run_learning_loop.py``'s real mode, marked
 ``"simulated": true``. :func:`simulate_instances` leaves each instance of a family out in turn and
@@ -87,6 +88,10 @@ class Scale:
     def runtime_s(self, runtime_s: float) -> float:
         return min(max(runtime_s * self.time_s, self.min_runtime_s), self.max_runtime_s)
 
+    def clamped(self, runtime_s: float) -> bool:
+        """A recorded runtime the replay clamps to a bound: predicted and true alike there, it scores nothing."""
+        return not self.min_runtime_s < runtime_s * self.time_s < self.max_runtime_s
+
     def memory_bytes(self, memory_bytes: int) -> int:
         return int(min(round(memory_bytes * self.memory), self.max_memory_bytes)) + self.process_bytes
 
@@ -123,6 +128,7 @@ class LoopPlan:
     truth: Plan | None
     default: Plan | None
     runtime_sources: dict[str, int]
+    scored: frozenset[str] | None = None  # the tasks whose runtime the scale does not clamp (None: every task)
 
 
 def family_of(path: Path) -> str:
@@ -153,7 +159,8 @@ def plan_instance(
     scale: Scale = Scale(),
 ) -> LoopPlan:
     """Steps 1, 2 and 4 of the module docstring: the plan the run of ``held_out`` follows, and its yardsticks."""
-    actual = scale.workflow(load_workflow(held_out))
+    recorded = load_workflow(held_out)
+    actual = scale.workflow(recorded)
     shape = read_workflow_shape(held_out)
     prediction = predictor.predict(shape, catalog)
     predicted = predictor.predicted_workflow(shape, catalog, prediction=prediction)
@@ -169,6 +176,7 @@ def plan_instance(
         truth=_under_deadline(actual, catalog, catalog_label, settings.objective, deadline_s, limit_s),
         default=default_plan(predicted, catalog, catalog_label),
         runtime_sources=prediction.sources()["runtime"],
+        scored=frozenset(t.id for t in recorded.tasks if not scale.clamped(t.runtime_s)),
     )
 
 
@@ -192,7 +200,8 @@ def simulate_run(
         foreseen = forecast(run, predicted, catalog, forecast_at_s, repair) if made.assignments else None
     except AgoraError:  # a re-plan that fails there (the executor's would too): no forecast
         foreseen = None
-    default_run = _run(default, predicted, actual, catalog, settings, repair) if default is not None else None
+    unrepaired = replace(settings, slack=0.0)  # the default: what a run without agora's repairs gives
+    default_run = _run(default, predicted, actual, catalog, unrepaired, repair) if default is not None else None
     result: dict[str, Any] = {
         **plan_fields(held_out, planned, settings),
         "simulated": True,
@@ -218,7 +227,8 @@ def plan_fields(held_out: Path, planned: LoopPlan, settings: LoopSettings) -> di
     truth, default = planned.truth, planned.default
     predicted_s = {t.id: t.runtime_s for t in planned.predicted.tasks}
     tasks = planned.actual.tasks
-    scores = runtime_scores([predicted_s[t.id] for t in tasks], [t.runtime_s for t in tasks])
+    scored = [t for t in tasks if planned.scored is None or t.id in planned.scored]
+    scores = runtime_scores([predicted_s[t.id] for t in scored], [t.runtime_s for t in scored])
     return {
         "workflow": planned.actual.name,
         "family": family_of(held_out),
