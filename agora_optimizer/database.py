@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection, Engine, make_url
+from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
 
 from agora_optimizer.errors import AgoraError
@@ -52,6 +52,22 @@ def mask_url(url: str) -> str:
         return "<unparseable URL>"
 
 
+def sqlite_file(url: str) -> Path | None:
+    """The file of an SQLite URL; None for another database, an in-memory one, a ``file:`` URI or a bad URL."""
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError):
+        return None
+    return _sqlite_path(parsed) if parsed.get_backend_name() == "sqlite" else None
+
+
+def _sqlite_path(parsed: URL) -> Path | None:
+    database = parsed.database or ""
+    if database and database != ":memory:" and not database.startswith("file:"):
+        return Path(database).expanduser()
+    return None
+
+
 def open_engine(url: str, busy_timeout_s: float, backends: Collection[str] = ()) -> Engine:
     """An engine for the database at ``url`` (see the module's docstring); ``backends``, when given, are
     the only databases accepted (``sqlite``, ``postgresql``). Raises DatabaseError, password masked."""
@@ -64,9 +80,8 @@ def open_engine(url: str, busy_timeout_s: float, backends: Collection[str] = ())
         raise DatabaseError(f"unsupported database '{backend}' (use {' or '.join(backends)})")
     try:
         if backend == "sqlite":
-            database = parsed.database or ""
-            if database and database != ":memory:" and not database.startswith("file:"):
-                Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+            if (path := _sqlite_path(parsed)) is not None:
+                path.parent.mkdir(parents=True, exist_ok=True)
             engine = sa.create_engine(parsed, connect_args={"timeout": busy_timeout_s})
             _configure_sqlite(engine, busy_timeout_s)
         elif backend == "postgresql":

@@ -4,11 +4,15 @@ This table is the one place a key is declared: code reads keys through :func:`ge
 which refuses undeclared ones, and the configuration reference in the docs is generated
 from :data:`SETTINGS`. As with any Airflow option, ``AIRFLOW__AGORA__<KEY>`` in the
 environment overrides ``airflow.cfg``. Airflow is imported only when a value is read.
+:func:`in_effect` reads a value the way Airflow does (environment, ``airflow.cfg``, default) without
+importing Airflow (a second or more), for the commands that only read: ``agora config show``, ``runs``.
 ``[agora] catalog`` is read as a catalog in one place, :func:`configured_catalog`.
 """
 
 from __future__ import annotations
 
+import configparser
+import os
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -26,6 +30,7 @@ class Setting:
     default: str
     description: str
     sensitive: bool = False  # may hold a secret: Airflow also reads it from ..._CMD and ..._SECRET, and masks it
+    when_empty: str = ""  # what an empty value means, "{agora}" standing for $AIRFLOW_HOME/agora
 
     @property
     def value_type(self) -> str:
@@ -49,6 +54,7 @@ SETTINGS: tuple[Setting, ...] = (
         "Use postgresql+psycopg://... in production (it may hold a password: AIRFLOW__AGORA__TRACE_STORE_URL_CMD "
         "and _SECRET work too).",
         sensitive=True,
+        when_empty="sqlite:///{agora}/traces.db",
     ),
     Setting(
         "catalog",
@@ -69,7 +75,12 @@ SETTINGS: tuple[Setting, ...] = (
         "group) whose width neither the trace store (past runs' map indexes) nor a literal list at parse "
         "time tells.",
     ),
-    Setting("plan_dir", "", "Where each DAG's current plan and plan history live; empty: $AIRFLOW_HOME/agora/plans."),
+    Setting(
+        "plan_dir",
+        "",
+        "Where each DAG's current plan and plan history live; empty: $AIRFLOW_HOME/agora/plans.",
+        when_empty="{agora}/plans",
+    ),
     Setting(
         "plan_history_max",
         "100",
@@ -80,6 +91,7 @@ SETTINGS: tuple[Setting, ...] = (
         "",
         "Where the executor keeps one directory per task attempt (workload, worker log, result); "
         "empty: $AIRFLOW_HOME/agora/jobs. SLURM nodes must see the same path (a shared file system).",
+        when_empty="{agora}/jobs",
     ),
     Setting(
         "job_retention_days",
@@ -183,11 +195,13 @@ SETTINGS: tuple[Setting, ...] = (
         "SQLAlchemy URL of the queue-wait store (recorded SLURM submissions and their waits); empty: "
         "sqlite:///$AIRFLOW_HOME/agora/queue_waits.db.",
         sensitive=True,
+        when_empty="sqlite:///{agora}/queue_waits.db",
     ),
     Setting(
         "model_dir",
         "",
         "Where the rerun DAG writes the retrained predictor; empty: $AIRFLOW_HOME/agora/models/predictor.",
+        when_empty="{agora}/models/predictor",
     ),
     Setting("reoptimize_schedule", "@daily", "Schedule of the agora_reoptimize DAG (a cron expression or preset)."),
     Setting("reoptimize_tag", "agora", "DAGs with this tag opt in to being re-planned by agora_reoptimize."),
@@ -333,3 +347,82 @@ def directory(key: str, default_name: str, mode: int = 0o777, *, create: bool = 
     if create:
         path.mkdir(mode=mode, parents=True, exist_ok=True)
     return path
+
+
+@dataclass(frozen=True)
+class InEffect:
+    """A setting's value as Airflow reads it, and where it came from (``source``: ``default``, the
+    ``airflow.cfg`` file, or the environment variable); for an empty value with a meaning
+    (:attr:`Setting.when_empty`), that meaning with ``$AIRFLOW_HOME`` filled in."""
+
+    value: str
+    source: str
+    meant: bool = False  # the value is what the empty setting means (Setting.when_empty)
+
+
+def airflow_home() -> Path:
+    """``$AIRFLOW_HOME`` (default ``~/airflow``) as Airflow expands it, without importing Airflow; not created."""
+    return Path(_expanded(os.environ.get("AIRFLOW_HOME", "~/airflow")))
+
+
+def airflow_config_file() -> Path:
+    """The ``airflow.cfg`` Airflow reads: ``$AIRFLOW_CONFIG``, else ``$AIRFLOW_HOME/airflow.cfg``."""
+    named = os.environ.get("AIRFLOW_CONFIG")
+    return Path(_expanded(named)) if named is not None else airflow_home() / "airflow.cfg"
+
+
+def in_effect(key: str) -> InEffect:
+    """``[agora] key`` in Airflow's order (``AIRFLOW__AGORA__KEY``, then ``airflow.cfg``, then the
+    default) read with ``configparser``, so that Airflow is not imported. A secret given as a command
+    or a secrets-backend path (``_CMD``, ``_SECRET``) is left to Airflow, which alone runs or fetches it."""
+    setting = _BY_KEY.get(key)
+    if setting is None:
+        raise UnknownSettingError(f"[agora] {key} is not a setting; known: {', '.join(sorted(_BY_KEY))}")
+    variable = f"AIRFLOW__AGORA__{key.upper()}"
+    section = _config_file_section(airflow_config_file())
+    if variable in os.environ:
+        found = InEffect(_expanded(os.environ[variable]).strip(), f"environment {variable}")
+    elif setting.sensitive and (indirect := _indirect(variable, section, key)):
+        found = InEffect(get(key), f"{indirect} (read by Airflow)")
+    elif key in section:
+        found = InEffect(_expanded(section[key]).strip(), "airflow.cfg")
+    else:
+        found = InEffect(setting.default, "default")
+    if found.value or not setting.when_empty:
+        return found
+    return InEffect(setting.when_empty.format(agora=airflow_home() / "agora"), found.source, meant=True)
+
+
+def _indirect(variable: str, section: dict[str, str], key: str) -> str:
+    """The ``_CMD``/``_SECRET`` form of a sensitive key that Airflow would read, or ``""``: in the
+    environment before the file's plain value (Airflow's order), in the file only after it."""
+    for suffix in ("_CMD", "_SECRET"):
+        if variable + suffix in os.environ:
+            return variable + suffix
+    if key in section:
+        return ""
+    for suffix in ("_cmd", "_secret"):
+        if key + suffix in section:
+            return f"{key}{suffix} in airflow.cfg"
+    return ""
+
+
+def _config_file_section(path: Path) -> dict[str, str]:
+    """The ``[agora]`` options of the ``airflow.cfg`` at ``path`` (none if there is no such file), read
+    as Airflow reads it: ``%`` interpolation, names kept in their case."""
+    parser = configparser.ConfigParser()
+    parser.optionxform = str  # type: ignore[assignment,method-assign]  # Airflow keeps the case of names
+    try:
+        parser.read(path, encoding="utf-8")
+        return dict(parser["agora"]) if parser.has_section("agora") else {}
+    except (configparser.Error, OSError, UnicodeDecodeError) as exc:
+        raise AgoraError(f"{path}: not a readable airflow.cfg ({str(exc).splitlines()[0]})") from None
+
+
+def _expanded(text: str) -> str:
+    """``text`` with environment variables and ``~`` expanded until nothing changes (Airflow's ``expand_env_var``)."""
+    while True:
+        expanded = os.path.expanduser(os.path.expandvars(text))
+        if expanded == text:
+            return expanded
+        text = expanded

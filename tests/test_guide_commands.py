@@ -401,12 +401,15 @@ def _copy_rerun_dag(shell: Shell, result: Result) -> None:
 
 @check("agora config show")
 def _config_show(shell: Shell, result: Result) -> None:
-    shown = dict(re.findall(r"^(\w+)\s*= ?(.*?)(?:\s+\(default: .*\))?$", result.stdout, re.M))
-    assert shown["catalog"] == "/path/to/my-resources.yaml", shown
-    assert shown["objective"] == "cost"
-    assert shown["reoptimize_schedule"] == "0 3 * * *"
-    assert shown["plan_time_limit_s"] == "30"
-    assert shown["trace_store_url"] == ""  # the default: SQLite in $AIRFLOW_HOME/agora
+    shown = {
+        key: (value, source) for key, value, source in re.findall(r"^(\w+) += (.*?)   \((.*)\)$", result.stdout, re.M)
+    }
+    cfg = "airflow.cfg"
+    assert shown["catalog"] == ("/path/to/my-resources.yaml", cfg), shown
+    assert shown["objective"] == ("cost", cfg)
+    assert shown["reoptimize_schedule"] == ("0 3 * * *", cfg)
+    assert shown["plan_time_limit_s"] == ("30", cfg)
+    assert shown["trace_store_url"] == (f"sqlite:///{shell.airflow_home}/agora/traces.db", cfg)  # empty there
 
 
 @check("agora plans history my_pipeline")

@@ -15,13 +15,14 @@ trace store option, ``optimize --apply`` the plan store); none imports the ``ago
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -141,14 +142,71 @@ def json_ready(value: Any) -> Any:
     return value
 
 
-def data_table(title: str, columns: Sequence[str], rows: Iterable[Sequence[str]], right: Collection[str] = ()) -> Table:
+FOLD_MIN_WIDTH = 12  # a folded column (a long name) keeps at least this many characters a line
+
+
+def data_table(
+    title: str,
+    columns: Sequence[str],
+    rows: Iterable[Sequence[str]],
+    right: Collection[str] = (),
+    *,
+    drop: Sequence[str] = (),
+    fold: Collection[str] = (),
+    width: int | None = None,
+) -> Table:
     """A rich table of data: its title, headers and cells are text as given, never markup; the columns
-    named in ``right`` are right-aligned (numbers), the others left-aligned."""
-    table = Table(title=Text(title, style="table.title"))  # a str title would be read as markup
-    for column in columns:
-        table.add_column(Text(column), justify="right" if column in right else "left")
-    for row in rows:
-        table.add_row(*(Text(cell) for cell in row))
+    named in ``right`` are right-aligned (numbers), the others left-aligned.
+
+    The table fits ``width`` (the console's: the terminal's, 80 when not a terminal). A column is as
+    narrow as its longest cell and the longest word of its header (headers wrap between words, cells
+    never; the first column, the rows' labels, not even its header), and a column named in ``fold``
+    as narrow as :data:`FOLD_MIN_WIDTH` (its long cells folded over lines). When even that is too
+    wide, the columns named in ``drop`` are left out, first named first, until it fits, and a caption
+    says which.
+    """
+    cells = [[str(cell) for cell in row] for row in rows]
+    width = width or out_console.width
+    shown = list(range(len(columns)))
+    sizes = [[cell_len(row[i]) for row in cells if i < len(row)] for i in range(len(columns))]
+
+    def natural(i: int) -> int:
+        return max([cell_len(columns[i]), *sizes[i]])
+
+    def narrowest(i: int) -> int:
+        if i == 0 and columns[0] not in fold:
+            return natural(0)
+        header = max((cell_len(word) for word in columns[i].split()), default=0)
+        return max(header, min(FOLD_MIN_WIDTH, natural(i)) if columns[i] in fold else max(sizes[i], default=0))
+
+    def table_width(size: Callable[[int], int]) -> int:
+        return sum(size(i) for i in shown) + 3 * len(shown) + 1  # borders and a space each side of a cell
+
+    left_out = []
+    for name in drop:
+        if table_width(narrowest) <= width:
+            break
+        shown.remove(columns.index(name))
+        left_out.append(name)
+    widths: dict[int, int | None] = dict.fromkeys(shown)
+    if table_width(natural) > width:  # rich would cut words to fit: give each column its width
+        spare = width - table_width(narrowest)
+        # The folded names first, then the columns that need least to be whole: most headers on one line.
+        for i in sorted(shown, key=lambda i: (columns[i] not in fold, natural(i) - narrowest(i))):
+            extra = max(0, min(spare, natural(i) - narrowest(i)))
+            widths[i], spare = narrowest(i) + extra, spare - extra
+    caption = f"left out to fit {width} columns: {', '.join(left_out)}" if left_out else None
+    table = Table(title=Text(title, style="table.title"), caption=caption and Text(caption, style="table.caption"))
+    for i in shown:
+        table.add_column(
+            Text(columns[i]),
+            justify="right" if columns[i] in right else "left",
+            no_wrap=i == 0 and columns[0] not in fold,
+            overflow="fold",
+            width=widths[i],
+        )
+    for row in cells:
+        table.add_row(*(Text(row[i]) for i in shown if i < len(row)))
     return table
 
 

@@ -2,14 +2,16 @@
 
 The store is ``--store URL`` or else ``[agora] trace_store_url`` (the trace store's database).
 ``--json`` prints JSON only on stdout. Errors are one line on stderr and exit code 2, as
-everywhere in ``agora``.
+everywhere in ``agora``. ``list`` and ``show`` only read: they import neither Airflow nor the
+database layer until a store is there to read, and an SQLite store that does not exist yet is
+reported in one line ("no runs recorded"), never created.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -24,10 +26,12 @@ from agora_optimizer.cli.common import (
     say,
     user_errors,
 )
-from agora_optimizer.cli.traces import StoreOpt, store_url
+from agora_optimizer.cli.traces import StoreOpt, store_to_read, store_url
 from agora_optimizer.errors import AgoraError
-from agora_optimizer.runs.record import RUNNING, RunRecord
-from agora_optimizer.runs.store import DEFAULT_LIST_LIMIT, RunStore
+from agora_optimizer.runs.record import DEFAULT_LIST_LIMIT, RUNNING, RunRecord
+
+if TYPE_CHECKING:
+    from agora_optimizer.runs.store import RunStore
 
 runs_app = command_group("Run records: each DAG run's planned against actual makespan and cost.")
 
@@ -48,6 +52,7 @@ def record(
     from agora_optimizer import settings
     from agora_optimizer.plans.store import PlanStore, default_plan_store
     from agora_optimizer.runs.recorder import record_finished_runs
+    from agora_optimizer.runs.store import RunStore
 
     with user_errors(), RunStore(store_url(store)) as run_store:
         plans = PlanStore(plan_dir) if plan_dir is not None else default_plan_store()
@@ -65,23 +70,31 @@ def list_runs(
     as_json: JsonOpt = False,
 ) -> None:
     """The recorded runs, newest first: planned against actual makespan and cost, repairs."""
-
-    with user_errors(), RunStore(store_url(store)) as run_store:
-        records = run_store.list(dag_id=dag, limit=limit)
+    with user_errors():
+        url, run_store = _existing_store(store)
+        if run_store is None:
+            records: list[RunRecord] = []
+            where = url
+        else:
+            with run_store:
+                records = run_store.list(dag_id=dag, limit=limit)
+                where = run_store.masked_url
         if dag is not None and not records:
-            raise RunNotFoundError(f"no recorded run of DAG {dag!r} in {run_store.masked_url}")
+            raise RunNotFoundError(f"no recorded run of DAG {dag!r} in {where}")
     if as_json:
         typer.echo(json.dumps([_summary(r) for r in records]))
         return
-    columns = ("dag", "run", "state", "planned", "plan", "makespan plan (s)", "makespan (s)", "ratio",
-               "cost plan (USD)", "cost (USD)", "ratio", "repairs")  # fmt: skip
+    if not records:
+        say(f"no runs recorded in {where}")
+        return
+    columns = ("dag", "run", "state", "plan", "makespan plan (s)", "makespan (s)", "makespan ratio",
+               "cost plan (USD)", "cost (USD)", "cost ratio", "repairs")  # fmt: skip
     rows = [
         [
             r.dag_id,
             r.run_id,
             r.state,
-            "yes" if r.planned else "no",
-            r.plan_version or "-",
+            r.plan_version or "-" if r.planned else "none",
             number(r.planned_makespan_s, "{:,.1f}"),
             number(r.actual_makespan_s, "{:,.1f}"),
             ratio_text(r.actual_makespan_s, r.planned_makespan_s, "{:.2f}"),
@@ -92,8 +105,11 @@ def list_runs(
         ]
         for r in records
     ]
-    right = [c for c in columns if "(" in c or c in ("ratio", "repairs")]
-    out_console.print(data_table(f"{len(records)} run(s)", columns, rows, right=right))
+    right = [c for c in columns if "(" in c or "ratio" in c or c == "repairs"]
+    # At 80 columns, the figures against the plan before the plan's own and the run's state.
+    drop = ("makespan plan (s)", "cost plan (USD)", "plan", "repairs", "state")
+    table = data_table(f"{len(records)} run(s)", columns, rows, right=right, drop=drop, fold=("dag", "run"))
+    out_console.print(table)
 
 
 @runs_app.command("show")
@@ -114,7 +130,10 @@ def show(
             from agora_optimizer.gantt import check_chart_path
 
             check_chart_path(chart)  # a bad suffix fails before the store is opened
-        with RunStore(store_url(store)) as run_store:
+        url, run_store = _existing_store(store)
+        if run_store is None:
+            raise RunNotFoundError(f"no record of DAG {dag_id!r} in {url} (no runs recorded)")
+        with run_store:
             found = run_store.current(dag_id, run_id)  # a run still going: its repairs and forecast so far
             if found is None:
                 known = run_store.list(dag_id=dag_id, limit=1)
@@ -132,16 +151,28 @@ def show(
         say(f"chart written to {chart}", err=True)
 
 
+def _existing_store(store: str | None) -> tuple[str, RunStore | None]:
+    """The URL of the store to read and the store opened; None when there is no store there yet."""
+    url, there = store_to_read(store)
+    if not there:
+        return url, None
+    from agora_optimizer.runs.store import RunStore
+
+    return url, RunStore(url)
+
+
 def _print_record(r: RunRecord) -> None:
     if r.state == RUNNING:
         _print_in_progress(r)
         return
     planned = f"plan {r.plan_version}" if r.planned else "unplanned"
     expected = r.planned_expected_cost_usd
+    say(f"{r.dag_id} {r.run_id}: {r.state}, {planned}")
     say(
-        f"{r.dag_id} {r.run_id}: {r.state}, {planned}; makespan {number(r.actual_makespan_s, '{:,.1f}')} s "
-        f"(planned {number(r.planned_makespan_s, '{:,.1f}')}, "
-        f"ratio {ratio_text(r.actual_makespan_s, r.planned_makespan_s, '{:.2f}')}); "
+        f"makespan {number(r.actual_makespan_s, '{:,.1f}')} s (planned {number(r.planned_makespan_s, '{:,.1f}')}, "
+        f"ratio {ratio_text(r.actual_makespan_s, r.planned_makespan_s, '{:.2f}')})"
+    )
+    say(
         f"cost {r.actual_cost_usd:.4f} USD (planned {number(r.planned_cost_usd, '{:.4f}')}, "
         f"ratio {ratio_text(r.actual_cost_usd, r.planned_cost_usd, '{:.2f}')}"
         + (f"; expected with spot interruptions {expected:.4f}" if expected is not None else "")
@@ -164,7 +195,9 @@ def _print_record(r: RunRecord) -> None:
             ]
         )
     right = [c for c in columns if "(" in c or c == "try"]
-    out_console.print(data_table(f"{len(r.tasks)} task(s)", columns, rows, right=right))
+    drop = ("try", "planned machine", "late (s)", "state")  # at 80 columns: where and when it ran, first
+    fold = ("task", "actual machine", "planned machine")
+    out_console.print(data_table(f"{len(r.tasks)} task(s)", columns, rows, right=right, drop=drop, fold=fold))
     for lease in r.leases:
         say(
             f"lease {lease.machine or '(attempt)'} on {lease.resource or '?'}: "

@@ -91,15 +91,22 @@ def list_attempts(
 ) -> None:
     """List the stored attempts, oldest first."""
     from agora_optimizer.errors import FieldError
-    from agora_optimizer.traces.store import TraceStore
 
     with user_errors():
         if state is not None and state not in ATTEMPT_STATES:
             raise FieldError("--state", "state", f"must be one of {', '.join(ATTEMPT_STATES)}, got {state!r}")
-        with TraceStore(store_url(store)) as trace_store:
-            attempts = trace_store.attempts(dag_id=dag, task_id=task, state=state)
+        url, there = store_to_read(store)
+        attempts = []
+        if there:
+            from agora_optimizer.traces.store import TraceStore
+
+            with TraceStore(url) as trace_store:
+                attempts, url = trace_store.attempts(dag_id=dag, task_id=task, state=state), trace_store.masked_url
     if as_json:
         out_console.print_json(json.dumps([_jsonable(a) for a in attempts]))
+        return
+    if not attempts:
+        say(f"no attempts recorded in {url}" + ("" if all(x is None for x in (dag, task, state)) else " that match"))
         return
     columns = ("attempt", "state", "resource", "host", "runtime (s)", "peak RSS (MiB)", "CPU (s)")
     rows = [
@@ -115,19 +122,26 @@ def list_attempts(
         for a in attempts
     ]
     right = [c for c in columns if "(" in c]
-    out_console.print(data_table(f"{len(attempts)} attempt(s)", columns, rows, right=right))
+    drop, fold = ("host", "CPU (s)", "peak RSS (MiB)"), ("attempt",)  # at 80 columns: what ran where, for how long
+    out_console.print(data_table(f"{len(attempts)} attempt(s)", columns, rows, right=right, drop=drop, fold=fold))
 
 
 @traces_app.command("stats")
 def stats(dag: DagOpt = None, store: StoreOpt = None, as_json: JsonOpt = False) -> None:
     """Per task: attempts, failures, mean runtime, largest peak RSS, mean CPU time."""
-    from agora_optimizer.traces.store import TraceStore
+    with user_errors():
+        url, there = store_to_read(store)
+        rows, total = [], 0
+        if there:
+            from agora_optimizer.traces.store import TraceStore
 
-    with user_errors(), TraceStore(store_url(store)) as trace_store:
-        rows = trace_store.stats(dag_id=dag)
-        total = trace_store.count()
+            with TraceStore(url) as trace_store:
+                rows, total, url = trace_store.stats(dag_id=dag), trace_store.count(), trace_store.masked_url
     if as_json:
         out_console.print_json(json.dumps({"attempts": total, "tasks": [asdict(r) for r in rows]}))
+        return
+    if not rows:
+        say(f"no attempts recorded in {url}" + ("" if dag is None else f" of DAG {dag!r}"))
         return
     columns = ("dag", "task", "attempts", "failed", "mean runtime (s)", "max peak RSS (MiB)", "mean CPU (s)")
     cells = [
@@ -143,7 +157,8 @@ def stats(dag: DagOpt = None, store: StoreOpt = None, as_json: JsonOpt = False) 
         for r in rows
     ]
     title = f"{total} attempt(s) of {len(rows)} task(s)"
-    out_console.print(data_table(title, columns, cells, right=columns[2:]))
+    table = data_table(title, columns, cells, right=columns[2:], drop=("mean CPU (s)",), fold=("dag", "task"))
+    out_console.print(table)
 
 
 def store_url(explicit: str | None) -> str:
@@ -153,6 +168,22 @@ def store_url(explicit: str | None) -> str:
     from agora_optimizer.traces.store import default_store_url
 
     return default_store_url()
+
+
+def store_to_read(explicit: str | None) -> tuple[str, bool]:
+    """The URL of the store a command that only reads opens (``--store``, else the trace store in effect,
+    read without importing Airflow), and whether there is one: False for an SQLite file that does not
+    exist, which such a command reports as empty instead of creating it (``agora runs`` uses the same)."""
+    from agora_optimizer import settings
+
+    found = settings.in_effect("trace_store_url") if explicit is None else settings.InEffect(explicit, "--store")
+    if found.meant:  # sqlite:///$AIRFLOW_HOME/agora/traces.db: no URL parser (SQLAlchemy) needed for its file
+        path: Path | None = Path(found.value.removeprefix("sqlite:///"))
+    else:
+        from agora_optimizer.database import sqlite_file
+
+        path = sqlite_file(found.value)
+    return found.value, path is None or path.is_file()
 
 
 def _jsonable(attempt: TaskAttempt) -> dict[str, Any]:

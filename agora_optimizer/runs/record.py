@@ -15,6 +15,8 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
+DEFAULT_LIST_LIMIT = 50  # the runs a listing shows unless told otherwise
+
 
 @dataclass(frozen=True)
 class RunTask:

@@ -30,7 +30,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
 from agora_optimizer.runs.lease_record import LeaseRecord
-from agora_optimizer.runs.record import Repair, RunLease, RunRecord, RunTask, in_progress
+from agora_optimizer.runs.record import DEFAULT_LIST_LIMIT, Repair, RunLease, RunRecord, RunTask, in_progress
 from agora_optimizer.traces.run_tables import (
     lease_records_table,
     repairs_table,
@@ -40,7 +40,6 @@ from agora_optimizer.traces.run_tables import (
 )
 from agora_optimizer.traces.store import TraceStore, attempts_table
 
-DEFAULT_LIST_LIMIT = 50
 _RUN_FIELDS = (
     "state",
     "planned",

@@ -1,14 +1,18 @@
-"""What the command groups share: one-line user errors, number ranges, and the catalog a plan names."""
+"""What the command groups share: one-line user errors, number ranges, tables that fit the width, and the catalog a
+plan names."""
 
 from __future__ import annotations
 
+import io
 import math
 from pathlib import Path
 
 import pytest
 import typer
+from rich.console import Console
 
 from agora_optimizer.cli.common import (
+    FOLD_MIN_WIDTH,
     OPTION_RANGES,
     Range,
     check_option,
@@ -73,6 +77,57 @@ def test_a_data_table_shows_its_title_headers_and_cells_as_they_are(capsys: pyte
     for text in ("wf[/x]", "task[a100]", "gpu[a100]#0", "[/x]"):
         assert text in shown
     assert [column.justify for column in table.columns] == ["left", "right"]
+
+
+def _rendered(table: object, width: int) -> list[str]:
+    console = Console(width=width, record=True, file=io.StringIO())
+    console.print(table)
+    return console.export_text().splitlines()
+
+
+SUMMARY = ("", "makespan (s)", "cost (USD)", "makespan / LB", "cost / LB", "machines")
+SUMMARY_ROWS = [
+    ["agora", "12,345.6", "12.3456", "1.234", "1.111", "27"],
+    ["one-type default", "123,456.7", "123.4567", "12.345", "2.222", "1"],
+    ["lower bound", "1,234.5", "1.2345", "1.000", "1.000", ""],
+]
+
+
+def test_a_table_fits_80_columns_with_its_labels_on_one_line_and_its_header_words_whole() -> None:
+    shown = _rendered(data_table("blast (43 tasks)", SUMMARY, SUMMARY_ROWS, right=SUMMARY[1:], width=80), 80)
+    assert max(map(len, shown)) <= 80 and "…" not in "".join(shown)
+    assert [line.split("│")[1].strip() for line in shown if line.startswith("│")] == [r[0] for r in SUMMARY_ROWS]
+    header = " ".join(word for line in shown if line.startswith("┃") for word in line.replace("┃", " ").split())
+    assert all(word in header.split() for column in SUMMARY for word in column.split())
+    wide = _rendered(data_table("blast (43 tasks)", SUMMARY, SUMMARY_ROWS, right=SUMMARY[1:], width=120), 120)
+    assert sum(line.startswith("┃") for line in wide) == 1  # room enough: every header on one line
+
+
+def test_columns_are_left_out_by_priority_and_long_names_folded_until_the_table_fits() -> None:
+    columns = ("dag", "run", "state", "makespan plan (s)", "makespan (s)", "cost (USD)", "repairs")
+    run_id = "scheduled__2026-12-05T10:35:25.123456+00:00"
+    rows = [["agora_example_etl", run_id, "success", "1,234.5", "1,300.2", "0.1234", "2"]]
+    drop = ("makespan plan (s)", "repairs", "state")
+    table = data_table("1 run(s)", columns, rows, drop=drop, fold=("run",), width=80)
+    shown = _rendered(table, 80)
+    assert [str(column.header) for column in table.columns] == [
+        "dag",
+        "run",
+        "state",
+        "makespan (s)",
+        "cost (USD)",
+        "repairs",
+    ]
+    assert shown[-1].strip() == "left out to fit 80 columns: makespan plan (s)"
+    assert max(map(len, shown)) <= 80 and "…" not in "".join(shown)
+    folded = "".join(line.split("│")[2].strip() for line in shown if line.startswith("│"))
+    assert folded == run_id  # over lines, whole
+    assert FOLD_MIN_WIDTH <= (table.columns[1].width or 0) < len(run_id)
+    narrow = data_table("1 run(s)", columns, rows, drop=drop, fold=("run",), width=60)
+    assert [str(column.header) for column in narrow.columns] == ["dag", "run", "makespan (s)", "cost (USD)"]
+    assert max(map(len, _rendered(narrow, 60))) <= 60
+    roomy = data_table("1 run(s)", columns, rows, drop=drop, fold=("run",), width=200)
+    assert len(roomy.columns) == len(columns) and roomy.caption is None
 
 
 def test_json_ready_makes_every_number_that_is_not_finite_null() -> None:

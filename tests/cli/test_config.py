@@ -35,28 +35,55 @@ def test_every_key_the_code_reads_is_declared_and_every_declared_key_is_read() -
     assert declared - read == set()  # a documented key that nothing reads
 
 
-@pytest.mark.slow  # starts a Python that imports Airflow
-def test_the_cfg_section_parses_and_airflow_reads_it(tmp_path: Path) -> None:
+def test_the_cfg_section_parses_as_every_key_at_its_default() -> None:
     parser = configparser.ConfigParser(interpolation=None)
     parser.read_string(airflow_cfg())
     assert {key: parser["agora"][key] for key in parser["agora"]} == {s.key: s.default for s in SETTINGS}
+
+
+SHOWN = re.compile(r"^(\w+) += (.*?)   \((.*)\)$", re.MULTILINE)
+
+
+def test_config_alone_shows_the_values_in_effect_and_where_each_came_from(tmp_path: Path) -> None:
     home = tmp_path / "airflow"
     home.mkdir()
-    section = airflow_cfg().replace("\nobjective = balanced\n", "\nobjective = cost\n")
-    (home / "airflow.cfg").write_text(section)
+    (home / "airflow.cfg").write_text(airflow_cfg().replace("\nobjective = balanced\n", "\nobjective = cost\n"))
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
     env |= {"AIRFLOW_HOME": str(home), "AIRFLOW__AGORA__PLAN_TIME_LIMIT_S": "7"}
     env["AIRFLOW__AGORA__TRACE_STORE_URL"] = "postgresql+psycopg://agora:s3cret@db/traces"
+    answers = [
+        subprocess.run(
+            [sys.executable, "-m", "agora_optimizer", *command], cwd=REPO,
+            env=env, capture_output=True, text=True, timeout=60, check=True,
+        ).stdout
+        for command in (["config", "show"], ["config"])
+    ]  # fmt: skip
+    shown = answers[0]
+    assert answers[1] == shown  # "agora config" alone is "agora config show", not a usage error
+    assert shown.splitlines()[0] == f"agora settings in effect (airflow.cfg: {home / 'airflow.cfg'})"
+    values = {key: (value, source) for key, value, source in SHOWN.findall(shown)}
+    assert set(values) == {s.key for s in SETTINGS} and len(shown.splitlines()) == len(SETTINGS) + 1
+    cfg = "airflow.cfg"
+    assert values["objective"] == ("cost", cfg)
+    assert values["plan_time_limit_s"] == ("7", "environment AIRFLOW__AGORA__PLAN_TIME_LIMIT_S")  # env wins
+    assert values["plan_dir"] == (f"{home}/agora/plans", cfg)  # the path used, though the file says nothing
+    assert values["trace_store_url"][0] == "postgresql+psycopg://agora:***@db/traces" and "s3cret" not in shown
+    assert re.search(r"^objective +  = cost   \(", shown, re.MULTILINE)  # keys padded alike
+    assert sorted(p.name for p in home.iterdir()) == ["airflow.cfg"]  # nothing written
+
+
+def test_config_show_on_an_empty_home_gives_the_default_paths(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")} | {"AIRFLOW_HOME": str(tmp_path)}
     shown = subprocess.run(
-        [sys.executable, "-m", "agora_optimizer", "config", "show"],
-        env=env, capture_output=True, text=True, timeout=120, check=True,
+        [sys.executable, "-m", "agora_optimizer", "config", "show"], cwd=REPO,
+        env=env, capture_output=True, text=True, timeout=60, check=True,
     ).stdout  # fmt: skip
-    values = dict(re.findall(r"^(\w+) += (.*?)(?:   \(default: .*\))?$", shown, re.MULTILINE))
-    assert values["objective"] == "cost"  # from airflow.cfg
-    assert values["plan_time_limit_s"] == "7"  # the environment wins
-    assert values["reoptimize_tag"] == "agora" and set(values) == {s.key for s in SETTINGS}
-    assert re.search(r"^objective +  = cost   \(default: balanced\)$", shown, re.MULTILINE)  # keys padded alike
-    assert values["trace_store_url"] == "***" and "s3cret" not in shown  # a sensitive value is not printed
+    values = {key: (value, source) for key, value, source in SHOWN.findall(shown)}
+    assert shown.splitlines()[0].endswith(f"(airflow.cfg: {tmp_path / 'airflow.cfg'}, not found)")
+    assert values["trace_store_url"] == (f"sqlite:///{tmp_path}/agora/traces.db", "default")
+    assert values["state_dir"] == (f"{tmp_path}/agora/jobs", "default")
+    assert values["objective"] == ("balanced", "default")
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.slow  # starts a Python that imports Airflow

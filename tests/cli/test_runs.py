@@ -101,6 +101,41 @@ def test_bad_input_is_one_line_naming_it_with_exit_2(
     assert result.stdout == "" and named in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
 
+def test_the_tables_fit_80_columns_leaving_out_the_plans_figures_first(
+    setup: tuple[str, PlanStore, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(out_console, "width", 80)
+    url, plans, version = setup
+    _recorded(url, plans, version)
+    for command in (["list"], ["show", "etl", "r1"]):
+        shown = CliRunner().invoke(runs_app, [*command, "--store", url])
+        assert shown.exit_code == 0, shown.output
+        lines = shown.stdout.splitlines()
+        assert max(map(len, lines)) <= 80 and "…" not in shown.stdout, shown.stdout
+        if command == ["list"]:
+            assert lines[-1].strip() == "left out to fit 80 columns: makespan plan (s), cost plan (USD), plan"
+            assert "1.33" in shown.stdout and "etl │ r2" in shown.stdout  # the run and its ratio stay
+        else:
+            assert "extract" in shown.stdout and "local-large#0" in shown.stdout
+            assert lines[:3] == [f"etl r1: success, plan {version}", "makespan 80.0 s (planned 60.0, ratio 1.33)",
+                                 "cost 0.0000 USD (planned 0.0000, ratio n/a)"]  # fmt: skip
+
+
+def test_no_runs_is_one_line_and_a_missing_store_is_not_created(tmp_path: Path) -> None:
+    missing = f"sqlite:///{tmp_path / 'none' / 'traces.db'}"
+    with RunStore(f"sqlite:///{tmp_path / 'empty.db'}") as store:
+        empty = store.url
+    for url in (missing, empty):
+        listed = CliRunner().invoke(runs_app, ["list", "--store", url])
+        assert (listed.exit_code, listed.stdout) == (0, f"no runs recorded in {url}\n")
+    shown = CliRunner().invoke(runs_app, ["show", "etl", "r1", "--store", missing])
+    assert (
+        shown.exit_code == 2
+        and shown.stderr == f"agora: error: no record of DAG 'etl' in {missing} (no runs recorded)\n"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.db"]  # reading made no directory, no database
+
+
 def test_the_main_cli_has_the_runs_commands() -> None:
     from agora_optimizer.cli import main
 

@@ -65,6 +65,22 @@ def test_list_and_stats_print_tables(tmp_path: Path) -> None:
     assert table.exit_code == 0 and "4 attempt(s) of 2 task(s)" in table.output
 
 
+def test_no_attempts_is_one_line_and_a_missing_store_is_not_created(tmp_path: Path) -> None:
+    missing = f"sqlite:///{tmp_path / 'none' / 'traces.db'}"
+    with TraceStore(f"sqlite:///{tmp_path / 'empty.db'}") as store:
+        empty = store.url
+    for url in (missing, empty):
+        for command in (["list"], ["stats"]):
+            shown = CliRunner().invoke(traces_app, [*command, "--store", url])
+            assert (shown.exit_code, shown.stdout) == (0, f"no attempts recorded in {url}\n")
+        assert json.loads(CliRunner().invoke(traces_app, ["list", "--store", url, "--json"]).stdout) == []
+    filtered = CliRunner().invoke(traces_app, ["list", "--store", _store_with_rows(tmp_path), "--dag", "nope"])
+    assert filtered.stdout.startswith("no attempts recorded in sqlite:///") and filtered.stdout.endswith(
+        " that match\n"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.db", "traces.db"]  # no directory, no database made
+
+
 def test_names_show_as_they_are_never_as_rich_markup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``gpu[a100]`` once showed as ``gpu`` (rich read ``[a100]`` as a style) and a task ``align[/x]`` ended
     ``traces list`` and ``traces stats`` in a MarkupError traceback."""
