@@ -1,6 +1,7 @@
 """The ``agora`` command line: the top-level app, made of one module per command group.
 
-- :mod:`~agora_optimizer.cli.optimize`: ``optimize``, ``validate``, ``gantt``, ``pareto``
+- :mod:`~agora_optimizer.cli.optimize`: ``optimize``, ``validate``, ``gantt``; :mod:`~agora_optimizer.cli.pareto`:
+  ``pareto``; :mod:`~agora_optimizer.cli.plan_input`: the input, logs and summary line they share
 - :mod:`~agora_optimizer.cli.predict`: ``train``, ``predict``, ``simulate``
 - :mod:`~agora_optimizer.cli.traces`, :mod:`~agora_optimizer.cli.queue_wait` (``queue``),
   :mod:`~agora_optimizer.cli.plans`, :mod:`~agora_optimizer.cli.runs`, :mod:`~agora_optimizer.cli.config`:
@@ -23,7 +24,7 @@ from typing import Any
 
 import typer
 
-from agora_optimizer.cli import optimize, predict
+from agora_optimizer.cli import clock, optimize, pareto, predict
 from agora_optimizer.cli.aws import aws_app
 from agora_optimizer.cli.common import command_group
 from agora_optimizer.cli.config import config_app
@@ -34,6 +35,7 @@ from agora_optimizer.cli.traces import traces_app
 
 app = command_group("agora: place every task of a workflow on the right resource, fast and cheap, within memory.")
 optimize.register(app)
+pareto.register(app)
 predict.register(app)
 app.add_typer(traces_app, name="traces")
 app.add_typer(queue_app, name="queue")
@@ -51,6 +53,7 @@ def _command() -> Callable[..., Any]:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``agora`` console script; returns the exit code."""
+    clock.mark_start(from_import=argv is None)  # the console script began before this module was imported
     command = _command()
     try:
         command(args=argv if argv is not None else sys.argv[1:], prog_name="agora")

@@ -75,9 +75,11 @@ def plan_window(
     gantt: Path | None = None,
     platform_latency: str = "median",
     runtime_quantile: str | float = "auto",
+    started: float | None = None,
 ) -> dict[str, Any]:
     """Plan the window, write its plans and summary; the summary. Raises :class:`WindowPlanError`
-    (after writing everything) when a run misses its deadline."""
+    (after writing everything) when a run misses its deadline. ``started``: the ``time.perf_counter()``
+    from which ``time_limit_s`` counts (default: now)."""
     from agora_optimizer.integration.airflow_dag import predicted_dag_workflow
     from agora_optimizer.integration.window_runs import (
         check_window,
@@ -91,7 +93,7 @@ def plan_window(
     from agora_optimizer.predict.latency import statistic_of, with_platform_latency
     from agora_optimizer.predict.runtime_quantiles import quantile_label, quantile_reason, resolve_quantile
 
-    started = time.perf_counter()
+    started = time.perf_counter() if started is None else started
     statistic = statistic_of(platform_latency)
     window_s = parse_window(window)
     start = parse_start(start_text)
