@@ -53,7 +53,7 @@ def _command() -> Callable[..., Any]:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``agora`` console script; returns the exit code."""
-    clock.mark_start(from_import=argv is None)  # the console script began before this module was imported
+    clock.mark_start(from_process_start=argv is None)  # the console script: its process began before main
     command = _command()
     try:
         command(args=argv if argv is not None else sys.argv[1:], prog_name="agora")

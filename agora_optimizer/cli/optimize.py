@@ -185,7 +185,7 @@ def optimize(
     from agora_optimizer.optimize.optimize import default_plan, optimize_problem
     from agora_optimizer.planning.problem import Problem, lower_bounds
     from agora_optimizer.predict.latency import statistic_of, with_platform_latency
-    from agora_optimizer.predict.runtime_quantiles import AUTO, parse_quantile, quantile_label
+    from agora_optimizer.predict.quantile_choice import AUTO, parse_quantile, quantile_label
 
     started = command_started()  # the time limit counts the whole command: loading, bounds, planning, writing
     with user_errors():
@@ -455,8 +455,8 @@ def gantt(
     with user_errors():
         loaded = load_plan(plan)
         categories = None
-        made_from = workflow if dag_id_of(loaded.workflow_source or "") else plan_workflow(plan, loaded, workflow)
-        if made_from is not None:  # a DAG's plan without --workflow: one colour (its tasks' categories are not in it)
+        made_from = plan_workflow(plan, loaded, workflow, none_for_a_dag=True)
+        if made_from is not None:  # else one colour (a DAG's plan does not hold its tasks' categories)
             categories = {t.id: t.category for t in load_workflow(made_from).tasks}
         draw_gantt(loaded, out, categories)
     say(f"chart written to {out}")

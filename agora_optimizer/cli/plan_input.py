@@ -133,7 +133,7 @@ def load_plan_input(
         loaded = load_workflow(workflow, default_memory_bytes=int(default_memory_gib * GIB))
         return PlanInput(loaded, f"as {workflow} records them (not predicted)", None, str(workflow))
     from agora_optimizer.integration.airflow_dag import predicted_dag_workflow
-    from agora_optimizer.predict.runtime_quantiles import quantile_reason, resolve_quantile
+    from agora_optimizer.predict.quantile_choice import quantile_reason, resolve_quantile
 
     quantile = resolve_quantile(quantile_choice, has_deadline=has_deadline)
     with stdout_to_stderr():  # Airflow logs to stdout while it parses: stdout is the command's output
@@ -161,17 +161,22 @@ def assumed_line(latency: PlatformLatency, catalog: Catalog, statistic: Statisti
 
 
 def latency_lines(latency: PlatformLatency, catalog: Catalog, statistic: Statistic) -> list[str]:
-    """Each type's platform latency, one line each (``-v``)."""
+    """Each type's platform latency, one line each (``-v``); none where none is added (the one line says so)."""
+    if statistic == "none":
+        return []
     return [f"platform latency: {latency.for_resource(r).describe(statistic)}" for r in catalog.resources]
 
 
-def plan_workflow(plan_path: Path, plan: Plan, given: Path | None, option: str = "--workflow") -> Path | None:
+def plan_workflow(
+    plan_path: Path, plan: Plan, given: Path | None, option: str = "--workflow", *, none_for_a_dag: bool = False
+) -> Path | None:
     """``given``, else the workflow file the plan was made from (its ``workflow_source``, from the working
-    directory or else from the plan's directory); None when the plan records none."""
+    directory or else from the plan's directory); None when the plan records none (``none_for_a_dag``: nor
+    a file, being a DAG's plan; else that is an error saying what to pass)."""
     if given is not None:
         return given
     source = plan.workflow_source
-    if source is None:
+    if source is None or (none_for_a_dag and dag_id_of(source) is not None):
         return None
     if dag_id_of(source) is not None:
         raise FieldError(

@@ -91,7 +91,7 @@ def plan_window(
     from agora_optimizer.optimize.window import cost_lower_bound, plan_each_alone, plan_first_come, plan_jointly
     from agora_optimizer.planning.bounds import makespan_lower_bound_s
     from agora_optimizer.predict.latency import statistic_of, with_platform_latency
-    from agora_optimizer.predict.runtime_quantiles import quantile_label, quantile_reason, resolve_quantile
+    from agora_optimizer.predict.quantile_choice import quantile_label, quantile_reason, resolve_quantile
 
     started = time.perf_counter() if started is None else started
     statistic = statistic_of(platform_latency)
