@@ -67,6 +67,10 @@ def pareto(
         wf = given.workflow
         if save_plans is not None:
             _make_plan_directory(save_plans)  # before the front's minute, not after
+        if plot is not None:  # a bad file name fails now; and loading matplotlib (0.6 s) is counted before the sweep
+            from agora_optimizer.gantt import check_chart_path
+
+            check_chart_path(plot)
         front = pareto_front(wf, cat, str(catalog), deadlines=deadlines, time_limit_s=time_limit_s, started=started)
         if plot is not None:
             plot_front(front, plot)
