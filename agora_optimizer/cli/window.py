@@ -151,6 +151,7 @@ def plan_window(
         plan.run.name: replace(
             _plan_document(plan, catalog, catalog_label, started),
             runtime_quantile=quantiles[by_name[plan.run.name].dag_id],
+            workflow_source=f"airflow:{by_name[plan.run.name].dag_id}",
         )
         for plan in joint.plans
     }
