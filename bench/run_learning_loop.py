@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import shutil
 import signal
 import statistics
 import sys
@@ -174,7 +175,23 @@ def _real_runs(
     args: argparse.Namespace, train: list[Path], held_out: list[Path], catalog_path: Path, label: str,
     settings: LoopSettings,
 ) -> list[dict[str, Any]]:  # fmt: skip
-    """Each of ``held_out`` planned from predictions, then run in a real Airflow beside the one-type default."""
+    """Each of ``held_out`` planned from predictions, then run in a real Airflow beside the one-type default; the
+    scratch directory is removed after (``--keep-dir`` keeps it)."""
+    root = Path(tempfile.mkdtemp(prefix="agora-bench-loop-"))
+    try:
+        return _run_in(root, args, train, held_out, catalog_path, label, settings)
+    finally:
+        if args.keep_dir:
+            print(f"kept {root}", file=sys.stderr)
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def _run_in(
+    root: Path, args: argparse.Namespace, train: list[Path], held_out: list[Path], catalog_path: Path, label: str,
+    settings: LoopSettings,
+) -> list[dict[str, Any]]:  # fmt: skip
+    """:func:`_real_runs` in the scratch directory ``root`` (Airflow's home, the traces, the plans)."""
     from agora_optimizer.integration.airflow_dag import learned_platform_latency
     from agora_optimizer.predict.latency import with_platform_latency
     from agora_optimizer.traces.store import TraceStore
@@ -182,7 +199,6 @@ def _real_runs(
     dag = _dag_module()
     scale = _scale(args)
     attempts = {path: attempts_from_wfformat(path) for path in train}
-    root = Path(tempfile.mkdtemp(prefix="agora-bench-loop-"))
     airflow = replay_deployment(
         root, [path.stem for path in held_out], held_out[0].parent, catalog_path, time_scale=args.time_scale,
         runtime_range_s=(args.min_runtime_s, args.max_runtime_s), memory_scale=args.memory_scale,
@@ -280,6 +296,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--task-load", choices=("cpu", "sleep"), default="sleep")
     parser.add_argument("--run-timeout-s", type=float, default=1800.0)
     parser.add_argument("--settle-s", type=float, default=3.0, help="wait for the executor's trace rows")
+    parser.add_argument("--keep-dir", action="store_true", help="keep the run's Airflow home, traces and plans")
     return parser
 
 

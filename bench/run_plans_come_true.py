@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import signal
 import statistics
 import sys
@@ -88,23 +89,13 @@ def main(argv: list[str] | None = None) -> int:
     bench = _Bench(args, airflow, catalog, root)
     started = time.perf_counter()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # kill(1) unwinds too: Airflow is stopped, none left
-    airflow.migrate()
-    with airflow:
-        airflow.start()
-        for name in workflows:
-            airflow.wait_for_dag(DAG_ID_PREFIX + name, timeout_s=300)
-        for name in workflows:
-            for round_number in range(1, args.runs + 1):
-                kinds = ["agora", "default"] if round_number <= args.default_runs else ["agora"]
-                for kind in kinds if round_number % 2 else reversed(kinds):  # who runs first alternates
-                    bench.run(name, kind, round_number)
-        if args.slow_factor:  # one workflow, an early long task slowed: with repair, then without
-            slow = {"slow_factor": args.slow_factor, "objective": args.slow_objective or args.objective}
-            bench.run(slow_workflow, "agora", args.runs + 1, **slow)
-            airflow.stop("scheduler")
-            airflow.extra_env = {**airflow.extra_env, "AIRFLOW__AGORA__REPLAN_SLACK": "0"}  # repair off
-            airflow.start("scheduler")
-            bench.run(slow_workflow, "agora", args.runs + 2, repair=False, plan_of=args.runs + 1, **slow)
+    try:
+        _run_all(bench, airflow, args, workflows, slow_workflow)
+    finally:
+        if args.keep_dir:
+            print(f"kept {root}", file=sys.stderr)
+        else:
+            shutil.rmtree(root, ignore_errors=True)
     summary = _summary(bench.results)
     document = {
         "command": " ".join(["python", "bench/run_plans_come_true.py", *(argv if argv is not None else sys.argv[1:])]),
@@ -124,6 +115,27 @@ def main(argv: list[str] | None = None) -> int:
     args.out.with_suffix(".md").write_text(table)
     print(table)
     return 0
+
+
+def _run_all(bench: _Bench, airflow: Any, args: argparse.Namespace, workflows: list[str], slow_workflow: str) -> None:
+    """Every run of the benchmark, in one Airflow started here and stopped after."""
+    airflow.migrate()
+    with airflow:
+        airflow.start()
+        for name in workflows:
+            airflow.wait_for_dag(DAG_ID_PREFIX + name, timeout_s=300)
+        for name in workflows:
+            for round_number in range(1, args.runs + 1):
+                kinds = ["agora", "default"] if round_number <= args.default_runs else ["agora"]
+                for kind in kinds if round_number % 2 else reversed(kinds):  # who runs first alternates
+                    bench.run(name, kind, round_number)
+        if args.slow_factor:  # one workflow, an early long task slowed: with repair, then without
+            slow = {"slow_factor": args.slow_factor, "objective": args.slow_objective or args.objective}
+            bench.run(slow_workflow, "agora", args.runs + 1, **slow)
+            airflow.stop("scheduler")
+            airflow.extra_env = {**airflow.extra_env, "AIRFLOW__AGORA__REPLAN_SLACK": "0"}  # repair off
+            airflow.start("scheduler")
+            bench.run(slow_workflow, "agora", args.runs + 2, repair=False, plan_of=args.runs + 1, **slow)
 
 
 class _Bench:
@@ -337,6 +349,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--run-timeout-s", type=float, default=1800.0)
     parser.add_argument("--settle-s", type=float, default=3.0, help="wait for the executor's trace rows")
+    parser.add_argument("--keep-dir", action="store_true", help="keep the run's Airflow home, traces and plans")
     return parser
 
 

@@ -24,9 +24,14 @@ from agora_optimizer.errors import AgoraError, FieldError
 from agora_optimizer.integration.dag_shape import DagShape, DagTask
 from agora_optimizer.integration.task_inputs import TaskInputs, declared_inputs, planned_inputs
 from agora_optimizer.integration.waits import release_waits, waits_without_worker
-from agora_optimizer.model.catalog import GIB
-from agora_optimizer.model.limits import MAX_GPUS
-from agora_optimizer.model.workflow import MAX_CORES, MAX_MEMORY_BYTES, MAX_RUNTIME_S, check_number, shown
+from agora_optimizer.model.task_hints import (
+    DECLARED_KEYS,
+    WRITTEN_KEYS,
+    declared_needs,
+    hint_field,
+    task_agora_config,
+    unknown_key,
+)
 
 if TYPE_CHECKING:
     from agora_optimizer.model.catalog import Catalog
@@ -74,47 +79,22 @@ def _first_line(error: object) -> str:
     return lines[-1] if lines else "import failed"
 
 
-# What a DAG author may declare, plus what agora itself writes there ("placement", by the policy).
-# "resource_type" and "backend" say where a task ran when no agora executor did (the trace listener reads them).
-_HINT_KEYS = frozenset(
-    {"cores", "gpus", "memory_gib", "memory_bytes", "runtime_s", "category", "placement", "resource_type", "backend"}
-    | {"input_bytes", "input_files"}
-)
-
-
 def _dag_task(fileloc: str, task: Any, mapped_group: Any = None) -> DagTask:
-    config = getattr(task, "executor_config", None) or {}
-    hints = config.get("agora", {}) if isinstance(config, dict) else {}
-    where = f"{task.task_id}.executor_config.agora"
-    if not isinstance(hints, dict):
-        raise FieldError(fileloc, where, f"expected a mapping, got {type(hints).__name__}")
-    unknown = sorted(set(hints) - _HINT_KEYS)
-    if unknown:
-        known = ", ".join(sorted(_HINT_KEYS))
-        raise FieldError(fileloc, f"{where}.{unknown[0]}", f"unknown key (known: {known})")
-    cores_value = hints.get("cores", 1)
-    cores = int(check_number(fileloc, f"{where}.cores", cores_value, minimum=1, maximum=MAX_CORES, integer=True))
-    gpus = int(check_number(fileloc, f"{where}.gpus", hints.get("gpus", 0), maximum=MAX_GPUS, integer=True))
-    runtime = hints.get("runtime_s")
-    if runtime is not None:
-        runtime = check_number(fileloc, f"{where}.runtime_s", runtime, maximum=MAX_RUNTIME_S, strictly_positive=True)
-    memory: float | None = None
-    if "memory_bytes" in hints:
-        memory = check_number(fileloc, f"{where}.memory_bytes", hints["memory_bytes"], maximum=MAX_MEMORY_BYTES)
-    elif "memory_gib" in hints:
-        memory = check_number(fileloc, f"{where}.memory_gib", hints["memory_gib"], maximum=MAX_MEMORY_BYTES / GIB) * GIB
-    category = hints.get("category", "")
-    if not isinstance(category, str) or (category != "" and not category.strip()):
-        raise FieldError(fileloc, f"{where}.category", f"expected a non-empty string, got {shown(category)}")
+    hints = task_agora_config(task)
+    unknown = unknown_key(hints)
+    if unknown is not None:
+        known = ", ".join(sorted(DECLARED_KEYS | WRITTEN_KEYS))
+        raise FieldError(fileloc, hint_field(task, unknown), f"unknown key (known: {known})")
+    needs = declared_needs(task, fileloc)  # refuses hints that are not a mapping, and a bad value
     return DagTask(
-        category=category.strip(),
+        category=needs.category,
         task_id=task.task_id,
         operator=getattr(task, "task_type", type(task).__name__),
         upstream=tuple(sorted(task.upstream_task_ids)),
-        cores=cores,
-        gpus=gpus,
-        runtime_hint_s=runtime,
-        memory_hint_bytes=int(memory) if memory is not None else None,
+        cores=needs.cores,
+        gpus=needs.gpus,
+        runtime_hint_s=needs.runtime_s,
+        memory_hint_bytes=needs.memory_bytes,
         mapped=mapped_group is not None or bool(getattr(task, "is_mapped", False)),
         literal_width=_literal_width(task, mapped_group),
         map_group=str(getattr(mapped_group, "group_id", "") or ""),
@@ -171,7 +151,8 @@ def expand_mapped(shape: DagShape, widths: Mapping[str, MapWidth]) -> DagShape:
 
     An instance depends on every instance of each mapped parent (Airflow runs a task after all of
     its upstream task's instances), except within one mapped task group, where instance ``i`` of a
-    task follows instance ``i`` of its parent in the group. A task ``widths`` does not name keeps
+    task follows instance ``i`` of its parent in the group. Each instance carries its index and its
+    task's planned width (the predictor's ``map_index`` and ``map_width``). A task ``widths`` does not name keeps
     one instance per :data:`agora_optimizer.predict.map_width.MapWidth` default: callers name every
     mapped task (:func:`mapped_widths`).
     """
@@ -199,7 +180,10 @@ def expand_mapped(shape: DagShape, widths: Mapping[str, MapWidth]) -> DagShape:
                 )
                 upstream += [names[parent][index]] if twin else names[parent]
             category = task.category or (task_stem(task.task_id) if task.mapped else "")
-            expanded.append(replace(task, task_id=name, upstream=tuple(sorted(upstream)), category=category))
+            instance = replace(task, task_id=name, upstream=tuple(sorted(upstream)), category=category)
+            if name != task.task_id:  # an instance: its index and its task's planned width
+                instance = replace(instance, map_index=index, map_width=len(names[task.task_id]))
+            expanded.append(instance)
     return replace(shape, tasks=tuple(expanded))
 
 
@@ -261,6 +245,8 @@ def workflow_shape(
             hint_memory_bytes=task.memory_hint_bytes,
             input_bytes=planned[task.task_id].input_bytes or 0,  # 0: unknown, as the features read it
             input_files=planned[task.task_id].input_files or 0,
+            map_index=task.map_index,
+            map_width=task.map_width,
         )
         for task in shape.tasks
     )

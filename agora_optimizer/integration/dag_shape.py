@@ -28,6 +28,8 @@ class DagTask:
     waits: bool = False  # waits without a worker (deferrable, or a reschedule-mode sensor): a release, not work
     gpus: int = 0  # declared: the GPUs the task needs (section 5 of the spec)
     inputs: InputDeclaration = NO_DECLARATION  # what it reads: declared sizes, inlets (integration/task_inputs.py)
+    map_index: int = -1  # an instance of a mapped task (after expand_mapped): its index; -1: not an instance
+    map_width: int = 1  # ... and its task's planned width: both feed the predictor
 
 
 @dataclass(frozen=True)

@@ -72,8 +72,16 @@ from agora_optimizer.integration.celery_pools import routed
 from agora_optimizer.integration.waits import smallest_fitting, waits_without_worker
 from agora_optimizer.model.catalog import CELERY_BACKEND, GIB, Resource
 from agora_optimizer.model.instances import split_instance
-from agora_optimizer.model.placement import INSTANCES_KEY, OVERFLOW, PLACEMENT_KEY, WAIT, Placement
+from agora_optimizer.model.placement import OVERFLOW, WAIT, Placement
 from agora_optimizer.model.plan import Assignment
+from agora_optimizer.model.task_hints import (
+    EXECUTOR_CONFIG_KEY,
+    INSTANCES_KEY,
+    PLACEMENT_KEY,
+    agora_config,
+    declared_needs,
+    task_source,
+)
 
 log = logging.getLogger(__name__)
 DEFAULT_MEMORY_BYTES = GIB // 2
@@ -123,7 +131,7 @@ def apply_plan(task: Any) -> Placement | None:
     if plan.airflow_pools and not mapped:  # the executor creates missing pools when it starts
         changes |= {"pool": pool_name(placement.resource), "pool_slots": placement.cores}
     config = dict(task.executor_config or {})
-    agora = dict(config.get("agora") or {}) | {PLACEMENT_KEY: placement.to_config()}
+    agora = dict(agora_config(config)) | {PLACEMENT_KEY: placement.to_config()}
     if instances:
         agora[INSTANCES_KEY] = {
             str(index): _planned(assignment, limit, plan.version).to_config()
@@ -131,7 +139,7 @@ def apply_plan(task: Any) -> Placement | None:
         }
     if instances and any(_on_celery(plan, a.resource) for a in instances.values()):
         agora.pop(INSTANCES_KEY)  # one Celery queue per task: every instance goes to the overflow's
-    config["agora"] = agora
+    config[EXECUTOR_CONFIG_KEY] = agora
     changes["executor_config"] = config
     changes = routed(changes, plan.resources.get(placement.resource), configured_executor_names())
     _set_all_or_none(task, changes)
@@ -311,17 +319,14 @@ def _placement(task: Any, plan: _DagPlan) -> Placement | None:
 
 def _hinted_need(task: Any) -> tuple[int, int]:
     """The cores and memory a task the plan does not name reserves: its declared hints, else 1 core and
-    :data:`DEFAULT_MEMORY_BYTES`."""
-    hints = (task.executor_config or {}).get("agora") or {}
-    cores = int(hints.get("cores", 1))
-    memory = int(hints.get("memory_bytes") or float(hints.get("memory_gib") or 0) * GIB or DEFAULT_MEMORY_BYTES)
-    return cores, memory
+    :data:`DEFAULT_MEMORY_BYTES`; a bad hint raises a ``FieldError`` naming the task and the field."""
+    needs = declared_needs(task, task_source(task))
+    return needs.cores, needs.memory_bytes or DEFAULT_MEMORY_BYTES
 
 
 def _hinted_gpus(task: Any) -> int:
     """The GPUs a task the plan does not name needs (its ``gpus``, a need), else 0."""
-    hints = (task.executor_config or {}).get("agora") or {}
-    return int(hints.get("gpus") or 0)
+    return declared_needs(task, task_source(task)).gpus
 
 
 def _plan_assignments(dag_id: str) -> _Read | None:

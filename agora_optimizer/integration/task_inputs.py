@@ -30,10 +30,11 @@ from typing import Any, Literal
 from urllib.parse import unquote, urlsplit
 
 from agora_optimizer.errors import FieldError, first_line
+from agora_optimizer.model.task_hints import INPUT_KEYS, hint_field, task_agora_config
 from agora_optimizer.model.workflow import check_number, shown
 from agora_optimizer.traces.records import MAX_BYTES, MAX_FILES, TaskAttempt
 
-INPUT_FIELDS: tuple[str, ...] = ("input_bytes", "input_files")
+INPUT_FIELDS: tuple[str, ...] = INPUT_KEYS
 _MAXIMUM = {"input_bytes": MAX_BYTES, "input_files": MAX_FILES}
 
 InputSource = Literal["declared", "recorded", "inlets", "upstream", ""]
@@ -94,14 +95,14 @@ def declared_inputs(task: Any, hints: Mapping[str, Any], source: str) -> InputDe
         if isinstance(value, str) or callable(value):
             per_run.append(name)
         else:
-            literal[name] = checked_size(value, source, _field(task, name))
+            literal[name] = checked_size(value, source, hint_field(task, name))
     inlets = named_uris(getattr(task, "inlets", None))
     return InputDeclaration(literal=literal, per_run=tuple(per_run), inlets=inlets)
 
 
 def says_nothing(task: Any) -> bool:
     """``task`` declares no input field and names no inlet: its upstream tasks' outputs are what it reads."""
-    hints = _hints(task)
+    hints = task_agora_config(task)
     declared = any(name in hints for name in INPUT_FIELDS)
     return not declared and not named_uris(getattr(task, "inlets", None))
 
@@ -123,7 +124,7 @@ def checked_size(value: object, source: str, field: str) -> int:
 
 def run_inputs(task: Any, context: Mapping[str, Any], dag_id: str) -> TaskInputs:
     """What ``task`` reads in the run of ``context`` (its template context); raises ``FieldError``."""
-    hints = _hints(task)
+    hints = task_agora_config(task)
     source = f"DAG '{dag_id}'"
     if any(name in hints for name in INPUT_FIELDS):
         values = {name: _evaluated(task, hints[name], context, source, name) for name in INPUT_FIELDS if name in hints}
@@ -253,19 +254,9 @@ def path_size(path: Path) -> tuple[int, int] | None:
     return total, files
 
 
-def _hints(task: Any) -> Mapping[str, Any]:
-    config = getattr(task, "executor_config", None) or {}
-    hints = config.get("agora", {}) if isinstance(config, Mapping) else {}
-    return hints if isinstance(hints, Mapping) else {}
-
-
-def _field(task: Any, name: str) -> str:
-    return f"{getattr(task, 'task_id', '?')}.executor_config.agora.{name}"
-
-
 def _evaluated(task: Any, value: object, context: Mapping[str, Any], source: str, name: str) -> int:
     """A declared field's value in this run: a template rendered, a callable called, then checked."""
-    field = _field(task, name)
+    field = hint_field(task, name)
     try:
         if isinstance(value, str):
             value = _rendered(task, value, context)

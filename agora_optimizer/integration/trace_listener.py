@@ -4,7 +4,8 @@ Registered by :class:`agora_optimizer.plugin.AgoraPlugin`. When a task
 instance starts running (``on_task_instance_running``, called by the Task SDK in the
 task process), it starts a :class:`ProcessTreeSampler` on the task process; when the
 attempt succeeds or fails it stops the sampler and writes one :class:`TaskAttempt`
-(peak RSS, CPU time, times, host, operator, error text) to the trace store named by
+(peak RSS, CPU time, times, host, operator, error text; for a mapped task, its map index and how many
+instances it has in the run, :func:`map_width`) to the trace store named by
 ``[agora] trace_store_url``.
 
 Under the agora executor the agora worker already samples the task's process tree (and
@@ -38,7 +39,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -56,12 +57,13 @@ from agora_optimizer.integration.task_inputs import (
 )
 from agora_optimizer.model.placement import BACKEND_ENV, MACHINE_ENV, PLAN_VERSION_ENV
 from agora_optimizer.model.placement import RESOURCE_ENV as RESOURCE_TYPE_ENV
+from agora_optimizer.model.task_hints import declared_category as category_of
+from agora_optimizer.model.task_hints import task_agora_config
 from agora_optimizer.traces.records import AttemptState, TaskAttempt, TraceRecordError
 from agora_optimizer.traces.sampler import SAMPLED_BY_WORKER_ENV, ProcessTreeSampler, Sample
 
 log = logging.getLogger(__name__)
 
-EXECUTOR_CONFIG_KEY = "agora"
 MAX_ERROR_CHARS = 4000
 LISTENER_REPLAY_ROWS = 20  # spooled rows a task process writes after its own, once the store answers
 
@@ -190,6 +192,7 @@ def attempt_from_task_instance(
         run_id=str(task_instance.run_id),
         try_number=int(task_instance.try_number or 1),
         map_index=_map_index(task_instance),
+        map_width=map_width(task_instance),
         operator=_operator_name(task),
         category=declared_category(task_instance),
         resource_type=resource_type,
@@ -276,17 +279,14 @@ def _planned(task_instance: Any) -> dict[str, str]:
     return {name: _string(placement.get(name)) for name in ("machine", "plan_version")}
 
 
-def _agora_config(task_instance: Any) -> dict[str, Any]:
-    task = getattr(task_instance, "task", None)
-    config = getattr(task, "executor_config", None) or getattr(task_instance, "executor_config", None) or {}
-    agora = config.get(EXECUTOR_CONFIG_KEY, {}) if isinstance(config, dict) else {}
-    return agora if isinstance(agora, dict) else {}
+def _agora_config(task_instance: Any) -> Mapping[str, Any]:
+    """The attempt's task's ``executor_config["agora"]`` ({} where none, or malformed: a listener never raises)."""
+    return task_agora_config(getattr(task_instance, "task", None), task_instance)
 
 
 def declared_category(task_instance: Any) -> str:
     """``executor_config["agora"]["category"]`` where the DAG declares one (else the predictor uses the task id)."""
-    category = _agora_config(task_instance).get("category")
-    return category.strip() if isinstance(category, str) else ""
+    return category_of(_agora_config(task_instance))
 
 
 def resource_of(task_instance: Any) -> tuple[str, str]:
@@ -325,6 +325,29 @@ def _key(task_instance: Any) -> _Key:
 def _map_index(task_instance: Any) -> int:
     value = getattr(task_instance, "map_index", -1)
     return -1 if value is None else int(value)
+
+
+def map_width(task_instance: Any) -> int | None:
+    """How many instances the attempt's mapped task has in its run (None for an unmapped task, or when Airflow
+    cannot say: logged, never raised). Asked of Airflow's API server through the Task SDK
+    (``RuntimeTaskInstance.get_ti_count``), not counting the instances a shorter re-expansion removed."""
+    index = _map_index(task_instance)
+    if index < 0:
+        return None
+    try:
+        from airflow.sdk import TaskInstanceState
+
+        states = [state.value for state in TaskInstanceState if state != TaskInstanceState.REMOVED]
+        count = task_instance.get_ti_count(
+            dag_id=str(task_instance.dag_id),
+            task_ids=[str(task_instance.task_id)],
+            run_ids=[str(task_instance.run_id)],
+            states=[*states, "null"],  # "null": an instance not yet scheduled
+        )
+    except Exception as exc:  # outside a task process, or an API server that does not answer
+        log.warning("agora: %s recorded without its map width: %s", _describe(task_instance), first_line(exc))
+        return None
+    return max(int(count), index + 1)  # the attempt itself is one of them
 
 
 def _operator_name(task: Any) -> str:

@@ -17,10 +17,9 @@ from typing import Any
 
 from agora_optimizer.errors import FieldError
 from agora_optimizer.model.limits import MAX_GPUS
+from agora_optimizer.model.task_hints import INSTANCES_KEY, PLACEMENT_KEY, agora_config
 from agora_optimizer.model.workflow import MAX_CORES, MAX_MEMORY_BYTES, shown
 
-PLACEMENT_KEY = "placement"
-INSTANCES_KEY = "instances"  # a mapped task's planned instances' placements, by map index (a string)
 OVERFLOW = "overflow"  # the placement source of a mapped task's instances beyond its planned width
 WAIT = "wait"  # the placement source of a task that waits without a worker (its wait is a release in the plan)
 # Where the AgoraExecutor ran a task, in the task's environment: the trace listener's row says so (the
@@ -78,8 +77,8 @@ def placement_from_config(
     A mapped task's instance (``map_index`` >= 0) gets its own planned placement when the plan
     expected it (``instances``), else the mapped task's ``placement``: the overflow's.
     """
-    agora = (executor_config or {}).get("agora")
-    if not isinstance(agora, Mapping) or PLACEMENT_KEY not in agora:
+    agora = agora_config(executor_config)
+    if PLACEMENT_KEY not in agora:
         return None
     where = f"task {label}"
     instances = agora.get(INSTANCES_KEY)

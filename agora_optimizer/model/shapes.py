@@ -20,7 +20,9 @@ class TaskShape:
     ``hint_memory_bytes`` are values the workflow declares for the task (used only when no
     history answers, see :mod:`agora_optimizer.predict.fallback`). ``input_files`` and
     ``output_files`` count the files behind ``input_bytes`` and ``output_bytes`` (0 where the
-    source does not say: a DAG, a WfFormat task that gives only ``readBytes``).
+    source does not say: a DAG, a WfFormat task that gives only ``readBytes``). An instance of a
+    mapped Airflow task (``load[3]``) has its ``map_index`` and its task's ``map_width`` (how many
+    instances the task expands to in the run: the width it is planned with); an unmapped task, -1 and 1.
     """
 
     task_id: str
@@ -35,6 +37,8 @@ class TaskShape:
     gpus: int = 0  # the GPUs the task needs, as declared (none are predicted)
     input_files: int = 0  # how many files ``input_bytes`` sums (0: unknown, or none)
     output_files: int = 0  # ... and ``output_bytes``
+    map_index: int = -1  # a mapped task's instance: its index (-1: unmapped)
+    map_width: int = 1  # ... and how many instances its task has in the run
 
     @property
     def key(self) -> tuple[str, str]:

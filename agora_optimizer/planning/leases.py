@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from agora_optimizer.model.catalog import Catalog, Resource
-from agora_optimizer.model.plan import Assignment
+from agora_optimizer.model.plan import Assignment, Objective
 
 
 @dataclass(frozen=True)
@@ -50,3 +50,25 @@ def makespan_s(assignments: Iterable[Assignment]) -> float:
 
 def cost_usd(assignments: Iterable[Assignment], catalog: Catalog) -> float:
     return sum(lease.cost_usd for lease in leases(assignments, catalog))
+
+
+ALLOCATION_BACKENDS = frozenset({"slurm"})
+"""Backends whose lease is an allocation asked for when the machine's first job arrives (or ahead by its wait),
+not when its first task starts: holding that task back would not shorten the lease."""
+
+
+def opens_on_time(resource: Resource, objective: Objective) -> bool:
+    """Whether a run of a plan with ``objective`` opens a machine of ``resource`` no earlier than its planned start
+    (docs/running-plans.md): the plan weighs cost, the type is priced, and its lease starts with its first task.
+    Elsewhere a machine opens as soon as its first task may start."""
+    return objective.kind != "time" and resource.price_per_hour_usd > 0 and resource.backend not in ALLOCATION_BACKENDS
+
+
+def planned_openings(assignments: Iterable[Assignment], catalog: Catalog, objective: Objective) -> dict[str, float]:
+    """The planned start of each machine that opens on time (:func:`opens_on_time`); other machines are absent."""
+    openings: dict[str, float] = {}
+    for a in assignments:
+        resource = catalog.by_name.get(a.resource)
+        if resource is not None and opens_on_time(resource, objective):
+            openings[a.machine] = min(openings.get(a.machine, a.start_s), a.start_s)
+    return openings

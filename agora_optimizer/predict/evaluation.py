@@ -20,7 +20,7 @@ from typing import Any
 from agora_optimizer.model.catalog import Catalog, Resource
 from agora_optimizer.model.shapes import WorkflowShape
 from agora_optimizer.predict.errors import PredictorError
-from agora_optimizer.predict.features import shape_of_attempt
+from agora_optimizer.predict.features import shapes_of_attempts
 from agora_optimizer.predict.predictor import Prediction, Predictor, TaskPrediction
 from agora_optimizer.traces.records import TaskAttempt
 
@@ -68,7 +68,7 @@ def predict_attempts(predictor: Predictor, attempts: Sequence[TaskAttempt]) -> l
         by_run[(attempt.dag_id, attempt.run_id)].append(attempt)
     pairs: list[tuple[TaskAttempt, TaskPrediction]] = []
     for (dag_id, run_id), rows in by_run.items():
-        shapes = tuple(shape_of_attempt(a) for a in rows)
+        shapes = tuple(shapes_of_attempts(rows))
         prediction: Prediction = predictor.predict(WorkflowShape(f"{dag_id}/{run_id}", shapes, ()), REFERENCE_CATALOG)
         pairs.extend(zip(rows, prediction.tasks, strict=True))
     return pairs

@@ -8,9 +8,14 @@ same shape, so that training rows and prediction rows are built by one function,
 - categorical: ``category``, ``operator``, ``task_stem`` (the task id without its index);
 - task numbers: ``log_input_bytes``, ``log_output_bytes``, ``log_input_files``,
   ``log_output_files`` (how many files the bytes are spread over; 0 where unknown),
-  ``cores`` (run-level numbers
-  such as a fan-out's width were tried and dropped: with a handful of runs they act as run
-  identifiers, and a new run's values send it to the leaves of an unrelated run);
+  ``cores``, ``map_index`` and ``map_width`` (an instance of a mapped Airflow task: its index, and
+  how many instances its task has in the run; -1 and 1 for any other task, so WfFormat rows and
+  unmapped tasks read as before). A fan-out's width in general (how many tasks of a category a run
+  has) was tried and dropped: with a handful of runs it acts as a run identifier, and a new run's
+  value sends it to the leaves of an unrelated run. A map width is kept because it is the mapped
+  task's own size: the same work split in more parts, or more parts of the same size; the runtime
+  model keeps the trees for a category only where they did better on runs held out
+  (:mod:`~agora_optimizer.predict.runtime_choice`);
 - resource numbers (:func:`with_resource`): ``log_speed``, ``vcpus``, ``memory_gib``.
 """
 
@@ -28,7 +33,15 @@ from agora_optimizer.model.shapes import TaskShape
 from agora_optimizer.traces.records import TaskAttempt
 
 CATEGORICAL = ("category", "operator", "task_stem")
-TASK_NUMERIC = ("log_input_bytes", "log_output_bytes", "log_input_files", "log_output_files", "cores")
+TASK_NUMERIC = (
+    "log_input_bytes",
+    "log_output_bytes",
+    "log_input_files",
+    "log_output_files",
+    "cores",
+    "map_index",
+    "map_width",
+)
 RESOURCE_NUMERIC = ("log_speed", "vcpus", "memory_gib")
 
 _INDEX_SUFFIX = re.compile(r"(_ID\d+|_\d+|\[\d+\])$")
@@ -39,8 +52,14 @@ def task_stem(task_id: str) -> str:
     return _INDEX_SUFFIX.sub("", task_id) or task_id
 
 
-def shape_of_attempt(attempt: TaskAttempt) -> TaskShape:
-    """The shape of the task an attempt ran (what was known of it before it ran)."""
+def shape_of_attempt(attempt: TaskAttempt, run_width: int | None = None) -> TaskShape:
+    """The shape of the task an attempt ran (what was known of it before it ran).
+
+    A mapped instance's width is the one recorded with it, else ``run_width`` (what the run's other rows
+    say: :func:`run_widths`), else its index + 1.
+    """
+    mapped = attempt.map_index >= 0
+    width = (attempt.map_width or run_width or attempt.map_index + 1) if mapped else 1
     return TaskShape(
         task_id=attempt.task_id,
         category=attempt.category or task_stem(attempt.task_id),
@@ -51,7 +70,26 @@ def shape_of_attempt(attempt: TaskAttempt) -> TaskShape:
         output_files=attempt.output_files or 0,
         cores=attempt.requested_cores or 1,
         dag_id=attempt.dag_id,
+        map_index=attempt.map_index if mapped else -1,
+        map_width=max(width, attempt.map_index + 1),
     )
+
+
+def run_widths(attempts: Sequence[TaskAttempt]) -> dict[tuple[str, str, str], int]:
+    """Each mapped task's width in each run, from rows that recorded none (older stores, importers):
+    its largest map index there, plus one; keyed by (dag_id, task_id, run_id)."""
+    widths: dict[tuple[str, str, str], int] = {}
+    for attempt in attempts:
+        if attempt.map_index >= 0:
+            key = (attempt.dag_id, attempt.task_id, attempt.run_id)
+            widths[key] = max(widths.get(key, 0), attempt.map_index + 1, attempt.map_width or 0)
+    return widths
+
+
+def shapes_of_attempts(attempts: Sequence[TaskAttempt]) -> list[TaskShape]:
+    """:func:`shape_of_attempt` of each attempt, a mapped instance's unrecorded width read off its run's rows."""
+    widths = run_widths(attempts)
+    return [shape_of_attempt(a, widths.get((a.dag_id, a.task_id, a.run_id))) for a in attempts]
 
 
 def feature_frame(shapes: Sequence[TaskShape]) -> pd.DataFrame:
@@ -66,6 +104,8 @@ def feature_frame(shapes: Sequence[TaskShape]) -> pd.DataFrame:
             "log_input_files": [math.log1p(max(shape.input_files, 0)) for shape in shapes],
             "log_output_files": [math.log1p(max(shape.output_files, 0)) for shape in shapes],
             "cores": [float(shape.cores) for shape in shapes],
+            "map_index": [float(max(shape.map_index, -1)) for shape in shapes],
+            "map_width": [float(max(shape.map_width, 1)) for shape in shapes],
         }
     )
 

@@ -87,6 +87,10 @@ class Scale:
     def runtime_s(self, runtime_s: float) -> float:
         return min(max(runtime_s * self.time_s, self.min_runtime_s), self.max_runtime_s)
 
+    def clamped(self, runtime_s: float) -> bool:
+        """A recorded runtime the replay clamps to a bound: predicted and true alike there, it scores nothing."""
+        return not self.min_runtime_s < runtime_s * self.time_s < self.max_runtime_s
+
     def memory_bytes(self, memory_bytes: int) -> int:
         return int(min(round(memory_bytes * self.memory), self.max_memory_bytes)) + self.process_bytes
 
@@ -123,6 +127,7 @@ class LoopPlan:
     truth: Plan | None
     default: Plan | None
     runtime_sources: dict[str, int]
+    scored: frozenset[str] | None = None  # the tasks whose runtime the scale does not clamp (None: every task)
 
 
 def family_of(path: Path) -> str:
@@ -153,7 +158,8 @@ def plan_instance(
     scale: Scale = Scale(),
 ) -> LoopPlan:
     """Steps 1, 2 and 4 of the module docstring: the plan the run of ``held_out`` follows, and its yardsticks."""
-    actual = scale.workflow(load_workflow(held_out))
+    recorded = load_workflow(held_out)
+    actual = scale.workflow(recorded)
     shape = read_workflow_shape(held_out)
     prediction = predictor.predict(shape, catalog)
     predicted = predictor.predicted_workflow(shape, catalog, prediction=prediction)
@@ -169,6 +175,7 @@ def plan_instance(
         truth=_under_deadline(actual, catalog, catalog_label, settings.objective, deadline_s, limit_s),
         default=default_plan(predicted, catalog, catalog_label),
         runtime_sources=prediction.sources()["runtime"],
+        scored=frozenset(t.id for t in recorded.tasks if not scale.clamped(t.runtime_s)),
     )
 
 
@@ -218,7 +225,8 @@ def plan_fields(held_out: Path, planned: LoopPlan, settings: LoopSettings) -> di
     truth, default = planned.truth, planned.default
     predicted_s = {t.id: t.runtime_s for t in planned.predicted.tasks}
     tasks = planned.actual.tasks
-    scores = runtime_scores([predicted_s[t.id] for t in tasks], [t.runtime_s for t in tasks])
+    scored = [t for t in tasks if planned.scored is None or t.id in planned.scored]
+    scores = runtime_scores([predicted_s[t.id] for t in scored], [t.runtime_s for t in scored])
     return {
         "workflow": planned.actual.name,
         "family": family_of(held_out),

@@ -218,7 +218,8 @@ def markdown(document: dict[str, Any]) -> str:
         "|---|---:|---|",
         *(f"| {name} | {value} | {target} |" for name, value, target in rows),
         "",
-        "Runtime MdAPE per family (leave one instance out, trained on every other instance): "
+        "Runtime MdAPE per family (leave one instance out, trained on every other instance; a task whose runtime "
+        "the replay's scale clamps is left out): "
         + ", ".join(f"{family} {_pct(value)}" for family, value in s["runtime_mdape_by_family"].items())
         + ".",
     ]

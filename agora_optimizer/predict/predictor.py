@@ -35,6 +35,7 @@ from agora_optimizer.predict.features import (
     RESOURCE_NUMERIC,
     feature_frame,
     resource_columns,
+    run_widths,
     shape_of_attempt,
     with_resource,
 )
@@ -189,7 +190,7 @@ class Predictor:
             raise EmptyHistoryError(f"no usable task attempt to learn from: {len(attempts)} given{detail}")
         if skipped:
             log.warning("skipped %d attempt(s): %s", sum(skipped.values()), dict(skipped))
-        frame, reference = _training_frame(runtime_rows)
+        frame, reference = _training_frame(runtime_rows, run_widths(attempts))
         runs = [f"{a.dag_id}\x00{a.run_id}" for a, _ in runtime_rows]
         self.runtime_model.fit(frame, reference, groups=runs)
         self.runtime_quantiles.fit(self.runtime_model, frame, reference, groups=runs)
@@ -386,10 +387,14 @@ def _peaks(attempts: Sequence[TaskAttempt]) -> list[tuple[tuple[str, str], int]]
     return peaks
 
 
-def _training_frame(rows: Sequence[tuple[TaskAttempt, Resource | None]]) -> tuple[pd.DataFrame, np.ndarray]:
-    """Feature rows and reference runtimes (runtime x the speed of the type it ran on, when known)."""
+def _training_frame(
+    rows: Sequence[tuple[TaskAttempt, Resource | None]], widths: Mapping[tuple[str, str, str], int]
+) -> tuple[pd.DataFrame, np.ndarray]:
+    """Feature rows and reference runtimes (runtime x the speed of the type it ran on, when known); ``widths``:
+    each mapped task's width in each run, for rows that recorded none (:func:`~agora_optimizer.predict.features.
+    run_widths`)."""
     attempts = [a for a, _ in rows]
-    frame = feature_frame([shape_of_attempt(a) for a in attempts])
+    frame = feature_frame([shape_of_attempt(a, widths.get((a.dag_id, a.task_id, a.run_id))) for a in attempts])
     speeds = [a.speed or (r.speed if r else None) for a, r in rows]
     columns = resource_columns(
         speeds, [r.vcpus if r else None for _, r in rows], [r.memory_gib if r else None for _, r in rows]

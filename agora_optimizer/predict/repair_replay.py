@@ -48,7 +48,7 @@ from agora_optimizer.errors import AgoraError
 from agora_optimizer.model.catalog import Catalog
 from agora_optimizer.model.plan import Assignment, Plan
 from agora_optimizer.model.workflow import Workflow
-from agora_optimizer.planning.leases import cost_usd, makespan_s
+from agora_optimizer.planning.leases import cost_usd, makespan_s, planned_openings
 from agora_optimizer.planning.replan import (
     REPLAN_SLACK,
     REPLAN_TIME_LIMIT_S,
@@ -310,7 +310,10 @@ def replay_with_repairs(
     now_s, last_repair_s = 0.0, -float("inf")
     while True:
         pending = [a for a in in_force.assignments if a.task not in ran]
-        timed = true_times(pending, actual, catalog, [*killed, *ran.values()], now_s, fresh, memory.killed_share)
+        openings = planned_openings(pending, catalog, plan.objective)
+        timed = true_times(
+            pending, actual, catalog, [*killed, *ran.values()], now_s, fresh, memory.killed_share, openings
+        )
         event = _next_event(
             timed, in_force, memory, learned, now_s, last_repair_s, len(events) + len(failures),
             slack=slack, min_late_s=min_late_s, interval_s=interval_s, max_repairs=max_repairs,

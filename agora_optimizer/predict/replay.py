@@ -7,6 +7,8 @@ in the plan's start order, and each starts at the earliest instant that
 - its parents have ended and their bytes have arrived (``bytes / bandwidth`` across machines),
 - its machine is up (``boot_s``) and has started the task before it in the plan's order,
 - its own release (``release_s``, e.g. an Airflow sensor's wait before it) has passed,
+- for its machine's first task, the machine's planned opening has come, where the executor waits for
+  it (:func:`~agora_optimizer.planning.leases.opens_on_time`: a plan that weighs cost, a priced type),
 - the machine has the task's cores and *reserved* memory free for its whole true runtime
   (the reservation is the plan's ``memory_bytes``: that is what an executor asks for), and so
   has its type, over all its machines, within its ``count`` (a run that goes faster than planned
@@ -27,7 +29,7 @@ from agora_optimizer.errors import PlanMismatchError
 from agora_optimizer.model.catalog import Catalog, Resource
 from agora_optimizer.model.plan import Assignment, Plan
 from agora_optimizer.model.workflow import Workflow
-from agora_optimizer.planning.leases import cost_usd, makespan_s
+from agora_optimizer.planning.leases import cost_usd, makespan_s, planned_openings
 from agora_optimizer.planning.timeline import MachineTimeline
 from agora_optimizer.predict.errors import UnknownResourceError
 
@@ -77,7 +79,8 @@ class Replay:
 def replay(plan: Plan, actual: Workflow, catalog: Catalog) -> Replay:
     """Re-time ``plan`` with ``actual``'s runtimes; raises if the plan does not fit the workflow or catalog."""
     check_matches(plan, actual, catalog)
-    placed = true_times(plan.assignments, actual, catalog)
+    openings = planned_openings(plan.assignments, catalog, plan.objective)
+    placed = true_times(plan.assignments, actual, catalog, openings=openings)
     items = [placed[a.task] for a in start_ordered(plan.assignments, actual)]
     return summarised(plan, actual, catalog, items)
 
@@ -96,6 +99,7 @@ def true_times(
     now_s: float = 0.0,
     fresh: Mapping[str, float] | None = None,
     killed_share: Callable[[Assignment], float] | None = None,
+    openings: Mapping[str, float] | None = None,
 ) -> dict[str, Assignment]:
     """Every task timed with ``actual``'s runtimes: ``ran`` as it ran, then ``planned`` (the plan's
     decisions for the tasks not started by ``now_s``) in its start order, none before ``now_s``.
@@ -103,7 +107,9 @@ def true_times(
     A machine is up ``boot_s`` after 0, as the plan has it; one of ``fresh`` (a machine a re-plan
     added, with the time of that re-plan) ``boot_s`` after that time. ``killed_share``: the share of
     its true runtime after which a planned attempt ends (below 1: killed for memory; by default every
-    attempt runs to its end). Raises :class:`PlanMismatchError` where a task would start before a parent.
+    attempt runs to its end). ``openings``: the plan clock before which a machine that has not started a task
+    may not start its first (:func:`~agora_optimizer.planning.leases.planned_openings`). Raises
+    :class:`PlanMismatchError` where a task would start before a parent.
     """
     placed: dict[str, Assignment] = {}
     capacity = _Capacity(catalog)
@@ -118,6 +124,8 @@ def true_times(
         machine = planned_task.machine
         booted = (fresh or {}).get(machine, 0.0) + resource.boot_s
         ready = max(now_s, booted, task.release_s, last_start.get(machine, 0.0))
+        if machine not in last_start:
+            ready = max(ready, (openings or {}).get(machine, 0.0))
         for edge in actual.parents[task.id]:
             parent = placed.get(edge.parent)
             if parent is None:  # a parent the plan starts later: the plan breaks precedence

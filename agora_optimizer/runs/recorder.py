@@ -40,6 +40,7 @@ from agora_optimizer.model.catalog import Resource
 from agora_optimizer.model.instances import instance_id
 from agora_optimizer.model.placement import placement_node
 from agora_optimizer.model.plan import Plan
+from agora_optimizer.model.task_hints import agora_config
 from agora_optimizer.plans.store import PlanStore, PlanStoreError
 from agora_optimizer.runs.build import build_run_record, run_plan_version
 from agora_optimizer.runs.pending import EndedRun
@@ -159,7 +160,7 @@ def airflow_tries(session: Any, dag_id: str, run_id: str) -> list[AirflowTry]:
     tries = []
     for ti in session.scalars(query):
         map_index = -1 if ti.map_index is None else int(ti.map_index)
-        placement = _dict(placement_node(_dict(_dict(ti.executor_config).get("agora")), map_index))
+        placement = _dict(placement_node(agora_config(ti.executor_config), map_index))
         tries.append(
             AirflowTry(
                 task_id=ti.task_id,

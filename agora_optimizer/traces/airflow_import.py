@@ -32,6 +32,7 @@ from urllib.parse import quote
 import httpx
 
 from agora_optimizer.errors import AgoraError
+from agora_optimizer.model.task_hints import agora_config
 from agora_optimizer.model.workflow import shown
 from agora_optimizer.traces.records import AttemptState, TaskAttempt, TraceRecordError
 
@@ -235,8 +236,7 @@ def _resource(record: Mapping[str, Any], key: str) -> tuple[str, str]:
     config = record.get("executor_config")
     if isinstance(config, str):
         config = _literal(config)
-    agora = config.get("agora") if isinstance(config, dict) else None
-    agora = agora if isinstance(agora, dict) else {}
+    agora = agora_config(config)
     resource_type = agora.get("resource_type") or ""
     backend = agora.get("backend") or ""
     if not isinstance(resource_type, str) or not isinstance(backend, str):

@@ -23,6 +23,7 @@ ATTEMPT_STATES: tuple[AttemptState, ...] = get_args(AttemptState)
 
 MAX_BYTES = 2**60
 MAX_FILES = 10**9  # files one task reads or writes: beyond, a count is absurd
+MAX_MAP_WIDTH = 10**6  # instances of one mapped task in one run (Airflow's [core] max_map_length is 1024 by default)
 
 
 class TraceRecordError(AgoraError):
@@ -72,6 +73,7 @@ class TaskAttempt:
     plan_version: str = ""  # the version of the plan in force (:func:`~agora_optimizer.plans.store.plan_version`)
     input_files: int | None = None  # how many files ``input_bytes`` sums (None: not recorded)
     output_files: int | None = None  # ... and ``output_bytes``
+    map_width: int | None = None  # a mapped task's instances in this run (None: unmapped, or not recorded)
 
     @property
     def key(self) -> str:
@@ -126,6 +128,13 @@ class TaskAttempt:
                 raise TraceRecordError(key, name, f"must be {'> 0' if name == 'speed' else '>= 0'}, got {shown(value)}")
             if value > maximum:
                 raise TraceRecordError(key, name, f"must be <= {maximum:g}, got {shown(value)} (absurd)")
+        if self.map_width is not None:
+            width = self.map_width
+            if isinstance(width, bool) or not isinstance(width, int) or not 1 <= width <= MAX_MAP_WIDTH:
+                reason = f"must be a whole number in [1, {MAX_MAP_WIDTH}], got {shown(width)}"
+                raise TraceRecordError(key, "map_width", reason)
+            if self.map_index >= width:
+                raise TraceRecordError(key, "map_width", f"must be above the map index {self.map_index}, got {width}")
         if self.runtime_s is None and self.started_at and self.ended_at:
             return replace(self, runtime_s=(self.ended_at - self.started_at).total_seconds())
         return self

@@ -15,7 +15,7 @@ planned ``machine`` and ``plan_version`` of each attempt, version 3 the run reco
 tables (:mod:`agora_optimizer.traces.run_tables`, read and written by
 :class:`agora_optimizer.runs.store.RunStore`), version 4 each run's planned expected cost, version 5
 each repair's forecast of its run, version 6 the count of files each attempt read and wrote
-(``input_files``, ``output_files``).
+(``input_files``, ``output_files``), version 7 a mapped task's width in the attempt's run (``map_width``).
 
 Rows are keyed by the natural key of an attempt, (dag_id, task_id, run_id,
 map_index, try_number): writing the same attempt twice updates the row (an upsert,
@@ -52,7 +52,7 @@ from agora_optimizer.errors import AgoraError
 from agora_optimizer.traces.records import TaskAttempt, TraceRecordError
 from agora_optimizer.traces.run_tables import add_expected_cost_of_4, add_forecast_of_5, create_tables_of_3
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 BUSY_TIMEOUT_S = 60.0  # how long a writer waits for the lock: a command, an import, the UI
 HOOK_BUSY_TIMEOUT_S = 0.5  # ... agora's code in Airflow's processes (executor, run recorder, task listener)
 KEY_COLUMNS = ("dag_id", "task_id", "run_id", "map_index", "try_number")
@@ -117,6 +117,7 @@ attempts_table = sa.Table(
     sa.Column("plan_version", sa.String, nullable=False, default="", server_default=""),
     sa.Column("input_files", sa.Integer),
     sa.Column("output_files", sa.Integer),
+    sa.Column("map_width", sa.Integer),
 )  # the primary key (dag_id, task_id, ...) also serves the look-ups by DAG and by task
 
 _ATTEMPT_FIELDS = tuple(f.name for f in fields(TaskAttempt))
@@ -131,14 +132,17 @@ def _migrate_to_1(connection: Connection) -> None:
 _ADDED_IN_2 = ("machine", "plan_version")
 
 
+def _add_columns(connection: Connection, columns: dict[str, str]) -> None:
+    """Add each of ``columns`` (name: SQL type) the attempts table does not have yet."""
+    present = {column["name"] for column in sa.inspect(connection).get_columns(attempts_table.name)}
+    for name, sql_type in columns.items():
+        if name not in present:
+            connection.exec_driver_sql(f"ALTER TABLE {attempts_table.name} ADD COLUMN {name} {sql_type}")
+
+
 def _migrate_to_2(connection: Connection) -> None:
     """Version 2: each attempt's planned ``machine`` and ``plan_version`` ('' for the rows before)."""
-    present = {column["name"] for column in sa.inspect(connection).get_columns(attempts_table.name)}
-    for name in _ADDED_IN_2:
-        if name not in present:
-            connection.exec_driver_sql(
-                f"ALTER TABLE {attempts_table.name} ADD COLUMN {name} VARCHAR NOT NULL DEFAULT ''"
-            )
+    _add_columns(connection, dict.fromkeys(_ADDED_IN_2, "VARCHAR NOT NULL DEFAULT ''"))
 
 
 _ADDED_IN_6 = ("input_files", "output_files")
@@ -146,10 +150,12 @@ _ADDED_IN_6 = ("input_files", "output_files")
 
 def _migrate_to_6(connection: Connection) -> None:
     """Version 6: how many files each attempt read and wrote (None for the rows before)."""
-    present = {column["name"] for column in sa.inspect(connection).get_columns(attempts_table.name)}
-    for name in _ADDED_IN_6:
-        if name not in present:
-            connection.exec_driver_sql(f"ALTER TABLE {attempts_table.name} ADD COLUMN {name} INTEGER")
+    _add_columns(connection, dict.fromkeys(_ADDED_IN_6, "INTEGER"))
+
+
+def _migrate_to_7(connection: Connection) -> None:
+    """Version 7: the width of a mapped task in each attempt's run (None for the rows before)."""
+    _add_columns(connection, {"map_width": "INTEGER"})
 
 
 MIGRATIONS: dict[int, Callable[[Connection], None]] = {
@@ -159,6 +165,7 @@ MIGRATIONS: dict[int, Callable[[Connection], None]] = {
     4: add_expected_cost_of_4,
     5: add_forecast_of_5,
     6: _migrate_to_6,
+    7: _migrate_to_7,
 }
 
 

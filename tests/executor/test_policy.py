@@ -462,3 +462,22 @@ def test_a_mapped_task_with_an_instance_on_a_celery_pool_sends_every_instance_to
     assert "instances" not in agora  # one queue for the task: no instance may claim another
     assert (agora["backend"], agora["resource_type"]) == ("celery", "pool_small")
     assert policy_lines(caplog) == []
+
+
+@pytest.mark.slow  # starts a Python that imports Airflow
+def test_a_bad_hint_of_a_task_the_plan_does_not_name_is_one_line_naming_the_task_and_field(tmp_path: Path) -> None:
+    """Such a task reserves its declared needs on the default resource: a need that is not one leaves the task as
+    written and says which (before: ``ValueError: invalid literal for int() with base 10: 'four'``)."""
+    (tmp_path / "dags").mkdir()
+    (tmp_path / "dags" / "hinted.py").write_text(
+        DAGS.replace('("planned", "unplanned", "stale")', '("hinted",)').replace(
+            '{"memory_gib": 0.75}', '{"cores": "four"}'
+        )
+    )
+    PlanStore(tmp_path / "plans").save("hinted", plan({"a": "local-small", "b": "local-large"}))
+    report = parse(tmp_path)
+    assert report["errors"] == {} and report["tasks"]["hinted.a"]["queue"] == "local-small"
+    assert report["tasks"]["hinted.new"]["executor"] is None  # left as written
+    (line,) = [line for line in report["log"].splitlines() if "agora policy" in line or "left as written" in line]
+    assert "task hinted.new left as written" in line
+    assert "field 'new.executor_config.agora.cores': expected a number, got 'four'" in line

@@ -5,7 +5,7 @@ Three past runs in the trace store (widths 44, 50, 47) make agora plan 50 instan
 ``agora optimize airflow:agora_fanout --apply`` spreads them over ``local-small`` (CPU 0) and
 ``local-large`` (CPU 1). The run then expands to 52: each of the 50 planned instances runs on its
 planned machine's CPU, the two the plan did not expect on the mapped task's overflow resource,
-and the trace store records each instance's planned machine (none for the overflow).
+and the trace store records each instance's planned machine (none for the overflow) and the run's width.
 """
 
 from __future__ import annotations
@@ -127,3 +127,4 @@ def test_each_planned_instance_runs_on_its_planned_machine_and_the_rest_on_the_o
         expected = planned[f"work[{index}]"] if index < 50 else None
         assert attempt.machine == (expected.machine if expected else ""), index
         assert attempt.resource_type == (expected.resource if expected else overflow), index
+        assert attempt.map_width == RUN_WIDTH, index  # the listener asked Airflow how many the run expanded to

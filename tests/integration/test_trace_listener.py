@@ -258,3 +258,71 @@ def test_a_successful_attempt_records_what_its_local_outlets_hold_and_its_downst
     with TraceStore(url) as store:
         (failed,) = store.attempts(task_id="extract", run_id="manual__2")
     assert (failed.state, failed.output_bytes, failed.output_files) == ("failed", None, None)
+
+
+MAPPED_DAG = """
+import sys
+from datetime import datetime
+
+from airflow.sdk import DAG, task
+
+
+@task
+def numbers():
+    return [1, 2, 3, 4]
+
+
+@task
+def square(x):
+    return x * x
+
+
+@task
+def total(values):
+    return sum(values)
+
+
+with DAG(dag_id="agora_mapped_width", schedule=None, start_date=datetime(2026, 1, 1), catchup=False) as dag:
+    total(square.expand(x=numbers()))
+
+if __name__ == "__main__":
+    print("STATE", dag.test().state, flush=True)
+"""
+
+
+@pytest.mark.airflow
+@pytest.mark.slow
+def test_the_listener_records_each_mapped_instances_index_and_its_tasks_width_in_a_real_run(tmp_path: Path) -> None:
+    """``dag.test()`` runs each task through the Task SDK's task runner, as a worker does: the listener asks the
+    API server how many instances the mapped task has in the run; an unmapped task records none."""
+    import os
+    import subprocess
+    import sys
+
+    import agora_optimizer
+    from agora_optimizer.traces.store import TraceStore
+    from harness.local_airflow import migrate_database
+
+    home = tmp_path / "airflow"
+    (home / "dags").mkdir(parents=True)
+    (home / "dags" / "mapped_width.py").write_text(MAPPED_DAG)
+    url = f"sqlite:///{tmp_path / 'traces.db'}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "AGORA_"))}
+    env.update(
+        AIRFLOW_HOME=str(home),
+        AIRFLOW__CORE__LOAD_EXAMPLES="False",
+        AIRFLOW__CORE__DAGS_FOLDER=str(home / "dags"),
+        AIRFLOW__AGORA__TRACE_STORE_URL=url,
+        AIRFLOW__AGORA__STATE_DIR=str(tmp_path / "state"),
+        PYTHONPATH=str(Path(agora_optimizer.__file__).parents[1]),  # the task process runs this tree's listener
+    )
+    migrate_database(env)
+    result = subprocess.run(
+        [sys.executable, str(home / "dags" / "mapped_width.py")], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert "STATE success" in result.stdout, (result.stdout + result.stderr)[-5000:]
+    with TraceStore(url) as store:
+        rows = {(a.task_id, a.map_index): a for a in store.attempts(dag_id="agora_mapped_width")}
+    assert sorted(rows) == [("numbers", -1), *(("square", i) for i in range(4)), ("total", -1)]
+    assert [rows[("square", i)].map_width for i in range(4)] == [4, 4, 4, 4]
+    assert rows[("numbers", -1)].map_width is None and rows[("total", -1)].map_width is None

@@ -64,3 +64,26 @@ def test_the_scale_is_the_replay_dags_clamped_runtime_and_capped_memory_plus_the
     scaled = scale.workflow(workflow)
     assert scaled.by_id["a"].memory_bytes == GIB // 4 + 100 and scaled.by_id["b"].memory_bytes == GIB  # not recorded
     assert Scale().workflow(workflow) is workflow
+    assert [scale.clamped(s) for s in (10.0, 1000.0, 10_000.0)] == [True, False, True]  # 5 s and 60 s: the bounds
+    assert not Scale().clamped(1e-3)
+
+
+def test_the_runtime_error_is_scored_on_the_tasks_the_scale_does_not_clamp() -> None:
+    """Clamped to the scale's 1 s, predicted and true alike: counted, they made a family's MdAPE 0 % in a real run."""
+    from agora_optimizer.model.catalog import Catalog, Resource
+    from agora_optimizer.model.plan import Objective
+    from agora_optimizer.optimize.optimize import optimize
+    from agora_optimizer.predict.learning_loop import LoopPlan, LoopSettings, plan_fields
+
+    truth = Workflow.create(
+        "w", [Task(f"t{i}", 1.0, 1, GIB, "c") for i in range(3)] + [Task("long", 4.0, 1, GIB, "c")], []
+    )
+    guess = Workflow.create(
+        "w", [Task(f"t{i}", 1.0, 1, GIB, "c") for i in range(3)] + [Task("long", 2.0, 1, GIB, "c")], []
+    )
+    catalog = Catalog((Resource("r", "local", 4, 8, 1.0, 0.1),), 1e9, "<test>")
+    plan = optimize(guess, catalog, Objective("time"), "<test>", 0.5)
+    planned = LoopPlan(guess, truth, 10.0, plan, None, None, {}, scored=frozenset({"long"}))
+    assert plan_fields(Path("w-1.json"), planned, LoopSettings())["runtime_mdape"] == pytest.approx(0.5)
+    every = LoopPlan(guess, truth, 10.0, plan, None, None, {})
+    assert plan_fields(Path("w-1.json"), every, LoopSettings())["runtime_mdape"] == 0.0

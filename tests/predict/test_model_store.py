@@ -198,6 +198,25 @@ def test_the_shipped_model_is_of_the_current_format_with_quantiles() -> None:
     assert load_predictor(shipped).has_runtime_quantiles
 
 
+def test_the_shipped_model_trained_before_the_map_features_answers_as_before(catalog: Catalog) -> None:
+    """Its trees never saw ``map_index`` / ``map_width``: it loads, ignores them, and a mapped instance gets
+    what the same task unmapped gets."""
+    from dataclasses import replace
+
+    shipped = Path(__file__).resolve().parents[2] / "models" / "predictor"
+    assert "map_width" not in read_metadata(shipped)["features"]["task_numeric"]  # else this test proves nothing
+    predictor = load_predictor(shipped)
+    shape = read_workflow_shape(SRA_2)
+    mapped = replace(shape, tasks=tuple(replace(t, map_index=i, map_width=50) for i, t in enumerate(shape.tasks)))
+    before, after = predictor.predict(shape, catalog), predictor.predict(mapped, catalog)
+    assert [t.runtime_s for t in after.tasks] == [t.runtime_s for t in before.tasks]
+    assert [t.memory_bytes for t in after.tasks] == [t.memory_bytes for t in before.tasks]
+
+
+def test_a_model_trained_with_the_map_features_says_so_in_its_metadata(saved: Path) -> None:
+    assert {"map_index", "map_width"} <= set(read_metadata(saved)["features"]["task_numeric"])
+
+
 def test_a_format_2_file_holding_the_trees_alone_is_refused(saved: Path, tmp_path: Path, trained: Predictor) -> None:
     directory = _copy(saved, tmp_path)
     sio.dump({"runtime": trained.runtime_model.trees_, "memory": trained.memory_model}, directory / MODEL_FILE)

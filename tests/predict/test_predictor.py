@@ -6,6 +6,7 @@ import math
 import re
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -183,3 +184,62 @@ def test_a_predicted_workflow_keeps_the_gpus_its_tasks_declare(trained: Predicto
     workflow = trained.predicted_workflow(declared, catalog)
     assert workflow.by_id[first.task_id].gpus == 1
     assert all(t.gpus == 0 for t in workflow.tasks if t.id != first.task_id)
+
+
+def _mapped_runs(runtime_of: Any, widths: tuple[int, ...] = (2, 3, 4, 6, 8, 12, 16)) -> list[TaskAttempt]:
+    """Runs of a DAG whose task ``work`` is mapped: one run per width, each instance's runtime ``runtime_of(index,
+    width)``; ``prepare`` beside it, unmapped, 5 s."""
+    from datetime import UTC, datetime, timedelta
+
+    rows = []
+    for run, width in enumerate(widths):
+        start = datetime(2026, 11, 1, tzinfo=UTC) + timedelta(hours=run)
+        for index, task_id in [(-1, "prepare"), *((i, "work") for i in range(width))]:
+            runtime = 5.0 if index < 0 else runtime_of(index, width)
+            rows.append(
+                TaskAttempt.create(
+                    dag_id="fan",
+                    task_id=task_id,
+                    run_id=f"r{run}",
+                    map_index=index,
+                    map_width=width if index >= 0 else None,
+                    started_at=start,
+                    ended_at=start + timedelta(seconds=runtime),
+                    peak_rss_bytes=2**28,
+                )
+            )
+    return rows
+
+
+def _instance(width: int, index: int = 0) -> TaskShape:
+    return TaskShape(f"work[{index}]", "work", dag_id="fan", map_index=index, map_width=width)
+
+
+def test_a_mapped_tasks_runtime_that_grows_with_its_width_is_predicted_to_grow(catalog: Catalog) -> None:
+    """Each instance takes 10 s per instance of its run (all gather from all): the trees follow the width, where
+    without it every width got the same runtime."""
+    predictor = Predictor().fit(_mapped_runs(lambda index, width: 10.0 * width))
+    assert predictor.runtime_model_of("work") == "trees"
+    shape = WorkflowShape("fan", tuple(_instance(width) for width in (2, 4, 8, 16)), ())
+    runtimes = [task.reference_runtime_s for task in predictor.predict(shape, catalog).tasks]
+    assert runtimes == sorted(runtimes) and runtimes[-1] > 4 * runtimes[0]
+    for width, runtime in zip((2, 4, 8, 16), runtimes, strict=True):
+        assert runtime == pytest.approx(10.0 * width, rel=0.3)
+
+
+def test_a_mapped_instances_runtime_that_grows_with_its_index_is_predicted_to_grow(catalog: Catalog) -> None:
+    """Instance i of every run reads partition i, of 5 s x (i + 1): its index answers, not its width."""
+    predictor = Predictor().fit(_mapped_runs(lambda index, width: 5.0 * (index + 1)))
+    shape = WorkflowShape("fan", tuple(_instance(16, index) for index in (0, 3, 7, 15)), ())
+    runtimes = [task.reference_runtime_s for task in predictor.predict(shape, catalog).tasks]
+    for index, runtime in zip((0, 3, 7, 15), runtimes, strict=True):
+        assert runtime == pytest.approx(5.0 * (index + 1), rel=0.3)
+
+
+def test_a_mapped_run_whose_rows_recorded_no_width_is_read_with_its_largest_index_plus_one() -> None:
+    """Rows of an older store or an importer keep no width: training reads it off the run's own rows."""
+    from agora_optimizer.predict.features import shapes_of_attempts
+
+    rows = [replace(a, map_width=None) for a in _mapped_runs(lambda index, width: 1.0, widths=(3, 5))]
+    widths = {(s.task_id, s.map_index, s.map_width) for s in shapes_of_attempts(rows)}
+    assert widths == {("prepare", -1, 1), *(("work", i, 3) for i in range(3)), *(("work", i, 5) for i in range(5))}

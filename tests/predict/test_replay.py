@@ -102,3 +102,33 @@ def test_a_type_runs_no_more_machines_at_once_than_its_count_even_when_the_truth
     assert [(a.start_s, a.end_s) for a in result.assignments] == [(0.0, 10.0), (10.0, 20.0)]
     unlimited = Catalog(resources=(replace(one, count=None),), bandwidth_bytes_per_s=1e9, source="<test>")
     assert replay(plan, workflow, unlimited).makespan_s == 10.0  # without a count, both machines at once
+
+
+@pytest.mark.parametrize(("kind", "price", "backend", "opens_s"), [
+    ("cost", 3.6, "local", 30.0),  # a cost plan's priced machine opens when planned, as the executor opens it
+    ("balanced", 3.6, "aws", 30.0),
+    ("time", 3.6, "local", 10.0),  # a time plan's opens as soon as its first task may start
+    ("cost", 0.0, "local", 10.0),  # nothing to save on a free type
+    ("cost", 3.6, "slurm", 10.0),  # an allocation is held from its first job's arrival either way
+])  # fmt: skip
+def test_a_machine_opens_where_the_executor_opens_it(kind: str, price: float, backend: str, opens_s: float) -> None:
+    """``late`` waits for nothing but its parent (10 s); its machine's lease is planned to open at 30 s."""
+    from agora_optimizer.model.catalog import Resource
+    from agora_optimizer.model.plan import Assignment, SolverInfo
+    from agora_optimizer.model.workflow import Edge, Task
+
+    one = Resource("one", backend, vcpus=1, memory_gib=1, speed=1.0, price_per_hour_usd=price)  # type: ignore[arg-type]
+    catalog = Catalog(resources=(one,), bandwidth_bytes_per_s=1e9, source="<test>")
+    tasks = [Task("first", 10.0, 1, 2**20, "c"), Task("late", 10.0, 1, 2**20, "c")]
+    workflow = Workflow.create("two", tasks, [Edge("first", "late", 0)])
+    items = (
+        Assignment("first", "one", "one#0", 0.0, 10.0, 1, 2**20),
+        Assignment("late", "one", "one#1", 30.0, 40.0, 1, 2**20),
+    )
+    solver = SolverInfo("hand", "heuristic", None, 0.0)
+    from agora_optimizer.planning.leases import cost_usd
+
+    plan = Plan("two", "<test>", Objective(kind), 40.0, cost_usd(items, catalog), items, solver, "now")  # type: ignore[arg-type]
+    assert validate_plan(plan, workflow, catalog) == []
+    result = {a.task: a for a in replay(plan, workflow, catalog).assignments}
+    assert result["late"].start_s == opens_s

@@ -58,6 +58,7 @@ def test_every_field_survives_a_round_trip(store_url: str) -> None:
         output_bytes=0,
         input_files=12,
         output_files=0,
+        map_width=8,
         error_text="Killed\nexit code 137 ✗",
     )
     with TraceStore(store_url) as store:
@@ -315,6 +316,37 @@ def test_a_version_4_store_upgrades_and_its_old_rows_read_with_no_file_counts(tm
         store.add([attempt("new", input_bytes=100, input_files=4, output_files=1)])
         new = store.attempt("dag", "new", "r1", 1, -1)
         assert new is not None and (new.input_files, new.output_files) == (4, 1)
+
+
+def test_a_version_6_store_upgrades_and_its_old_rows_read_with_no_map_width(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'v6.db'}"
+    with TraceStore(url) as store:
+        store.add([attempt("old", map_index=2)])
+    engine = sa.create_engine(url)
+    with engine.begin() as connection:  # back to version 6: the attempts table without the map width
+        connection.exec_driver_sql("ALTER TABLE agora_task_attempts DROP COLUMN map_width")
+        connection.exec_driver_sql("UPDATE agora_schema_version SET version = 6")
+    engine.dispose()
+    with TraceStore(url) as store:
+        assert store.schema_version == SCHEMA_VERSION >= 7
+        (old,) = store.attempts()
+        assert (old.map_index, old.map_width) == (2, None)
+        store.add([attempt("new", map_index=2, map_width=5)])
+        new = store.attempt("dag", "new", "r1", 1, 2)
+        assert new is not None and new.map_width == 5
+
+
+@pytest.mark.parametrize(
+    ("fields", "reason"),
+    [
+        ({"map_index": 0, "map_width": 0}, r"must be a whole number in \[1, 1000000\], got 0"),
+        ({"map_index": 0, "map_width": 2.0}, r"must be a whole number in \[1, 1000000\], got 2.0"),
+        ({"map_index": 3, "map_width": 3}, r"must be above the map index 3, got 3"),
+    ],
+)
+def test_an_impossible_map_width_is_refused_and_named(fields: dict[str, Any], reason: str) -> None:
+    with pytest.raises(TraceRecordError, match=r"field 'map_width': " + reason):
+        attempt(**fields)
 
 
 def test_a_negative_file_count_is_refused_and_named() -> None:

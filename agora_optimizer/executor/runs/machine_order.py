@@ -15,6 +15,21 @@ has not started, N: either N would still fit beside it (what runs there, plus th
 or this task is planned to end before N's planned start (plan clock now + its planned duration
 <= N's planned start). Otherwise it is held.
 
+**A machine's lease opens as planned.** Starting a machine's first task opens its lease (a local pool's
+machine is priced from its first task's start). Two rules hold that start back:
+
+- *The type's count*: a run never has more machines of a type open at once than the catalog's
+  ``count`` (a plan may release a machine and lease another of its type later, ``TYPE#0`` then
+  ``TYPE#1``: the second opens once the first has no task running or to come).
+- *The planned time*, for plans that weigh cost (objective ``cost`` or ``balanced``) on a priced type
+  whose lease starts with its first task (not a SLURM allocation, asked for when its first job
+  arrives): the lease opens no earlier than its planned start on the plan clock. Started as soon as
+  its upstream tasks were done, an expensive machine the plan opened late would be held from the run's
+  start to its last task's end, longer than the plan priced it.
+
+Neither holds a machine that has opened. A valid plan cannot deadlock under them: a machine of a type
+planned to open after another closes has no task its predecessor's tasks depend on.
+
 Two guards keep a plan from ever stopping a DAG:
 
 - A task that will never come (Airflow marked it skipped, upstream_failed, failed or removed, or
@@ -37,7 +52,10 @@ from dataclasses import dataclass, field
 
 from agora_optimizer.model.catalog import Resource
 from agora_optimizer.model.instances import split_instance
-from agora_optimizer.model.plan import Assignment, Plan, machine_type
+from agora_optimizer.model.plan import Assignment, Objective, Plan, machine_type
+from agora_optimizer.planning.leases import opens_on_time
+
+TIME = Objective("time")
 
 NEVER_COMES = frozenset({"skipped", "upstream_failed", "failed", "removed", "success"})
 """Airflow task states after which a task does not come to the executor again (for this try)."""
@@ -71,6 +89,8 @@ class MachinePlan:
     memory_bytes: int
     tasks: tuple[PlannedTask, ...]
     gpus: int = 0  # the type's (section 5 of the spec)
+    count: int | None = None  # the type's: machines of it open at once (None: no limit)
+    opens_on_time: bool = False  # its lease opens no earlier than its planned start (see the module's docstring)
 
     @property
     def planned_start_s(self) -> float:
@@ -92,15 +112,19 @@ class MachineOrder:
     machines: Mapping[str, MachinePlan]
     by_task: Mapping[str, PlannedTask]
     categories: Mapping[str, str] = field(default_factory=dict)
+    objective: Objective = TIME  # the plan's: a repair's order keeps it (whether priced machines open on time)
 
     @classmethod
     def from_plan(cls, plan: Plan, resources: Mapping[str, Resource]) -> MachineOrder:
         """The order of ``plan``; a machine whose type is not in ``resources`` is left out (its tasks run unplanned)."""
-        return cls.from_assignments(plan.assignments, resources)
+        return cls.from_assignments(plan.assignments, resources, plan.objective)
 
     @classmethod
-    def from_assignments(cls, assignments: Iterable[Assignment], resources: Mapping[str, Resource]) -> MachineOrder:
-        """The order of a schedule: a plan's assignments, or a repaired run's (what ran and what is re-planned)."""
+    def from_assignments(
+        cls, assignments: Iterable[Assignment], resources: Mapping[str, Resource], objective: Objective = TIME
+    ) -> MachineOrder:
+        """The order of a schedule: a plan's assignments, or a repaired run's (what ran and what is re-planned);
+        ``objective``: the plan's (whether its priced machines open on time)."""
         grouped: dict[str, list[PlannedTask]] = {}
         for a in assignments:
             if not a.machine or machine_type(a.machine) not in resources:
@@ -111,9 +135,12 @@ class MachineOrder:
         for machine, tasks in grouped.items():
             kind = resources[machine_type(machine)]
             ordered = tuple(sorted(tasks, key=lambda t: (t.start_s, t.end_s, t.task_id)))
-            machines[machine] = MachinePlan(machine, kind.name, kind.vcpus, kind.memory_bytes, ordered, kind.gpus)
+            on_time = opens_on_time(kind, objective)
+            machines[machine] = MachinePlan(
+                machine, kind.name, kind.vcpus, kind.memory_bytes, ordered, kind.gpus, kind.count, on_time
+            )
         by_task = {task.task_id: task for plan_ in machines.values() for task in plan_.tasks}
-        return cls(machines, by_task)
+        return cls(machines, by_task, objective=objective)
 
 
 @dataclass(frozen=True)
@@ -249,6 +276,21 @@ class RunBook:
     def ended_machines(self) -> list[str]:
         return [machine for machine in self.order.machines if self.machine_ended(machine)]
 
+    def opened(self, machine: str) -> bool:
+        """A task of the machine has started: its lease is open (or was, and has closed)."""
+        plan = self.order.machines.get(machine)
+        return plan is not None and any(t.task_id in self.started for t in plan.tasks)
+
+    def open_machines(self, resource: str) -> list[str]:
+        """The run's machines of ``resource`` that have opened and still have a task running or to come."""
+        return [
+            name
+            for name, plan in self.order.machines.items()
+            if plan.resource == resource
+            and self.opened(name)
+            and any(t.task_id not in self.ended and t.task_id not in self.gone for t in plan.tasks)
+        ]
+
 
 def _to_expand(name: str, states: Mapping[str, str]) -> bool:
     """``name`` is a mapped task's instance whose task Airflow has not expanded yet (its one task
@@ -278,6 +320,11 @@ def may_start(book: RunBook, task_id: str, now_s: float, held_s: float, hold_max
     if held_s >= hold_max_s:
         return Decision(True, f"held {held_s:.0f} s, the most [agora] machine_hold_s ({hold_max_s:g} s) allows")
     plan = book.order.machines[task.machine]
+    clock_s = now_s - book.origin_s
+    if not book.opened(task.machine):
+        closed = _lease_closed(book, plan, clock_s)
+        if closed is not None:
+            return closed
     running = book.running(task.machine)
     if not _fits(plan, [*running, task]):
         names = ", ".join(t.task_id for t in running)
@@ -292,7 +339,6 @@ def may_start(book: RunBook, task_id: str, now_s: float, held_s: float, hold_max
     following = ahead[0]
     if _fits(plan, [*running, task, following]):
         return Decision(True, f"early on {task.machine}: {following.task_id}, planned before it, still fits beside it")
-    clock_s = now_s - book.origin_s
     if clock_s + task.duration_s <= following.start_s:
         return Decision(
             True,
@@ -300,3 +346,18 @@ def may_start(book: RunBook, task_id: str, now_s: float, held_s: float, hold_max
             f"{following.task_id} is planned to start ({following.start_s:.1f} s)",
         )
     return Decision(False, f"waits for {following.task_id}, planned before it on {task.machine}")
+
+
+def _lease_closed(book: RunBook, plan: MachinePlan, clock_s: float) -> Decision | None:
+    """Why the machine's lease may not open yet (its type's count is taken, or it is planned to open later), or None."""
+    if plan.count is not None:
+        others = [name for name in book.open_machines(plan.resource) if name != plan.machine]
+        if len(others) >= plan.count:
+            return Decision(
+                False,
+                f"{plan.machine} waits for a machine of {plan.resource} to close (count {plan.count}: "
+                f"{', '.join(others)} open)",
+            )
+    if plan.opens_on_time and clock_s < plan.planned_start_s:
+        return Decision(False, f"{plan.machine}'s lease is planned to open at {plan.planned_start_s:.1f} s")
+    return None

@@ -150,7 +150,10 @@ def repaired(
     says in words); its repair carries the run's forecast on the plan clock (the wall clock is the run machine's
     to add)."""
     before = book.order.by_task
-    order = replace(MachineOrder.from_assignments(answer.schedule, resources), categories=book.order.categories)
+    order = replace(
+        MachineOrder.from_assignments(answer.schedule, resources, book.order.objective),
+        categories=book.order.categories,
+    )
     changed = [
         a
         for a in answer.assignments

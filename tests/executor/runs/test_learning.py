@@ -48,7 +48,8 @@ from tests.executor.test_executor_machines import heartbeat_until
 
 __all__ = ["executor", "plans"]  # the fixtures, shared
 
-# prep on small#0 for 20 s; four simulations of 10 s each, two per machine, planned after prep's 20 s. The first
+# A time plan (its machines open as soon as their first task may start). prep on small#0 for 20 s; four
+# simulations of 10 s each, two per machine, planned after prep's 20 s. The first
 # two are let go at once (first on their machines) and take 20 s: twice their plan, yet they end at 20 s, before
 # their planned end (30 s), so none of them is late; only what they teach moves the plan.
 PLANNED = {
@@ -67,7 +68,7 @@ def save_plan(plans: Path) -> tuple[PlanStore, str, MachineOrder]:
     workflow = Workflow.create("sims", tasks, [])
     assignments = tuple(Assignment(t, "small", m, start, end, 1, GIB) for t, (m, start, end) in PLANNED.items())
     solver = SolverInfo("t", "heuristic", None, 0)
-    plan = Plan("sims", "test", Objective(kind="cost"), 40.0, 0.0, assignments, solver, "2026-12-05T00:00:00Z")
+    plan = Plan("sims", "test", Objective(kind="time"), 40.0, 0.0, assignments, solver, "2026-12-05T00:00:00Z")
     store = PlanStore(plans)
     store.save("etl", plan, workflow)
     version = plan_version(store.current_path("etl").read_bytes())

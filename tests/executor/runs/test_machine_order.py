@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from agora_optimizer.executor.runs.machine_order import MachineOrder, RunBook, may_start
@@ -245,3 +247,59 @@ def test_two_tasks_that_need_the_one_gpu_of_a_machine_do_not_run_at_once() -> No
     assert not full.start and "full" in full.reason
     run.end("first")
     assert may_start(run, "second", 102.0, 2.0, HOLD_S).start
+
+
+PRICED = Resource("priced", "local", vcpus=1, memory_gib=4, speed=1.0, price_per_hour_usd=0.4, count=1)
+
+
+def priced_plan(kind: str, *assignments: Assignment) -> Plan:
+    return replace(plan(*assignments), objective=Objective(kind=kind))  # type: ignore[arg-type]
+
+
+def on_priced(task: str, machine: str, start: float, end: float) -> Assignment:
+    return Assignment(task, "priced", machine, start, end, 1, GIB)
+
+
+def test_a_cost_plans_priced_machine_opens_no_earlier_than_its_planned_start() -> None:
+    """Started as soon as its upstream was done, the machine would be held (and priced) from then on."""
+    late = on_priced("late", "priced#0", 20, 25)
+    cost = RunBook(MachineOrder.from_plan(priced_plan("cost", late), {"priced": PRICED}), origin_s=100.0)
+    held = may_start(cost, "late", now_s=105.0, held_s=0.0, hold_max_s=HOLD_S)
+    assert not held.start and "planned to open at 20.0 s" in held.reason
+    assert may_start(cost, "late", now_s=120.0, held_s=15.0, hold_max_s=HOLD_S).start
+    time = RunBook(MachineOrder.from_plan(priced_plan("time", late), {"priced": PRICED}), origin_s=100.0)
+    assert may_start(time, "late", now_s=105.0, held_s=0.0, hold_max_s=HOLD_S).start  # a time plan goes early
+    free = replace(PRICED, price_per_hour_usd=0.0)
+    gratis = RunBook(MachineOrder.from_plan(priced_plan("cost", late), {"priced": free}), origin_s=100.0)
+    assert may_start(gratis, "late", now_s=105.0, held_s=0.0, hold_max_s=HOLD_S).start  # nothing to save
+    slurm = replace(PRICED, backend="slurm")
+    allocated = RunBook(MachineOrder.from_plan(priced_plan("cost", late), {"priced": slurm}), origin_s=100.0)
+    assert may_start(allocated, "late", now_s=105.0, held_s=0.0, hold_max_s=HOLD_S).start  # its allocation is open
+
+
+def test_once_open_a_machine_runs_its_next_tasks_early() -> None:
+    first, second = on_priced("first", "priced#0", 20, 25), on_priced("second", "priced#0", 40, 45)
+    run = RunBook(MachineOrder.from_plan(priced_plan("cost", first, second), {"priced": PRICED}), origin_s=100.0)
+    run.start("first", 20.0)
+    run.end("first", 22.0)
+    assert may_start(run, "second", now_s=123.0, held_s=0.0, hold_max_s=HOLD_S).start  # the lease is open
+
+
+def test_a_count_1_type_never_has_two_machines_open_at_once() -> None:
+    """A plan may release priced#0 and lease priced#1 later; run ahead of plan, #1 waits for #0 to close."""
+    before = [on_priced("a", "priced#0", 0, 5), on_priced("b", "priced#0", 5, 10)]
+    after = on_priced("c", "priced#1", 12, 15)
+    run = RunBook(MachineOrder.from_plan(priced_plan("time", *before, after), {"priced": PRICED}), origin_s=100.0)
+    run.start("a", 0.0)
+    held = may_start(run, "c", now_s=101.0, held_s=0.0, hold_max_s=HOLD_S)
+    assert not held.start and "count 1" in held.reason and "priced#0" in held.reason
+    assert may_start(run, "c", now_s=100.0 + HOLD_S, held_s=HOLD_S, hold_max_s=HOLD_S).start  # bounded all the same
+    run.end("a", 2.0)
+    assert not may_start(run, "c", now_s=102.0, held_s=1.0, hold_max_s=HOLD_S).start  # b is still to come on #0
+    run.start("b", 2.0)
+    run.end("b", 4.0)
+    assert may_start(run, "c", now_s=104.0, held_s=3.0, hold_max_s=HOLD_S).start
+    unlimited = replace(PRICED, count=None)
+    free = RunBook(MachineOrder.from_plan(priced_plan("time", *before, after), {"priced": unlimited}), origin_s=100.0)
+    free.start("a", 0.0)
+    assert may_start(free, "c", now_s=101.0, held_s=0.0, hold_max_s=HOLD_S).start

@@ -287,16 +287,15 @@ class LocalBackend(Backend):
             return held.gpu_ids if held is not None else ()
 
     def close_lease(self, lease: MachineLease) -> None:
+        """Free the machine's slices and report its lease from its first task's start to its last task's end. A
+        machine none of whose tasks started here (a repair moved them all away) held nothing and is not reported,
+        as AWS Batch's are not: priced from its opening, it cost as if it had run from its first job's arrival."""
         with self._lock:
             held = self._allocations.pop(lease.key, None)
-            if held is None:
+            if held is None or held.first_start_at is None:
                 return
-            now = datetime.now(UTC)
-            self._released.append(
-                lease.record(
-                    self.name, lease.key, held.first_start_at or held.opened_at, held.last_end_at or now, "task times"
-                )
-            )
+            ended_at = held.last_end_at or datetime.now(UTC)
+            self._released.append(lease.record(self.name, lease.key, held.first_start_at, ended_at, "task times"))
 
     def finished_leases(self) -> list[LeaseRecord]:
         with self._lock:

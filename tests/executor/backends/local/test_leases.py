@@ -120,6 +120,15 @@ def test_capacity_is_free_when_the_task_ends_not_when_its_worker_exits(tmp_path:
     assert backend.finished_leases() == []  # each once
 
 
+def test_a_machine_whose_tasks_never_started_here_reports_no_lease(backend: LocalBackend) -> None:
+    """Its jobs held, then moved to another machine by a repair: it held nothing, and costs nothing."""
+    machine = lease("pool#0")
+    backend.open_lease(machine)
+    time.sleep(0.05)
+    backend.close_lease(machine)
+    assert backend.finished_leases() == []
+
+
 def test_the_worker_marks_the_tasks_end_before_its_result(tmp_path: Path) -> None:
     worker = [sys.executable, "-m", "agora_optimizer.executor.worker", "--job-dir", str(tmp_path)]
     subprocess.run([*worker, "--", sys.executable, "-c", "pass"], check=True, timeout=60)
