@@ -18,6 +18,7 @@ module (``tests/test_import_cycles.py``). :func:`main` is the ``agora`` console 
 from __future__ import annotations
 
 import functools
+import gc
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -52,11 +53,20 @@ def _command() -> Callable[..., Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``agora`` console script; returns the exit code."""
-    clock.mark_start(from_process_start=argv is None)  # the console script: its process began before main
+    """Entry point of the ``agora`` console script; returns the exit code.
+
+    The console script's process ends right after: its objects are frozen out of the garbage collector
+    first, so that the interpreter's last collection does not walk them (0.8 s with Airflow, pandas and
+    scikit-learn loaded, counted against ``--time-limit-s`` by whoever waits for the command).
+    """
+    console_script = argv is None
+    clock.mark_start(from_process_start=console_script)  # the console script: its process began before main
     command = _command()
     try:
-        command(args=argv if argv is not None else sys.argv[1:], prog_name="agora")
+        command(args=sys.argv[1:] if console_script else argv, prog_name="agora")
     except SystemExit as exc:  # click's standalone mode ends every run this way
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    finally:
+        if console_script:
+            gc.freeze()
     return 0

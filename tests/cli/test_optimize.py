@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import subprocess
 import sys
 import time
@@ -460,3 +461,15 @@ def test_a_runtime_quantile_for_a_workflow_file_or_out_of_range_is_refused(
     code, stdout, stderr = _run(capsys, "optimize", BLAST, "-c", AWS_CATALOG, "-o", out, "--runtime-quantile", value)
     assert (code, stdout, stderr) == (2, "", f"agora: error: {message}\n")
     assert not out.exists()
+
+
+def test_a_limit_spent_before_planning_is_said_and_the_first_schedule_is_the_plan(tmp_path: Path, capsys) -> None:
+    argv = ("optimize", BLAST, "-c", AWS_CATALOG, "-o", tmp_path / "p.json", "--time-limit-s", "0.01")
+    code, _, stderr = _run(capsys, *argv)
+    assert code == 0
+    assert re.fullmatch(
+        r"agora: [\d.]+ s of --time-limit-s 0\.01 went before planning \(start-up, loading, bounds, the one-type "
+        r"default\): the plan is the first schedule found\n",
+        stderr,
+    ), stderr
+    assert check_plan(json.loads((tmp_path / "p.json").read_text()), BLAST, AWS_CATALOG) == []
