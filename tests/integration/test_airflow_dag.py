@@ -341,7 +341,8 @@ def test_planning_a_dag_says_nothing_of_airflow_unless_verbose(tmp_path: Path) -
     quiet = _agora(tmp_path, *common, "-o", str(tmp_path / "quiet.json"))
     assert quiet.returncode == 0, quiet.stderr
     assert len(quiet.stdout.splitlines()) <= 15
-    (predictions,) = quiet.stderr.splitlines()  # where the predictions came from, and nothing else
+    # where the predictions came from, and nothing else (but that the limit went on them, on a loaded machine)
+    (predictions,) = [line for line in quiet.stderr.splitlines() if "went before planning" not in line]
     assert predictions.startswith("agora: predictions: ")
     verbose = _agora(tmp_path, *common, "-o", str(tmp_path / "verbose.json"), "-v")
     assert verbose.returncode == 0, verbose.stderr
