@@ -49,8 +49,8 @@ VerboseOpt = Annotated[
     typer.Option(
         "--verbose",
         "-v",
-        help="Also print the details: each type's platform latency, and Airflow's own log lines while it "
-        "parses the DAG folder.",
+        help="Also print the details: each type's platform latency where one is added, and Airflow's own log "
+        "lines while it parses the DAG folder.",
     ),
 ]
 
