@@ -67,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # click's standalone mode ends every run this way
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     finally:
+        clock.mark_end()
         if console_script:
             gc.freeze()
     return 0

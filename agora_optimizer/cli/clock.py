@@ -32,11 +32,17 @@ def mark_start(*, from_process_start: bool = False) -> None:
     """The command begins now, or (``from_process_start``, the console script's case) began with the process."""
     global _started_at
     now = time.perf_counter()
-    if from_process_start and _started_at is None:
+    if from_process_start:
         age_s = process_age_s()
         _started_at = _IMPORTED_AT if age_s is None else now - age_s
     else:
         _started_at = now
+
+
+def mark_end() -> None:
+    """The command is over: a command run later without :func:`mark_start` counts from its own call."""
+    global _started_at
+    _started_at = None
 
 
 def command_started() -> float:
