@@ -101,7 +101,7 @@ _TIME_LIMIT_HELP = "Wall-clock limit for the whole command: loading, bounding, p
 _WRITING_S_PER_TASK = 30e-6
 PlanWorkflowOpt = Annotated[
     Path | None,
-    typer.Option("--workflow", "-w", help="The workflow the plan is for [default: the one the plan was made from]."),
+    typer.Option("--workflow", "-w", help="The workflow the plan is for (default: the one the plan names)."),
 ]
 
 
@@ -454,7 +454,7 @@ def gantt(
         typer.Option(
             "--workflow",
             "-w",
-            help="Colour by the workflow's categories [default: the plan's, where it names one].",
+            help="Colour by the workflow's categories (default: the one the plan names, if a file).",
         ),
     ] = None,
 ) -> None:

@@ -188,8 +188,8 @@ def simulate(
         Path | None,
         typer.Option(
             "--planned",
-            help="With --repair: the workflow the plan was made from [default: the file the plan names, else "
-            "read from the plan's own durations].",
+            help="With --repair: the workflow the plan was made from (default: the file the plan names, else "
+            "read from the plan's own durations).",
         ),
     ] = None,
     slack: Annotated[
