@@ -71,6 +71,11 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("plan_dir", "", "Where each DAG's current plan and plan history live; empty: $AIRFLOW_HOME/agora/plans."),
     Setting(
+        "plan_history_max",
+        "100",
+        "History entries kept per DAG; agora_reoptimize drops older ones no run names (0: all).",
+    ),
+    Setting(
         "state_dir",
         "",
         "Where the executor keeps one directory per task attempt (workload, worker log, result); "

@@ -34,7 +34,8 @@ from agora_optimizer.model.catalog import Catalog
 from agora_optimizer.model.plan import Objective
 from agora_optimizer.model.workflow import Workflow
 from agora_optimizer.optimize.optimize import optimize
-from agora_optimizer.planning.replan import Done, Running, TaskState, replan
+from agora_optimizer.planning.replan import replan
+from agora_optimizer.planning.run_state import Done, Running, TaskState
 
 QUARTER = 0.25
 TIME_LIMIT_S = 5.0

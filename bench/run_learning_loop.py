@@ -22,7 +22,9 @@ times that fastest predicted plan's makespan. That plan runs on the true runtime
   predictions are in the replay's units. The plan is made in this process from the predictor trained
   as above (with the platform latency learned from this Airflow's runs so far) and put in force with
   the workflow it was made from, as ``agora optimize --apply`` does; the AgoraExecutor runs it and
-  repairs it; then the one-type default made from the same predictions runs. Each run's record
+  repairs it; once every plan has run, the one-type defaults made from the same predictions run, the
+  scheduler restarted with repairs off (``[agora] replan_slack`` 0: Airflow without agora would not
+  repair them; a kill for memory still retries). Each run's record
   (``agora runs show``) gives the actual makespan, cost and repairs; the simulated run of the same
   plan is kept beside it (``simulated_*``), as is the memory each task reserved against its peak.
   Planning goes through the same predictor as ``--simulate``, not through ``agora optimize
@@ -194,9 +196,9 @@ def _run_in(
     """:func:`_real_runs` in the scratch directory ``root`` (Airflow's home, the traces, the plans)."""
     from agora_optimizer.integration.airflow_dag import learned_platform_latency
     from agora_optimizer.predict.latency import with_platform_latency
-    from agora_optimizer.traces.store import TraceStore
 
     dag = _dag_module()
+    timeout = args.run_timeout_s
     scale = _scale(args)
     attempts = {path: attempts_from_wfformat(path) for path in train}
     airflow = replay_deployment(
@@ -213,6 +215,7 @@ def _run_in(
         airflow.start()
         for path in held_out:
             airflow.wait_for_dag(DAG_ID_PREFIX + dag._sanitized(path.stem), timeout_s=300)
+        pending = []
         for path in held_out:
             began = time.perf_counter()
             dag_id = DAG_ID_PREFIX + dag._sanitized(path.stem)
@@ -233,31 +236,46 @@ def _run_in(
                 "simulated_repairs": len(simulated.repairs),
             }
             predicted = _renamed(planned.predicted, ids, dag_id)
-            plans = {"agora": planned.plan, "default": planned.default}
-            for kind, plan in plans.items():
-                if plan is None:
-                    continue
-                version = runs.apply(dag_id, _renamed_plan(plan, ids, dag_id), predicted)
-                runs.wait_in_force(dag_id, version)
-                run_id, state, record = runs.run(dag_id, {}, args.run_timeout_s)
-                with TraceStore(store_url) as store:
-                    tried = store.attempts(dag_id=dag_id, run_id=run_id)
-                prefix = "" if kind == "agora" else "default_"
-                result.update({
-                    f"{prefix}run_id": run_id,
-                    f"{prefix}state": state,
-                    f"{prefix}actual_makespan_s": record.get("actual_makespan_s"),
-                    f"{prefix}actual_cost_usd": record.get("actual_cost_usd"),
-                    f"{prefix}repairs": len(record.get("repairs") or []),
-                    f"{prefix}record_planned_makespan_s": record.get("planned_makespan_s"),
-                    **({f"{prefix}{k}": v for k, v in _memory(tried).items()}),
-                })  # fmt: skip
+            result.update(
+                _run_plan(runs, store_url, dag_id, _renamed_plan(planned.plan, ids, dag_id), predicted, "", timeout)
+            )
             made = result.get("actual_makespan_s")
             result["deadline_met"] = made is not None and made <= planned.deadline_s * (1 + 1e-9)
             result["wall_s"] = time.perf_counter() - began
+            pending.append((result, planned.default, ids, dag_id, predicted))
+        # The defaults run as Airflow without agora's repairs would run them (a kill for memory still retries).
+        airflow.stop("scheduler")
+        airflow.extra_env = {**airflow.extra_env, "AIRFLOW__AGORA__REPLAN_SLACK": "0"}
+        airflow.start("scheduler")
+        for result, default, ids, dag_id, predicted in pending:
+            if default is not None:
+                renamed = _renamed_plan(default, ids, dag_id)
+                result.update(_run_plan(runs, store_url, dag_id, renamed, predicted, "default_", timeout))
             results.append(result)
             _show(result)
     return results
+
+
+def _run_plan(
+    runs: ReplayRuns, store_url: str, dag_id: str, plan: Plan, predicted: Workflow, prefix: str, timeout_s: float
+) -> dict[str, Any]:
+    """Put ``plan`` in force for ``dag_id``, run the DAG once, and return the run's fields (names ``prefix``-ed)."""
+    from agora_optimizer.traces.store import TraceStore
+
+    version = runs.apply(dag_id, plan, predicted)
+    runs.wait_in_force(dag_id, version)
+    run_id, state, record = runs.run(dag_id, {}, timeout_s)
+    with TraceStore(store_url) as store:
+        tried = store.attempts(dag_id=dag_id, run_id=run_id)
+    return {
+        f"{prefix}run_id": run_id,
+        f"{prefix}state": state,
+        f"{prefix}actual_makespan_s": record.get("actual_makespan_s"),
+        f"{prefix}actual_cost_usd": record.get("actual_cost_usd"),
+        f"{prefix}repairs": len(record.get("repairs") or []),
+        f"{prefix}record_planned_makespan_s": record.get("planned_makespan_s"),
+        **({f"{prefix}{k}": v for k, v in _memory(tried).items()}),
+    }
 
 
 def _memory(tried: list[Any]) -> dict[str, Any]:

@@ -44,8 +44,9 @@ from agora_optimizer.model.catalog import Catalog
 from agora_optimizer.model.plan import SolverInfo
 from agora_optimizer.optimize.optimize import optimize
 from agora_optimizer.planning.leases import cost_usd, makespan_s
-from agora_optimizer.planning.replan import Done, Pending, Replan, Running, TaskState, replan
+from agora_optimizer.planning.replan import replan
 from agora_optimizer.planning.retime import retime, start_order
+from agora_optimizer.planning.run_state import Done, Pending, Replan, Running, TaskState
 from agora_optimizer.planning.validate import validate_plan
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -3,12 +3,15 @@
 Scheduled by ``[agora] reoptimize_schedule`` (default daily). A DAG opts in with the tag
 ``[agora] reoptimize_tag`` (default ``agora``). Each re-plan becomes the DAG's current plan
 (the cluster policy applies it at the next parse) and is kept in its plan history
-(``agora plans history DAG_ID``). Trigger it with ``{"dag_id": "..."}`` in the run's conf to
-re-plan one DAG now (the UI's re-optimize action does this).
+(``agora plans history DAG_ID``), unless it is the plan in force already; the history keeps
+``[agora] plan_history_max`` entries per DAG, and every plan a recorded run names. Trigger it
+with ``{"dag_id": "..."}`` in the run's conf to re-plan one DAG now (the UI's re-optimize action
+does this).
 """
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime
 from typing import Any
 
@@ -16,6 +19,8 @@ from airflow.sdk import DAG, get_current_context, task
 
 from agora_optimizer import settings
 from agora_optimizer.integration.reoptimize import RERUN_DAG_ID
+
+log = logging.getLogger(__name__)
 
 with DAG(
     dag_id=RERUN_DAG_ID,
@@ -64,6 +69,17 @@ with DAG(
             time_limit_s=settings.get_float("plan_time_limit_s"),
         )
         plan = stored.plan
-        return {"dag_id": dag_id, "makespan_s": plan.makespan_s, "cost_usd": plan.cost_usd, "plan": str(stored.path)}
+        if stored.unchanged:
+            log.info("%s: the new plan is the one in force (%s): no history entry added", dag_id, stored.path.name)
+        if stored.pruned:
+            log.info("%s: %d plan history entries past [agora] plan_history_max removed", dag_id, len(stored.pruned))
+        return {
+            "dag_id": dag_id,
+            "makespan_s": plan.makespan_s,
+            "cost_usd": plan.cost_usd,
+            "plan": str(stored.path),
+            "unchanged": stored.unchanged,
+            "pruned": len(stored.pruned),
+        }
 
     replan.expand(dag_id=dags_to_replan(retrain()))

@@ -258,7 +258,8 @@ def optimize(
             say(f"agora: plan written to {out}", err=True)
 
             stored = plan_store(plan_dir).save(str(dag_id), plan, workflow=wf)
-            say(f"agora: plan in force for {stored.dag_id} ({stored.path})", err=True)
+            already = " already: no history entry added" if stored.unchanged else ""
+            say(f"agora: plan in force for {stored.dag_id}{already} ({stored.path})", err=True)
     releases = {r.name: r.release_s for r in cat.resources if r.release_s > 0}
     if releases:  # the predicted queue waits: when each type's first lease may begin
         summary["release_s"] = releases

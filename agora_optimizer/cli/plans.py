@@ -53,7 +53,10 @@ def apply(
                         f"which {catalog} does not declare"
                     )
         stored = plan_store(plan_dir).save(dag_id, loaded)
-    say(f"plan of {dag_id} in force: {len(loaded.assignments)} tasks (history: {stored.path})")
+    if stored.unchanged:
+        say(f"plan of {dag_id} already in force: {len(loaded.assignments)} tasks, no history entry added")
+    else:
+        say(f"plan of {dag_id} in force: {len(loaded.assignments)} tasks (history: {stored.path})")
 
 
 @plans_app.command("show")

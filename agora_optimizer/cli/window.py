@@ -225,7 +225,8 @@ def apply_runs(store: PlanStore, runs: list[tuple[ScheduledRun, Plan]], workflow
         if item.dag_id not in first:
             first.add(item.dag_id)
             stored = store.save(item.dag_id, plan, workflow=workflow)
-            say(f"agora: plan in force for {stored.dag_id} ({stored.path})", err=True)
+            already = " already: no history entry added" if stored.unchanged else ""
+            say(f"agora: plan in force for {stored.dag_id}{already} ({stored.path})", err=True)
         say(f"agora: run {item.dag_id}@{item.run_after.isoformat()} follows {kept.path}", err=True)
 
 

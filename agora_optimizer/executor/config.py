@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 from agora_optimizer import settings
 from agora_optimizer.executor.lifecycle import LifecycleConfig, Now
-from agora_optimizer.planning.replan import REPLAN_SLACK
+from agora_optimizer.planning.run_state import REPLAN_SLACK
 from agora_optimizer.predict.memory_in_run import OOM_RETRY_GROWTH  # noqa: F401  (the jobs' and runs' retry growth)
 
 

@@ -8,7 +8,9 @@
 2. :func:`opted_in_dags` lists the DAGs of the DAG folder that carry ``[agora] reoptimize_tag``;
 3. :func:`replan` predicts each one's tasks (the store's history first, then the model,
    the DAG's hints, the defaults), optimizes it on ``[agora] catalog`` and puts the plan in
-   force through the plan store, which keeps every earlier plan in its history.
+   force through the plan store, which keeps the earlier plans in its history: a re-plan identical
+   to the plan in force adds no entry, and the oldest entries past ``[agora] plan_history_max`` go,
+   except those the DAG's recorded runs (or its traced attempts, of runs still going) name.
 """
 
 from __future__ import annotations
@@ -104,7 +106,9 @@ def replan(
     platform_latency: str = "median",
     runtime_quantile: str | None = None,
 ) -> StoredPlan:
-    """Predict, optimize and put in force a new plan for ``dag_id``; the old one stays in the history.
+    """Predict, optimize and put in force a new plan for ``dag_id``; the old one stays in the history
+    (``unchanged`` when the new plan is the one in force; ``pruned``: the history entries past the plan
+    store's limit that no run named, removed).
 
     ``platform_latency`` (median, p90 or none): what each task's duration gains for the platform's
     latency, learned from the same trace store with the DAG's edges (as ``agora optimize`` does).
@@ -129,4 +133,10 @@ def replan(
     latency = learned_platform_latency(store_url, edges, statistic)
     planned = with_platform_latency(catalog, latency, statistic)
     plan = optimize(workflow, planned, goal, catalog.source, time_limit_s)
-    return plans.save(dag_id, replace(plan, runtime_quantile=quantile_label(quantile)), workflow=workflow)
+    in_use = None
+    if plans.history_max:
+        from agora_optimizer.runs.store import RunStore
+
+        with RunStore(store_url) as runs:
+            in_use = runs.plan_versions(dag_id)
+    return plans.save(dag_id, replace(plan, runtime_quantile=quantile_label(quantile)), workflow, in_use=in_use)

@@ -3,8 +3,9 @@
 The cluster policy reads the current plan of a DAG at parse time, the rerun DAG writes a
 new one after each re-optimization, and the UI lists the history. Plans are spec files
 (``agora-plan/1``) written atomically and flushed to disk, so a reader never sees half a
-plan and a crash loses none; history is append-only, one file per time a plan was put in
-force, numbered in that order (a rollback, which applies an older plan again, comes last).
+plan and a crash loses none; history is appended to (and only its oldest entries removed, below),
+one file per time a plan was put in force, numbered in that order (a rollback, which applies an
+older plan again, comes last).
 History files are created exclusively, so two saves at the same instant, from one process
 or several, each get their own entry. Files are 0644 and directories 0755 whatever the
 umask: the api-server that shows them may run as another user.
@@ -17,6 +18,17 @@ entry appears, so an entry saved with one is never seen without it; entries save
 
 History written before the numbering (``<created_at>-<index>.json``) is still read: those
 entries come first, in the order their files were written.
+
+The history is bounded two ways, since the rerun DAG puts a plan in force at every rerun:
+
+- a plan identical to the current one (:func:`same_plan`: the same plan but for when and how long it
+  was made, and the same workflow beside it when one is given) adds no entry and leaves the current
+  plan's file, and so its version, as it was (:attr:`StoredPlan.unchanged`);
+- ``history_max`` (``[agora] plan_history_max``, 0: keep all) entries per DAG are kept: a save that is
+  told which versions recorded runs still name (``in_use``) removes the oldest entries past that
+  limit, with their workflows, but never one of those. A save told nothing removes nothing, since
+  the plan store cannot see the run records (they are a layer above it): the rerun DAG
+  (:func:`agora_optimizer.integration.reoptimize.replan`) tells it.
 
 A planned DAG run may have a plan of its own (``runs/<run_after>.json``, :meth:`PlanStore.save_run`): a
 window of many runs planned together (``agora optimize --dags ... --window 24h --apply``) gives each run
@@ -38,7 +50,7 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -94,13 +106,19 @@ class StoredPlan:
     dag_id: str
     path: Path
     plan: Plan
+    unchanged: bool = False  # saved as the current plan, which it already was: no history entry was added
+    pruned: tuple[Path, ...] = ()  # history entries removed past the store's history_max
 
 
 class PlanStore:
-    """Plans by DAG id under ``root`` (``[agora] plan_dir``)."""
+    """Plans by DAG id under ``root`` (``[agora] plan_dir``), at most ``history_max`` history entries per
+    DAG (0: all) besides those recorded runs still name (see the module's docstring)."""
 
-    def __init__(self, root: str | Path) -> None:
+    def __init__(self, root: str | Path, history_max: int = 0) -> None:
+        if history_max < 0:
+            raise PlanStoreError(f"a plan history of {history_max} entries: give 0 (keep all) or more")
         self.root = Path(root)
+        self.history_max = history_max
 
     def _dag_dir(self, dag_id: str) -> Path:
         return self.root / check_dag_id(dag_id)
@@ -108,9 +126,15 @@ class PlanStore:
     def current_path(self, dag_id: str) -> Path:
         return self._dag_dir(dag_id) / "current.json"
 
-    def save(self, dag_id: str, plan: Plan, workflow: Workflow | None = None) -> StoredPlan:
+    def save(
+        self, dag_id: str, plan: Plan, workflow: Workflow | None = None, *, in_use: Collection[str] | None = None
+    ) -> StoredPlan:
         """Make ``plan`` the DAG's current plan and append it to the history, with ``workflow`` (the one
-        the plan was made from) beside the entry when given."""
+        the plan was made from) beside the entry when given.
+
+        A plan identical to the current one (:func:`same_plan`) adds nothing: the answer is the current
+        entry, ``unchanged``. ``in_use``: the plan versions that recorded runs of the DAG name; given, the
+        oldest entries past ``history_max`` that none of them names are removed (``pruned``)."""
         history = self._dag_dir(dag_id) / "history"
         try:
             text = plan_json(plan, str(self.current_path(dag_id)))  # refuses what load_plan would
@@ -123,18 +147,55 @@ class PlanStore:
         try:
             _make_directories(history)
             with _locked(history):  # concurrent saves: numbered, and the last numbered is current
-                entry = _add_history_entry(history, text, sidecar)
-                try:
-                    write_text_atomically(self.current_path(dag_id), text, FILE_MODE, durable=True)
-                except BaseException:
-                    entry.unlink(missing_ok=True)  # history lists only plans that were put in force
-                    workflow_path(entry).unlink(missing_ok=True)
-                    raise
+                last = self._in_force(dag_id)
+                unchanged = last is not None and same_plan(last, text, sidecar)
+                if last is not None and unchanged:
+                    entry = last
+                else:
+                    entry = _add_history_entry(history, text, sidecar)
+                    try:
+                        write_text_atomically(self.current_path(dag_id), text, FILE_MODE, durable=True)
+                    except BaseException:
+                        entry.unlink(missing_ok=True)  # history lists only plans that were put in force
+                        workflow_path(entry).unlink(missing_ok=True)
+                        raise
+                pruned = self._prune(dag_id, in_use) if in_use is not None else ()
         except OSError as exc:
             raise PlanStoreError(f"plan of DAG {dag_id!r} not saved in {history.parent}: {exc}") from None
         except AgoraError as exc:
             raise PlanStoreError(f"plan of DAG {dag_id!r} not saved: {exc}") from None
-        return StoredPlan(dag_id, entry, plan)
+        return StoredPlan(dag_id, entry, load_plan(entry) if unchanged else plan, unchanged, pruned)
+
+    def _in_force(self, dag_id: str) -> Path | None:
+        """The newest history entry if the current plan is its plan (the same bytes), else None."""
+        entries = self.history(dag_id)
+        if not entries:
+            return None
+        try:
+            current = self.current_path(dag_id).read_bytes()
+            return entries[-1] if entries[-1].read_bytes() == current else None
+        except FileNotFoundError:
+            return None
+
+    def _prune(self, dag_id: str, in_use: Collection[str]) -> tuple[Path, ...]:
+        """Remove the oldest history entries (and their workflows) past ``history_max`` whose version is not
+        ``in_use``; the current plan's entry is always among the newest, so it stays."""
+        entries = self.history(dag_id)
+        if self.history_max == 0 or len(entries) <= self.history_max:
+            return ()
+        removed = []
+        for path in entries[: -self.history_max]:
+            try:
+                if plan_version(path.read_bytes()) in in_use:
+                    continue
+            except FileNotFoundError:
+                continue
+            workflow_path(path).unlink(missing_ok=True)
+            path.unlink(missing_ok=True)
+            removed.append(path)
+        if removed:
+            fsync_directory(path.parent)
+        return tuple(removed)
 
     def run_path(self, dag_id: str, run_after: datetime) -> Path:
         """Where the plan of the DAG's run at ``run_after`` is kept (:func:`run_stamp`)."""
@@ -285,6 +346,31 @@ def plan_version(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()[:12]
 
 
+def same_plan(entry: Path, text: str, workflow_text: str | None) -> bool:
+    """Whether the plan file ``text`` (with ``workflow_text`` beside it, if any) puts in force what the
+    history entry ``entry`` already does: the same plan but for ``created_at`` and the solver's report (a
+    re-plan that found the same placements), and, when a workflow is given, the same one beside it."""
+    try:
+        kept = entry.read_text(encoding="utf-8")
+        if workflow_text is not None and workflow_path(entry).read_text(encoding="utf-8") != workflow_text:
+            return False
+    except FileNotFoundError:
+        return False
+    return kept == text or _placements(kept) == _placements(text)
+
+
+def _placements(text: str) -> Any:
+    """A plan file's document without what says when and how the plan was made (``created_at``, ``solver``);
+    None if it is no JSON object."""
+    try:
+        document = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(document, dict):
+        return None
+    return {key: value for key, value in document.items() if key not in {"created_at", "solver"}}
+
+
 def run_stamp(run_after: datetime) -> str:
     """A run plan's file name stem: the run's ``run_after`` in UTC to the microsecond (``20261203T010000000000Z``),
     so that names sort by time; a time without a zone raises PlanStoreError."""
@@ -380,7 +466,19 @@ def _make_directories(path: Path) -> None:
 
 
 def default_plan_store() -> PlanStore:
-    """The store of ``[agora] plan_dir`` (default ``$AIRFLOW_HOME/agora/plans``)."""
+    """The store of ``[agora] plan_dir`` (default ``$AIRFLOW_HOME/agora/plans``), keeping ``[agora]
+    plan_history_max`` history entries per DAG."""
     from agora_optimizer import settings
 
-    return PlanStore(settings.directory("plan_dir", "plans"))
+    return PlanStore(settings.directory("plan_dir", "plans"), history_max_setting(settings.get("plan_history_max")))
+
+
+def history_max_setting(value: str) -> int:
+    """``[agora] plan_history_max`` as a count of entries: a whole number, 0 or more; else PlanStoreError."""
+    try:
+        count = int(value)
+    except ValueError:
+        count = -1
+    if count < 0:
+        raise PlanStoreError(f"[agora] plan_history_max must be a whole number, 0 (keep all) or more, got {value!r}")
+    return count

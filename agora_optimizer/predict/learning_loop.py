@@ -12,7 +12,8 @@ For one held-out WfFormat instance and a predictor trained without it (:func:`si
    once ``forecast_share`` (a quarter) of it had run;
 4. beside it, the plan made from the truth under the same deadline (its cost is the floor the issue's
    "actual cost at most 1.15x the truth plan's" compares with; None where the truth cannot meet the
-   deadline), and the one-type default (made from the same predictions, run with repairs too).
+   deadline), and the one-type default (made from the same predictions), run as Airflow without agora
+   would run it: no repair (a task killed for memory is still retried with more, as any retry would be).
 
 Each run is one JSON object with the fields of ``bench/run_learning_loop.py``'s real mode, marked
 ``"simulated": true``. :func:`simulate_instances` leaves each instance of a family out in turn and
@@ -199,7 +200,8 @@ def simulate_run(
         foreseen = forecast(run, predicted, catalog, forecast_at_s, repair) if made.assignments else None
     except AgoraError:  # a re-plan that fails there (the executor's would too): no forecast
         foreseen = None
-    default_run = _run(default, predicted, actual, catalog, settings, repair) if default is not None else None
+    unrepaired = replace(settings, slack=0.0)  # the default: what a run without agora's repairs gives
+    default_run = _run(default, predicted, actual, catalog, unrepaired, repair) if default is not None else None
     result: dict[str, Any] = {
         **plan_fields(held_out, planned, settings),
         "simulated": True,

@@ -49,7 +49,8 @@ from agora_optimizer.model.catalog import Catalog
 from agora_optimizer.model.plan import Assignment, Plan
 from agora_optimizer.model.workflow import Workflow
 from agora_optimizer.planning.leases import cost_usd, makespan_s, planned_openings
-from agora_optimizer.planning.replan import (
+from agora_optimizer.planning.replan import replan
+from agora_optimizer.planning.run_state import (
     REPLAN_SLACK,
     REPLAN_TIME_LIMIT_S,
     Done,
@@ -58,7 +59,6 @@ from agora_optimizer.planning.replan import (
     Running,
     TaskState,
     late_by_s,
-    replan,
 )
 from agora_optimizer.predict.memory_in_run import (
     CategoryMemory,

@@ -9,6 +9,7 @@ for the CLI, the UI and the executor:
   row, task rows and priced leases, in one transaction);
 - :meth:`RunStore.get` and :meth:`RunStore.list` read records back (with their repairs), and
   :meth:`RunStore.current` a run still going (its repairs and forecast so far) too;
+  :meth:`RunStore.plan_versions` the plans a DAG's runs name (which the plan history keeps);
 - :meth:`RunStore.add_leases` and :meth:`RunStore.leases`: the allocations backends report
   (:class:`~agora_optimizer.runs.lease_record.LeaseRecord`), upserted by their own key;
 - :meth:`RunStore.add_repair` and :meth:`RunStore.repairs`: what the executor repaired during a
@@ -37,7 +38,7 @@ from agora_optimizer.traces.run_tables import (
     run_tasks_table,
     runs_table,
 )
-from agora_optimizer.traces.store import TraceStore
+from agora_optimizer.traces.store import TraceStore, attempts_table
 
 DEFAULT_LIST_LIMIT = 50
 _RUN_FIELDS = (
@@ -97,6 +98,18 @@ class RunStore(TraceStore):
             return found
         repairs = self.repairs(dag_id, run_id)
         return in_progress(dag_id, run_id, tuple(repairs)) if repairs else None
+
+    def plan_versions(self, dag_id: str) -> set[str]:
+        """The plan versions the DAG's recorded runs name, and its traced attempts (of runs still going too)."""
+        with self._read() as connection:
+            named = {
+                version
+                for table in (runs_table, attempts_table)
+                for version in connection.execute(
+                    sa.select(table.c.plan_version).where(table.c.dag_id == dag_id).distinct()
+                ).scalars()
+            }
+        return named - {""}
 
     # -- what others report ----------------------------------------------------------------------
 

@@ -38,6 +38,8 @@ def test_apply_show_and_history(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert code == 0, err
     assert out.startswith("plan of etl in force: 1 tasks (history: ")
     assert _run(capsys, "plans", "apply", "etl", second, *store)[0] == 0
+    code, out, _ = _run(capsys, "plans", "apply", "etl", second, *store)  # again: the plan in force already
+    assert code == 0 and out == "plan of etl already in force: 1 tasks, no history entry added\n"
     code, out, _ = _run(capsys, "plans", "show", "etl", *store)
     assert code == 0 and json.loads(out)["makespan_s"] == 20.0
     code, out, _ = _run(capsys, "plans", "history", "etl", *store)

@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -13,11 +14,13 @@ import pytest
 
 from agora_optimizer.integration.reoptimize import RERUN_DAG_ID, retrain
 from agora_optimizer.model.plan import Assignment, Objective, Plan, SolverInfo
-from agora_optimizer.plans.store import PlanStore
+from agora_optimizer.plans.store import PlanStore, plan_version
+from agora_optimizer.runs.store import RunStore
 from agora_optimizer.traces.records import TaskAttempt
 from agora_optimizer.traces.store import TraceStore
 from harness.local_airflow import migrate_database
 from tests.conftest import CATALOGS, REPO
+from tests.runs.test_store import record as recorded_run
 
 MIB = 2**20
 RUN = """
@@ -113,16 +116,21 @@ def test_the_rerun_dag_replans_opted_in_dags_from_the_traces_and_keeps_history(t
         "AIRFLOW__AGORA__TRACE_STORE_URL": store_url,
         "AIRFLOW__AGORA__PLAN_TIME_LIMIT_S": "5",
         "AIRFLOW__AGORA__RUNTIME_QUANTILE": "p90",  # not the default's p50 (no deadline): the setting is read
+        "AIRFLOW__AGORA__PLAN_HISTORY_MAX": "1",
     }
     migrate_database(env)
     plans = PlanStore(tmp_path / "plans")
-    plans.save("agora_example_etl", stale_plan())  # the plan in force before the rerun
+    plans.save("agora_example_etl", replace(stale_plan(), cost_usd=1.0))  # an older plan no run names
+    stale = plans.save("agora_example_etl", stale_plan())  # the plan in force before the rerun
+    with RunStore(store_url) as runs:  # a recorded run names it: past the limit of 1, it is kept all the same
+        runs.put(recorded_run(dag_id="agora_example_etl", plan_version=plan_version(stale.path.read_bytes())))
     run = [sys.executable, "-c", RUN, str(dags), "agora_example_etl"]  # a run asked for one DAG, as the UI does
     result = subprocess.run(run, capture_output=True, text=True, env=env, timeout=300)
     assert "STATE success" in result.stdout, (result.stdout + result.stderr)[-5000:]
     assert "OPTED agora_example_etl\n" in result.stdout  # tagged "agora"; the rerun DAG itself is not
     assert plans.dag_ids() == ["agora_example_etl"]
-    assert len(plans.history("agora_example_etl")) == 2  # the old plan kept, the new one in force
+    # the old plan kept, the new one in force; the older one, past [agora] plan_history_max = 1, removed
+    assert len(plans.history("agora_example_etl")) == 2 and plans.history("agora_example_etl")[0] == stale.path
     current = plans.current("agora_example_etl")
     assert current is not None
     aggregate = next(a for a in current.plan.assignments if a.task == "aggregate")

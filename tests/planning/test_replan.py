@@ -30,8 +30,9 @@ from agora_optimizer.model.workflow import Edge, Task, Workflow
 from agora_optimizer.optimize.optimize import optimize
 from agora_optimizer.optimize.portfolio import Stage
 from agora_optimizer.planning.leases import cost_usd, leases, makespan_s
-from agora_optimizer.planning.replan import Done, Pending, Replan, ReplanError, Running, TaskState, replan
+from agora_optimizer.planning.replan import replan
 from agora_optimizer.planning.retime import retime, start_order
+from agora_optimizer.planning.run_state import Done, Pending, Replan, ReplanError, Running, TaskState
 from agora_optimizer.planning.validate import count_violations, validate_plan
 from agora_optimizer.predict.repair_replay import replay_with_repairs
 from tests import spec_checker

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import stat
 import threading
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -21,9 +22,10 @@ from tests.executor.test_policy import parse
 from tests.executor.test_policy import plan as policy_plan
 
 
-def plan(label: str, created_at: str = "2026-11-01T00:00:00Z") -> Plan:
-    """A one-task plan whose solver method is ``label`` (to tell plans apart)."""
-    one = Assignment("a", "c5.large", "c5.large#0", 0.0, 5.0, 1, 2**30)
+def plan(label: str, created_at: str = "2026-11-01T00:00:00Z", machine: str = "") -> Plan:
+    """A one-task plan whose solver method is ``label`` (to tell plans apart), on a machine named after it
+    unless ``machine`` is given (plans on the same machine are the same plan, whoever made them)."""
+    one = Assignment("a", "c5.large", f"c5.large#{machine or label}", 0.0, 5.0, 1, 2**30)
     return Plan("etl", "aws", Objective(), 5.0, 1.0, (one,), SolverInfo(label, "heuristic", None, 0.0), created_at)
 
 
@@ -316,3 +318,114 @@ def test_a_broken_run_plan_names_its_file_and_a_time_without_zone_is_refused(tmp
         store.run_plan("etl", RUN_AT)
     with pytest.raises(PlanStoreError, match="has no time zone"):
         store.save_run("etl", datetime(2026, 12, 3), plan("first"))
+
+
+# The history stays bounded: the rerun DAG puts a plan in force at every rerun.
+
+
+def entries(store: PlanStore, dag_id: str = "etl") -> list[str]:
+    return [path.name for path in store.history(dag_id)]
+
+
+def test_a_plan_identical_to_the_current_one_adds_no_entry(tmp_path: Path) -> None:
+    store = PlanStore(tmp_path)
+    first = store.save("etl", plan("first"), workflow=ETL)
+    current = store.current_path("etl").read_bytes()
+    again = store.save("etl", plan("first"))  # the same bytes
+    assert again.unchanged and again.path == first.path
+    # a re-plan that found the same placements: made later, by another solver, in another time
+    replanned = store.save("etl", plan("other solver", "2026-11-05T00:00:00Z", machine="first"), workflow=ETL)
+    assert replanned.unchanged and replanned.path == first.path
+    assert replanned.plan.solver.method == "first"  # the plan in force, unchanged
+    assert entries(store) == [first.path.name]
+    assert store.current_path("etl").read_bytes() == current  # its version too
+    moved = Assignment("a", "c5.xlarge", "c5.xlarge#0", 0.0, 5.0, 1, 2**30)
+    changed = store.save("etl", replace(plan("first"), assignments=(moved,)), workflow=ETL)
+    assert not changed.unchanged and len(entries(store)) == 2
+
+
+def test_the_same_plan_with_another_workflow_is_a_new_entry(tmp_path: Path) -> None:
+    store = PlanStore(tmp_path)
+    store.save("etl", plan("first"), workflow=ETL)
+    slower = Workflow.create("etl", [replace(t, runtime_s=t.runtime_s * 2) for t in ETL.tasks], list(ETL.edges))
+    saved = store.save("etl", plan("first"), workflow=slower)
+    assert not saved.unchanged and len(entries(store)) == 2
+    assert store.workflow("etl", version_of(saved.path)) == slower
+    rollback = store.save("etl", plan("second", "2026-11-02T00:00:00Z"))
+    assert not rollback.unchanged and methods(store) == ["first", "first", "second"]
+
+
+def test_the_limit_removes_the_oldest_entries_and_their_workflows(tmp_path: Path) -> None:
+    store = PlanStore(tmp_path, history_max=3)
+    saved = [store.save("etl", plan(f"p{i}"), workflow=ETL, in_use=set()) for i in range(5)]
+    assert methods(store) == ["p2", "p3", "p4"]
+    assert saved[3].pruned == (saved[0].path,) and saved[4].pruned == (saved[1].path,)
+    history = tmp_path / "etl" / "history"
+    assert sorted(p.name for p in history.iterdir()) == sorted(
+        name for s in saved[2:] for name in (s.path.name, store_module.workflow_path(s.path).name)
+    )
+    store.save("etl", plan("p5"))  # a save told nothing of the runs removes nothing
+    assert methods(store) == ["p2", "p3", "p4", "p5"]
+    assert store.save("etl", plan("p6"), in_use=set()).pruned == (saved[2].path, saved[3].path)
+    assert methods(store) == ["p4", "p5", "p6"]
+    assert store.history("etl")[-1].name.startswith("000007-")  # the numbers go on
+    assert PlanStore(tmp_path).save("etl", plan("p7"), in_use=set()).pruned == ()  # 0: keep all
+
+
+def test_an_entry_a_recorded_run_names_survives_the_limit(tmp_path: Path) -> None:
+    store = PlanStore(tmp_path, history_max=2)
+    oldest = store.save("etl", plan("p0"), workflow=ETL)
+    named = version_of(oldest.path)
+    for i in range(1, 5):
+        store.save("etl", plan(f"p{i}"), in_use={named, "0" * 12})
+    assert methods(store) == ["p0", "p3", "p4"]
+    assert store.workflow("etl", named) == ETL  # the executor can still re-plan the run that names it
+    found = store.find("etl", named)
+    assert found is not None and found.plan.solver.method == "p0"
+    store.save("etl", plan("p5"), in_use=set())  # no run names it any more
+    assert methods(store) == ["p4", "p5"]
+
+
+def test_an_identical_save_still_prunes_and_the_current_entry_is_never_pruned(tmp_path: Path) -> None:
+    store = PlanStore(tmp_path)
+    for i in range(4):
+        store.save("etl", plan(f"p{i}"))
+    kept = PlanStore(tmp_path, history_max=1).save("etl", plan("p3"), in_use=set())  # the limit lowered
+    assert kept.unchanged and len(kept.pruned) == 3 and methods(store) == ["p3"]
+    current = store.current("etl")
+    assert current is not None and store.find("etl", version_of(current.path)) is not None
+
+
+def test_concurrent_saves_under_a_limit_number_in_order_and_keep_the_newest(tmp_path: Path) -> None:
+    store = PlanStore(tmp_path, history_max=4)
+    threads_n, saves_n = 6, 5
+    start = threading.Barrier(threads_n)
+    errors: list[BaseException] = []
+
+    def saver(worker: int) -> None:
+        try:
+            start.wait()
+            for i in range(saves_n):
+                store.save("etl", plan(f"w{worker}-{i}"), in_use=set())
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=saver, args=(w,)) for w in range(threads_n)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors
+    numbers = [int(name.split("-", 1)[0]) for name in entries(store)]
+    assert numbers == list(range(threads_n * saves_n - 3, threads_n * saves_n + 1))  # the last 4 of 30
+    current = store.current("etl")
+    assert current is not None and current.plan.solver.method == methods(store)[-1]
+
+
+def test_a_limit_below_0_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(PlanStoreError, match="plan history of -1 entries"):
+        PlanStore(tmp_path, history_max=-1)
+    assert store_module.history_max_setting("100") == 100 and store_module.history_max_setting("0") == 0
+    for bad in ("-1", "2.5", "many"):
+        with pytest.raises(PlanStoreError, match=rf"\[agora\] plan_history_max must be a whole number.*{bad!r}"):
+            store_module.history_max_setting(bad)

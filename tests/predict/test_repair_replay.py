@@ -14,7 +14,8 @@ from agora_optimizer.model.plan import Objective, Plan
 from agora_optimizer.model.workflow import Task, Workflow
 from agora_optimizer.optimize.optimize import optimize
 from agora_optimizer.planning.leases import cost_usd
-from agora_optimizer.planning.replan import Done, Pending, Replan, Running, TaskState, replan
+from agora_optimizer.planning.replan import replan
+from agora_optimizer.planning.run_state import Done, Pending, Replan, Running, TaskState
 from agora_optimizer.planning.validate import validate_plan
 from agora_optimizer.predict.repair_replay import (
     RepairedRun,
@@ -119,7 +120,7 @@ def test_the_assumed_workflow_of_a_plan_gives_back_what_it_was_made_from(planned
 
 
 def test_a_repair_that_fails_leaves_the_run_under_its_plan_as_the_executor_does(planned, catalog) -> None:
-    from agora_optimizer.planning.replan import ReplanError
+    from agora_optimizer.planning.run_state import ReplanError
 
     workflow, plan = planned
     truth = _scaled(workflow, 2.0)

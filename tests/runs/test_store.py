@@ -12,6 +12,7 @@ from agora_optimizer.runs.lease_record import LeaseRecord
 from agora_optimizer.runs.record import Forecast, Repair, RunLease, RunRecord, RunTask, forecast_of
 from agora_optimizer.runs.store import RunStore
 from agora_optimizer.traces.store import SCHEMA_VERSION, TraceStore
+from tests.traces.test_store import attempt
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -110,6 +111,17 @@ def test_a_runs_forecast_is_its_last_re_plans_and_survives_the_store_while_the_r
     assert Forecast(20.0, 95.5, 0.75, T0 + timedelta(seconds=95.5)).text() == (
         "ends at 95.5 s (2026-03-01 12:01:35 UTC), costs 0.7500 USD (forecast at 20.0 s)"
     )
+
+
+def test_the_plan_versions_a_dags_runs_name_are_its_records_and_its_traced_attempts(store_url: str) -> None:
+    with RunStore(store_url) as store:
+        assert store.plan_versions("dag") == set()
+        store.put(record("r1", plan_version="aaaaaaaaaaaa"))
+        store.put(record("r2", plan_version="", planned=False))  # an unplanned run names none
+        store.put(record("r3", dag_id="other", plan_version="cccccccccccc"))
+        store.add([attempt("a", "r4", plan_version="bbbbbbbbbbbb"), attempt("b", "r4", plan_version="")])
+        assert store.plan_versions("dag") == {"aaaaaaaaaaaa", "bbbbbbbbbbbb"}  # r4 is still going
+        assert store.plan_versions("other") == {"cccccccccccc"}
 
 
 def test_reported_leases_upsert_by_allocation(store_url: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -34,7 +35,7 @@ def test_plan_reader_lists_history_newest_first_and_sees_a_new_current_plan(tmp_
     store.save("etl", plan("2026-11-01T00:00:00Z", one))
     first = reader.current("etl")
     assert first is not None and first.plan.created_at == "2026-11-01T00:00:00Z"
-    store.save("etl", plan("2026-11-02T00:00:00Z", one))
+    store.save("etl", plan("2026-11-02T00:00:00Z", replace(one, machine="c5.large#1")))  # another plan
     current = reader.current("etl")
     assert current is not None and current.plan.created_at == "2026-11-02T00:00:00Z"
     assert current.version != first.version
@@ -48,7 +49,7 @@ def test_after_a_rollback_the_history_shows_the_rolled_back_to_plan_first(tmp_pa
     reader = PlanReader(store)
     one = Assignment("a", "c5.large", "c5.large#0", 0, 5, 1, 2**30)
     old = store.save("etl", plan("2026-11-01T00:00:00Z", one))
-    store.save("etl", plan("2026-11-02T00:00:00Z", one))
+    store.save("etl", plan("2026-11-02T00:00:00Z", replace(one, machine="c5.large#1")))
     store.save("etl", load_plan(old.path))  # roll back to the first plan
     total, entries = reader.history("etl", 0, 10)
     assert total == 3

@@ -40,7 +40,7 @@ from agora_optimizer.executor.jobs.spec import JobStatus
 from agora_optimizer.executor.runs.machine_order import MachineOrder, PlannedTask, RunBook
 from agora_optimizer.model.catalog import CELERY_BACKEND, Catalog, Resource
 from agora_optimizer.model.plan import Assignment, Plan
-from agora_optimizer.planning.replan import Done, Pending, Replan, Running, TaskState, late_by_s
+from agora_optimizer.planning.run_state import Done, Pending, Replan, Running, TaskState, late_by_s
 from agora_optimizer.runs.record import Repair
 
 REPLAN_INTERVAL_S = 5.0  # at most one re-plan per run this often: drifts in between wait for the next

@@ -25,7 +25,8 @@ from agora_optimizer.executor.runs.repair import (
 from agora_optimizer.model.catalog import Catalog, Resource
 from agora_optimizer.model.plan import Plan
 from agora_optimizer.model.workflow import Workflow
-from agora_optimizer.planning.replan import REPLAN_TIME_LIMIT_S, replan
+from agora_optimizer.planning.replan import replan
+from agora_optimizer.planning.run_state import REPLAN_TIME_LIMIT_S
 from agora_optimizer.plans.store import PlanStore, default_plan_store
 from agora_optimizer.predict.memory_in_run import memory_note, raised_workflow
 

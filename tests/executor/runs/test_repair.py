@@ -25,7 +25,7 @@ from agora_optimizer.executor.runs.machine_order import MachineOrder, PlannedTas
 from agora_optimizer.executor.runs.repair import Drift, RunRepairs, late_end, replan_state
 from agora_optimizer.model.plan import Assignment, Objective, Plan, SolverInfo
 from agora_optimizer.model.workflow import Edge, Task, Workflow
-from agora_optimizer.planning.replan import Done, Pending, Running
+from agora_optimizer.planning.run_state import Done, Pending, Running
 from agora_optimizer.plans.store import PlanStore, plan_version
 from agora_optimizer.runs.store import RunStore
 from tests.executor.test_agora_executor import MIB, executor, hand_over, reconfigure, workload
