@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -43,3 +44,22 @@ def test_demo_optimizes_checks_draws_and_runs_the_example_dag_on_local_pools(tmp
         ), result.stdout[-2500:]
     assert (tmp_path / "airflow" / "traces.db").is_file()
     assert f"demo output: {tmp_path}" in result.stdout
+
+
+@pytest.mark.slow  # the tour as written: about a minute and a half (its pareto has the default 60 s limit)
+def test_the_tours_commands_run_and_print_at_most_15_lines_each(tmp_path: Path) -> None:
+    """The README's short tour, run as a reader runs it after the demo (in a checkout, the venv active): each
+    command exits 0 and prints its results in at most :data:`LINE_BUDGET` lines (details are for ``-v``)."""
+    from tests.test_guide_commands import LINE_BUDGET, fenced_blocks, fresh_checkout, sh_commands
+
+    text = (REPO / "README.md").read_text()
+    tour = text[text.index("## A short tour") :]
+    commands = sh_commands(next(block for block in fenced_blocks(tour) if block.lang == "sh"))
+    assert [c.split()[1] for c in commands] == ["optimize", "validate", "gantt", "pareto"]
+    shell = fresh_checkout(tmp_path)
+    shell.env["PATH"] = f"{Path(sys.prefix) / 'bin'}:{shell.env['PATH']}"  # source .venv/bin/activate
+    shell.env["COLUMNS"] = "80"  # a terminal's default width
+    for command in commands:
+        result = shell.run(command)
+        assert result.returncode == 0, result.show()
+        assert len(result.stdout.splitlines()) <= LINE_BUDGET, result.show()

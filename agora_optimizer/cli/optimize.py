@@ -1,7 +1,7 @@
-"""``agora optimize``, ``validate``, ``gantt`` and ``pareto``: make plans, check them against the model, draw them.
+"""``agora optimize``, ``validate`` and ``gantt``: make plans, check them against the model, draw them.
 
-Why one module of some 540 lines: the four commands of one plan file's life, over the same options and
-summary lines; most of it is ``agora optimize``'s options and what it prints.
+``agora pareto`` is :mod:`agora_optimizer.cli.pareto`; what both plan from is
+:mod:`agora_optimizer.cli.plan_input`.
 
 :func:`register` adds them to the ``agora`` app. Errors that are the input's fault are one line
 on stderr and exit code 2 (:func:`agora_optimizer.cli.common.user_errors`); ``agora validate``
@@ -11,8 +11,6 @@ exits 1 when the plan breaks a rule.
 from __future__ import annotations
 
 import json
-import os
-import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -23,6 +21,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from agora_optimizer.cli.clock import command_started
 from agora_optimizer.cli.common import (
     CatalogOpt,
     PlanCatalogOpt,
@@ -36,11 +35,24 @@ from agora_optimizer.cli.common import (
     say,
     user_errors,
 )
+from agora_optimizer.cli.plan_input import (
+    MemoryOpt,
+    PlanInputArg,
+    VerboseOpt,
+    assumed_line,
+    dag_id_of,
+    latency_lines,
+    load_plan_input,
+    plan_workflow,
+    quiet_logs,
+    required_plan_workflow,
+    stdout_to_stderr,
+)
 from agora_optimizer.errors import AgoraError
 from agora_optimizer.io.catalog_file import load_catalog
 from agora_optimizer.io.plan_file import load_plan, write_plan
 from agora_optimizer.io.wfformat import load_workflow
-from agora_optimizer.model.catalog import GIB, Catalog
+from agora_optimizer.model.catalog import Catalog
 from agora_optimizer.model.plan import Objective, Plan, SpotFigures
 from agora_optimizer.runs.record import ratio
 
@@ -84,15 +96,12 @@ def _progress_bar(label: str) -> Iterator[Callable[[str, int, int], None]]:
         yield update
 
 
-_TIME_LIMIT_HELP = "Wall-time limit for loading, bounding and planning."
-_MEMORY_HELP = "Memory reserved for tasks whose source records none."
-WorkflowArg = Annotated[Path, typer.Argument(help="A WfFormat 1.4/1.5 workflow instance (JSON).")]
-PlanInputArg = Annotated[
-    Path,
-    typer.Argument(
-        help="A WfFormat 1.4/1.5 workflow instance (JSON), or airflow:DAG_ID for a DAG of the DAG folder "
-        "(its tasks get predicted runtimes and memory)."
-    ),
+_TIME_LIMIT_HELP = "Wall-clock limit for the whole command: loading, bounding, planning and writing."
+# Time kept back from the engines for writing the plan: measured 21 us a task (a 30,000-task plan in 0.63 s).
+_WRITING_S_PER_TASK = 30e-6
+PlanWorkflowOpt = Annotated[
+    Path | None,
+    typer.Option("--workflow", "-w", help="The workflow the plan is for (default: the one the plan names)."),
 ]
 
 
@@ -105,7 +114,7 @@ def optimize(
     deadline_s: Annotated[float | None, typer.Option(help=ranged("--deadline-s", "Makespan limit in seconds."))] = None,
     budget_usd: Annotated[float | None, typer.Option(help=ranged("--budget-usd", "Cost limit in USD."))] = None,
     time_limit_s: Annotated[float, typer.Option(help=ranged("--time-limit-s", _TIME_LIMIT_HELP))] = 60.0,
-    default_memory_gib: Annotated[float, typer.Option(help=ranged("--default-memory-gib", _MEMORY_HELP))] = 1.0,
+    default_memory_gib: MemoryOpt = 1.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON summary instead of a table.")] = False,
     queue_wait_model: Annotated[
         Path | None,
@@ -171,32 +180,28 @@ def optimize(
     gantt: Annotated[
         Path | None, typer.Option(help="With --dags: draw the platform's window as one chart of machines.")
     ] = None,
+    verbose: VerboseOpt = False,
 ) -> None:
     """Plan WORKFLOW on CATALOG and write the plan to --out; or, with --dags, every run of a window."""
     from agora_optimizer.optimize.optimize import default_plan, optimize_problem
     from agora_optimizer.planning.problem import Problem, lower_bounds
     from agora_optimizer.predict.latency import statistic_of, with_platform_latency
-    from agora_optimizer.predict.runtime_quantiles import (
-        AUTO,
-        parse_quantile,
-        quantile_label,
-        quantile_reason,
-        resolve_quantile,
-    )
+    from agora_optimizer.predict.quantile_choice import AUTO, parse_quantile, quantile_label
 
-    started = time.perf_counter()  # the time limit counts loading and bounding too
+    started = command_started()  # the time limit counts the whole command: loading, bounds, planning, writing
     with user_errors():
         quantile_choice = parse_quantile(runtime_quantile)
     if dags:
         _optimize_window(dags, window, window_start, catalog, out, time_limit_s, dag_folder, store, model, apply,
-                         plan_dir, gantt, as_json, platform_latency.value, quantile_choice)  # fmt: skip
+                         plan_dir, gantt, as_json, platform_latency.value, quantile_choice, verbose)  # fmt: skip
         return
-    with user_errors():
+    dag_id = None if workflow is None else dag_id_of(workflow)
+    with user_errors(), quiet_logs(verbose, warnings=apply):
         if workflow is None:
             raise AgoraError("give a WORKFLOW (a WfFormat file or airflow:DAG_ID), or --dags with --window")
-        if apply and not str(workflow).startswith("airflow:"):  # before anything is planned or written
+        if apply and dag_id is None:  # before anything is planned or written
             raise AgoraError("--apply puts a plan in force for an Airflow DAG: give WORKFLOW as airflow:DAG_ID")
-        if quantile_choice != AUTO and not str(workflow).startswith("airflow:"):
+        if quantile_choice != AUTO and dag_id is None:
             raise AgoraError(
                 f"--runtime-quantile is for predicted runtimes (airflow:DAG_ID or --dags): {workflow} records its own"
             )
@@ -212,52 +217,57 @@ def optimize(
         cat = load_catalog(catalog)
         if queue_wait_model is not None:
             cat = _with_predicted_queue_waits(cat, queue_wait_model, queue_time_limit_s)
-        quantile = None  # the file's own runtimes
-        runtimes = f"as {workflow} records them (not predicted)"
-        if str(workflow).startswith("airflow:"):
-            from agora_optimizer.integration.airflow_dag import predicted_dag_workflow
-
-            dag_id = str(workflow).removeprefix("airflow:")
-            quantile = resolve_quantile(quantile_choice, has_deadline=deadline_s is not None)
-            runtimes = f"predicted, at {quantile_reason(quantile_choice, deadline_s is not None)}"
-            with _stdout_to_stderr():  # Airflow logs to stdout while it parses: stdout is the command's output
-                wf, origin = predicted_dag_workflow(dag_id, cat, dag_folder, store, model, quantile)
-            say(f"agora: predictions: {origin}", err=True)
-        else:
-            wf = load_workflow(workflow, default_memory_bytes=int(default_memory_gib * GIB))
+        given = load_plan_input(workflow, cat, default_memory_gib=default_memory_gib, dag_folder=dag_folder,
+                                store=store, model=model, quantile_choice=quantile_choice,
+                                has_deadline=deadline_s is not None)  # fmt: skip
+        wf = given.workflow
         goal = Objective(kind=objective.value, alpha=alpha, deadline_s=deadline_s, budget_usd=budget_usd)
         statistic = statistic_of(platform_latency.value)
-        if store is None and not str(workflow).startswith("airflow:"):
+        why_none = "--platform-latency none"
+        if store is None and dag_id is None:
             statistic = "none"  # a WfFormat file planned offline: no Airflow run of it to learn from
+            why_none = "a workflow file planned without --store"
         latency = _platform_latency(statistic, str(workflow), wf, store)
         planned = with_platform_latency(cat, latency, statistic)  # the file's catalog, each task's hold longer
         problem = Problem.create(wf, planned, goal)
-        with _progress_bar(f"planning {len(wf.tasks)} tasks") as progress:
-            plan = optimize_problem(problem, str(catalog), time_limit_s, progress=progress, started=started)
-        if quantile is not None:  # the plan says which runtimes it was made from
-            plan = replace(plan, runtime_quantile=quantile_label(quantile))
+        # Before the engines, whose time is what is left: the one-type default and the bounds of the file's catalog
+        # (a written plan, each task's own duration and its latency only in the gaps, may lease a little less
+        # than the planned holds, whose bounds the engines used).
         baseline = default_plan(wf, planned, str(catalog))
-        # The bounds of any plan the catalog file holds: a written plan (each task's own duration, its latency
-        # only in the gaps) may lease a little less than the planned holds, whose bounds the engines used.
         bounds = problem.bounds if planned is cat else lower_bounds(wf, cat, deadline_s)
+        planning_s = time_limit_s - _WRITING_S_PER_TASK * len(wf.tasks)  # writing the plan is in the limit too
+        spent_s = time.perf_counter() - started
+        if spent_s >= planning_s and wf.tasks:  # said, not hidden: the engines get only their first schedule
+            before = "start-up, loading, " + ("predicting, " if dag_id else "") + "bounds, the one-type default"
+            say(
+                f"agora: {spent_s:.1f} s of --time-limit-s {time_limit_s:g} went before planning ({before}): "
+                "the plan is the first schedule found",
+                err=True,
+            )
+        with _progress_bar(f"planning {len(wf.tasks)} tasks") as progress:
+            plan = optimize_problem(problem, str(catalog), planning_s, progress=progress, started=started)
+        plan = replace(plan, workflow_source=given.source)  # validate, gantt and simulate read it from here
+        if given.quantile is not None:  # the plan says which runtimes it was made from
+            plan = replace(plan, runtime_quantile=quantile_label(given.quantile))
         summary = _summary(plan, baseline, bounds.makespan_s, bounds.cost_usd, out)
-        summary["runtimes"] = runtimes
+        summary["runtimes"] = given.runtimes
         write_plan(plan, out)  # the summary's last line says so; the store below may fail, so it is said first
         if apply:
             from agora_optimizer.cli.plans import plan_store
 
             say(f"agora: plan written to {out}", err=True)
 
-            stored = plan_store(plan_dir).save(str(workflow).removeprefix("airflow:"), plan, workflow=wf)
+            stored = plan_store(plan_dir).save(str(dag_id), plan, workflow=wf)
             already = " already: no history entry added" if stored.unchanged else ""
             say(f"agora: plan in force for {stored.dag_id}{already} ({stored.path})", err=True)
     releases = {r.name: r.release_s for r in cat.resources if r.release_s > 0}
     if releases:  # the predicted queue waits: when each type's first lease may begin
         summary["release_s"] = releases
     summary["platform_latency"] = latency.summary(cat, statistic)
-    summary["platform_latency_lines"] = [latency.for_resource(r).describe(statistic) for r in cat.resources]
+    summary["assumed"] = assumed_line(latency, cat, statistic, why_none)
+    summary["details"] = latency_lines(latency, cat, statistic) if verbose else []
     if as_json:  # the lines are for people: the JSON has the numbers under "platform_latency"
-        out_console.print_json(json.dumps({k: v for k, v in summary.items() if k != "platform_latency_lines"}))
+        out_console.print_json(json.dumps({k: v for k, v in summary.items() if k != "details"}))
     else:
         _print_summary(summary)
 
@@ -278,19 +288,20 @@ def _optimize_window(
     as_json: bool,
     platform_latency: str,
     runtime_quantile: str | float,
+    verbose: bool,
 ) -> None:
     """``--dags``: plan every run of the window together (:mod:`agora_optimizer.cli.window`)."""
     from agora_optimizer.cli.window import plan_window
 
-    with user_errors():
+    with user_errors(), quiet_logs(verbose, warnings=apply):
         check_option("--time-limit-s", time_limit_s)
         cat = load_catalog(catalog)
         selectors = [part.strip() for item in dags for part in item.split(",") if part.strip()]
-        with _stdout_to_stderr():  # Airflow logs to stdout while it parses: stdout is the command's output
+        with stdout_to_stderr():  # Airflow logs to stdout while it parses: stdout is the command's output
             summary = plan_window(selectors, window, window_start, cat, str(catalog), out, time_limit_s,
                                   dag_folder=dag_folder, store=store, model=model, apply=apply, plan_dir=plan_dir,
                                   gantt=gantt, platform_latency=platform_latency,
-                                  runtime_quantile=runtime_quantile)  # fmt: skip
+                                  runtime_quantile=runtime_quantile, started=command_started())  # fmt: skip
     if as_json:
         out_console.print_json(json.dumps(summary))
         return
@@ -304,21 +315,6 @@ def _optimize_window(
         say(f"{way}: {numbers['cost_usd']:.4f} USD, cost / lower bound {ratio_text(numbers['cost_usd'], bound)}"
             f"{'; over the counts: ' + over if over else ''}")  # fmt: skip
     say(f"plans and window.json in {out}")
-
-
-@contextmanager
-def _stdout_to_stderr() -> Iterator[None]:
-    """Send everything written to standard output (file descriptor 1, so loggers that hold the stream
-    too) to standard error meanwhile: ``--json`` output must be JSON alone."""
-    sys.stdout.flush()
-    saved = os.dup(1)
-    try:
-        os.dup2(2, 1)
-        yield
-    finally:
-        sys.stdout.flush()
-        os.dup2(saved, 1)
-        os.close(saved)
 
 
 def _platform_latency(statistic: str, workflow: str, wf: Workflow, store: str | None) -> PlatformLatency:
@@ -417,23 +413,24 @@ def _print_summary(summary: dict[str, Any]) -> None:
         say(f"against the one-type default (every task on {default['resource']}): makespan {makespan}, cost {cost}")
     for name, release_s in sorted(summary.get("release_s", {}).items()):
         say(f"{name}: released at {release_s:,.0f} s (predicted queue wait, not billed)")
-    for line in summary.get("platform_latency_lines", []):
-        say(f"platform latency: {line}")
-    say(f"runtimes: {summary['runtimes']}")
+    for line in summary["details"]:  # -v
+        say(line)
+    say(f"assumed: {summary['assumed']}; runtimes: {summary['runtimes']}")
     say(f"plan written to {summary['plan']}")
 
 
 def validate(
     plan: Annotated[Path, typer.Argument(help="A plan file (JSON).")],
-    workflow: Annotated[Path, typer.Option("--workflow", "-w", help="The workflow the plan is for.")],
+    workflow: PlanWorkflowOpt = None,
     catalog: PlanCatalogOpt = None,
 ) -> None:
     """Check PLAN against every rule of the agora model; exit 1 on any violation."""
     from agora_optimizer.planning.validate import ensure_plan_matches, validate_plan
 
     with user_errors():
-        wf = load_workflow(workflow)  # filled-in memory is the plan's to reserve: only recorded peaks bind
         loaded = load_plan(plan)
+        # filled-in memory is the plan's to reserve: only recorded peaks bind
+        wf = load_workflow(required_plan_workflow(plan, loaded, workflow))
         cat = plan_catalog(plan, loaded, catalog)
         ensure_plan_matches(loaded, wf)
         violations = validate_plan(loaded, wf, cat)
@@ -454,7 +451,12 @@ def gantt(
     plan: Annotated[Path, typer.Argument(help="A plan file (JSON).")],
     out: Annotated[Path, typer.Option("--out", "-o", help="The chart to write (.png, .svg or .pdf).")],
     workflow: Annotated[
-        Path | None, typer.Option("--workflow", "-w", help="Colour by the workflow's categories.")
+        Path | None,
+        typer.Option(
+            "--workflow",
+            "-w",
+            help="Colour by the workflow's categories (default: the one the plan names, if a file).",
+        ),
     ] = None,
 ) -> None:
     """Draw PLAN as a Gantt chart: one row per machine, tasks coloured by category."""
@@ -463,79 +465,15 @@ def gantt(
     with user_errors():
         loaded = load_plan(plan)
         categories = None
-        if workflow is not None:
-            categories = {t.id: t.category for t in load_workflow(workflow).tasks}
+        made_from = plan_workflow(plan, loaded, workflow, none_for_a_dag=True)
+        if made_from is not None:  # else one colour (a DAG's plan does not hold its tasks' categories)
+            categories = {t.id: t.category for t in load_workflow(made_from).tasks}
         draw_gantt(loaded, out, categories)
     say(f"chart written to {out}")
 
 
-def pareto(
-    workflow: WorkflowArg,
-    catalog: CatalogOpt,
-    out: Annotated[Path, typer.Option("--out", "-o", help="Where to write the front (JSON).")],
-    plot: Annotated[Path | None, typer.Option(help="Also draw the front (.png, .svg or .pdf).")] = None,
-    deadlines: Annotated[int, typer.Option(min=1, max=100, help="Deadlines tried between fastest and cheapest.")] = 8,
-    time_limit_s: Annotated[
-        float, typer.Option(help=ranged("--time-limit-s", "Wall-time limit for the whole front."))
-    ] = 60.0,
-    default_memory_gib: Annotated[float, typer.Option(help=ranged("--default-memory-gib", _MEMORY_HELP))] = 1.0,
-    save_plans: Annotated[
-        Path | None,
-        typer.Option(help="Also write every point of the front as a plan file into this directory (made if missing)."),
-    ] = None,
-) -> None:
-    """Trace the cost/makespan Pareto front of WORKFLOW on CATALOG."""
-    from agora_optimizer.optimize.pareto import front_plans, pareto_front, plot_front, write_front
-
-    with user_errors():
-        check_option("--time-limit-s", time_limit_s)
-        check_option("--default-memory-gib", default_memory_gib)
-        wf = load_workflow(workflow, default_memory_bytes=int(default_memory_gib * GIB))
-        cat = load_catalog(catalog)
-        if save_plans is not None:
-            _make_plan_directory(save_plans)  # before the front's minute, not after
-        front = pareto_front(wf, cat, str(catalog), deadlines=deadlines, time_limit_s=time_limit_s)
-        if plot is not None:
-            plot_front(front, plot)
-        plan_files = None
-        if save_plans is not None:
-            plan_files = _save_front_plans(front_plans(front, wf, cat), save_plans)
-        write_front(front, out, plan_files)
-    title = f"{front.workflow}: {len(front.points)} plans on the front ({len(front.candidates)} tried)"
-    rows = [
-        [f"{point.makespan_s:,.1f}", f"{point.cost_usd:.4f}", point.method, *((plan_files[i],) if plan_files else ())]
-        for i, point in enumerate(front.points)
-    ]
-    columns = ("makespan (s)", "cost (USD)", "method", *(("plan",) if plan_files else ()))
-    out_console.print(data_table(title, columns, rows))
-    say(f"front written to {out}" + (f", chart to {plot}" if plot else ""))
-    if save_plans is not None:
-        say(f"{len(front.points)} plans written to {save_plans}")
-
-
-def _make_plan_directory(directory: Path) -> None:
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise AgoraError(f"--save-plans {directory}: cannot make the directory ({exc.strerror or exc})") from None
-
-
-def _save_front_plans(plans: list[Plan], directory: Path) -> list[str]:
-    """Each plan as ``pareto-NN.json`` in ``directory`` (by increasing makespan); the file names.
-
-    A file of an earlier front with the same name is replaced (each write is atomic).
-    """
-    names = []
-    for i, plan in enumerate(plans, start=1):
-        name = f"pareto-{i:02d}.json"
-        write_plan(plan, directory / name)
-        names.append(name)
-    return names
-
-
 def register(app: typer.Typer) -> None:
-    """Add ``optimize``, ``validate``, ``gantt`` and ``pareto`` to ``app``."""
+    """Add ``optimize``, ``validate`` and ``gantt`` to ``app``."""
     app.command()(optimize)
     app.command()(validate)
     app.command()(gantt)
-    app.command()(pareto)

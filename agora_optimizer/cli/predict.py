@@ -23,6 +23,7 @@ from agora_optimizer.cli.common import (
     say,
     user_errors,
 )
+from agora_optimizer.cli.plan_input import plan_workflow
 from agora_optimizer.errors import InputFileError
 
 log = logging.getLogger(__name__)
@@ -186,7 +187,9 @@ def simulate(
     planned: Annotated[
         Path | None,
         typer.Option(
-            "--planned", help="With --repair: the workflow the plan was made from (default: read from the plan)."
+            "--planned",
+            help="With --repair: the workflow the plan was made from (default: the file the plan names, else "
+            "read from the plan's own durations).",
         ),
     ] = None,
     slack: Annotated[
@@ -207,6 +210,7 @@ def simulate(
         truth = load_workflow(actual)
         cat = plan_catalog(plan, loaded, catalog)
         if repair:
+            planned = plan_workflow(plan, loaded, planned, "--planned", none_for_a_dag=True)
             made_from = load_workflow(planned) if planned else assumed_workflow(loaded, truth, cat)
             run = replay_with_repairs(loaded, made_from, truth, cat, slack=slack)
             result = run.replay

@@ -75,9 +75,11 @@ def plan_window(
     gantt: Path | None = None,
     platform_latency: str = "median",
     runtime_quantile: str | float = "auto",
+    started: float | None = None,
 ) -> dict[str, Any]:
     """Plan the window, write its plans and summary; the summary. Raises :class:`WindowPlanError`
-    (after writing everything) when a run misses its deadline."""
+    (after writing everything) when a run misses its deadline. ``started``: the ``time.perf_counter()``
+    from which ``time_limit_s`` counts (default: now)."""
     from agora_optimizer.integration.airflow_dag import predicted_dag_workflow
     from agora_optimizer.integration.window_runs import (
         check_window,
@@ -89,9 +91,9 @@ def plan_window(
     from agora_optimizer.optimize.window import cost_lower_bound, plan_each_alone, plan_first_come, plan_jointly
     from agora_optimizer.planning.bounds import makespan_lower_bound_s
     from agora_optimizer.predict.latency import statistic_of, with_platform_latency
-    from agora_optimizer.predict.runtime_quantiles import quantile_label, quantile_reason, resolve_quantile
+    from agora_optimizer.predict.quantile_choice import quantile_label, quantile_reason, resolve_quantile
 
-    started = time.perf_counter()
+    started = time.perf_counter() if started is None else started
     statistic = statistic_of(platform_latency)
     window_s = parse_window(window)
     start = parse_start(start_text)
@@ -149,6 +151,7 @@ def plan_window(
         plan.run.name: replace(
             _plan_document(plan, catalog, catalog_label, started),
             runtime_quantile=quantiles[by_name[plan.run.name].dag_id],
+            workflow_source=f"airflow:{by_name[plan.run.name].dag_id}",
         )
         for plan in joint.plans
     }

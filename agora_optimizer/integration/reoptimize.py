@@ -118,7 +118,7 @@ def replan(
     from agora_optimizer.integration.airflow_dag import learned_platform_latency, predicted_dag_workflow
     from agora_optimizer.optimize.optimize import optimize
     from agora_optimizer.predict.latency import statistic_of, with_platform_latency
-    from agora_optimizer.predict.runtime_quantiles import parse_quantile, quantile_label, resolve_quantile
+    from agora_optimizer.predict.quantile_choice import parse_quantile, quantile_label, resolve_quantile
 
     kind = next((k for k in OBJECTIVE_KINDS if k == objective), None)
     if kind is None:

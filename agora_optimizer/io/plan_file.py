@@ -41,6 +41,7 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
         "created_at": plan.created_at,
         **({} if plan.spot is None else {"spot": asdict(plan.spot)}),
         **({} if plan.runtime_quantile is None else {"runtime_quantile": plan.runtime_quantile}),
+        **({} if plan.workflow_source is None else {"workflow_source": plan.workflow_source}),
     }
 
 
@@ -93,7 +94,15 @@ def plan_from_document(document: Any, source: str) -> Plan:
         created_at=created_at,
         spot=_spot(root.get("spot", None)),
         runtime_quantile=_runtime_quantile(root.get("runtime_quantile", None)),
+        workflow_source=_workflow_source(root.get("workflow_source", None)),
     )
+
+
+def _workflow_source(node: Node) -> str | None:
+    """The optional ``workflow_source``: the workflow file (or ``airflow:DAG_ID``) the plan was made from."""
+    if node.optional() is None:
+        return None
+    return node.string()
 
 
 def _runtime_quantile(node: Node) -> str | None:

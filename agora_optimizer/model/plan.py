@@ -74,6 +74,10 @@ class Plan:
     # The quantile of the predicted runtimes the plan was made from ("p50", "p90"); None: the workflow's own
     # runtimes (a file's recorded ones). Not in the spec, which ignores it.
     runtime_quantile: str | None = None
+    # What the plan was made from, as the command was given it: a workflow file (from the working directory
+    # then) or airflow:DAG_ID; None where not recorded (plans written before it). agora validate, gantt and
+    # simulate read the workflow from it when not given one. Not in the spec, which ignores it.
+    workflow_source: str | None = None
 
 
 def machine_type(machine: str) -> str:

@@ -57,15 +57,31 @@ def non_dominated(points: list[Point]) -> list[Point]:
 
 
 def pareto_front(
-    workflow: Workflow, catalog: Catalog, catalog_label: str, deadlines: int = 8, time_limit_s: float = 60.0
+    workflow: Workflow,
+    catalog: Catalog,
+    catalog_label: str,
+    deadlines: int = 8,
+    time_limit_s: float = 60.0,
+    started: float | None = None,
 ) -> Front:
-    started = time.perf_counter()
-    per_run = time_limit_s / (deadlines + 5)  # leaves room for the bounds, the default and the plot
+    """The front, within ``time_limit_s`` counted from ``started`` (a ``time.perf_counter()``; default: now).
+
+    The one-type default and the bounds come first; then each run of the sweep (the fastest plan, the
+    cheapest, one per deadline) gets an equal share of what is left, one share kept back for what the
+    caller does with the front (a chart, its files).
+    """
+    started = time.perf_counter() if started is None else started
+    deadline = started + time_limit_s
+    baseline = default_plan(workflow, catalog, catalog_label)
+    bounds = Problem.create(workflow, catalog, Objective()).bounds
     candidates: list[Point] = []
+    runs_left = deadlines + 3  # the fastest, the cheapest, and deadlines + 1 under a deadline
 
     def run(objective: Objective) -> list[Point]:
+        nonlocal runs_left
         problem = Problem.create(workflow, catalog, objective)
-        outcome = run_portfolio(problem, per_run)
+        outcome = run_portfolio(problem, max(deadline - time.perf_counter(), 0.0) / (runs_left + 1))
+        runs_left -= 1
         points = []
         for name, (makespan, cost) in outcome.evaluated.items():
             result = outcome.results[name]
@@ -78,13 +94,13 @@ def pareto_front(
     fastest = min(p.makespan_s for p in candidates)
     cheapest_makespan = min(candidates, key=lambda p: (p.cost_usd, p.makespan_s)).makespan_s
     for i in range(deadlines + 1):  # i = 0: the cheapest plan as fast as the fastest one
-        if time.perf_counter() - started > time_limit_s:
+        if time.perf_counter() >= deadline:
             break
-        deadline = fastest + (cheapest_makespan - fastest) * i / (deadlines + 1)
-        if i > 0 and deadline <= fastest:
+        deadline_s = fastest + (cheapest_makespan - fastest) * i / (deadlines + 1)
+        if i > 0 and deadline_s <= fastest:
             break
-        candidates += [p for p in run(Objective(kind="cost", deadline_s=deadline)) if p.makespan_s <= deadline + 1e-6]
-    baseline = default_plan(workflow, catalog, catalog_label)
+        cheapest_in_time = run(Objective(kind="cost", deadline_s=deadline_s))
+        candidates += [p for p in cheapest_in_time if p.makespan_s <= deadline_s + 1e-6]
     default = None
     if baseline is not None:
         default = Point(baseline.makespan_s, baseline.cost_usd, baseline.objective, baseline.solver.method)
@@ -93,7 +109,7 @@ def pareto_front(
         catalog=catalog_label,
         points=tuple(non_dominated(candidates)),
         candidates=tuple(replace(p, assignments=()) for p in candidates),  # only the front's schedules are kept
-        bounds=Problem.create(workflow, catalog, Objective()).bounds,
+        bounds=bounds,
         default=default,
     )
 

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from agora_optimizer.cli import main
+from agora_optimizer.io.catalog_file import load_catalog
 from tests.conftest import AWS_CATALOG, BUNDLED, CATALOGS, wfformat_15, write_json
 from tests.spec_checker import check_plan
 
@@ -48,6 +53,89 @@ def test_optimize_table_output(tmp_path: Path, capsys) -> None:
     assert "lower bound" in stdout
     assert f"runtimes: as {BLAST} records them (not predicted)" in stdout  # which numbers the plan was made from
     assert "runtime_quantile" not in json.loads((tmp_path / "p.json").read_text())
+    # What was assumed is one line; each type's latency is for -v (a file planned offline: none, so none at all)
+    assumed = [line for line in stdout.splitlines() if line.startswith("assumed: ")]
+    assert assumed == [
+        "assumed: no platform latency (a workflow file planned without --store); "
+        f"runtimes: as {BLAST} records them (not predicted)"
+    ]
+    assert "platform latency:" not in stdout and len(stdout.splitlines()) <= 15
+
+
+@pytest.mark.slow  # plans for seconds
+def test_each_types_platform_latency_is_shown_only_with_verbose(tmp_path: Path, capsys) -> None:
+    """The issue: 27 lines "platform latency: TYPE: ..." on every optimize, though the user never asked."""
+    store = ("--store", f"sqlite:///{tmp_path / 'traces.db'}")  # an empty store: the measured defaults
+    argv = ("optimize", BLAST, "-c", AWS_CATALOG, "-o", tmp_path / "p.json", *store, *QUICK)
+    code, quiet, _ = _run(capsys, *argv)
+    assert code == 0
+    types = len(load_catalog(AWS_CATALOG).resources)
+    (assumed,) = [line for line in quiet.splitlines() if line.startswith("assumed: ")]
+    assert f"assumed: platform latency +0.77 s per task (median; types: {types} from the measured defaults" in assumed
+    assert "platform latency:" not in quiet and len(quiet.splitlines()) <= 15
+    code, verbose, _ = _run(capsys, *argv, "-v")
+    assert code == 0
+    lines = verbose.splitlines()
+    assert sum(line.startswith("platform latency: ") for line in lines) == types
+    assert len(lines) == len(quiet.splitlines()) + types
+
+
+@pytest.mark.slow  # plans for seconds
+def test_validate_and_gantt_read_the_workflow_and_catalog_the_plan_names(
+    tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "w.json").write_bytes(BLAST.read_bytes())
+    (tmp_path / "aws.yaml").write_bytes(AWS_CATALOG.read_bytes())
+    assert _run(capsys, "optimize", "w.json", "-c", "aws.yaml", "-o", "p.json", *QUICK)[0] == 0
+    written = json.loads((tmp_path / "p.json").read_text())
+    assert (written["workflow_source"], written["catalog"]) == ("w.json", "aws.yaml")
+    code, stdout, stderr = _run(capsys, "validate", "p.json")
+    assert code == 0, stderr
+    assert stdout.startswith("p.json: valid (43 tasks, makespan ")
+    code, stdout, stderr = _run(capsys, "gantt", "p.json", "-o", "p.png")
+    assert (code, stdout) == (0, "chart written to p.png\n"), stderr
+    # A plan written before plans named their workflow: one line saying what to pass, and the flag still works.
+    del written["workflow_source"]
+    (tmp_path / "old.json").write_text(json.dumps(written))
+    code, stdout, stderr = _run(capsys, "validate", "old.json")
+    assert (code, stdout) == (2, "")
+    assert stderr == (
+        "agora: error: old.json: field 'workflow_source': the plan does not name the workflow it was made from: "
+        "pass --workflow\n"
+    )
+    assert _run(capsys, "validate", "old.json", "--workflow", "w.json")[0] == 0
+    # A DAG's plan names the DAG, whose runtimes were predicted: validate asks for the file, gantt draws it anyway.
+    (tmp_path / "dag.json").write_text(json.dumps({**written, "workflow_source": "airflow:etl"}))
+    code, _, stderr = _run(capsys, "validate", "dag.json")
+    assert code == 2 and "made from airflow:etl's predicted runtimes, not a file: pass --workflow" in stderr
+    assert _run(capsys, "gantt", "dag.json", "-o", "dag.png")[0] == 0
+
+
+@pytest.mark.slow  # seconds: a 2,000-task workflow planned twice in processes of their own
+def test_the_time_limit_is_the_whole_commands_wall_clock_limit(tmp_path: Path) -> None:
+    """The issue: --time-limit-s 5 took 16 s. The limit holds from the process's start (imports, loading, bounds,
+    the one-type default, planning, writing) within a second, unless what comes before the search (timed with
+    the smallest limit, in the same conditions: a loaded machine slows both) takes longer."""
+    width = 40
+    tasks = [
+        {"id": f"t{i}", "runtime": 10.0 + i % 97, "parents": [f"t{i - width}"] if i >= width else []}
+        for i in range(2000)
+    ]
+    workflow = write_json(tmp_path / "wide.json", wfformat_15(tasks, name="wide"))
+    command = [sys.executable, "-m", "agora_optimizer", "optimize", str(workflow), "-c", str(AWS_CATALOG)]
+
+    def wall_s(limit_s: float) -> float:
+        started = time.perf_counter()
+        out = ["-o", str(tmp_path / f"p{limit_s:g}.json"), "--time-limit-s", str(limit_s)]
+        done = subprocess.run([*command, *out], capture_output=True, text=True, check=False)
+        assert done.returncode == 0, done.stderr
+        return time.perf_counter() - started
+
+    floor_s = wall_s(0.01)  # start-up, loading, bounds, the default and one schedule: the least a plan takes
+    limited_s = wall_s(6.0)
+    assert limited_s < max(6.0, floor_s) + 1.0, f"{limited_s:.1f} s for --time-limit-s 6 (at least {floor_s:.1f} s)"
+    assert check_plan(json.loads((tmp_path / "p6.json").read_text()), workflow, AWS_CATALOG) == []
 
 
 @pytest.mark.slow  # plans for seconds
@@ -378,3 +466,15 @@ def test_a_runtime_quantile_for_a_workflow_file_or_out_of_range_is_refused(
     code, stdout, stderr = _run(capsys, "optimize", BLAST, "-c", AWS_CATALOG, "-o", out, "--runtime-quantile", value)
     assert (code, stdout, stderr) == (2, "", f"agora: error: {message}\n")
     assert not out.exists()
+
+
+def test_a_limit_spent_before_planning_is_said_and_the_first_schedule_is_the_plan(tmp_path: Path, capsys) -> None:
+    argv = ("optimize", BLAST, "-c", AWS_CATALOG, "-o", tmp_path / "p.json", "--time-limit-s", "0.01")
+    code, _, stderr = _run(capsys, *argv)
+    assert code == 0
+    assert re.fullmatch(
+        r"agora: [\d.]+ s of --time-limit-s 0\.01 went before planning \(start-up, loading, bounds, the one-type "
+        r"default\): the plan is the first schedule found\n",
+        stderr,
+    ), stderr
+    assert check_plan(json.loads((tmp_path / "p.json").read_text()), BLAST, AWS_CATALOG) == []

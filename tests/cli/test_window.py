@@ -133,6 +133,7 @@ def test_the_nightly_dags_runs_are_planned_together_within_the_counts_and_put_in
         assert row["on_time"] and plan.makespan_s <= row["deadline_s"]
         assert plan.objective.deadline_s == row["deadline_s"] and plan.objective.kind == "cost"
         assert plan.runtime_quantile == row["runtime_quantile"] == "p90"  # auto, under a deadline: and it says so
+        assert plan.workflow_source == f"airflow:{row['dag_id']}"  # what it was made from
         placed = {a.task: a for a in plan.assignments}
         assert set(placed) == {"extract", "work_0", "work_1", "work_2"}
         for a in placed.values():  # each task's own run written (runtime / speed), at the end of its hold

@@ -97,7 +97,7 @@ def test_a_deadline_plans_from_the_p90_runtimes_and_says_so(tmp_path: Path) -> N
         )  # fmt: skip
         assert result.returncode == 0, result.stderr
         plans[quantile] = load_plan(out)
-        lines[quantile] = [line for line in result.stdout.splitlines() if line.startswith("runtimes:")]
+        lines[quantile] = [line.split("; ")[-1] for line in result.stdout.splitlines() if line.startswith("assumed:")]
     assert lines == {
         "p50": ["runtimes: predicted, at p50, as asked"],
         "auto": ["runtimes: predicted, at p90, auto: a deadline is set"],
@@ -328,3 +328,44 @@ def test_the_sizes_a_plan_used_are_named_for_a_few_tasks_and_counted_for_the_res
     )
     assert inputs_note(shape, planned).endswith("t4 400 bytes in 1 file (inlets), mapped 600 bytes in 1 file (inlets)")
     assert inputs_note(shape, dict.fromkeys(planned, TaskInputs())) == ""
+
+
+def test_planning_a_dag_says_nothing_of_airflow_unless_verbose(tmp_path: Path) -> None:
+    """The issue: optimize airflow:DAG, which only plans, printed Airflow's log lines and a warning that plans
+    are not applied (the executor is not configured); that warning matters only with --apply."""
+    common = (
+        "optimize", f"airflow:{DAG_ID}", "--catalog", str(REPO / "catalogs" / "local.yaml"),
+        "--dag-folder", str(REPO / "dags"), "--store", f"sqlite:///{tmp_path / 'traces.db'}", "--time-limit-s", "3",
+    )  # fmt: skip
+    not_applied = "[agora] executor 'agora' is not in [core] executor; plans are not applied"
+    quiet = _agora(tmp_path, *common, "-o", str(tmp_path / "quiet.json"))
+    assert quiet.returncode == 0, quiet.stderr
+    assert len(quiet.stdout.splitlines()) <= 15
+    # where the predictions came from, and nothing else (but that the limit went on them, on a loaded machine)
+    (predictions,) = [line for line in quiet.stderr.splitlines() if "went before planning" not in line]
+    assert predictions.startswith("agora: predictions: ")
+    verbose = _agora(tmp_path, *common, "-o", str(tmp_path / "verbose.json"), "-v")
+    assert verbose.returncode == 0, verbose.stderr
+    assert "Filling up the DagBag" in verbose.stderr and not_applied in verbose.stderr  # the warning is real
+    plans = ("--apply", "--plan-dir", str(tmp_path / "plans"))
+    applied = _agora(tmp_path, *common, "-o", str(tmp_path / "applied.json"), *plans)
+    assert applied.returncode == 0, applied.stderr
+    assert not_applied in applied.stderr and "Filling up the DagBag" not in applied.stderr
+    assert load_plan(tmp_path / "quiet.json").workflow_source == f"airflow:{DAG_ID}"  # what the plan was made from
+
+
+def test_pareto_traces_the_front_of_a_dag_read_as_optimize_reads_it(tmp_path: Path) -> None:
+    """The issue: agora pareto airflow:agora_example_etl said "no such file"."""
+    result = _agora(
+        tmp_path, "pareto", f"airflow:{DAG_ID}", "--catalog", str(REPO / "catalogs" / "local.yaml"),
+        "--dag-folder", str(REPO / "dags"), "--store", f"sqlite:///{tmp_path / 'traces.db'}", "--deadlines", "2",
+        "--time-limit-s", "3", "--out", str(tmp_path / "front.json"), "--save-plans", str(tmp_path / "front"),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    front = json.loads((tmp_path / "front.json").read_text())
+    assert front["workflow"] == DAG_ID and front["points"]
+    assert "runtimes: predicted, at p50, auto: no deadline" in result.stdout  # the hints, as optimize reads them
+    assert [line.split(":")[1] for line in result.stderr.splitlines()] == [" predictions"]
+    first = load_plan(tmp_path / "front" / "pareto-01.json")
+    assert first.workflow_source == f"airflow:{DAG_ID}"
+    assert {a.task for a in first.assignments} == {"extract", "clean", "aggregate", "profile", "load"}

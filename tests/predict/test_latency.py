@@ -253,7 +253,11 @@ def test_agora_optimize_shows_the_latency_of_each_resource(tmp_path: Path, capsy
         )
     argv = ["optimize", str(wf_path), "-c", str(cat_path), "-o", str(tmp_path / "p.json"), "--time-limit-s", "2"]
 
-    assert main([*argv, "--store", url]) == 0
+    assert main([*argv, "--store", url]) == 0  # one line of what was assumed
+    (assumed,) = [line for line in capsys.readouterr().out.splitlines() if "latency" in line]
+    assert assumed.startswith("assumed: platform latency +")
+    assert "(median; types: 1 learned from the trace store, 1 from the measured defaults; -v for each)" in assumed
+    assert main([*argv, "--store", url, "-v"]) == 0  # and each type's
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("platform latency:")]
     end = MEASURED_DEFAULTS["local"].end
     assert lines[0].startswith(f"platform latency: pool-a: +{0.25 + end.median_s:.2f} s per task (median)")
