@@ -216,12 +216,12 @@ def _run_in(
         for path in held_out:
             airflow.wait_for_dag(DAG_ID_PREFIX + dag._sanitized(path.stem), timeout_s=300)
         pending = []
+        edges = _dag_edges(dag, held_out)  # every DAG's: a task's ready time is its parents' end, not its queued time
         for path in held_out:
             began = time.perf_counter()
             dag_id = DAG_ID_PREFIX + dag._sanitized(path.stem)
             recorded = load_workflow(path)
             ids = dag.airflow_task_ids([t.id for t in recorded.tasks])
-            edges = {dag_id: [(ids[e.parent], ids[e.child]) for e in recorded.edges]}
             catalog = with_platform_latency(
                 load_catalog(catalog_path), learned_platform_latency(store_url, edges), "median"
             )
@@ -278,6 +278,17 @@ def _run_plan(
         f"{prefix}record_planned_makespan_s": record.get("planned_makespan_s"),
         **({f"{prefix}{k}": v for k, v in _memory(tried).items()}),
     }
+
+
+def _dag_edges(dag: ModuleType, held_out: list[Path]) -> dict[str, list[tuple[str, str]]]:
+    """Each replay DAG's (parent, child) task ids. Without them a task's ready time is its queued time, which the
+    executor sets when it lets a held task go: the wait for its machine's turn would not count as latency."""
+    edges: dict[str, list[tuple[str, str]]] = {}
+    for path in held_out:
+        recorded = load_workflow(path)
+        ids = dag.airflow_task_ids([t.id for t in recorded.tasks])
+        edges[DAG_ID_PREFIX + dag._sanitized(path.stem)] = [(ids[e.parent], ids[e.child]) for e in recorded.edges]
+    return edges
 
 
 def _forecast(record: dict[str, Any], share: float) -> dict[str, Any]:
