@@ -369,7 +369,10 @@ def test_the_executor_passes_an_aws_task_its_workload_and_result_through_s3(
 
 
 def test_an_aws_task_without_an_s3_prefix_fails_naming_the_setting_and_the_task(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     from airflow.utils.state import TaskInstanceState
 
@@ -382,7 +385,8 @@ def test_an_aws_task_without_an_s3_prefix_fails_naming_the_setting_and_the_task(
     executor = AgoraExecutor()
     with caplog.at_level(logging.WARNING):
         executor.start()  # said once, at start
-    assert "[agora] aws_s3_prefix is not set: every task on them will fail" in caplog.text
+    said = caplog.text + capsys.readouterr().out  # once Airflow's logging is set up, its handler prints the record
+    assert "[agora] aws_s3_prefix is not set: every task on them will fail" in said
     item = workload("t")
     hand_over(executor, [item])
     state, info = executor.get_event_buffer()[item.ti.key]
