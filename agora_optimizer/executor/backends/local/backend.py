@@ -94,7 +94,6 @@ class _Allocation:
 
     lease: MachineLease
     cpus: tuple[int, ...]
-    opened_at: datetime
     gpu_ids: tuple[str, ...] = ()
     first_start_at: datetime | None = None
     last_end_at: datetime | None = None
@@ -268,9 +267,7 @@ class LocalBackend(Backend):
         check_fits(what, lease.cores, lease.memory_bytes, f"pool {pool.name}", pool.cores, pool.memory_bytes)
         check_gpus(what, lease.gpus, f"pool {pool.name}", pool.gpus)
         cpus = machine_cpus(pool.cpu_set or sorted(os.sched_getaffinity(0)), lease.machine, lease.cores)
-        held = _Allocation(
-            lease, cpus, datetime.now(UTC), machine_gpus(self._gpus[pool.name], lease.machine, lease.gpus)
-        )
+        held = _Allocation(lease, cpus, machine_gpus(self._gpus[pool.name], lease.machine, lease.gpus))
         self._allocations[lease.key] = held
         return held
 
