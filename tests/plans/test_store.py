@@ -33,6 +33,28 @@ def methods(store: PlanStore, dag_id: str = "etl") -> list[str]:
     return [load_plan(path).solver.method for path in store.history(dag_id)]
 
 
+def save_at_once(store: PlanStore, threads_n: int, saves_n: int, **save: Any) -> None:
+    """``threads_n`` threads, started at one instant, each save ``saves_n`` plans ``w<thread>-<i>`` in order (all
+    with the same created_at), passing ``save`` on to :meth:`PlanStore.save`; none may raise."""
+    start = threading.Barrier(threads_n)
+    errors: list[BaseException] = []
+
+    def saver(worker: int) -> None:
+        try:
+            start.wait()
+            for i in range(saves_n):
+                store.save("etl", plan(f"w{worker}-{i}"), **save)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=saver, args=(w,)) for w in range(threads_n)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors
+
+
 def test_files_are_readable_by_other_users_whatever_the_umask(tmp_path: Path) -> None:
     store = PlanStore(tmp_path / "plans")
     old = os.umask(0o077)
@@ -61,23 +83,7 @@ def test_history_is_in_the_order_plans_were_put_in_force_and_a_rollback_comes_la
 def test_saves_at_the_same_instant_each_keep_their_entry(tmp_path: Path) -> None:
     store = PlanStore(tmp_path)
     threads_n, saves_n = 8, 5
-    start = threading.Barrier(threads_n)
-    errors: list[BaseException] = []
-
-    def saver(worker: int) -> None:
-        try:
-            start.wait()
-            for i in range(saves_n):
-                store.save("etl", plan(f"w{worker}-{i}"))  # the same created_at for all
-        except BaseException as exc:  # reported below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=saver, args=(w,)) for w in range(threads_n)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert not errors
+    save_at_once(store, threads_n, saves_n)
     saved = methods(store)
     assert sorted(saved) == sorted(f"w{w}-{i}" for w in range(threads_n) for i in range(saves_n))
     for w in range(threads_n):  # each thread's saves in its own order
@@ -399,23 +405,7 @@ def test_an_identical_save_still_prunes_and_the_current_entry_is_never_pruned(tm
 def test_concurrent_saves_under_a_limit_number_in_order_and_keep_the_newest(tmp_path: Path) -> None:
     store = PlanStore(tmp_path, history_max=4)
     threads_n, saves_n = 6, 5
-    start = threading.Barrier(threads_n)
-    errors: list[BaseException] = []
-
-    def saver(worker: int) -> None:
-        try:
-            start.wait()
-            for i in range(saves_n):
-                store.save("etl", plan(f"w{worker}-{i}"), in_use=set())
-        except BaseException as exc:  # reported below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=saver, args=(w,)) for w in range(threads_n)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert not errors
+    save_at_once(store, threads_n, saves_n, in_use=set())
     numbers = [int(name.split("-", 1)[0]) for name in entries(store)]
     assert numbers == list(range(threads_n * saves_n - 3, threads_n * saves_n + 1))  # the last 4 of 30
     current = store.current("etl")
