@@ -36,7 +36,9 @@ from agora_optimizer.cli.common import (
     user_errors,
 )
 from agora_optimizer.cli.plan_input import (
+    DagFolderOpt,
     MemoryOpt,
+    ModelOpt,
     PlanInputArg,
     VerboseOpt,
     assumed_line,
@@ -131,9 +133,7 @@ def optimize(
             )
         ),
     ] = 3600.0,
-    dag_folder: Annotated[
-        Path | None, typer.Option(help="For airflow:DAG_ID: the DAG folder (default: [core] dags_folder).")
-    ] = None,
+    dag_folder: DagFolderOpt = None,
     store: Annotated[
         str | None,
         typer.Option(
@@ -149,9 +149,7 @@ def optimize(
             "measured defaults; for airflow:DAG_ID, --dags, or a WfFormat WORKFLOW with --store (else none)."
         ),
     ] = PlatformLatencyKind.median,
-    model: Annotated[
-        Path | None, typer.Option(help="For airflow:DAG_ID with an empty trace store: a trained predictor dir.")
-    ] = None,
+    model: ModelOpt = None,
     runtime_quantile: Annotated[
         str,
         typer.Option(

@@ -15,7 +15,9 @@ import typer
 from agora_optimizer.cli.clock import command_started
 from agora_optimizer.cli.common import CatalogOpt, check_option, data_table, out_console, ranged, say, user_errors
 from agora_optimizer.cli.plan_input import (
+    DagFolderOpt,
     MemoryOpt,
+    ModelOpt,
     PlanInputArg,
     VerboseOpt,
     load_plan_input,
@@ -42,15 +44,11 @@ def pareto(
         Path | None,
         typer.Option(help="Also write every point of the front as a plan file into this directory (made if missing)."),
     ] = None,
-    dag_folder: Annotated[
-        Path | None, typer.Option(help="For airflow:DAG_ID: the DAG folder (default: [core] dags_folder).")
-    ] = None,
+    dag_folder: DagFolderOpt = None,
     store: Annotated[
         str | None, typer.Option(help="For airflow:DAG_ID: the trace store URL (default: [agora] trace_store_url).")
     ] = None,
-    model: Annotated[
-        Path | None, typer.Option(help="For airflow:DAG_ID with an empty trace store: a trained predictor dir.")
-    ] = None,
+    model: ModelOpt = None,
     verbose: VerboseOpt = False,
 ) -> None:
     """Trace the cost/makespan Pareto front of WORKFLOW on CATALOG."""

@@ -41,6 +41,12 @@ PlanInputArg = Annotated[
         "(its tasks get predicted runtimes and memory)."
     ),
 ]
+DagFolderOpt = Annotated[
+    Path | None, typer.Option(help="For airflow:DAG_ID: the DAG folder (default: [core] dags_folder).")
+]
+ModelOpt = Annotated[
+    Path | None, typer.Option(help="For airflow:DAG_ID with an empty trace store: a trained predictor dir.")
+]
 MemoryOpt = Annotated[
     float, typer.Option(help=ranged("--default-memory-gib", "Memory reserved for tasks whose source records none."))
 ]
