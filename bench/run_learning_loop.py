@@ -236,12 +236,12 @@ def _run_in(
                 "simulated_repairs": len(simulated.repairs),
             }
             predicted = _renamed(planned.predicted, ids, dag_id)
-            result.update(
-                _run_plan(runs, store_url, dag_id, _renamed_plan(planned.plan, ids, dag_id), predicted, "", timeout)
-            )
+            ours = _renamed_plan(planned.plan, ids, dag_id)
+            fields, record = _run_plan(runs, store_url, dag_id, ours, predicted, "", timeout)
+            result.update(fields)
             made = result.get("actual_makespan_s")
             result["deadline_met"] = made is not None and made <= planned.deadline_s * (1 + 1e-9)
-            result.update(_forecast(result.pop("_record"), settings.forecast_share))
+            result.update(_forecast(record, settings.forecast_share))
             result["wall_s"] = time.perf_counter() - began
             pending.append((result, planned.default, ids, dag_id, predicted))
         # The defaults run as Airflow without agora's repairs would run them (a kill for memory still retries).
@@ -251,7 +251,7 @@ def _run_in(
         for result, default, ids, dag_id, predicted in pending:
             if default is not None:
                 renamed = _renamed_plan(default, ids, dag_id)
-                result.update(_run_plan(runs, store_url, dag_id, renamed, predicted, "default_", timeout))
+                result.update(_run_plan(runs, store_url, dag_id, renamed, predicted, "default_", timeout)[0])
             results.append(result)
             _show(result)
     return results
@@ -259,8 +259,8 @@ def _run_in(
 
 def _run_plan(
     runs: ReplayRuns, store_url: str, dag_id: str, plan: Plan, predicted: Workflow, prefix: str, timeout_s: float
-) -> dict[str, Any]:
-    """Put ``plan`` in force for ``dag_id``, run the DAG once, and return the run's fields (names ``prefix``-ed)."""
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Put ``plan`` in force for ``dag_id``, run the DAG once: the run's fields (names ``prefix``-ed) and its record."""
     from agora_optimizer.traces.store import TraceStore
 
     version = runs.apply(dag_id, plan, predicted)
@@ -268,8 +268,7 @@ def _run_plan(
     run_id, state, record = runs.run(dag_id, {}, timeout_s)
     with TraceStore(store_url) as store:
         tried = store.attempts(dag_id=dag_id, run_id=run_id)
-    return {
-        **({"_record": record} if not prefix else {}),
+    fields = {
         f"{prefix}run_id": run_id,
         f"{prefix}state": state,
         f"{prefix}actual_makespan_s": record.get("actual_makespan_s"),
@@ -278,6 +277,7 @@ def _run_plan(
         f"{prefix}record_planned_makespan_s": record.get("planned_makespan_s"),
         **({f"{prefix}{k}": v for k, v in _memory(tried).items()}),
     }
+    return fields, record
 
 
 def _dag_edges(dag: ModuleType, held_out: list[Path]) -> dict[str, list[tuple[str, str]]]:
