@@ -2,7 +2,8 @@
 
 Engines run from the fastest to the slowest; each gets a share of the time that is
 left and the best schedule so far as its warm start, and the best schedule by
-:meth:`Problem.rank` wins (within the deadline and budget first, then by score). The
+:meth:`Problem.rank` wins (within the deadline and budget first, then by score). Under a
+deadline, the cheapest-first fleets come first (they may find nothing on time); then the
 first engine that applies (deadline-aware list scheduling under a deadline, else list scheduling)
 always completes a schedule, so there is always a plan; a later
 engine that fails, times out or does not apply only loses its own chance. While no plan meets
@@ -29,6 +30,7 @@ from agora_optimizer.engines.deadline_list import DeadlineListEngine
 from agora_optimizer.engines.exact.cpsat.engine import CpSatEngine
 from agora_optimizer.engines.exact.milp.engine import MilpEngine
 from agora_optimizer.engines.exact.shared import meets_bound
+from agora_optimizer.engines.fleet_prefix import FleetPrefixEngine
 from agora_optimizer.engines.heft import HeftEngine
 from agora_optimizer.engines.list_scheduling import ListSchedulingEngine
 from agora_optimizer.engines.local_search import LocalSearchEngine
@@ -77,8 +79,11 @@ class Outcome:
 
 def default_stages() -> list[Stage]:
     return [
-        # First where it applies (a deadline): under a deadline it is the cheapest fast plan by far, and the
-        # first engine always completes; without one it returns at once.
+        # Under a deadline only: the shortest cheapest-first fleet that keeps it (a bisection of list schedules;
+        # on few machines per type, the cheapest plan of all: engines/fleet_prefix.py).
+        Stage(FleetPrefixEngine(), share=0.3, objectives=("cost", "balanced")),
+        # Under a deadline it is the cheapest fast plan on many machines per type, and it always completes;
+        # without one it returns at once.
         Stage(DeadlineListEngine(), share=0.3, objectives=("cost", "balanced"), fast=True, completes_one=True),
         Stage(ListSchedulingEngine(), share=0.25, fast=True, completes_one=True),
         Stage(HeftEngine(), share=0.3, fast=True),
