@@ -11,6 +11,7 @@ summary. The planners only call back with numbers (:class:`~agora_optimizer.opti
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from agora_optimizer.optimize.window import WindowProgress
 
 Show = Callable[[str], None]  # shows a text in place of the one before
+REDRAW_S = 0.2  # a text shown sooner after the last is drawn at the next refresh: many small steps cost no writes
 
 
 class _Line:
@@ -65,12 +67,16 @@ def progress_line(label: str, *, quiet: bool = False) -> Iterator[Show]:
     from rich.live import Live
 
     line = _Line(label, command_started())
+    drawn_at = -math.inf
     # stdout is the command's output: only stderr's writes are moved above the line
     with Live(line, console=err_console, transient=True, redirect_stdout=False, redirect_stderr=True) as live:
 
         def show(text: str) -> None:
+            nonlocal drawn_at
             line.text = text
-            live.refresh()
+            if time.perf_counter() - drawn_at >= REDRAW_S:  # else the next refresh (4 a second) draws it
+                live.refresh()
+                drawn_at = time.perf_counter()
 
         yield show
 
