@@ -158,3 +158,17 @@ def test_traces_import_counts_the_files_and_rows_on_a_terminal(tmp_path: Path) -
     assert code == 0, shown[-2000:]
     assert re.search(rf"traces import +[\d.]+ s  0/{len(files)} files read, 0 rows", shown), shown
     assert f"{len(files)}/{len(files)} files read; writing " in shown
+
+
+@pytest.mark.slow  # fits three predictors: seconds
+def test_train_shows_the_files_read_and_each_predictor_fit_on_a_terminal(tmp_path: Path) -> None:
+    files = sorted(BUNDLED.glob("blast-*.json"))[:2]  # two runs: the predictor, then one per held-out fold
+    argv = ("train", *(x for f in files for x in ("-w", f)), "--out", tmp_path / "model")
+    code, written, _ = _on_a_terminal(tmp_path, *argv)
+    shown = _plain(written)
+    assert code == 0, shown[-2000:]
+    assert re.search(r"train +[\d.]+ s  0/2 files read, 0 rows", shown), shown
+    assert re.search(r"train +[\d.]+ s  fitting the predictor on \d+ attempts", shown), shown
+    assert "scoring on held-out runs: the predictor of fold 1/2" in shown
+    assert "scoring on held-out runs: the predictor of fold 2/2" in shown
+    assert shown.rstrip().splitlines()[-1].startswith("runtime quantiles: ")  # the summary is the last word
