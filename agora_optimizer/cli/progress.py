@@ -134,7 +134,6 @@ def window_text(state: WindowProgress, cost_bound_usd: float) -> str:
     return f"best {state.cost_usd:.4f} USD{late}{gap}; {state.stage}"
 
 
-def count_text(done: int, total: int | None, unit: str, rows: int | None = None) -> str:
-    """Work counted in units (``3/10 files``), with the rows read so far."""
-    counted = f"{done}/{total} {unit}" if total is not None else f"{done} {unit}"
-    return counted if rows is None else f"{counted}, {rows:,} rows"
+def count_text(done: int, total: int, unit: str, rows: int | None = None) -> str:
+    """Work counted in units (``3/10 files read``), with the rows read so far."""
+    return f"{done}/{total} {unit}" + ("" if rows is None else f", {rows:,} rows")
