@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import replace
 from enum import StrEnum
 from pathlib import Path
@@ -27,7 +25,6 @@ from agora_optimizer.cli.common import (
     PlanCatalogOpt,
     check_option,
     data_table,
-    err_console,
     out_console,
     plan_catalog,
     ranged,
@@ -50,6 +47,7 @@ from agora_optimizer.cli.plan_input import (
     required_plan_workflow,
     stdout_to_stderr,
 )
+from agora_optimizer.cli.progress import planning_progress
 from agora_optimizer.errors import AgoraError
 from agora_optimizer.io.catalog_file import load_catalog
 from agora_optimizer.io.plan_file import load_plan, write_plan
@@ -73,29 +71,6 @@ class PlatformLatencyKind(StrEnum):
     median = "median"
     p90 = "p90"
     none = "none"
-
-
-@contextmanager
-def _progress_bar(label: str) -> Iterator[Callable[[str, int, int], None]]:
-    """A progress bar on stderr while engines run (only on a terminal; silent in pipes and CI)."""
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-    bar = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TextColumn("{task.fields[engine]}"),
-        TimeElapsedColumn(),
-        console=err_console,
-        transient=True,
-        disable=not err_console.is_terminal,
-    )
-    task = bar.add_task(label, total=None, engine="")
-
-    def update(engine: str, done: int, planned: int) -> None:
-        bar.update(task, completed=done, total=planned, engine=engine)
-
-    with bar:
-        yield update
 
 
 _TIME_LIMIT_HELP = "Wall-clock limit for the whole command: loading, bounding, planning and writing."
@@ -242,7 +217,7 @@ def optimize(
                 "the plan is the first schedule found",
                 err=True,
             )
-        with _progress_bar(f"planning {len(wf.tasks)} tasks") as progress:
+        with planning_progress(f"planning {len(wf.tasks)} tasks", goal, quiet=as_json) as progress:
             plan = optimize_problem(problem, str(catalog), planning_s, progress=progress, started=started)
         plan = replace(plan, workflow_source=given.source)  # validate, gantt and simulate read it from here
         if given.quantile is not None:  # the plan says which runtimes it was made from
@@ -299,7 +274,8 @@ def _optimize_window(
             summary = plan_window(selectors, window, window_start, cat, str(catalog), out, time_limit_s,
                                   dag_folder=dag_folder, store=store, model=model, apply=apply, plan_dir=plan_dir,
                                   gantt=gantt, platform_latency=platform_latency,
-                                  runtime_quantile=runtime_quantile, started=command_started())  # fmt: skip
+                                  runtime_quantile=runtime_quantile, started=command_started(),
+                                  quiet=as_json)  # fmt: skip
     if as_json:
         out_console.print_json(json.dumps(summary))
         return

@@ -23,6 +23,7 @@ from agora_optimizer.cli.plan_input import (
     load_plan_input,
     quiet_logs,
 )
+from agora_optimizer.cli.progress import progress_line, sweep_text
 from agora_optimizer.errors import AgoraError
 from agora_optimizer.io.catalog_file import load_catalog
 from agora_optimizer.io.plan_file import write_plan
@@ -69,7 +70,9 @@ def pareto(
             from agora_optimizer.gantt import check_chart_path
 
             check_chart_path(plot)
-        front = pareto_front(wf, cat, str(catalog), deadlines=deadlines, time_limit_s=time_limit_s, started=started)
+        with progress_line(f"pareto front of {len(wf.tasks)} tasks") as show:
+            front = pareto_front(wf, cat, str(catalog), deadlines=deadlines, time_limit_s=time_limit_s,
+                                 started=started, progress=lambda state: show(sweep_text(state)))  # fmt: skip
         if plot is not None:
             plot_front(front, plot)
         plan_files = None

@@ -24,6 +24,7 @@ from agora_optimizer.cli.common import (
     user_errors,
 )
 from agora_optimizer.cli.plan_input import plan_workflow
+from agora_optimizer.cli.progress import count_text, progress_line
 from agora_optimizer.errors import InputFileError
 
 log = logging.getLogger(__name__)
@@ -65,13 +66,15 @@ def train(
     from agora_optimizer.traces.records import TaskAttempt
     from agora_optimizer.traces.wfformat_import import import_wfformat
 
-    with user_errors():
+    with user_errors(), progress_line("train") as show:
         if not wfinstances and not store:
             raise InputFileError("agora train", "give --wfinstances FILES/DIRS and/or --store URL")
         attempts: list[TaskAttempt] = []
         sources: list[str] = []
         skipped = 0
-        for path in _wfinstance_files(wfinstances or []) if wfinstances else []:
+        files = _wfinstance_files(wfinstances) if wfinstances else []
+        for done, path in enumerate(files):
+            show(count_text(done, len(files), "files read", rows=len(attempts)))
             result = import_wfformat(path)
             attempts.extend(result.attempts)
             skipped += len(result.skipped)
@@ -79,13 +82,19 @@ def train(
         if store:
             from agora_optimizer.traces.store import TraceStore  # the trace store's own module
 
+            show(f"reading the trace store ({len(attempts):,} rows from files)")
             with TraceStore(store) as traces:
                 stored = traces.attempts()
             attempts.extend(stored)
             sources.append(f"store: {len(stored)} attempts")
         cat = load_catalog(catalog) if catalog else None
+        show(f"fitting the predictor on {len(attempts):,} attempts")
         predictor = Predictor().fit(attempts, cat)
-        metrics = group_cv_metrics(attempts, cat)
+
+        def on_fold(fold: int, folds: int) -> None:
+            show(f"scoring on held-out runs: the predictor of fold {fold + 1}/{folds}")
+
+        metrics = group_cv_metrics(attempts, cat, on_fold=on_fold)
         directory = out or default_model_dir()
         save_predictor(predictor, directory, metrics=metrics, sources=sources)
     if skipped:

@@ -16,6 +16,7 @@ from typing import Annotated, Any
 import typer
 
 from agora_optimizer.cli.common import DagOpt, JsonOpt, command_group, data_table, number, out_console, say, user_errors
+from agora_optimizer.cli.progress import count_text, progress_line
 from agora_optimizer.traces.records import ATTEMPT_STATES, TaskAttempt
 
 traces_app = command_group("Task-attempt traces: import them from Airflow, list them, summarise them.")
@@ -41,8 +42,10 @@ def import_airflow(
     from agora_optimizer.traces.airflow_import import import_airflow_history
     from agora_optimizer.traces.store import TraceStore
 
-    with user_errors():
+    with user_errors(), progress_line("traces import-airflow") as show:
+        show(f"reading the task instances of {api_url}")
         found = import_airflow_history(api_url, user, password, dag_id=dag)
+        show(f"{found.task_instances:,} task instances read; writing {len(found.attempts):,} rows")
         with TraceStore(store_url(store)) as trace_store:
             report = trace_store.add(found.attempts)
             where = trace_store.masked_url
@@ -68,12 +71,17 @@ def import_files(
 ) -> None:
     """Import the recorded task executions of WfFormat files (e.g. WfCommons WfInstances), one DAG per file."""
     from agora_optimizer.traces.store import TraceStore
-    from agora_optimizer.traces.wfformat_import import import_wfformat
+    from agora_optimizer.traces.wfformat_import import ImportResult, import_wfformat
 
-    with user_errors():
-        found = [import_wfformat(path) for path in files]  # every file read before anything is written
+    with user_errors(), progress_line("traces import") as show:
+        found: list[ImportResult] = []
+        for done, path in enumerate(files):  # every file read before anything is written
+            show(count_text(done, len(files), "files read", rows=sum(len(result.attempts) for result in found)))
+            found.append(import_wfformat(path))
+        attempts = [a for result in found for a in result.attempts]
+        show(f"{len(files)}/{len(files)} files read; writing {len(attempts):,} rows")
         with TraceStore(store_url(store)) as trace_store:
-            report = trace_store.add([a for result in found for a in result.attempts])
+            report = trace_store.add(attempts)
             where = trace_store.masked_url
     problems = [*(p for result in found for p in result.skipped), *report.skipped]
     for problem in problems[:MAX_SKIPS_SHOWN]:

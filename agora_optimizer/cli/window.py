@@ -26,12 +26,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agora_optimizer.cli.common import json_ready, say
+from agora_optimizer.cli.progress import progress_line, window_text
 from agora_optimizer.errors import AgoraError
 from agora_optimizer.io.documents import write_text_atomically
 from agora_optimizer.model.catalog import Catalog
 from agora_optimizer.model.plan import Assignment, Objective, Plan
 from agora_optimizer.model.workflow import Workflow
-from agora_optimizer.optimize.window import RunPlan, UnplannableWindowError, WindowRun, WindowSchedule
+from agora_optimizer.optimize.window import RunPlan, UnplannableWindowError, WindowProgress, WindowRun, WindowSchedule
 from agora_optimizer.predict.latency import PlatformLatency
 
 if TYPE_CHECKING:
@@ -76,10 +77,11 @@ def plan_window(
     platform_latency: str = "median",
     runtime_quantile: str | float = "auto",
     started: float | None = None,
+    quiet: bool = False,
 ) -> dict[str, Any]:
     """Plan the window, write its plans and summary; the summary. Raises :class:`WindowPlanError`
     (after writing everything) when a run misses its deadline. ``started``: the ``time.perf_counter()``
-    from which ``time_limit_s`` counts (default: now)."""
+    from which ``time_limit_s`` counts (default: now). Progress is shown on a terminal unless ``quiet``."""
     from agora_optimizer.integration.airflow_dag import predicted_dag_workflow
     from agora_optimizer.integration.window_runs import (
         check_window,
@@ -136,13 +138,18 @@ def plan_window(
         )
     bounds = {r.name: makespan_lower_bound_s(r.workflow, catalog) for r in runs}
     impossible = {r.name for r in runs if r.deadline_s is not None and r.deadline_s < bounds[r.name] - 1e-6}
+    cost_bound_usd = cost_lower_bound(runs, catalog)
     left = max(time_limit_s - (time.perf_counter() - started), 1.0)
-    joint = plan_jointly(runs, catalog, left * JOINT_SHARE)
-    first_come = plan_first_come(runs, catalog, left * (1 - JOINT_SHARE) / 4)
-    try:  # the report's third way; none where a run's deadline cannot be met even alone
-        alone = None if impossible else plan_each_alone(runs, catalog, left * (1 - JOINT_SHARE) * 3 / 4)
-    except UnplannableWindowError:
-        alone = None
+    with progress_line(f"planning {len(runs)} runs", quiet=quiet) as show:
+        joint = plan_jointly(runs, catalog, left * JOINT_SHARE, progress=lambda s: show(window_text(s, cost_bound_usd)))
+        best = WindowProgress("for the report: first come", joint.cost_usd, len(joint.late_runs))
+        show(window_text(best, cost_bound_usd))
+        first_come = plan_first_come(runs, catalog, left * (1 - JOINT_SHARE) / 4)
+        show(window_text(replace(best, stage="for the report: each alone"), cost_bound_usd))
+        try:  # the report's third way; none where a run's deadline cannot be met even alone
+            alone = None if impossible else plan_each_alone(runs, catalog, left * (1 - JOINT_SHARE) * 3 / 4)
+        except UnplannableWindowError:
+            alone = None
     out_dir.mkdir(parents=True, exist_ok=True)
     from agora_optimizer.io.plan_file import write_plan
 
@@ -180,7 +187,7 @@ def plan_window(
         "catalog": catalog_label,
         "runs": rows,
         "dags_without_runs": idle,
-        "cost_lower_bound_usd": cost_lower_bound(runs, catalog),
+        "cost_lower_bound_usd": cost_bound_usd,
         "ways": {way.method: way_summary(way, catalog) for way in (joint, first_come, alone) if way is not None},
         "platform_latency": latency.summary(file_catalog, statistic),
     }

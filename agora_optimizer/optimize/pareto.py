@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -47,6 +48,18 @@ class Front:
     default: Point | None
 
 
+@dataclass(frozen=True)
+class SweepProgress:
+    """Where the sweep is, for a display (nothing is drawn here): the runs done of those planned (the
+    fastest, the cheapest, one per deadline), the last run's best plan, and the points on the front so far."""
+
+    done: int
+    planned: int
+    makespan_s: float | None = None
+    cost_usd: float | None = None
+    front: int = 0
+
+
 def non_dominated(points: list[Point]) -> list[Point]:
     """Points no other point beats on both makespan and cost, by increasing makespan."""
     front: list[Point] = []
@@ -63,19 +76,20 @@ def pareto_front(
     deadlines: int = 8,
     time_limit_s: float = 60.0,
     started: float | None = None,
+    progress: Callable[[SweepProgress], None] | None = None,
 ) -> Front:
     """The front, within ``time_limit_s`` counted from ``started`` (a ``time.perf_counter()``; default: now).
 
     The one-type default and the bounds come first; then each run of the sweep (the fastest plan, the
     cheapest, one per deadline) gets an equal share of what is left, one share kept back for what the
-    caller does with the front (a chart, its files).
+    caller does with the front (a chart, its files). ``progress`` is told after each run.
     """
     started = time.perf_counter() if started is None else started
     deadline = started + time_limit_s
     baseline = default_plan(workflow, catalog, catalog_label)
     bounds = Problem.create(workflow, catalog, Objective()).bounds
     candidates: list[Point] = []
-    runs_left = deadlines + 3  # the fastest, the cheapest, and deadlines + 1 under a deadline
+    planned = runs_left = deadlines + 3  # the fastest, the cheapest, and deadlines + 1 under a deadline
 
     def run(objective: Objective) -> list[Point]:
         nonlocal runs_left
@@ -84,9 +98,15 @@ def pareto_front(
         runs_left -= 1
         points = []
         for name, (makespan, cost) in outcome.evaluated.items():
+            if objective.deadline_s is not None and makespan > objective.deadline_s + 1e-6:
+                continue  # only the plans in time count under a deadline
             result = outcome.results[name]
             written = tuple(problem.written(result.assignments))
             points.append(Point(makespan, cost, objective, result.method, result.status, written))
+        if progress is not None:
+            makespan, cost = problem.evaluate(outcome.best.assignments)
+            front = len(non_dominated([*candidates, *points]))
+            progress(SweepProgress(planned - runs_left, planned, makespan, cost, front))
         return points
 
     candidates += run(Objective(kind="time"))
@@ -99,8 +119,7 @@ def pareto_front(
         deadline_s = fastest + (cheapest_makespan - fastest) * i / (deadlines + 1)
         if i > 0 and deadline_s <= fastest:
             break
-        cheapest_in_time = run(Objective(kind="cost", deadline_s=deadline_s))
-        candidates += [p for p in cheapest_in_time if p.makespan_s <= deadline_s + 1e-6]
+        candidates += run(Objective(kind="cost", deadline_s=deadline_s))
     default = None
     if baseline is not None:
         default = Point(baseline.makespan_s, baseline.cost_usd, baseline.objective, baseline.solver.method)

@@ -48,7 +48,36 @@ log = logging.getLogger(__name__)
 # proved 6 to 8 of 10 optimal and improved on the heuristics by up to 2.8 %; at 43 to 60 tasks it
 # still helped on most but found nothing in 14 s on one (1000genome, 52 tasks, balanced).
 CPSAT_MAX_TASKS = 40
-Progress = Callable[[str, int, int], None]  # (engine name, engines done, engines planned)
+
+
+@dataclass(frozen=True)
+class PortfolioProgress:
+    """Where the portfolio is, for a display (the portfolio draws nothing): the engine about to run
+    (``""`` once all are done), how many engines are done of those planned, and the best plan so far.
+
+    ``best_score`` is the objective's value (:func:`~agora_optimizer.planning.problem.score`: 1 at the
+    problem's bounds) and ``bound_score`` the best lower bound on it: 1, or higher where an exact engine
+    proved so.
+    """
+
+    engine: str
+    done: int
+    planned: int
+    best_makespan_s: float | None = None
+    best_cost_usd: float | None = None
+    best_score: float | None = None
+    bound_score: float = 1.0
+    within_limits: bool = True  # the best plan meets the deadline and budget
+
+    @property
+    def gap(self) -> float | None:
+        """How far the best plan's value may be above the optimum, as solvers say it: (best - bound) / best."""
+        if self.best_score is None or self.best_score <= 0:
+            return None
+        return max(0.0, (self.best_score - self.bound_score) / self.best_score)
+
+
+Progress = Callable[[PortfolioProgress], None]
 
 
 @dataclass(frozen=True)
@@ -115,13 +144,24 @@ def run_portfolio(
     deadline = time.perf_counter() + time_limit_s
     best: EngineResult | None = None
     best_key: tuple[float, float, float] | None = None
+    best_values: tuple[float, float] | None = None  # the best plan's (makespan, cost)
     outcome_results: dict[str, EngineResult] = {}
     evaluated: dict[str, tuple[float, float]] = {}
     one_schedule_s = 0.0  # how long the first engine's one schedule took, when it outran its share
     best_bound: float | None = None  # the best lower bound on the score that an exact engine proved
+
+    def report(engine: str, done: int) -> None:  # the best plan so far, to the caller's display
+        if progress is None:
+            return
+        makespan, cost = (None, None) if best_values is None else best_values
+        score = None if best_key is None else best_key[1]
+        within = best_key is None or best_key[0] == 0
+        progress(
+            PortfolioProgress(engine, done, len(stages), makespan, cost, score, max(1.0, best_bound or 1.0), within)
+        )
+
     for done, stage in enumerate(stages):
-        if progress:
-            progress(stage.engine.name, done, len(stages))
+        report(stage.engine.name, done)
         remaining = deadline - time.perf_counter()
         within_limits = best_key is not None and best_key[0] == 0  # rank() leads with the excess over the limits
         # A plan over the deadline or budget is no answer: until one meets them, the fast list
@@ -169,7 +209,7 @@ def run_portfolio(
         evaluated[stage.engine.name] = (makespan, cost)
         key = problem.rank(makespan, cost)
         if best is None or best_key is None or key < best_key:
-            best, best_key = result, key
+            best, best_key, best_values = result, key, (makespan, cost)
         proven = result.bound
         if proven is None and result.status == "optimal" and key[0] == 0:
             proven = key[1]  # an optimum that states no bound: its own value is one (rank() = excess, score)
@@ -185,7 +225,6 @@ def run_portfolio(
                 log.info("the best plan (%s) meets the best proven bound: optimal", best.method)
         if best.status == "optimal":
             break  # a proven optimum: no later engine can do better
-    if progress:
-        progress("done", len(stages), len(stages))
+    report("", len(stages))
     assert best is not None  # list scheduling always returns a schedule
     return Outcome(best=best, results=outcome_results, evaluated=evaluated)

@@ -53,6 +53,19 @@ class UnplannableWindowError(AgoraError):
 
 
 @dataclass(frozen=True)
+class WindowProgress:
+    """Where the window planner is, for a display (nothing is drawn here): what it does now, and the best
+    window so far: its cost and how many runs miss their deadline."""
+
+    stage: str
+    cost_usd: float | None = None
+    late_runs: int = 0
+
+
+WindowProgressFn = Callable[[WindowProgress], None]
+
+
+@dataclass(frozen=True)
 class WindowRun:
     """One DAG run of the window: its workflow, its start in the window and its deadline after that."""
 
@@ -275,16 +288,23 @@ class _Window:
 
 
 def plan_jointly(
-    runs: Sequence[WindowRun], catalog: Catalog, time_limit_s: float = 60.0, seed: int = 0
+    runs: Sequence[WindowRun],
+    catalog: Catalog,
+    time_limit_s: float = 60.0,
+    seed: int = 0,
+    progress: WindowProgressFn | None = None,
 ) -> WindowSchedule:
-    """Every run planned together (see the module's docstring)."""
+    """Every run planned together (see the module's docstring); ``progress`` is told of each step."""
     check_runs(runs, catalog)
+    tell = progress or (lambda state: None)
     budget = TimeBudget(time_limit_s)
     window = _Window(runs, catalog)
     names = [run.name for run in runs]
     # Starting points: the runs one by one in the order they start, and in the order of their deadlines,
     # each with its own plan from the portfolio where that fits beside the runs before it.
+    tell(WindowProgress("each run alone"))
     alone = _portfolio_plans(runs, catalog, TimeBudget(budget.remaining_s() * ALONE_SHARE))
+    tell(WindowProgress("first come"))
     by_start = _first_come(window, names, budget.share(4), preferred=alone)
     due = {r.name: r.offset_s + (r.deadline_s if r.deadline_s is not None else math.inf) for r in runs}
     by_deadline = _first_come(window, names, budget.share(3), key=lambda n: due[n], preferred=alone)
@@ -292,7 +312,10 @@ def plan_jointly(
     # Large-neighbourhood search: take out a few runs that overlap in time, plan them again one by one in
     # a random order on what the others leave, keep the window where it is cheaper (on time first).
     rng = random.Random(seed)
+    steps = 0
     while budget.affords() and len(names) > 1:
+        tell(WindowProgress(f"joint search, step {steps + 1}", best.cost_usd, len(best.late_runs)))
+        steps += 1
         with budget:
             spans = {p.run.name: (p.run.offset_s, p.run.offset_s + p.makespan_s) for p in best.plans}
             first = rng.choice(names)
@@ -311,6 +334,7 @@ def plan_jointly(
             trial = WindowSchedule("joint", tuple(again.get(p.run.name, p) for p in best.plans))
             if _better(trial, best, margin=1e-9):
                 best = trial
+    tell(WindowProgress("joint search done", best.cost_usd, len(best.late_runs)))
     return WindowSchedule("joint", best.plans)
 
 

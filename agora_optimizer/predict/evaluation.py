@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from agora_optimizer.model.catalog import Catalog, Resource
@@ -86,8 +86,15 @@ def scores(predictor: Predictor, attempts: Sequence[TaskAttempt]) -> dict[str, A
     }
 
 
-def group_cv_metrics(attempts: Sequence[TaskAttempt], catalog: Catalog | None = None, folds: int = 5) -> dict[str, Any]:
-    """Scores on held-out runs: ``folds`` folds of whole runs, each predicted by a model fit on the others."""
+def group_cv_metrics(
+    attempts: Sequence[TaskAttempt],
+    catalog: Catalog | None = None,
+    folds: int = 5,
+    on_fold: Callable[[int, int], None] | None = None,
+) -> dict[str, Any]:
+    """Scores on held-out runs: ``folds`` folds of whole runs, each predicted by a model fit on the others.
+
+    ``on_fold(fold, folds)`` is called before each fold's model is fit (``agora train``'s progress)."""
     runs = sorted({(a.dag_id, a.run_id) for a in attempts})
     if len(runs) < 2:
         return {"held_out_runs": None, "note": "fewer than two runs: no held-out score"}
@@ -98,6 +105,8 @@ def group_cv_metrics(attempts: Sequence[TaskAttempt], catalog: Catalog | None = 
     predicted_memory: list[float] = []
     actual_memory: list[float | None] = []
     for fold in range(k):
+        if on_fold is not None:
+            on_fold(fold, k)
         train = [a for a in attempts if fold_of[(a.dag_id, a.run_id)] != fold]
         test = [a for a in attempts if fold_of[(a.dag_id, a.run_id)] == fold]
         try:

@@ -18,7 +18,7 @@ from agora_optimizer.model.catalog import GIB, Billing, Catalog, Resource
 from agora_optimizer.model.plan import Assignment
 from agora_optimizer.model.workflow import Task, Workflow
 from agora_optimizer.optimize.optimize import build_plan
-from agora_optimizer.optimize.portfolio import Stage, run_portfolio
+from agora_optimizer.optimize.portfolio import PortfolioProgress, Stage, run_portfolio
 from agora_optimizer.planning.problem import Problem
 from agora_optimizer.planning.validate import validate_plan
 from tests.conftest import AWS_CATALOG, BUNDLED
@@ -291,3 +291,28 @@ def test_an_optimum_proven_for_the_value_a_heuristic_reached_labels_the_kept_pla
     assert later.calls == 0  # a proven optimum ends the run
     plan = build_plan(workflow, AWS, problem.objective, "c", best.assignments, best.method, 0.0, best.status, best.gap)
     assert plan.solver.status == "optimal" and validate_plan(plan, workflow, AWS) == []
+
+
+def test_the_progress_callback_is_told_the_best_plan_so_far_and_the_best_proven_bound() -> None:
+    workflow = load_workflow(BUNDLED / "blast-chameleon-small-001.json")
+    problem = Problem.create(workflow, AWS, Objective(kind="cost"))
+    first = ListSchedulingEngine().solve(problem, 2.0)
+    assert first is not None
+    value = problem.score(first.assignments)[0]
+    assert value * 0.99 > 1.0  # the proven bound below is tighter than the problem's own (1)
+    states: list[PortfolioProgress] = []
+    stages = [Stage(ListSchedulingEngine(), 0.3), Stage(_BoundOnly(value * 0.99), 0.3)]
+    outcome = run_portfolio(problem, 30.0, stages, progress=states.append)  # type: ignore[arg-type]
+    assert [(s.engine, s.done, s.planned) for s in states] == [
+        ("list-scheduling", 0, 2),
+        ("bound-only", 1, 2),
+        ("", 2, 2),  # all done
+    ]
+    assert states[0].best_score is None and states[0].gap is None  # nothing planned yet
+    makespan, cost = problem.evaluate(outcome.best.assignments)
+    after_first, last = states[1], states[2]
+    assert (after_first.best_makespan_s, after_first.best_cost_usd) == (makespan, cost)
+    assert after_first.best_score == pytest.approx(value) and after_first.bound_score == 1.0
+    assert after_first.gap == pytest.approx((value - 1.0) / value)  # to the problem's bounds
+    assert last.bound_score == pytest.approx(value * 0.99)  # the exact engine's proof is tighter
+    assert last.gap == pytest.approx(0.01) and last.within_limits

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from agora_optimizer.model.catalog import GIB, Billing, Catalog, Resource
@@ -10,6 +12,7 @@ from agora_optimizer.model.workflow import Edge, Task, Workflow
 from agora_optimizer.optimize.optimize import build_plan
 from agora_optimizer.optimize.window import (
     UnplannableWindowError,
+    WindowProgress,
     WindowRun,
     WindowSchedule,
     count_peaks,
@@ -113,10 +116,17 @@ def test_joint_planning_costs_no_more_than_first_come_and_gives_each_run_its_own
         WindowRun("tight", _fan("b", 2, 30.0), offset_s=10.0, deadline_s=31.0),
     ]
     first_come = plan_first_come(runs, catalog, time_limit_s=5.0)
-    joint = plan_jointly(runs, catalog, time_limit_s=5.0)
+    told: list[WindowProgress] = []
+    joint = plan_jointly(runs, catalog, time_limit_s=5.0, progress=told.append)
     _checked(joint, catalog)
     assert joint.late_runs == [] and first_come.late_runs == []
     assert joint.cost_usd <= first_come.cost_usd + 1e-9
+    # The display is told each step, with the best window so far: its cost never rises (no run is late)
+    assert [t.stage for t in told[:3]] == ["each run alone", "first come", "joint search, step 1"]
+    assert told[0].cost_usd is None and told[-1] == WindowProgress("joint search done", joint.cost_usd, 0)
+    costs = [t.cost_usd for t in told[2:] if t.cost_usd is not None]
+    assert len(costs) == len(told) - 2
+    assert all(later <= earlier + 1e-12 for earlier, later in itertools.pairwise(costs))
     for plan in joint.plans:  # machines TYPE#N of its own, numbered from 0; times from the run's start
         kinds: dict[str, set[str]] = {}
         for a in plan.assignments:
