@@ -13,8 +13,9 @@ the deadlines ``factor * T``. Under each deadline the cost objective (or the bal
 ``--objective balanced``) is planned with the whole portfolio (``--time-limit-s``), and its cost is
 divided by the cost lower bound under that same deadline
 (:func:`agora_optimizer.planning.bounds.cost_lower_bound_usd`): 1.00 is the bound itself, which no
-plan beats and few reach; its makespan is divided by T. ``--compare`` plans each case twice more, side by side in the
-same run: with the portfolio without the deadline-aware list scheduler (``engines/deadline_list.py``),
+plan beats and few reach; its makespan is divided by T. ``--compare`` plans each case three times
+more, side by side in the same run: with the portfolio without the cheapest-first fleets
+(``engines/fleet_prefix.py``), without the deadline-aware list scheduler (``engines/deadline_list.py``),
 and with that scheduler searching only with each type's count over the whole schedule (not also
 with the count held at every instant). Each (catalog, workflow) runs in a subprocess of its own,
 whose peak memory (``ru_maxrss``) is reported. Every plan is checked by
@@ -37,12 +38,13 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-COMPARED = ("without-deadline-list", "whole-schedule-counts")
+COMPARED = ("without-fleet-prefix", "without-deadline-list", "whole-schedule-counts")
 sys.path.insert(0, str(ROOT))
 
 
 def plan_case(workflow_path: str, catalog_path: str, factors: list[float], args: argparse.Namespace) -> dict[str, Any]:
     from agora_optimizer.engines.deadline_list import DeadlineListEngine
+    from agora_optimizer.engines.fleet_prefix import FleetPrefixEngine
     from agora_optimizer.errors import InfeasibleObjectiveError
     from agora_optimizer.io.catalog_file import load_catalog
     from agora_optimizer.io.wfformat import load_workflow
@@ -58,6 +60,7 @@ def plan_case(workflow_path: str, catalog_path: str, factors: list[float], args:
     fastest = optimize(workflow, catalog, Objective(kind="time"), catalog_path, args.time_plan_s)
     rows: list[dict[str, Any]] = []
     without = [s for s in default_stages() if not isinstance(s.engine, DeadlineListEngine)]
+    without_fleet = [s for s in default_stages() if not isinstance(s.engine, FleetPrefixEngine)]
     whole_schedule_counts = [  # the deadline-aware scheduler's counts over the whole schedule only
         replace(s, engine=DeadlineListEngine(instant_counts=False)) if isinstance(s.engine, DeadlineListEngine) else s
         for s in default_stages()
@@ -66,7 +69,11 @@ def plan_case(workflow_path: str, catalog_path: str, factors: list[float], args:
         deadline = factor * fastest.makespan_s
         bound = cost_lower_bound_usd(workflow, catalog, deadline)
         row: dict[str, Any] = {"factor": factor, "deadline_s": deadline, "cost_bound_usd": bound}
-        compared = {"without-deadline-list": without, "whole-schedule-counts": whole_schedule_counts}
+        compared = {
+            "without-fleet-prefix": without_fleet,
+            "without-deadline-list": without,
+            "whole-schedule-counts": whole_schedule_counts,
+        }
         variants = [("agora", None), *(((name, compared[name]) for name in COMPARED) if args.compare else [])]
         for name, stages in variants:
             began = time.perf_counter()
@@ -85,6 +92,7 @@ def plan_case(workflow_path: str, catalog_path: str, factors: list[float], args:
                 "makespan_s": plan.makespan_s,
                 "ratio": plan.cost_usd / bound if bound > 0 else None,
                 "makespan_ratio": plan.makespan_s / fastest.makespan_s if fastest.makespan_s > 0 else None,
+                "time_plan_ratio": plan.cost_usd / fastest.cost_usd if fastest.cost_usd > 0 else None,
                 "met": plan.makespan_s <= deadline + 1e-6,
                 "method": plan.solver.method,
                 "wall_s": round(wall, 1),
@@ -115,14 +123,14 @@ def write_markdown(results: list[dict[str, Any]], args: argparse.Namespace, out:
         f"Command: `python bench/run_deadline_cost.py {' '.join(sys.argv[1:])}`  ",
         f"Date: {time.strftime('%Y-%m-%d')}; 2 shared cores. The {args.objective} objective under the deadline factor",
         "x the time objective's own makespan T; cost over the cost lower bound under that deadline (1.00 = the",
-        "bound); makespan over T.",
+        "bound) and over the time plan's own cost (a cost plan should never be dearer); makespan over T.",
         "",
         "## Medians",
         "",
         "| catalog | tasks | factor | "
         + " | ".join(f"{v}: cost / bound" for v in variants)
-        + " | agora: makespan / T | deadlines met |",
-        "|---|---|---|" + "---|" * len(variants) + "---|---|",
+        + " | agora: cost / the time plan's | agora: dearer than the time plan | agora: makespan / T | deadlines met |",
+        "|---|---|---|" + "---|" * len(variants) + "---|---|---|---|",
     ]
     groups: dict[tuple[str, str, float], list[dict[str, Any]]] = {}
     for result in results:
@@ -137,9 +145,13 @@ def write_markdown(results: list[dict[str, Any]], args: argparse.Namespace, out:
         met = sum(all(r[v]["met"] for v in variants) for r in rows)
         span = median([r["agora"]["makespan_ratio"] for r in rows if r["agora"].get("makespan_ratio") is not None])
         spans = "-" if span is None else f"{span:.3f}"
+        against = [r["agora"]["time_plan_ratio"] for r in rows if r["agora"].get("time_plan_ratio") is not None]
+        to_time = "-" if not against else f"{median(against):.3f}"
+        dearer = sum(ratio > 1 + 1e-9 for ratio in against)
         lines.append(
-            f"| {catalog} | {size} | {factor} | " + " | ".join(medians) + f" | {spans} | {met} of {len(rows)} |"
-        )
+            f"| {catalog} | {size} | {factor} | " + " | ".join(medians)
+            + f" | {to_time} | {dearer} of {len(against)} | {spans} | {met} of {len(rows)} |"
+        )  # fmt: skip
     lines += [
         "",
         "## Every case",
