@@ -1,7 +1,8 @@
 """Cheapest-first fleets: under a deadline, the fewest machines, cheapest work first, that keep it.
 
 The catalog's machines are lined up by the price of a unit of work on them (price per hour over
-vCPUs times speed), each type's ``count`` of machines in turn (a type without a count: as many
+speed, times the share of a machine the workflow's tasks hold there: cores or, on a memory-tight
+type, memory), each type's ``count`` of machines in turn (a type without a count: as many
 as the workflow's widest level could fill). A *fleet* is a prefix of that line. The list
 scheduler, for time alone, places the workflow on a fleet; a longer fleet ends sooner (mostly)
 and leases dearer work. So a bisection over the prefix's length finds the shortest fleet that
@@ -13,7 +14,8 @@ machines each) under 1.5 x the time plan's makespan: the time plan cost 3.25 USD
 the 20 cheapest machines kept the deadline at 2.99 USD, at the cost lower bound (2.98).
 
 The bisection starts where the fleet could finish the work at all: the sum over tasks of cores x
-runtime, over the fleet's vCPUs x speed, is a lower bound on any makespan on it, so a fleet whose
+runtime, over the fleet's vCPUs x speed, is a lower bound on any makespan on it (and so is the same
+sum of memory x runtime over its memory x speed), so a fleet whose
 bound is past the deadline is skipped unscheduled; so is one that cannot run some task (memory,
 cores, GPUs). After the bisection, the fleets just longer than the one found are tried while the
 time limit allows (for a balanced objective, which may prefer a faster plan). Without a deadline
@@ -23,13 +25,16 @@ the engine does not apply (pool search covers fleets for cost alone). The best p
 
 from __future__ import annotations
 
-from collections import Counter
+import math
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping
 
 from agora_optimizer.engines.base import Engine, EngineResult
 from agora_optimizer.engines.list_scheduling import machines_per_type
 from agora_optimizer.engines.pool_search import Pool, pool_catalog
-from agora_optimizer.model.catalog import Catalog
+from agora_optimizer.model.catalog import Catalog, Resource
 from agora_optimizer.model.plan import Assignment
+from agora_optimizer.model.workflow import Task
 from agora_optimizer.planning.list_schedule import list_schedule
 from agora_optimizer.planning.problem import Problem
 from agora_optimizer.planning.slots import widest_level
@@ -38,10 +43,27 @@ from agora_optimizer.planning.time_budget import TimeBudget
 LONGER_FLEETS = 2  # after the bisection: how many fleets one machine longer each are tried, time allowing
 
 
-def machine_line(catalog: Catalog, unlimited: int) -> list[str]:
-    """The catalog's machines, cheapest work first: one type name per machine (``unlimited`` for a type
-    without a count)."""
-    ordered = sorted(catalog.resources, key=lambda r: (r.price_per_hour_usd / (r.vcpus * r.speed), r.name))
+def unit_price(resource: Resource, demand: Mapping[tuple[int, int, int], float]) -> float:
+    """What a second of reference work costs on ``resource``: its price over its speed, times the share of a
+    machine the workflow's tasks hold there (the largest of their cores, memory and GPUs over the type's),
+    averaged over the tasks that fit, weighted by runtime; infinite when none fits. ``demand``: runtime per
+    (cores, memory bytes, GPUs)."""
+    held = weight = 0.0
+    for (cores, memory_bytes, gpus), runtime_s in demand.items():
+        if cores <= resource.vcpus and memory_bytes <= resource.memory_bytes and gpus <= resource.gpus:
+            share = max(cores / resource.vcpus, memory_bytes / resource.memory_bytes, gpus / max(resource.gpus, 1))
+            held += runtime_s * share
+            weight += runtime_s
+    return math.inf if weight <= 0 else resource.price_per_hour_usd / resource.speed * held / weight
+
+
+def machine_line(catalog: Catalog, tasks: Iterable[Task], unlimited: int) -> list[str]:
+    """The catalog's machines, cheapest work first (:func:`unit_price`): one type name per machine
+    (``unlimited`` machines of a type without a count)."""
+    demand: dict[tuple[int, int, int], float] = defaultdict(float)
+    for task in tasks:
+        demand[task.cores, task.memory_bytes, task.gpus] += max(task.runtime_s, 1e-9)
+    ordered = sorted(catalog.resources, key=lambda r: (unit_price(r, demand), r.name))
     return [r.name for r in ordered for _ in range(r.count if r.count is not None else unlimited)]
 
 
@@ -78,8 +100,9 @@ class _Search:
         self.budget = budget
         workflow = problem.workflow
         width = widest_level(workflow, by_cores=True)
-        self.line = machine_line(problem.catalog, width)
-        self.work = sum(t.cores * t.runtime_s for t in workflow.tasks)  # core-seconds at speed 1
+        self.line = machine_line(problem.catalog, workflow.tasks, width)
+        self.core_work = sum(t.cores * t.runtime_s for t in workflow.tasks)  # core-seconds at speed 1
+        self.memory_work = sum(t.memory_bytes * t.runtime_s for t in workflow.tasks)  # byte-seconds at speed 1
         self.best: tuple[tuple[float, float, float], list[Assignment]] | None = None
         self.makespans: dict[int, float] = {}
 
@@ -93,10 +116,11 @@ class _Search:
             min((first.get(r.name, len(self.line) + 1) for r in options), default=len(self.line) + 1)
             for options in self.problem.options.values()
         )
-        capacity = 0.0
+        cores = memory = 0.0  # the fleet's work per second, at speed 1: in cores, and in memory held
         for length, name in enumerate(self.line, start=1):
-            capacity += by_name[name].vcpus * by_name[name].speed
-            if length >= covering and self.work / capacity <= deadline_s:
+            cores += by_name[name].vcpus * by_name[name].speed
+            memory += by_name[name].memory_bytes * by_name[name].speed
+            if length >= covering and max(self.core_work / cores, self.memory_work / memory) <= deadline_s:
                 return length
         return None
 

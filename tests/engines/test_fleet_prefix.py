@@ -38,9 +38,21 @@ def _problem(tasks: list[Task], catalog: Catalog, deadline_s: float | None) -> P
 
 def test_machines_are_lined_up_cheapest_work_first() -> None:
     catalog = _cheap_and_dear()
-    assert machine_line(catalog, unlimited=2) == ["cheap"] * 4 + ["dear"] * 8
+    assert machine_line(catalog, _independent(2), unlimited=2) == ["cheap"] * 4 + ["dear"] * 8
     unlimited = Catalog((processor("free", 1.0, count=None),), BANDWIDTH)
-    assert machine_line(unlimited, unlimited=3) == ["free"] * 3
+    assert machine_line(unlimited, _independent(2), unlimited=3) == ["free"] * 3
+
+
+def test_on_a_type_whose_memory_caps_sharing_work_costs_the_memory_a_task_holds() -> None:
+    """Per core the 4-core type is cheaper (1.2 per hour against 1.0 for two cores), but with 2 GiB it runs two
+    1 GiB tasks at a time, as the 2-core type with 2 GiB does."""
+    cores = replace(processor("many-cores", 1.0, memory_gib=2.0, count=2, vcpus=4), price_per_hour_usd=1.2)
+    memory = processor("two-cores", 1.0, memory_gib=2.0, count=2, vcpus=2)
+    tasks = _independent(4)
+    assert (
+        machine_line(Catalog((cores, memory), BANDWIDTH), tasks, unlimited=1) == ["two-cores"] * 2 + ["many-cores"] * 2
+    )
+    assert machine_line(Catalog((cores, memory), BANDWIDTH), [], unlimited=1)[0] == "many-cores"  # no task: by name
 
 
 def test_the_deadline_is_kept_on_the_cheap_machines_alone() -> None:
