@@ -97,14 +97,18 @@ class _Durations:
         return float((np.maximum(start_s, self.earliest_s[g][row]) + self.runtime_s[g][row]).min())
 
 
-def task_windows(workflow: Workflow, options: dict[str, list[Resource]], deadline_s: float) -> Windows:
+def task_windows(
+    workflow: Workflow, options: dict[str, list[Resource]], deadline_s: float, budget: TimeBudget | None = None
+) -> Windows:
     """Heads and tails on the fastest types, no transfers: no plan meeting ``deadline_s`` runs a task outside them.
 
     ``ready_s``: the latest of its own release and its parents' earliest finishes, each parent on the
     type that finishes it first (from that type's earliest start on). ``due_s``: the deadline minus its
     tail, the longest chain of descendants after it, each on its fastest type. ``within``: the types on
     which it can start (no earlier than their ``earliest_start_of`` it) and finish between the two.
+    Raises :class:`~agora_optimizer.planning.time_budget.OutOfTime` once ``budget`` has expired.
     """
+    budget = budget or TimeBudget()
     tasks = workflow.tasks
     durations = _Durations(tasks, options)
     index = {t.id: i for i, t in enumerate(tasks)}
@@ -113,15 +117,19 @@ def task_windows(workflow: Workflow, options: dict[str, list[Resource]], deadlin
     children = [[index[e.child] for e in workflow.children[t.id]] for t in tasks]
     finish = np.zeros(len(tasks))
     ready = np.zeros(len(tasks))
-    for i in order:
+    for done, i in enumerate(order):
+        if done % 1000 == 0:
+            budget.check()
         start = max((finish[p] for p in parents[i]), default=0.0)
         ready[i] = max(start, tasks[i].release_s)
         finish[i] = durations.finish_s(i, start)
+    budget.check()
     tail = np.zeros(len(tasks))
     fastest = durations.fastest_s
     for i in reversed(order):
         tail[i] = max((fastest[c] + tail[c] for c in children[i]), default=0.0)
     due = deadline_s - tail
+    budget.check()
     within: list[list[Resource]] = [[] for _ in tasks]
     for g, types in enumerate(durations.types):
         members = np.flatnonzero(durations.group == g)
@@ -206,7 +214,7 @@ def windowed_cost_bound_usd(
     if not workflow.tasks or deadline_s <= 0:
         return best
     try:
-        windows = task_windows(workflow, options, deadline_s)
+        windows = task_windows(workflow, options, deadline_s, budget)
         if any(not rs for rs in windows.within):
             return 0.0  # some task cannot meet the deadline on any type
         stale, buckets = 0, min(4, max_buckets)
