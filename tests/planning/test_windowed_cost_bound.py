@@ -3,9 +3,12 @@ and never above the exact optimum."""
 
 from __future__ import annotations
 
+import random
+from dataclasses import replace
+
 import pytest
 
-from agora_optimizer.model import Catalog, Edge, Objective, Resource, Task, Workflow
+from agora_optimizer.model import Billing, Catalog, Edge, Objective, Resource, Task, Workflow
 from agora_optimizer.model.catalog import GIB
 from agora_optimizer.planning.bounds import cost_lower_bound_usd, feasible_types
 from agora_optimizer.planning.leases import cost_usd
@@ -133,3 +136,77 @@ def test_bound_never_exceeds_the_exact_optimum(seed: int) -> None:
         problem = tiny_problem(seed, Objective(kind="cost", deadline_s=fastest_s * slack))
         bound = windowed_cost_bound_usd(problem.workflow, problem.options, fastest_s * slack)
         assert bound <= _optimum_usd(problem) * (1 + 1e-9)
+
+
+def test_gpu_tasks_count_their_share_of_a_machines_gpus() -> None:
+    # the plan of tests/planning/test_bounds.py: the four GPU tasks two by two on g#0 from 30 s to 50 s
+    # (lease 0-50 s, billed 60 s), p on c#0 (40 s); by 50 s g is busy at most 20 s and pays 60: 3 x its price
+    cpu = Resource("c", "aws", 4, 16, 1.0, 0.4, 4, Billing(1.0, 0.0), 0.0)
+    gpu = Resource("g", "aws", 8, 32, 1.0, 3.6, 2, Billing(1.0, 60.0), 30.0, gpus=2)
+    tasks = [Task(f"t{i}", 10.0, 1, 1, "t", gpus=1) for i in range(4)] + [Task("p", 40.0, 4, 1, "p")]
+    workflow = Workflow.create("w", tasks, [])
+    plan_usd = 60 * 3.6 / 3600 + 40 * 0.4 / 3600
+    assert _bound(workflow, _catalog(cpu, gpu), 50.0) == pytest.approx(plan_usd, rel=1e-6)
+    assert _bound(workflow, _catalog(cpu, gpu), 100.0) <= plan_usd
+
+
+def _random_instance(seed: int) -> tuple[Workflow, Catalog]:
+    """8 to 16 tasks and 2 to 4 types with counts, boots, billing minimums and releases."""
+    rng = random.Random(seed)
+    n = rng.randint(8, 16)
+    tasks = [
+        Task(
+            f"t{i}",
+            float(rng.randint(5, 60)),
+            rng.choice([1, 1, 2, 4]),
+            int(rng.choice([0.5, 1, 2, 3, 6]) * GIB),
+            "t",
+            release_s=rng.choice([0.0, 0.0, 0.0, 20.0]),
+        )
+        for i in range(n)
+    ]
+    edges = [
+        Edge(f"t{i}", f"t{j}", rng.choice([0, 10**9])) for i in range(n) for j in range(i + 1, n) if rng.random() < 0.2
+    ]
+    resources = [
+        Resource(
+            f"r{k}",
+            "aws",
+            vcpus=rng.choice([2, 4, 8]),
+            memory_gib=rng.choice([4, 8, 16]),
+            speed=rng.choice([0.5, 1.0, 1.5, 2.0]),
+            price_per_hour_usd=rng.choice([0.1, 0.2, 0.4, 0.8]),
+            count=rng.choice([1, 2, 3]),
+            billing=Billing(1.0, rng.choice([0.0, 60.0])),
+            boot_s=rng.choice([0.0, 20.0]),
+            release_s=rng.choice([0.0, 0.0, 15.0]),
+        )
+        for k in range(rng.randint(2, 4))
+    ]
+    resources[-1] = replace(resources[-1], vcpus=8, memory_gib=16)  # every task fits somewhere
+    return Workflow.create(f"random{seed}", tasks, edges), Catalog(tuple(resources), 1e9)
+
+
+@pytest.mark.parametrize("seed", [*range(3), *(pytest.param(seed, marks=pytest.mark.slow) for seed in range(3, 30))])
+def test_bound_never_exceeds_a_valid_plan_of_a_larger_instance(seed: int) -> None:
+    """Instances too large for the exhaustive search: agora's plans, checked by the validator, under deadlines
+    of its time plan's makespan and more (the time plan itself meets them, when the cost plan cannot)."""
+    from agora_optimizer.errors import InfeasibleObjectiveError
+    from agora_optimizer.optimize.optimize import optimize
+    from agora_optimizer.planning.validate import validate_plan
+
+    workflow, catalog = _random_instance(seed)
+    fastest = optimize(workflow, catalog, Objective(kind="time"), "random", 0.5)
+    assert not validate_plan(fastest, workflow, catalog)
+    for slack in (1.0, 1.5):
+        deadline_s = fastest.makespan_s * slack
+        cheapest_usd = fastest.cost_usd
+        try:
+            plan = optimize(workflow, catalog, Objective(kind="cost", deadline_s=deadline_s), "random", 0.5)
+        except InfeasibleObjectiveError:
+            pass  # not found in the time: the time plan stands
+        else:
+            assert not validate_plan(plan, workflow, catalog)
+            assert plan.makespan_s <= deadline_s + 1e-6
+            cheapest_usd = min(cheapest_usd, plan.cost_usd)
+        assert _bound(workflow, catalog, deadline_s) <= cheapest_usd * (1 + 1e-9)
