@@ -112,22 +112,25 @@ def task_windows(
     tasks = workflow.tasks
     durations = _Durations(tasks, options)
     index = {t.id: i for i, t in enumerate(tasks)}
-    order = [index[task_id] for task_id in workflow.topological_order]
-    parents = [[index[e.parent] for e in workflow.parents[t.id]] for t in tasks]
-    children = [[index[e.child] for e in workflow.children[t.id]] for t in tasks]
-    finish = np.zeros(len(tasks))
-    ready = np.zeros(len(tasks))
-    for done, i in enumerate(order):
-        if done % 1000 == 0:
-            budget.check()
-        start = max((finish[p] for p in parents[i]), default=0.0)
-        ready[i] = max(start, tasks[i].release_s)
-        finish[i] = durations.finish_s(i, start)
+    parent = np.array([index[e.parent] for e in workflow.edges], dtype=int)
+    child = np.array([index[e.child] for e in workflow.edges], dtype=int)
+    levels = _levels(len(tasks), parent, child)
     budget.check()
-    tail = np.zeros(len(tasks))
+    out_of, into = _Adjacency(parent, len(tasks)), _Adjacency(child, len(tasks))
+    start = np.zeros(len(tasks))  # the latest of the parents' earliest finishes
     fastest = durations.fastest_s
-    for i in reversed(order):
-        tail[i] = max((fastest[c] + tail[c] for c in children[i]), default=0.0)
+    for level in levels:  # a level's parents are all in the levels before it
+        finish = start[level] + fastest[level]
+        for k in np.flatnonzero(start[level] < durations.latest_start_s[level]).tolist():  # a type starts later
+            finish[k] = durations.finish_s(int(level[k]), float(start[level[k]]))
+        edges = out_of.edges(level)
+        np.maximum.at(start, child[edges], np.repeat(finish, out_of.count[level]))
+        budget.check()
+    ready = np.maximum(start, np.array([t.release_s for t in tasks]))
+    tail = np.zeros(len(tasks))
+    for level in reversed(levels):  # a level's children are all in the levels after it
+        edges = into.edges(level)
+        np.maximum.at(tail, parent[edges], np.repeat(fastest[level] + tail[level], into.count[level]))
     due = deadline_s - tail
     budget.check()
     within: list[list[Resource]] = [[] for _ in tasks]
@@ -140,6 +143,35 @@ def task_windows(
         for member, row in zip(members.tolist(), fits, strict=True):
             within[member] = [r for r, ok in zip(types, row, strict=True) if ok]
     return Windows(ready, due, within)
+
+
+def _levels(n: int, parent: np.ndarray, child: np.ndarray) -> list[np.ndarray]:
+    """The tasks by depth (the longest chain of parents above them): each task after all of its parents."""
+    waiting = np.bincount(child, minlength=n)
+    out_of = _Adjacency(parent, n)
+    levels = []
+    level = np.flatnonzero(waiting == 0)
+    while level.size:
+        levels.append(level)
+        reached = child[out_of.edges(level)]
+        np.subtract.at(waiting, reached, 1)
+        level = np.unique(reached[waiting[reached] == 0])
+    return levels
+
+
+class _Adjacency:
+    """The edges of each task at one end (``ends[e]``: the task at that end of edge e), as ranges of a sorted order."""
+
+    def __init__(self, ends: np.ndarray, n: int) -> None:
+        self.order = np.argsort(ends, kind="stable")
+        self.count = np.bincount(ends, minlength=n)
+        self.first = np.concatenate(([0], np.cumsum(self.count)[:-1]))
+
+    def edges(self, tasks: np.ndarray) -> np.ndarray:
+        """The edges at ``tasks``, task by task in their order."""
+        counts = self.count[tasks]
+        offsets = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+        return self.order[np.repeat(self.first[tasks], counts) + offsets]
 
 
 def bucket_edges(windows: Windows, types: list[Resource], deadline_s: float, max_buckets: int) -> np.ndarray:
