@@ -1,11 +1,12 @@
 """A cost lower bound under a deadline over time buckets: each task in its window, each type's count at every moment.
 
 The packed-work bound of :mod:`agora_optimizer.planning.bounds` lets the cheap types take all the work
-their counts can hold over the whole schedule, before the deadline D. But no work is available
-early in a wide phase's stead: a task cannot start before its ancestors could finish (its *head*)
-nor end later than D minus the chain of descendants after it (its *tail*), so under a tight
-deadline a burst of tasks must run in a short window, where the cheap types' few machines cannot
-hold it all, and the rest goes to dearer types. This bound is a linear programme over time buckets:
+their counts can hold over the whole schedule, before the deadline D, and counts a task's share of a
+machine as a fraction. But a task cannot start before its ancestors could finish (its *head*) nor end
+later than D minus the chain of descendants after it (its *tail*), so under a tight deadline a burst
+of tasks must run in a short window, where the cheap types' few machines cannot hold it all and the
+rest goes to dearer types; and two tasks that each need over half a machine's memory never share it.
+This bound is a linear programme over time buckets:
 
 - every task i has the window ``[head_i, D - tail_i]`` (head and tail on the fastest types it fits,
   no transfers, as in :mod:`agora_optimizer.planning.window_bound`); on type k it starts no earlier
@@ -17,8 +18,9 @@ hold it all, and the rest goes to dearer types. This bound is a linear programme
   reference seconds (``runtime_s``, before speed) ``z_gkb`` may be split over the types k and the
   buckets b of its window at will (pre-emption and migration relax the plan);
 - on type k in bucket b, ``S_kb`` machine-seconds are busy: at least the class work's core-seconds
-  over ``vcpus``, byte-seconds over memory and GPU-seconds over GPUs, and at most ``count_k`` times
-  the bucket's length after the type's earliest start;
+  over ``vcpus``, byte-seconds over memory and GPU-seconds over GPUs, each also under the share rules
+  of :data:`SHARE_EPSILONS` (whole tasks), and at most ``count_k`` times the bucket's length after the
+  type's earliest start;
 - the cost is ``sum_kb price_k f_k S_kb`` with :func:`~agora_optimizer.planning.bounds.cost_lower_bound_usd`'s
   deadline factor ``f_k = max(minimum_k, D - release_k) / (D - earliest_start_k)``: a machine busy ``s``
   seconds before D pays at least ``f_k s`` seconds of its price (its boot and billing minimum).
