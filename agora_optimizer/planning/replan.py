@@ -36,12 +36,20 @@ first, then the objective's score):
   over the machines above, and left on its planned machine when that is not worse.
 
 **A deadline at risk.** When the plan has a deadline and the better of the two still ends past it,
-the run may buy time: the list schedule is built again with time alone as its objective, which
-moves tasks to faster types and onto more machines within the catalog's counts, and, when that
-keeps the deadline, with the weight on time halved toward the objective's (:data:`DEADLINE_STEPS`
-times, a bisection) for the cheapest schedule that still keeps it; the best of them for the plan's
-objective wins as before (deadline and budget first: a schedule that keeps the deadline by breaking
-the budget by more does not). The answer says so
+the run may buy time, and buys the least that keeps it. Each pending task gets a latest end, the
+deadline less its tail (the longest path after it on the fastest types, as
+:mod:`agora_optimizer.engines.deadline_list` distributes a whole plan's deadline), and the kept
+schedule is built again with each task left on its planned machine where it ends by it there and
+moved, where it would not, to the place that adds the least cost among those where it does (a
+faster type, a further machine within the catalog's counts); then the list schedule the same way,
+every task where it is cheapest in time. Tails on the fastest types are optimistic, so a schedule
+may still end late: the due time then comes forward by the overrun, and once one is on time a
+bisection between it and the last late one looks for the cheapest on time (:data:`DEADLINE_STEPS`
+schedules of each kind at most). Where none keeps it, the list schedule with time alone as its
+objective is tried last. The best of them all for the plan's objective wins as before (deadline and
+budget first: a schedule that keeps the deadline by breaking the budget by more does not; for cost,
+the cheapest on time). A run at risk by a few seconds so moves a task or two to a faster type, where
+re-weighting the whole list schedule toward time would rebuild the rest of the run. The answer says so
 (:attr:`~agora_optimizer.planning.run_state.Replan.deadline_note`: ``deadline at risk: ...``, what
 moved and what it costs). Without a deadline nothing of this runs: the re-plan keeps cost down as the objective says.
 
@@ -65,12 +73,10 @@ from agora_optimizer.model.workflow import Workflow
 from agora_optimizer.planning.list_schedule import upward_ranks
 from agora_optimizer.planning.problem import Bounds, Problem
 from agora_optimizer.planning.replan_notes import deadline_note
-from agora_optimizer.planning.replan_schedule import parents_first_by, prepare, schedule
+from agora_optimizer.planning.replan_schedule import ReplanInputs, Schedule, parents_first_by, prepare, schedule
 from agora_optimizer.planning.run_state import TIME_TOLERANCE_S, Pending, Replan, TaskState
 
-DEADLINE_STEPS = (
-    4  # a deadline at risk: halvings of the weight on time, after time alone, for the cheapest that keeps it
-)
+DEADLINE_STEPS = 4  # a deadline at risk: schedules with latest ends of each kind (kept, list), at most
 
 
 def replan(
@@ -120,23 +126,18 @@ def replan(
     deadline_s = plan.objective.deadline_s
     if deadline_s is not None and best[1] > deadline_s + TIME_TOLERANCE_S:
         kept_cost, tried = best, 0
-        low, high = alpha, 1.0  # the weight on time: ``high`` keeps the deadline (if anything does), ``low`` not
-        for step in range(DEADLINE_STEPS + 1):
-            weight = high if step == 0 else (low + high) / 2
-            if weight <= alpha:
-                break  # a time plan: its list schedule was all on time already
-            rushed = schedule(run, list_order, rank, weight, scale, keep=False, deadline=started + time_limit_s)
-            if rushed is None:
-                break  # the time limit: the best so far answers
+        limit = started + time_limit_s
+        rushed: list[Schedule] = []
+        if alpha < 1.0:  # a time plan: its list schedule was all on time already
+            for order, keep in ((kept_order, True), (list_order, False)):
+                rushed += _on_time(run, order, rank, alpha, scale, keep, limit, deadline_s)
+            if not any(r[1] <= deadline_s + TIME_TOLERANCE_S for r in rushed):  # time alone, last
+                fastest = schedule(run, list_order, rank, 1.0, scale, keep=False, deadline=limit)
+                rushed += [fastest] if fastest is not None else []
+        for candidate in rushed:
             tried += 1
-            if problem.rank(rushed[1], rushed[2]) < problem.rank(best[1], best[2]):
-                best, method = rushed, "deadline"
-            if problem.excess(rushed[1], rushed[2]) > 0:
-                if step == 0:
-                    break  # time alone cannot keep it: less weight on time will not
-                low = weight
-            else:
-                high = weight
+            if problem.rank(candidate[1], candidate[2]) < problem.rank(best[1], best[2]):
+                best, method = candidate, "deadline"
         note = deadline_note(deadline_s, kept_cost, best, run.planned, catalog, tried)
 
     assignments, makespan, cost = best
@@ -155,3 +156,38 @@ def replan(
         list_wall_s=list_wall_s,
         deadline_note=note,
     )
+
+
+def _on_time(
+    run: ReplanInputs,
+    order: list[str],
+    rank: dict[str, float],
+    alpha: float,
+    scale: Bounds,
+    keep: bool,
+    limit: float,
+    deadline_s: float,
+) -> list[Schedule]:
+    """The schedules of ``order`` with latest ends (the module's text), due at ``deadline_s`` first, then
+    sooner by each late one's overrun, then bisected between the last late and the last on time."""
+    found: list[Schedule] = []
+    due, late_due, timely_due = deadline_s, None, None
+    for _ in range(DEADLINE_STEPS):
+        made = schedule(run, order, rank, alpha, scale, keep=keep, deadline=limit, due_s=due)
+        if made is None:
+            break  # the time limit: the best so far answers
+        found.append(made)
+        if made[1] <= deadline_s + TIME_TOLERANCE_S:
+            timely_due = due
+        else:
+            late_due = due
+        if timely_due is None:
+            assert late_due is not None
+            due = late_due - (made[1] - deadline_s)
+            if due <= run.now_s:
+                break  # nothing pending could end in time
+        elif late_due is None:
+            break  # due at the deadline itself, and on time
+        else:
+            due = (timely_due + late_due) / 2
+    return found
