@@ -225,7 +225,7 @@ def optimize(
         if store is None and dag_id is None:
             statistic = "none"  # a WfFormat file planned offline: no Airflow run of it to learn from
             why_none = "a workflow file planned without --store"
-        latency = _platform_latency(statistic, str(workflow), wf, store)
+        latency = _platform_latency(statistic, str(workflow), wf, store, dag_folder)
         planned = with_platform_latency(cat, latency, statistic)  # the file's catalog, each task's hold longer
         problem = Problem.create(wf, planned, goal)
         # Before the engines, whose time is what is left: the one-type default and the bounds of the file's catalog
@@ -315,9 +315,12 @@ def _optimize_window(
     say(f"plans and window.json in {out}")
 
 
-def _platform_latency(statistic: str, workflow: str, wf: Workflow, store: str | None) -> PlatformLatency:
+def _platform_latency(
+    statistic: str, workflow: str, wf: Workflow, store: str | None, folder: Path | None
+) -> PlatformLatency:
     """The latency each resource adds, learned from the trace store (an Airflow DAG's, or ``--store``), with the
-    DAG's own edges; the measured defaults answer for types with too few samples, and for a WfFormat file."""
+    DAG's own edges and those of every other DAG of ``folder`` (the DAG folder) the store has traces of; the
+    measured defaults answer for types with too few samples, and for a WfFormat file."""
     from agora_optimizer.predict.latency import PlatformLatency
 
     if store is None and not workflow.startswith("airflow:"):
@@ -325,7 +328,7 @@ def _platform_latency(statistic: str, workflow: str, wf: Workflow, store: str | 
     from agora_optimizer.integration.airflow_dag import learned_platform_latency
 
     edges = {wf.name: [(e.parent, e.child) for e in wf.edges]} if workflow.startswith("airflow:") else {}
-    return learned_platform_latency(store, edges, statistic)
+    return learned_platform_latency(store, edges, statistic, folder)
 
 
 def _with_predicted_queue_waits(catalog: Catalog, model_dir: Path, time_limit_s: float) -> Catalog:
