@@ -334,6 +334,8 @@ def learned_platform_latency(
     edges: Mapping[str, Sequence[tuple[str, str]]],
     statistic: str = "",
     folder: str | Path | None = None,
+    *,
+    read_folder: bool = True,
 ) -> PlatformLatency:
     """The platform latency learned from the trace store's attempts (every DAG's), each task counted from its
     parents' end: with the DAGs' ``edges`` (``{dag_id: [(parent, child), ...]}``, the DAG planned, its mapped
@@ -341,7 +343,8 @@ def learned_platform_latency(
     (``folder``, default ``[core] dags_folder``; parsed only then). A DAG the folder does not know counts its
     tasks from their queued time, which the executor sets when it lets a held task go. A machine's next task
     counts from its task before's end: the executor frees a machine there. ``statistic`` "none"
-    (``--platform-latency none``): none learned, no store opened."""
+    (``--platform-latency none``): none learned, no store opened. ``read_folder`` False: no DAG folder is
+    read (a workflow file planned without one), the other DAGs count from their queued time."""
     from agora_optimizer.predict.latency import PlatformLatency, learn_latency
     from agora_optimizer.traces.store import TraceStore, default_store_url
 
@@ -350,7 +353,7 @@ def learned_platform_latency(
 
     with TraceStore(store_url or default_store_url()) as store:
         attempts = store.attempts()
-    others = {a.dag_id for a in attempts} - set(edges)
+    others = {a.dag_id for a in attempts} - set(edges) if read_folder else set()
     return learn_latency(attempts, {**dag_folder_edges(others, folder), **edges}, freed_at_end=True)
 
 
