@@ -6,11 +6,11 @@ planned machine (*kept*) or where the list scheduler's score is best (*list*), o
 :class:`~agora_optimizer.planning.replan_fleet.Fleet` that starts from what ran and what runs.
 :func:`agora_optimizer.planning.replan.replan` builds the schedules and keeps the best.
 
-With a due time (a deadline at risk), each task has a latest end, the due time less its tail (the
-longest path after it on the fastest types, as :mod:`agora_optimizer.engines.deadline_list` reads
-it), and goes where it adds the least cost among the places where it ends by it (where it can end
-by it nowhere, where it ends least late); a *kept* task stays on its planned machine when it ends
-by it there, so only the tasks that would end late move.
+With latest ends (a deadline at risk), each task goes where it adds the least cost among the places
+where it ends by its own (where it can end by it nowhere, where it ends least late); a *kept* task
+stays on its planned machine when it ends by it there, so only the tasks that would end late move.
+:func:`tails` gives each task the longest path after it on the fastest types, as
+:mod:`agora_optimizer.engines.deadline_list` reads it.
 """
 
 from __future__ import annotations
@@ -175,6 +175,11 @@ def _base_fleet(run: ReplanInputs) -> tuple[Fleet, dict[str, tuple[FleetMachine,
     return fleet, ends
 
 
+def tails(run: ReplanInputs, rank: Mapping[str, float]) -> dict[str, float]:
+    """Each pending task's tail: its upward rank less its own fastest runtime (the path after it, transfers in)."""
+    return {t: rank[t] - fastest_runtime_s(run.workflow.by_id[t], options) for t, options in run.options.items()}
+
+
 _Choice = tuple[tuple[float, float, float], FleetMachine, float, float]  # (key, machine, start, end)
 
 
@@ -186,14 +191,14 @@ def schedule(
     scale: Bounds,
     keep: bool,
     deadline: float | None,
-    due_s: float | None = None,
+    latest_end_s: Mapping[str, float] | None = None,
 ) -> tuple[list[Assignment], float, float] | None:
     """Place ``order``'s tasks one by one; (assignments, makespan, cost), or None past ``deadline``.
 
     ``keep``: each task on its planned machine (searched for only where that cannot be, or, with
-    ``due_s``, where it would end past its latest end); else each where it scores best, its planned
-    machine winning ties. ``due_s``: each task's latest end is ``due_s`` less its tail, and its score
-    is how late it ends past it, then the cost it adds (``alpha`` aside).
+    ``latest_end_s``, where it would end past its latest end); else each where it scores best, its
+    planned machine winning ties. ``latest_end_s``: each task's score is how late it ends past its
+    latest end, then the cost it adds (``alpha`` aside).
     """
     workflow, catalog = run.workflow, run.catalog
     fleet, ends = _base_fleet(run)
@@ -213,7 +218,7 @@ def schedule(
         planned_machine = fleet.by_id.get(planned.machine) if planned is not None else None
         if planned_machine is not None and planned_machine.resource not in options:
             planned_machine = None  # a retry that needs more memory than its planned type has
-        latest = None if due_s is None else due_s - tail
+        latest = None if latest_end_s is None else latest_end_s[task_id]
         place = _Placer(fleet, task, memory, inputs, estimated, tail, weights, planned_machine, latest)
         if keep and planned_machine is not None:
             place.consider(planned_machine)
