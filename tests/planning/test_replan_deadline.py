@@ -54,3 +54,27 @@ def test_a_deadline_a_faster_last_task_cannot_keep_moves_more_but_no_more_than_i
     check(CHAIN, TWO_SPEEDS, result, objective, tmp_path)
     assert result.makespan_s <= 50.0 + 1e-6
     assert sorted(result.moved_resource) == ["d", "e"] and result.cost_usd == pytest.approx(0.038 + 0.040)
+
+
+# t0 then t1 to t6 on the cheap type (count 1), 50 s of work after t0; t4 needs t2 and t3, t5 and t6 need t3. The
+# other type is as fast, four times the price, count 1 too.
+WIDE = workflow(
+    {"t0": 20.0, "t1": 10.0, "t2": 20.0, "t3": 5.0, "t4": 5.0, "t5": 5.0, "t6": 5.0},
+    [("t2", "t4", 0), ("t3", "t4", 0), ("t3", "t5", 0), ("t3", "t6", 0)],
+)
+CHEAP_AND_DEAR = catalog(resource("cheap", count=1), resource("dear", price_per_hour_usd=14.4, count=1))
+STARTS = {"t0": 0.0, "t1": 20.0, "t2": 30.0, "t3": 50.0, "t4": 55.0, "t5": 60.0, "t6": 65.0}
+WIDE_ON_CHEAP = [(t, "cheap#0", start) for t, start in STARTS.items()]
+
+
+def test_a_wide_run_whose_tails_miss_the_wait_for_machines_still_gets_the_cheapest_fix(tmp_path: Path) -> None:
+    # t0 ended 6 s late, at 26 s: 50 s of work is left and the deadline is 70 s, so at least 6 s of it, 10 s as the
+    # tasks come, goes to the dear machine. The least it can cost: cheap#0 busy to 66 s (0.066 USD) and dear#0 10 s
+    # (0.040 USD). Each task's tail (the path after it) leaves the wait for cheap#0 out: placed by their latest
+    # ends the tasks move too late and the run ends at 71 s; time alone keeps it for 0.151 USD.
+    objective = Objective(kind="cost", deadline_s=70.0)
+    plan = plan_of(WIDE, CHEAP_AND_DEAR, WIDE_ON_CHEAP, objective)
+    result = replan(WIDE, CHEAP_AND_DEAR, plan, {"t0": Done("cheap#0", 26.0, 0.0)}, now_s=26.0)
+    check(WIDE, CHEAP_AND_DEAR, result, objective, tmp_path)
+    assert result.makespan_s <= 70.0 + 1e-6 and result.cost_usd == pytest.approx(0.106)
+    assert sum(a.end_s - a.start_s for a in result.assignments if a.resource == "dear") == pytest.approx(10.0)
