@@ -210,18 +210,18 @@ def _run_in(
     store_url = f"sqlite:///{root / 'traces.db'}"
     results: list[dict[str, Any]] = []
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # kill(1) unwinds too: Airflow is stopped, none left
+    named = {path: _airflow_names(dag, path) for path in held_out}  # each workflow loaded once
+    # every DAG's edges: a task's ready time is its parents' end, not its queued time
+    edges = {dag_id: pairs for dag_id, _, pairs in named.values()}
     airflow.migrate()
     with airflow:
         airflow.start()
-        for path in held_out:
-            airflow.wait_for_dag(DAG_ID_PREFIX + dag._sanitized(path.stem), timeout_s=300)
+        for dag_id, _, _ in named.values():
+            airflow.wait_for_dag(dag_id, timeout_s=300)
         pending = []
-        edges = _dag_edges(dag, held_out)  # every DAG's: a task's ready time is its parents' end, not its queued time
         for path in held_out:
             began = time.perf_counter()
-            dag_id = DAG_ID_PREFIX + dag._sanitized(path.stem)
-            recorded = load_workflow(path)
-            ids = dag.airflow_task_ids([t.id for t in recorded.tasks])
+            dag_id, ids, _ = named[path]
             catalog = with_platform_latency(
                 load_catalog(catalog_path), learned_platform_latency(store_url, edges), "median"
             )
@@ -280,15 +280,13 @@ def _run_plan(
     return fields, record
 
 
-def _dag_edges(dag: ModuleType, held_out: list[Path]) -> dict[str, list[tuple[str, str]]]:
-    """Each replay DAG's (parent, child) task ids. Without them a task's ready time is its queued time, which the
-    executor sets when it lets a held task go: the wait for its machine's turn would not count as latency."""
-    edges: dict[str, list[tuple[str, str]]] = {}
-    for path in held_out:
-        recorded = load_workflow(path)
-        ids = dag.airflow_task_ids([t.id for t in recorded.tasks])
-        edges[DAG_ID_PREFIX + dag._sanitized(path.stem)] = [(ids[e.parent], ids[e.child]) for e in recorded.edges]
-    return edges
+def _airflow_names(dag: ModuleType, path: Path) -> tuple[str, dict[str, str], list[tuple[str, str]]]:
+    """The replay DAG of ``path`` as Airflow names it: its id, each task's id, its (parent, child) task ids. Without
+    the edges a task's ready time is its queued time, which the executor sets when it lets a held task go: the wait
+    for its machine's turn would not count as latency."""
+    recorded = load_workflow(path)
+    ids = dag.airflow_task_ids([t.id for t in recorded.tasks])
+    return DAG_ID_PREFIX + dag._sanitized(path.stem), ids, [(ids[e.parent], ids[e.child]) for e in recorded.edges]
 
 
 def _forecast(record: dict[str, Any], share: float) -> dict[str, Any]:

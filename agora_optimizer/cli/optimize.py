@@ -200,7 +200,7 @@ def optimize(
         if store is None and dag_id is None:
             statistic = "none"  # a WfFormat file planned offline: no Airflow run of it to learn from
             why_none = "a workflow file planned without --store"
-        latency = _platform_latency(statistic, str(workflow), wf, store)
+        latency = _platform_latency(statistic, str(workflow), wf, store, dag_folder)
         planned = with_platform_latency(cat, latency, statistic)  # the file's catalog, each task's hold longer
         problem = Problem.create(wf, planned, goal)
         # Before the engines, whose time is what is left: the one-type default and the bounds of the file's catalog
@@ -291,17 +291,22 @@ def _optimize_window(
     say(f"plans and window.json in {out}")
 
 
-def _platform_latency(statistic: str, workflow: str, wf: Workflow, store: str | None) -> PlatformLatency:
+def _platform_latency(
+    statistic: str, workflow: str, wf: Workflow, store: str | None, folder: Path | None
+) -> PlatformLatency:
     """The latency each resource adds, learned from the trace store (an Airflow DAG's, or ``--store``), with the
-    DAG's own edges; the measured defaults answer for types with too few samples, and for a WfFormat file."""
+    DAG's own edges and those of every other DAG of the DAG folder the store has traces of (for a WfFormat file,
+    only of a ``--dag-folder`` given: planning a file reads no Airflow configuration); the measured defaults
+    answer for types with too few samples, and for a WfFormat file without a store."""
     from agora_optimizer.predict.latency import PlatformLatency
 
-    if store is None and not workflow.startswith("airflow:"):
+    dag = workflow.startswith("airflow:")
+    if store is None and not dag:
         return PlatformLatency({})  # a WfFormat file and no store: nothing to learn from
     from agora_optimizer.integration.airflow_dag import learned_platform_latency
 
-    edges = {wf.name: [(e.parent, e.child) for e in wf.edges]} if workflow.startswith("airflow:") else {}
-    return learned_platform_latency(store, edges, statistic)
+    edges = {wf.name: [(e.parent, e.child) for e in wf.edges]} if dag else {}
+    return learned_platform_latency(store, edges, statistic, folder, read_folder=dag or folder is not None)
 
 
 def _with_predicted_queue_waits(catalog: Catalog, model_dir: Path, time_limit_s: float) -> Catalog:

@@ -120,7 +120,7 @@ def plan_window(
         workflows[dag_id], origin = predicted_dag_workflow(dag_id, catalog, dag_folder, store, model, quantile)
         say(f"agora: {dag_id}: predictions: {origin}", err=True)
         say(f"agora: {dag_id}: runtimes: predicted, at {quantile_reason(runtime_quantile, has_deadline)}", err=True)
-    latency = _platform_latency(statistic, store, workflows)
+    latency = _platform_latency(statistic, store, workflows, dag_folder)
     file_catalog, catalog = catalog, with_platform_latency(catalog, latency, statistic)  # each task's hold longer
     runs: list[WindowRun] = []
     by_name = {}  # each run's name: its scheduled run
@@ -280,13 +280,16 @@ def _plan_document(plan: RunPlan, catalog: Catalog, catalog_label: str, started:
     return build_plan(plan.run.workflow, catalog, objective, catalog_label, written, "window:joint", started)
 
 
-def _platform_latency(statistic: str, store: str | None, workflows: dict[str, Workflow]) -> PlatformLatency:
-    """The latency each resource adds, learned from the trace store with every DAG's edges (the measured
-    defaults where a type has too few samples)."""
+def _platform_latency(
+    statistic: str, store: str | None, workflows: dict[str, Workflow], folder: Path | None
+) -> PlatformLatency:
+    """The latency each resource adds, learned from the trace store with every DAG's edges (the window's, and
+    those of ``folder``'s other DAGs the store has traces of; the measured defaults where a type has too few
+    samples)."""
     from agora_optimizer.integration.airflow_dag import learned_platform_latency
 
     edges = {dag_id: [(e.parent, e.child) for e in wf.edges] for dag_id, wf in workflows.items()}
-    return learned_platform_latency(store, edges, statistic)
+    return learned_platform_latency(store, edges, statistic, folder)
 
 
 def _why_late(run: str, bounds: dict[str, float], impossible: set[str]) -> str:

@@ -330,12 +330,21 @@ def _default_map_width(value: str) -> int:
 
 
 def learned_platform_latency(
-    store_url: str | None, edges: Mapping[str, Sequence[tuple[str, str]]], statistic: str = ""
+    store_url: str | None,
+    edges: Mapping[str, Sequence[tuple[str, str]]],
+    statistic: str = "",
+    folder: str | Path | None = None,
+    *,
+    read_folder: bool = True,
 ) -> PlatformLatency:
-    """The platform latency learned from the trace store's attempts (every DAG's), with the DAGs' ``edges``
-    where known (``{dag_id: [(parent, child), ...]}``; the other DAGs' tasks count from their queued time).
-    A machine's next task counts from its task before's end: the executor frees a machine there.
-    ``statistic`` "none" (``--platform-latency none``): none learned, no store opened."""
+    """The platform latency learned from the trace store's attempts (every DAG's), each task counted from its
+    parents' end: with the DAGs' ``edges`` (``{dag_id: [(parent, child), ...]}``, the DAG planned, its mapped
+    tasks' instances named), and for every other DAG the store has traces of, its edges in the DAG folder
+    (``folder``, default ``[core] dags_folder``; parsed only then). A DAG the folder does not know counts its
+    tasks from their queued time, which the executor sets when it lets a held task go. A machine's next task
+    counts from its task before's end: the executor frees a machine there. ``statistic`` "none"
+    (``--platform-latency none``): none learned, no store opened. ``read_folder`` False: no DAG folder is
+    read (a workflow file planned without one), the other DAGs count from their queued time."""
     from agora_optimizer.predict.latency import PlatformLatency, learn_latency
     from agora_optimizer.traces.store import TraceStore, default_store_url
 
@@ -344,4 +353,25 @@ def learned_platform_latency(
 
     with TraceStore(store_url or default_store_url()) as store:
         attempts = store.attempts()
-    return learn_latency(attempts, edges, freed_at_end=True)
+    others = {a.dag_id for a in attempts} - set(edges) if read_folder else set()
+    return learn_latency(attempts, {**dag_folder_edges(others, folder), **edges}, freed_at_end=True)
+
+
+def dag_folder_edges(dag_ids: Iterable[str], folder: str | Path | None = None) -> dict[str, list[tuple[str, str]]]:
+    """The (upstream, task) ids of each of ``dag_ids`` the DAG folder holds (a mapped task by its task id: its
+    instances count from their upstream tasks' last end); none, and nothing parsed, when there is none to look for
+    or no folder."""
+    wanted = set(dag_ids)
+    if not wanted:
+        return {}
+    folder = Path(folder) if folder is not None else dag_folder()
+    if not folder.exists():
+        return {}
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=str(folder), safe_mode=False, load_op_links=False)
+    return {
+        dag_id: [(upstream, task.task_id) for task in dag.tasks for upstream in sorted(task.upstream_task_ids)]
+        for dag_id, dag in bag.dags.items()
+        if dag_id in wanted
+    }

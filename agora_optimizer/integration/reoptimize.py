@@ -111,7 +111,8 @@ def replan(
     store's limit that no run named, removed).
 
     ``platform_latency`` (median, p90 or none): what each task's duration gains for the platform's
-    latency, learned from the same trace store with the DAG's edges (as ``agora optimize`` does).
+    latency, learned from the same trace store with the DAG's edges and those of the folder's other DAGs
+    (as ``agora optimize`` does).
     ``runtime_quantile`` (p50, p90, auto, a number; default ``[agora] runtime_quantile``): the
     predicted runtimes' quantile the plan is made from, which the plan records.
     """
@@ -130,7 +131,7 @@ def replan(
     quantile = resolve_quantile(choice, has_deadline=goal.deadline_s is not None)
     workflow, _origin = predicted_dag_workflow(dag_id, catalog, folder, store_url, model, quantile)
     edges = {dag_id: [(e.parent, e.child) for e in workflow.edges]}
-    latency = learned_platform_latency(store_url, edges, statistic)
+    latency = learned_platform_latency(store_url, edges, statistic, folder)
     planned = with_platform_latency(catalog, latency, statistic)
     plan = optimize(workflow, planned, goal, catalog.source, time_limit_s)
     in_use = None

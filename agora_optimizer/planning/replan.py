@@ -36,12 +36,23 @@ first, then the objective's score):
   over the machines above, and left on its planned machine when that is not worse.
 
 **A deadline at risk.** When the plan has a deadline and the better of the two still ends past it,
-the run may buy time: the list schedule is built again with time alone as its objective, which
-moves tasks to faster types and onto more machines within the catalog's counts, and, when that
-keeps the deadline, with the weight on time halved toward the objective's (:data:`DEADLINE_STEPS`
-times, a bisection) for the cheapest schedule that still keeps it; the best of them for the plan's
+the run may buy time, and buys the least that keeps it. Each pending task gets a latest end, the
+deadline less its tail (the longest path after it on the fastest types, as
+:mod:`agora_optimizer.engines.deadline_list` distributes a whole plan's deadline), and the kept
+schedule is built again with each task left on its planned machine where it ends by it there and
+moved, where it would not, to the place that adds the least cost among those where it does (a
+faster type, a further machine within the catalog's counts); then the list schedule the same way,
+every task where it is cheapest in time. Tails on the fastest types are optimistic, so a schedule
+may still end late: the due time then comes forward by the overrun, and once one is on time a
+bisection between it and the last late one looks for the cheapest on time (:data:`BISECTIONS`
+halvings). Where none keeps it (the tails leave out the wait for machines, which a workflow wider
+than its machines is made of), the list schedule with time alone as its objective is built, and
+where it keeps the deadline each task's latest end is where it ends there plus a share of the
+slack it leaves: all of it, then none and bisected, as above. The best of them all for the plan's
 objective wins as before (deadline and budget first: a schedule that keeps the deadline by breaking
-the budget by more does not). The answer says so
+the budget by more does not; for cost, the cheapest on time). A run at risk by a few seconds so
+moves a task or two to a faster type, where re-weighting the whole list schedule toward time would
+rebuild the rest of the run. The answer says so
 (:attr:`~agora_optimizer.planning.run_state.Replan.deadline_note`: ``deadline at risk: ...``, what
 moved and what it costs). Without a deadline nothing of this runs: the re-plan keeps cost down as the objective says.
 
@@ -56,7 +67,7 @@ and the deadline's note in :mod:`agora_optimizer.planning.replan_notes`.
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Literal
 
 from agora_optimizer.model.catalog import Catalog
@@ -65,12 +76,17 @@ from agora_optimizer.model.workflow import Workflow
 from agora_optimizer.planning.list_schedule import upward_ranks
 from agora_optimizer.planning.problem import Bounds, Problem
 from agora_optimizer.planning.replan_notes import deadline_note
-from agora_optimizer.planning.replan_schedule import parents_first_by, prepare, schedule
+from agora_optimizer.planning.replan_schedule import (
+    ReplanInputs,
+    Schedule,
+    parents_first_by,
+    prepare,
+    schedule,
+    tails,
+)
 from agora_optimizer.planning.run_state import TIME_TOLERANCE_S, Pending, Replan, TaskState
 
-DEADLINE_STEPS = (
-    4  # a deadline at risk: halvings of the weight on time, after time alone, for the cheapest that keeps it
-)
+BISECTIONS = 3  # a deadline at risk: halvings between the last late latest ends and the last timely ones
 
 
 def replan(
@@ -119,25 +135,13 @@ def replan(
     note = ""
     deadline_s = plan.objective.deadline_s
     if deadline_s is not None and best[1] > deadline_s + TIME_TOLERANCE_S:
-        kept_cost, tried = best, 0
-        low, high = alpha, 1.0  # the weight on time: ``high`` keeps the deadline (if anything does), ``low`` not
-        for step in range(DEADLINE_STEPS + 1):
-            weight = high if step == 0 else (low + high) / 2
-            if weight <= alpha:
-                break  # a time plan: its list schedule was all on time already
-            rushed = schedule(run, list_order, rank, weight, scale, keep=False, deadline=started + time_limit_s)
-            if rushed is None:
-                break  # the time limit: the best so far answers
-            tried += 1
-            if problem.rank(rushed[1], rushed[2]) < problem.rank(best[1], best[2]):
-                best, method = rushed, "deadline"
-            if problem.excess(rushed[1], rushed[2]) > 0:
-                if step == 0:
-                    break  # time alone cannot keep it: less weight on time will not
-                low = weight
-            else:
-                high = weight
-        note = deadline_note(deadline_s, kept_cost, best, run.planned, catalog, tried)
+        kept_cost, limit = best, started + time_limit_s
+        # a time plan: its list schedule was all on time already
+        rushed = _rushed(run, (kept_order, list_order), rank, alpha, scale, limit, deadline_s) if alpha < 1 else []
+        for candidate in rushed:
+            if problem.rank(candidate[1], candidate[2]) < problem.rank(best[1], best[2]):
+                best, method = candidate, "deadline"
+        note = deadline_note(deadline_s, kept_cost, best, run.planned, catalog, len(rushed))
 
     assignments, makespan, cost = best
     moved = [a for a in assignments if a.task not in run.planned or run.planned[a.task].machine != a.machine]
@@ -155,3 +159,59 @@ def replan(
         list_wall_s=list_wall_s,
         deadline_note=note,
     )
+
+
+def _rushed(
+    run: ReplanInputs,
+    orders: tuple[list[str], list[str]],
+    rank: dict[str, float],
+    alpha: float,
+    scale: Bounds,
+    limit: float,
+    deadline_s: float,
+) -> list[Schedule]:
+    """The schedules tried to keep a deadline at risk (the module's text): with latest ends from the tails,
+    then, where none keeps it, time alone and latest ends relaxed from its ends."""
+
+    def search(latest: Callable[[float], dict[str, float]], first: float, back: Callable[[Schedule], float]) -> None:
+        """For each kind (kept, list): the schedule with ``latest(first)``; where it is late, with ``latest`` of
+        ``back(it)``, then bisected between the last late value and the last timely one."""
+        for order, keep in zip(orders, (True, False), strict=True):
+            made = schedule(run, order, rank, alpha, scale, keep, limit, latest_end_s=latest(first))
+            if made is None or _keeps(made, deadline_s):
+                found.extend([made] if made is not None else [])
+                continue
+            found.append(made)
+            late, timely, value = first, None, back(made)
+            for _ in range(BISECTIONS + 1):
+                made = schedule(run, order, rank, alpha, scale, keep, limit, latest_end_s=latest(value))
+                if made is None:
+                    break  # the time limit: the best so far answers
+                found.append(made)
+                if _keeps(made, deadline_s):
+                    timely = value
+                else:
+                    late = value
+                if timely is None:
+                    break  # the step back is late too
+                value = (timely + late) / 2
+
+    found: list[Schedule] = []
+    tail = tails(run, rank)
+    search(lambda due: {t: due - x for t, x in tail.items()}, deadline_s, lambda made: 2 * deadline_s - made[1])
+    if any(_keeps(made, deadline_s) for made in found):
+        return found
+    fastest = schedule(run, orders[1], rank, 1.0, scale, keep=False, deadline=limit)  # time alone
+    if fastest is None or not _keeps(fastest, deadline_s):
+        return found + ([fastest] if fastest is not None else [])
+    # Each task due when the fastest schedule ends it, plus a share of its slack: tails on the fastest types
+    # leave out the wait for machines, which that schedule holds. The whole slack first, then none.
+    found.append(fastest)
+    ends = {a.task: a.end_s for a in fastest[0]}
+    slack_s = deadline_s - fastest[1]
+    search(lambda share: {t: end + share * slack_s for t, end in ends.items()}, 1.0, lambda _: 0.0)
+    return found
+
+
+def _keeps(made: Schedule, deadline_s: float) -> bool:
+    return made[1] <= deadline_s + TIME_TOLERANCE_S

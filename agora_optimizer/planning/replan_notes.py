@@ -35,9 +35,11 @@ def deadline_note(
     machines_before = {a.machine for a in before[0]} | {a.machine for a in planned.values()}
     added = sorted({a.machine for a in after[0]} - machines_before)
     kept = "keeps it" if after[1] <= deadline_s + TIME_TOLERANCE_S else "comes closer"
-    moves = [f"{len(faster)} tasks moved to faster types ({named}{more})"] if faster else []
+    moved = "1 task moved to a faster type" if len(faster) == 1 else f"{len(faster)} tasks moved to faster types"
+    moves = [f"{moved} ({named}{more})"] if faster else []
     more_machines = f" and {len(added) - MOVES_NAMED} more" if len(added) > MOVES_NAMED else ""
-    moves += [f"{len(added)} more machines ({', '.join(added[:MOVES_NAMED])}{more_machines})"] if added else []
+    machines = "1 more machine" if len(added) == 1 else f"{len(added)} more machines"
+    moves += [f"{machines} ({', '.join(added[:MOVES_NAMED])}{more_machines})"] if added else []
     return (
         f"{at_risk}; {', '.join(moves) or 'tasks moved to other machines'}"
         + f"; it now ends at {after[1]:.1f} s ({kept}) for {after[2]:.4f} USD, {after[2] - before[2]:+.4f} USD"

@@ -5,6 +5,12 @@
 planned machine (*kept*) or where the list scheduler's score is best (*list*), over a
 :class:`~agora_optimizer.planning.replan_fleet.Fleet` that starts from what ran and what runs.
 :func:`agora_optimizer.planning.replan.replan` builds the schedules and keeps the best.
+
+With latest ends (a deadline at risk), each task goes where it adds the least cost among the places
+where it ends by its own (where it can end by it nowhere, where it ends least late); a *kept* task
+stays on its planned machine when it ends by it there, so only the tasks that would end late move.
+:func:`tails` gives each task the longest path after it on the fastest types, as
+:mod:`agora_optimizer.engines.deadline_list` reads it.
 """
 
 from __future__ import annotations
@@ -169,6 +175,11 @@ def _base_fleet(run: ReplanInputs) -> tuple[Fleet, dict[str, tuple[FleetMachine,
     return fleet, ends
 
 
+def tails(run: ReplanInputs, rank: Mapping[str, float]) -> dict[str, float]:
+    """Each pending task's tail: its upward rank less its own fastest runtime (the path after it, transfers in)."""
+    return {t: rank[t] - fastest_runtime_s(run.workflow.by_id[t], options) for t, options in run.options.items()}
+
+
 _Choice = tuple[tuple[float, float, float], FleetMachine, float, float]  # (key, machine, start, end)
 
 
@@ -180,11 +191,14 @@ def schedule(
     scale: Bounds,
     keep: bool,
     deadline: float | None,
+    latest_end_s: Mapping[str, float] | None = None,
 ) -> tuple[list[Assignment], float, float] | None:
     """Place ``order``'s tasks one by one; (assignments, makespan, cost), or None past ``deadline``.
 
-    ``keep``: each task on its planned machine (searched for only where that cannot be); else each
-    where it scores best, its planned machine winning ties.
+    ``keep``: each task on its planned machine (searched for only where that cannot be, or, with
+    ``latest_end_s``, where it would end past its latest end); else each where it scores best, its
+    planned machine winning ties. ``latest_end_s``: each task's score is how late it ends past its
+    latest end, then the cost it adds (``alpha`` aside).
     """
     workflow, catalog = run.workflow, run.catalog
     fleet, ends = _base_fleet(run)
@@ -204,10 +218,11 @@ def schedule(
         planned_machine = fleet.by_id.get(planned.machine) if planned is not None else None
         if planned_machine is not None and planned_machine.resource not in options:
             planned_machine = None  # a retry that needs more memory than its planned type has
-        place = _Placer(fleet, task, memory, inputs, estimated, tail, weights, planned_machine)
+        latest = None if latest_end_s is None else latest_end_s[task_id]
+        place = _Placer(fleet, task, memory, inputs, estimated, tail, weights, planned_machine, latest)
         if keep and planned_machine is not None:
             place.consider(planned_machine)
-        if place.best is None:
+        if place.best is None or (latest is not None and place.best[0][0] > 0.0):  # none, or late there
             for resource in options:
                 if not place.hopeless(resource):
                     for machine in _candidates(fleet, resource, inputs, planned_machine):
@@ -239,6 +254,9 @@ class _Placer:
     A machine, or a whole type, is passed over before any timeline is searched when even starting
     as soon as the task's inputs could arrive would not beat the best so far: the cost term is
     never negative and, for time alone, the end breaks ties. The planned machine is always scored.
+
+    With ``latest_end_s`` the score is ``(how late past it, added cost, end)`` instead: the cheapest
+    place that ends in time, else the least late.
     """
 
     def __init__(
@@ -251,6 +269,7 @@ class _Placer:
         tail_s: float,
         weights: tuple[float, float],  # (alpha / T, (1 - alpha) / C)
         planned: FleetMachine | None,
+        latest_end_s: float | None = None,
     ) -> None:
         self.fleet = fleet
         self.task = task
@@ -262,6 +281,7 @@ class _Placer:
         self.tail_s = tail_s
         self.time_weight, self.cost_weight = weights
         self.planned = planned
+        self.latest_end_s = latest_end_s
         self.best: _Choice | None = None
         self.kept: _Choice | None = None
 
@@ -282,9 +302,8 @@ class _Placer:
         end = start + duration
         if machine is not self.planned and self._beaten(end):
             return
-        time_part = self.time_weight * max(self.estimated_makespan_s, end + self.tail_s)
         added = machine.added_cost_usd(start, end)
-        choice = ((time_part + self.cost_weight * added, end, added), machine, start, end)
+        choice = (self._key(end, added), machine, start, end)
         better = best is None or choice[0] < best[0]
         if not (better or machine is self.planned) or not self.fleet.count_allows(machine, start, end):
             return
@@ -296,14 +315,26 @@ class _Placer:
     def choice(self) -> _Choice | None:
         """The best machine, or the planned one where it is not worse."""
         kept, best = self.kept, self.best
-        if kept is not None and best is not None and kept[0][0] <= best[0][0] + 1e-12:
-            return kept
-        return best
+        if kept is None or best is None:
+            return best
+        if self.latest_end_s is None:
+            return kept if kept[0][0] <= best[0][0] + 1e-12 else best
+        # as late and no dearer (the end aside)
+        return kept if kept[0][0] <= best[0][0] + TIME_TOLERANCE_S and kept[0][1] <= best[0][1] + 1e-12 else best
+
+    def _key(self, end_s: float, added_usd: float) -> tuple[float, float, float]:
+        """The score of ending at ``end_s`` for ``added_usd`` more (smaller is better)."""
+        if self.latest_end_s is not None:
+            return (max(0.0, end_s - self.latest_end_s - TIME_TOLERANCE_S), added_usd, end_s)
+        time_part = self.time_weight * max(self.estimated_makespan_s, end_s + self.tail_s)
+        return (time_part + self.cost_weight * added_usd, end_s, added_usd)
 
     def _beaten(self, end_s: float) -> bool:
         """Whether a machine on which the task would end at ``end_s`` (or later) cannot beat the best."""
         if self.best is None:
             return False
+        if self.latest_end_s is not None:  # later is as late or later; the cost added is never negative
+            return end_s - self.latest_end_s - TIME_TOLERANCE_S > self.best[0][0] + TIME_TOLERANCE_S
         (score, best_end, _), *_ = self.best
         time_part = self.time_weight * max(self.estimated_makespan_s, end_s + self.tail_s)
         if time_part > score + 1e-12:

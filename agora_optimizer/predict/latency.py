@@ -206,7 +206,10 @@ def latency_samples(
 
     ``edges[dag_id]``: that DAG's ``(parent, child)`` task ids. A child attempt's ready time is
     then its parents' last end in the same DAG run (a root's, or any task's of a DAG whose edges
-    are not given, is its ``queued_at``, the best the trace row knows). ``slot_free_at[key]``:
+    are not given, is its ``queued_at``, the best the trace row knows). A mapped task's instance
+    is named as plans name it (``task[i]``) or, where the edges name the task alone (as a DAG
+    folder does), by its task id; a parent named by the task id of a mapped task ended when its
+    last instance did. ``slot_free_at[key]``:
     when the slot of the attempt of that :attr:`TaskAttempt.key` was free again (its worker
     exited); only those attempts give an end latency. ``freed_at_end``: a slot whose release is not
     given was free when its task ended (the executor frees a machine at the worker's ``task-ended``
@@ -223,8 +226,9 @@ def latency_samples(
     ended: dict[tuple[str, str, str], datetime] = {}  # (dag, run, task) -> its last successful end
     for a in rows:
         if a.state == "success" and a.ended_at is not None:
-            here = (a.dag_id, a.run_id, instance_id(a.task_id, a.map_index))
-            ended[here] = max(ended.get(here, a.ended_at), a.ended_at)
+            names = {instance_id(a.task_id, a.map_index), a.task_id}  # a mapped task's instance, and the task
+            for here in ((a.dag_id, a.run_id, name) for name in names):
+                ended[here] = max(ended.get(here, a.ended_at), a.ended_at)
     parents: dict[str, dict[str, list[str]]] = {}
     for dag_id, pairs in (edges or {}).items():
         of_dag: dict[str, list[str]] = defaultdict(list)
@@ -264,8 +268,9 @@ def _ready(
     attempt: TaskAttempt, parents: Mapping[str, list[str]] | None, ended: Mapping[tuple[str, str, str], datetime]
 ) -> datetime | None:
     """When ``attempt``'s task could start: its parents' last end, or (root, no edges) its queued time.
-    Edges name a mapped task's instances as plans do (``task[i]``)."""
-    above = parents.get(instance_id(attempt.task_id, attempt.map_index), []) if parents is not None else []
+    Edges name a mapped task's instances as plans do (``task[i]``), or the task alone as a DAG folder does."""
+    named = instance_id(attempt.task_id, attempt.map_index)
+    above = (parents.get(named) or parents.get(attempt.task_id, [])) if parents is not None else []
     if not above:
         return attempt.queued_at
     ends = [ended.get((attempt.dag_id, attempt.run_id, p)) for p in above]

@@ -13,6 +13,7 @@ import pytest
 
 from agora_optimizer.io.plan_file import load_plan
 from agora_optimizer.plans.store import PlanStore
+from agora_optimizer.predict.latency import summarize
 from agora_optimizer.traces.records import TaskAttempt
 from agora_optimizer.traces.store import TraceStore
 from tests.conftest import REPO
@@ -369,3 +370,54 @@ def test_pareto_traces_the_front_of_a_dag_read_as_optimize_reads_it(tmp_path: Pa
     first = load_plan(tmp_path / "front" / "pareto-01.json")
     assert first.workflow_source == f"airflow:{DAG_ID}"
     assert {a.task for a in first.assignments} == {"extract", "clean", "aggregate", "profile", "load"}
+
+
+TWO_DAGS = """
+from datetime import datetime
+from airflow.sdk import DAG
+from airflow.providers.standard.operators.empty import EmptyOperator
+
+for dag_id, (parent, child) in {"first": ("a", "b"), "second": ("c", "d")}.items():
+    with DAG(dag_id=dag_id, schedule=None, start_date=datetime(2026, 1, 1)):
+        EmptyOperator(task_id=parent) >> EmptyOperator(task_id=child)
+"""
+LEARN = """
+import json, sys
+from agora_optimizer.integration.airflow_dag import learned_platform_latency
+latency = learned_platform_latency(sys.argv[1], {"first": [("a", "b")]}, "median", sys.argv[2])
+starts = {"/".join(key): [s.median_s, s.p90_s, s.samples] for key, (s, _) in latency.learned.items()}
+print("LEARNED" + json.dumps(starts))
+"""
+
+
+def test_the_platform_latency_is_learned_with_the_edges_of_every_dag_of_the_folder(tmp_path: Path) -> None:
+    # Planning "first" (its edges given) learns from "second"'s traces too, each child counted from its parent's
+    # end: d started 0.9 s after c ended, though its queued time (set when the executor let it go) was 0.1 s before.
+    def row(dag_id: str, task: str, run: int, queued: float, started: float, ended: float) -> TaskAttempt:
+        at = datetime(2026, 11, 1, tzinfo=UTC) + timedelta(hours=run)
+        return TaskAttempt.create(
+            dag_id=dag_id, task_id=task, run_id=f"manual__{run}", resource_type="local-small", backend="local",
+            machine=f"local-small#{task}", queued_at=at + timedelta(seconds=queued),
+            started_at=at + timedelta(seconds=started), ended_at=at + timedelta(seconds=ended),
+        )  # fmt: skip
+
+    rows = []
+    for run in range(3):  # roots 0.1 s from queued; b 0.5 s after a's end, d 0.9 s after c's
+        rows += [row("first", "a", run, 0.0, 0.1, 1.0), row("first", "b", run, 1.05, 1.5, 2.0)]
+        rows += [row("second", "c", run, 0.0, 0.1, 1.0), row("second", "d", run, 1.8, 1.9, 2.5)]
+    store = f"sqlite:///{tmp_path / 'traces.db'}"
+    with TraceStore(store) as traces:
+        traces.add(rows)
+    (tmp_path / "dags").mkdir()
+    (tmp_path / "dags" / "two.py").write_text(TWO_DAGS)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+    env |= {"AIRFLOW_HOME": str(tmp_path / "home"), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
+    result = subprocess.run(
+        [sys.executable, "-c", LEARN, store, str(tmp_path / "dags")], capture_output=True, text=True, env=env,
+        timeout=120, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    line = next(line for line in result.stdout.splitlines() if line.startswith("LEARNED"))
+    median_s, p90_s, samples = json.loads(line.removeprefix("LEARNED"))["local/local-small"]
+    expected = summarize([0.1] * 6 + [0.5] * 3 + [0.9] * 3)  # before: d's 0.1 s from its queued time, not 0.9
+    assert samples == 12 and (median_s, p90_s) == pytest.approx((expected.median_s, expected.p90_s))

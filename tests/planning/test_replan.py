@@ -418,11 +418,13 @@ def test_a_deadline_at_risk_moves_tasks_to_a_faster_type_and_the_answer_says_so(
     result = replan(LATE_CHAIN, TWO_SPEEDS, plan, {"a": Done("cheap#0", 20.0, 0.0)}, now_s=20.0)
     check(LATE_CHAIN, TWO_SPEEDS, result, objective, tmp_path)
     assert result.makespan_s <= 35.0 and result.method == "deadline"
-    assert "fast" in {a.resource for a in result.assignments}
+    # The cheapest fix: b stays on cheap#0 (20 to 30 s), c alone goes to the fast type (30 to 35 s), +0.01 USD;
+    # moving b too, as time alone does, ends at 30 s for +0.02 USD.
+    assert {a.task: a.resource for a in result.assignments} == {"b": "cheap", "c": "fast"}
     note = result.deadline_note
     assert note.startswith("deadline at risk: the run ends at 40.0 s, past its deadline 35.0 s; ")
-    assert "2 tasks moved to faster types (b cheap -> fast, c cheap -> fast)" in note and "(keeps it)" in note
-    assert note.endswith(f"for {result.cost_usd:.4f} USD, +0.0200 USD")  # what keeping it costs
+    assert "1 task moved to a faster type (c cheap -> fast), 1 more machine (fast#0)" in note and "(keeps it)" in note
+    assert note.endswith(f"for {result.cost_usd:.4f} USD, +0.0100 USD")  # what keeping it costs
 
 
 def test_without_a_deadline_a_late_run_keeps_its_cost_down_on_the_cheaper_type(tmp_path: Path) -> None:
@@ -435,7 +437,8 @@ def test_without_a_deadline_a_late_run_keeps_its_cost_down_on_the_cheaper_type(t
 
 
 def test_a_deadline_no_type_can_keep_says_so_and_breaks_no_budget(tmp_path: Path) -> None:
-    objective = Objective(kind="cost", deadline_s=35.0, budget_usd=0.045)  # b and c on fast cost 0.06 in all
+    # keeping it costs 0.05 USD at the least (c on fast): 19 % over the budget, beyond the deadline's 14 %
+    objective = Objective(kind="cost", deadline_s=35.0, budget_usd=0.042)
     plan = plan_of(LATE_CHAIN, TWO_SPEEDS, CHAIN_ON_CHEAP, objective)
     result = replan(LATE_CHAIN, TWO_SPEEDS, plan, {"a": Done("cheap#0", 20.0, 0.0)}, now_s=20.0)
     check(LATE_CHAIN, TWO_SPEEDS, result, replace(objective, deadline_s=None), tmp_path)  # within the budget

@@ -93,6 +93,21 @@ def test_a_mapped_tasks_instances_are_matched_to_the_plans_edges_by_map_index() 
     assert sorted(starts) == pytest.approx([0.25, 0.5, 1.0, 1.0])
 
 
+def test_a_mapped_task_named_alone_as_a_dag_folder_names_it_counts_from_its_parents_and_its_last_instance() -> None:
+    # A DAG folder's edges name the mapped task, not its instances (another DAG than the one planned).
+    edges = {DAG: [("split", "work"), ("work", "merge")]}
+    rows = [
+        _attempt("split", "r1", 0.0, 1.0, 2.0, machine="pool-a#0"),
+        _attempt("work", "r1", 2.1, 2.5, 4.0, map_index=0, machine="pool-a#1"),
+        _attempt("work", "r1", 2.1, 3.0, 6.0, map_index=1, machine="pool-a#2"),
+        _attempt("merge", "r1", 6.1, 6.25, 7.0, machine="pool-a#3"),
+    ]
+    starts, _ = latency_samples(rows, edges)[("local", "pool-a")]
+    # as with the plan's instance names: each instance from split's end, merge from work[1]'s, the last one (before:
+    # the instances from their queued time, 0.4 and 0.9 s, and merge none, its parent "work" never seen to end)
+    assert sorted(starts) == pytest.approx([0.25, 0.5, 1.0, 1.0])
+
+
 def test_parents_are_matched_within_the_same_dag_run() -> None:
     rows = [*_run("r1"), _attempt("clean", "r2", 100.0, 101.0, 102.0)]  # r2's extract is not in the store
     starts, _ = latency_samples(rows, EDGES)[("local", "pool-a")]
