@@ -68,6 +68,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Collection, Mapping
+from dataclasses import replace
 from typing import Literal
 
 from agora_optimizer.model.catalog import Catalog
@@ -86,6 +87,10 @@ from agora_optimizer.planning.replan_schedule import (
 )
 from agora_optimizer.planning.run_state import TIME_TOLERANCE_S, Pending, Replan, TaskState
 
+# A deadline at risk is aimed this share of the time left to it early: a repair that ends right at the deadline
+# leaves nothing for the next drift (the simulated learning loop met 14 of 17 deadlines aiming at the deadline
+# itself, against 16 of 17 with the earlier repair that bought all the time it could).
+DEADLINE_MARGIN = 0.05
 BISECTIONS = 3  # a deadline at risk: halvings between the last late latest ends and the last timely ones
 
 
@@ -99,6 +104,7 @@ def replan(
     leased: Collection[str] | None = None,
     scale: Bounds | None = None,
     time_limit_s: float = 0.8,
+    deadline_margin: float = DEADLINE_MARGIN,
 ) -> Replan:
     """New placements for the pending tasks of a run of ``plan`` at plan time ``now_s``.
 
@@ -108,7 +114,8 @@ def replan(
     them beside what ran). ``scale``: the objective's makespan
     and cost scales (:func:`agora_optimizer.planning.problem.lower_bounds`; they take a second or more on a
     thousand tasks, so the default is the plan's own makespan and cost). ``time_limit_s``: the list
-    schedule is abandoned beyond it, and the kept one answers.
+    schedule is abandoned beyond it, and the kept one answers. ``deadline_margin``: a deadline at risk is
+    aimed that share of the time left to it early (:data:`DEADLINE_MARGIN`).
     """
     started = time.perf_counter()
     run = prepare(workflow, catalog, plan, state, now_s, leased)
@@ -136,10 +143,12 @@ def replan(
     deadline_s = plan.objective.deadline_s
     if deadline_s is not None and best[1] > deadline_s + TIME_TOLERANCE_S:
         kept_cost, limit = best, started + time_limit_s
+        aim_s = deadline_s - deadline_margin * max(deadline_s - now_s, 0.0)
+        aimed = Problem(workflow, catalog, replace(plan.objective, deadline_s=aim_s), scale)
         # a time plan: its list schedule was all on time already
-        rushed = _rushed(run, (kept_order, list_order), rank, alpha, scale, limit, deadline_s) if alpha < 1 else []
-        for candidate in rushed:
-            if problem.rank(candidate[1], candidate[2]) < problem.rank(best[1], best[2]):
+        rushed = _rushed(run, (kept_order, list_order), rank, alpha, scale, limit, aim_s) if alpha < 1 else []
+        for candidate in rushed:  # on time for the aim first, then for the deadline, then the objective
+            if aimed.rank(candidate[1], candidate[2]) < aimed.rank(best[1], best[2]):
                 best, method = candidate, "deadline"
         note = deadline_note(deadline_s, kept_cost, best, run.planned, catalog, len(rushed))
 

@@ -29,7 +29,7 @@ def test_a_deadline_at_risk_by_two_seconds_moves_the_last_task_alone_to_the_fast
     # (b to e on fast, 12 to 32 s), costs +0.040 USD.
     objective = Objective(kind="cost", deadline_s=50.0)
     plan = plan_of(CHAIN, TWO_SPEEDS, ON_CHEAP, objective)
-    result = replan(CHAIN, TWO_SPEEDS, plan, {"a": Done("cheap#0", 12.0, 0.0)}, now_s=12.0)
+    result = replan(CHAIN, TWO_SPEEDS, plan, {"a": Done("cheap#0", 12.0, 0.0)}, now_s=12.0, deadline_margin=0.0)
     check(CHAIN, TWO_SPEEDS, result, objective, tmp_path)
     assert {a.task: a.machine for a in result.assignments} == {
         "b": "cheap#0",
@@ -50,7 +50,7 @@ def test_a_deadline_a_faster_last_task_cannot_keep_moves_more_but_no_more_than_i
     # to 48 s), cheap#0 paid 0 to 38 s and fast 10 s, 0.038 + 0.040 USD; c and e would leave cheap#0 idle, paid.
     objective = Objective(kind="cost", deadline_s=50.0)
     plan = plan_of(CHAIN, TWO_SPEEDS, ON_CHEAP, objective)
-    result = replan(CHAIN, TWO_SPEEDS, plan, {"a": Done("cheap#0", 18.0, 0.0)}, now_s=18.0)
+    result = replan(CHAIN, TWO_SPEEDS, plan, {"a": Done("cheap#0", 18.0, 0.0)}, now_s=18.0, deadline_margin=0.0)
     check(CHAIN, TWO_SPEEDS, result, objective, tmp_path)
     assert result.makespan_s <= 50.0 + 1e-6
     assert sorted(result.moved_resource) == ["d", "e"] and result.cost_usd == pytest.approx(0.038 + 0.040)
@@ -74,7 +74,20 @@ def test_a_wide_run_whose_tails_miss_the_wait_for_machines_still_gets_the_cheape
     # ends the tasks move too late and the run ends at 71 s; time alone keeps it for 0.151 USD.
     objective = Objective(kind="cost", deadline_s=70.0)
     plan = plan_of(WIDE, CHEAP_AND_DEAR, WIDE_ON_CHEAP, objective)
-    result = replan(WIDE, CHEAP_AND_DEAR, plan, {"t0": Done("cheap#0", 26.0, 0.0)}, now_s=26.0)
+    result = replan(WIDE, CHEAP_AND_DEAR, plan, {"t0": Done("cheap#0", 26.0, 0.0)}, now_s=26.0, deadline_margin=0.0)
     check(WIDE, CHEAP_AND_DEAR, result, objective, tmp_path)
     assert result.makespan_s <= 70.0 + 1e-6 and result.cost_usd == pytest.approx(0.106)
     assert sum(a.end_s - a.start_s for a in result.assignments if a.resource == "dear") == pytest.approx(10.0)
+
+
+def test_by_default_a_repair_aims_a_margin_before_the_deadline(tmp_path: Path) -> None:
+    # The first case again: e alone on the fast type ends at 47 s, 3 s before the deadline of 50 s. With a margin of a
+    # fifth of the 38 s left (aim: 42.4 s), that is not enough: d and e both move (d 32 to 37 s, e 37 to 42 s).
+    objective = Objective(kind="cost", deadline_s=50.0)
+    plan = plan_of(CHAIN, TWO_SPEEDS, ON_CHEAP, objective)
+    result = replan(CHAIN, TWO_SPEEDS, plan, {"a": Done("cheap#0", 12.0, 0.0)}, now_s=12.0, deadline_margin=0.2)
+    check(CHAIN, TWO_SPEEDS, result, objective, tmp_path)
+    assert result.makespan_s <= 50.0 - 0.2 * (50.0 - 12.0) + 1e-6
+    assert {a.task for a in result.assignments if a.machine.startswith("fast")} == {"d", "e"}
+    unaimed = replan(CHAIN, TWO_SPEEDS, plan, {"a": Done("cheap#0", 12.0, 0.0)}, now_s=12.0, deadline_margin=0.0)
+    assert unaimed.makespan_s > 50.0 - 0.2 * (50.0 - 12.0)  # without it, the least time that keeps the deadline
