@@ -62,6 +62,11 @@ class PlannedMachine(GrowingLease):
     lease_start_s: float | None = None
     lease_end_s: float = 0.0
     tasks: list[str] = field(default_factory=list)
+    lease_cost_usd: float = 0.0  # its lease's cost so far, kept by TypePools.place (asked for every candidate)
+
+    def added_cost_usd(self, start_s: float, end_s: float) -> float:
+        first, last = self.lease_after(start_s, end_s)
+        return self.resource.lease_cost_usd(last - first) - self.lease_cost_usd
 
 
 class IdlePool:
@@ -105,6 +110,7 @@ class TypePools:
         self.machines: dict[str, IdlePool] = {r.name: IdlePool() for r in catalog.resources}
         self.machines_per_type = machines_per_type
         self.min_task_memory_bytes = min_task_memory_bytes
+        self._unused: dict[str, PlannedMachine] = {}  # per type, the new machine last offered and not yet placed on
 
     def candidates(
         self, task: Task, resource: Resource, parent_machines: dict[int, PlannedMachine]
@@ -128,6 +134,18 @@ class TypePools:
         return chosen + [m for key, m in parent_machines.items() if m.resource is resource and key not in seen]
 
     def new_machine(self, resource: Resource, machine_id: str) -> PlannedMachine:
+        """A machine of ``resource`` with nothing on it yet, named ``machine_id``.
+
+        Each task is offered a new machine of every type; the one offered last is offered again while no
+        task was placed on it (still empty, same name), instead of building a timeline per task and type.
+        """
+        unused = self._unused.get(resource.name)
+        if unused is not None and unused.id == machine_id and unused.lease_start_s is None:
+            return unused
+        self._unused[resource.name] = machine = self._make_machine(resource, machine_id)
+        return machine
+
+    def _make_machine(self, resource: Resource, machine_id: str) -> PlannedMachine:
         window = None if self.machines_per_type is None else INSERTION_WINDOW
         timeline = SkippingTimeline(
             resource.vcpus, resource.memory_bytes, self.min_task_memory_bytes, window, resource.gpus
@@ -143,6 +161,7 @@ class TypePools:
         made, old_end = machine.lease_start_s is None, machine.lease_end_s
         machine.timeline.add(start_s, end_s, task.cores, task.memory_bytes, task.gpus)
         machine.lease_start_s, machine.lease_end_s = machine.lease_after(start_s, end_s)
+        machine.lease_cost_usd = machine.resource.lease_cost_usd(machine.lease_end_s - machine.lease_start_s)
         pool = self.machines[machine.resource.name]
         if made:
             pool.add(machine)
