@@ -26,9 +26,11 @@ from agora_optimizer.model.workflow import Task, Workflow
 from agora_optimizer.planning.arrivals import Arrivals
 from agora_optimizer.planning.bounds import fastest_runtime_s, feasible_types
 from agora_optimizer.planning.spot import expected_rerun_cost_usd, fallback_s
+from agora_optimizer.planning.time_budget import TimeBudget
 from agora_optimizer.planning.timeline import MachineTimeline, SkippingTimeline
 
 INSERTION_WINDOW = 48  # with pruned candidates (very large workflows), gaps are searched this far back
+STOP_CHECK_TASKS = 64  # with a ``stop`` budget, the clock is read once per this many tasks placed
 
 
 class GrowingLease:
@@ -190,6 +192,7 @@ def list_schedule(
     shared_cost: bool = True,
     pools: TypePools | None = None,
     order: Sequence[str] | None = None,
+    stop: TimeBudget | None = None,
 ) -> list[Assignment]:
     """Place every task; ``alpha`` = 1 minimises makespan, 0 minimises cost.
 
@@ -208,6 +211,10 @@ def list_schedule(
     for speed on very large workflows. Other ``pools`` choose otherwise (e.g. machines of one DAG
     run each, with counts shared by instant: :mod:`agora_optimizer.planning.shared_counts`);
     ``order`` (parents first) replaces the order of decreasing upward rank.
+
+    With ``stop``, the schedule is given up (:class:`~agora_optimizer.planning.time_budget.OutOfTime`)
+    once that budget has expired, checked every :data:`STOP_CHECK_TASKS` tasks: a caller with a plan
+    in hand keeps its time limit instead.
     """
     options = feasible_types(workflow, catalog)
     rank = upward_ranks(workflow, catalog)
@@ -222,7 +229,9 @@ def list_schedule(
     if pools is None:
         pools = TypePools(catalog, machines_per_type, min(t.memory_bytes for t in workflow.tasks))
 
-    for task_id in order:
+    for placed_count, task_id in enumerate(order):
+        if stop is not None and placed_count % STOP_CHECK_TASKS == 0:
+            stop.check()
         task = workflow.by_id[task_id]
         tail = rank[task_id] - fastest_runtime_s(task, options[task_id])
         inputs = [

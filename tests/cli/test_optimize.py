@@ -478,3 +478,17 @@ def test_a_limit_spent_before_planning_is_said_and_the_first_schedule_is_the_pla
         stderr,
     ), stderr
     assert check_plan(json.loads((tmp_path / "p.json").read_text()), BLAST, AWS_CATALOG) == []
+
+
+def test_the_engines_get_the_limit_less_what_went_before_and_the_writing() -> None:
+    """--time-limit-s counts from the command's start: the engines' share is what is left of it once the
+    plan's writing (30 us a task) is kept back; the stderr line names the floor when nothing is left."""
+    from agora_optimizer.cli.optimize import planning_time_s, time_limit_line
+    from agora_optimizer.optimize.portfolio import TIME_LIMIT_FALLBACK
+
+    assert planning_time_s(10.0, 30_000) == pytest.approx(10.0 - 0.9)
+    assert planning_time_s(60.0, 0) == 60.0
+    line = time_limit_line(10.0, 9.4, 30_000, TIME_LIMIT_FALLBACK)
+    assert line.startswith("agora: 9.4 s of --time-limit-s 10 went before planning")
+    assert "the plan is the one-type default" in line and "a limit above 10 s leaves the engines time" in line
+    assert "the first schedule found" in time_limit_line(5.0, 6.0, 100, "list-scheduling", predicted=True)
