@@ -89,15 +89,12 @@ def time_limit_line(time_limit_s: float, spent_s: float, tasks: int, method: str
     """The stderr line of a plan whose time limit left the engines no room: what went before planning
     (``spent_s``), what the plan is, and the least limit that would have left them some."""
     before = "start-up, loading, " + ("predicting, " if predicted else "") + "bounds, the one-type default"
+    what = "the first schedule found"
     if method == TIME_LIMIT_FALLBACK:
-        what = "the plan is the one-type default (the first list schedule did not fit in the time left)"
-    else:
-        what = "the plan is the first schedule found"
+        what = "the one-type default (the first list schedule did not fit in the time left)"
     floor_s = spent_s + _WRITING_S_PER_TASK * tasks
-    return (
-        f"agora: {spent_s:.1f} s of --time-limit-s {time_limit_s:g} went before planning ({before}): {what}; "
-        f"a limit above {floor_s:.0f} s leaves the engines time"
-    )
+    return (f"agora: {spent_s:.1f} s of --time-limit-s {time_limit_s:g} went before planning ({before}): the plan "
+            f"is {what}; a limit above {floor_s:.0f} s leaves the engines time")  # fmt: skip
 
 
 PlanWorkflowOpt = Annotated[
