@@ -28,6 +28,7 @@ from agora_optimizer.planning.bounds import fastest_runtime_s, feasible_types
 from agora_optimizer.planning.spot import expected_rerun_cost_usd, fallback_s
 from agora_optimizer.planning.time_budget import TimeBudget
 from agora_optimizer.planning.timeline import MachineTimeline, SkippingTimeline
+from agora_optimizer.planning.window_bound import timing_types
 
 INSERTION_WINDOW = 48  # with pruned candidates (very large workflows), gaps are searched this far back
 STOP_CHECK_TASKS = 64  # with a ``stop`` budget, the clock is read once per this many tasks placed
@@ -173,11 +174,11 @@ class TypePools:
 
 def upward_ranks(workflow: Workflow, catalog: Catalog) -> dict[str, float]:
     """Longest path from each task to an exit, on fastest types, with full transfer times."""
-    options = feasible_types(workflow, catalog)
+    timing = timing_types(feasible_types(workflow, catalog))
     rank: dict[str, float] = {}
     for task_id in reversed(workflow.topological_order):
         tail = max((catalog.transfer_s(e.bytes) + rank[e.child] for e in workflow.children[task_id]), default=0.0)
-        rank[task_id] = fastest_runtime_s(workflow.by_id[task_id], options[task_id]) + tail
+        rank[task_id] = fastest_runtime_s(workflow.by_id[task_id], timing[task_id]) + tail
     return rank
 
 
@@ -217,6 +218,7 @@ def list_schedule(
     in hand keeps its time limit instead.
     """
     options = feasible_types(workflow, catalog)
+    timing = timing_types(options)
     rank = upward_ranks(workflow, catalog)
     if order is None:
         position = {task_id: i for i, task_id in enumerate(workflow.topological_order)}
@@ -233,7 +235,7 @@ def list_schedule(
         if stop is not None and placed_count % STOP_CHECK_TASKS == 0:
             stop.check()
         task = workflow.by_id[task_id]
-        tail = rank[task_id] - fastest_runtime_s(task, options[task_id])
+        tail = rank[task_id] - fastest_runtime_s(task, timing[task_id])
         inputs = [
             (placed[e.parent][0], placed[e.parent][1], catalog.transfer_s(e.bytes)) for e in workflow.parents[task_id]
         ]
