@@ -52,7 +52,9 @@ def timing_types(options: dict[str, list[Resource]]) -> dict[str, list[Resource]
         key = tuple(map(id, rs))
         found = kept.get(key)
         if found is None:
-            alike = {(r.earliest_start_s, r.speed, r.added_latency_s): r for r in reversed(rs)}
+            alike: dict[tuple[float, float, float], Resource] = {}
+            for r in rs:  # the first of each kind, in the task's order
+                alike.setdefault((r.earliest_start_s, r.speed, r.added_latency_s), r)
             found = kept[key] = list(alike.values())
         result[task_id] = found
     return result
