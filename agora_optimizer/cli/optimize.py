@@ -54,7 +54,6 @@ from agora_optimizer.io.plan_file import load_plan, write_plan
 from agora_optimizer.io.wfformat import load_workflow
 from agora_optimizer.model.catalog import Catalog
 from agora_optimizer.model.plan import Objective, Plan, SpotFigures
-from agora_optimizer.optimize.portfolio import TIME_LIMIT_FALLBACK
 from agora_optimizer.runs.record import ratio
 
 if TYPE_CHECKING:
@@ -88,13 +87,15 @@ def planning_time_s(time_limit_s: float, tasks: int) -> float:
 def time_limit_line(time_limit_s: float, spent_s: float, tasks: int, method: str, predicted: bool = False) -> str:
     """The stderr line of a plan whose time limit left the engines no room: what went before planning
     (``spent_s``), what the plan is, and the least limit that would have left them some."""
+    from agora_optimizer.optimize.portfolio import TIME_LIMIT_FALLBACK  # the engines' modules: not at start-up
+
     before = "start-up, loading, " + ("predicting, " if predicted else "") + "bounds, the one-type default"
     what = "the first schedule found"
     if method == TIME_LIMIT_FALLBACK:
         what = "the one-type default (the first list schedule did not fit in the time left)"
     floor_s = spent_s + _WRITING_S_PER_TASK * tasks
     return (f"agora: {spent_s:.1f} s of --time-limit-s {time_limit_s:g} went before planning ({before}): the plan "
-            f"is {what}; a limit above {floor_s:.0f} s leaves the engines time")  # fmt: skip
+            f"is {what}; a limit above {floor_s:.1f} s leaves the engines time")  # fmt: skip
 
 
 PlanWorkflowOpt = Annotated[
@@ -178,6 +179,7 @@ def optimize(
 ) -> None:
     """Plan WORKFLOW on CATALOG and write the plan to --out; or, with --dags, every run of a window."""
     from agora_optimizer.optimize.optimize import default_plan_of, one_type_default_assignments, optimize_problem
+    from agora_optimizer.optimize.portfolio import TIME_LIMIT_FALLBACK
     from agora_optimizer.planning.problem import Problem, lower_bounds
     from agora_optimizer.predict.latency import statistic_of, with_platform_latency
     from agora_optimizer.predict.quantile_choice import AUTO, parse_quantile, quantile_label
@@ -236,7 +238,7 @@ def optimize(
         with planning_progress(f"planning {len(wf.tasks)} tasks", goal, quiet=as_json) as progress:
             plan = optimize_problem(problem, str(catalog), planning_s, progress=progress, started=started,
                                     fallback=default)  # fmt: skip
-        if wf.tasks and (spent_s >= planning_s or plan.solver.method == TIME_LIMIT_FALLBACK):
+        if wf.tasks and (spent_s >= planning_s or plan.solver.method == TIME_LIMIT_FALLBACK):  # said, not hidden
             say(time_limit_line(time_limit_s, spent_s, len(wf.tasks), plan.solver.method, predicted=bool(dag_id)),
                 err=True)  # fmt: skip
         plan = replace(plan, workflow_source=given.source)  # validate, gantt and simulate read it from here

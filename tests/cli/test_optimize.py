@@ -468,16 +468,24 @@ def test_a_runtime_quantile_for_a_workflow_file_or_out_of_range_is_refused(
     assert not out.exists()
 
 
-def test_a_limit_spent_before_planning_is_said_and_the_first_schedule_is_the_plan(tmp_path: Path, capsys) -> None:
+def test_a_limit_spent_before_planning_is_said_and_the_one_type_default_is_the_plan(tmp_path: Path, capsys) -> None:
+    """Nothing left for the engines: the first list schedule is given up, the default made before them is the
+    plan (the limit is kept), and one stderr line says so with the least limit that leaves the engines time."""
     argv = ("optimize", BLAST, "-c", AWS_CATALOG, "-o", tmp_path / "p.json", "--time-limit-s", "0.01")
     code, _, stderr = _run(capsys, *argv)
     assert code == 0
     assert re.fullmatch(
         r"agora: [\d.]+ s of --time-limit-s 0\.01 went before planning \(start-up, loading, bounds, the one-type "
-        r"default\): the plan is the first schedule found\n",
+        r"default\): the plan is the one-type default \(the first list schedule did not fit in the time left\); "
+        r"a limit above [\d.]+ s leaves the engines time\n",
         stderr,
     ), stderr
-    assert check_plan(json.loads((tmp_path / "p.json").read_text()), BLAST, AWS_CATALOG) == []
+    plan = json.loads((tmp_path / "p.json").read_text())
+    assert (
+        plan["solver"]["method"] == "one-type-default (time limit)"
+        and len({a["resource"] for a in plan["assignments"]}) == 1
+    )
+    assert check_plan(plan, BLAST, AWS_CATALOG) == []
 
 
 def test_the_engines_get_the_limit_less_what_went_before_and_the_writing() -> None:
@@ -490,5 +498,5 @@ def test_the_engines_get_the_limit_less_what_went_before_and_the_writing() -> No
     assert planning_time_s(60.0, 0) == 60.0
     line = time_limit_line(10.0, 9.4, 30_000, TIME_LIMIT_FALLBACK)
     assert line.startswith("agora: 9.4 s of --time-limit-s 10 went before planning")
-    assert "the plan is the one-type default" in line and "a limit above 10 s leaves the engines time" in line
+    assert "the plan is the one-type default" in line and "a limit above 10.3 s leaves the engines time" in line
     assert "the first schedule found" in time_limit_line(5.0, 6.0, 100, "list-scheduling", predicted=True)
