@@ -71,6 +71,7 @@ def run_command(argv: list[str], scratch: Path) -> dict[str, Any]:
     return {
         "wall_s": round(wall_s, 3),
         "exit_code": process.returncode,
+        "cpu_s": round(usage.ru_utime + usage.ru_stime, 3),  # beside the wall time: how loaded the machine was
         "peak_rss_mib": round(usage.ru_maxrss / 1024, 1),  # ru_maxrss is in KiB on Linux
         "stderr": stderr_path.read_text(errors="replace").strip().splitlines()[-3:],
     }
@@ -123,21 +124,22 @@ def markdown(result: dict[str, Any]) -> str:
         f"Commit {result['commit']}; Python {result['python']}, {result['cpus']} CPUs, load average "
         f"{result['load_average']} at the start and {result['load_average_end']} at the end. Catalog "
         f"`{result['catalog']}`. Each row is one run of the real command (`python -m agora_optimizer`, fresh "
-        "homes, output to files): its wall time from the process's start to its exit, whether it kept "
+        "homes, output to files): its wall time from the process's start to its exit, its CPU time (user and "
+        "system: well under the wall time, the machine was busy with other work), whether it kept "
         f"`--time-limit-s` (within the larger of {KEPT_WITHIN_S:g} s and {KEPT_WITHIN_FRACTION:.0%}, issue 35; "
         "exit code 0), its peak resident memory, and the plan's method. The `first plan` rows are `optimize` "
         f"with `--time-limit-s {result['first_plan_limit_s']:g}`: the time to the first valid plan "
         "(checked by the validator). Plans are made from the workflow files' recorded runtimes.",
         "",
-        "| workflow | command | limit (s) | wall (s) | kept | peak RSS (MiB) | method | valid |",
-        "|---|---|---:|---:|---|---:|---|---|",
+        "| workflow | command | limit (s) | wall (s) | CPU (s) | kept | peak RSS (MiB) | method | valid |",
+        "|---|---|---:|---:|---:|---|---:|---|---|",
     ]
     for row in result["runs"]:
         limit = "first plan" if row.get("first_plan") else f"{row['limit_s']:g}"
         valid = "" if row["valid"] is None else ("yes" if row["valid"] else "NO")
         kept_text = "yes" if row["kept"] else f"NO (exit {row['exit_code']})" if row["exit_code"] else "NO"
         lines.append(
-            f"| {row['workflow']} | {row['command']} | {limit} | {row['wall_s']:.1f} | "
+            f"| {row['workflow']} | {row['command']} | {limit} | {row['wall_s']:.1f} | {row['cpu_s']:.1f} | "
             f"{'' if row.get('first_plan') else kept_text} | {row['peak_rss_mib']:.0f} | "
             f"{', '.join(row['methods']) or '-'} | {valid} |"
         )

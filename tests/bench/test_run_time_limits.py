@@ -39,7 +39,7 @@ def test_a_small_workflow_is_timed_checked_and_reported_with_its_command(tmp_pat
         ("pareto", 30.0, False),
     ]
     first, optimized, front = runs
-    assert first["valid"] and first["methods"] and first["peak_rss_mib"] > 10
+    assert first["valid"] and first["methods"] and first["peak_rss_mib"] > 10 and 0 < first["cpu_s"] < 60
     assert optimized["kept"] and optimized["valid"] and optimized["exit_code"] == 0
     assert front["kept"] and front["methods"] and front["valid"] is None  # a front has no one plan to check
     page = out.with_suffix(".md").read_text()

@@ -500,3 +500,13 @@ def test_the_engines_get_the_limit_less_what_went_before_and_the_writing() -> No
     assert line.startswith("agora: 9.4 s of --time-limit-s 10 went before planning")
     assert "the plan is the one-type default" in line and "a limit above 10.3 s leaves the engines time" in line
     assert "the first schedule found" in time_limit_line(5.0, 6.0, 100, "list-scheduling", predicted=True)
+
+
+def test_a_pareto_limit_spent_before_the_sweep_is_said_and_the_front_is_the_default(tmp_path: Path, capsys) -> None:
+    code, _, stderr = _run(
+        capsys, "pareto", BLAST, "-c", AWS_CATALOG, "-o", tmp_path / "f.json", "--time-limit-s", "0.01"
+    )
+    assert code == 0
+    assert "--time-limit-s 0.01 left the sweep no time for a schedule" in stderr
+    front = json.loads((tmp_path / "f.json").read_text())
+    assert [p["method"] for p in front["points"]] == ["one-type-default (time limit)"]
