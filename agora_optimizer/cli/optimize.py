@@ -76,6 +76,28 @@ class PlatformLatencyKind(StrEnum):
 _TIME_LIMIT_HELP = "Wall-clock limit for the whole command: loading, bounding, planning and writing."
 # Time kept back from the engines for writing the plan: measured 21 us a task (a 30,000-task plan in 0.63 s).
 _WRITING_S_PER_TASK = 30e-6
+
+
+def planning_time_s(time_limit_s: float, tasks: int) -> float:
+    """The part of ``--time-limit-s`` (counted from the command's start) that may go before the plan is
+    written: the limit less the time kept back for writing a plan of ``tasks`` tasks."""
+    return time_limit_s - _WRITING_S_PER_TASK * tasks
+
+
+def time_limit_line(time_limit_s: float, spent_s: float, tasks: int, method: str, predicted: bool = False) -> str:
+    """The stderr line of a plan whose time limit left the engines no room: what went before planning
+    (``spent_s``), what the plan is, and the least limit that would have left them some."""
+    from agora_optimizer.optimize.portfolio import TIME_LIMIT_FALLBACK  # the engines' modules: not at start-up
+
+    before = "start-up, loading, " + ("predicting, " if predicted else "") + "bounds, the one-type default"
+    what = "the first schedule found"
+    if method == TIME_LIMIT_FALLBACK:
+        what = "the one-type default (the first list schedule did not fit in the time left)"
+    floor_s = spent_s + _WRITING_S_PER_TASK * tasks
+    return (f"agora: {spent_s:.1f} s of --time-limit-s {time_limit_s:g} went before planning ({before}): the plan "
+            f"is {what}; a limit above {floor_s:.1f} s leaves the engines time")  # fmt: skip
+
+
 PlanWorkflowOpt = Annotated[
     Path | None,
     typer.Option("--workflow", "-w", help="The workflow the plan is for (default: the one the plan names)."),
@@ -156,7 +178,8 @@ def optimize(
     verbose: VerboseOpt = False,
 ) -> None:
     """Plan WORKFLOW on CATALOG and write the plan to --out; or, with --dags, every run of a window."""
-    from agora_optimizer.optimize.optimize import default_plan, optimize_problem
+    from agora_optimizer.optimize.optimize import default_plan_of, one_type_default_assignments, optimize_problem
+    from agora_optimizer.optimize.portfolio import TIME_LIMIT_FALLBACK
     from agora_optimizer.planning.problem import Problem, lower_bounds
     from agora_optimizer.predict.latency import statistic_of, with_platform_latency
     from agora_optimizer.predict.quantile_choice import AUTO, parse_quantile, quantile_label
@@ -206,19 +229,18 @@ def optimize(
         # Before the engines, whose time is what is left: the one-type default and the bounds of the file's catalog
         # (a written plan, each task's own duration and its latency only in the gaps, may lease a little less
         # than the planned holds, whose bounds the engines used).
-        baseline = default_plan(wf, planned, str(catalog))
+        default_started = time.perf_counter()
+        default = one_type_default_assignments(wf, planned) if wf.tasks else None
+        baseline = None if default is None else default_plan_of(default, wf, planned, str(catalog), default_started)
         bounds = problem.bounds if planned is cat else lower_bounds(wf, cat, deadline_s)
-        planning_s = time_limit_s - _WRITING_S_PER_TASK * len(wf.tasks)  # writing the plan is in the limit too
+        planning_s = planning_time_s(time_limit_s, len(wf.tasks))
         spent_s = time.perf_counter() - started
-        if spent_s >= planning_s and wf.tasks:  # said, not hidden: the engines get only their first schedule
-            before = "start-up, loading, " + ("predicting, " if dag_id else "") + "bounds, the one-type default"
-            say(
-                f"agora: {spent_s:.1f} s of --time-limit-s {time_limit_s:g} went before planning ({before}): "
-                "the plan is the first schedule found",
-                err=True,
-            )
         with planning_progress(f"planning {len(wf.tasks)} tasks", goal, quiet=as_json) as progress:
-            plan = optimize_problem(problem, str(catalog), planning_s, progress=progress, started=started)
+            plan = optimize_problem(problem, str(catalog), planning_s, progress=progress, started=started,
+                                    fallback=default)  # fmt: skip
+        if wf.tasks and (spent_s >= planning_s or plan.solver.method == TIME_LIMIT_FALLBACK):  # said, not hidden
+            say(time_limit_line(time_limit_s, spent_s, len(wf.tasks), plan.solver.method, predicted=bool(dag_id)),
+                err=True)  # fmt: skip
         plan = replace(plan, workflow_source=given.source)  # validate, gantt and simulate read it from here
         if given.quantile is not None:  # the plan says which runtimes it was made from
             plan = replace(plan, runtime_quantile=quantile_label(given.quantile))

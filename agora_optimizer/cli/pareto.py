@@ -54,6 +54,7 @@ def pareto(
 ) -> None:
     """Trace the cost/makespan Pareto front of WORKFLOW on CATALOG."""
     from agora_optimizer.optimize.pareto import front_plans, pareto_front, plot_front, write_front
+    from agora_optimizer.optimize.portfolio import TIME_LIMIT_FALLBACK
 
     started = command_started()  # the time limit counts the whole command
     with user_errors(), quiet_logs(verbose):
@@ -73,6 +74,9 @@ def pareto(
         with progress_line(f"pareto front of {len(wf.tasks)} tasks") as show:
             front = pareto_front(wf, cat, str(catalog), deadlines=deadlines, time_limit_s=time_limit_s,
                                  started=started, progress=lambda state: show(sweep_text(state)))  # fmt: skip
+        if front.candidates and all(p.method == TIME_LIMIT_FALLBACK for p in front.candidates):  # said, not hidden
+            say(f"agora: --time-limit-s {time_limit_s:g} left the sweep no time for a schedule (loading, bounds and "
+                "the one-type default went first): the front is the one-type default", err=True)  # fmt: skip
         if plot is not None:
             plot_front(front, plot)
         plan_files = None

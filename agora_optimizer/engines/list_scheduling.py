@@ -18,7 +18,7 @@ from agora_optimizer.model.plan import Assignment, Objective
 from agora_optimizer.model.workflow import Workflow
 from agora_optimizer.planning.list_schedule import list_schedule
 from agora_optimizer.planning.problem import Problem
-from agora_optimizer.planning.time_budget import TimeBudget
+from agora_optimizer.planning.time_budget import OutOfTime, TimeBudget
 
 LARGE_WORKFLOW_TASKS = 4000  # beyond it, each task tries only the first-idle machines of a type
 LARGE_MACHINES_PER_TYPE = 3  # how many: those and its parents' machines
@@ -46,9 +46,16 @@ class ListSchedulingEngine(Engine):
     name = "list-scheduling"
 
     def solve(
-        self, problem: Problem, time_limit_s: float, warm_start: EngineResult | None = None
+        self,
+        problem: Problem,
+        time_limit_s: float,
+        warm_start: EngineResult | None = None,
+        stop_at_s: float | None = None,
     ) -> EngineResult | None:
+        """The best schedule of the sweep; the first is completed even past ``time_limit_s``, unless
+        ``stop_at_s`` (a ``time.perf_counter()``) passes first: then ``None`` (the caller has a plan in hand)."""
         budget = TimeBudget(time_limit_s)
+        stop = None if stop_at_s is None else TimeBudget.until(stop_at_s)
         best: tuple[tuple[float, float, float], list[Assignment]] | None = None
         late = problem.objective.deadline_s is not None and (
             warm_start is None or problem.excess(*problem.evaluate(warm_start.assignments)) > 0
@@ -57,14 +64,18 @@ class ListSchedulingEngine(Engine):
             if best is not None and not budget.affords():
                 break
             with budget:
-                assignments = list_schedule(
-                    problem.workflow,
-                    problem.catalog,
-                    alpha,
-                    problem.bounds.makespan_s,
-                    problem.bounds.cost_usd,
-                    machines_per_type=machines_per_type(problem.workflow),
-                )
+                try:
+                    assignments = list_schedule(
+                        problem.workflow,
+                        problem.catalog,
+                        alpha,
+                        problem.bounds.makespan_s,
+                        problem.bounds.cost_usd,
+                        machines_per_type=machines_per_type(problem.workflow),
+                        stop=stop if best is None else None,  # later ones stop by the budget, between schedules
+                    )
+                except OutOfTime:
+                    return None
             key = problem.rank(*problem.evaluate(assignments))
             if best is None or key < best[0]:
                 best = (key, assignments)

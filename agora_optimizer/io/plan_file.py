@@ -48,9 +48,18 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
 def _assignment_dict(assignment: Assignment) -> dict[str, Any]:
     """An assignment's keys; ``gpus`` only where it reserves some (section 5: absent means 0), so
     that a plan without GPUs reads as it did before them."""
-    document = asdict(assignment)
-    if not assignment.gpus:
-        del document["gpus"]
+    a = assignment  # its fields by name, not asdict(), which deep-copies each one (a 30,000-task plan: 0.3 s)
+    document: dict[str, Any] = {
+        "task": a.task,
+        "resource": a.resource,
+        "machine": a.machine,
+        "start_s": a.start_s,
+        "end_s": a.end_s,
+        "cores": a.cores,
+        "memory_bytes": a.memory_bytes,
+    }
+    if a.gpus:
+        document["gpus"] = a.gpus
     return document
 
 

@@ -79,7 +79,9 @@ class Resource:
     fallback: str | None = None
     extra: Mapping[str, object] = field(default_factory=lambda: MappingProxyType({}), compare=False)
 
-    @property
+    # The two below are cached_property, not property: the list scheduler asks them millions of times
+    # at 30,000 tasks (the fields they derive from are frozen; a replace() makes a new instance).
+    @cached_property
     def earliest_start_s(self) -> float:
         """The earliest a task can start on a machine of this type: released, then booted."""
         return self.release_s + self.boot_s
@@ -89,7 +91,7 @@ class Resource:
         not before the task's own release (a wait before it, e.g. an Airflow sensor's)."""
         return max(self.earliest_start_s, task.release_s)
 
-    @property
+    @cached_property
     def memory_bytes(self) -> int:
         return int(self.memory_gib * GIB)
 
@@ -130,7 +132,17 @@ class Catalog:
 
     def feasible(self, task: Task) -> list[Resource]:
         """The types that can run ``task`` at all (cores, memory and GPUs)."""
-        return [resource for resource in self.resources if resource.fits(task)]
+        # Kept per (cores, memory, GPUs): a workflow's tasks have few such shapes, and the bounds and the
+        # schedulers ask again for every task (30,000 tasks x 27 types, several times over).
+        shape = (task.cores, task.memory_bytes, task.gpus)
+        found = self._feasible_by_shape.get(shape)
+        if found is None:
+            found = self._feasible_by_shape[shape] = tuple(r for r in self.resources if r.fits(task))
+        return list(found)
+
+    @cached_property
+    def _feasible_by_shape(self) -> dict[tuple[int, int, int], tuple[Resource, ...]]:
+        return {}
 
     def transfer_s(self, nbytes: int) -> float:
         return nbytes / self.bandwidth_bytes_per_s

@@ -10,20 +10,29 @@ success) gets the empty plan from the portfolio: no assignments, makespan 0, cos
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 
+from agora_optimizer.engines.base import EngineResult
 from agora_optimizer.engines.one_type_default import one_type_default_assignments
 from agora_optimizer.errors import InfeasibleObjectiveError
 from agora_optimizer.model.catalog import Catalog
 from agora_optimizer.model.plan import Assignment, Objective, Plan, SolverInfo, SolverStatus
 from agora_optimizer.model.workflow import Workflow
-from agora_optimizer.optimize.portfolio import Progress, Stage, run_portfolio
+from agora_optimizer.optimize.portfolio import TIME_LIMIT_FALLBACK, Progress, Stage, run_portfolio
 from agora_optimizer.planning.leases import cost_usd, makespan_s
 from agora_optimizer.planning.problem import Problem, lower_bounds, score, written_assignments
 from agora_optimizer.planning.spot_replay import spot_summary
 
-__all__ = ["default_plan", "lower_bounds", "one_type_default_assignments", "optimize", "optimize_problem", "score"]
+__all__ = [
+    "default_plan",
+    "default_plan_of",
+    "lower_bounds",
+    "one_type_default_assignments",
+    "optimize",
+    "optimize_problem",
+    "score",
+]
 
 
 def optimize(
@@ -48,11 +57,14 @@ def optimize_problem(
     stages: list[Stage] | None = None,
     progress: Progress | None = None,
     started: float | None = None,
+    fallback: Sequence[Assignment] | None = None,
 ) -> Plan:
     """:func:`optimize` for a problem already built (its bounds are reused).
 
     ``started``: the ``time.perf_counter()`` from which ``time_limit_s`` counts (default:
-    now), so that a caller can count the time it spent loading and bounding too.
+    now), so that a caller can count the time it spent loading and bounding too. ``fallback``: the
+    one-type default's schedule on the problem's catalog, when the caller made it already: the plan
+    when even the first list schedule would overrun the limit (:func:`run_portfolio`).
     """
     started = time.perf_counter() if started is None else started
     workflow, catalog, objective = problem.workflow, problem.catalog, problem.objective
@@ -61,7 +73,9 @@ def optimize_problem(
             f"deadline {objective.deadline_s} s is below the makespan lower bound "
             f"{problem.bounds.makespan_s:.3f} s of workflow '{workflow.name}'"
         )
-    outcome = run_portfolio(problem, max(time_limit_s - (time.perf_counter() - started), 0.0), stages, progress)
+    default = None if fallback is None else EngineResult(tuple(fallback), TIME_LIMIT_FALLBACK)
+    remaining_s = max(time_limit_s - (time.perf_counter() - started), 0.0)
+    outcome = run_portfolio(problem, remaining_s, stages, progress, fallback=default)
     makespan, cost = problem.evaluate(outcome.best.assignments)
     if problem.excess(makespan, cost) > 0:
         fastest = min(m for m, _ in outcome.evaluated.values())
@@ -120,11 +134,14 @@ def build_plan(
 def default_plan(workflow: Workflow, catalog: Catalog, catalog_label: str) -> Plan | None:
     """The one-type default as a plan (what most Airflow deployments run), or ``None`` (also for no tasks)."""
     started = time.perf_counter()
-    if not workflow.tasks:
-        return None
-    assignments = one_type_default_assignments(workflow, catalog)
-    if assignments is None:
-        return None
+    assignments = one_type_default_assignments(workflow, catalog) if workflow.tasks else None
+    return None if assignments is None else default_plan_of(assignments, workflow, catalog, catalog_label, started)
+
+
+def default_plan_of(
+    assignments: Sequence[Assignment], workflow: Workflow, catalog: Catalog, catalog_label: str, started: float
+) -> Plan:
+    """The plan of the one-type default's ``assignments`` (made from ``started``, a ``time.perf_counter()``)."""
     objective = Objective(kind="time", alpha=1.0)
     written = written_assignments(assignments, workflow, catalog)  # a catalog with latency: as optimize writes
     return build_plan(workflow, catalog, objective, catalog_label, written, "one-type-default", started)

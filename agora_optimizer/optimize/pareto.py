@@ -16,13 +16,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from agora_optimizer.engines.base import EngineResult
 from agora_optimizer.io.documents import write_text_atomically
 from agora_optimizer.model.catalog import Catalog
 from agora_optimizer.model.plan import Assignment, Objective, Plan, SolverStatus
 from agora_optimizer.model.workflow import Workflow
-from agora_optimizer.optimize.optimize import build_plan, default_plan
-from agora_optimizer.optimize.portfolio import run_portfolio
+from agora_optimizer.optimize.optimize import build_plan, default_plan_of, one_type_default_assignments
+from agora_optimizer.optimize.portfolio import TIME_LIMIT_FALLBACK, run_portfolio
 from agora_optimizer.planning.problem import Bounds, Problem
+from agora_optimizer.planning.time_budget import TimeBudget
 
 FORMAT = "agora-pareto/1"
 
@@ -82,19 +84,36 @@ def pareto_front(
 
     The one-type default and the bounds come first; then each run of the sweep (the fastest plan, the
     cheapest, one per deadline) gets an equal share of what is left, one share kept back for what the
-    caller does with the front (a chart, its files). ``progress`` is told after each run.
+    caller does with the front (a chart, its files). The fastest and the cheapest runs keep their
+    share even when their first list schedule would not (the default stands in: :func:`run_portfolio`'s
+    ``fallback``); a run under a deadline starts only while the time left affords one as long as the
+    longest run so far. ``progress`` is told after each run.
     """
     started = time.perf_counter() if started is None else started
     deadline = started + time_limit_s
-    baseline = default_plan(workflow, catalog, catalog_label)
-    bounds = Problem.create(workflow, catalog, Objective()).bounds
+    default_started = time.perf_counter()
+    schedule = one_type_default_assignments(workflow, catalog) if workflow.tasks else None
+    baseline = (
+        None if schedule is None else default_plan_of(schedule, workflow, catalog, catalog_label, default_started)
+    )
+    fallback = None if schedule is None else EngineResult(tuple(schedule), TIME_LIMIT_FALLBACK)
+    base = Problem.create(workflow, catalog, Objective())
+    bounds = base.bounds
+    sweep = TimeBudget.until(deadline)
     candidates: list[Point] = []
     planned = runs_left = deadlines + 3  # the fastest, the cheapest, and deadlines + 1 under a deadline
 
     def run(objective: Objective) -> list[Point]:
         nonlocal runs_left
-        problem = Problem.create(workflow, catalog, objective)
-        outcome = run_portfolio(problem, max(deadline - time.perf_counter(), 0.0) / (runs_left + 1))
+        with sweep:  # timed: a run under a deadline starts only if the longest so far fits in the time left
+            # without a deadline the bounds are the base problem's: not computed again (seconds at 30,000 tasks)
+            problem = (
+                Problem.create(workflow, catalog, objective)
+                if objective.deadline_s is not None
+                else replace(base, objective=objective)
+            )
+            share_s = max(deadline - time.perf_counter(), 0.0) / (runs_left + 1)
+            outcome = run_portfolio(problem, share_s, fallback=fallback)
         runs_left -= 1
         points = []
         for name, (makespan, cost) in outcome.evaluated.items():
@@ -114,7 +133,7 @@ def pareto_front(
     fastest = min(p.makespan_s for p in candidates)
     cheapest_makespan = min(candidates, key=lambda p: (p.cost_usd, p.makespan_s)).makespan_s
     for i in range(deadlines + 1):  # i = 0: the cheapest plan as fast as the fastest one
-        if time.perf_counter() >= deadline:
+        if not sweep.affords():
             break
         deadline_s = fastest + (cheapest_makespan - fastest) * i / (deadlines + 1)
         if i > 0 and deadline_s <= fastest:

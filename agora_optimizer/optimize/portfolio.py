@@ -78,6 +78,9 @@ class PortfolioProgress:
 
 
 Progress = Callable[[PortfolioProgress], None]
+# The method of a plan that is the caller's fallback (the one-type default) because list scheduling's first
+# schedule did not fit in the time limit (:func:`run_portfolio`).
+TIME_LIMIT_FALLBACK = "one-type-default (time limit)"
 
 
 @dataclass(frozen=True)
@@ -130,8 +133,22 @@ def default_stages() -> list[Stage]:
 
 
 def run_portfolio(
-    problem: Problem, time_limit_s: float, stages: list[Stage] | None = None, progress: Progress | None = None
+    problem: Problem,
+    time_limit_s: float,
+    stages: list[Stage] | None = None,
+    progress: Progress | None = None,
+    *,
+    fallback: EngineResult | None = None,
 ) -> Outcome:
+    """Run the stages within ``time_limit_s``.
+
+    ``fallback``: a schedule already made (the one-type default, which the command line computes
+    before the engines; its method :data:`TIME_LIMIT_FALLBACK`). When it meets the deadline and
+    budget, list scheduling's first schedule, the first one run, keeps the time limit too: given up
+    when the limit passes, the fallback is the plan (a 30,000-task schedule takes seconds, and the
+    limit is the command's). Without one, or when it misses the limits, the first schedule is
+    completed whatever it takes (a plan beats an error).
+    """
     stages = [
         s
         for s in (stages or default_stages())
@@ -142,6 +159,8 @@ def run_portfolio(
         empty = EngineResult((), "empty-workflow", status="optimal", gap=0.0, bound=0.0)
         return Outcome(best=empty, results={empty.method: empty}, evaluated={empty.method: (0.0, 0.0)})
     deadline = time.perf_counter() + time_limit_s
+    if fallback is not None and not _usable_fallback(problem, fallback):
+        fallback = None
     best: EngineResult | None = None
     best_key: tuple[float, float, float] | None = None
     best_values: tuple[float, float] | None = None  # the best plan's (makespan, cost)
@@ -181,8 +200,13 @@ def run_portfolio(
         elif best is not None and not rescue and (remaining if stage.completes_one else budget) < one_schedule_s:
             continue  # one schedule would not fit: in the time left (one that completes one anyway), in its share
         started = time.perf_counter()
+        engine = stage.engine
+        result: EngineResult | None
         try:
-            result = stage.engine.solve(problem, budget, warm_start=best)
+            if fallback is not None and best is None and isinstance(engine, ListSchedulingEngine):
+                result = engine.solve(problem, budget, warm_start=best, stop_at_s=deadline) or fallback
+            else:
+                result = engine.solve(problem, budget, warm_start=best)
         except Exception:  # an engine's bug must not cost the user the plan found so far
             if best is None:
                 raise
@@ -204,9 +228,10 @@ def run_portfolio(
         if over:  # an engine's bug, as above: no plan may lease more machines of a type at once than its count
             log.error("engine %s: %s; result dropped", stage.engine.name, over[0].message)
             continue
-        outcome_results[stage.engine.name] = result
+        name = result.method if result is fallback else stage.engine.name
+        outcome_results[name] = result
         makespan, cost = problem.evaluate(result.assignments)
-        evaluated[stage.engine.name] = (makespan, cost)
+        evaluated[name] = (makespan, cost)
         key = problem.rank(makespan, cost)
         if best is None or best_key is None or key < best_key:
             best, best_key, best_values = result, key, (makespan, cost)
@@ -228,3 +253,10 @@ def run_portfolio(
     report("", len(stages))
     assert best is not None  # list scheduling always returns a schedule
     return Outcome(best=best, results=outcome_results, evaluated=evaluated)
+
+
+def _usable_fallback(problem: Problem, fallback: EngineResult) -> bool:
+    """Whether ``fallback`` may stand for the plan: on the problem's types, within its deadline and budget."""
+    if any(a.resource not in problem.catalog.by_name for a in fallback.assignments):
+        return False  # e.g. on a GPU type the problem's catalog left out
+    return problem.excess(*problem.evaluate(fallback.assignments)) == 0

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from agora_optimizer.errors import TooManyGpusError, UnplaceableTaskError
 from agora_optimizer.model.catalog import GIB, Catalog, Resource
 from agora_optimizer.model.workflow import Task, Workflow
-from agora_optimizer.planning.window_bound import window_bound_s
+from agora_optimizer.planning.window_bound import timing_types, window_bound_s
 
 
 def feasible_types(workflow: Workflow, catalog: Catalog) -> dict[str, list[Resource]]:
@@ -53,11 +53,12 @@ def makespan_lower_bound_s(workflow: Workflow, catalog: Catalog) -> float:
     - Head-body-tail bounds over windows of the DAG (see :mod:`agora_optimizer.planning.window_bound`).
     """
     options = feasible_types(workflow, catalog)
+    timing = timing_types(options)
     finish: dict[str, float] = {}
     for task_id in workflow.topological_order:
         ready = max((finish[e.parent] for e in workflow.parents[task_id]), default=0.0)
         task = workflow.by_id[task_id]
-        finish[task_id] = min(max(ready, r.earliest_start_of(task)) + r.runtime_s(task) for r in options[task_id])
+        finish[task_id] = min(max(ready, r.earliest_start_of(task)) + r.runtime_s(task) for r in timing[task_id])
     critical_path = max(finish.values(), default=0.0)
     if any(r.count is None for rs in options.values() for r in rs):
         return critical_path  # some task may use unlimited machines: only the path binds
@@ -216,9 +217,10 @@ def _packed_work_cost_usd(
     factor: dict[str, float],
     capacity_s: dict[str, float] | None = None,
 ) -> float:
+    dimensions = ("cores", "memory", "gpus") if workflow.uses_gpus else ("cores", "memory")  # else GPUs cost 0
     per_dimension = max(
         sum(min(_dimension_cost(t, r, dimension) * factor[r.name] for r in options[t.id]) for t in workflow.tasks)
-        for dimension in ("cores", "memory", "gpus")
+        for dimension in dimensions
     )
     return max(per_dimension, _lp_work_cost_usd(workflow, options, factor, capacity_s or {}))
 

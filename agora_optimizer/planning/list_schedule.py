@@ -26,9 +26,12 @@ from agora_optimizer.model.workflow import Task, Workflow
 from agora_optimizer.planning.arrivals import Arrivals
 from agora_optimizer.planning.bounds import fastest_runtime_s, feasible_types
 from agora_optimizer.planning.spot import expected_rerun_cost_usd, fallback_s
+from agora_optimizer.planning.time_budget import TimeBudget
 from agora_optimizer.planning.timeline import MachineTimeline, SkippingTimeline
+from agora_optimizer.planning.window_bound import timing_types
 
 INSERTION_WINDOW = 48  # with pruned candidates (very large workflows), gaps are searched this far back
+STOP_CHECK_TASKS = 64  # with a ``stop`` budget, the clock is read once per this many tasks placed
 
 
 class GrowingLease:
@@ -62,6 +65,11 @@ class PlannedMachine(GrowingLease):
     lease_start_s: float | None = None
     lease_end_s: float = 0.0
     tasks: list[str] = field(default_factory=list)
+    lease_cost_usd: float = 0.0  # its lease's cost so far, kept by TypePools.place (asked for every candidate)
+
+    def added_cost_usd(self, start_s: float, end_s: float) -> float:
+        first, last = self.lease_after(start_s, end_s)
+        return self.resource.lease_cost_usd(last - first) - self.lease_cost_usd
 
 
 class IdlePool:
@@ -105,6 +113,7 @@ class TypePools:
         self.machines: dict[str, IdlePool] = {r.name: IdlePool() for r in catalog.resources}
         self.machines_per_type = machines_per_type
         self.min_task_memory_bytes = min_task_memory_bytes
+        self._unused: dict[str, PlannedMachine] = {}  # per type, the new machine last offered and not yet placed on
 
     def candidates(
         self, task: Task, resource: Resource, parent_machines: dict[int, PlannedMachine]
@@ -128,6 +137,18 @@ class TypePools:
         return chosen + [m for key, m in parent_machines.items() if m.resource is resource and key not in seen]
 
     def new_machine(self, resource: Resource, machine_id: str) -> PlannedMachine:
+        """A machine of ``resource`` with nothing on it yet, named ``machine_id``.
+
+        Each task is offered a new machine of every type; the one offered last is offered again while no
+        task was placed on it (still empty, same name), instead of building a timeline per task and type.
+        """
+        unused = self._unused.get(resource.name)
+        if unused is not None and unused.id == machine_id and unused.lease_start_s is None:
+            return unused
+        self._unused[resource.name] = machine = self._make_machine(resource, machine_id)
+        return machine
+
+    def _make_machine(self, resource: Resource, machine_id: str) -> PlannedMachine:
         window = None if self.machines_per_type is None else INSERTION_WINDOW
         timeline = SkippingTimeline(
             resource.vcpus, resource.memory_bytes, self.min_task_memory_bytes, window, resource.gpus
@@ -143,6 +164,7 @@ class TypePools:
         made, old_end = machine.lease_start_s is None, machine.lease_end_s
         machine.timeline.add(start_s, end_s, task.cores, task.memory_bytes, task.gpus)
         machine.lease_start_s, machine.lease_end_s = machine.lease_after(start_s, end_s)
+        machine.lease_cost_usd = machine.resource.lease_cost_usd(machine.lease_end_s - machine.lease_start_s)
         pool = self.machines[machine.resource.name]
         if made:
             pool.add(machine)
@@ -152,11 +174,11 @@ class TypePools:
 
 def upward_ranks(workflow: Workflow, catalog: Catalog) -> dict[str, float]:
     """Longest path from each task to an exit, on fastest types, with full transfer times."""
-    options = feasible_types(workflow, catalog)
+    timing = timing_types(feasible_types(workflow, catalog))
     rank: dict[str, float] = {}
     for task_id in reversed(workflow.topological_order):
         tail = max((catalog.transfer_s(e.bytes) + rank[e.child] for e in workflow.children[task_id]), default=0.0)
-        rank[task_id] = fastest_runtime_s(workflow.by_id[task_id], options[task_id]) + tail
+        rank[task_id] = fastest_runtime_s(workflow.by_id[task_id], timing[task_id]) + tail
     return rank
 
 
@@ -171,6 +193,7 @@ def list_schedule(
     shared_cost: bool = True,
     pools: TypePools | None = None,
     order: Sequence[str] | None = None,
+    stop: TimeBudget | None = None,
 ) -> list[Assignment]:
     """Place every task; ``alpha`` = 1 minimises makespan, 0 minimises cost.
 
@@ -189,8 +212,13 @@ def list_schedule(
     for speed on very large workflows. Other ``pools`` choose otherwise (e.g. machines of one DAG
     run each, with counts shared by instant: :mod:`agora_optimizer.planning.shared_counts`);
     ``order`` (parents first) replaces the order of decreasing upward rank.
+
+    With ``stop``, the schedule is given up (:class:`~agora_optimizer.planning.time_budget.OutOfTime`)
+    once that budget has expired, checked every :data:`STOP_CHECK_TASKS` tasks: a caller with a plan
+    in hand keeps its time limit instead.
     """
     options = feasible_types(workflow, catalog)
+    timing = timing_types(options)
     rank = upward_ranks(workflow, catalog)
     if order is None:
         position = {task_id: i for i, task_id in enumerate(workflow.topological_order)}
@@ -203,9 +231,11 @@ def list_schedule(
     if pools is None:
         pools = TypePools(catalog, machines_per_type, min(t.memory_bytes for t in workflow.tasks))
 
-    for task_id in order:
+    for placed_count, task_id in enumerate(order):
+        if stop is not None and placed_count % STOP_CHECK_TASKS == 0:
+            stop.check()
         task = workflow.by_id[task_id]
-        tail = rank[task_id] - fastest_runtime_s(task, options[task_id])
+        tail = rank[task_id] - fastest_runtime_s(task, timing[task_id])
         inputs = [
             (placed[e.parent][0], placed[e.parent][1], catalog.transfer_s(e.bytes)) for e in workflow.parents[task_id]
         ]

@@ -468,13 +468,45 @@ def test_a_runtime_quantile_for_a_workflow_file_or_out_of_range_is_refused(
     assert not out.exists()
 
 
-def test_a_limit_spent_before_planning_is_said_and_the_first_schedule_is_the_plan(tmp_path: Path, capsys) -> None:
+def test_a_limit_spent_before_planning_is_said_and_the_one_type_default_is_the_plan(tmp_path: Path, capsys) -> None:
+    """Nothing left for the engines: the first list schedule is given up, the default made before them is the
+    plan (the limit is kept), and one stderr line says so with the least limit that leaves the engines time."""
     argv = ("optimize", BLAST, "-c", AWS_CATALOG, "-o", tmp_path / "p.json", "--time-limit-s", "0.01")
     code, _, stderr = _run(capsys, *argv)
     assert code == 0
     assert re.fullmatch(
         r"agora: [\d.]+ s of --time-limit-s 0\.01 went before planning \(start-up, loading, bounds, the one-type "
-        r"default\): the plan is the first schedule found\n",
+        r"default\): the plan is the one-type default \(the first list schedule did not fit in the time left\); "
+        r"a limit above [\d.]+ s leaves the engines time\n",
         stderr,
     ), stderr
-    assert check_plan(json.loads((tmp_path / "p.json").read_text()), BLAST, AWS_CATALOG) == []
+    plan = json.loads((tmp_path / "p.json").read_text())
+    assert (
+        plan["solver"]["method"] == "one-type-default (time limit)"
+        and len({a["resource"] for a in plan["assignments"]}) == 1
+    )
+    assert check_plan(plan, BLAST, AWS_CATALOG) == []
+
+
+def test_the_engines_get_the_limit_less_what_went_before_and_the_writing() -> None:
+    """--time-limit-s counts from the command's start: the engines' share is what is left of it once the
+    plan's writing (30 us a task) is kept back; the stderr line names the floor when nothing is left."""
+    from agora_optimizer.cli.optimize import planning_time_s, time_limit_line
+    from agora_optimizer.optimize.portfolio import TIME_LIMIT_FALLBACK
+
+    assert planning_time_s(10.0, 30_000) == pytest.approx(10.0 - 0.9)
+    assert planning_time_s(60.0, 0) == 60.0
+    line = time_limit_line(10.0, 9.4, 30_000, TIME_LIMIT_FALLBACK)
+    assert line.startswith("agora: 9.4 s of --time-limit-s 10 went before planning")
+    assert "the plan is the one-type default" in line and "a limit above 10.3 s leaves the engines time" in line
+    assert "the first schedule found" in time_limit_line(5.0, 6.0, 100, "list-scheduling", predicted=True)
+
+
+def test_a_pareto_limit_spent_before_the_sweep_is_said_and_the_front_is_the_default(tmp_path: Path, capsys) -> None:
+    code, _, stderr = _run(
+        capsys, "pareto", BLAST, "-c", AWS_CATALOG, "-o", tmp_path / "f.json", "--time-limit-s", "0.01"
+    )
+    assert code == 0
+    assert "--time-limit-s 0.01 left the sweep no time for a schedule" in stderr
+    front = json.loads((tmp_path / "f.json").read_text())
+    assert [p["method"] for p in front["points"]] == ["one-type-default (time limit)"]

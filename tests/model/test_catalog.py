@@ -40,3 +40,17 @@ def test_a_task_fits_a_type_only_with_as_many_gpus() -> None:
     assert catalog.feasible(one) == [gpu]
     assert catalog.feasible(three) == []
     assert catalog.most_gpus() is gpu
+
+
+def test_feasible_types_are_the_fitting_types_in_catalog_order_and_a_fresh_list_each_time() -> None:
+    """Kept per task shape for speed: the same answer as filtering the types, and a caller's list of its own."""
+    from agora_optimizer.io.catalog_file import load_catalog
+    from agora_optimizer.model.workflow import Task
+    from tests.conftest import AWS_CATALOG
+
+    catalog = load_catalog(AWS_CATALOG)
+    task = Task(id="t", runtime_s=1.0, cores=4, memory_bytes=20 * 2**30, category="c")
+    first = catalog.feasible(task)
+    assert first == [r for r in catalog.resources if r.fits(task)] and 0 < len(first) < len(catalog.resources)
+    first.clear()
+    assert catalog.feasible(task) == [r for r in catalog.resources if r.fits(task)]

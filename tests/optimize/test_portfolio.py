@@ -18,7 +18,7 @@ from agora_optimizer.model.catalog import GIB, Billing, Catalog, Resource
 from agora_optimizer.model.plan import Assignment
 from agora_optimizer.model.workflow import Task, Workflow
 from agora_optimizer.optimize.optimize import build_plan
-from agora_optimizer.optimize.portfolio import PortfolioProgress, Stage, run_portfolio
+from agora_optimizer.optimize.portfolio import TIME_LIMIT_FALLBACK, PortfolioProgress, Stage, run_portfolio
 from agora_optimizer.planning.problem import Problem
 from agora_optimizer.planning.validate import validate_plan
 from tests.conftest import AWS_CATALOG, BUNDLED
@@ -316,3 +316,38 @@ def test_the_progress_callback_is_told_the_best_plan_so_far_and_the_best_proven_
     assert after_first.gap == pytest.approx((value - 1.0) / value)  # to the problem's bounds
     assert last.bound_score == pytest.approx(value * 0.99)  # the exact engine's proof is tighter
     assert last.gap == pytest.approx(0.01) and last.within_limits
+
+
+def _default_result(problem: Problem) -> EngineResult:
+    default = OneTypeDefaultEngine().solve(problem, 1.0)
+    assert default is not None
+    return EngineResult(default.assignments, TIME_LIMIT_FALLBACK)
+
+
+def test_with_a_plan_in_hand_the_first_list_schedule_keeps_the_time_limit_too() -> None:
+    """Nothing left of the limit (it went before planning): the first list schedule is given up at once and
+    the plan in hand, the one-type default, is the plan; no later engine runs."""
+    workflow = load_workflow(BUNDLED / "blast-chameleon-small-001.json")
+    problem = Problem.create(workflow, AWS, Objective(kind="balanced"))
+    fallback = _default_result(problem)
+    later = _Recording("later")
+    outcome = run_portfolio(problem, 0.0, [Stage(ListSchedulingEngine(), 0.5, fast=True), Stage(later, 0.5)],
+                            fallback=fallback)  # fmt: skip
+    assert outcome.best is fallback and outcome.best.method == TIME_LIMIT_FALLBACK
+    assert set(outcome.results) == {TIME_LIMIT_FALLBACK} and later.calls == 0
+    assert _valid(problem, outcome.best)
+    # with time for it, the first schedule completes and wins over the default on this objective
+    timed = run_portfolio(problem, 30.0, [Stage(ListSchedulingEngine(), 0.5, fast=True)], fallback=fallback)
+    assert timed.best.method == "list-scheduling"
+
+
+def test_a_plan_in_hand_that_misses_the_deadline_does_not_stop_the_first_schedule() -> None:
+    """A late default is no answer: the first list schedule completes past the limit, as without one."""
+    workflow = load_workflow(BUNDLED / "blast-chameleon-small-001.json")
+    fallback = _default_result(Problem.create(workflow, AWS, Objective()))
+    problem = Problem.create(
+        workflow, AWS, Objective(kind="cost", deadline_s=max(a.end_s for a in fallback.assignments) / 2)
+    )
+    assert problem.excess(*problem.evaluate(fallback.assignments)) > 0
+    outcome = run_portfolio(problem, 0.0, [Stage(ListSchedulingEngine(), 0.5, fast=True)], fallback=fallback)
+    assert outcome.best.method == "list-scheduling" and len(outcome.best.assignments) == len(workflow.tasks)
