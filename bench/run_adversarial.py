@@ -31,8 +31,9 @@ from bench.adversarial.search import TargetResult, bound_of, search  # noqa: E40
 from bench.adversarial.targets import TARGETS, Settings  # noqa: E402
 
 
-def _search(job: tuple[str, int, int, Settings]) -> TargetResult:
-    return search(*job)
+def _search(job: tuple[str, int, int, Settings, Path, dict[str, Any]]) -> TargetResult:
+    target, instances, seed, settings, cases, extra = job
+    return search(target, instances, seed, settings, keep=lambda result: _keep_worst(result, cases, extra))
 
 
 def summary(result: TargetResult, case: Path | None) -> dict[str, Any]:
@@ -115,13 +116,14 @@ def main(argv: list[str] | None = None) -> int:
     if unknown or args.instances < 1:
         parser.error(f"--targets: unknown {', '.join(unknown)}" if unknown else "--instances: at least 1")
     settings = Settings(time_limit_s=args.time_limit_s, exact_time_limit_s=args.exact_time_limit_s)
-    jobs = [(target, args.instances, args.seed, settings) for target in targets]
     command = "python bench/run_adversarial.py " + " ".join(argv if argv is not None else sys.argv[1:])
     date = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    found_by = {"command": command, "date": date}
+    jobs = [(target, args.instances, args.seed, settings, args.cases, found_by) for target in targets]
     rows: list[dict[str, Any]] = []
     with Pool(max(args.jobs, 1)) as pool:
         for result in pool.imap_unordered(_search, jobs):  # each target's results written as soon as it ends
-            row = summary(result, _keep_worst(result, args.cases, {"command": command, "date": date}))
+            row = summary(result, _keep_worst(result, args.cases, found_by))
             print(json.dumps(row), flush=True)
             rows = sorted([*rows, row], key=lambda r: targets.index(r["target"]))
             write_results(args.out, command, date, rows)

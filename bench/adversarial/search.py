@@ -14,6 +14,7 @@ import math
 import random
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,7 +49,11 @@ def bound_of(target: str) -> float:
     return 1.10 if target == "scale-vs-optimum" else 1.01
 
 
-def search(target: str, instances: int, seed: int, settings: Settings) -> TargetResult:
+def search(
+    target: str, instances: int, seed: int, settings: Settings, keep: Callable[[TargetResult], object] | None = None
+) -> TargetResult:
+    """Search ``instances`` instances; ``keep(result)`` is called on every new worst, so that a run stopped
+    early has kept what it found."""
     rng = random.Random(f"{seed}:{target}")
     result = TargetResult(target, seed)
     started = time.perf_counter()
@@ -57,7 +62,8 @@ def search(target: str, instances: int, seed: int, settings: Settings) -> Target
     for step in range(instances):
         candidate = random_instance(rng) if current is None or step % RESTART_EVERY == 0 else mutate(current, rng)
         comparison = evaluate(target, candidate.problem(), settings)
-        _record(result, candidate, comparison)
+        if _record(result, candidate, comparison) and keep is not None:
+            keep(result)
         if (step + 1) % PROGRESS_EVERY == 0:
             worst = result.worst.ratio if result.worst is not None else None
             line = f"{target}: {step + 1} instances, {result.counted} counted, worst {worst}"
@@ -74,11 +80,12 @@ def search(target: str, instances: int, seed: int, settings: Settings) -> Target
     return result
 
 
-def _record(result: TargetResult, instance: Instance, comparison: Comparison) -> None:
+def _record(result: TargetResult, instance: Instance, comparison: Comparison) -> bool:
+    """Count the comparison in; whether it is the new worst."""
     result.searched += 1
     result.invalid += comparison.invalid[: max(0, 20 - len(result.invalid))]  # the first few are enough to read
     if comparison.ratio is None:
-        return
+        return False
     result.counted += 1
     result.missed += comparison.missed
     bad = comparison.missed or bool(comparison.invalid) or comparison.ratio > bound_of(result.target) + 1e-9
@@ -86,3 +93,5 @@ def _record(result: TargetResult, instance: Instance, comparison: Comparison) ->
     result.best_ratio = comparison.ratio if result.best_ratio is None else min(result.best_ratio, comparison.ratio)
     if result.worst is None or comparison.fitness > result.worst.fitness:
         result.worst, result.worst_case = comparison, case_to_dict(instance)
+        return True
+    return False
