@@ -6,6 +6,8 @@ import json
 import random
 from pathlib import Path
 
+import pytest
+
 from bench.adversarial.instances import (
     MAX_TASKS,
     MAX_TYPES,
@@ -21,13 +23,12 @@ from tests.bench import bench_script
 run_adversarial = bench_script("run_adversarial")
 
 
+@pytest.mark.slow  # each Problem.create solves small LPs for its bounds: seconds for 60
 def test_mutations_keep_a_small_dag_that_every_task_fits() -> None:
     rng = random.Random(3)
     instance = random_instance(rng)
-    kinds = {instance.kind}
-    for _ in range(60):  # each Problem.create solves small LPs for its bounds
+    for _ in range(60):
         instance = mutate(instance, rng)
-        kinds.add(instance.kind)
         assert len(instance.workflow.tasks) <= MAX_TASKS and len(instance.catalog.resources) <= MAX_TYPES
         assert instance.fits()
         instance.problem()  # Problem.create refuses a task that fits no type; Workflow.create a cycle
@@ -46,6 +47,7 @@ def test_a_case_file_reads_back_as_the_same_instance(tmp_path: Path) -> None:
     assert again.objective() == instance.objective()
 
 
+@pytest.mark.slow  # the portfolio on eight instances
 def test_a_short_search_writes_its_tables_and_its_worst_cases(tmp_path: Path) -> None:
     out, cases = tmp_path / "adversarial", tmp_path / "cases"
     argv = ["--instances", "4", "--targets", "vs-heft,vs-elastic-lease", "--time-limit-s", "1"]
