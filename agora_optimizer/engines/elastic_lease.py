@@ -18,6 +18,8 @@ from agora_optimizer.model.plan import Assignment
 from agora_optimizer.model.workflow import Task
 from agora_optimizer.planning.problem import Problem
 
+_EPSILON_S = 1e-9
+
 
 def own_best_type(problem: Problem, task: Task) -> Resource:
     """The type best for ``task`` alone under the problem's objective (the earlier in the catalog on a tie)."""
@@ -51,7 +53,8 @@ def first_free_start(
         return ready
     for start in sorted({ready, *(end + boot for _, end in leased if end + boot > ready)}):
         lo, hi = start - boot, start + run
-        overlapping = [(s, e) for s, e in leased if s < hi and e > lo]
+        # a lease that ends as this one begins does not overlap it: (end + boot) - boot may fall an ulp short
+        overlapping = [(s, e) for s, e in leased if s < hi - _EPSILON_S and e > lo + _EPSILON_S]
         # at most count - 1 at any instant of the new lease: check at each overlapping lease's start
         points = [lo, *(s for s, _ in overlapping if s > lo)]
         if all(sum(s <= p < e for s, e in overlapping) < count for p in points):

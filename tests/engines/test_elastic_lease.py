@@ -47,6 +47,8 @@ def test_boot_time_is_kept_between_two_leases_of_a_single_machine_type() -> None
     assert first_free_start([(0.0, 10.0)], 1, ready=0.0, boot=5.0, run=1.0) == 15.0
     assert first_free_start([(0.0, 10.0)], 2, ready=0.0, boot=5.0, run=1.0) == 0.0
     assert first_free_start([(0.0, 10.0)], None, ready=3.0, boot=5.0, run=1.0) == 3.0
+    # (111.611 + 30) - 30 < 111.611: the next lease must still not count as overlapping the one before it
+    assert first_free_start([(0.0, 111.611)], 1, ready=0.0, boot=30.0, run=1.0) == 111.611 + 30.0
 
 
 def test_the_type_is_the_best_for_the_task_under_the_objective() -> None:
