@@ -1,0 +1,60 @@
+"""The worst instances the adversarial search found (``bench/run_adversarial.py``), held to the issue's bounds.
+
+One case file per target in ``tests/engines/adversarial/`` (``<target>.json``, the last search's worst; a case
+kept from an earlier search has a longer name and says its target inside): agora at the settings of a 10,000-task
+workflow within 1.10x the proven optimum, and agora's whole portfolio no worse than any baseline by
+more than 1 %; no deadline missed that the reference meets; every plan valid. A case that agora does
+not meet yet is listed in :data:`KNOWN` with the reason and the ratio, as a strict xfail.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bench.adversarial.instances import load_case
+from bench.adversarial.search import bound_of
+from bench.adversarial.targets import Settings, evaluate
+
+CASES = sorted((Path(__file__).parent / "adversarial").glob("*.json"))
+EXACT_TIME_LIMIT_S = 30.0  # the search gave each exact engine 5 s; a busy machine needs more to prove the same
+KNOWN: dict[str, str] = {  # case file name -> why agora misses the bound there, and by how much
+    "scale-vs-optimum.json": (
+        "1037x the proven optimum (cost under a deadline 1.10x the makespan bound; r0 costs 22.5 USD an hour): "
+        "at scale deadline-aware list scheduling misses the deadline, PEFT alone meets it, on the dearest type, "
+        "and no stage that runs above 3,000 tasks makes its plan cheaper; local search from PEFT's plan reaches "
+        "1.04x, but it is off above 3,000 tasks and no one has measured it at 10,000"
+    ),
+    "scale-vs-optimum-idle-lease.json": (
+        "1.122x the proven optimum (balanced; list scheduling wins at scale): the optimum runs the cheap "
+        "tasks on the one r0 machine that a 12 GiB task leases for an hour anyway, started inside that lease; "
+        "no stage that runs at scale fills a lease's idle cores, and local search (up to 3,000 tasks) cannot "
+        "either, as re-timing starts every task as early as it can, which stretches the lease"
+    ),
+}
+
+
+def _param(path: Path) -> object:
+    reason = KNOWN.get(path.name)
+    marks = [pytest.mark.slow] + ([pytest.mark.xfail(strict=True, reason=reason)] if reason else [])
+    return pytest.param(path, id=path.stem, marks=marks)
+
+
+def test_every_target_keeps_a_case() -> None:
+    from bench.adversarial.targets import TARGETS
+
+    assert {load_case(path)[1]["target"] for path in CASES} == set(TARGETS)
+
+
+@pytest.mark.parametrize("path", [_param(p) for p in CASES])
+def test_agora_meets_the_bound_on_the_worst_case_found(path: Path) -> None:
+    instance, case = load_case(path)
+    target = case["target"]
+    found = evaluate(target, instance.problem(), Settings(exact_time_limit_s=EXACT_TIME_LIMIT_S))
+    assert found.ratio is not None, f"{path.name}: the reference no longer counts (no proven optimum, or late)"
+    assert found.invalid == [], f"{path.name}: {found.invalid[0]}"
+    assert not found.missed, f"{path.name}: agora ({found.agora}) misses a deadline {found.reference} meets"
+    assert found.ratio <= bound_of(target) + 1e-9, (
+        f"{path.name}: agora ({found.agora}) is {found.ratio:.4f}x {found.reference}, over {bound_of(target)}"
+    )
