@@ -30,8 +30,9 @@ CODE = re.compile(r"^```.*?^```|`[^`\n]+`", re.MULTILINE | re.DOTALL)
 # The words of README.md and docs/ together (``str.split``, as ``wc -w`` counts them), the spec's copy
 # left out: 48,088 before issue 33 halved them. A ceiling, so that growth is noticed and argued for:
 # 22,000 after issue 33; 23,000 for issue 34's learning loop (quantiles, learning during a run, its
-# benchmark's results), still under half of the 48,088.
-WORD_BUDGET = 23_000
+# benchmark's results); 23,500 for issue 36's results (cost plans with cheapest-first fleets, the bound's
+# share of a gap, the adversarial search, limits kept at 30,000 tasks), still under half of the 48,088.
+WORD_BUDGET = 23_500
 
 # Where a path the docs name may start: the repository's folders, and the package's own folders
 # (a module path such as ``executor/lifecycle.py`` is read from ``agora_optimizer/``).

@@ -91,3 +91,16 @@ def test_by_default_a_repair_aims_a_margin_before_the_deadline(tmp_path: Path) -
     assert {a.task for a in result.assignments if a.machine.startswith("fast")} == {"d", "e"}
     unaimed = replan(CHAIN, TWO_SPEEDS, plan, {"a": Done("cheap#0", 12.0, 0.0)}, now_s=12.0, deadline_margin=0.0)
     assert unaimed.makespan_s > 50.0 - 0.2 * (50.0 - 12.0)  # without it, the least time that keeps the deadline
+
+
+def test_a_run_forecast_to_end_inside_the_margin_is_repaired_before_it_is_late(tmp_path: Path) -> None:
+    # a ended at 9 s: kept, the run ends at 49 s, on time for its deadline of 50 s but past the aim of a margin of a
+    # fifth of the 41 s left (41.8 s). Waiting until it is late leaves the next drift nothing to absorb.
+    objective = Objective(kind="cost", deadline_s=50.0)
+    plan = plan_of(CHAIN, TWO_SPEEDS, ON_CHEAP, objective)
+    state = {"a": Done("cheap#0", 9.0, 0.0)}
+    result = replan(CHAIN, TWO_SPEEDS, plan, state, now_s=9.0, deadline_margin=0.2)
+    check(CHAIN, TWO_SPEEDS, result, objective, tmp_path)
+    assert result.method == "deadline" and result.makespan_s <= 50.0 - 0.2 * (50.0 - 9.0) + 1e-6
+    unaimed = replan(CHAIN, TWO_SPEEDS, plan, state, now_s=9.0, deadline_margin=0.0)
+    assert unaimed.method != "deadline" and unaimed.makespan_s == pytest.approx(49.0)
