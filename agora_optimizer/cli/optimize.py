@@ -90,6 +90,11 @@ def time_limit_line(time_limit_s: float, spent_s: float, tasks: int, method: str
     from agora_optimizer.optimize.portfolio import TIME_LIMIT_FALLBACK  # the engines' modules: not at start-up
 
     before = "start-up, loading, " + ("predicting, " if predicted else "") + "bounds, the one-type default"
+    left_s = planning_time_s(time_limit_s, tasks) - spent_s
+    if method == TIME_LIMIT_FALLBACK and left_s > 0:  # the engines had time, too little for one list schedule
+        return (f"agora: the first list schedule did not finish in the {left_s:.1f} s that --time-limit-s "
+                f"{time_limit_s:g} left after {spent_s:.1f} s of {before}: the plan is the one-type default; "
+                "a longer limit gives a list schedule")  # fmt: skip
     what = "the first schedule found"
     if method == TIME_LIMIT_FALLBACK:
         what = "the one-type default (the first list schedule did not fit in the time left)"

@@ -500,6 +500,10 @@ def test_the_engines_get_the_limit_less_what_went_before_and_the_writing() -> No
     assert line.startswith("agora: 9.4 s of --time-limit-s 10 went before planning")
     assert "the plan is the one-type default" in line and "a limit above 10.3 s leaves the engines time" in line
     assert "the first schedule found" in time_limit_line(5.0, 6.0, 100, "list-scheduling", predicted=True)
+    # The engines had 3.4 s, too little for a list schedule of 30,000 tasks: no floor that would mislead
+    short = time_limit_line(10.0, 5.7, 30_000, TIME_LIMIT_FALLBACK)
+    assert "did not finish in the 3.4 s that --time-limit-s 10 left after 5.7 s" in short
+    assert "the plan is the one-type default" in short and "a limit above" not in short
 
 
 def test_a_pareto_limit_spent_before_the_sweep_is_said_and_the_front_is_the_default(tmp_path: Path, capsys) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from datetime import datetime
@@ -265,3 +266,15 @@ def test_one_dags_plan_that_cannot_be_put_in_force_says_the_plan_was_written(tmp
     lines = done.stderr.strip().splitlines()
     assert lines[-1].startswith("agora: error: plan of DAG 'nightly_a' not saved") and "Traceback" not in done.stderr
     assert f"agora: plan written to {out}" in lines[:-1] and out.exists()
+
+
+def test_a_limit_spent_before_planning_is_said_with_the_limit_that_would_leave_time(tmp_path: Path) -> None:
+    done = _agora(
+        tmp_path, "--dags", "tag:nightly", "--window", "24h", "-o", str(tmp_path / "w"), "--time-limit-s", "0.5"
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    said = re.search(
+        r"agora: ([\d.]+) s of --time-limit-s 0.5 went before planning .*a limit above (\d+) s", done.stderr
+    )
+    assert said is not None, done.stderr[-3000:]
+    assert float(said.group(2)) >= float(said.group(1))
