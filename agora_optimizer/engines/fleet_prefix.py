@@ -38,7 +38,7 @@ from agora_optimizer.model.workflow import Task
 from agora_optimizer.planning.list_schedule import list_schedule
 from agora_optimizer.planning.problem import Problem
 from agora_optimizer.planning.slots import widest_level
-from agora_optimizer.planning.time_budget import TimeBudget
+from agora_optimizer.planning.time_budget import OutOfTime, TimeBudget
 
 LONGER_FLEETS = 2  # after the bisection: how many fleets one machine longer each are tried, time allowing
 
@@ -84,7 +84,7 @@ class FleetPrefixEngine(Engine):
         found = search.shortest_on_time(deadline_s)
         if found is not None:
             for length in range(found + 1, min(found + LONGER_FLEETS, len(search.line)) + 1):
-                if not search.budget.affords():
+                if search.out_of_time or not search.budget.affords():
                     break
                 search.schedule(length)
         if search.best is None:
@@ -105,6 +105,7 @@ class _Search:
         self.memory_work = sum(t.memory_bytes * t.runtime_s for t in workflow.tasks)  # byte-seconds at speed 1
         self.best: tuple[tuple[float, float, float], list[Assignment]] | None = None
         self.makespans: dict[int, float] = {}
+        self.out_of_time = False
 
     def shortest_possible(self, deadline_s: float) -> int | None:
         """The shortest fleet that can run every task and whose capacity could do the work by the deadline."""
@@ -125,19 +126,25 @@ class _Search:
         return None
 
     def schedule(self, length: int) -> float:
-        """The makespan of the list schedule (time alone) on the first ``length`` machines."""
+        """The makespan of the list schedule (time alone) on the first ``length`` machines; infinite when the
+        time limit passed before it was done (it is given up: the limit is kept even by the first one)."""
         if length in self.makespans:
             return self.makespans[length]
         catalog = pool_catalog(self.problem.catalog, fleet(self.line, length))
-        with self.budget:
-            assignments = list_schedule(
-                self.problem.workflow,
-                catalog,
-                1.0,
-                self.problem.bounds.makespan_s,
-                self.problem.bounds.cost_usd,
-                machines_per_type=machines_per_type(self.problem.workflow),
-            )
+        try:
+            with self.budget:
+                assignments = list_schedule(
+                    self.problem.workflow,
+                    catalog,
+                    1.0,
+                    self.problem.bounds.makespan_s,
+                    self.problem.bounds.cost_usd,
+                    machines_per_type=machines_per_type(self.problem.workflow),
+                    stop=self.budget,
+                )
+        except OutOfTime:
+            self.out_of_time = True
+            return math.inf
         makespan, cost = self.problem.evaluate(assignments)
         key = self.problem.rank(makespan, cost)
         if self.best is None or key < self.best[0]:
@@ -153,7 +160,7 @@ class _Search:
         high = len(self.line)  # the whole catalog: if it is late, every fleet is (mostly)
         found: int | None = None
         while low <= high:
-            if self.best is not None and not self.budget.affords():
+            if self.out_of_time or (self.best is not None and not self.budget.affords()):
                 break
             middle = (low + high) // 2
             if self.schedule(middle) <= deadline_s + 1e-6:

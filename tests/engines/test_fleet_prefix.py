@@ -119,3 +119,10 @@ def test_on_few_machines_per_type_it_is_cheaper_than_the_time_plans_and_the_dead
     assert all(cost < problem.evaluate(r.assignments)[1] for r in time_plans if r is not None)
     deadline_list = DeadlineListEngine().solve(problem, 60.0)
     assert deadline_list is not None and cost < problem.evaluate(deadline_list.assignments)[1]
+
+
+def test_out_of_time_it_gives_up_its_schedule_rather_than_overrun_its_limit() -> None:
+    """No time at all: even the first schedule is given up (the portfolio's next engine answers)."""
+    problem = _problem(_independent(200), _cheap_and_dear(), deadline_s=10_000.0)
+    assert FleetPrefixEngine().solve(problem, 0.0) is None
+    assert FleetPrefixEngine().solve(problem, 10.0) is not None
