@@ -87,7 +87,8 @@ def pareto_front(
     caller does with the front (a chart, its files). The fastest and the cheapest runs keep their
     share even when their first list schedule would not (the default stands in: :func:`run_portfolio`'s
     ``fallback``); a run under a deadline starts only while the time left affords one as long as the
-    longest run so far. ``progress`` is told after each run.
+    longest run so far, and none when the fastest or the cheapest run was cut short so. ``progress`` is told
+    after each run.
     """
     started = time.perf_counter() if started is None else started
     deadline = started + time_limit_s
@@ -132,8 +133,11 @@ def pareto_front(
     candidates += run(Objective(kind="cost"))
     fastest = min(p.makespan_s for p in candidates)
     cheapest_makespan = min(candidates, key=lambda p: (p.cost_usd, p.makespan_s)).makespan_s
+    # A run whose share was too short for one list schedule was cut short, so its time says nothing of a run
+    # under a deadline, which would schedule in full (the default misses the deadline): none starts then.
+    cut_short = any(p.method == TIME_LIMIT_FALLBACK for p in candidates)
     for i in range(deadlines + 1):  # i = 0: the cheapest plan as fast as the fastest one
-        if not sweep.affords():
+        if cut_short or not sweep.affords():
             break
         deadline_s = fastest + (cheapest_makespan - fastest) * i / (deadlines + 1)
         if i > 0 and deadline_s <= fastest:
