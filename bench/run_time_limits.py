@@ -125,7 +125,7 @@ def markdown(result: dict[str, Any]) -> str:
         f"{result['load_average']} at the start and {result['load_average_end']} at the end. Catalog "
         f"`{result['catalog']}`. Each row is one run of the real command (`python -m agora_optimizer`, fresh "
         "homes, output to files): its wall time from the process's start to its exit, its CPU time (user and "
-        "system: well under the wall time, the machine was busy with other work), whether it kept "
+        "system; well under the wall time where the machine was busy with other work), whether it kept "
         f"`--time-limit-s` (within the larger of {KEPT_WITHIN_S:g} s and {KEPT_WITHIN_FRACTION:.0%}, issue 35; "
         "exit code 0), its peak resident memory, and the plan's method. The `first plan` rows are `optimize` "
         f"with `--time-limit-s {result['first_plan_limit_s']:g}`: the time to the first valid plan "
