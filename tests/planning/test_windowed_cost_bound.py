@@ -95,8 +95,15 @@ def test_two_tasks_over_half_a_machines_memory_never_share_it() -> None:
     catalog = _catalog(_type("mid", 1.0, PER_HOUR, 2, vcpus=4, memory_gib=1.5))
     assert cost_lower_bound_usd(workflow, catalog, 100.0) == pytest.approx(4 * 30 * 2 / 3, rel=1e-6)
     assert _bound(workflow, catalog, 100.0) == pytest.approx(4 * 30, rel=1e-6)
+
+
+@pytest.mark.slow  # an exhaustive search over four tasks on two machines: over a minute
+def test_the_bound_of_tasks_over_half_a_machines_memory_is_the_optimum() -> None:
+    tasks = [Task(f"t{i}", 30.0, 1, GIB, "t") for i in range(4)]
+    workflow = Workflow.create("w", tasks, [])
+    catalog = _catalog(_type("mid", 1.0, PER_HOUR, 2, vcpus=4, memory_gib=1.5))
     problem = Problem.create(workflow, catalog, Objective(kind="cost", deadline_s=100.0))
-    assert _optimum_usd(problem) == pytest.approx(4 * 30)
+    assert _optimum_usd(problem) == pytest.approx(_bound(workflow, catalog, 100.0))
 
 
 def test_tasks_of_half_a_machine_still_share_it() -> None:
