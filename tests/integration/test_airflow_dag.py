@@ -366,7 +366,9 @@ def test_pareto_traces_the_front_of_a_dag_read_as_optimize_reads_it(tmp_path: Pa
     front = json.loads((tmp_path / "front.json").read_text())
     assert front["workflow"] == DAG_ID and front["points"]
     assert "runtimes: predicted, at p50, auto: no deadline" in result.stdout  # the hints, as optimize reads them
-    assert [line.split(":")[1] for line in result.stderr.splitlines()] == [" predictions"]
+    # where the predictions came from, and nothing else (but that the limit went on them, on a loaded machine)
+    said = [line for line in result.stderr.splitlines() if "left the sweep no time" not in line]
+    assert [line.split(":")[1] for line in said] == [" predictions"]
     first = load_plan(tmp_path / "front" / "pareto-01.json")
     assert first.workflow_source == f"airflow:{DAG_ID}"
     assert {a.task for a in first.assignments} == {"extract", "clean", "aggregate", "profile", "load"}
