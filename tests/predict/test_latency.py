@@ -79,14 +79,19 @@ def test_without_edges_a_task_is_ready_when_it_was_queued() -> None:
     assert sorted(starts) == pytest.approx([0.4, 1.3, 4.0])
 
 
-def test_a_mapped_tasks_instances_are_matched_to_the_plans_edges_by_map_index() -> None:
-    edges = {DAG: [("split", "work[0]"), ("split", "work[1]"), ("work[0]", "merge"), ("work[1]", "merge")]}
-    rows = [
+def _split_work_merge() -> list[TaskAttempt]:
+    """One run of split -> work[0], work[1] (a mapped task) -> merge, each on a machine of pool-a."""
+    return [
         _attempt("split", "r1", 0.0, 1.0, 2.0, machine="pool-a#0"),
         _attempt("work", "r1", 2.1, 2.5, 4.0, map_index=0, machine="pool-a#1"),
         _attempt("work", "r1", 2.1, 3.0, 6.0, map_index=1, machine="pool-a#2"),
         _attempt("merge", "r1", 6.1, 6.25, 7.0, machine="pool-a#3"),
     ]
+
+
+def test_a_mapped_tasks_instances_are_matched_to_the_plans_edges_by_map_index() -> None:
+    edges = {DAG: [("split", "work[0]"), ("split", "work[1]"), ("work[0]", "merge"), ("work[1]", "merge")]}
+    rows = _split_work_merge()
     starts, _ = latency_samples(rows, edges)[("local", "pool-a")]
     # split from its queued time (1 s); work[0] 0.5 s and work[1] 1 s after split's end; merge 0.25 s
     # after work[1]'s end, the later of its two parents.
@@ -96,12 +101,7 @@ def test_a_mapped_tasks_instances_are_matched_to_the_plans_edges_by_map_index() 
 def test_a_mapped_task_named_alone_as_a_dag_folder_names_it_counts_from_its_parents_and_its_last_instance() -> None:
     # A DAG folder's edges name the mapped task, not its instances (another DAG than the one planned).
     edges = {DAG: [("split", "work"), ("work", "merge")]}
-    rows = [
-        _attempt("split", "r1", 0.0, 1.0, 2.0, machine="pool-a#0"),
-        _attempt("work", "r1", 2.1, 2.5, 4.0, map_index=0, machine="pool-a#1"),
-        _attempt("work", "r1", 2.1, 3.0, 6.0, map_index=1, machine="pool-a#2"),
-        _attempt("merge", "r1", 6.1, 6.25, 7.0, machine="pool-a#3"),
-    ]
+    rows = _split_work_merge()
     starts, _ = latency_samples(rows, edges)[("local", "pool-a")]
     # as with the plan's instance names: each instance from split's end, merge from work[1]'s, the last one (before:
     # the instances from their queued time, 0.4 and 0.9 s, and merge none, its parent "work" never seen to end)
