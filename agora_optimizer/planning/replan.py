@@ -35,7 +35,8 @@ first, then the objective's score):
   rank, each placed where it minimises ``alpha * makespan / T + (1 - alpha) * added cost / C``
   over the machines above, and left on its planned machine when that is not worse.
 
-**A deadline at risk.** When the plan has a deadline and the better of the two still ends past it,
+**A deadline at risk.** When the plan has a deadline and the better of the two still ends past its aim
+(:data:`DEADLINE_MARGIN` of the time left before the deadline, early; the repair aims there too),
 the run may buy time, and buys the least that keeps it. Each pending task gets a latest end, the
 deadline less its tail (the longest path after it on the fastest types, as
 :mod:`agora_optimizer.engines.deadline_list` distributes a whole plan's deadline), and the kept
@@ -143,12 +144,12 @@ def replan(
     note = ""
     deadline_s = plan.objective.deadline_s
     aim_s = None if deadline_s is None else deadline_s - deadline_margin * max(deadline_s - now_s, 0.0)
-    if deadline_s is not None and aim_s is not None and best[1] > aim_s + TIME_TOLERANCE_S:
+    if deadline_s is not None and aim_s is not None and best[1] > aim_s + TIME_TOLERANCE_S:  # (aim_s: for mypy)
         kept_cost, limit = best, started + time_limit_s
         aimed = Problem(workflow, catalog, replace(plan.objective, deadline_s=aim_s), scale)
         # a time plan: its list schedule was all on time already
         rushed = _rushed(run, (kept_order, list_order), rank, alpha, scale, limit, aim_s) if alpha < 1 else []
-        for candidate in rushed:  # on time for the aim first, then for the deadline, then the objective
+        for candidate in rushed:  # the least late for the aim first (on time for it), then the objective
             if aimed.rank(candidate[1], candidate[2]) < aimed.rank(best[1], best[2]):
                 best, method = candidate, "deadline"
         note = deadline_note(deadline_s, kept_cost, best, run.planned, catalog, len(rushed))
