@@ -2,10 +2,17 @@
 
 Each task that ends is an observation of its category: its real runtime over its planned runtime on the
 type it ran on (:func:`runtime_ratio`; one within ``min_late_s`` of its plan ran as planned). The
-category's factor is the observations' mean in log space, shrunk toward 1 with few of them
-(:func:`shrunk_factor`, ``k`` = :data:`SHRINK_K`: why, and what it was measured to do, in
+category's factor is the ratio of the observations' sums (their true seconds over their planned ones, each
+true time read as its ratio times its planned time), in log space shrunk toward 1 with few of them (weight
+``n / (n + k)``, ``k`` = :data:`SHRINK_K`: why, and what it was measured to do, in
 :mod:`agora_optimizer.executor.runs.learning`), and multiplies the planned runtimes of the category's tasks
-to come (:func:`corrected_workflow`). A factor that moved by more than the run's slack from the one its plan
+to come (:func:`corrected_workflow`). A sum, not the ratios' geometric mean (:func:`shrunk_factor`, the
+rule before): a plan's makespan adds its tasks' times, and where a category's ratios spread the geometric
+mean falls short of what they add up to (``exp(sd^2 / 2)``: a seismology run's ratios spread 0.69 in log,
+so its forecast came 20 % short and crept up repair after repair). A category not seen yet takes the
+run's own factor (:meth:`RunRuntimes.factor_of`: every observation's sums, shrunk by the number of
+categories seen with :data:`RUN_SHRINK_K`): a model wrong on new inputs is wrong for most of a run's
+categories alike. A factor that moved by more than the run's slack from the one its plan
 carries, with tasks of the category to come, calls for a re-plan (:meth:`CategoryRuntime.moved`).
 
 The rule is the executor's (:mod:`agora_optimizer.executor.runs.learning`, whose re-plans use it) and the
@@ -22,6 +29,7 @@ from agora_optimizer.model.limits import MAX_RUNTIME_S
 from agora_optimizer.model.workflow import Workflow
 
 SHRINK_K = 0.25  # observations' weight n / (n + k): (0.25 / 0.5)^2, the within-run over the model's log spread
+RUN_SHRINK_K = 1.0  # a category not seen: the run's factor, weight c / (c + 1) over the c categories seen
 RATIO_LIMIT = 100.0  # an observation further off than this is clamped (a stuck task, a clock jump)
 
 
@@ -45,15 +53,24 @@ def runtime_ratio(actual_s: float, model_s: float, min_late_s: float = 0.0) -> f
 
 @dataclass
 class CategoryRuntime:
-    """One category's observations in a run (their count and sum in log), and the factor its plan carries now."""
+    """One category's observations in a run (their count, and their true and planned seconds summed: a ratio
+    given alone weighs 1 s), and the factor its plan carries now."""
 
     tasks: int = 0
-    total_log: float = 0.0
+    true_s: float = 0.0
+    model_s: float = 0.0
     applied: float = 1.0
 
+    def add(self, ratio: float, model_s: float) -> None:
+        self.tasks += 1
+        self.true_s += ratio * model_s
+        self.model_s += model_s
+
     def factor(self, k: float = SHRINK_K) -> float:
-        """:func:`shrunk_factor` of its observations."""
-        return _shrunk(self.total_log, self.tasks, k)
+        """The observations' true over planned seconds, shrunk in log with weight ``tasks / (tasks + k)``."""
+        if not self.tasks or self.model_s <= 0:
+            return 1.0
+        return _shrunk(math.log(self.true_s / self.model_s) * self.tasks, self.tasks, k)
 
     def moved(self, slack: float, k: float = SHRINK_K) -> bool:
         """Its factor is more than ``slack`` away (either way) from the one the plan carries."""
@@ -67,16 +84,30 @@ class RunRuntimes:
     categories: dict[str, CategoryRuntime] = field(default_factory=dict)
     k: float = SHRINK_K
 
-    def observe(self, category: str, ratio: float) -> CategoryRuntime:
+    def observe(self, category: str, ratio: float, model_s: float = 1.0) -> CategoryRuntime:
+        """One task of ``category`` ended at ``ratio`` times its planned ``model_s`` (the weight of its ratio)."""
         found = self.categories.setdefault(category, CategoryRuntime())
-        found.tasks += 1
-        found.total_log += math.log(ratio)
+        found.add(ratio, model_s)
         return found
 
     def factors(self) -> dict[str, float]:
         """Each category's factor, where it is not 1."""
         found = {category: c.factor(self.k) for category, c in self.categories.items()}
         return {category: f for category, f in found.items() if f != 1.0}
+
+    def run_factor(self) -> float:
+        """The run's factor for a category not seen: every observation's true over planned seconds, shrunk in log
+        with weight ``c / (c + RUN_SHRINK_K)`` over the ``c`` categories seen (1 with none)."""
+        true_s = sum(c.true_s for c in self.categories.values())
+        model_s = sum(c.model_s for c in self.categories.values())
+        if model_s <= 0 or true_s <= 0:
+            return 1.0
+        return _shrunk(math.log(true_s / model_s) * len(self.categories), len(self.categories), RUN_SHRINK_K)
+
+    def factor_of(self, category: str) -> float:
+        """What a task of ``category`` to come is corrected by: its category's factor, else the run's."""
+        found = self.categories.get(category)
+        return found.factor(self.k) if found is not None else self.run_factor()
 
     def applied_now(self) -> None:
         """A re-plan used every category's factor: the plan carries them from now."""

@@ -8,10 +8,14 @@ the task's stem, ``mProject_ID0000001`` -> ``mProject``, ``load[3]`` -> ``load``
 is an observation: its real runtime (from its start, or its release to its machine, to its end, on
 the run's plan clock) over its planned runtime on the type it ran on. A task within
 ``[agora] replan_min_late_s`` of its planned runtime ran as planned (the platform's jitter, as for a
-drift). The category's factor is the observations' mean in log space, shrunk toward 1 with few of
-them::
+drift). The category's factor is the observations' true over planned seconds, in log space shrunk
+toward 1 with few of them (:mod:`agora_optimizer.predict.runtime_in_run`: a sum, as a makespan adds its
+tasks' times; the geometric mean of the ratios measured below falls short of it where they spread)::
 
-    factor = exp(mean(log ratio) * n / (n + k))
+    factor = exp(log(sum true_s / sum planned_s) * n / (n + k))
+
+and a category none of whose tasks ended yet takes the run's factor, every category's sums together
+shrunk by the number of categories seen.
 
 ``k`` is :data:`SHRINK_K`, the ratio of the two variances the evidence has: a category's tasks
 within one run spread about 0.25 in log around their median (the 2-28 % above), while the model's
@@ -185,7 +189,7 @@ class RunLearning:
         if ratio is None:
             return None
         category = task_category(book, task_id)
-        found = correction.runtimes.observe(category, ratio)
+        found = correction.runtimes.observe(category, ratio, model_s)
         if not found.moved(slack, self.k):
             return None  # the common case, decided before the run's tasks are looked through
         factor = found.factor(self.k)
@@ -199,19 +203,17 @@ class RunLearning:
         )
 
     def factors(self, run: Run, book: RunBook) -> dict[str, float]:
-        """The factor of each task of the run that has not ended, where its category's is not 1."""
+        """The factor of each task of the run that has not ended, where it is not 1: its category's, or the run's
+        for a category none of whose tasks ended (:meth:`RunRuntimes.factor_of`)."""
         correction = self.runs.get(run)
-        if correction is None:
-            return {}
-        by_category = correction.runtimes.factors()
-        if not by_category:
+        if correction is None or not correction.runtimes.categories:
             return {}
         found: dict[str, float] = {}
         for task_id in book.order.by_task:
             if task_id in book.ended or task_id in book.gone:
                 continue
-            factor = by_category.get(task_category(book, task_id))
-            if factor is not None:
+            factor = correction.runtimes.factor_of(task_category(book, task_id))
+            if factor != 1.0:
                 found[task_id] = factor
         return found
 
