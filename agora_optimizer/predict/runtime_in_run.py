@@ -109,6 +109,14 @@ class RunRuntimes:
         found = self.categories.get(category)
         return found.factor(self.k) if found is not None else self.run_factor()
 
+    def task_factors(self, category_of: Mapping[str, str]) -> dict[str, float]:
+        """The factor of each task of ``category_of`` (task -> its category) where it is not 1 (:meth:`factor_of`);
+        none before a task ended."""
+        if not self.categories:
+            return {}
+        found = {task: self.factor_of(category) for task, category in category_of.items()}
+        return {task: f for task, f in found.items() if f != 1.0}
+
     def applied_now(self) -> None:
         """A re-plan used every category's factor: the plan carries them from now."""
         for found in self.categories.values():

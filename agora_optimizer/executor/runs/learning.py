@@ -206,16 +206,10 @@ class RunLearning:
         """The factor of each task of the run that has not ended, where it is not 1: its category's, or the run's
         for a category none of whose tasks ended (:meth:`RunRuntimes.factor_of`)."""
         correction = self.runs.get(run)
-        if correction is None or not correction.runtimes.categories:
+        if correction is None:
             return {}
-        found: dict[str, float] = {}
-        for task_id in book.order.by_task:
-            if task_id in book.ended or task_id in book.gone:
-                continue
-            factor = correction.runtimes.factor_of(task_category(book, task_id))
-            if factor != 1.0:
-                found[task_id] = factor
-        return found
+        ending = [t for t in book.order.by_task if t not in book.ended and t not in book.gone]
+        return correction.runtimes.task_factors({t: task_category(book, t) for t in ending})
 
     def memory_factors(self, run: Run, book: RunBook, retries: Collection[str] = ()) -> dict[str, float]:
         """The memory factor of each task of the run a re-plan places (not started, or whose retry, ``retries``, is
