@@ -70,7 +70,7 @@ def forecasts(truth: Workflow, model: Workflow, catalog: Catalog, label: str) ->
             task = model.by_id[a.task]
             planned_s = catalog.by_name[a.resource].runtime_s(task)
             if planned_s > 0 and a.end_s > a.start_s:
-                learned.observe(task.category, (a.end_s - a.start_s) / planned_s, planned_s)
+                learned.observe(task.category, (a.end_s - a.start_s) / planned_s)
     factors = learned.task_factors({t.id: t.category for t in model.tasks if not isinstance(state.get(t.id), Done)})
     answers = [
         replan(workflow, catalog, plan, state, now_s, time_limit_s=TIME_LIMIT_S).makespan_s

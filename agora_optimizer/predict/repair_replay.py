@@ -120,7 +120,7 @@ class RepairedRun:
     killed: tuple[Assignment, ...] = ()  # attempts killed for memory (each task's last attempt is in the replay)
     workflows: tuple[Workflow, ...] = ()  # what each plan was made from (reservations raised, runtimes corrected)
     runtime_factors: tuple[Mapping[str, float], ...] = ()  # the runtime factors each of those workflows carries
-    runtime_seen: tuple[tuple[float, str, float, float], ...] = ()  # (end, task, runtime ratio, model s) learned from
+    runtime_seen: tuple[tuple[float, str, float], ...] = ()  # (end, task, runtime ratio) of each task learned from
 
     def _made(self, now_s: float) -> int:
         made = [i + 1 for i, event in enumerate(self.repairs) if event.at_s <= now_s + TIME_TOLERANCE_S]
@@ -178,11 +178,10 @@ class _Memory:
         ratio = observed_ratio(model, killed_at_bytes=a.memory_bytes) if killed else observed_ratio(model, peak)
         return None if ratio is None else self.learned.observe(self.category[a.task], a.task, ratio, killed)
 
-    def runtime_ratio(self, a: Assignment) -> tuple[float, float] | None:
-        """The attempt's true duration over its model's on its type (the executor's observation), and that model's."""
+    def runtime_ratio(self, a: Assignment) -> float | None:
+        """The attempt's true duration over its model's on its type (the executor's observation)."""
         model_s = self.catalog.by_name[a.resource].runtime_s(self.planned.by_id[a.task])
-        ratio = runtime_ratio(a.end_s - a.start_s, model_s, self.min_late_s)
-        return None if ratio is None else (ratio, model_s)
+        return runtime_ratio(a.end_s - a.start_s, model_s, self.min_late_s)
 
     def runtime_factors(self, tasks: Collection[str]) -> dict[str, float]:
         """The runtime factor of each of ``tasks`` where it is not 1 (its category's, else the run's)."""
@@ -199,14 +198,14 @@ class _Memory:
             category = self.category[task_id]
             if task_id in learned or self.killed_share(timed[task_id]) < 1.0 or last_start[category] <= end_s:
                 continue
-            observed = self.runtime_ratio(timed[task_id])
-            if observed is None:
+            ratio = self.runtime_ratio(timed[task_id])
+            if ratio is None:
                 continue
             if category not in ahead.categories:
                 known = self.runtimes.categories.get(category)
                 if known is not None:
                     ahead.categories[category] = replace(known)
-            if ahead.observe(category, *observed).moved(slack, ahead.k):
+            if ahead.observe(category, ratio).moved(slack, ahead.k):
                 return end_s, task_id
         return None
 
@@ -302,7 +301,7 @@ def replay_with_repairs(
     memory = _Memory(planned, actual, catalog, min_late_s=min_late_s)
     in_force, plans, workflows = plan, [plan], [planned]
     carried: list[Mapping[str, float]] = [{}]
-    seen: list[tuple[float, str, float, float]] = []
+    seen: list[tuple[float, str, float]] = []
     events, failures = list[RepairEvent](), list[str]()
     ran: dict[str, Assignment] = {}
     killed: list[Assignment] = []
@@ -335,10 +334,10 @@ def replay_with_repairs(
             if isinstance(status, Done) and task_id not in learned and slack > 0:
                 learned.add(task_id)
                 memory.observe(timed[task_id], killed=False)
-                observed = memory.runtime_ratio(timed[task_id])
-                if observed is not None:
-                    memory.runtimes.observe(memory.category[task_id], *observed)
-                    seen.append((timed[task_id].end_s, task_id, *observed))
+                ratio = memory.runtime_ratio(timed[task_id])
+                if ratio is not None:
+                    memory.runtimes.observe(memory.category[task_id], ratio)
+                    seen.append((timed[task_id].end_s, task_id, ratio))
         retries = {t: b for t, b in retries.items() if t not in state}  # a retry that started is no longer pending
         retries.update({a.task: memory.retry_bytes(a) for a in newly_killed})
         ran = {task_id: timed[task_id] for task_id in state}
@@ -476,9 +475,9 @@ def _learned_workflow(run: RepairedRun, planned: Workflow, state: Mapping[str, T
     ended by then taught their categories (the executor's learning, as of ``now_s``)."""
     category = {t.id: category_of_task(t) for t in planned.tasks}
     learned = RunRuntimes()
-    for end_s, task_id, ratio, model_s in run.runtime_seen:
+    for end_s, task_id, ratio in run.runtime_seen:
         if end_s <= now_s + TIME_TOLERANCE_S:
-            learned.observe(category[task_id], ratio, model_s)
+            learned.observe(category[task_id], ratio)
     ending = [t for t in planned.by_id if not isinstance(state.get(t), Done)]
     by_task, carried = learned.task_factors({t: category[t] for t in ending}), run.runtime_factors_at(now_s)
     factors = {t: by_task.get(t, 1.0) / carried.get(t, 1.0) for t in ending}

@@ -2,18 +2,20 @@
 
 Each task that ends is an observation of its category: its real runtime over its planned runtime on the
 type it ran on (:func:`runtime_ratio`; one within ``min_late_s`` of its plan ran as planned). The
-category's factor is the ratio of the observations' sums (their true seconds over their planned ones, each
-true time read as its ratio times its planned time), in log space shrunk toward 1 with few of them (weight
-``n / (n + k)``, ``k`` = :data:`SHRINK_K`: why, and what it was measured to do, in
-:mod:`agora_optimizer.executor.runs.learning`), and multiplies the planned runtimes of the category's tasks
-to come (:func:`corrected_workflow`). A sum, not the ratios' geometric mean (:func:`shrunk_factor`, the
-rule before): a plan's makespan adds its tasks' times, and where a category's ratios spread the geometric
-mean falls short of what they add up to (``exp(sd^2 / 2)``: a seismology run's ratios spread 0.69 in log,
-so its forecast came 20 % short and crept up repair after repair). A category not seen yet takes the
-run's own factor (:meth:`RunRuntimes.factor_of`: every observation's sums, shrunk by the number of
-categories seen with :data:`RUN_SHRINK_K`): a model wrong on new inputs is wrong for most of a run's
-categories alike. A factor that moved by more than the run's slack from the one its plan
-carries, with tasks of the category to come, calls for a re-plan (:meth:`CategoryRuntime.moved`).
+category's factor is the mean its observations' spread implies, in log space ``mean + var / 2`` (the
+mean of a log-normal ratio), shrunk toward 1 with few of them (weight ``n / (n + k)``, ``k`` =
+:data:`SHRINK_K`: why, and what it was measured to do, in :mod:`agora_optimizer.executor.runs.learning`),
+and multiplies the planned runtimes of the category's tasks to come (:func:`corrected_workflow`). Not the
+ratios' geometric mean alone (:func:`shrunk_factor`, the rule before): a plan's makespan adds its tasks'
+times, and where a category's ratios spread their geometric mean falls short of what they add up to by
+``exp(var / 2)`` (a seismology run's ratios spread 0.69 in log: its forecast came 20 % short and crept up
+repair after repair). Nor their true over planned seconds: the tasks predicted longest are the likeliest
+over-predicted, and a few of them ending first pulled a blast run's factor to 0.66 where its tasks ran at
+1.04. A category not seen yet takes the run's own factor (:meth:`RunRuntimes.factor_of`: every
+observation pooled, shrunk by the number of categories seen with :data:`RUN_SHRINK_K`): a model wrong on
+new inputs is wrong for most of a run's categories alike. A factor that moved by more than the run's
+slack from the one its plan carries, with tasks of the category to come, calls for a re-plan
+(:meth:`CategoryRuntime.moved`).
 
 The rule is the executor's (:mod:`agora_optimizer.executor.runs.learning`, whose re-plans use it) and the
 simulated runs' (:mod:`agora_optimizer.predict.repair_replay`).
@@ -53,28 +55,36 @@ def runtime_ratio(actual_s: float, model_s: float, min_late_s: float = 0.0) -> f
 
 @dataclass
 class CategoryRuntime:
-    """One category's observations in a run (their count, and their true and planned seconds summed: a ratio
-    given alone weighs 1 s), and the factor its plan carries now."""
+    """One category's observations in a run (their count, and their logs' sum and sum of squares), and the factor its
+    plan carries now."""
 
     tasks: int = 0
-    true_s: float = 0.0
-    model_s: float = 0.0
+    total_log: float = 0.0
+    total_log2: float = 0.0
     applied: float = 1.0
 
-    def add(self, ratio: float, model_s: float) -> None:
+    def add(self, ratio: float) -> None:
         self.tasks += 1
-        self.true_s += ratio * model_s
-        self.model_s += model_s
+        self.total_log += math.log(ratio)
+        self.total_log2 += math.log(ratio) ** 2
 
     def factor(self, k: float = SHRINK_K) -> float:
-        """The observations' true over planned seconds, shrunk in log with weight ``tasks / (tasks + k)``."""
-        if not self.tasks or self.model_s <= 0:
-            return 1.0
-        return _shrunk(math.log(self.true_s / self.model_s) * self.tasks, self.tasks, k)
+        """The observations' log-normal mean, shrunk in log with weight ``tasks / (tasks + k)``."""
+        return _mean_factor(self.tasks, self.total_log, self.total_log2, k)
 
     def moved(self, slack: float, k: float = SHRINK_K) -> bool:
         """Its factor is more than ``slack`` away (either way) from the one the plan carries."""
         return abs(math.log(self.factor(k) / self.applied)) > math.log1p(slack)
+
+
+def _mean_factor(n: int, total_log: float, total_log2: float, k: float) -> float:
+    """``exp((mean + var / 2) * n / (n + k))`` of ``n`` logs given by their sum and sum of squares (``var`` over
+    ``n``, not ``n - 1``: two ratios' spread is a guess, which it should not inflate)."""
+    if not n:
+        return 1.0
+    mean = total_log / n
+    var = max(total_log2 / n - mean * mean, 0.0)
+    return _shrunk((mean + var / 2) * n, n, k)
 
 
 @dataclass
@@ -84,10 +94,10 @@ class RunRuntimes:
     categories: dict[str, CategoryRuntime] = field(default_factory=dict)
     k: float = SHRINK_K
 
-    def observe(self, category: str, ratio: float, model_s: float = 1.0) -> CategoryRuntime:
-        """One task of ``category`` ended at ``ratio`` times its planned ``model_s`` (the weight of its ratio)."""
+    def observe(self, category: str, ratio: float) -> CategoryRuntime:
+        """One task of ``category`` ended at ``ratio`` times its planned runtime."""
         found = self.categories.setdefault(category, CategoryRuntime())
-        found.add(ratio, model_s)
+        found.add(ratio)
         return found
 
     def factors(self) -> dict[str, float]:
@@ -96,13 +106,12 @@ class RunRuntimes:
         return {category: f for category, f in found.items() if f != 1.0}
 
     def run_factor(self) -> float:
-        """The run's factor for a category not seen: every observation's true over planned seconds, shrunk in log
-        with weight ``c / (c + RUN_SHRINK_K)`` over the ``c`` categories seen (1 with none)."""
-        true_s = sum(c.true_s for c in self.categories.values())
-        model_s = sum(c.model_s for c in self.categories.values())
-        if model_s <= 0 or true_s <= 0:
-            return 1.0
-        return _shrunk(math.log(true_s / model_s) * len(self.categories), len(self.categories), RUN_SHRINK_K)
+        """The run's factor for a category not seen: every observation pooled (:meth:`CategoryRuntime.factor`),
+        shrunk in log with weight ``c / (c + RUN_SHRINK_K)`` over the ``c`` categories seen (1 with none)."""
+        found = self.categories.values()
+        n = sum(c.tasks for c in found)
+        pooled = _mean_factor(n, sum(c.total_log for c in found), sum(c.total_log2 for c in found), 0.0)
+        return _shrunk(math.log(pooled) * len(self.categories), len(self.categories), RUN_SHRINK_K)
 
     def factor_of(self, category: str) -> float:
         """What a task of ``category`` to come is corrected by: its category's factor, else the run's."""

@@ -8,13 +8,14 @@ the task's stem, ``mProject_ID0000001`` -> ``mProject``, ``load[3]`` -> ``load``
 is an observation: its real runtime (from its start, or its release to its machine, to its end, on
 the run's plan clock) over its planned runtime on the type it ran on. A task within
 ``[agora] replan_min_late_s`` of its planned runtime ran as planned (the platform's jitter, as for a
-drift). The category's factor is the observations' true over planned seconds, in log space shrunk
-toward 1 with few of them (:mod:`agora_optimizer.predict.runtime_in_run`: a sum, as a makespan adds its
-tasks' times; the geometric mean of the ratios measured below falls short of it where they spread)::
+drift). The category's factor is the log-normal mean of the observations (their logs' mean plus half
+their variance: a makespan adds its tasks' times, and the geometric mean measured below falls short of
+what spread tasks add up to; :mod:`agora_optimizer.predict.runtime_in_run`), shrunk toward 1 with few
+of them::
 
-    factor = exp(log(sum true_s / sum planned_s) * n / (n + k))
+    factor = exp((mean(log ratio) + var(log ratio) / 2) * n / (n + k))
 
-and a category none of whose tasks ended yet takes the run's factor, every category's sums together
+and a category none of whose tasks ended yet takes the run's factor, every observation pooled and
 shrunk by the number of categories seen.
 
 ``k`` is :data:`SHRINK_K`, the ratio of the two variances the evidence has: a category's tasks
@@ -189,7 +190,7 @@ class RunLearning:
         if ratio is None:
             return None
         category = task_category(book, task_id)
-        found = correction.runtimes.observe(category, ratio, model_s)
+        found = correction.runtimes.observe(category, ratio)
         if not found.moved(slack, self.k):
             return None  # the common case, decided before the run's tasks are looked through
         factor = found.factor(self.k)
