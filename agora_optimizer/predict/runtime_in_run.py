@@ -11,9 +11,9 @@ times, and where a category's ratios spread their geometric mean falls short of 
 ``exp(var / 2)`` (a seismology run's ratios spread 0.69 in log: its forecast came 20 % short and crept up
 repair after repair). Nor their true over planned seconds: the tasks predicted longest are the likeliest
 over-predicted, and a few of them ending first pulled a blast run's factor to 0.66 where its tasks ran at
-1.04. A category not seen yet takes the run's own factor (:meth:`RunRuntimes.factor_of`: every
-observation pooled, shrunk by the number of categories seen with :data:`RUN_SHRINK_K`): a model wrong on
-new inputs is wrong for most of a run's categories alike. A factor that moved by more than the run's
+1.04. A category not seen yet takes the run's own factor where it is above 1 (:meth:`RunRuntimes.factor_of`:
+every observation pooled, shrunk by the number of categories seen with :data:`RUN_SHRINK_K`): a model wrong
+on new inputs is wrong for most of a run's categories alike. A factor that moved by more than the run's
 slack from the one its plan carries, with tasks of the category to come, calls for a re-plan
 (:meth:`CategoryRuntime.moved`).
 
@@ -107,11 +107,14 @@ class RunRuntimes:
 
     def run_factor(self) -> float:
         """The run's factor for a category not seen: every observation pooled (:meth:`CategoryRuntime.factor`),
-        shrunk in log with weight ``c / (c + RUN_SHRINK_K)`` over the ``c`` categories seen (1 with none)."""
+        shrunk in log with weight ``c / (c + RUN_SHRINK_K)`` over the ``c`` categories seen; 1 with none, and
+        never below 1: a run slower than planned warns of its other categories, one fast category does not make
+        them fast (1000genome-chameleon-2ch-100k-001's sifting ran at 0.48 in its first second; taken for the
+        whole run, the repair bought too little and the run missed its deadline)."""
         found = self.categories.values()
         n = sum(c.tasks for c in found)
         pooled = _mean_factor(n, sum(c.total_log for c in found), sum(c.total_log2 for c in found), 0.0)
-        return _shrunk(math.log(pooled) * len(self.categories), len(self.categories), RUN_SHRINK_K)
+        return max(1.0, _shrunk(math.log(pooled) * len(self.categories), len(self.categories), RUN_SHRINK_K))
 
     def factor_of(self, category: str) -> float:
         """What a task of ``category`` to come is corrected by: its category's factor, else the run's."""

@@ -57,6 +57,9 @@ def test_a_category_not_seen_takes_the_runs_factor_shrunk_by_the_categories_seen
     learned.observe("index", 2.0)
     assert learned.factor_of("sort") == pytest.approx(2 ** (2 / (2 + RUN_SHRINK_K)))  # two agree: more
     assert set(learned.factors()) == {"align", "index"}  # only the categories seen have a factor of their own
+    fast = RunRuntimes()
+    fast.observe("sift", 0.5)  # one category twice as fast does not make the others fast: they stay as planned
+    assert fast.factor_of("sift") < 1.0 and fast.factor_of("sort") == 1.0
 
 
 def test_a_corrected_workflow_lasts_its_factor_longer_up_to_the_limit() -> None:

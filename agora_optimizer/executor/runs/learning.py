@@ -15,8 +15,8 @@ of them::
 
     factor = exp((mean(log ratio) + var(log ratio) / 2) * n / (n + k))
 
-and a category none of whose tasks ended yet takes the run's factor, every observation pooled and
-shrunk by the number of categories seen.
+and a category none of whose tasks ended yet takes the run's factor where it is above 1, every
+observation pooled and shrunk by the number of categories seen.
 
 ``k`` is :data:`SHRINK_K`, the ratio of the two variances the evidence has: a category's tasks
 within one run spread about 0.25 in log around their median (the 2-28 % above), while the model's
