@@ -93,11 +93,6 @@ from agora_optimizer.planning.run_state import TIME_TOLERANCE_S, Pending, Replan
 # of 17 deadlines repairing at the deadline itself, 15 of 17 with this margin (16 of 17 with the earlier repair
 # that bought all the time it could, for 1.10x the truth plan's cost against 1.02x).
 DEADLINE_MARGIN = 0.05
-# Nor less than this share of the runtime of the task that ends the run: near the end the time left is small, while
-# that task may still run long. A category's tasks spread about 0.25 in log within a run (docs/prediction.md): their
-# p90 is exp(1.28 x 0.25) = 1.38 times their median. seismology-chameleon-500p-001 missed its deadline by 0.6 s, its
-# aim 0.25 s early in the last 5 s.
-LAST_TASK_MARGIN = 0.38
 BISECTIONS = 3  # a deadline at risk: halvings between the last late latest ends and the last timely ones
 
 
@@ -112,7 +107,6 @@ def replan(
     scale: Bounds | None = None,
     time_limit_s: float = 0.8,
     deadline_margin: float = DEADLINE_MARGIN,
-    last_task_margin: float = LAST_TASK_MARGIN,
 ) -> Replan:
     """New placements for the pending tasks of a run of ``plan`` at plan time ``now_s``.
 
@@ -123,8 +117,7 @@ def replan(
     and cost scales (:func:`agora_optimizer.planning.problem.lower_bounds`; they take a second or more on a
     thousand tasks, so the default is the plan's own makespan and cost). ``time_limit_s``: the list
     schedule is abandoned beyond it, and the kept one answers. ``deadline_margin``: a deadline at risk is
-    aimed that share of the time left to it early (:data:`DEADLINE_MARGIN`), and no less than
-    ``last_task_margin`` times the runtime of the pending task that ends last (:data:`LAST_TASK_MARGIN`).
+    aimed that share of the time left to it early (:data:`DEADLINE_MARGIN`).
     """
     started = time.perf_counter()
     run = prepare(workflow, catalog, plan, state, now_s, leased)
@@ -150,11 +143,7 @@ def replan(
         best, method = listed, "list"
     note = ""
     deadline_s = plan.objective.deadline_s
-    aim_s = (
-        None
-        if deadline_s is None
-        else deadline_s - _early_s(best, deadline_s - now_s, deadline_margin, last_task_margin)
-    )
+    aim_s = None if deadline_s is None else deadline_s - deadline_margin * max(deadline_s - now_s, 0.0)
     if deadline_s is not None and aim_s is not None and best[1] > aim_s + TIME_TOLERANCE_S:  # (aim_s: for mypy)
         kept_cost, limit = best, started + time_limit_s
         aimed = Problem(workflow, catalog, replace(plan.objective, deadline_s=aim_s), scale)
@@ -191,15 +180,6 @@ def at_risk(plan: Plan, now_s: float, late_s: float, margin: float = DEADLINE_MA
     if deadline_s is None or now_s >= deadline_s:
         return False  # no deadline, or lost: nothing left to keep
     return plan.makespan_s + max(late_s, 0.0) > deadline_s - margin * (deadline_s - now_s)
-
-
-def _early_s(best: Schedule, left_s: float, margin: float, last_task_margin: float) -> float:
-    """How early a repair aims: ``margin`` of the time left, and no less than ``last_task_margin`` times the runtime of
-    the task ending last in ``best`` (up to half the time left)."""
-    left_s = max(left_s, 0.0)
-    last = max(best[0], key=lambda a: a.end_s, default=None)
-    last_s = 0.0 if last is None else last.end_s - last.start_s
-    return max(margin * left_s, min(last_task_margin * last_s, left_s / 2))
 
 
 def _rushed(

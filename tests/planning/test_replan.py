@@ -415,15 +415,7 @@ CHAIN_ON_CHEAP = [("a", "cheap#0", 0.0), ("b", "cheap#0", 10.0), ("c", "cheap#0"
 def test_a_deadline_at_risk_moves_tasks_to_a_faster_type_and_the_answer_says_so(tmp_path: Path) -> None:
     objective = Objective(kind="cost", deadline_s=35.0)
     plan = plan_of(LATE_CHAIN, TWO_SPEEDS, CHAIN_ON_CHEAP, objective)
-    result = replan(
-        LATE_CHAIN,
-        TWO_SPEEDS,
-        plan,
-        {"a": Done("cheap#0", 20.0, 0.0)},
-        now_s=20.0,
-        deadline_margin=0.0,
-        last_task_margin=0.0,
-    )
+    result = replan(LATE_CHAIN, TWO_SPEEDS, plan, {"a": Done("cheap#0", 20.0, 0.0)}, now_s=20.0, deadline_margin=0.0)
     check(LATE_CHAIN, TWO_SPEEDS, result, objective, tmp_path)
     assert result.makespan_s <= 35.0 and result.method == "deadline"
     # The cheapest fix: b stays on cheap#0 (20 to 30 s), c alone goes to the fast type (30 to 35 s), +0.01 USD;

@@ -324,16 +324,7 @@ def test_a_repair_that_keeps_a_deadline_at_risk_says_so_and_carries_the_runs_for
     book = RunBook(MachineOrder.from_plan(plan, catalog.by_name), origin_s=0.0)
     book.start("a", 0.0)
     book.end("a", 20.0)
-    answer = replan(
-        workflow,
-        catalog,
-        plan,
-        replan_state(book, 20.0, {}),
-        20.0,
-        time_limit_s=5.0,
-        deadline_margin=0.0,
-        last_task_margin=0.0,
-    )
+    answer = replan(workflow, catalog, plan, replan_state(book, 20.0, {}), 20.0, time_limit_s=5.0, deadline_margin=0.0)
     late = Drift("a", "task a ended 100 % later than planned (at 20.0 s, planned 10.0 s)")
     fixed = repaired(book, answer, catalog.by_name, [late], 20.0)
     reason = fixed.repair.reason
