@@ -27,7 +27,7 @@ from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
 
-from agora_optimizer.executor.runs.learning import corrected_workflow, shrunk_factor
+from agora_optimizer.executor.runs.learning import corrected_workflow
 from agora_optimizer.io.catalog_file import load_catalog
 from agora_optimizer.io.wfformat import load_workflow
 from agora_optimizer.model.catalog import Catalog
@@ -36,6 +36,7 @@ from agora_optimizer.model.workflow import Workflow
 from agora_optimizer.optimize.optimize import optimize
 from agora_optimizer.planning.replan import replan
 from agora_optimizer.planning.run_state import Done, Running, TaskState
+from agora_optimizer.predict.runtime_in_run import RunRuntimes
 
 QUARTER = 0.25
 TIME_LIMIT_S = 5.0
@@ -63,18 +64,14 @@ def forecasts(truth: Workflow, model: Workflow, catalog: Catalog, label: str) ->
             state[a.task] = Done(a.machine, a.end_s, a.start_s)
         elif a.start_s <= now_s:
             state[a.task] = Running(a.machine, a.start_s)
-    logs: dict[str, list[float]] = defaultdict(list)
+    learned = RunRuntimes()
     for a in actual:
         if isinstance(state.get(a.task), Done):
             task = model.by_id[a.task]
             planned_s = catalog.by_name[a.resource].runtime_s(task)
             if planned_s > 0 and a.end_s > a.start_s:
-                logs[task.category].append(math.log((a.end_s - a.start_s) / planned_s))
-    factors = {
-        t.id: shrunk_factor(logs[t.category])
-        for t in model.tasks
-        if not isinstance(state.get(t.id), Done) and logs.get(t.category)
-    }
+                learned.observe(task.category, (a.end_s - a.start_s) / planned_s)
+    factors = learned.task_factors({t.id: t.category for t in model.tasks if not isinstance(state.get(t.id), Done)})
     answers = [
         replan(workflow, catalog, plan, state, now_s, time_limit_s=TIME_LIMIT_S).makespan_s
         for workflow in (model, corrected_workflow(model, factors), truth)

@@ -172,6 +172,16 @@ def replan(
     )
 
 
+def at_risk(plan: Plan, now_s: float, late_s: float, margin: float = DEADLINE_MARGIN) -> bool:
+    """The deadline of ``plan`` (the plan in force) is at risk at ``now_s``, a task having just ended ``late_s``
+    after its plan: the deadline not passed yet, and the plan's makespan moved by that lateness past the aim a
+    repair keeps (``margin`` of the time left early, :data:`DEADLINE_MARGIN`)."""
+    deadline_s = plan.objective.deadline_s
+    if deadline_s is None or now_s >= deadline_s:
+        return False  # no deadline, or lost: nothing left to keep
+    return plan.makespan_s + max(late_s, 0.0) > deadline_s - margin * (deadline_s - now_s)
+
+
 def _rushed(
     run: ReplanInputs,
     orders: tuple[list[str], list[str]],

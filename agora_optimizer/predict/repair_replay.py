@@ -49,7 +49,7 @@ from agora_optimizer.model.catalog import Catalog
 from agora_optimizer.model.plan import Assignment, Plan
 from agora_optimizer.model.workflow import Workflow
 from agora_optimizer.planning.leases import cost_usd, makespan_s, planned_openings
-from agora_optimizer.planning.replan import replan
+from agora_optimizer.planning.replan import at_risk, replan
 from agora_optimizer.planning.run_state import (
     REPLAN_SLACK,
     REPLAN_TIME_LIMIT_S,
@@ -71,7 +71,8 @@ from agora_optimizer.predict.memory_in_run import (
 from agora_optimizer.predict.replay import Replay, check_matches, start_ordered, summarised, true_times
 from agora_optimizer.predict.runtime_in_run import RunRuntimes, corrected_workflow, runtime_ratio
 
-MAX_REPAIRS = 100  # a run re-planned this often stops repairing for late tasks (a guard; the executor has none)
+MAX_REPAIRS = 100  # past this many re-plans a run repairs only while its deadline is at risk (a guard: the
+# executor has none), and then at most once per deadline / MAX_REPAIRS (the replay's time stays bounded)
 _CAUSES = {
     "late": "late",
     "killed": "killed for memory",
@@ -183,9 +184,8 @@ class _Memory:
         return runtime_ratio(a.end_s - a.start_s, model_s, self.min_late_s)
 
     def runtime_factors(self, tasks: Collection[str]) -> dict[str, float]:
-        """The runtime factor of each of ``tasks`` whose category's is not 1."""
-        by_category = self.runtimes.factors()
-        return {t: by_category[self.category[t]] for t in tasks if self.category[t] in by_category}
+        """The runtime factor of each of ``tasks`` where it is not 1 (its category's, else the run's)."""
+        return self.runtimes.task_factors({t: self.category[t] for t in tasks})
 
     def first_runtime_change(
         self, timed: Mapping[str, Assignment], now_s: float, learned: Collection[str], slack: float
@@ -290,7 +290,8 @@ def replay_with_repairs(
     end late, are killed for memory, or teach their category's memory (the module's docstring).
 
     ``slack`` and ``min_late_s``: :func:`late`; ``interval_s``: the least time between two repairs;
-    ``max_repairs``: no repair tried for a late task or a category's memory after that many (a kill is always
+    ``max_repairs``: past that many, a late task or a category's memory or runtime is repaired only while the
+    plan's deadline is at risk (:func:`at_risk`), at most once per ``deadline / max_repairs`` (a kill is always
     repaired, as the executor does). Raises as :func:`~.replay.replay` does on a plan that does not fit
     ``actual`` or ``catalog``; a repair step that raises an :class:`AgoraError` leaves the run under the plan in
     force, as the executor does, and is listed in ``failures``.
@@ -400,11 +401,14 @@ def _next_event(
     is over.
 
     A kill is always one (the executor re-plans it; without repair it is retried where it was); a late task or
-    a category's memory rising only while repairs are on and fewer than ``max_repairs`` were made, and not when
-    the interval would defer it past the run's end."""
+    a category's memory or runtime moving only while repairs are on, and past ``max_repairs`` only while the
+    deadline is at risk (:func:`at_risk`) and ``deadline / max_repairs`` after the last; not when the interval
+    would defer it past the run's end."""
     kills = sorted((a.end_s, a.task) for a in timed.values() if memory.killed_share(a) < 1.0)
     drifts: list[tuple[float, str, str]] = []
-    if slack > 0 and repairs < max_repairs:
+    capped = repairs >= max_repairs
+    deadline_s = in_force.objective.deadline_s
+    if slack > 0 and (not capped or deadline_s is not None):
         by_task = {a.task: a for a in in_force.assignments}
         drifts = [
             (a.end_s, a.task, "late")
@@ -419,7 +423,11 @@ def _next_event(
         moved = memory.first_runtime_change(timed, now_s, learned, slack)
         if moved is not None:
             drifts.append((*moved, "runtime"))
+        if capped:
+            drifts = [d for d in drifts if at_risk(in_force, d[0], timed[d[1]].end_s - by_task[d[1]].end_s)]
     gap_s = last_repair_s + interval_s if slack > 0 else -math.inf
+    if capped and deadline_s is not None:
+        gap_s = max(gap_s, last_repair_s + deadline_s / max(max_repairs, 1))
     if drifts:
         end_s, task_id, cause = min(drifts)
         at_s = max(end_s, gap_s)
@@ -470,12 +478,9 @@ def _learned_workflow(run: RepairedRun, planned: Workflow, state: Mapping[str, T
     for end_s, task_id, ratio in run.runtime_seen:
         if end_s <= now_s + TIME_TOLERANCE_S:
             learned.observe(category[task_id], ratio)
-    by_category, carried = learned.factors(), run.runtime_factors_at(now_s)
-    factors = {
-        t: by_category.get(category[t], 1.0) / carried.get(t, 1.0)
-        for t in planned.by_id
-        if not isinstance(state.get(t), Done)
-    }
+    ending = [t for t in planned.by_id if not isinstance(state.get(t), Done)]
+    by_task, carried = learned.task_factors({t: category[t] for t in ending}), run.runtime_factors_at(now_s)
+    factors = {t: by_task.get(t, 1.0) / carried.get(t, 1.0) for t in ending}
     return corrected_workflow(run.workflow_at(now_s, planned), {t: f for t, f in factors.items() if f != 1.0})
 
 

@@ -535,8 +535,9 @@ def test_every_re_plan_of_a_drifting_run_on_count_1_types_places_every_task_and_
     )
     assert run.failures == ()  # before: 11 of 41 re-plans found no machine within the counts for some task
     assert not count_violations(run.replay.assignments, cat)  # the run kept the counts: every re-plan is checked whole
-    # many re-plans, each checked (9 since the replay learns runtimes: its tasks no longer end late, 34 before)
-    assert len(run.repairs) >= 8 and found == []
+    # many re-plans, each checked (7 since the replay's runtime factors are the ratios' log-normal mean, 9 with their
+    # geometric mean, 34 before the replay learned runtimes: its tasks no longer end late)
+    assert len(run.repairs) >= 5 and found == []
 
 
 def test_a_machine_held_for_a_retry_while_the_next_one_ran_takes_it_only_within_the_count(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from agora_optimizer.model.plan import Objective
-from agora_optimizer.planning.replan import replan
+from agora_optimizer.planning.replan import at_risk, replan
 from agora_optimizer.planning.run_state import Done
 from tests.planning.test_replan import catalog, check, plan_of, resource, workflow
 
@@ -104,3 +104,14 @@ def test_a_run_forecast_to_end_inside_the_margin_is_repaired_before_it_is_late(t
     assert result.method == "deadline" and result.makespan_s <= 50.0 - 0.2 * (50.0 - 9.0) + 1e-6
     unaimed = replan(CHAIN, TWO_SPEEDS, plan, state, now_s=9.0, deadline_margin=0.0)
     assert unaimed.method != "deadline" and unaimed.makespan_s == pytest.approx(49.0)
+
+
+def test_a_deadline_is_at_risk_while_the_plan_moved_by_the_late_task_passes_the_aim_and_until_it_is_lost() -> None:
+    # the chain planned to end at 50 s against a deadline of 60 s: at 10 s the aim is 60 - 5 % of 50 = 57.5 s
+    plan = plan_of(CHAIN, TWO_SPEEDS, ON_CHEAP, Objective(kind="cost", deadline_s=60.0))
+    assert not at_risk(plan, 10.0, late_s=7.0)  # 57 s: inside the aim
+    assert at_risk(plan, 10.0, late_s=8.0)  # 58 s: past it
+    assert at_risk(plan, 10.0, late_s=0.0, margin=0.25)  # a wider margin aims at 47.5 s
+    assert not at_risk(plan, 60.0, late_s=30.0)  # the deadline has passed: nothing left to keep
+    no_deadline = plan_of(CHAIN, TWO_SPEEDS, ON_CHEAP, Objective(kind="cost"))
+    assert not at_risk(no_deadline, 10.0, late_s=1e6)

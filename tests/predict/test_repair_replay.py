@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import replace
+from itertools import pairwise
 
 import pytest
 
@@ -75,6 +76,21 @@ def test_repairs_wait_for_the_interval_and_stop_at_the_limit(planned, catalog) -
     spaced = replay_with_repairs(plan, workflow, truth, catalog, interval_s=50.0)
     gaps = [b.at_s - a.at_s for a, b in zip(spaced.repairs, spaced.repairs[1:], strict=False)]
     assert all(gap >= 50.0 - 1e-9 for gap in gaps)
+
+
+def test_past_the_limit_a_run_whose_deadline_is_at_risk_keeps_repairing_spaced_until_the_deadline(
+    planned, catalog
+) -> None:
+    workflow, plan = planned
+    truth = _scaled(workflow, 2.0)  # twice as long: past a deadline 10 % after the plan's end, all run long
+    deadline_s = 1.1 * plan.makespan_s
+    tight = replace(plan, objective=replace(plan.objective, deadline_s=deadline_s))
+    run = replay_with_repairs(tight, workflow, truth, catalog, max_repairs=2)
+    assert len(run.repairs) > 2  # a capped run drifted unrepaired to its end
+    times = [event.at_s for event in run.repairs]
+    assert all(b - a >= deadline_s / 2 - 1e-9 for a, b in pairwise(times[1:]))
+    assert all(at_s < deadline_s for at_s in times[2:])  # once the deadline is lost, nothing is left to keep
+    assert len(replay_with_repairs(plan, workflow, truth, catalog, max_repairs=2).repairs) == 2  # no deadline
 
 
 def test_the_repair_step_is_the_one_given_and_sees_what_ran(planned, catalog) -> None:

@@ -8,10 +8,15 @@ the task's stem, ``mProject_ID0000001`` -> ``mProject``, ``load[3]`` -> ``load``
 is an observation: its real runtime (from its start, or its release to its machine, to its end, on
 the run's plan clock) over its planned runtime on the type it ran on. A task within
 ``[agora] replan_min_late_s`` of its planned runtime ran as planned (the platform's jitter, as for a
-drift). The category's factor is the observations' mean in log space, shrunk toward 1 with few of
-them::
+drift). The category's factor is the log-normal mean of the observations (their logs' mean plus half
+their variance: a makespan adds its tasks' times, and the geometric mean measured below falls short of
+what spread tasks add up to; :mod:`agora_optimizer.predict.runtime_in_run`), shrunk toward 1 with few
+of them::
 
-    factor = exp(mean(log ratio) * n / (n + k))
+    factor = exp((mean(log ratio) + var(log ratio) / 2) * n / (n + k))
+
+and a category none of whose tasks ended yet takes the run's factor where it is above 1, every
+observation pooled and shrunk by the number of categories seen.
 
 ``k`` is :data:`SHRINK_K`, the ratio of the two variances the evidence has: a category's tasks
 within one run spread about 0.25 in log around their median (the 2-28 % above), while the model's
@@ -199,21 +204,13 @@ class RunLearning:
         )
 
     def factors(self, run: Run, book: RunBook) -> dict[str, float]:
-        """The factor of each task of the run that has not ended, where its category's is not 1."""
+        """The factor of each task of the run that has not ended, where it is not 1: its category's, or the run's
+        for a category none of whose tasks ended (:meth:`RunRuntimes.factor_of`)."""
         correction = self.runs.get(run)
         if correction is None:
             return {}
-        by_category = correction.runtimes.factors()
-        if not by_category:
-            return {}
-        found: dict[str, float] = {}
-        for task_id in book.order.by_task:
-            if task_id in book.ended or task_id in book.gone:
-                continue
-            factor = by_category.get(task_category(book, task_id))
-            if factor is not None:
-                found[task_id] = factor
-        return found
+        ending = [t for t in book.order.by_task if t not in book.ended and t not in book.gone]
+        return correction.runtimes.task_factors({t: task_category(book, t) for t in ending})
 
     def memory_factors(self, run: Run, book: RunBook, retries: Collection[str] = ()) -> dict[str, float]:
         """The memory factor of each task of the run a re-plan places (not started, or whose retry, ``retries``, is

@@ -40,6 +40,7 @@ from agora_optimizer.model.placement import Placement
 from agora_optimizer.model.plan import Assignment, Objective, Plan, SolverInfo
 from agora_optimizer.model.workflow import Task, Workflow
 from agora_optimizer.plans.store import PlanStore, plan_version
+from agora_optimizer.predict.runtime_in_run import RUN_SHRINK_K
 from tests.conftest import write_yaml
 from tests.executor.runs.test_machine import CONFIG, GIB, RESOURCES, RUN, T0, now
 from tests.executor.runs.test_repair import Sleeping, executor, hand_over_planned, plans, run_store
@@ -161,7 +162,9 @@ def test_a_category_that_ran_twice_its_plan_is_re_planned_at_about_twice_before_
     [replan] = machine.handle(RepairsDue(), now(21))
     assert isinstance(replan, Replan)
     factor = 2 ** (2 / (2 + SHRINK_K))
-    assert replan.runtime_factors == pytest.approx({"sim_3": factor, "sim_4": factor})  # prep's category: none
+    # prep (running, its category not seen) takes the run's factor: 2x over one category seen, shrunk by half in log
+    run_factor = 2 ** (1 / (1 + RUN_SHRINK_K))
+    assert replan.runtime_factors == pytest.approx({"prep": run_factor, "sim_3": factor, "sim_4": factor})
     assert 1.8 < factor < 2.0
 
     replanner = Replanner(str(catalog_file(tmp_path)), RESOURCES, lambda: store)
@@ -187,7 +190,7 @@ def test_a_category_that_ran_twice_its_plan_is_re_planned_at_about_twice_before_
     let_go(machine, fixed.order, version, "sim_3", 21.0)
     ends(machine, "sim_3", version, 21.0, 21.0 + 2 * fixed.order.by_task["sim_3"].duration_s / factor)
     assert machine.repair_state(RUN).drifts == []
-    assert machine.runtime_factors(RUN) == pytest.approx({"sim_4": 2 ** (3 / (3 + SHRINK_K))})
+    assert machine.runtime_factors(RUN) == pytest.approx({"prep": run_factor, "sim_4": 2 ** (3 / (3 + SHRINK_K))})
 
 
 def test_one_task_moves_its_category_less_than_two_and_on_time_within_the_jitter_is_on_time(tmp_path: Path) -> None:
