@@ -5,7 +5,8 @@ speed, times the share of a machine the workflow's tasks hold there: cores or, o
 type, memory), each type's ``count`` of machines in turn (a type without a count: as many
 as the workflow's widest level could fill). A *fleet* is a prefix of that line. The list
 scheduler, for time alone, places the workflow on a fleet; a longer fleet ends sooner (mostly)
-and leases dearer work. So a bisection over the prefix's length finds the shortest fleet that
+and leases dearer work. So a search over the prefix's length (galloping up from the shortest possible
+fleet, then bisecting) finds the shortest fleet that
 keeps the deadline, and that fleet's plan spends the deadline's slack on cheap machines kept
 busy, where the cost-weighted list schedulers spread work over every type and idle them.
 
@@ -13,11 +14,11 @@ Measured on a 10,000-task cycles workflow on ``catalogs/aws-small-quota.yaml`` (
 machines each) under 1.5 x the time plan's makespan: the time plan cost 3.25 USD on 32 machines;
 the 20 cheapest machines kept the deadline at 2.99 USD, at the cost lower bound (2.98).
 
-The bisection starts where the fleet could finish the work at all: the sum over tasks of cores x
+The search starts where the fleet could finish the work at all: the sum over tasks of cores x
 runtime, over the fleet's vCPUs x speed, is a lower bound on any makespan on it (and so is the same
 sum of memory x runtime over its memory x speed), so a fleet whose
 bound is past the deadline is skipped unscheduled; so is one that cannot run some task (memory,
-cores, GPUs). After the bisection, the fleets just longer than the one found are tried while the
+cores, GPUs). After the search, the fleets just longer than the one found are tried while the
 time limit allows (for a balanced objective, which may prefer a faster plan). Without a deadline
 the engine does not apply (pool search covers fleets for cost alone). The best plan by
 :meth:`Problem.rank` wins.
@@ -40,7 +41,7 @@ from agora_optimizer.planning.problem import Problem
 from agora_optimizer.planning.slots import widest_level
 from agora_optimizer.planning.time_budget import OutOfTime, TimeBudget
 
-LONGER_FLEETS = 2  # after the bisection: how many fleets one machine longer each are tried, time allowing
+LONGER_FLEETS = 2  # after the search: how many fleets one machine longer each are tried, time allowing
 
 
 def unit_price(resource: Resource, demand: Mapping[tuple[int, int, int], float]) -> float:
@@ -153,14 +154,27 @@ class _Search:
         return makespan
 
     def shortest_on_time(self, deadline_s: float) -> int | None:
-        """The shortest fleet whose schedule keeps ``deadline_s`` (a bisection), or None."""
+        """The shortest fleet whose schedule keeps ``deadline_s``, or None: a galloping search up from the
+        shortest possible fleet (one machine longer, then 2, 4, ... more), then a bisection between the last
+        late fleet and the first on time. The answer is usually a few machines past the shortest possible
+        one, which the galloping reaches in a few schedules; a bisection over the whole line spent its
+        first schedules on long, dear fleets (soykb-30k on hpc-36: out of time at 1.35 x the bound)."""
         low = self.shortest_possible(deadline_s)
         if low is None:
             return None
-        high = len(self.line)  # the whole catalog: if it is late, every fleet is (mostly)
-        found: int | None = None
-        while low <= high:
+        length, step, found = low, 1, None
+        while found is None:
             if self.out_of_time or (self.best is not None and not self.budget.affords()):
+                return None
+            if self.schedule(length) <= deadline_s + 1e-6:
+                found = length
+            elif length == len(self.line):
+                return None  # the whole catalog is late: so is every fleet (mostly)
+            else:
+                low, length, step = length + 1, min(length + step, len(self.line)), step * 2
+        high = found - 1
+        while low <= high:
+            if self.out_of_time or not self.budget.affords():
                 break
             middle = (low + high) // 2
             if self.schedule(middle) <= deadline_s + 1e-6:

@@ -126,3 +126,20 @@ def test_out_of_time_it_gives_up_its_schedule_rather_than_overrun_its_limit() ->
     problem = _problem(_independent(200), _cheap_and_dear(), deadline_s=10_000.0)
     assert FleetPrefixEngine().solve(problem, 0.0) is None
     assert FleetPrefixEngine().solve(problem, 10.0) is not None
+
+
+def test_the_search_gallops_up_from_the_shortest_possible_fleet() -> None:
+    """64 one-core machines, 64 tasks of 100 s, a 400 s deadline: 16 machines can do the work by then and do.
+    The search tries that fleet first and stops; a bisection over the whole line first scheduled 40 machines,
+    then 27, 21, 18, 17 (six schedules, where at 30,000 tasks each takes seconds)."""
+    from agora_optimizer.engines.fleet_prefix import _Search
+    from agora_optimizer.planning.time_budget import TimeBudget
+
+    catalog = Catalog((processor("cheap", 1.0, count=64),), BANDWIDTH)
+    problem = _problem(_independent(64), catalog, deadline_s=400.0)
+    search = _Search(problem, TimeBudget(60.0))
+    assert search.shortest_on_time(400.0) == 16
+    assert list(search.makespans) == [16]
+    late = _Search(problem, TimeBudget(60.0))
+    assert late.shortest_on_time(250.0) == 32  # 26 by the work: 26, 27, 29 late, 33 on time; then 31 late, 32
+    assert list(late.makespans) == [26, 27, 29, 33, 31, 32]
