@@ -1,0 +1,382 @@
+"""Lease filling: make the best plan so far cheaper by moving work into leases already paid for.
+
+A lease runs from its machine's first task's start (less ``boot_s``) to its last task's end, and is
+paid for whole, however idle its cores are in between (section 3 of the spec). A plan made at scale
+by list scheduling, HEFT or PEFT often leaves such idle cores on one machine while another machine
+is leased for a few small tasks, or a dear machine for one that a cheap type runs in time. This pass
+takes the plan as it is and moves, keeping every other task where it is:
+
+- one task at an edge of its machine's lease (its first or last) onto another place: into an
+  existing lease, where it fits beside the tasks there for its whole run, or onto a new machine of
+  a type where the type's ``count`` allows one more at every instant of its lease;
+- every task of a small machine at once, in the order they start, onto another existing machine or
+  onto a new machine of another type (a retype).
+
+A moved task starts at the earliest instant its parents' data reaches the new place and the cores,
+memory and GPUs are free there, inside the target's lease when it can. Its children (and theirs)
+start later where they must, each on its own machine at the earliest instant it fits, at most
+:data:`MAX_PUSHED` of them per move. A move is kept only when the leases it touches cost less
+together than before, no task ends after the horizon (the deadline for a cost objective, else the
+plan's makespan: a time or balanced plan never gets slower), and no type has more machines leased
+at once than its ``count``. Leases left empty are dropped; the rest shrink with their tasks. Moves
+are tried over the machines by lease cost (dearest first) until a round finds none or the time
+limit passes; the plan returned ranks better (:meth:`Problem.rank`) than the one given, else None.
+
+Built for the portfolio's stage at scale, where no exact engine and no local search runs: it found
+the two worst cases of the adversarial search (``tests/engines/adversarial/scale-vs-optimum*.json``:
+idle cores of a lease a 12 GiB task holds anyway; a cheap plan on the deadline where PEFT's is on the
+dearest type).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import defaultdict
+from collections.abc import Iterable
+
+from agora_optimizer.engines.base import Engine, EngineResult
+from agora_optimizer.model.catalog import Resource
+from agora_optimizer.model.plan import Assignment, machine_type
+from agora_optimizer.model.workflow import Task
+from agora_optimizer.planning.leases import makespan_s
+from agora_optimizer.planning.problem import Problem
+from agora_optimizer.planning.shared_counts import CountLedger
+from agora_optimizer.planning.time_budget import TimeBudget
+from agora_optimizer.planning.timeline import MachineTimeline
+
+MAX_PUSHED = 64  # descendants one move may start later; a move that needs more is not tried further
+MAX_GROUP = 64  # a machine with at most this many tasks may be moved whole
+MAX_EXISTING_TARGETS = 16  # existing machines tried per move (cheapest per hour first)
+SAVING_USD = 1e-9  # a move saves at least this much to be kept
+TIME_TOLERANCE_S = 1e-6
+
+Placement = tuple[str, float, float]  # machine, start, end
+
+
+class LeaseFillEngine(Engine):
+    name = "lease-fill"
+
+    def solve(
+        self, problem: Problem, time_limit_s: float, warm_start: EngineResult | None = None
+    ) -> EngineResult | None:
+        if warm_start is None or not warm_start.assignments or problem.catalog.has_spot:
+            return None  # spot plans are priced by their expected re-runs, which this pass does not weigh
+        before = problem.rank(*problem.evaluate(warm_start.assignments))
+        fill = _LeaseFill(problem, warm_start.assignments, before[0] > 0)
+        if not fill.run(TimeBudget(time_limit_s)):
+            return None
+        assignments = tuple(fill.assignments(warm_start.assignments))
+        if problem.rank(*problem.evaluate(assignments)) >= before:
+            return None
+        suffix = f"+{self.name}"
+        method = warm_start.method if warm_start.method.endswith(suffix) else warm_start.method + suffix
+        return EngineResult(assignments, method)
+
+
+class _LeaseFill:
+    """The plan as a set of placements with each machine's usage, changed one move at a time; a move is
+    a transaction: :meth:`_begin`, placements changed, then kept or undone (:meth:`_undo`)."""
+
+    def __init__(self, problem: Problem, assignments: Iterable[Assignment], late: bool) -> None:
+        self.problem = problem
+        self.workflow = problem.workflow
+        self.catalog = problem.catalog
+        items = list(assignments)
+        makespan = makespan_s(items)
+        deadline = problem.objective.deadline_s
+        cost_alone = problem.objective.kind == "cost" and deadline is not None and not late
+        self.horizon_s = max(makespan, deadline) if cost_alone and deadline is not None else makespan
+        self.position = {task: i for i, task in enumerate(self.workflow.topological_order)}
+        self.placed: dict[str, Placement] = {}
+        self.tasks_on: dict[str, set[str]] = defaultdict(set)
+        self.timelines: dict[str, MachineTimeline] = {}
+        self.resource_of: dict[str, Resource] = {}
+        self.ledger = CountLedger(self.catalog)
+        for a in items:
+            self._place(a.task, a.machine, a.start_s, a.end_s)
+        for machine in self.tasks_on:
+            self.ledger.place(machine_type(machine), machine, *self._span(machine))
+        self.names_used = set(self.tasks_on)
+        self.journal: dict[str, Placement | None] = {}  # task -> its placement before the move (None: unplaced)
+        self.spans_before: dict[str, tuple[float, float] | None] = {}  # machine -> its lease before the move
+        self.in_ledger: list[str] = []  # machines whose lease the move recorded in the ledger
+        self.budget = TimeBudget(None)
+
+    # -- placements ----------------------------------------------------------------------
+
+    def assignments(self, original: Iterable[Assignment]) -> list[Assignment]:
+        """The plan now, in the order of ``original``'s tasks."""
+        result = []
+        for a in original:
+            machine, start, end = self.placed[a.task]
+            if (machine, start, end) == (a.machine, a.start_s, a.end_s):
+                result.append(a)
+                continue
+            task = self.workflow.by_id[a.task]
+            resource = self.resource_of[machine]
+            result.append(
+                Assignment(a.task, resource.name, machine, start, end, task.cores, task.memory_bytes, task.gpus)
+            )
+        return result
+
+    def _timeline(self, machine: str) -> MachineTimeline:
+        timeline = self.timelines.get(machine)
+        if timeline is None:
+            resource = self.catalog.by_name[machine_type(machine)]
+            self.resource_of[machine] = resource
+            timeline = MachineTimeline(resource.vcpus, resource.memory_bytes, gpus=resource.gpus)
+            self.timelines[machine] = timeline
+        return timeline
+
+    def _touch(self, task: str, machine: str) -> None:
+        if task not in self.journal:
+            self.journal[task] = self.placed.get(task)
+        self._touch_machine(machine)
+
+    def _touch_machine(self, machine: str) -> None:
+        if machine not in self.spans_before:
+            self.spans_before[machine] = self._span(machine) if self.tasks_on.get(machine) else None
+
+    def _place(self, task_id: str, machine: str, start_s: float, end_s: float) -> None:
+        task = self.workflow.by_id[task_id]
+        self._timeline(machine).add(start_s, end_s, task.cores, task.memory_bytes, task.gpus)
+        self.placed[task_id] = (machine, start_s, end_s)
+        self.tasks_on[machine].add(task_id)
+
+    def _unplace(self, task_id: str) -> None:
+        task = self.workflow.by_id[task_id]
+        machine, start_s, end_s = self.placed.pop(task_id)
+        self.timelines[machine].add(start_s, end_s, -task.cores, -task.memory_bytes, -task.gpus)
+        self.tasks_on[machine].discard(task_id)
+
+    def _span(self, machine: str) -> tuple[float, float]:
+        """The machine's lease: its first task's start less boot, its last task's end."""
+        tasks = self.tasks_on[machine]
+        first = min(self.placed[t][1] for t in tasks)
+        last = max(self.placed[t][2] for t in tasks)
+        return first - self.resource_of[machine].boot_s, last
+
+    def _lease_cost(self, machine: str, span: tuple[float, float] | None) -> float:
+        return 0.0 if span is None else self.resource_of[machine].lease_cost_usd(span[1] - span[0])
+
+    def _ready(self, task_id: str, machine: str) -> float:
+        """When ``task_id`` may start on ``machine``: its type's release and boot, its parents' data there."""
+        ready = self.resource_of[machine].earliest_start_of(self.workflow.by_id[task_id])
+        for edge in self.workflow.parents[task_id]:
+            parent = self.placed.get(edge.parent)
+            if parent is None:
+                continue  # moved with this one, placed later
+            arrival = parent[2] if parent[0] == machine else parent[2] + self.catalog.transfer_s(edge.bytes)
+            ready = max(ready, arrival)
+        return ready
+
+    # -- one move --------------------------------------------------------------------------
+
+    def _begin(self) -> None:
+        self.journal, self.spans_before, self.in_ledger = {}, {}, []
+
+    def _undo(self) -> None:
+        for task in self.journal:
+            if task in self.placed:
+                self._unplace(task)
+        for task, placement in self.journal.items():
+            if placement is not None:
+                self._place(task, *placement)
+        self._restore_ledger(self.in_ledger)
+        self._begin()
+
+    def _restore_ledger(self, machines: list[str]) -> None:
+        for machine in reversed(machines):
+            self._record_lease(machine, self.spans_before[machine])
+
+    def _record_lease(self, machine: str, span: tuple[float, float] | None) -> None:
+        """The machine's lease in the count ledger; None: it has none (an empty machine holds no count)."""
+        name = machine_type(machine)
+        if span is not None:
+            self.ledger.place(name, machine, *span)
+        elif machine in self.ledger.spans:
+            held = self.ledger.spans[machine]
+            self.ledger.place(name, machine, held[0], held[0])
+            del self.ledger.spans[machine]
+
+    def _move(self, tasks: list[str], target: str) -> float | None:
+        """Move ``tasks`` (parents first) onto ``target`` and start their descendants later where they
+        must; what the touched leases save (None: the move breaks the horizon, the push limit or a count).
+        The move stays made: the caller keeps it or undoes it (:meth:`_undo`)."""
+        self._begin()
+        self._timeline(target)
+        for moved in tasks:
+            self._touch(moved, self.placed[moved][0])
+            self._unplace(moved)
+        self._touch_machine(target)
+        pushed = 0
+        for task_id in tasks:
+            task = self.workflow.by_id[task_id]
+            start = self._start_on(task, target)
+            end = start + self.resource_of[target].runtime_s(task)
+            if end > self.horizon_s + TIME_TOLERANCE_S:
+                return None
+            self._place(task_id, target, start, end)
+            settled = self._push_children(task_id, MAX_PUSHED - pushed)
+            if settled is None:
+                return None
+            pushed += settled
+        return self._saving()
+
+    def _start_on(self, task: Task, machine: str) -> float:
+        """The earliest start on ``machine`` from its parents' data, inside the machine's lease where that is as
+        cheap: a start before the lease's first task would lengthen it."""
+        timeline, ready = self.timelines[machine], self._ready(task.id, machine)
+        duration = self.resource_of[machine].runtime_s(task)
+        earliest = timeline.earliest_start(ready, duration, task.cores, task.memory_bytes, task.gpus)
+        others = self.tasks_on[machine]
+        if not others:
+            return earliest
+        first = min(self.placed[t][1] for t in others)
+        if earliest >= first:
+            return earliest
+        inside = timeline.earliest_start(first, duration, task.cores, task.memory_bytes, task.gpus)
+        last = max(self.placed[t][2] for t in others)
+        return inside if inside + duration <= last + TIME_TOLERANCE_S else earliest
+
+    def _push_children(self, task_id: str, limit: int) -> int | None:
+        """Start later every descendant of ``task_id`` whose data now comes too late; how many moved (None: more
+        than ``limit``, or one past the horizon)."""
+        queue = [(self.position[e.child], e.child) for e in self.workflow.children[task_id]]
+        heapq.heapify(queue)
+        pushed = 0
+        while queue:
+            _, child = heapq.heappop(queue)
+            placement = self.placed.get(child)
+            if placement is None:
+                continue  # moved with this one, placed later
+            machine, start, end = placement
+            ready = self._ready(child, machine)
+            if start >= ready - TIME_TOLERANCE_S:
+                continue
+            pushed += 1
+            if pushed > limit:
+                return None
+            task = self.workflow.by_id[child]
+            self._touch(child, machine)
+            self._unplace(child)
+            duration = end - start
+            new_start = self.timelines[machine].earliest_start(
+                ready, duration, task.cores, task.memory_bytes, task.gpus
+            )
+            if new_start + duration > self.horizon_s + TIME_TOLERANCE_S:
+                return None
+            self._place(child, machine, new_start, new_start + duration)
+            for edge in self.workflow.children[child]:
+                heapq.heappush(queue, (self.position[edge.child], edge.child))
+        return pushed
+
+    def _saving(self) -> float | None:
+        """What the touched leases cost less now than before the move; None when a type's ``count`` breaks."""
+        before = after = 0.0
+        spans = {}
+        for machine, span in self.spans_before.items():
+            spans[machine] = self._span(machine) if self.tasks_on[machine] else None
+            before += self._lease_cost(machine, span)
+            after += self._lease_cost(machine, spans[machine])
+        if before - after <= SAVING_USD:
+            return None
+        if not self._counts_hold(spans):
+            return None
+        return before - after
+
+    def _counts_hold(self, spans: dict[str, tuple[float, float] | None]) -> bool:
+        """Record the touched leases in the ledger, shrunk ones first; restore and say False if one breaks a count."""
+        ledger = self.ledger
+        order = sorted(spans, key=lambda m: not self._within(spans[m], self.spans_before[m]))
+        for machine in order:
+            span, name = spans[machine], machine_type(machine)
+            grows = not self._within(span, self.spans_before[machine])
+            if grows and span is not None and not ledger.fits(name, span[0], span[1], machine):
+                self._restore_ledger(self.in_ledger)
+                self.in_ledger = []
+                return False
+            self._record_lease(machine, span)
+            self.in_ledger.append(machine)
+        return True
+
+    @staticmethod
+    def _within(span: tuple[float, float] | None, held: tuple[float, float] | None) -> bool:
+        if span is None:
+            return True
+        return held is not None and span[0] >= held[0] - TIME_TOLERANCE_S and span[1] <= held[1] + TIME_TOLERANCE_S
+
+    # -- where to try ----------------------------------------------------------------------
+
+    def run(self, budget: TimeBudget) -> bool:
+        self.budget = budget
+        improved_any = False
+        improved = True
+        while improved and not budget.expired():
+            improved = False
+            for machine in self._by_cost():
+                if budget.expired():
+                    break
+                if self._improve_machine(machine, budget):
+                    improved = improved_any = True
+        return improved_any
+
+    def _by_cost(self) -> list[str]:
+        machines = [m for m, tasks in self.tasks_on.items() if tasks]
+        return sorted(machines, key=lambda m: (-self._lease_cost(m, self._span(m)), m))
+
+    def _improve_machine(self, machine: str, budget: TimeBudget) -> bool:
+        improved = False
+        tasks = self.tasks_on[machine]
+        if 0 < len(tasks) <= MAX_GROUP:
+            group = sorted(tasks, key=lambda t: (self.placed[t][1], self.position[t]))  # as they run now
+            improved = self._best_move(group, self._targets(group, machine, new_of_same_type=False))
+        for _ in range(2 * MAX_GROUP):  # the tasks at the lease's edges, one at a time, while that saves
+            if budget.expired() or not self.tasks_on[machine]:
+                break
+            edges = self._edge_tasks(machine)
+            if not any(self._best_move([t], self._targets([t], machine, new_of_same_type=True)) for t in edges):
+                break
+            improved = True
+        return improved
+
+    def _edge_tasks(self, machine: str) -> list[str]:
+        tasks = self.tasks_on[machine]
+        last = max(tasks, key=lambda t: (self.placed[t][2], t))
+        first = min(tasks, key=lambda t: (self.placed[t][1], t))
+        return [last] if first == last else [last, first]
+
+    def _targets(self, tasks: list[str], source: str, new_of_same_type: bool) -> list[str]:
+        """Existing machines that fit every task (cheapest per hour first, at most
+        :data:`MAX_EXISTING_TARGETS`), then one new machine of each type that fits them."""
+        by_id = self.workflow.by_id
+        fitting = [r for r in self.catalog.resources if all(r.fits(by_id[t]) for t in tasks)]
+        names = {r.name for r in fitting}
+        existing = [m for m, on in self.tasks_on.items() if on and m != source and machine_type(m) in names]
+        existing.sort(key=lambda m: (self.resource_of[m].price_per_hour_usd, m))
+        new = [self._new_id(r.name) for r in fitting if new_of_same_type or r.name != machine_type(source)]
+        return existing[:MAX_EXISTING_TARGETS] + new
+
+    def _new_id(self, name: str) -> str:
+        n = 0
+        while f"{name}#{n}" in self.names_used:
+            n += 1
+        return f"{name}#{n}"
+
+    def _best_move(self, tasks: list[str], targets: list[str]) -> bool:
+        """Try ``tasks`` on every target; make the move that saves most, if any does."""
+        best: tuple[float, str] | None = None
+        for target in targets:
+            if self.budget.expired():
+                break
+            saving = self._move(tasks, target)
+            if saving is not None and (best is None or saving > best[0]):
+                best = (saving, target)
+            self._undo()
+        if best is None:
+            return False
+        saving = self._move(tasks, best[1])
+        assert saving is not None  # the same move as tried
+        self._begin()
+        self.names_used.add(best[1])
+        return True
