@@ -19,20 +19,7 @@ from bench.adversarial.targets import Settings, evaluate
 
 CASES = sorted((Path(__file__).parent / "adversarial").glob("*.json"))
 EXACT_TIME_LIMIT_S = 30.0  # the search gave each exact engine 5 s; a busy machine needs more to prove the same
-KNOWN: dict[str, str] = {  # case file name -> why agora misses the bound there, and by how much
-    "scale-vs-optimum.json": (
-        "1037x the proven optimum (cost under a deadline 1.10x the makespan bound; r0 costs 22.5 USD an hour): "
-        "at scale deadline-aware list scheduling misses the deadline, PEFT alone meets it, on the dearest type, "
-        "and no stage that runs above 3,000 tasks makes its plan cheaper; local search from PEFT's plan reaches "
-        "1.04x, but it is off above 3,000 tasks and no one has measured it at 10,000"
-    ),
-    "scale-vs-optimum-idle-lease.json": (
-        "1.122x the proven optimum (balanced; list scheduling wins at scale): the optimum runs the cheap "
-        "tasks on the one r0 machine that a 12 GiB task leases for an hour anyway, started inside that lease; "
-        "no stage that runs at scale fills a lease's idle cores, and local search (up to 3,000 tasks) cannot "
-        "either, as re-timing starts every task as early as it can, which stretches the lease"
-    ),
-}
+KNOWN: dict[str, str] = {}  # case file name -> why agora misses the bound there, and by how much
 
 
 def _param(path: Path) -> object:
