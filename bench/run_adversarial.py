@@ -1,12 +1,14 @@
 """Benchmark: search small instances adversarially for agora's worst ratio to the optimum and to each baseline.
 
 Usage: python bench/run_adversarial.py [--instances 2000] [--seed 0] [--targets scale-vs-optimum,vs-heft,...]
-                                       [--time-limit-s 2] [--exact-time-limit-s 5] [--jobs 1]
+                                       [--time-limit-s 2] [--exact-time-limit-s 5] [--jobs 1] [--max-seconds S]
                                        [--out bench/results/adversarial] [--cases tests/engines/adversarial]
 
 For each target (``bench/adversarial/targets.py``) a simulated-annealing chain
 (``bench/adversarial/search.py``) evaluates ``--instances`` instances of up to 12 tasks and 4
-resource types (``bench/adversarial/instances.py``), seeded by ``--seed`` and the target's name.
+resource types (``bench/adversarial/instances.py``), seeded by ``--seed`` and the target's name;
+``--max-seconds`` stops each target's search after that long, with fewer instances searched (the table says
+how many of those asked).
 Writes ``<out>.json`` and ``<out>.md`` (the command and date on top; per target the worst ratio,
 its case file, and how many instances were searched and counted), and the worst instance of each
 target as ``<cases>/<target>.json``, which ``tests/engines/test_adversarial_cases.py`` re-checks.
@@ -31,17 +33,19 @@ from bench.adversarial.search import TargetResult, bound_of, search  # noqa: E40
 from bench.adversarial.targets import TARGETS, Settings  # noqa: E402
 
 
-def _search(job: tuple[str, int, int, Settings, Path, dict[str, Any]]) -> TargetResult:
-    target, instances, seed, settings, cases, extra = job
-    return search(target, instances, seed, settings, keep=lambda result: _keep_worst(result, cases, extra))
+def _search(job: tuple[str, int, int, Settings, Path, dict[str, Any], float | None]) -> TargetResult:
+    target, instances, seed, settings, cases, extra, max_seconds = job
+    keep = lambda result: _keep_worst(result, cases, extra)  # noqa: E731
+    return search(target, instances, seed, settings, keep=keep, max_seconds=max_seconds)
 
 
-def summary(result: TargetResult, case: Path | None) -> dict[str, Any]:
+def summary(result: TargetResult, case: Path | None, asked: int) -> dict[str, Any]:
     worst = result.worst
     return {
         "target": result.target,
         "bound": bound_of(result.target),
         "seed": result.seed,
+        "instances_asked": asked,
         "instances_searched": result.searched,
         "instances_counted": result.counted,
         "over_bound": result.over_bound,
@@ -75,8 +79,11 @@ def markdown(command: str, date: str, rows: list[dict[str, Any]]) -> str:
         if row["worst_missed_deadline"]:
             worst += " (misses the deadline)"
         lowest = "-" if row["lowest_ratio"] is None else f"{row['lowest_ratio']:.4f}"
+        searched = f"{row['instances_searched']}"
+        if row.get("instances_asked", row["instances_searched"]) > row["instances_searched"]:
+            searched += f" of {row['instances_asked']} (time limit)"
         lines.append(
-            f"| {row['target']} | {row['bound']:.2f} | {row['instances_searched']} | {row['instances_counted']} "
+            f"| {row['target']} | {row['bound']:.2f} | {searched} | {row['instances_counted']} "
             f"| {row['over_bound']} | {row['missed_deadlines']} | {len(row['invalid_plans'])} | {worst} "
             f"| {row['worst_case'] or '-'} | {lowest} | {row['seconds_per_instance']:.3f} |"
         )
@@ -108,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--time-limit-s", type=float, default=2.0, help="agora's and each baseline's")
     parser.add_argument("--exact-time-limit-s", type=float, default=5.0, help="CP-SAT's, then the MILP's")
     parser.add_argument("--jobs", type=int, default=1, help="targets searched at once")
+    parser.add_argument("--max-seconds", type=float, default=None, help="each target's search stops after this long")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "adversarial")
     parser.add_argument("--cases", type=Path, default=ROOT / "tests" / "engines" / "adversarial")
     args = parser.parse_args(argv)
@@ -119,11 +127,11 @@ def main(argv: list[str] | None = None) -> int:
     command = "python bench/run_adversarial.py " + " ".join(argv if argv is not None else sys.argv[1:])
     date = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     found_by = {"command": command, "date": date}
-    jobs = [(target, args.instances, args.seed, settings, args.cases, found_by) for target in targets]
+    jobs = [(target, args.instances, args.seed, settings, args.cases, found_by, args.max_seconds) for target in targets]
     rows: list[dict[str, Any]] = []
     with Pool(max(args.jobs, 1)) as pool:
         for result in pool.imap_unordered(_search, jobs):  # each target's results written as soon as it ends
-            row = summary(result, _keep_worst(result, args.cases, found_by))
+            row = summary(result, _keep_worst(result, args.cases, found_by), args.instances)
             print(json.dumps(row), flush=True)
             rows = sorted([*rows, row], key=lambda r: targets.index(r["target"]))
             write_results(args.out, command, date, rows)

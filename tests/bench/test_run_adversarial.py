@@ -66,3 +66,13 @@ def test_a_short_search_writes_its_tables_and_its_worst_cases(tmp_path: Path) ->
     markdown = out.with_suffix(".md").read_text()
     assert markdown.startswith("Command: `python bench/run_adversarial.py --instances 4")
     assert "| vs-heft | 1.01 | 4 |" in markdown
+
+
+def test_a_search_out_of_time_says_how_many_instances_it_searched_of_those_asked(tmp_path: Path) -> None:
+    out, cases = tmp_path / "adversarial", tmp_path / "cases"
+    argv = ["--instances", "4", "--targets", "vs-heft", "--max-seconds", "0"]
+    assert run_adversarial.main([*argv, "--out", str(out), "--cases", str(cases)]) == 0
+    (row,) = json.loads(out.with_suffix(".json").read_text())["targets"]
+    assert (row["instances_asked"], row["instances_searched"], row["worst_ratio"]) == (4, 0, None)
+    assert "| vs-heft | 1.01 | 0 of 4 (time limit) | 0 |" in out.with_suffix(".md").read_text()
+    assert not cases.exists()  # nothing found, nothing kept
