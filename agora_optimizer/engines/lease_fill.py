@@ -31,6 +31,7 @@ dearest type).
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_left, insort
 from collections import defaultdict
 from collections.abc import Iterable
 
@@ -89,6 +90,8 @@ class _LeaseFill:
         self.position = {task: i for i, task in enumerate(self.workflow.topological_order)}
         self.placed: dict[str, Placement] = {}
         self.tasks_on: dict[str, set[str]] = defaultdict(set)
+        self.starts: dict[str, list[float]] = defaultdict(list)  # each machine's task starts, sorted
+        self.ends: dict[str, list[float]] = defaultdict(list)  # and ends
         self.timelines: dict[str, MachineTimeline] = {}
         self.resource_of: dict[str, Resource] = {}
         self.ledger = CountLedger(self.catalog)
@@ -142,19 +145,20 @@ class _LeaseFill:
         self._timeline(machine).add(start_s, end_s, task.cores, task.memory_bytes, task.gpus)
         self.placed[task_id] = (machine, start_s, end_s)
         self.tasks_on[machine].add(task_id)
+        insort(self.starts[machine], start_s)
+        insort(self.ends[machine], end_s)
 
     def _unplace(self, task_id: str) -> None:
         task = self.workflow.by_id[task_id]
         machine, start_s, end_s = self.placed.pop(task_id)
         self.timelines[machine].add(start_s, end_s, -task.cores, -task.memory_bytes, -task.gpus)
         self.tasks_on[machine].discard(task_id)
+        for times, time_s in ((self.starts[machine], start_s), (self.ends[machine], end_s)):
+            del times[bisect_left(times, time_s)]
 
     def _span(self, machine: str) -> tuple[float, float]:
-        """The machine's lease: its first task's start less boot, its last task's end."""
-        tasks = self.tasks_on[machine]
-        first = min(self.placed[t][1] for t in tasks)
-        last = max(self.placed[t][2] for t in tasks)
-        return first - self.resource_of[machine].boot_s, last
+        """The machine's lease (it has a task): its first task's start less boot, its last task's end."""
+        return self.starts[machine][0] - self.resource_of[machine].boot_s, self.ends[machine][-1]
 
     def _lease_cost(self, machine: str, span: tuple[float, float] | None) -> float:
         return 0.0 if span is None else self.resource_of[machine].lease_cost_usd(span[1] - span[0])
@@ -229,14 +233,12 @@ class _LeaseFill:
         timeline, ready = self.timelines[machine], self._ready(task.id, machine)
         duration = self.resource_of[machine].runtime_s(task)
         earliest = timeline.earliest_start(ready, duration, task.cores, task.memory_bytes, task.gpus)
-        others = self.tasks_on[machine]
-        if not others:
+        if not self.tasks_on[machine]:
             return earliest
-        first = min(self.placed[t][1] for t in others)
+        first, last = self.starts[machine][0], self.ends[machine][-1]
         if earliest >= first:
             return earliest
         inside = timeline.earliest_start(first, duration, task.cores, task.memory_bytes, task.gpus)
-        last = max(self.placed[t][2] for t in others)
         return inside if inside + duration <= last + TIME_TOLERANCE_S else earliest
 
     def _push_children(self, task_id: str, limit: int) -> int | None:
