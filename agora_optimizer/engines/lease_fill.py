@@ -10,28 +10,32 @@ takes the plan as it is and moves, keeping every other task where it is:
   existing lease, where it fits beside the tasks there for its whole run, or onto a new machine of
   a type where the type's ``count`` allows one more at every instant of its lease;
 - every task of a small machine at once, in the order they start, onto another existing machine or
-  onto a new machine of another type (a retype).
+  onto a new machine of another type (a retype);
+- every task of a machine as late as it can run, children first, the lease's end kept: a first task
+  with slack runs beside the last ones, and the lease starts later.
 
 A moved task starts at the earliest instant its parents' data reaches the new place and the cores,
 memory and GPUs are free there, inside the target's lease when it can. Its children (and theirs)
 start later where they must, each on its own machine at the earliest instant it fits, at most
 :data:`MAX_PUSHED` of them per move. A move is kept only when the leases it touches cost less
-together than before, no task ends after the horizon (the deadline for a cost objective, else the
-plan's makespan: a time or balanced plan never gets slower), and no type has more machines leased
-at once than its ``count``. Leases left empty are dropped; the rest shrink with their tasks. Moves
-are tried over the machines by lease cost (dearest first) until a round finds none or the time
-limit passes; the plan returned ranks better (:meth:`Problem.rank`) than the one given, else None.
+together than before, the plan then ranks better (:meth:`Problem.rank`: a balanced plan may get a
+little slower for a large saving), no task ends after the horizon (the deadline; a time plan's or a
+late plan's makespan), and no type has more machines leased at once than its ``count``. Leases left
+empty are dropped; the rest shrink with their tasks. Moves are tried over the machines by lease
+cost (dearest first) until a round finds none or the time limit passes; the plan returned ranks
+better than the one given, else None.
 
-Built for the portfolio's stage at scale, where no exact engine and no local search runs: it found
-the two worst cases of the adversarial search (``tests/engines/adversarial/scale-vs-optimum*.json``:
+Built for the portfolio's stage at scale, where no exact engine and no local search runs. It makes
+the worst cases of the adversarial search optimal (``tests/engines/adversarial/scale-vs-optimum*.json``:
 idle cores of a lease a 12 GiB task holds anyway; a cheap plan on the deadline where PEFT's is on the
-dearest type).
+dearest type; a lease started early for a task with slack).
 """
 
 from __future__ import annotations
 
 import heapq
-from bisect import bisect_left, insort
+import math
+from bisect import bisect_left, bisect_right, insort
 from collections import defaultdict
 from collections.abc import Iterable
 
@@ -43,10 +47,11 @@ from agora_optimizer.planning.leases import makespan_s
 from agora_optimizer.planning.problem import Problem
 from agora_optimizer.planning.shared_counts import CountLedger
 from agora_optimizer.planning.time_budget import TimeBudget
-from agora_optimizer.planning.timeline import MachineTimeline
+from agora_optimizer.planning.timeline import EPS_S, MachineTimeline
 
 MAX_PUSHED = 64  # descendants one move may start later; a move that needs more is not tried further
 MAX_GROUP = 64  # a machine with at most this many tasks may be moved whole
+MAX_SHIFTED = 256  # a machine with at most this many tasks may have them all started later
 MAX_EXISTING_TARGETS = 16  # existing machines tried per move (cheapest per hour first)
 SAVING_USD = 1e-9  # a move saves at least this much to be kept
 TIME_TOLERANCE_S = 1e-6
@@ -83,15 +88,17 @@ class _LeaseFill:
         self.workflow = problem.workflow
         self.catalog = problem.catalog
         items = list(assignments)
-        makespan = makespan_s(items)
-        deadline = problem.objective.deadline_s
-        cost_alone = problem.objective.kind == "cost" and deadline is not None and not late
-        self.horizon_s = max(makespan, deadline) if cost_alone and deadline is not None else makespan
+        makespan, deadline = makespan_s(items), problem.objective.deadline_s
+        if problem.objective.kind == "time" or late:
+            self.horizon_s = makespan  # a time plan never gets slower; a late plan no later
+        else:
+            self.horizon_s = math.inf if deadline is None else max(makespan, deadline)
         self.position = {task: i for i, task in enumerate(self.workflow.topological_order)}
         self.placed: dict[str, Placement] = {}
         self.tasks_on: dict[str, set[str]] = defaultdict(set)
         self.starts: dict[str, list[float]] = defaultdict(list)  # each machine's task starts, sorted
         self.ends: dict[str, list[float]] = defaultdict(list)  # and ends
+        self.all_ends: list[float] = []  # every task's end, sorted: the makespan is the last
         self.timelines: dict[str, MachineTimeline] = {}
         self.resource_of: dict[str, Resource] = {}
         self.ledger = CountLedger(self.catalog)
@@ -99,6 +106,9 @@ class _LeaseFill:
             self._place(a.task, a.machine, a.start_s, a.end_s)
         for machine in self.tasks_on:
             self.ledger.place(machine_type(machine), machine, *self._span(machine))
+        self.cost_usd = sum(self._lease_cost(m, self._span(m)) for m in self.tasks_on)
+        self.key = problem.rank(makespan, self.cost_usd)  # the plan's now; a move is kept when it lowers it
+        self.saving_usd = 0.0  # what the move under way saves
         self.names_used = set(self.tasks_on)
         self.journal: dict[str, Placement | None] = {}  # task -> its placement before the move (None: unplaced)
         self.spans_before: dict[str, tuple[float, float] | None] = {}  # machine -> its lease before the move
@@ -147,13 +157,14 @@ class _LeaseFill:
         self.tasks_on[machine].add(task_id)
         insort(self.starts[machine], start_s)
         insort(self.ends[machine], end_s)
+        insort(self.all_ends, end_s)
 
     def _unplace(self, task_id: str) -> None:
         task = self.workflow.by_id[task_id]
         machine, start_s, end_s = self.placed.pop(task_id)
         self.timelines[machine].add(start_s, end_s, -task.cores, -task.memory_bytes, -task.gpus)
         self.tasks_on[machine].discard(task_id)
-        for times, time_s in ((self.starts[machine], start_s), (self.ends[machine], end_s)):
+        for times, time_s in ((self.starts[machine], start_s), (self.ends[machine], end_s), (self.all_ends, end_s)):
             del times[bisect_left(times, time_s)]
 
     def _span(self, machine: str) -> tuple[float, float]:
@@ -203,9 +214,9 @@ class _LeaseFill:
             self.ledger.place(name, machine, held[0], held[0])
             del self.ledger.spans[machine]
 
-    def _move(self, tasks: list[str], target: str) -> float | None:
+    def _move(self, tasks: list[str], target: str) -> tuple[float, float, float] | None:
         """Move ``tasks`` (parents first) onto ``target`` and start their descendants later where they
-        must; what the touched leases save (None: the move breaks the horizon, the push limit or a count).
+        must; the plan's rank after it (None: it ranks no better, or breaks the horizon, the push limit or a count).
         The move stays made: the caller keeps it or undoes it (:meth:`_undo`)."""
         self._begin()
         self._timeline(target)
@@ -225,7 +236,7 @@ class _LeaseFill:
             if settled is None:
                 return None
             pushed += settled
-        return self._saving()
+        return self._verdict()
 
     def _start_on(self, task: Task, machine: str) -> float:
         """The earliest start on ``machine`` from its parents' data, inside the machine's lease where that is as
@@ -273,8 +284,9 @@ class _LeaseFill:
                 heapq.heappush(queue, (self.position[edge.child], edge.child))
         return pushed
 
-    def _saving(self) -> float | None:
-        """What the touched leases cost less now than before the move; None when a type's ``count`` breaks."""
+    def _verdict(self) -> tuple[float, float, float] | None:
+        """The plan's rank after the move, when the touched leases cost less than before and it ranks better;
+        None when not, or when a type's ``count`` breaks."""
         before = after = 0.0
         spans = {}
         for machine, span in self.spans_before.items():
@@ -283,9 +295,17 @@ class _LeaseFill:
             after += self._lease_cost(machine, spans[machine])
         if before - after <= SAVING_USD:
             return None
-        if not self._counts_hold(spans):
+        key = self.problem.rank(self.all_ends[-1], self.cost_usd - (before - after))
+        if key >= self.key or not self._counts_hold(spans):
             return None
-        return before - after
+        self.saving_usd = before - after
+        return key
+
+    def _keep(self, key: tuple[float, float, float]) -> None:
+        """Keep the move just made (its :meth:`_verdict` was ``key``)."""
+        self.cost_usd -= self.saving_usd
+        self.key = key
+        self._begin()
 
     def _counts_hold(self, spans: dict[str, tuple[float, float] | None]) -> bool:
         """Record the touched leases in the ledger, shrunk ones first; restore and say False if one breaks a count."""
@@ -340,7 +360,37 @@ class _LeaseFill:
             if not any(self._best_move([t], self._targets([t], machine, new_of_same_type=True)) for t in edges):
                 break
             improved = True
+        if 0 < len(self.tasks_on[machine]) <= MAX_SHIFTED and not budget.expired():
+            key = self._shift_later(machine)
+            if key is None:
+                self._undo()
+            else:
+                self._keep(key)
+                improved = True
         return improved
+
+    def _shift_later(self, machine: str) -> tuple[float, float, float] | None:
+        """Every task of ``machine`` as late as it can run, children first, its lease's end kept: the lease
+        starts later (a task its children or the cores hold where it is stays). The plan's rank after it, as
+        :meth:`_move` says it."""
+        self._begin()
+        timeline, lease_end = self.timelines[machine], self.ends[machine][-1]
+        for task_id in sorted(self.tasks_on[machine], key=lambda t: -self.position[t]):
+            task = self.workflow.by_id[task_id]
+            _, start, end = self.placed[task_id]
+            self._touch(task_id, machine)
+            self._unplace(task_id)
+            latest_end = min(lease_end, self.horizon_s)
+            for edge in self.workflow.children[task_id]:
+                child_machine, child_start, _ = self.placed[edge.child]
+                gap = 0.0 if child_machine == machine else self.catalog.transfer_s(edge.bytes)
+                latest_end = min(latest_end, child_start - gap)
+            ready = self._ready(task_id, machine)
+            new_start = latest_start(timeline, ready, latest_end, end - start, task.cores, task.memory_bytes, task.gpus)
+            if new_start is None:
+                return None
+            self._place(task_id, machine, new_start, new_start + end - start)
+        return self._verdict()
 
     def _edge_tasks(self, machine: str) -> list[str]:
         tasks = self.tasks_on[machine]
@@ -366,19 +416,50 @@ class _LeaseFill:
         return f"{name}#{n}"
 
     def _best_move(self, tasks: list[str], targets: list[str]) -> bool:
-        """Try ``tasks`` on every target; make the move that saves most, if any does."""
-        best: tuple[float, str] | None = None
+        """Try ``tasks`` on every target; make the move that ranks best, if any ranks better than the plan."""
+        best: tuple[tuple[float, float, float], str] | None = None
         for target in targets:
             if self.budget.expired():
                 break
-            saving = self._move(tasks, target)
-            if saving is not None and (best is None or saving > best[0]):
-                best = (saving, target)
+            key = self._move(tasks, target)
+            if key is not None and (best is None or key < best[0]):
+                best = (key, target)
             self._undo()
         if best is None:
             return False
-        saving = self._move(tasks, best[1])
-        assert saving is not None  # the same move as tried
-        self._begin()
+        key = self._move(tasks, best[1])
+        assert key is not None  # the same move as tried
+        self._keep(key)
         self.names_used.add(best[1])
         return True
+
+
+def latest_start(
+    timeline: MachineTimeline,
+    earliest_s: float,
+    latest_end_s: float,
+    duration_s: float,
+    cores: int,
+    memory: int,
+    gpus: int,
+) -> float | None:
+    """The latest start in ``[earliest_s, latest_end_s - duration_s]`` at which a task fits on ``timeline`` for its
+    whole run (None: nowhere): from the latest, each segment without room moves the end before it begins."""
+    times, used_cores, used_memory, used_gpus = timeline.times, timeline.cores, timeline.memory, timeline.gpus
+    free_cores, free_memory = timeline.vcpus - cores, timeline.memory_bytes - memory
+    free_gpus = timeline.gpu_count - gpus
+    start = latest_end_s - duration_s
+    while start >= earliest_s - TIME_TOLERANCE_S:
+        if duration_s <= EPS_S:
+            return start
+        j = bisect_right(times, start + duration_s - EPS_S) - 1  # the last segment that begins before the end
+        blocked = None
+        while j >= 0 and (j + 1 == len(times) or times[j + 1] > start + EPS_S):  # segment j overlaps the run
+            if used_cores[j] > free_cores or used_memory[j] > free_memory or (gpus and used_gpus[j] > free_gpus):
+                blocked = j
+                break
+            j -= 1
+        if blocked is None:
+            return max(start, earliest_s)
+        start = times[blocked] - duration_s
+    return None

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 
 from agora_optimizer.engines.base import EngineResult
-from agora_optimizer.engines.lease_fill import LeaseFillEngine
+from agora_optimizer.engines.lease_fill import LeaseFillEngine, latest_start
 from agora_optimizer.engines.list_scheduling import ListSchedulingEngine
 from agora_optimizer.engines.peft import PeftEngine
 from agora_optimizer.model.catalog import GIB, Billing, Catalog, Resource
 from agora_optimizer.model.plan import Assignment, Objective
 from agora_optimizer.model.workflow import Edge, Task, Workflow
 from agora_optimizer.planning.problem import Problem
+from agora_optimizer.planning.timeline import MachineTimeline
 from agora_optimizer.planning.validate import count_violations
 from bench.adversarial.instances import random_instance
 from tests.engines.plan_checks import violations
@@ -86,7 +88,7 @@ SLOW = _type("slow", 1, 4.0, 1.0, 3.6)  # 0.001 USD a second
         (Objective(kind="cost", deadline_s=120.0), True),  # the deadline has room for the slow type
         (Objective(kind="cost", deadline_s=80.0), False),  # it has not
         (Objective(kind="time"), False),  # a time plan never gets slower
-        (Objective(kind="balanced"), False),  # nor a balanced one
+        (Objective(kind="balanced"), True),  # 0.5 x 1 + 0.5 x 5 (fast) against 0.5 x 2 + 0.5 x 1 (slow)
     ],
     ids=["cost-room", "cost-tight", "time", "balanced"],
 )
@@ -99,6 +101,36 @@ def test_a_task_moves_to_a_cheaper_slower_type_only_within_the_horizon(objective
         return
     assert result is not None
     assert [(a.machine, a.end_s) for a in result.assignments] == [("slow#0", pytest.approx(100.0))]
+
+
+def test_a_balanced_plan_keeps_a_dearer_type_where_the_cheaper_one_is_too_slow_for_what_it_saves() -> None:
+    crawling = _type("crawling", 1, 4.0, 0.2, 0.72)  # 500 s for 0.1 USD: 0.5 x 10 + 0.5 x 1 against 3.0
+    alone = _task("alone", 100.0)
+    problem = _problem([alone], [], [FAST, crawling], Objective(kind="balanced"))
+    assert _filled(problem, [_on(alone, FAST, 0, 0.0)]) is None
+
+
+def test_a_lease_starts_later_when_its_first_task_can_run_beside_its_last() -> None:
+    # One machine at a time, billed at least 600 s: a second lease for either task would pay the minimum
+    # twice; only starting the first task late, beside the released one, makes the lease shorter.
+    billed = Resource("billed", "aws", 2, 4.0, 1.0, 3.6, 1, Billing(1.0, 600.0), 0.0)
+    early, late = _task("early", 100.0), replace(_task("late", 100.0), release_s=900.0)
+    problem = _problem([early, late], [], [billed], Objective(kind="balanced"))
+    result = _filled(problem, [_on(early, billed, 0, 0.0), _on(late, billed, 0, 900.0)])  # 1,000 s leased
+    assert result is not None
+    placed = {a.task: a for a in result.assignments}
+    assert placed["early"].machine == placed["late"].machine and placed["early"].start_s == pytest.approx(900.0)
+    assert problem.evaluate(result.assignments) == pytest.approx((1000.0, 0.6))
+
+
+def test_latest_start_finds_the_last_gap_that_holds_the_run() -> None:
+    timeline = MachineTimeline(2, 4 * GIB)
+    timeline.add(0.0, 100.0, 2, GIB)  # full
+    timeline.add(150.0, 200.0, 1, 3 * GIB)  # half the cores, too little memory for 2 GiB more
+    assert latest_start(timeline, 0.0, 300.0, 50.0, 1, 2 * GIB, 0) == pytest.approx(250.0)
+    assert latest_start(timeline, 0.0, 190.0, 40.0, 1, 2 * GIB, 0) == pytest.approx(110.0)  # before the second
+    assert latest_start(timeline, 0.0, 190.0, 40.0, 1, GIB // 2, 0) == pytest.approx(150.0)  # beside it
+    assert latest_start(timeline, 120.0, 190.0, 40.0, 1, 2 * GIB, 0) is None  # no gap of 40 s from 120 s
 
 
 def test_a_new_machine_is_refused_where_the_count_is_reached_and_the_open_lease_is_used() -> None:
