@@ -67,6 +67,9 @@ class LeaseFillEngine(Engine):
     ) -> EngineResult | None:
         if warm_start is None or not warm_start.assignments or problem.catalog.has_spot:
             return None  # spot plans are priced by their expected re-runs, which this pass does not weigh
+        suffix = f"+{self.name}"
+        if warm_start.method.endswith(suffix):
+            return None  # filled already (the portfolio runs the pass again only for a later stage's plan)
         before = problem.rank(*problem.evaluate(warm_start.assignments))
         fill = _LeaseFill(problem, warm_start.assignments, before[0] > 0)
         if not fill.run(TimeBudget(time_limit_s)):
@@ -74,9 +77,7 @@ class LeaseFillEngine(Engine):
         assignments = tuple(fill.assignments(warm_start.assignments))
         if problem.rank(*problem.evaluate(assignments)) >= before:
             return None
-        suffix = f"+{self.name}"
-        method = warm_start.method if warm_start.method.endswith(suffix) else warm_start.method + suffix
-        return EngineResult(assignments, method)
+        return EngineResult(assignments, warm_start.method + suffix)
 
 
 class _LeaseFill:

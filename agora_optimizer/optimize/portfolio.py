@@ -124,12 +124,14 @@ def default_stages() -> list[Stage]:
         # Spot types and a deadline only: the best plan so far with the spot machines whose re-runs would
         # break the deadline moved onto on-demand capacity.
         Stage(SpotGuardEngine(), share=0.3, fast=True, completes_one=True),
+        # The best plan so far made cheaper: work moved into leases already paid for, onto cheaper machines,
+        # leases left empty dropped (engines/lease_fill.py). Here, before the slower stages, so that it runs
+        # at 30,000 tasks too, where they use what is left of the time limit; again after pool search.
+        Stage(LeaseFillEngine(), share=0.3),
         Stage(PartitionEngine(), share=0.3, objectives=("time",)),
         Stage(OneTypeDefaultEngine(), share=0.05),
         Stage(PoolSearchEngine(), share=0.5, max_tasks=20_000),
-        # The best plan so far made cheaper: work moved into leases already paid for, onto cheaper machines,
-        # leases left empty dropped (engines/lease_fill.py); at every size, as no local search runs at scale.
-        Stage(LeaseFillEngine(), share=0.3),
+        Stage(LeaseFillEngine(), share=0.3, max_tasks=20_000),  # on pool search's plan, where it wins
         Stage(CpSatEngine(), share=0.6, max_tasks=CPSAT_MAX_TASKS),
         Stage(MilpEngine(), share=0.6, max_tasks=40),
         Stage(LocalSearchEngine(), share=1.0, max_tasks=3000),

@@ -178,3 +178,10 @@ def test_random_small_instances_get_valid_plans_no_worse_than_the_warm_start(see
                 assert count_violations(result.assignments, problem.catalog) == []
                 moved += 1
     assert moved > 0  # the pass does find something on such instances
+
+
+def test_a_plan_filled_already_is_not_filled_again() -> None:
+    large, small = _task("large", 3600.0, memory_gib=12.0), _task("small", 1800.0)
+    problem = _problem([large, small], [], [BIG, SMALL], Objective(kind="balanced"))
+    given = (_on(large, BIG, 0, 0.0), _on(small, SMALL, 0, 0.0))
+    assert LeaseFillEngine().solve(problem, LIMIT_S, EngineResult(given, "peft+lease-fill")) is None
