@@ -53,6 +53,7 @@ MAX_PUSHED = 64  # descendants one move may start later; a move that needs more 
 MAX_GROUP = 64  # a machine with at most this many tasks may be moved whole
 MAX_SHIFTED = 256  # a machine with at most this many tasks may have them all started later
 MAX_EXISTING_TARGETS = 16  # existing machines tried per move (cheapest per hour first)
+BUILD_S_PER_TASK = 1e-4  # the state of a 30,000-task plan takes 1.5 to 2.5 s to build and read back, on 2 busy cores
 SAVING_USD = 1e-9  # a move saves at least this much to be kept
 TIME_TOLERANCE_S = 1e-6
 
@@ -70,6 +71,8 @@ class LeaseFillEngine(Engine):
         suffix = f"+{self.name}"
         if warm_start.method.endswith(suffix):
             return None  # filled already (the portfolio runs the pass again only for a later stage's plan)
+        if time_limit_s < BUILD_S_PER_TASK * len(problem.workflow.tasks):
+            return None  # too short a share to build the plan's state in, let alone to move anything
         before = problem.rank(*problem.evaluate(warm_start.assignments))
         fill = _LeaseFill(problem, warm_start.assignments, before[0] > 0)
         if not fill.run(TimeBudget(time_limit_s)):
@@ -97,8 +100,8 @@ class _LeaseFill:
         self.position = {task: i for i, task in enumerate(self.workflow.topological_order)}
         self.placed: dict[str, Placement] = {}
         self.tasks_on: dict[str, set[str]] = defaultdict(set)
-        self.starts: dict[str, list[float]] = defaultdict(list)  # each machine's task starts, sorted
-        self.ends: dict[str, list[float]] = defaultdict(list)  # and ends
+        self.starts: dict[str, list[tuple[float, str]]] = defaultdict(list)  # each machine's (start, task), sorted
+        self.ends: dict[str, list[tuple[float, str]]] = defaultdict(list)  # and (end, task)
         self.all_ends: list[float] = []  # every task's end, sorted: the makespan is the last
         self.timelines: dict[str, MachineTimeline] = {}
         self.resource_of: dict[str, Resource] = {}
@@ -113,7 +116,7 @@ class _LeaseFill:
         self.names_used = set(self.tasks_on)
         self.journal: dict[str, Placement | None] = {}  # task -> its placement before the move (None: unplaced)
         self.spans_before: dict[str, tuple[float, float] | None] = {}  # machine -> its lease before the move
-        self.in_ledger: list[str] = []  # machines whose lease the move recorded in the ledger
+        self.spans_after: dict[str, tuple[float, float] | None] = {}  # machine -> its lease after the move
         self.budget = TimeBudget(None)
 
     # -- placements ----------------------------------------------------------------------
@@ -156,8 +159,8 @@ class _LeaseFill:
         self._timeline(machine).add(start_s, end_s, task.cores, task.memory_bytes, task.gpus)
         self.placed[task_id] = (machine, start_s, end_s)
         self.tasks_on[machine].add(task_id)
-        insort(self.starts[machine], start_s)
-        insort(self.ends[machine], end_s)
+        insort(self.starts[machine], (start_s, task_id))
+        insort(self.ends[machine], (end_s, task_id))
         insort(self.all_ends, end_s)
 
     def _unplace(self, task_id: str) -> None:
@@ -165,12 +168,13 @@ class _LeaseFill:
         machine, start_s, end_s = self.placed.pop(task_id)
         self.timelines[machine].add(start_s, end_s, -task.cores, -task.memory_bytes, -task.gpus)
         self.tasks_on[machine].discard(task_id)
-        for times, time_s in ((self.starts[machine], start_s), (self.ends[machine], end_s), (self.all_ends, end_s)):
-            del times[bisect_left(times, time_s)]
+        for times, time_s in ((self.starts[machine], start_s), (self.ends[machine], end_s)):
+            del times[bisect_left(times, (time_s, task_id))]
+        del self.all_ends[bisect_left(self.all_ends, end_s)]
 
     def _span(self, machine: str) -> tuple[float, float]:
         """The machine's lease (it has a task): its first task's start less boot, its last task's end."""
-        return self.starts[machine][0] - self.resource_of[machine].boot_s, self.ends[machine][-1]
+        return self.starts[machine][0][0] - self.resource_of[machine].boot_s, self.ends[machine][-1][0]
 
     def _lease_cost(self, machine: str, span: tuple[float, float] | None) -> float:
         return 0.0 if span is None else self.resource_of[machine].lease_cost_usd(span[1] - span[0])
@@ -189,7 +193,7 @@ class _LeaseFill:
     # -- one move --------------------------------------------------------------------------
 
     def _begin(self) -> None:
-        self.journal, self.spans_before, self.in_ledger = {}, {}, []
+        self.journal, self.spans_before = {}, {}
 
     def _undo(self) -> None:
         for task in self.journal:
@@ -198,12 +202,7 @@ class _LeaseFill:
         for task, placement in self.journal.items():
             if placement is not None:
                 self._place(task, *placement)
-        self._restore_ledger(self.in_ledger)
         self._begin()
-
-    def _restore_ledger(self, machines: list[str]) -> None:
-        for machine in reversed(machines):
-            self._record_lease(machine, self.spans_before[machine])
 
     def _record_lease(self, machine: str, span: tuple[float, float] | None) -> None:
         """The machine's lease in the count ledger; None: it has none (an empty machine holds no count)."""
@@ -247,7 +246,7 @@ class _LeaseFill:
         earliest = timeline.earliest_start(ready, duration, task.cores, task.memory_bytes, task.gpus)
         if not self.tasks_on[machine]:
             return earliest
-        first, last = self.starts[machine][0], self.ends[machine][-1]
+        first, last = self.starts[machine][0][0], self.ends[machine][-1][0]
         if earliest >= first:
             return earliest
         inside = timeline.earliest_start(first, duration, task.cores, task.memory_bytes, task.gpus)
@@ -299,29 +298,43 @@ class _LeaseFill:
         key = self.problem.rank(self.all_ends[-1], self.cost_usd - (before - after))
         if key >= self.key or not self._counts_hold(spans):
             return None
-        self.saving_usd = before - after
+        self.saving_usd, self.spans_after = before - after, spans
         return key
 
     def _keep(self, key: tuple[float, float, float]) -> None:
-        """Keep the move just made (its :meth:`_verdict` was ``key``)."""
+        """Keep the move just made (its :meth:`_verdict` was ``key``): its leases go into the count ledger."""
         self.cost_usd -= self.saving_usd
         self.key = key
+        for machine, span in self.spans_after.items():
+            if self.ledger.count[machine_type(machine)] is not None:
+                self._record_lease(machine, span)
         self._begin()
 
     def _counts_hold(self, spans: dict[str, tuple[float, float] | None]) -> bool:
-        """Record the touched leases in the ledger, shrunk ones first; restore and say False if one breaks a count."""
+        """Whether the touched leases keep every type's ``count`` at every instant. A lease that grows alone of
+        its type's touched ones is checked against the ledger as it is; where several of a type changed (a task
+        moved to a new machine of its own type), they are recorded, shrunk ones first, checked, and restored."""
         ledger = self.ledger
-        order = sorted(spans, key=lambda m: not self._within(spans[m], self.spans_before[m]))
-        for machine in order:
-            span, name = spans[machine], machine_type(machine)
-            grows = not self._within(span, self.spans_before[machine])
-            if grows and span is not None and not ledger.fits(name, span[0], span[1], machine):
-                self._restore_ledger(self.in_ledger)
-                self.in_ledger = []
-                return False
+        limited = [m for m in spans if ledger.count[machine_type(m)] is not None]
+        growing = [m for m in limited if not self._within(spans[m], self.spans_before[m])]
+        names = [machine_type(m) for m in limited]
+        if all(names.count(machine_type(m)) == 1 for m in growing):
+            return all(self._fits(m, spans[m]) for m in growing)
+        recorded: list[str] = []
+        holds = True
+        for machine in sorted(limited, key=lambda m: m in growing):
+            span = spans[machine]
+            if machine in growing and not self._fits(machine, span):
+                holds = False
+                break
             self._record_lease(machine, span)
-            self.in_ledger.append(machine)
-        return True
+            recorded.append(machine)
+        for machine in reversed(recorded):
+            self._record_lease(machine, self.spans_before[machine])
+        return holds
+
+    def _fits(self, machine: str, span: tuple[float, float] | None) -> bool:
+        return span is None or self.ledger.fits(machine_type(machine), span[0], span[1], machine)
 
     @staticmethod
     def _within(span: tuple[float, float] | None, held: tuple[float, float] | None) -> bool:
@@ -375,7 +388,7 @@ class _LeaseFill:
         starts later (a task its children or the cores hold where it is stays). The plan's rank after it, as
         :meth:`_move` says it."""
         self._begin()
-        timeline, lease_end = self.timelines[machine], self.ends[machine][-1]
+        timeline, lease_end = self.timelines[machine], self.ends[machine][-1][0]
         for task_id in sorted(self.tasks_on[machine], key=lambda t: -self.position[t]):
             task = self.workflow.by_id[task_id]
             _, start, end = self.placed[task_id]
@@ -394,9 +407,7 @@ class _LeaseFill:
         return self._verdict()
 
     def _edge_tasks(self, machine: str) -> list[str]:
-        tasks = self.tasks_on[machine]
-        last = max(tasks, key=lambda t: (self.placed[t][2], t))
-        first = min(tasks, key=lambda t: (self.placed[t][1], t))
+        last, first = self.ends[machine][-1][1], self.starts[machine][0][1]
         return [last] if first == last else [last, first]
 
     def _targets(self, tasks: list[str], source: str, new_of_same_type: bool) -> list[str]:
