@@ -6,9 +6,10 @@ by list scheduling, HEFT or PEFT often leaves such idle cores on one machine whi
 is leased for a few small tasks, or a dear machine for one that a cheap type runs in time. This pass
 takes the plan as it is and moves, keeping every other task where it is:
 
-- one task at an edge of its machine's lease (its first or last) onto another place: into an
-  existing lease, where it fits beside the tasks there for its whole run, or onto a new machine of
-  a type where the type's ``count`` allows one more at every instant of its lease;
+- one task at an edge of its machine's lease (its first or last) onto another place: its own
+  machine, as early as it can start there; an existing lease, where it fits beside the tasks there
+  for its whole run; or a new machine of a type where the type's ``count`` allows one more at every
+  instant of its lease;
 - every task of a small machine at once, in the order they start, onto another existing machine or
   onto a new machine of another type (a retype);
 - every task of a machine as late as it can run, children first, the lease's end kept: a first task
@@ -16,19 +17,20 @@ takes the plan as it is and moves, keeping every other task where it is:
 
 A moved task starts at the earliest instant its parents' data reaches the new place and the cores,
 memory and GPUs are free there, inside the target's lease when it can. Its children (and theirs)
-start later where they must, each on its own machine at the earliest instant it fits, at most
-:data:`MAX_PUSHED` of them per move. A move is kept only when the leases it touches cost less
-together than before, the plan then ranks better (:meth:`Problem.rank`: a balanced plan may get a
-little slower for a large saving), no task ends after the horizon (the deadline; a time plan's or a
-late plan's makespan), and no type has more machines leased at once than its ``count``. Leases left
-empty are dropped; the rest shrink with their tasks. Moves are tried over the machines by lease
-cost (dearest first) until a round finds none or the time limit passes; the plan returned ranks
-better than the one given, else None.
+are re-timed on their own machines: later where its data now comes too late, earlier where they
+waited past it and the cores are free; at most :data:`MAX_PUSHED` of them per move. A move is kept
+only when the plan then ranks better (:meth:`Problem.rank`: cheaper under a deadline; for a balanced
+plan, cheaper or faster as its weights say), no task ends after the horizon (the deadline; a time
+plan's or a late plan's makespan), and no type has more machines leased at once than its ``count``.
+Leases left empty are dropped; the rest shrink with their tasks. Moves are tried over the machines
+by lease cost (dearest first) until a round finds none or the time limit passes; the plan returned
+ranks better than the one given, else None.
 
-Built for the portfolio's stage at scale, where no exact engine and no local search runs. It makes
+Built for the portfolio's stages at scale, where no exact engine and no local search runs. It makes
 the worst cases of the adversarial search optimal (``tests/engines/adversarial/scale-vs-optimum*.json``:
 idle cores of a lease a 12 GiB task holds anyway; a cheap plan on the deadline where PEFT's is on the
-dearest type; a lease started early for a task with slack).
+dearest type; a lease started early for a task with slack; two parents moved beside the child their
+85 GB of data go to).
 """
 
 from __future__ import annotations
@@ -49,12 +51,12 @@ from agora_optimizer.planning.shared_counts import CountLedger
 from agora_optimizer.planning.time_budget import TimeBudget
 from agora_optimizer.planning.timeline import EPS_S, MachineTimeline
 
-MAX_PUSHED = 64  # descendants one move may start later; a move that needs more is not tried further
+MAX_PUSHED = 64  # descendants one move may re-time; a move that needs more is not tried further
 MAX_GROUP = 64  # a machine with at most this many tasks may be moved whole
 MAX_SHIFTED = 256  # a machine with at most this many tasks may have them all started later
 MAX_EXISTING_TARGETS = 16  # existing machines tried per move (cheapest per hour first)
 BUILD_S_PER_TASK = 1e-4  # the state of a 30,000-task plan takes 1.5 to 2.5 s to build and read back, on 2 busy cores
-SAVING_USD = 1e-9  # a move saves at least this much to be kept
+RANK_TOLERANCE = 1e-9  # a move is kept when it lowers the plan's rank by more than this, relative
 TIME_TOLERANCE_S = 1e-6
 
 Placement = tuple[str, float, float]  # machine, start, end
@@ -214,7 +216,7 @@ class _LeaseFill:
             self.ledger.place(name, machine, held[0], held[0])
             del self.ledger.spans[machine]
 
-    def _move(self, tasks: list[str], target: str) -> tuple[float, float, float] | None:
+    def _move(self, tasks: list[str], target: str, inside: bool = True) -> tuple[float, float, float] | None:
         """Move ``tasks`` (parents first) onto ``target`` and start their descendants later where they
         must; the plan's rank after it (None: it ranks no better, or breaks the horizon, the push limit or a count).
         The move stays made: the caller keeps it or undoes it (:meth:`_undo`)."""
@@ -227,37 +229,38 @@ class _LeaseFill:
         pushed = 0
         for task_id in tasks:
             task = self.workflow.by_id[task_id]
-            start = self._start_on(task, target)
+            start = self._start_on(task, target, inside)
             end = start + self.resource_of[target].runtime_s(task)
             if end > self.horizon_s + TIME_TOLERANCE_S:
                 return None
             self._place(task_id, target, start, end)
-            settled = self._push_children(task_id, MAX_PUSHED - pushed)
+            settled = self._retime_children(task_id, MAX_PUSHED - pushed)
             if settled is None:
                 return None
             pushed += settled
         return self._verdict()
 
-    def _start_on(self, task: Task, machine: str) -> float:
-        """The earliest start on ``machine`` from its parents' data, inside the machine's lease where that is as
-        cheap: a start before the lease's first task would lengthen it."""
+    def _start_on(self, task: Task, machine: str, inside: bool = True) -> float:
+        """The earliest start on ``machine`` from its parents' data; ``inside``: inside the machine's lease where it
+        fits there, as a start before the lease's first task would lengthen it."""
         timeline, ready = self.timelines[machine], self._ready(task.id, machine)
         duration = self.resource_of[machine].runtime_s(task)
         earliest = timeline.earliest_start(ready, duration, task.cores, task.memory_bytes, task.gpus)
-        if not self.tasks_on[machine]:
+        if not inside or not self.tasks_on[machine]:
             return earliest
         first, last = self.starts[machine][0][0], self.ends[machine][-1][0]
         if earliest >= first:
             return earliest
-        inside = timeline.earliest_start(first, duration, task.cores, task.memory_bytes, task.gpus)
-        return inside if inside + duration <= last + TIME_TOLERANCE_S else earliest
+        within = timeline.earliest_start(first, duration, task.cores, task.memory_bytes, task.gpus)
+        return within if within + duration <= last + TIME_TOLERANCE_S else earliest
 
-    def _push_children(self, task_id: str, limit: int) -> int | None:
-        """Start later every descendant of ``task_id`` whose data now comes too late; how many moved (None: more
-        than ``limit``, or one past the horizon)."""
+    def _retime_children(self, task_id: str, limit: int) -> int | None:
+        """Re-time the descendants of ``task_id`` on their machines: later where its data now comes too late,
+        earlier where they waited past it and the cores are free; how many moved (None: more than ``limit``, or
+        one past the horizon)."""
         queue = [(self.position[e.child], e.child) for e in self.workflow.children[task_id]]
         heapq.heapify(queue)
-        pushed = 0
+        moved = 0
         while queue:
             _, child = heapq.heappop(queue)
             placement = self.placed.get(child)
@@ -265,11 +268,9 @@ class _LeaseFill:
                 continue  # moved with this one, placed later
             machine, start, end = placement
             ready = self._ready(child, machine)
-            if start >= ready - TIME_TOLERANCE_S:
+            late, waiting = start < ready - TIME_TOLERANCE_S, start > ready + TIME_TOLERANCE_S
+            if not late and not waiting:
                 continue
-            pushed += 1
-            if pushed > limit:
-                return None
             task = self.workflow.by_id[child]
             self._touch(child, machine)
             self._unplace(child)
@@ -277,12 +278,16 @@ class _LeaseFill:
             new_start = self.timelines[machine].earliest_start(
                 ready, duration, task.cores, task.memory_bytes, task.gpus
             )
-            if new_start + duration > self.horizon_s + TIME_TOLERANCE_S:
+            if not late and new_start >= start - TIME_TOLERANCE_S:
+                self._place(child, machine, start, end)  # held where it is by the machine's cores or memory
+                continue
+            moved += 1
+            if moved > limit or new_start + duration > self.horizon_s + TIME_TOLERANCE_S:
                 return None
             self._place(child, machine, new_start, new_start + duration)
             for edge in self.workflow.children[child]:
                 heapq.heappush(queue, (self.position[edge.child], edge.child))
-        return pushed
+        return moved
 
     def _verdict(self) -> tuple[float, float, float] | None:
         """The plan's rank after the move, when the touched leases cost less than before and it ranks better;
@@ -293,10 +298,8 @@ class _LeaseFill:
             spans[machine] = self._span(machine) if self.tasks_on[machine] else None
             before += self._lease_cost(machine, span)
             after += self._lease_cost(machine, spans[machine])
-        if before - after <= SAVING_USD:
-            return None
         key = self.problem.rank(self.all_ends[-1], self.cost_usd - (before - after))
-        if key >= self.key or not self._counts_hold(spans):
+        if not _better(key, self.key) or not self._counts_hold(spans):
             return None
         self.saving_usd, self.spans_after = before - after, spans
         return key
@@ -366,12 +369,12 @@ class _LeaseFill:
         tasks = self.tasks_on[machine]
         if 0 < len(tasks) <= MAX_GROUP:
             group = sorted(tasks, key=lambda t: (self.placed[t][1], self.position[t]))  # as they run now
-            improved = self._best_move(group, self._targets(group, machine, new_of_same_type=False))
+            improved = self._best_move(group, self._targets(group, machine, single=False))
         for _ in range(2 * MAX_GROUP):  # the tasks at the lease's edges, one at a time, while that saves
             if budget.expired() or not self.tasks_on[machine]:
                 break
             edges = self._edge_tasks(machine)
-            if not any(self._best_move([t], self._targets([t], machine, new_of_same_type=True)) for t in edges):
+            if not any(self._best_move([t], self._targets([t], machine, single=True)) for t in edges):
                 break
             improved = True
         if 0 < len(self.tasks_on[machine]) <= MAX_SHIFTED and not budget.expired():
@@ -410,16 +413,17 @@ class _LeaseFill:
         last, first = self.ends[machine][-1][1], self.starts[machine][0][1]
         return [last] if first == last else [last, first]
 
-    def _targets(self, tasks: list[str], source: str, new_of_same_type: bool) -> list[str]:
-        """Existing machines that fit every task (cheapest per hour first, at most
-        :data:`MAX_EXISTING_TARGETS`), then one new machine of each type that fits them."""
+    def _targets(self, tasks: list[str], source: str, single: bool) -> list[str]:
+        """For one task, its own machine first; then existing machines that fit every task (cheapest per hour
+        first, at most :data:`MAX_EXISTING_TARGETS`), and one new machine of each type that fits them (for a
+        whole machine's tasks, of another type)."""
         by_id = self.workflow.by_id
         fitting = [r for r in self.catalog.resources if all(r.fits(by_id[t]) for t in tasks)]
         names = {r.name for r in fitting}
         existing = [m for m, on in self.tasks_on.items() if on and m != source and machine_type(m) in names]
         existing.sort(key=lambda m: (self.resource_of[m].price_per_hour_usd, m))
-        new = [self._new_id(r.name) for r in fitting if new_of_same_type or r.name != machine_type(source)]
-        return existing[:MAX_EXISTING_TARGETS] + new
+        new = [self._new_id(r.name) for r in fitting if single or r.name != machine_type(source)]
+        return ([source] if single else []) + existing[:MAX_EXISTING_TARGETS] + new
 
     def _new_id(self, name: str) -> str:
         n = 0
@@ -429,17 +433,19 @@ class _LeaseFill:
 
     def _best_move(self, tasks: list[str], targets: list[str]) -> bool:
         """Try ``tasks`` on every target; make the move that ranks best, if any ranks better than the plan."""
-        best: tuple[tuple[float, float, float], str] | None = None
-        for target in targets:
+        best: tuple[tuple[float, float, float], str, bool] | None = None
+        # One task onto an open lease: inside it, and as early as it can start (a later child may start sooner).
+        tries = [(t, True) for t in targets] + [(t, False) for t in targets if len(tasks) == 1 and self.tasks_on[t]]
+        for target, inside in tries:
             if self.budget.expired():
                 break
-            key = self._move(tasks, target)
+            key = self._move(tasks, target, inside)
             if key is not None and (best is None or key < best[0]):
-                best = (key, target)
+                best = (key, target, inside)
             self._undo()
         if best is None:
             return False
-        key = self._move(tasks, best[1])
+        key = self._move(tasks, best[1], best[2])
         assert key is not None  # the same move as tried
         self._keep(key)
         self.names_used.add(best[1])
@@ -475,3 +481,15 @@ def latest_start(
             return max(start, earliest_s)
         start = times[blocked] - duration_s
     return None
+
+
+def _better(key: tuple[float, float, float], than: tuple[float, float, float]) -> bool:
+    """Whether rank ``key`` is lower than ``than`` by more than :data:`RANK_TOLERANCE` (so that rounding never
+    keeps a move that changes nothing, and the pass ends)."""
+    for value, other in zip(key, than, strict=True):
+        margin = RANK_TOLERANCE * max(1.0, abs(other))
+        if value < other - margin:
+            return True
+        if value > other + margin:
+            return False
+    return False

@@ -185,3 +185,14 @@ def test_a_plan_filled_already_is_not_filled_again() -> None:
     problem = _problem([large, small], [], [BIG, SMALL], Objective(kind="balanced"))
     given = (_on(large, BIG, 0, 0.0), _on(small, SMALL, 0, 0.0))
     assert LeaseFillEngine().solve(problem, LIMIT_S, EngineResult(given, "peft+lease-fill")) is None
+
+
+def test_a_parent_moved_beside_its_child_lets_the_child_start_sooner() -> None:
+    # 100 GB from parent to child take 100 s between machines: on the child's machine the child starts at 10 s.
+    one = _type("one", 2, 4.0, 1.0, 3.6, count=2)
+    parent, child = _task("parent", 10.0), _task("child", 10.0)
+    problem = _problem([parent, child], [Edge("parent", "child", 100 * 10**9)], [one], Objective(kind="balanced"))
+    result = _filled(problem, [_on(parent, one, 0, 0.0), _on(child, one, 1, 110.0)])
+    assert result is not None
+    assert {a.machine for a in result.assignments} == {"one#1"}
+    assert problem.evaluate(result.assignments) == pytest.approx((20.0, 0.02))
