@@ -26,11 +26,8 @@ Leases left empty are dropped; the rest shrink with their tasks. Moves are tried
 by lease cost (dearest first) until a round finds none or the time limit passes; the plan returned
 ranks better than the one given, else None.
 
-Built for the portfolio's stages at scale, where no exact engine and no local search runs. It makes
-the worst cases of the adversarial search optimal (``tests/engines/adversarial/scale-vs-optimum*.json``:
-idle cores of a lease a 12 GiB task holds anyway; a cheap plan on the deadline where PEFT's is on the
-dearest type; a lease started early for a task with slack; two parents moved beside the child their
-85 GB of data go to).
+Built for the portfolio's stages at scale, where no exact engine and no local search runs; it makes the
+adversarial search's worst cases at scale optimal (``tests/engines/adversarial/scale-vs-optimum*.json``).
 """
 
 from __future__ import annotations
@@ -40,6 +37,7 @@ import math
 from bisect import bisect_left, bisect_right, insort
 from collections import defaultdict
 from collections.abc import Iterable
+from dataclasses import replace
 
 from agora_optimizer.engines.base import Engine, EngineResult
 from agora_optimizer.model.catalog import Resource
@@ -60,6 +58,7 @@ RANK_TOLERANCE = 1e-9  # a move is kept when it lowers the plan's rank by more t
 TIME_TOLERANCE_S = 1e-6
 
 Placement = tuple[str, float, float]  # machine, start, end
+Span = tuple[float, float] | None  # a lease's start and end; None: the machine has none
 
 
 class LeaseFillEngine(Engine):
@@ -108,6 +107,11 @@ class _LeaseFill:
         self.timelines: dict[str, MachineTimeline] = {}
         self.resource_of: dict[str, Resource] = {}
         self.ledger = CountLedger(self.catalog)
+        # Each task as its assignment reserves it (a re-plan may reserve more memory than the task's own).
+        self.need = {
+            a.task: replace(self.workflow.by_id[a.task], cores=a.cores, memory_bytes=a.memory_bytes, gpus=a.gpus)
+            for a in items
+        }
         for a in items:
             self._place(a.task, a.machine, a.start_s, a.end_s)
         for machine in self.tasks_on:
@@ -117,8 +121,8 @@ class _LeaseFill:
         self.saving_usd = 0.0  # what the move under way saves
         self.names_used = set(self.tasks_on)
         self.journal: dict[str, Placement | None] = {}  # task -> its placement before the move (None: unplaced)
-        self.spans_before: dict[str, tuple[float, float] | None] = {}  # machine -> its lease before the move
-        self.spans_after: dict[str, tuple[float, float] | None] = {}  # machine -> its lease after the move
+        self.spans_before: dict[str, Span] = {}  # machine -> its lease before the move (None: no lease)
+        self.spans_after: dict[str, Span] = {}  # and after
         self.budget = TimeBudget(None)
 
     # -- placements ----------------------------------------------------------------------
@@ -131,7 +135,7 @@ class _LeaseFill:
             if (machine, start, end) == (a.machine, a.start_s, a.end_s):
                 result.append(a)
                 continue
-            task = self.workflow.by_id[a.task]
+            task = self.need[a.task]
             resource = self.resource_of[machine]
             result.append(
                 Assignment(a.task, resource.name, machine, start, end, task.cores, task.memory_bytes, task.gpus)
@@ -157,7 +161,7 @@ class _LeaseFill:
             self.spans_before[machine] = self._span(machine) if self.tasks_on.get(machine) else None
 
     def _place(self, task_id: str, machine: str, start_s: float, end_s: float) -> None:
-        task = self.workflow.by_id[task_id]
+        task = self.need[task_id]
         self._timeline(machine).add(start_s, end_s, task.cores, task.memory_bytes, task.gpus)
         self.placed[task_id] = (machine, start_s, end_s)
         self.tasks_on[machine].add(task_id)
@@ -166,7 +170,7 @@ class _LeaseFill:
         insort(self.all_ends, end_s)
 
     def _unplace(self, task_id: str) -> None:
-        task = self.workflow.by_id[task_id]
+        task = self.need[task_id]
         machine, start_s, end_s = self.placed.pop(task_id)
         self.timelines[machine].add(start_s, end_s, -task.cores, -task.memory_bytes, -task.gpus)
         self.tasks_on[machine].discard(task_id)
@@ -178,12 +182,12 @@ class _LeaseFill:
         """The machine's lease (it has a task): its first task's start less boot, its last task's end."""
         return self.starts[machine][0][0] - self.resource_of[machine].boot_s, self.ends[machine][-1][0]
 
-    def _lease_cost(self, machine: str, span: tuple[float, float] | None) -> float:
+    def _lease_cost(self, machine: str, span: Span) -> float:
         return 0.0 if span is None else self.resource_of[machine].lease_cost_usd(span[1] - span[0])
 
     def _ready(self, task_id: str, machine: str) -> float:
         """When ``task_id`` may start on ``machine``: its type's release and boot, its parents' data there."""
-        ready = self.resource_of[machine].earliest_start_of(self.workflow.by_id[task_id])
+        ready = self.resource_of[machine].earliest_start_of(self.need[task_id])
         for edge in self.workflow.parents[task_id]:
             parent = self.placed.get(edge.parent)
             if parent is None:
@@ -206,7 +210,7 @@ class _LeaseFill:
                 self._place(task, *placement)
         self._begin()
 
-    def _record_lease(self, machine: str, span: tuple[float, float] | None) -> None:
+    def _record_lease(self, machine: str, span: Span) -> None:
         """The machine's lease in the count ledger; None: it has none (an empty machine holds no count)."""
         name = machine_type(machine)
         if span is not None:
@@ -228,7 +232,7 @@ class _LeaseFill:
         self._touch_machine(target)
         pushed = 0
         for task_id in tasks:
-            task = self.workflow.by_id[task_id]
+            task = self.need[task_id]
             start = self._start_on(task, target, inside)
             end = start + self.resource_of[target].runtime_s(task)
             if end > self.horizon_s + TIME_TOLERANCE_S:
@@ -271,7 +275,7 @@ class _LeaseFill:
             late, waiting = start < ready - TIME_TOLERANCE_S, start > ready + TIME_TOLERANCE_S
             if not late and not waiting:
                 continue
-            task = self.workflow.by_id[child]
+            task = self.need[child]
             self._touch(child, machine)
             self._unplace(child)
             duration = end - start
@@ -313,7 +317,7 @@ class _LeaseFill:
                 self._record_lease(machine, span)
         self._begin()
 
-    def _counts_hold(self, spans: dict[str, tuple[float, float] | None]) -> bool:
+    def _counts_hold(self, spans: dict[str, Span]) -> bool:
         """Whether the touched leases keep every type's ``count`` at every instant. A lease that grows alone of
         its type's touched ones is checked against the ledger as it is; where several of a type changed (a task
         moved to a new machine of its own type), they are recorded, shrunk ones first, checked, and restored."""
@@ -336,11 +340,11 @@ class _LeaseFill:
             self._record_lease(machine, self.spans_before[machine])
         return holds
 
-    def _fits(self, machine: str, span: tuple[float, float] | None) -> bool:
+    def _fits(self, machine: str, span: Span) -> bool:
         return span is None or self.ledger.fits(machine_type(machine), span[0], span[1], machine)
 
     @staticmethod
-    def _within(span: tuple[float, float] | None, held: tuple[float, float] | None) -> bool:
+    def _within(span: Span, held: Span) -> bool:
         if span is None:
             return True
         return held is not None and span[0] >= held[0] - TIME_TOLERANCE_S and span[1] <= held[1] + TIME_TOLERANCE_S
@@ -393,7 +397,7 @@ class _LeaseFill:
         self._begin()
         timeline, lease_end = self.timelines[machine], self.ends[machine][-1][0]
         for task_id in sorted(self.tasks_on[machine], key=lambda t: -self.position[t]):
-            task = self.workflow.by_id[task_id]
+            task = self.need[task_id]
             _, start, end = self.placed[task_id]
             self._touch(task_id, machine)
             self._unplace(task_id)
@@ -417,8 +421,7 @@ class _LeaseFill:
         """For one task, its own machine first; then existing machines that fit every task (cheapest per hour
         first, at most :data:`MAX_EXISTING_TARGETS`), and one new machine of each type that fits them (for a
         whole machine's tasks, of another type)."""
-        by_id = self.workflow.by_id
-        fitting = [r for r in self.catalog.resources if all(r.fits(by_id[t]) for t in tasks)]
+        fitting = [r for r in self.catalog.resources if all(r.fits(self.need[t]) for t in tasks)]
         names = {r.name for r in fitting}
         existing = [m for m, on in self.tasks_on.items() if on and m != source and machine_type(m) in names]
         existing.sort(key=lambda m: (self.resource_of[m].price_per_hour_usd, m))

@@ -196,3 +196,15 @@ def test_a_parent_moved_beside_its_child_lets_the_child_start_sooner() -> None:
     assert result is not None
     assert {a.machine for a in result.assignments} == {"one#1"}
     assert problem.evaluate(result.assignments) == pytest.approx((20.0, 0.02))
+
+
+def test_a_task_keeps_the_memory_its_assignment_reserves() -> None:
+    # The small task's assignment holds 6 GiB (a re-plan's after an OOM kill): beside the 12 GiB task it would
+    # overfill the 16 GiB machine, so it stays where it is.
+    mid = _type("mid", 1, 8.0, 1.0, 0.5, count=1)
+    large, small = _task("large", 3600.0, memory_gib=12.0), _task("small", 1800.0)
+    problem = _problem([large, small], [], [BIG, mid], Objective(kind="balanced"))
+    reserved = replace(_on(small, mid, 0, 0.0), memory_bytes=6 * GIB)
+    assert _filled(problem, [_on(large, BIG, 0, 0.0), reserved]) is None
+    result = _filled(problem, [_on(large, BIG, 0, 0.0), _on(small, mid, 0, 0.0)])  # with its own 1 GiB it moves
+    assert result is not None and {a.machine for a in result.assignments} == {"big#0"}
