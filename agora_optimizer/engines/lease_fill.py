@@ -437,8 +437,9 @@ class _LeaseFill:
     def _best_move(self, tasks: list[str], targets: list[str]) -> bool:
         """Try ``tasks`` on every target; make the move that ranks best, if any ranks better than the plan."""
         best: tuple[tuple[float, float, float], str, bool] | None = None
-        # One task onto an open lease: inside it, and as early as it can start (a later child may start sooner).
-        tries = [(t, True) for t in targets] + [(t, False) for t in targets if len(tasks) == 1 and self.tasks_on[t]]
+        # A task with children onto an open lease: inside it, and as early as it can (its children may start sooner).
+        early = len(tasks) == 1 and bool(self.workflow.children[tasks[0]])
+        tries = [(t, True) for t in targets] + [(t, False) for t in targets if early and self.tasks_on[t]]
         for target, inside in tries:
             if self.budget.expired():
                 break
