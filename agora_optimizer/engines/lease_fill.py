@@ -6,10 +6,9 @@ by list scheduling, HEFT or PEFT often leaves such idle cores on one machine whi
 is leased for a few small tasks, or a dear machine for one that a cheap type runs in time. This pass
 takes the plan as it is and moves, keeping every other task where it is:
 
-- one task at an edge of its machine's lease (its first or last) onto another place: its own
-  machine, as early as it can start there; an existing lease, where it fits beside the tasks there
-  for its whole run; or a new machine of a type where the type's ``count`` allows one more at every
-  instant of its lease;
+- one task at an edge of its machine's lease (its first or last; on a small machine, any) to its own
+  machine, as early as it can start there; to an existing lease, where it fits beside the tasks there
+  for its whole run; or to a new machine where its type's ``count`` allows one more at every instant;
 - every task of a small machine at once, in the order they start, onto another existing machine or
   onto a new machine of another type (a retype);
 - every task of a machine as late as it can run, children first, the lease's end kept: a first task
@@ -374,10 +373,12 @@ class _LeaseFill:
         if 0 < len(tasks) <= MAX_GROUP:
             group = sorted(tasks, key=lambda t: (self.placed[t][1], self.position[t]))  # as they run now
             improved = self._best_move(group, self._targets(group, machine, single=False))
-        for _ in range(2 * MAX_GROUP):  # the tasks at the lease's edges, one at a time, while that saves
+        for _ in range(2 * MAX_GROUP):  # the tasks at the lease's edges (a small machine's: all), while that saves
             if budget.expired() or not self.tasks_on[machine]:
                 break
             edges = self._edge_tasks(machine)
+            if len(self.tasks_on[machine]) <= MAX_GROUP:
+                edges += sorted(self.tasks_on[machine].difference(edges), key=lambda t: (self.placed[t][1], t))
             if not any(self._best_move([t], self._targets([t], machine, single=True)) for t in edges):
                 break
             improved = True
@@ -418,9 +419,8 @@ class _LeaseFill:
         return [last] if first == last else [last, first]
 
     def _targets(self, tasks: list[str], source: str, single: bool) -> list[str]:
-        """For one task, its own machine first; then existing machines that fit every task (cheapest per hour
-        first, at most :data:`MAX_EXISTING_TARGETS`), and one new machine of each type that fits them (for a
-        whole machine's tasks, of another type)."""
+        """Its own machine for one task; existing machines that fit every task (cheapest per hour first, at most
+        :data:`MAX_EXISTING_TARGETS`); a new machine of each type that fits them (another type, for a machine's)."""
         fitting = [r for r in self.catalog.resources if all(r.fits(self.need[t]) for t in tasks)]
         names = {r.name for r in fitting}
         existing = [m for m, on in self.tasks_on.items() if on and m != source and machine_type(m) in names]
