@@ -1,12 +1,15 @@
 """Benchmark: search small instances adversarially for agora's worst ratio to the optimum and to each baseline.
 
 Usage: python bench/run_adversarial.py [--instances 2000] [--seed 0] [--targets scale-vs-optimum,vs-heft,...]
-                                       [--time-limit-s 2] [--exact-time-limit-s 5] [--jobs 1]
+                                       [--time-limit-s 2] [--exact-time-limit-s 5] [--jobs 1] [--max-seconds S]
                                        [--out bench/results/adversarial] [--cases tests/engines/adversarial]
 
 For each target (``bench/adversarial/targets.py``) a simulated-annealing chain
 (``bench/adversarial/search.py``) evaluates ``--instances`` instances of up to 12 tasks and 4
-resource types (``bench/adversarial/instances.py``), seeded by ``--seed`` and the target's name.
+resource types (``bench/adversarial/instances.py``), seeded by ``--seed`` and the target's name;
+``--max-seconds`` stops each target's search after that long, with fewer instances searched (the table says
+how many of those asked). ``--merge A.json B.json ...`` searches nothing: it writes one table of the rows of
+earlier results (for each target, the last file's row), each row with the command and date of its search.
 Writes ``<out>.json`` and ``<out>.md`` (the command and date on top; per target the worst ratio,
 its case file, and how many instances were searched and counted), and the worst instance of each
 target as ``<cases>/<target>.json``, which ``tests/engines/test_adversarial_cases.py`` re-checks.
@@ -31,17 +34,19 @@ from bench.adversarial.search import TargetResult, bound_of, search  # noqa: E40
 from bench.adversarial.targets import TARGETS, Settings  # noqa: E402
 
 
-def _search(job: tuple[str, int, int, Settings, Path, dict[str, Any]]) -> TargetResult:
-    target, instances, seed, settings, cases, extra = job
-    return search(target, instances, seed, settings, keep=lambda result: _keep_worst(result, cases, extra))
+def _search(job: tuple[str, int, int, Settings, Path, dict[str, Any], float | None]) -> TargetResult:
+    target, instances, seed, settings, cases, extra, max_seconds = job
+    keep = lambda result: _keep_worst(result, cases, extra)  # noqa: E731
+    return search(target, instances, seed, settings, keep=keep, max_seconds=max_seconds)
 
 
-def summary(result: TargetResult, case: Path | None) -> dict[str, Any]:
+def summary(result: TargetResult, case: Path | None, asked: int) -> dict[str, Any]:
     worst = result.worst
     return {
         "target": result.target,
         "bound": bound_of(result.target),
         "seed": result.seed,
+        "instances_asked": asked,
         "instances_searched": result.searched,
         "instances_counted": result.counted,
         "over_bound": result.over_bound,
@@ -75,12 +80,28 @@ def markdown(command: str, date: str, rows: list[dict[str, Any]]) -> str:
         if row["worst_missed_deadline"]:
             worst += " (misses the deadline)"
         lowest = "-" if row["lowest_ratio"] is None else f"{row['lowest_ratio']:.4f}"
+        searched = f"{row['instances_searched']}"
+        if row.get("instances_asked", row["instances_searched"]) > row["instances_searched"]:
+            searched += f" of {row['instances_asked']} (time limit)"
         lines.append(
-            f"| {row['target']} | {row['bound']:.2f} | {row['instances_searched']} | {row['instances_counted']} "
+            f"| {row['target']} | {row['bound']:.2f} | {searched} | {row['instances_counted']} "
             f"| {row['over_bound']} | {row['missed_deadlines']} | {len(row['invalid_plans'])} | {worst} "
             f"| {row['worst_case'] or '-'} | {lowest} | {row['seconds_per_instance']:.3f} |"
         )
+    searches = [row for row in rows if "command" in row]
+    if searches:
+        lines += ["", "Each row's search:", ""]
+        lines += [f"- {row['target']}: `{row['command']}` ({row['date']})" for row in searches]
     return "\n".join(lines) + "\n"
+
+
+def merged(documents: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows of earlier results, one per target (the last document's), each with its search's command and date."""
+    rows: dict[str, dict[str, Any]] = {}
+    for document in documents:
+        for row in document["targets"]:
+            rows[row["target"]] = {"command": document["command"], "date": document["date"], **row}
+    return sorted(rows.values(), key=lambda row: TARGETS.index(row["target"]))
 
 
 def _keep_worst(result: TargetResult, cases: Path, extra: dict[str, Any]) -> Path | None:
@@ -108,22 +129,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--time-limit-s", type=float, default=2.0, help="agora's and each baseline's")
     parser.add_argument("--exact-time-limit-s", type=float, default=5.0, help="CP-SAT's, then the MILP's")
     parser.add_argument("--jobs", type=int, default=1, help="targets searched at once")
+    parser.add_argument("--max-seconds", type=float, default=None, help="each target's search stops after this long")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "adversarial")
     parser.add_argument("--cases", type=Path, default=ROOT / "tests" / "engines" / "adversarial")
+    parser.add_argument("--merge", type=Path, nargs="+", help="earlier results' JSON files: one table, no search")
     args = parser.parse_args(argv)
+    command = "python bench/run_adversarial.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    date = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    if args.merge:
+        write_results(args.out, command, date, merged([json.loads(path.read_text()) for path in args.merge]))
+        return 0
     targets = [t.strip() for t in args.targets.split(",") if t.strip()]
     unknown = [t for t in targets if t not in TARGETS]
     if unknown or args.instances < 1:
         parser.error(f"--targets: unknown {', '.join(unknown)}" if unknown else "--instances: at least 1")
     settings = Settings(time_limit_s=args.time_limit_s, exact_time_limit_s=args.exact_time_limit_s)
-    command = "python bench/run_adversarial.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    date = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     found_by = {"command": command, "date": date}
-    jobs = [(target, args.instances, args.seed, settings, args.cases, found_by) for target in targets]
+    jobs = [(target, args.instances, args.seed, settings, args.cases, found_by, args.max_seconds) for target in targets]
     rows: list[dict[str, Any]] = []
     with Pool(max(args.jobs, 1)) as pool:
         for result in pool.imap_unordered(_search, jobs):  # each target's results written as soon as it ends
-            row = summary(result, _keep_worst(result, args.cases, found_by))
+            row = summary(result, _keep_worst(result, args.cases, found_by), args.instances)
             print(json.dumps(row), flush=True)
             rows = sorted([*rows, row], key=lambda r: targets.index(r["target"]))
             write_results(args.out, command, date, rows)

@@ -4,7 +4,8 @@ A chain starts from a random instance; each step mutates the current one (:func:
 or, one step in :data:`RESTART_EVERY`, starts again from a random instance, so that one chain visits
 more than one basin. A step that raises the fitness is always kept, one that lowers it by ``d`` with
 probability ``exp(-d / T)``; the temperature falls geometrically from :data:`T_START` to :data:`T_END`
-over the run. An instance that does not count (no proven optimum, a reference late itself) is kept
+over the run. A run given ``max_seconds`` stops when they pass, with fewer instances searched than asked
+(the result says how many). An instance that does not count (no proven optimum, a reference late itself) is kept
 only while the chain has nothing better. The worst instance seen is kept, whatever the chain does.
 """
 
@@ -50,16 +51,23 @@ def bound_of(target: str) -> float:
 
 
 def search(
-    target: str, instances: int, seed: int, settings: Settings, keep: Callable[[TargetResult], object] | None = None
+    target: str,
+    instances: int,
+    seed: int,
+    settings: Settings,
+    keep: Callable[[TargetResult], object] | None = None,
+    max_seconds: float | None = None,
 ) -> TargetResult:
-    """Search ``instances`` instances; ``keep(result)`` is called on every new worst, so that a run stopped
-    early has kept what it found."""
+    """Search ``instances`` instances, or as many as ``max_seconds`` allow; ``keep(result)`` is called on every
+    new worst, so that a run stopped early has kept what it found."""
     rng = random.Random(f"{seed}:{target}")
     result = TargetResult(target, seed)
     started = time.perf_counter()
     current: Instance | None = None
     current_fitness = 0.0
     for step in range(instances):
+        if max_seconds is not None and time.perf_counter() - started >= max_seconds:
+            break
         candidate = random_instance(rng) if current is None or step % RESTART_EVERY == 0 else mutate(current, rng)
         comparison = evaluate(target, candidate.problem(), settings)
         if _record(result, candidate, comparison) and keep is not None:

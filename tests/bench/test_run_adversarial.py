@@ -66,3 +66,38 @@ def test_a_short_search_writes_its_tables_and_its_worst_cases(tmp_path: Path) ->
     markdown = out.with_suffix(".md").read_text()
     assert markdown.startswith("Command: `python bench/run_adversarial.py --instances 4")
     assert "| vs-heft | 1.01 | 4 |" in markdown
+
+
+def test_a_search_out_of_time_says_how_many_instances_it_searched_of_those_asked(tmp_path: Path) -> None:
+    out, cases = tmp_path / "adversarial", tmp_path / "cases"
+    argv = ["--instances", "4", "--targets", "vs-heft", "--max-seconds", "0"]
+    assert run_adversarial.main([*argv, "--out", str(out), "--cases", str(cases)]) == 0
+    (row,) = json.loads(out.with_suffix(".json").read_text())["targets"]
+    assert (row["instances_asked"], row["instances_searched"], row["worst_ratio"]) == (4, 0, None)
+    assert "| vs-heft | 1.01 | 0 of 4 (time limit) | 0 |" in out.with_suffix(".md").read_text()
+    assert not cases.exists()  # nothing found, nothing kept
+
+
+def test_merged_results_keep_each_targets_last_row_with_the_command_of_its_search(tmp_path: Path) -> None:
+    def result(command: str, date: str, targets: list[str]) -> Path:
+        row = {"target": "", "bound": 1.01, "instances_searched": 2, "instances_counted": 2, "over_bound": 0}
+        row |= {"missed_deadlines": 0, "invalid_plans": [], "worst_ratio": 1.0, "worst_missed_deadline": False}
+        row |= {"worst_case": None, "lowest_ratio": 0.5, "seconds_per_instance": 0.1}
+        path = tmp_path / f"{date}.json"
+        document = {"command": command, "date": date, "targets": [{**row, "target": t} for t in targets]}
+        path.write_text(json.dumps(document))
+        return path
+
+    first = result("python bench/run_adversarial.py --seed 0", "d1", ["vs-heft", "vs-peft"])
+    second = result("python bench/run_adversarial.py --seed 1", "d2", ["vs-peft", "scale-vs-optimum"])
+    out = tmp_path / "adversarial"
+    assert run_adversarial.main(["--merge", str(first), str(second), "--out", str(out)]) == 0
+    rows = json.loads(out.with_suffix(".json").read_text())["targets"]
+    assert [(r["target"], r["date"]) for r in rows] == [
+        ("scale-vs-optimum", "d2"),
+        ("vs-heft", "d1"),
+        ("vs-peft", "d2"),
+    ]
+    markdown = out.with_suffix(".md").read_text()
+    assert "- vs-heft: `python bench/run_adversarial.py --seed 0` (d1)" in markdown
+    assert "- vs-peft: `python bench/run_adversarial.py --seed 1` (d2)" in markdown

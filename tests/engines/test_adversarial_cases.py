@@ -21,16 +21,17 @@ CASES = sorted((Path(__file__).parent / "adversarial").glob("*.json"))
 EXACT_TIME_LIMIT_S = 30.0  # the search gave each exact engine 5 s; a busy machine needs more to prove the same
 KNOWN: dict[str, str] = {  # case file name -> why agora misses the bound there, and by how much
     "scale-vs-optimum.json": (
-        "1037x the proven optimum (cost under a deadline 1.10x the makespan bound; r0 costs 22.5 USD an hour): "
-        "at scale deadline-aware list scheduling misses the deadline, PEFT alone meets it, on the dearest type, "
-        "and no stage that runs above 3,000 tasks makes its plan cheaper; local search from PEFT's plan reaches "
-        "1.04x, but it is off above 3,000 tasks and no one has measured it at 10,000"
+        "171x the proven optimum (balanced under a deadline; cost dominates the score): five tasks, one of which sends "
+        "37.6 GB to its child, stay on the dearest type (r2, 3.87 USD an hour); the optimum spreads them over "
+        "two cheap types (r0, r3) at 1.7x the makespan. Lease filling moves one task or one whole machine: all "
+        "five on one cheap type miss the deadline (t4 alone takes 2,737 s on r0), and each single move first "
+        "makes the plan worse"
     ),
-    "scale-vs-optimum-idle-lease.json": (
-        "1.122x the proven optimum (balanced; list scheduling wins at scale): the optimum runs the cheap "
-        "tasks on the one r0 machine that a 12 GiB task leases for an hour anyway, started inside that lease; "
-        "no stage that runs at scale fills a lease's idle cores, and local search (up to 3,000 tasks) cannot "
-        "either, as re-timing starts every task as early as it can, which stretches the lease"
+    "scale-vs-optimum-two-moves.json": (
+        "1.237x the proven optimum (balanced, no deadline; list scheduling and lease filling win at scale, "
+        "makespan 1.48x the bound): the optimum moves t0 and t2 together onto a second r2 machine, which lets five "
+        "later tasks start 2,100 s sooner; lease filling moves one task or one whole machine at a time, and t0 "
+        "alone gains nothing while t2 waits for t4's core"
     ),
 }
 
