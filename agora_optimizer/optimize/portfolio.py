@@ -127,8 +127,7 @@ def default_stages() -> list[Stage]:
         # The best plan so far made cheaper: work moved into leases already paid for, onto cheaper machines,
         # leases left empty dropped (engines/lease_fill.py). Here, before the slower stages, so that it runs
         # at 30,000 tasks too, where they use what is left of the time limit; again after pool search.
-        # Alone on the cheapest-first fleet's plan under 1.5 x T (2 shared cores, load 8): genome-10k,
-        # memory-tight, 8.52 to 8.49 USD in 1.4 s; genome-30k, hpc-36, 54.94 to 53.07 USD in 18 s, 49.39 in 57 s.
+        # What it gains at scale: docs/results.md, cost under a real deadline.
         Stage(LeaseFillEngine(), share=0.3),
         Stage(PartitionEngine(), share=0.3, objectives=("time",)),
         Stage(OneTypeDefaultEngine(), share=0.05),
