@@ -143,12 +143,12 @@ def replan(
         best, method = listed, "list"
     note = ""
     deadline_s = plan.objective.deadline_s
-    aim_s = None if deadline_s is None else deadline_s - deadline_margin * max(deadline_s - now_s, 0.0)
-    if deadline_s is not None and aim_s is not None and best[1] > aim_s + TIME_TOLERANCE_S:  # (aim_s: for mypy)
+    aimed_s = None if deadline_s is None else aim_s(deadline_s, now_s, deadline_margin)
+    if deadline_s is not None and aimed_s is not None and best[1] > aimed_s + TIME_TOLERANCE_S:  # (aimed_s: for mypy)
         kept_cost, limit = best, started + time_limit_s
-        aimed = Problem(workflow, catalog, replace(plan.objective, deadline_s=aim_s), scale)
+        aimed = Problem(workflow, catalog, replace(plan.objective, deadline_s=aimed_s), scale)
         # a time plan: its list schedule was all on time already
-        rushed = _rushed(run, (kept_order, list_order), rank, alpha, scale, limit, aim_s) if alpha < 1 else []
+        rushed = _rushed(run, (kept_order, list_order), rank, alpha, scale, limit, aimed_s) if alpha < 1 else []
         for candidate in rushed:  # the least late for the aim first (on time for it), then the objective
             if aimed.rank(candidate[1], candidate[2]) < aimed.rank(best[1], best[2]):
                 best, method = candidate, "deadline"
@@ -172,6 +172,11 @@ def replan(
     )
 
 
+def aim_s(deadline_s: float, now_s: float, margin: float = DEADLINE_MARGIN) -> float:
+    """Where a repair at ``now_s`` aims: ``margin`` of the time left before ``deadline_s`` early."""
+    return deadline_s - margin * max(deadline_s - now_s, 0.0)
+
+
 def at_risk(plan: Plan, now_s: float, late_s: float, margin: float = DEADLINE_MARGIN) -> bool:
     """The deadline of ``plan`` (the plan in force) is at risk at ``now_s``, a task having just ended ``late_s``
     after its plan: the deadline not passed yet, and the plan's makespan moved by that lateness past the aim a
@@ -179,7 +184,7 @@ def at_risk(plan: Plan, now_s: float, late_s: float, margin: float = DEADLINE_MA
     deadline_s = plan.objective.deadline_s
     if deadline_s is None or now_s >= deadline_s:
         return False  # no deadline, or lost: nothing left to keep
-    return plan.makespan_s + max(late_s, 0.0) > deadline_s - margin * (deadline_s - now_s)
+    return plan.makespan_s + max(late_s, 0.0) > aim_s(deadline_s, now_s, margin)
 
 
 def _rushed(
