@@ -107,10 +107,8 @@ class DeadlineListEngine(Engine):
             # A late schedule is no answer: when the first is late, the first search makes the second, with
             # the overrun's beta, even past its time limit (at 30,000 tasks the limit's share affords one
             # schedule, and at beta 1 it often ends late; the overrun's beta is timely, as a rule).
-            tries = 0
-            while budget.affords() or (
-                tries < 2 and not instant and not on_time
-            ):  # the first search: at least two tries
+            tries = 0  # the first search makes at least two tries, unless a plan on time is in hand
+            while budget.affords() or (tries < 2 and not instant and not on_time):
                 tries += 1
                 makespan, planned = schedule(beta, True, instant)
                 if makespan <= deadline + 1e-6:
