@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from agora_optimizer.engines.annealing import AnnealingEngine
 from agora_optimizer.engines.base import Engine, EngineResult
 from agora_optimizer.engines.deadline_list import DeadlineListEngine
 from agora_optimizer.engines.exact.cpsat.engine import CpSatEngine
@@ -135,7 +136,11 @@ def default_stages() -> list[Stage]:
         Stage(LeaseFillEngine(), share=0.3, max_tasks=20_000),  # on pool search's plan, where it wins
         Stage(CpSatEngine(), share=0.6, max_tasks=CPSAT_MAX_TASKS),
         Stage(MilpEngine(), share=0.6, max_tasks=40),
-        Stage(LocalSearchEngine(), share=1.0, max_tasks=3000),
+        Stage(LocalSearchEngine(), share=0.5, max_tasks=3000),
+        # The moves that need a worse step first (several tasks off a dear type at once), at every size where a
+        # few dozen re-timings fit in the time left; then the leases it changed started as late as they can.
+        Stage(AnnealingEngine(), share=0.8),
+        Stage(LeaseFillEngine(), share=1.0),
     ]
 
 
