@@ -14,8 +14,8 @@ sees is valid by construction):
 - relocate: one task onto another machine that fits it, or onto a new machine of a type that
   fits it where ``count`` allows;
 - swap: two tasks on different machines trade places;
-- split: some of one machine's tasks onto a new machine of a type that fits them all (or the whole
-  machine onto another type);
+- split: some of one machine's tasks (or all of them) onto another machine that fits them all, or a
+  new one of any type that does (a split, a merge, a retype);
 - reorder: two neighbours in the re-timing order (no edge between them) trade places.
 
 What a plan weighs is its rank's score times one plus ten times its excess over the deadline and
@@ -35,8 +35,9 @@ from collections.abc import Sequence
 from agora_optimizer.engines.base import Engine, EngineResult
 from agora_optimizer.model.catalog import Resource
 from agora_optimizer.model.plan import Assignment, machine_type
+from agora_optimizer.planning.lease_packing import pack_earlier, pack_later
 from agora_optimizer.planning.problem import Problem
-from agora_optimizer.planning.retime import retime, start_order
+from agora_optimizer.planning.retime import retime, retime_late, start_order
 from agora_optimizer.planning.time_budget import TimeBudget
 from agora_optimizer.planning.validate import count_violations
 
@@ -48,7 +49,7 @@ MIN_STEPS = 20
 LATE_WEIGHT = 10.0
 # A re-timing's cost per task, on the high side (1.95 s for genome's 30,000 tasks on one type, few machines):
 # the search starts only when FIRST_STEPS of them fit, so that its first step does not overrun the limit.
-RETIME_S_PER_TASK = 1e-4
+RETIME_S_PER_TASK = 2e-4  # two re-timings a step, and two packings
 FIRST_STEPS = 3
 
 Mapping_ = dict[str, str]  # task -> machine id
@@ -112,8 +113,7 @@ class _Annealing:
             if move is None:
                 continue
             with self.budget:
-                candidate = retime(self.problem.workflow, self.problem.catalog, *move)
-                rank = self.problem.rank(*self.problem.evaluate(candidate))
+                candidate, rank = self._timed(*move)
             if not self._within_counts(move[0], candidate):
                 continue
             new_weight = self._weight(rank)
@@ -123,6 +123,20 @@ class _Annealing:
             if rank < self.best_rank:
                 self.best, self.best_rank, improved = candidate, rank, True
         return improved
+
+    def _timed(self, machine_of: Mapping_, order: list[str]) -> tuple[list[Assignment], tuple[float, float, float]]:
+        """The best of three timings of a mapping: the earliest-start schedule, it with every lease packed
+        toward its end, and its mirror (each task as late as the first's makespan lets it end) packed toward
+        each lease's start (planning/lease_packing.py)."""
+        workflow, catalog = self.problem.workflow, self.problem.catalog
+        early = retime(workflow, catalog, machine_of, order)
+        late = retime_late(workflow, catalog, machine_of, order, max(a.end_s for a in early))
+        candidates = [early, pack_later(workflow, catalog, early)]
+        if late is not None:
+            candidates.append(pack_earlier(workflow, catalog, late))
+        ranked = [(self.problem.rank(*self.problem.evaluate(c)), i) for i, c in enumerate(candidates)]
+        rank, best = min(ranked)
+        return candidates[best], rank
 
     def _steps(self) -> int:
         """A cycle's length: :data:`STEPS_PER_TASK` per task, but no more than a third of the moves that
@@ -196,16 +210,22 @@ class _Annealing:
         return {**machine_of, first: b, second: a}
 
     def _split(self, machine_of: Mapping_) -> Mapping_ | None:
+        """Some of one machine's tasks (each with even odds; all, when none drew) onto another machine that holds
+        each of them, or a new one: a split, a merge or a retype."""
         machines = self._on_machines(machine_of)
         source = self.rng.choice(list(machines))
         on_source = machines[source]
         moving = [t for t in on_source if self.rng.random() < 0.5] or on_source
         by_id = self.problem.workflow.by_id
-        types = [r for r in self.problem.catalog.resources if all(r.fits(by_id[t]) for t in moving)]
-        self.rng.shuffle(types)
-        if not types:
+        catalog = self.problem.catalog
+        targets = [
+            m for m in machines if m != source and all(catalog.by_name[machine_type(m)].fits(by_id[t]) for t in moving)
+        ]
+        targets += [self._new_machine(r, machines) for r in catalog.resources if all(r.fits(by_id[t]) for t in moving)]
+        targets = [m for m in targets if m != source]
+        if not targets:
             return None
-        return {**machine_of, **dict.fromkeys(moving, self._new_machine(self.rng.choice(types), machines))}
+        return {**machine_of, **dict.fromkeys(moving, self.rng.choice(targets))}
 
     def _reorder(self, machine_of: Mapping_, order: list[str]) -> tuple[Mapping_, list[str]] | None:
         if len(order) < 2:

@@ -1,9 +1,12 @@
-"""Re-timing: given which machine runs each task, start every task as early as it can.
+"""Re-timing: given which machine runs each task, start every task as early as it can, or end it as late.
 
 Tasks are taken in a fixed topological order; each starts at the earliest instant at
 which its parents' data has arrived and its machine has the cores, memory and GPUs free for
 its whole run (insertion into the machine's usage profile). Local search moves tasks
-between machines and calls this to get the schedule that follows.
+between machines and calls this to get the schedule that follows. :func:`retime_late` is its
+mirror: children first, each task ends as late as its children's data needs and its machine
+allows, by a horizon, which packs a machine's tasks toward its last (a shorter lease where
+they were spread).
 """
 
 from __future__ import annotations
@@ -43,6 +46,44 @@ def retime(
         duration = resource.runtime_s(task)
         start = timeline.earliest_start(ready, duration, task.cores, task.memory_bytes, task.gpus)
         timeline.add(start, start + duration, task.cores, task.memory_bytes, task.gpus)
+        placed[task_id] = Assignment(
+            task=task_id,
+            resource=resource.name,
+            machine=machine,
+            start_s=start,
+            end_s=start + duration,
+            cores=task.cores,
+            memory_bytes=task.memory_bytes,
+            gpus=task.gpus,
+        )
+    return [placed[task_id] for task_id in order]
+
+
+def retime_late(
+    workflow: Workflow, catalog: Catalog, machine_of: Mapping[str, str], order: Sequence[str], horizon_s: float
+) -> list[Assignment] | None:
+    """The latest-end schedule of ``order`` (taken children first) with each task on ``machine_of[task]``, every
+    task ending by ``horizon_s``; None when a task would then start before its type allows (release, boot)."""
+    timelines: dict[str, MachineTimeline] = {}  # each in mirrored time: horizon_s - t
+    placed: dict[str, Assignment] = {}
+    for task_id in reversed(order):
+        task = workflow.by_id[task_id]
+        machine = machine_of[task_id]
+        resource = catalog.by_name[machine_type(machine)]
+        due = horizon_s
+        for edge in workflow.children[task_id]:
+            child = placed[edge.child]
+            needed = child.start_s if child.machine == machine else child.start_s - catalog.transfer_s(edge.bytes)
+            due = min(due, needed)
+        timeline = timelines.get(machine)
+        if timeline is None:
+            timeline = timelines[machine] = MachineTimeline(resource.vcpus, resource.memory_bytes, gpus=resource.gpus)
+        duration = resource.runtime_s(task)
+        mirrored = timeline.earliest_start(horizon_s - due, duration, task.cores, task.memory_bytes, task.gpus)
+        start = horizon_s - mirrored - duration
+        if start < resource.earliest_start_of(task) - 1e-9:
+            return None
+        timeline.add(mirrored, mirrored + duration, task.cores, task.memory_bytes, task.gpus)
         placed[task_id] = Assignment(
             task=task_id,
             resource=resource.name,

@@ -19,21 +19,7 @@ from bench.adversarial.targets import Settings, evaluate
 
 CASES = sorted((Path(__file__).parent / "adversarial").glob("*.json"))
 EXACT_TIME_LIMIT_S = 30.0  # the search gave each exact engine 5 s; a busy machine needs more to prove the same
-KNOWN: dict[str, str] = {  # case file name -> why agora misses the bound there, and by how much
-    "scale-vs-optimum.json": (
-        "171x the proven optimum (balanced under a deadline; cost dominates the score): five tasks, one of which sends "
-        "37.6 GB to its child, stay on the dearest type (r2, 3.87 USD an hour); the optimum spreads them over "
-        "two cheap types (r0, r3) at 1.7x the makespan. Lease filling moves one task or one whole machine: all "
-        "five on one cheap type miss the deadline (t4 alone takes 2,737 s on r0), and each single move first "
-        "makes the plan worse"
-    ),
-    "scale-vs-optimum-two-moves.json": (
-        "1.237x the proven optimum (balanced, no deadline; list scheduling and lease filling win at scale, "
-        "makespan 1.48x the bound): the optimum moves t0 and t2 together onto a second r2 machine, which lets five "
-        "later tasks start 2,100 s sooner; lease filling moves one task or one whole machine at a time, and t0 "
-        "alone gains nothing while t2 waits for t4's core"
-    ),
-}
+KNOWN: dict[str, str] = {}  # case file name -> why agora misses the bound there, and by how much
 
 
 def _param(path: Path) -> object:
