@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 import random
+import time
 from collections import defaultdict
 from collections.abc import Sequence
 
@@ -87,6 +88,7 @@ class _Annealing:
         self.tasks = [t.id for t in problem.workflow.tasks]
         self.best = list(assignments)
         self.best_rank = problem.rank(*problem.evaluate(self.best))
+        self.timed_s, self.timed_steps = 0.0, 0  # the moves timed so far, for a cycle's length
 
     def run(self) -> bool:
         """Cycles of annealing from the best plan; whether any plan ranked better than the one given."""
@@ -112,8 +114,11 @@ class _Annealing:
             move = self._move(machine_of, order)
             if move is None:
                 continue
+            started = time.perf_counter()
             with self.budget:
                 candidate, rank = self._timed(*move)
+            self.timed_s += time.perf_counter() - started
+            self.timed_steps += 1
             if not self._within_counts(move[0], candidate):
                 continue
             new_weight = self._weight(rank)
@@ -142,8 +147,9 @@ class _Annealing:
         """A cycle's length: :data:`STEPS_PER_TASK` per task, but no more than a third of the moves that
         fit in the time left (so that a large workflow still cools within its limit)."""
         steps = max(MIN_STEPS, STEPS_PER_TASK * len(self.tasks))
-        if self.budget.step_s > 0:
-            steps = min(steps, max(MIN_STEPS, int(self.budget.remaining_s() / self.budget.step_s / 3)))
+        if self.timed_s > 0:  # by the mean step: one step slowed by a busy machine must not shorten every cycle
+            step_s = self.timed_s / self.timed_steps
+            steps = min(steps, max(MIN_STEPS, int(self.budget.remaining_s() / step_s / 3)))
         return steps
 
     def _weight(self, rank: tuple[float, float, float]) -> float:
