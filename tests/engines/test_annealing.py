@@ -48,7 +48,7 @@ def test_annealing_never_worsens_and_keeps_plans_valid(label_problem: tuple[str,
 def test_annealing_makes_the_joint_move_that_single_moves_cannot() -> None:
     # The adversarial search's worst case at scale settings before annealing: five tasks had to leave the dearest
     # type together, each single move making the plan worse first (171x the optimum).
-    instance, _ = load_case(CASES / "scale-vs-optimum.json")
+    instance, _ = load_case(CASES / "scale-vs-optimum-joint-move.json")
     problem = instance.problem()
     without = [s for s in scale_stages(10_000) if s.engine.name != "annealing"]
     start = run_portfolio(problem, 2.0, without).best
