@@ -19,6 +19,9 @@ from bench.adversarial.targets import Settings, evaluate
 
 CASES = sorted((Path(__file__).parent / "adversarial").glob("*.json"))
 EXACT_TIME_LIMIT_S = 30.0  # the search gave each exact engine 5 s; a busy machine needs more to prove the same
+# The search gave agora 2 s, on a machine running nothing else; the suite runs two workers beside it, and
+# annealing, the last stage, gets what the earlier ones leave of the limit.
+AGORA_TIME_LIMIT_S = 5.0
 KNOWN: dict[str, str] = {}  # case file name -> why agora misses the bound there, and by how much
 
 
@@ -38,7 +41,9 @@ def test_every_target_keeps_a_case() -> None:
 def test_agora_meets_the_bound_on_the_worst_case_found(path: Path) -> None:
     instance, case = load_case(path)
     target = case["target"]
-    found = evaluate(target, instance.problem(), Settings(exact_time_limit_s=EXACT_TIME_LIMIT_S))
+    found = evaluate(
+        target, instance.problem(), Settings(time_limit_s=AGORA_TIME_LIMIT_S, exact_time_limit_s=EXACT_TIME_LIMIT_S)
+    )
     assert found.ratio is not None, f"{path.name}: the reference no longer counts (no proven optimum, or late)"
     assert found.invalid == [], f"{path.name}: {found.invalid[0]}"
     assert not found.missed, f"{path.name}: agora ({found.agora}) misses a deadline {found.reference} meets"
