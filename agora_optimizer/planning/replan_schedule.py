@@ -28,14 +28,7 @@ from agora_optimizer.planning.arrivals import Arrivals
 from agora_optimizer.planning.bounds import fastest_runtime_s
 from agora_optimizer.planning.problem import Bounds
 from agora_optimizer.planning.replan_fleet import Fleet, FleetMachine
-from agora_optimizer.planning.run_state import (
-    TIME_TOLERANCE_S,
-    Done,
-    Pending,
-    ReplanError,
-    TaskState,
-    expected_end_s,
-)
+from agora_optimizer.planning.run_state import TIME_TOLERANCE_S, Done, Pending, ReplanError, TaskState
 
 MACHINES_PER_TYPE = 2  # beyond it, a task tries the first-idle machines of a type (and its parents', its planned)
 TIME_CHECK_EVERY = 32  # tasks placed between two looks at the clock
@@ -100,7 +93,7 @@ def prepare(
         else:
             if status.start_s > now_s + TIME_TOLERANCE_S:
                 raise ReplanError(f"task '{task.id}' runs since {status.start_s} s, after now ({now_s} s)")
-            start, end = status.start_s, expected_end_s(status.start_s, duration, now_s)
+            start, end = status.start_s, max(now_s, status.start_s + duration)
             memory = max(memory, status.memory_bytes or 0)
         placed = Assignment(task.id, resource.name, status.machine, start, end, task.cores, memory, task.gpus)
         run.fixed.append(placed)

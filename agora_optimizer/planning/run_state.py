@@ -30,17 +30,6 @@ def late_by_s(start_s: float, end_s: float, ended_s: float, slack: float, min_la
     return late_s
 
 
-def expected_end_s(start_s: float, duration_s: float, now_s: float) -> float:
-    """When a task running since ``start_s`` is expected to end, at ``now_s``: at the end of its predicted
-    ``duration_s`` while it has not passed it; past it, as far again past ``now_s`` as it has overrun (a task
-    that has run long will likely run longer still: in the traces, a task ran 10x and 171x its prediction),
-    where taking it to end at once would forecast every overrun as over."""
-    planned_end_s = start_s + duration_s
-    if now_s <= planned_end_s:
-        return planned_end_s
-    return now_s + (now_s - planned_end_s)
-
-
 class ReplanError(AgoraError):
     """A run's state that cannot be re-planned: an unknown task or machine, a time in the future."""
 
