@@ -137,10 +137,11 @@ def default_stages() -> list[Stage]:
         Stage(CpSatEngine(), share=0.6, max_tasks=CPSAT_MAX_TASKS),
         Stage(MilpEngine(), share=0.6, max_tasks=40),
         Stage(LocalSearchEngine(), share=0.5, max_tasks=3000),
-        # The moves that need a worse step first (several tasks off a dear type at once), at every size where a
-        # few dozen re-timings fit in the time left; then the leases it changed started as late as they can.
-        Stage(AnnealingEngine(), share=0.8),
-        Stage(LeaseFillEngine(), share=1.0),
+        # The moves that need a worse step first (several tasks off a dear type at once), where a few re-timings fit
+        # in the time left (a step takes seconds at 30,000 tasks: up to 20,000, as pool search); then lease filling
+        # on its plan.
+        Stage(AnnealingEngine(), share=0.8, max_tasks=20_000),
+        Stage(LeaseFillEngine(), share=1.0, max_tasks=20_000),
     ]
 
 
