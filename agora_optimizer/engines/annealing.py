@@ -8,11 +8,13 @@ factor ``q`` is kept with probability ``exp(-ln q / T)``, ``T`` falling from :da
 :data:`T_END` over a cycle; each cycle starts again from the best plan seen, and the search stops
 after :data:`PATIENCE` cycles without a better one, or at its time limit.
 
-The moves (each re-timed with :func:`~agora_optimizer.planning.retime.retime`, so every plan it
-sees is valid by construction):
+The moves (each mapping timed three ways, :meth:`_Annealing._timed`: by
+:func:`~agora_optimizer.planning.retime.retime` with each lease packed toward its end, and by its
+mirror :func:`~agora_optimizer.planning.retime.retime_late` packed toward each lease's start, so
+every plan it sees is valid by construction):
 
 - relocate: one task onto another machine that fits it, or onto a new machine of a type that
-  fits it where ``count`` allows;
+  fits it;
 - swap: two tasks on different machines trade places;
 - split: some of one machine's tasks (or all of them) onto another machine that fits them all, or a
   new one of any type that does (a split, a merge, a retype);
