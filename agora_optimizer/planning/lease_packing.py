@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import replace
 
 from agora_optimizer.model.catalog import Catalog
 from agora_optimizer.model.plan import Assignment, machine_type
@@ -45,6 +44,8 @@ def _pack(workflow: Workflow, catalog: Catalog, assignments: Sequence[Assignment
     for a in assignments:
         on_machine[a.machine].append(a.task)
     for machine, tasks in on_machine.items():
+        if len(tasks) < 2:
+            continue  # a lease of one task is as short as it can be
         moved = _packed_machine(workflow, catalog, placed, machine, tasks, later)
         if moved is not None:
             placed.update(moved)
@@ -101,6 +102,15 @@ def _packed_machine(
             if start + duration > needed(task_id) + EPSILON_S:
                 return None
             timeline.add(start, start + duration, task.cores, task.memory_bytes, task.gpus)
-        moved[task_id] = replace(current, start_s=start, end_s=start + duration)
+        moved[task_id] = Assignment(
+            current.task,
+            current.resource,
+            machine,
+            start,
+            start + duration,
+            current.cores,
+            current.memory_bytes,
+            current.gpus,
+        )
     span = max(a.end_s for a in moved.values()) - min(a.start_s for a in moved.values())
     return moved if span < last - first - EPSILON_S else None
