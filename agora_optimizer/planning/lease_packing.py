@@ -91,9 +91,10 @@ def _packed_machine(
             mirrored = timeline.earliest_start(
                 last - needed(task_id), duration, task.cores, task.memory_bytes, task.gpus
             )
-            start = last - mirrored - duration
-            if start < arrival(task_id) - EPSILON_S:
+            start, ready = last - mirrored - duration, arrival(task_id)
+            if start < ready - EPSILON_S:
                 return None
+            start = max(start, ready)  # not a rounding error before its data (or before time 0)
             timeline.add(mirrored, mirrored + duration, task.cores, task.memory_bytes, task.gpus)
         else:
             start = timeline.earliest_start(

@@ -80,9 +80,10 @@ def retime_late(
             timeline = timelines[machine] = MachineTimeline(resource.vcpus, resource.memory_bytes, gpus=resource.gpus)
         duration = resource.runtime_s(task)
         mirrored = timeline.earliest_start(horizon_s - due, duration, task.cores, task.memory_bytes, task.gpus)
-        start = horizon_s - mirrored - duration
-        if start < resource.earliest_start_of(task) - 1e-9:
+        start, earliest = horizon_s - mirrored - duration, resource.earliest_start_of(task)
+        if start < earliest - 1e-9:
             return None
+        start = max(start, earliest)  # not a rounding error before it (a lease from -5.7e-14 s broke lease filling)
         timeline.add(mirrored, mirrored + duration, task.cores, task.memory_bytes, task.gpus)
         placed[task_id] = Assignment(
             task=task_id,
