@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from agora_optimizer.model.catalog import Catalog
+from agora_optimizer.model.catalog import Catalog, Resource
 from agora_optimizer.model.plan import Assignment, machine_type
-from agora_optimizer.model.workflow import Workflow
+from agora_optimizer.model.workflow import Task, Workflow
 from agora_optimizer.planning.timeline import MachineTimeline
 
 
@@ -40,22 +40,11 @@ def retime(
             parent = placed[edge.parent]
             arrival = parent.end_s if parent.machine == machine else parent.end_s + catalog.transfer_s(edge.bytes)
             ready = max(ready, arrival)
-        timeline = timelines.get(machine)
-        if timeline is None:
-            timeline = timelines[machine] = MachineTimeline(resource.vcpus, resource.memory_bytes, gpus=resource.gpus)
+        timeline = _timeline(timelines, machine, resource)
         duration = resource.runtime_s(task)
         start = timeline.earliest_start(ready, duration, task.cores, task.memory_bytes, task.gpus)
         timeline.add(start, start + duration, task.cores, task.memory_bytes, task.gpus)
-        placed[task_id] = Assignment(
-            task=task_id,
-            resource=resource.name,
-            machine=machine,
-            start_s=start,
-            end_s=start + duration,
-            cores=task.cores,
-            memory_bytes=task.memory_bytes,
-            gpus=task.gpus,
-        )
+        placed[task_id] = _assignment(task, resource, machine, start, duration)
     return [placed[task_id] for task_id in order]
 
 
@@ -75,9 +64,7 @@ def retime_late(
             child = placed[edge.child]
             needed = child.start_s if child.machine == machine else child.start_s - catalog.transfer_s(edge.bytes)
             due = min(due, needed)
-        timeline = timelines.get(machine)
-        if timeline is None:
-            timeline = timelines[machine] = MachineTimeline(resource.vcpus, resource.memory_bytes, gpus=resource.gpus)
+        timeline = _timeline(timelines, machine, resource)
         duration = resource.runtime_s(task)
         mirrored = timeline.earliest_start(horizon_s - due, duration, task.cores, task.memory_bytes, task.gpus)
         start, earliest = horizon_s - mirrored - duration, resource.earliest_start_of(task)
@@ -85,14 +72,26 @@ def retime_late(
             return None
         start = max(start, earliest)  # not a rounding error before it (a lease from -5.7e-14 s broke lease filling)
         timeline.add(mirrored, mirrored + duration, task.cores, task.memory_bytes, task.gpus)
-        placed[task_id] = Assignment(
-            task=task_id,
-            resource=resource.name,
-            machine=machine,
-            start_s=start,
-            end_s=start + duration,
-            cores=task.cores,
-            memory_bytes=task.memory_bytes,
-            gpus=task.gpus,
-        )
+        placed[task_id] = _assignment(task, resource, machine, start, duration)
     return [placed[task_id] for task_id in order]
+
+
+def _timeline(timelines: dict[str, MachineTimeline], machine: str, resource: Resource) -> MachineTimeline:
+    """``machine``'s usage profile in ``timelines``, empty the first time."""
+    timeline = timelines.get(machine)
+    if timeline is None:
+        timeline = timelines[machine] = MachineTimeline(resource.vcpus, resource.memory_bytes, gpus=resource.gpus)
+    return timeline
+
+
+def _assignment(task: Task, resource: Resource, machine: str, start_s: float, duration_s: float) -> Assignment:
+    return Assignment(
+        task=task.id,
+        resource=resource.name,
+        machine=machine,
+        start_s=start_s,
+        end_s=start_s + duration_s,
+        cores=task.cores,
+        memory_bytes=task.memory_bytes,
+        gpus=task.gpus,
+    )
