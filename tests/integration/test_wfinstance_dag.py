@@ -112,6 +112,13 @@ PROBE = textwrap.dedent(
             "cpu_s": cpu_s() - cpu_before,
             "peak_rss_above_start_bytes": status("VmHWM") - rss_before,
         }
+        load = os.environ.get("AGORA_WFINSTANCE_LOAD")
+        os.environ["AGORA_WFINSTANCE_LOAD"] = "sleep"  # the same block written, no busy loop: its pages' cost now
+        cpu_before = cpu_s()
+        op.python_callable(*op.op_args, **op.op_kwargs)
+        out["runs"][task_id]["write_cpu_s"] = cpu_s() - cpu_before
+        os.environ.pop("AGORA_WFINSTANCE_LOAD")
+        os.environ.update({} if load is None else {"AGORA_WFINSTANCE_LOAD": load})
     longest = dag.get_task(json.loads(os.environ["WANT_RUNS"])[1])
     os.environ["AGORA_WFINSTANCE_LOAD"] = "sleep"
     cpu_before, wall_before = cpu_s(), time.monotonic()
@@ -363,9 +370,10 @@ def test_a_replayed_task_holds_its_scaled_memory_and_burns_its_scaled_cpu_time(p
         runtime_s, memory_bytes = _scaled(expected[task_id], DEFAULT_TIME_SCALE, DEFAULT_MEMORY_SCALE)
         assert memory_bytes - 2 * MIB <= run["peak_rss_above_start_bytes"] <= memory_bytes + 16 * MIB, (task_id, run)
         assert run["wall_s"] + 0.01 >= run["cpu_s"] >= runtime_s - 0.01, (task_id, run)  # a busy loop, not a sleep
-        # Writing every page of a large block costs CPU of its own (about 0.05 s for 225 MiB on a free core, more
-        # on a loaded one), counted within the task's runtime: the task burns its runtime or that, if more.
-        assert run["cpu_s"] <= 1.2 * runtime_s + 0.1 + 2.0 * memory_bytes / 2**30, (task_id, run)
+        # Writing every page of the block costs CPU of its own before the busy loop starts: about 0.05 s for
+        # 225 MiB on a free core, 0.77 s once on a loaded CI machine. The probe measures it beside each run (the
+        # same task with the sleep load); the run burns its runtime on top, and not much more.
+        assert run["cpu_s"] <= 1.2 * runtime_s + 0.1 + 2 * run["write_cpu_s"], (task_id, run)
     biggest = max(expected, key=lambda t: expected[t]["memory_bytes"])
     assert probe["runs"][biggest]["peak_rss_above_start_bytes"] > 200 * MIB  # blastall_ID000009: 902 MiB * 0.25
 
