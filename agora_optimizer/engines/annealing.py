@@ -38,7 +38,7 @@ from collections.abc import Sequence
 
 from agora_optimizer.engines.base import Engine, EngineResult
 from agora_optimizer.model.catalog import Resource
-from agora_optimizer.model.plan import Assignment, machine_type
+from agora_optimizer.model.plan import Assignment, machine_type, tasks_by_machine, unused_machine_id
 from agora_optimizer.planning.lease_packing import pack_earlier, pack_later
 from agora_optimizer.planning.problem import Problem
 from agora_optimizer.planning.retime import retime, retime_late, start_order
@@ -173,20 +173,10 @@ class _Annealing:
             return self._reorder(machine_of, order)
         return None if mapping is None else (mapping, order)
 
-    def _on_machines(self, machine_of: Mapping_) -> dict[str, list[str]]:
-        tasks: dict[str, list[str]] = defaultdict(list)
-        for task, machine in machine_of.items():
-            tasks[machine].append(task)
-        return tasks
-
     def _new_machine(self, resource: Resource, machines: dict[str, list[str]]) -> str:
         """The first unused id of this type: past its ``count``, a machine leased after another is released
         (:meth:`_within_counts` refuses one leased beside them)."""
-        used = {m for m in machines if machine_type(m) == resource.name}
-        n = 0
-        while f"{resource.name}#{n}" in used:
-            n += 1
-        return f"{resource.name}#{n}"
+        return unused_machine_id(resource.name, machines)
 
     def _within_counts(self, machine_of: Mapping_, candidate: list[Assignment]) -> bool:
         """Whether the candidate leases no more machines of a type at once than its ``count``; checked only
@@ -204,7 +194,7 @@ class _Annealing:
 
     def _relocate(self, machine_of: Mapping_) -> Mapping_ | None:
         task = self.rng.choice(self.tasks)
-        machines = self._on_machines(machine_of)
+        machines = tasks_by_machine(machine_of.items())
         targets = [m for m in machines if m != machine_of[task] and self._fits(m, task)]
         targets += [self._new_machine(r, machines) for r in self.problem.options[task]]
         if not targets:
@@ -221,7 +211,7 @@ class _Annealing:
     def _split(self, machine_of: Mapping_) -> Mapping_ | None:
         """Some of one machine's tasks (each with even odds; all, when none drew) onto another machine that holds
         each of them, or a new one: a split, a merge or a retype."""
-        machines = self._on_machines(machine_of)
+        machines = tasks_by_machine(machine_of.items())
         source = self.rng.choice(list(machines))
         on_source = machines[source]
         moving = [t for t in on_source if self.rng.random() < 0.5] or on_source

@@ -33,20 +33,20 @@ from __future__ import annotations
 
 import heapq
 import math
-from bisect import bisect_left, bisect_right, insort
+from bisect import bisect_left, insort
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import replace
 
 from agora_optimizer.engines.base import Engine, EngineResult
 from agora_optimizer.model.catalog import Resource
-from agora_optimizer.model.plan import Assignment, machine_type
+from agora_optimizer.model.plan import Assignment, machine_type, unused_machine_id
 from agora_optimizer.model.workflow import Task
 from agora_optimizer.planning.leases import makespan_s
 from agora_optimizer.planning.problem import Problem
 from agora_optimizer.planning.shared_counts import CountLedger
 from agora_optimizer.planning.time_budget import TimeBudget
-from agora_optimizer.planning.timeline import EPS_S, MachineTimeline
+from agora_optimizer.planning.timeline import MachineTimeline
 
 MAX_PUSHED = 64  # descendants one move may re-time; a move that needs more is not tried further
 MAX_GROUP = 64  # a machine with at most this many tasks may be moved whole
@@ -408,7 +408,7 @@ class _LeaseFill:
                 gap = 0.0 if child_machine == machine else self.catalog.transfer_s(edge.bytes)
                 latest_end = min(latest_end, child_start - gap)
             ready = self._ready(task_id, machine)
-            new_start = latest_start(timeline, ready, latest_end, end - start, task.cores, task.memory_bytes, task.gpus)
+            new_start = timeline.latest_start(ready, latest_end, end - start, task.cores, task.memory_bytes, task.gpus)
             if new_start is None:
                 return None
             self._place(task_id, machine, new_start, new_start + end - start)
@@ -429,10 +429,7 @@ class _LeaseFill:
         return ([source] if single else []) + existing[:MAX_EXISTING_TARGETS] + new
 
     def _new_id(self, name: str) -> str:
-        n = 0
-        while f"{name}#{n}" in self.names_used:
-            n += 1
-        return f"{name}#{n}"
+        return unused_machine_id(name, self.names_used)
 
     def _best_move(self, tasks: list[str], targets: list[str]) -> bool:
         """Try ``tasks`` on every target; make the move that ranks best, if any ranks better than the plan."""
@@ -454,37 +451,6 @@ class _LeaseFill:
         self._keep(key)
         self.names_used.add(best[1])
         return True
-
-
-def latest_start(
-    timeline: MachineTimeline,
-    earliest_s: float,
-    latest_end_s: float,
-    duration_s: float,
-    cores: int,
-    memory: int,
-    gpus: int,
-) -> float | None:
-    """The latest start in ``[earliest_s, latest_end_s - duration_s]`` at which a task fits on ``timeline`` for its
-    whole run (None: nowhere): from the latest, each segment without room moves the end before it begins."""
-    times, used_cores, used_memory, used_gpus = timeline.times, timeline.cores, timeline.memory, timeline.gpus
-    free_cores, free_memory = timeline.vcpus - cores, timeline.memory_bytes - memory
-    free_gpus = timeline.gpu_count - gpus
-    start = latest_end_s - duration_s
-    while start >= earliest_s - TIME_TOLERANCE_S:
-        if duration_s <= EPS_S:
-            return start
-        j = bisect_right(times, start + duration_s - EPS_S) - 1  # the last segment that begins before the end
-        blocked = None
-        while j >= 0 and (j + 1 == len(times) or times[j + 1] > start + EPS_S):  # segment j overlaps the run
-            if used_cores[j] > free_cores or used_memory[j] > free_memory or (gpus and used_gpus[j] > free_gpus):
-                blocked = j
-                break
-            j -= 1
-        if blocked is None:
-            return max(start, earliest_s)
-        start = times[blocked] - duration_s
-    return None
 
 
 def _better(key: tuple[float, float, float], than: tuple[float, float, float]) -> bool:

@@ -28,7 +28,7 @@ from collections.abc import Iterator, Sequence
 
 from agora_optimizer.engines.base import Engine, EngineResult
 from agora_optimizer.model.catalog import Catalog, Resource
-from agora_optimizer.model.plan import Assignment, machine_type
+from agora_optimizer.model.plan import Assignment, machine_type, tasks_by_machine, unused_machine_id
 from agora_optimizer.planning.problem import Problem
 from agora_optimizer.planning.retime import retime, start_order
 from agora_optimizer.planning.time_budget import TimeBudget
@@ -116,10 +116,7 @@ class _Search:
         return {**self._mapping(), **dict.fromkeys(tasks, machine)}
 
     def _machines(self) -> dict[str, list[str]]:
-        tasks: dict[str, list[str]] = defaultdict(list)
-        for a in self.assignments:
-            tasks[a.machine].append(a.task)
-        return tasks
+        return tasks_by_machine((a.task, a.machine) for a in self.assignments)
 
     def _fits_all(self, resource: Resource, tasks: list[str]) -> bool:
         by_id = self.problem.workflow.by_id
@@ -130,10 +127,7 @@ class _Search:
         used = {m for m in machines if machine_type(m) == resource.name}
         if resource.count is not None and len(used) >= resource.count:
             return None
-        n = 0
-        while f"{resource.name}#{n}" in used:
-            n += 1
-        return f"{resource.name}#{n}"
+        return unused_machine_id(resource.name, used)
 
     # -- neighbourhoods ----------------------------------------------------------------
 
@@ -186,9 +180,7 @@ class _Search:
         order = start_order(self.assignments, self.problem.workflow)
         position = {task: i for i, task in enumerate(order)}
         machine_of = self._mapping()
-        on_machine: dict[str, list[str]] = defaultdict(list)
-        for task in order:
-            on_machine[machine_of[task]].append(task)
+        on_machine = tasks_by_machine((task, machine_of[task]) for task in order)
         latest = sorted(self.assignments, key=lambda a: -a.end_s)
         for a in latest:
             earlier = [t for t in on_machine[a.machine] if position[t] < position[a.task]]

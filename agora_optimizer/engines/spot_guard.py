@@ -21,7 +21,7 @@ from dataclasses import replace
 
 from agora_optimizer.engines.base import Engine, EngineResult
 from agora_optimizer.model.catalog import Resource
-from agora_optimizer.model.plan import Assignment, machine_type
+from agora_optimizer.model.plan import Assignment, machine_type, unused_machine_id
 from agora_optimizer.planning.problem import Problem
 from agora_optimizer.planning.retime import retime, start_order
 from agora_optimizer.planning.spot_replay import rerun_makespans_s
@@ -111,10 +111,7 @@ def _move(
     target: dict[str, str] = {}
     for machine, chosen in machines.items():
         fallback = chosen or catalog.fallback_of(catalog.by_name[machine_type(machine)])
-        number = 0
-        while f"{fallback.name}#{number}" in used:
-            number += 1
-        target[machine] = f"{fallback.name}#{number}"
+        target[machine] = unused_machine_id(fallback.name, used)
         used.add(target[machine])
     machine_of = {a.task: target.get(a.machine, a.machine) for a in assignments}
     moved = retime(workflow, catalog, machine_of, start_order(assignments, workflow))

@@ -5,6 +5,8 @@ Section 4 of ``docs/spec/agora-model.md``.
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Container, Iterable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -83,3 +85,19 @@ class Plan:
 def machine_type(machine: str) -> str:
     """``c5.large#3`` -> ``c5.large``."""
     return machine.rsplit("#", 1)[0]
+
+
+def unused_machine_id(type_name: str, used: Container[str]) -> str:
+    """The first id of the type, ``type_name#0``, ``#1``, ..., not in ``used``."""
+    n = 0
+    while f"{type_name}#{n}" in used:
+        n += 1
+    return f"{type_name}#{n}"
+
+
+def tasks_by_machine(machine_of: Iterable[tuple[str, str]]) -> dict[str, list[str]]:
+    """Each machine's tasks, in the order given, from (task, machine) pairs."""
+    tasks: dict[str, list[str]] = defaultdict(list)
+    for task, machine in machine_of:
+        tasks[machine].append(task)
+    return tasks

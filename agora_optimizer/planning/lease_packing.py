@@ -17,11 +17,10 @@ where they are while one moves, so the schedule stays valid, and its makespan ne
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Sequence
 
 from agora_optimizer.model.catalog import Catalog
-from agora_optimizer.model.plan import Assignment, machine_type
+from agora_optimizer.model.plan import Assignment, machine_type, tasks_by_machine
 from agora_optimizer.model.workflow import Workflow
 from agora_optimizer.planning.timeline import MachineTimeline
 
@@ -40,10 +39,7 @@ def pack_earlier(workflow: Workflow, catalog: Catalog, assignments: Sequence[Ass
 
 def _pack(workflow: Workflow, catalog: Catalog, assignments: Sequence[Assignment], later: bool) -> list[Assignment]:
     placed = {a.task: a for a in assignments}
-    on_machine: dict[str, list[str]] = defaultdict(list)
-    for a in assignments:
-        on_machine[a.machine].append(a.task)
-    for machine, tasks in on_machine.items():
+    for machine, tasks in tasks_by_machine((a.task, a.machine) for a in assignments).items():
         if len(tasks) < 2:
             continue  # a lease of one task is as short as it can be
         moved = _packed_machine(workflow, catalog, placed, machine, tasks, later)
@@ -87,22 +83,20 @@ def _packed_machine(
     for task_id in sorted(tasks, key=key):
         task, current = workflow.by_id[task_id], placed[task_id]
         duration = current.end_s - current.start_s
-        if later:  # in mirrored time (last - t), the latest end is the earliest mirrored start
-            mirrored = timeline.earliest_start(
-                last - needed(task_id), duration, task.cores, task.memory_bytes, task.gpus
+        if later:  # never before its data (or time 0): a start a rounding error early is clamped to it
+            latest = timeline.latest_start(
+                arrival(task_id), needed(task_id), duration, task.cores, task.memory_bytes, task.gpus
             )
-            start, ready = last - mirrored - duration, arrival(task_id)
-            if start < ready - EPSILON_S:
+            if latest is None:
                 return None
-            start = max(start, ready)  # not a rounding error before its data (or before time 0)
-            timeline.add(mirrored, mirrored + duration, task.cores, task.memory_bytes, task.gpus)
+            start = latest
         else:
             start = timeline.earliest_start(
                 max(first, arrival(task_id)), duration, task.cores, task.memory_bytes, task.gpus
             )
             if start + duration > needed(task_id) + EPSILON_S:
                 return None
-            timeline.add(start, start + duration, task.cores, task.memory_bytes, task.gpus)
+        timeline.add(start, start + duration, task.cores, task.memory_bytes, task.gpus)
         moved[task_id] = Assignment(
             current.task,
             current.resource,

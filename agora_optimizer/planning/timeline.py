@@ -5,6 +5,7 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 
 EPS_S = 1e-9
+LATE_TOLERANCE_S = 1e-6  # MachineTimeline.latest_start: rounding, not time
 
 
 class MachineTimeline:
@@ -47,6 +48,31 @@ class MachineTimeline:
                 candidate = times[j + 1]
             j += 1
         return candidate
+
+    def latest_start(
+        self, earliest_s: float, latest_end_s: float, duration_s: float, cores: int, memory_bytes: int, gpus: int = 0
+    ) -> float | None:
+        """The latest start in ``[earliest_s, latest_end_s - duration_s]`` at which the task fits for its whole
+        duration (None: nowhere; a start up to :data:`LATE_TOLERANCE_S` before ``earliest_s`` counts as it):
+        from the latest, each segment without room moves the end before the segment begins."""
+        times, used_cores, used_memory, used_gpus = self.times, self.cores, self.memory, self.gpus
+        free_cores, free_memory = self.vcpus - cores, self.memory_bytes - memory_bytes
+        free_gpus = self.gpu_count - gpus
+        start = latest_end_s - duration_s
+        while start >= earliest_s - LATE_TOLERANCE_S:
+            if duration_s <= EPS_S:
+                return start
+            j = bisect_right(times, start + duration_s - EPS_S) - 1  # the last segment that begins before the end
+            blocked = None
+            while j >= 0 and (j + 1 == len(times) or times[j + 1] > start + EPS_S):  # segment j overlaps the run
+                if used_cores[j] > free_cores or used_memory[j] > free_memory or (gpus and used_gpus[j] > free_gpus):
+                    blocked = j
+                    break
+                j -= 1
+            if blocked is None:
+                return max(start, earliest_s)
+            start = times[blocked] - duration_s
+        return None
 
     def _split(self, time_s: float) -> int:
         """Make ``time_s`` a breakpoint and return its index."""

@@ -8,14 +8,13 @@ from dataclasses import replace
 import pytest
 
 from agora_optimizer.engines.base import EngineResult
-from agora_optimizer.engines.lease_fill import LeaseFillEngine, latest_start
+from agora_optimizer.engines.lease_fill import LeaseFillEngine
 from agora_optimizer.engines.list_scheduling import ListSchedulingEngine
 from agora_optimizer.engines.peft import PeftEngine
 from agora_optimizer.model.catalog import GIB, Billing, Catalog, Resource
 from agora_optimizer.model.plan import Assignment, Objective
 from agora_optimizer.model.workflow import Edge, Task, Workflow
 from agora_optimizer.planning.problem import Problem
-from agora_optimizer.planning.timeline import MachineTimeline
 from agora_optimizer.planning.validate import count_violations
 from bench.adversarial.instances import random_instance
 from tests.engines.plan_checks import violations
@@ -121,16 +120,6 @@ def test_a_lease_starts_later_when_its_first_task_can_run_beside_its_last() -> N
     placed = {a.task: a for a in result.assignments}
     assert placed["early"].machine == placed["late"].machine and placed["early"].start_s == pytest.approx(900.0)
     assert problem.evaluate(result.assignments) == pytest.approx((1000.0, 0.6))
-
-
-def test_latest_start_finds_the_last_gap_that_holds_the_run() -> None:
-    timeline = MachineTimeline(2, 4 * GIB)
-    timeline.add(0.0, 100.0, 2, GIB)  # full
-    timeline.add(150.0, 200.0, 1, 3 * GIB)  # half the cores, too little memory for 2 GiB more
-    assert latest_start(timeline, 0.0, 300.0, 50.0, 1, 2 * GIB, 0) == pytest.approx(250.0)
-    assert latest_start(timeline, 0.0, 190.0, 40.0, 1, 2 * GIB, 0) == pytest.approx(110.0)  # before the second
-    assert latest_start(timeline, 0.0, 190.0, 40.0, 1, GIB // 2, 0) == pytest.approx(150.0)  # beside it
-    assert latest_start(timeline, 120.0, 190.0, 40.0, 1, 2 * GIB, 0) is None  # no gap of 40 s from 120 s
 
 
 def test_a_new_machine_is_refused_where_the_count_is_reached_and_the_open_lease_is_used() -> None:

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import pytest
 
+from agora_optimizer.model.catalog import GIB
 from agora_optimizer.planning.timeline import MachineTimeline, SkippingTimeline
 
 
@@ -43,3 +44,13 @@ def test_a_gpu_task_waits_for_gpus_through_stretches_open_to_cpu_tasks(kind: typ
     assert timeline.earliest_start(0.0, 2.0, 1, 10, 1) == 6.0  # the GPU's first gap long enough
     assert timeline.earliest_start(0.0, 3.0, 1, 10, 1) == 9.0
     assert timeline.earliest_start(0.0, 3.0, 1, 10) == 0.0
+
+
+def test_latest_start_finds_the_last_gap_that_holds_the_run() -> None:
+    timeline = MachineTimeline(2, 4 * GIB)
+    timeline.add(0.0, 100.0, 2, GIB)  # full
+    timeline.add(150.0, 200.0, 1, 3 * GIB)  # half the cores, too little memory for 2 GiB more
+    assert timeline.latest_start(0.0, 300.0, 50.0, 1, 2 * GIB) == pytest.approx(250.0)
+    assert timeline.latest_start(0.0, 190.0, 40.0, 1, 2 * GIB) == pytest.approx(110.0)  # before the second
+    assert timeline.latest_start(0.0, 190.0, 40.0, 1, GIB // 2) == pytest.approx(150.0)  # beside it
+    assert timeline.latest_start(120.0, 190.0, 40.0, 1, 2 * GIB) is None  # no gap of 40 s from 120 s
