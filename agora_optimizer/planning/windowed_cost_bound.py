@@ -21,9 +21,13 @@ This bound is a linear programme over time buckets:
   over ``vcpus``, byte-seconds over memory and GPU-seconds over GPUs, each also under the share rules
   of :data:`SHARE_EPSILONS` (whole tasks), and at most ``count_k`` times the bucket's length after the
   type's earliest start;
-- the cost is ``sum_kb price_k f_k S_kb`` with :func:`~agora_optimizer.planning.bounds.cost_lower_bound_usd`'s
-  deadline factor ``f_k = max(minimum_k, D - release_k) / (D - earliest_start_k)``: a machine busy ``s``
-  seconds before D pays at least ``f_k s`` seconds of its price (its boot and billing minimum).
+- type k leases ``M_k`` machines at least, no fewer than any bucket's ``S_kb`` over its length (each lease is
+  busy at most the whole bucket); each lease pays its boot and at least its billing minimum, so type k
+  costs ``C_k >= price_k (M_k boot_k + sum_b S_kb)`` and ``C_k >= price_k M_k minimum_k``, and
+  ``C_k >= price_k f_k sum_b S_kb`` with :func:`~agora_optimizer.planning.bounds.cost_lower_bound_usd`'s
+  deadline factor ``f_k = max(minimum_k, D - release_k) / (D - earliest_start_k)`` (a machine busy ``s``
+  seconds before D pays at least ``f_k s`` seconds of its price). The cost is ``sum_k C_k``: a burst that
+  must run in a short window on many machines pays a boot on each (bwa-1k on AWS: 4 % of its cost).
 
 Every plan of the spec gives a solution (each task's run cut at the bucket edges, each machine's busy
 time in each bucket), so the optimum is a lower bound on every plan's cost. Tasks are aggregated so
@@ -302,28 +306,49 @@ def _solve(workflow: Workflow, windows: Windows, deadline_s: float, budget: Time
                     ub_cols.append(column)
                     ub_vals.append(value)
         budget.check()
-    n_var = n_s + len(eq_rows)
+    n_z = len(eq_rows)
+    machines_at, cost_at = n_s + n_z, n_s + n_z + len(types)  # then M_k, then C_k
+    n_var = cost_at + len(types)
     for s in range(n_s):  # each rule's machine-seconds <= S_kb
         ub_rows.extend(range(s * rules, (s + 1) * rules))
         ub_cols.extend([s] * rules)
         ub_vals.extend([-1.0] * rules)
+    row = n_s * rules
     cost = np.zeros(n_var)
     upper = np.full(n_var, np.inf)
     for k, r in enumerate(types):
         if r.earliest_start_s >= deadline_s:
+            upper[k * n_buckets : (k + 1) * n_buckets] = 0.0
             continue
-        per_s = r.price_per_hour_usd / 3600.0 * deadline_factor(r, deadline_s)
+        price_s = r.price_per_hour_usd / 3600.0
         length = np.maximum(ends - np.maximum(starts, r.earliest_start_s), 0.0)
-        cost[k * n_buckets : (k + 1) * n_buckets] = per_s
         if r.count is not None:
             upper[k * n_buckets : (k + 1) * n_buckets] = r.count * length
-    a_ub = coo_matrix((ub_vals, (ub_rows, ub_cols)), shape=(n_s * rules, n_var)).tocsr()
-    a_eq = coo_matrix(([1.0] * len(eq_rows), (eq_rows, range(n_s, n_var))), shape=(len(classes), n_var)).tocsr()
+        busy = list(range(k * n_buckets, (k + 1) * n_buckets))
+        for b, s in enumerate(busy):  # S_kb <= M_k x the bucket's length: M_k leases at least
+            ub_rows.extend([row, row])
+            ub_cols.extend([s, machines_at + k])
+            ub_vals.extend([1.0, -float(length[b])])
+            row += 1
+        lease_rows = (  # C_k >= each: f_k x busy; busy plus a boot per lease; a billing minimum per lease
+            [(s, price_s * deadline_factor(r, deadline_s)) for s in busy],
+            [*[(s, price_s) for s in busy], (machines_at + k, price_s * r.boot_s)],
+            [(machines_at + k, price_s * r.billing.minimum_s)],
+        )
+        for terms in lease_rows:
+            for column, value in [*terms, (cost_at + k, -1.0)]:
+                ub_rows.append(row)
+                ub_cols.append(column)
+                ub_vals.append(value)
+            row += 1
+        cost[cost_at + k] = 1.0
+    a_ub = coo_matrix((ub_vals, (ub_rows, ub_cols)), shape=(row, n_var)).tocsr()
+    a_eq = coo_matrix(([1.0] * n_z, (eq_rows, range(n_s, n_s + n_z))), shape=(len(classes), n_var)).tocsr()
     remaining = budget.remaining_s()
     result = linprog(
         cost,
         A_ub=a_ub,
-        b_ub=np.zeros(n_s * rules),
+        b_ub=np.zeros(row),
         A_eq=a_eq,
         b_eq=np.array(list(classes.values())),
         bounds=np.column_stack((np.zeros(n_var), upper)),

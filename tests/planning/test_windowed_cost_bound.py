@@ -88,6 +88,18 @@ def test_a_burst_in_a_short_window_overflows_the_cheap_types_count() -> None:
     assert new > old * 1.1
 
 
+def test_a_burst_that_needs_many_machines_pays_a_boot_on_each() -> None:
+    # Four 10 s tasks, then an 80 s one, by a deadline of 100 s, on one-core machines that boot 10 s: the four
+    # run in [10, 20] (after a boot, before the tail), so on four machines, each paying its boot (the tail may
+    # follow on one of them). Busy 120 s, four boots: 160 s of price, where the whole horizon held two machines.
+    tasks = [Task(f"m{i}", 10.0, 1, GIB, "t") for i in range(4)] + [Task("tail", 80.0, 1, GIB, "t")]
+    workflow = Workflow.create("w", tasks, [Edge(f"m{i}", "tail") for i in range(4)])
+    catalog = _catalog(replace(_type("one", 1.0, PER_HOUR, None), boot_s=10.0))
+    busy_s = 4 * 10 + 80
+    assert cost_lower_bound_usd(workflow, catalog, 100.0) == pytest.approx(busy_s + 2 * 10, rel=1e-6)  # two boots
+    assert _bound(workflow, catalog, 100.0) == pytest.approx(busy_s + 4 * 10, rel=1e-6)
+
+
 def test_two_tasks_over_half_a_machines_memory_never_share_it() -> None:
     # 1 GiB tasks on a 1.5 GiB machine with 4 cores: by memory a share of 2/3, but a machine runs one at a time
     tasks = [Task(f"t{i}", 30.0, 1, GIB, "t") for i in range(4)]
