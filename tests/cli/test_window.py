@@ -84,7 +84,7 @@ def _agora(
     env |= {"AIRFLOW_HOME": str(home), "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "AIRFLOW__AGORA__DEADLINES": deadlines}
     command = [
         sys.executable, "-m", "agora_optimizer", "optimize", "--catalog", str(home / "catalog.yaml"),
-        "--dag-folder", str(folder), "--store", f"sqlite:///{home / 'traces.db'}", "--time-limit-s", "8", *args,
+        "--dag-folder", str(folder), "--store", f"sqlite:///{home / 'traces.db'}", "--time-limit-s", "15", *args,
     ]  # fmt: skip
     command += [] if "--window-start" in args else ["--window-start", START]
     return subprocess.run(command, capture_output=True, text=True, env=env, timeout=600, check=False)

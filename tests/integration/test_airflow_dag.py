@@ -49,7 +49,7 @@ def _attempts(runs: int, resource_type: str = "local-small") -> list[TaskAttempt
 def _plan(home: Path, store: str, out: Path) -> tuple[dict[str, dict[str, object]], str]:
     result = _agora(
         home, "optimize", f"airflow:{DAG_ID}", "--catalog", str(REPO / "catalogs" / "local.yaml"),
-        "--dag-folder", str(REPO / "dags"), "--store", store, "-o", str(out), "--time-limit-s", "5", "--json",
+        "--dag-folder", str(REPO / "dags"), "--store", store, "-o", str(out), "--time-limit-s", "30", "--json",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     plan = json.loads(out.read_text())
@@ -93,7 +93,7 @@ def test_a_deadline_plans_from_the_p90_runtimes_and_says_so(tmp_path: Path) -> N
         out = tmp_path / f"{quantile}.json"
         result = _agora(
             tmp_path, "optimize", f"airflow:{DAG_ID}", "--catalog", str(REPO / "catalogs" / "local.yaml"),
-            "--dag-folder", str(REPO / "dags"), "--store", store, "-o", str(out), "--time-limit-s", "5",
+            "--dag-folder", str(REPO / "dags"), "--store", store, "-o", str(out), "--time-limit-s", "30",
             "--objective", "time", "--deadline-s", "600", "--runtime-quantile", quantile,
         )  # fmt: skip
         assert result.returncode == 0, result.stderr
@@ -196,7 +196,7 @@ def test_a_dag_with_no_tasks_gets_the_empty_plan_and_it_can_be_put_in_force(tmp_
     result = _agora(
         tmp_path, "optimize", "airflow:agora_empty", "--catalog", str(REPO / "catalogs" / "local.yaml"),
         "--dag-folder", str(dags), "--store", f"sqlite:///{tmp_path / 'traces.db'}", "-o", str(out),
-        "--time-limit-s", "5", "--json", "--apply", "--plan-dir", str(plans),
+        "--time-limit-s", "30", "--json", "--apply", "--plan-dir", str(plans),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
@@ -231,7 +231,7 @@ def test_a_declared_gpus_need_is_planned_onto_a_gpu_type_and_reserved(tmp_path: 
     out = tmp_path / "plan.json"
     result = _agora(
         tmp_path, "optimize", "airflow:train", "--catalog", str(catalog), "--dag-folder", str(folder),
-        "--store", f"sqlite:///{tmp_path / 't.db'}", "-o", str(out), "--objective", "cost", "--time-limit-s", "5",
+        "--store", f"sqlite:///{tmp_path / 't.db'}", "-o", str(out), "--objective", "cost", "--time-limit-s", "30",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     by_task = {a["task"]: a for a in json.loads(out.read_text())["assignments"]}
@@ -281,7 +281,7 @@ def test_what_a_task_reads_is_planned_with_and_the_prediction_follows_its_size(t
     def planned_runtimes_s(out: Path) -> tuple[dict[str, float], str]:
         result = _agora(
             tmp_path, "optimize", "airflow:sized", "--catalog", str(REPO / "catalogs" / "local.yaml"),
-            "--dag-folder", str(folder), "--store", store, "-o", str(out), "--time-limit-s", "5",
+            "--dag-folder", str(folder), "--store", store, "-o", str(out), "--time-limit-s", "30",
             "--runtime-quantile", "p50",
         )  # fmt: skip
         assert result.returncode == 0, result.stderr

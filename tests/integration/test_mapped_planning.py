@@ -36,7 +36,7 @@ def optimize(home: Path, store: str, default_width: str = "5") -> tuple[dict[str
     command = [
         sys.executable, "-m", "agora_optimizer", "optimize", f"airflow:{DAG_ID}", "--catalog",
         str(REPO / "catalogs" / "local.yaml"), "--dag-folder", str(FOLDER), "--store", store, "-o", str(out),
-        "--time-limit-s", "5", "--json",
+        "--time-limit-s", "30", "--json",
     ]  # fmt: skip
     result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300, check=False)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -94,7 +94,7 @@ def test_each_planned_instance_runs_on_its_planned_machine_and_the_rest_on_the_o
     optimize = [
         sys.executable, "-m", "agora_optimizer", "optimize", f"airflow:{DAG_ID}",
         "--catalog", str(tmp_path / "local.yaml"), "--dag-folder", str(dags), "--store", store,
-        "--time-limit-s", "5", "--apply", "-o", str(tmp_path / "plan.json"),
+        "--time-limit-s", "30", "--apply", "-o", str(tmp_path / "plan.json"),
     ]  # fmt: skip
     result = subprocess.run(optimize, capture_output=True, text=True, env=airflow.env, timeout=300, check=False)
     assert result.returncode == 0, result.stderr[-3000:]

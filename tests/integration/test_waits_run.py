@@ -109,7 +109,7 @@ def test_a_deferrable_sensor_frees_its_core_and_its_wait_releases_its_child(tmp_
     optimize = [
         sys.executable, "-m", "agora_optimizer", "optimize", f"airflow:{DAG_ID}",
         "--catalog", str(catalog), "--dag-folder", str(dags), "--store", store,
-        "--time-limit-s", "5", "--apply", "-o", str(tmp_path / "plan.json"),
+        "--time-limit-s", "30", "--apply", "-o", str(tmp_path / "plan.json"),
     ]  # fmt: skip
     result = subprocess.run(optimize, capture_output=True, text=True, env=airflow.env, timeout=300, check=False)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -105,7 +105,7 @@ def test_a_window_runs_each_dag_run_on_its_own_plan_and_records_it_against_that_
     airflow.migrate()
     planned = _agora(
         airflow, "optimize", "--dags", "tag:window", "--window", "10s", "--window-start", T0,
-        "--catalog", str(tmp_path / "local.yaml"), "--platform-latency", "none", "--time-limit-s", "6",
+        "--catalog", str(tmp_path / "local.yaml"), "--platform-latency", "none", "--time-limit-s", "15",
         "--out", str(tmp_path / "window"), "--json", "--apply",
     )  # fmt: skip
     assert planned.returncode == 0, planned.stderr[-3000:]
