@@ -87,6 +87,7 @@ class Range:
 OPTION_RANGES: dict[str, Range] = {
     "--alpha": Range(0.0, 1.0),
     "--deadline-s": Range(0.0, MAX_TIME_S, open=True),
+    "--deadline-margin": Range(0.0, 0.5),
     "--budget-usd": Range(0.0, MAX_USD),
     "--time-limit-s": Range(0.01, MAX_PLANNING_S),
     "--default-memory-gib": Range(0.001, MAX_MACHINE_MEMORY_GIB),

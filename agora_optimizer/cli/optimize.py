@@ -54,10 +54,12 @@ from agora_optimizer.io.plan_file import load_plan, write_plan
 from agora_optimizer.io.wfformat import load_workflow
 from agora_optimizer.model.catalog import Catalog
 from agora_optimizer.model.plan import Objective, Plan, SpotFigures
+from agora_optimizer.planning.deadline_aim import DEADLINE_MARGIN
 from agora_optimizer.runs.record import ratio
 
 if TYPE_CHECKING:
     from agora_optimizer.model.workflow import Workflow
+    from agora_optimizer.planning.problem import Problem
     from agora_optimizer.predict.latency import PlatformLatency
 
 
@@ -116,6 +118,16 @@ def optimize(
     objective: Annotated[ObjectiveKind, typer.Option(help="What to minimise.")] = ObjectiveKind.balanced,
     alpha: Annotated[float, typer.Option(help=ranged("--alpha", "Weight of time in 'balanced'."))] = 0.5,
     deadline_s: Annotated[float | None, typer.Option(help=ranged("--deadline-s", "Makespan limit in seconds."))] = None,
+    deadline_margin: Annotated[
+        float,
+        typer.Option(
+            help=ranged(
+                "--deadline-margin",
+                "With --deadline-s: aim this share of the deadline early, as repairs during a run do, for the "
+                "platform's delays; where no plan ends by then, the earliest found.",
+            )
+        ),
+    ] = DEADLINE_MARGIN,
     budget_usd: Annotated[float | None, typer.Option(help=ranged("--budget-usd", "Cost limit in USD."))] = None,
     time_limit_s: Annotated[float, typer.Option(help=ranged("--time-limit-s", _TIME_LIMIT_HELP))] = 60.0,
     default_memory_gib: MemoryOpt = 1.0,
@@ -183,7 +195,12 @@ def optimize(
     verbose: VerboseOpt = False,
 ) -> None:
     """Plan WORKFLOW on CATALOG and write the plan to --out; or, with --dags, every run of a window."""
-    from agora_optimizer.optimize.optimize import default_plan_of, one_type_default_assignments, optimize_problem
+    from agora_optimizer.optimize.optimize import (
+        aimed_problem,
+        default_plan_of,
+        one_type_default_assignments,
+        optimize_problem,
+    )
     from agora_optimizer.optimize.portfolio import TIME_LIMIT_FALLBACK
     from agora_optimizer.planning.problem import Problem, lower_bounds
     from agora_optimizer.predict.latency import statistic_of, with_platform_latency
@@ -208,6 +225,7 @@ def optimize(
             )
         for option, value in (
             ("--alpha", alpha),
+            ("--deadline-margin", deadline_margin),
             ("--deadline-s", deadline_s),
             ("--budget-usd", budget_usd),
             ("--time-limit-s", time_limit_s),
@@ -242,7 +260,7 @@ def optimize(
         spent_s = time.perf_counter() - started
         with planning_progress(f"planning {len(wf.tasks)} tasks", goal, quiet=as_json) as progress:
             plan = optimize_problem(problem, str(catalog), planning_s, progress=progress, started=started,
-                                    fallback=default)  # fmt: skip
+                                    fallback=default, deadline_margin=deadline_margin)  # fmt: skip
         if wf.tasks and (spent_s >= planning_s or plan.solver.method == TIME_LIMIT_FALLBACK):  # said, not hidden
             say(time_limit_line(time_limit_s, spent_s, len(wf.tasks), plan.solver.method, predicted=bool(dag_id)),
                 err=True)  # fmt: skip
@@ -251,6 +269,8 @@ def optimize(
             plan = replace(plan, runtime_quantile=quantile_label(given.quantile))
         summary = _summary(plan, baseline, bounds.makespan_s, bounds.cost_usd, out)
         summary["runtimes"] = given.runtimes
+        if deadline_s is not None and wf.tasks:
+            summary["deadline_aim"] = deadline_aim(plan, aimed_problem(problem, deadline_margin), deadline_margin)
         write_plan(plan, out)  # the summary's last line says so; the store below may fail, so it is said first
         if apply:
             from agora_optimizer.cli.plans import plan_store
@@ -381,6 +401,25 @@ def _summary(plan: Plan, baseline: Plan | None, makespan_lb: float, cost_lb: flo
     }
 
 
+def deadline_aim(plan: Plan, aimed: Problem, margin: float) -> dict[str, Any]:
+    """Where a plan under a deadline aimed (``--deadline-margin``) and whether it ends by then."""
+    aim = aimed.objective.deadline_s
+    return {"margin": margin, "aim_s": aim, "met": aim is not None and plan.makespan_s <= aim + 1e-6}
+
+
+def aim_line(aim: dict[str, Any], deadline_s: float, makespan_s: float) -> str:
+    """The deadline's aim for people: where the plan aimed, and where it ends."""
+    if aim["margin"] == 0:
+        return f"deadline {deadline_s:,.1f} s: planned to the deadline itself (--deadline-margin 0)"
+    where = f"aimed {aim['margin']:.0%} early, at {aim['aim_s']:,.1f} s"
+    if aim["met"]:
+        return f"deadline {deadline_s:,.1f} s: {where}, for the platform's delays; the plan ends at {makespan_s:,.1f} s"
+    return (
+        f"deadline {deadline_s:,.1f} s: {where}; no plan found ends by then, so the earliest found, at "
+        f"{makespan_s:,.1f} s"
+    )
+
+
 def spot_line(figures: SpotFigures) -> str:
     """A plan's spot figures for people (``docs/spot.md``)."""
     return (
@@ -413,6 +452,8 @@ def _print_summary(summary: dict[str, Any]) -> None:
     out_console.print(data_table(title, columns, rows, right=columns[1:]))
     if summary["spot"]:
         say(spot_line(SpotFigures(**summary["spot"])))
+    if summary.get("deadline_aim"):
+        say(aim_line(summary["deadline_aim"], summary["objective"]["deadline_s"], ours["makespan_s"]))
     if default:
         makespan = ratio_text(ours["makespan_s"], default["makespan_s"], "{:+.1%}", change=True)
         cost = ratio_text(ours["cost_usd"], default["cost_usd"], "{:+.1%}", change=True)

@@ -3,14 +3,19 @@
 It builds the :class:`~agora_optimizer.planning.problem.Problem`, runs the engine portfolio
 within the time limit, and returns the best plan, or raises
 :class:`InfeasibleObjectiveError` with the best values reached when no plan meets the
-deadline or budget. A workflow with no tasks (an Airflow DAG may have none, and runs to
-success) gets the empty plan from the portfolio: no assignments, makespan 0, cost 0, optimal.
+deadline or budget. Under a deadline a caller may ask for a margin: the engines then aim that share
+of the deadline early, as a repair during the run does (:mod:`~agora_optimizer.planning.deadline_aim`),
+so that the platform's own delays do not make the plan late; where no plan is found that ends by the
+aim, the one that ends earliest wins, and the plan is held to the deadline itself. A workflow with no
+tasks (an Airflow DAG may have none, and runs to success) gets the empty plan from the portfolio: no
+assignments, makespan 0, cost 0, optimal.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from agora_optimizer.engines.base import EngineResult
@@ -20,6 +25,7 @@ from agora_optimizer.model.catalog import Catalog
 from agora_optimizer.model.plan import Assignment, Objective, Plan, SolverInfo, SolverStatus
 from agora_optimizer.model.workflow import Workflow
 from agora_optimizer.optimize.portfolio import TIME_LIMIT_FALLBACK, Progress, Stage, run_portfolio
+from agora_optimizer.planning.deadline_aim import aim_s
 from agora_optimizer.planning.leases import cost_usd, makespan_s
 from agora_optimizer.planning.problem import Problem, lower_bounds, score, written_assignments
 from agora_optimizer.planning.spot_replay import spot_summary
@@ -43,11 +49,15 @@ def optimize(
     time_limit_s: float = 60.0,
     stages: list[Stage] | None = None,
     progress: Progress | None = None,
+    deadline_margin: float = 0.0,
 ) -> Plan:
-    """Return the best plan found within ``time_limit_s``, bounds included (the first engine always completes)."""
+    """Return the best plan found within ``time_limit_s``, bounds included (the first engine always completes);
+    ``deadline_margin``: as for :func:`optimize_problem`."""
     started = time.perf_counter()
     problem = Problem.create(workflow, catalog, objective)
-    return optimize_problem(problem, catalog_label, time_limit_s, stages, progress, started=started)
+    return optimize_problem(
+        problem, catalog_label, time_limit_s, stages, progress, started=started, deadline_margin=deadline_margin
+    )
 
 
 def optimize_problem(
@@ -58,13 +68,16 @@ def optimize_problem(
     progress: Progress | None = None,
     started: float | None = None,
     fallback: Sequence[Assignment] | None = None,
+    deadline_margin: float = 0.0,
 ) -> Plan:
     """:func:`optimize` for a problem already built (its bounds are reused).
 
     ``started``: the ``time.perf_counter()`` from which ``time_limit_s`` counts (default:
     now), so that a caller can count the time it spent loading and bounding too. ``fallback``: the
     one-type default's schedule on the problem's catalog, when the caller made it already: the plan
-    when even the first list schedule would overrun the limit (:func:`run_portfolio`).
+    when even the first list schedule would overrun the limit (:func:`run_portfolio`). ``deadline_margin``:
+    under a deadline, the share of it the engines aim early (:func:`aimed_problem`); the plan's objective
+    is the deadline itself, and a plan made for the aim is at best ``feasible`` for it.
     """
     started = time.perf_counter() if started is None else started
     workflow, catalog, objective = problem.workflow, problem.catalog, problem.objective
@@ -75,7 +88,8 @@ def optimize_problem(
         )
     default = None if fallback is None else EngineResult(tuple(fallback), TIME_LIMIT_FALLBACK)
     remaining_s = max(time_limit_s - (time.perf_counter() - started), 0.0)
-    outcome = run_portfolio(problem, remaining_s, stages, progress, fallback=default)
+    aimed = aimed_problem(problem, deadline_margin)
+    outcome = run_portfolio(aimed, remaining_s, stages, progress, fallback=default)
     makespan, cost = problem.evaluate(outcome.best.assignments)
     if problem.excess(makespan, cost) > 0:
         fastest = min(m for m, _ in outcome.evaluated.values())
@@ -86,6 +100,8 @@ def optimize_problem(
             f"cost {cheapest:.6f} USD"
         )
     best = outcome.best
+    if aimed is not problem and best.status == "optimal":  # optimal for the aim, a feasible plan for the deadline
+        best = replace(best, status="feasible", gap=None)
     return build_plan(
         workflow,
         catalog,
@@ -97,6 +113,19 @@ def optimize_problem(
         status=best.status,
         gap=best.gap,
     )
+
+
+def aimed_problem(problem: Problem, margin: float) -> Problem:
+    """``problem`` with its deadline ``margin`` of it earlier, but not before its makespan bound (``problem``
+    itself without a deadline or a margin). The bounds stay: a lower bound under the deadline bounds the aim
+    too."""
+    if not 0 <= margin < 1:
+        raise ValueError(f"deadline margin must be in [0, 1), got {margin}")
+    deadline_s = problem.objective.deadline_s
+    if deadline_s is None or margin == 0:
+        return problem
+    aimed_s = max(aim_s(deadline_s, 0.0, margin), problem.bounds.makespan_s)
+    return replace(problem, objective=replace(problem.objective, deadline_s=aimed_s))
 
 
 def build_plan(

@@ -36,7 +36,8 @@ first, then the objective's score):
   over the machines above, and left on its planned machine when that is not worse.
 
 **A deadline at risk.** When the plan has a deadline and the better of the two still ends past its aim
-(:data:`DEADLINE_MARGIN` of the time left before the deadline, early; the repair aims there too),
+(:data:`~agora_optimizer.planning.deadline_aim.DEADLINE_MARGIN` of the time left before the deadline,
+early; the repair aims there too),
 the run may buy time, and buys the least that keeps it. Each pending task gets a latest end, the
 deadline less its tail (the longest path after it on the fastest types, as
 :mod:`agora_optimizer.engines.deadline_list` distributes a whole plan's deadline), and the kept
@@ -75,6 +76,7 @@ from typing import Literal
 from agora_optimizer.model.catalog import Catalog
 from agora_optimizer.model.plan import Plan
 from agora_optimizer.model.workflow import Workflow
+from agora_optimizer.planning.deadline_aim import DEADLINE_MARGIN, aim_s
 from agora_optimizer.planning.list_schedule import upward_ranks
 from agora_optimizer.planning.problem import Bounds, Problem
 from agora_optimizer.planning.replan_notes import deadline_note
@@ -88,11 +90,6 @@ from agora_optimizer.planning.replan_schedule import (
 )
 from agora_optimizer.planning.run_state import TIME_TOLERANCE_S, Pending, Replan, TaskState
 
-# A run is repaired once its forecast passes this share of the time left before its deadline, and aimed there:
-# a repair that ends right at the deadline leaves nothing for the next drift. The simulated learning loop met 13
-# of 17 deadlines repairing at the deadline itself, 15 of 17 with this margin (16 of 17 with the earlier repair
-# that bought all the time it could, for 1.10x the truth plan's cost against 1.02x).
-DEADLINE_MARGIN = 0.05
 BISECTIONS = 3  # a deadline at risk: halvings between the last late latest ends and the last timely ones
 
 
@@ -117,7 +114,7 @@ def replan(
     and cost scales (:func:`agora_optimizer.planning.problem.lower_bounds`; they take a second or more on a
     thousand tasks, so the default is the plan's own makespan and cost). ``time_limit_s``: the list
     schedule is abandoned beyond it, and the kept one answers. ``deadline_margin``: a deadline at risk is
-    aimed that share of the time left to it early (:data:`DEADLINE_MARGIN`).
+    aimed that share of the time left to it early (:data:`~agora_optimizer.planning.deadline_aim.DEADLINE_MARGIN`).
     """
     started = time.perf_counter()
     run = prepare(workflow, catalog, plan, state, now_s, leased)
@@ -172,15 +169,10 @@ def replan(
     )
 
 
-def aim_s(deadline_s: float, now_s: float, margin: float = DEADLINE_MARGIN) -> float:
-    """Where a repair at ``now_s`` aims: ``margin`` of the time left before ``deadline_s`` early."""
-    return deadline_s - margin * max(deadline_s - now_s, 0.0)
-
-
 def at_risk(plan: Plan, now_s: float, late_s: float, margin: float = DEADLINE_MARGIN) -> bool:
     """The deadline of ``plan`` (the plan in force) is at risk at ``now_s``, a task having just ended ``late_s``
     after its plan: the deadline not passed yet, and the plan's makespan moved by that lateness past the aim a
-    repair keeps (``margin`` of the time left early, :data:`DEADLINE_MARGIN`)."""
+    repair keeps (``margin`` of the time left early, :data:`~agora_optimizer.planning.deadline_aim.DEADLINE_MARGIN`)."""
     deadline_s = plan.objective.deadline_s
     if deadline_s is None or now_s >= deadline_s:
         return False  # no deadline, or lost: nothing left to keep

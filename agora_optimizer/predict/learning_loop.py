@@ -38,6 +38,7 @@ from agora_optimizer.model.catalog import Catalog
 from agora_optimizer.model.plan import Assignment, Objective, ObjectiveKind, Plan
 from agora_optimizer.model.workflow import Workflow
 from agora_optimizer.optimize.optimize import default_plan, optimize
+from agora_optimizer.planning.deadline_aim import DEADLINE_MARGIN
 from agora_optimizer.predict.evaluation import rounded, runtime_scores
 from agora_optimizer.predict.predictor import Predictor
 from agora_optimizer.predict.repair_replay import (
@@ -67,6 +68,7 @@ class LoopSettings:
     interval_s: float = 0.0
     max_repairs: int = MAX_REPAIRS
     forecast_share: float = FORECAST_SHARE
+    deadline_margin: float = DEADLINE_MARGIN  # both plans aim this share of the deadline early (deadline_aim.py)
 
 
 @dataclass(frozen=True)
@@ -167,13 +169,13 @@ def plan_instance(
     limit_s = settings.time_limit_s
     fastest = optimize(predicted, catalog, Objective("time"), catalog_label, limit_s)
     deadline_s = settings.deadline_factor * fastest.makespan_s
-    plan = _under_deadline(predicted, catalog, catalog_label, settings.objective, deadline_s, limit_s) or fastest
+    plan = _under_deadline(predicted, catalog, catalog_label, settings, deadline_s) or fastest
     return LoopPlan(
         predicted=predicted,
         actual=actual,
         deadline_s=deadline_s,
         plan=plan,
-        truth=_under_deadline(actual, catalog, catalog_label, settings.objective, deadline_s, limit_s),
+        truth=_under_deadline(actual, catalog, catalog_label, settings, deadline_s),
         default=default_plan(predicted, catalog, catalog_label),
         runtime_sources=prediction.sources()["runtime"],
         scored=frozenset(t.id for t in recorded.tasks if not scale.clamped(t.runtime_s)),
@@ -305,11 +307,15 @@ def simulate_instances(
 
 
 def _under_deadline(
-    workflow: Workflow, catalog: Catalog, label: str, kind: ObjectiveKind, deadline_s: float, limit_s: float
+    workflow: Workflow, catalog: Catalog, label: str, settings: LoopSettings, deadline_s: float
 ) -> Plan | None:
-    """The best plan for ``kind`` that meets ``deadline_s``, or None where none is found."""
+    """The best plan for the settings' objective that meets ``deadline_s`` (aimed the settings' margin early),
+    or None where none is found."""
+    objective = Objective(settings.objective, deadline_s=deadline_s)
     try:
-        return optimize(workflow, catalog, Objective(kind, deadline_s=deadline_s), label, limit_s)
+        return optimize(
+            workflow, catalog, objective, label, settings.time_limit_s, deadline_margin=settings.deadline_margin
+        )
     except InfeasibleObjectiveError:
         return None
 

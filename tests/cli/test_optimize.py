@@ -304,6 +304,7 @@ NUMBER_OPTIONS = [
         for option in (
             "--alpha",
             "--deadline-s",
+            "--deadline-margin",
             "--budget-usd",
             "--time-limit-s",
             "--default-memory-gib",
