@@ -9,6 +9,7 @@ import pytest
 from agora_optimizer.model.workflow import Task, Workflow
 from agora_optimizer.predict.memory_in_run import (
     KILL_GROWTH,
+    LOWER_AFTER,
     MEMORY_MARGIN,
     RunMemory,
     category_of_task,
@@ -65,8 +66,9 @@ def test_a_kill_raises_its_category_to_its_limit_doubled_until_its_retry_measure
     assert memory.factor("align", "a21") == pytest.approx(2.0)  # ... and its retry reserves its own floor
 
 
-def test_nothing_is_lowered_below_the_model_and_nothing_raised_past_the_largest_type() -> None:
-    assert reservation_bytes(GIB, 0.5) == GIB  # a factor below 1 lowers nothing
+def test_a_factor_below_one_lowers_and_nothing_is_raised_past_the_largest_type() -> None:
+    assert reservation_bytes(GIB, 0.5) == GIB // 2
+    assert reservation_bytes(GIB, 1.0) == GIB
     assert reservation_bytes(GIB, 3.6) == math.ceil(3.6 * GIB)
     assert reservation_bytes(GIB, 3.6, cap_bytes=2 * GIB) == 2 * GIB
     assert reservation_bytes(8 * GIB, 3.6, cap_bytes=4 * GIB) == 8 * GIB  # the model's own stays, even above the cap
@@ -91,3 +93,38 @@ def test_a_raised_workflow_reserves_its_factors_and_the_note_names_the_categorie
     assert memory_note(workflow, {"bwa_1": 2.0, "bwa_2": 2.0}) == "memory raised from this run: bwa x2.00 (2 tasks)"
     assert memory_note(workflow, {"index[3]": 1.0}) == ""
     assert [category_of_task(t) for t in tasks] == ["bwa", "bwa", "index"]
+
+
+def test_a_category_lowers_after_ten_exact_peaks_with_no_kill_standing_and_rises_again() -> None:
+    memory = RunMemory()
+    for i in range(LOWER_AFTER - 1):
+        found = memory.observe("blastall", f"b{i}", 0.25 if i else 0.3)
+    assert found.factor == 1.0 and not found.changed  # nine peaks: the model's own still
+    found = memory.observe("blastall", "b9", 0.2)
+    # ten: the upper quantile by rank (the second largest, 0.25) times the margin
+    assert found.factor == pytest.approx(0.25 * MEMORY_MARGIN) and found.changed
+    memory.applied_now()
+    killed = memory.observe("blastall", "b10", observed_ratio(GIB, killed_at_bytes=GIB // 4) or 0.0, killed=True)
+    assert killed.factor == 1.0 and killed.changed  # a kill standing: back to the model, its retry too
+    assert memory.factor("blastall", "b10") == 1.0 and retry_bytes(GIB // 4, GIB, 1.0) == GIB
+    again = memory.observe("blastall", "b10", 0.28)  # the retry measured its peak
+    assert again.factor == pytest.approx(0.28 * MEMORY_MARGIN)
+    assert memory_factor([0.5] * 19 + [3.0]) == 1.0 and memory_factor([0.5] * 19 + [3.0], lowers=True) == 0.6
+    assert memory_factor([0.9] * 10, lowers=True) == 1.0  # 0.9 x 1.2 is above the model: the model's own
+
+
+def test_only_a_predicted_or_guessed_reservation_is_lowered_and_the_note_says_so() -> None:
+    tasks = [
+        Task("blastall_1", 10.0, 1, GIB, "blastall", memory_source="predicted"),
+        Task("blastall_2", 10.0, 1, GIB, "blastall", memory_source="default"),
+        Task("blastall_3", 10.0, 1, GIB, "blastall", memory_source="declared"),  # the author's number
+        Task("blastall_4", 10.0, 1, GIB, "blastall", memory_source="recorded"),  # its measured peak
+        Task("split", 10.0, 1, GIB, "split", memory_source="predicted"),
+    ]
+    workflow = Workflow.create("w", tasks, [])
+    factors = dict.fromkeys(("blastall_1", "blastall_2", "blastall_3", "blastall_4"), 0.5) | {"split": 2.0}
+    moved = raised_workflow(workflow, factors)
+    assert [t.memory_bytes for t in moved.tasks] == [GIB // 2, GIB // 2, GIB, GIB, 2 * GIB]
+    assert memory_note(workflow, factors) == (
+        "memory raised from this run: split x2.00 (1 tasks); memory lowered from this run: blastall x0.50 (2 tasks)"
+    )

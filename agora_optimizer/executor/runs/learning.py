@@ -44,10 +44,11 @@ Memory is learned alongside, by the rule of :mod:`agora_optimizer.predict.memory
 ended with a measured peak, or was killed for memory at its limit, is an observation of its category's
 peak over the model's reservation; once one is above 1, the category's tasks to come (and a killed
 task's retry) reserve an upper quantile of the ratios times a margin (a kill's limit, doubled, until
-its retry measures its peak), never less than the model's own. A factor that moved by more than 10 % from the
-one the plan carries, with tasks of the category to come, is a drift too: the re-plan
-(:class:`~agora_optimizer.executor.runs.events.Replan`'s ``memory_factors``) reserves the raised memory
-before those tasks start, and moves them to a type that holds it.
+its retry measures its peak), never less than the model's own; once ten ended with a measured peak and
+no kill stands, they reserve that where it is below the model's (a predicted reservation only). A factor
+that moved by more than 10 % from the one the plan carries, with tasks of the category to come, is a
+drift too: the re-plan (:class:`~agora_optimizer.executor.runs.events.Replan`'s ``memory_factors``)
+reserves the new memory before those tasks start, and moves them to a type that holds it.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from agora_optimizer.model.workflow import Workflow
 from agora_optimizer.planning.replan import replan
 from agora_optimizer.planning.run_state import REPLAN_TIME_LIMIT_S
 from agora_optimizer.plans.store import PlanStore, default_plan_store
-from agora_optimizer.predict.memory_in_run import memory_note, raised_workflow
+from agora_optimizer.predict.memory_in_run import applied_factors, memory_note, raised_workflow
 
 PLANS_MAX = 64  # (dag_id, plan_version) whose plan and workflow are kept for re-planning
 
@@ -79,7 +79,7 @@ class Replanner:
         state = replan_state(book, clock_s, run.retries)
         catalog = repair_catalog(self._catalog_of(), plan)
         factors = {task: f for task, f in (runtime_factors or {}).items() if task in workflow.by_id}
-        memory = {task: f for task, f in (memory_factors or {}).items() if task in workflow.by_id}
+        memory = applied_factors(workflow, memory_factors or {})  # what moves a reservation, as the plan carries it
         largest_bytes = max((r.memory_bytes for r in catalog.resources), default=None)
         corrected = raised_workflow(corrected_workflow(workflow, factors), memory, largest_bytes)
         answer = replan(corrected, catalog, plan, state, clock_s, time_limit_s=REPLAN_TIME_LIMIT_S)

@@ -309,7 +309,7 @@ def test_a_task_killed_for_memory_has_its_retry_and_its_categorys_tasks_to_come_
     assert "sim_2" not in fixed.overrides and fixed.order.by_task["prep"].memory_bytes == GIB
 
 
-def test_tasks_under_their_prediction_lower_nothing_and_bring_no_re_plan(tmp_path: Path) -> None:
+def test_two_tasks_under_their_prediction_lower_nothing_yet_and_bring_no_re_plan(tmp_path: Path) -> None:
     _, version, order = save_plan(tmp_path / "plans")
     machine = RunMachine(CONFIG, RESOURCES)
     for task in ("prep", "sim_1", "sim_2"):
