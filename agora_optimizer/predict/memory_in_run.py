@@ -29,7 +29,8 @@ ended with a measured peak and none of its kills stands: its tasks to come reser
 the margin where that is below 1 (a bwa run reserved 727x its peaks). Over the 34 WfInstances, each
 category's tasks in five shuffled orders, a task after the tenth of its category peaks above the upper
 quantile of the peaks before it times 1.2 in 0.30 % of 12,735 cases, and reserves 1.21x its peak at the
-median (after the fifth: 0.40 %; with 1.1: 0.38 % and 1.11x). Only a predicted reservation (or a guess:
+median (after the fifth: 0.40 %; with 1.1: 0.38 % and 1.11x; ``python bench/memory_in_run_margin.py --dir
+../shared/data/wfinstances --after 5,10,20 --margins 1.1,1.2,1.3``). Only a predicted reservation (or a guess:
 a category's median, the default) is lowered: a declared or recorded one is the task's own need.
 
 The rule is the executor's (:mod:`agora_optimizer.executor.runs.learning`, whose re-plans reserve it)
