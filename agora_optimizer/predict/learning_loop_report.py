@@ -134,6 +134,11 @@ def _mark(value: float | None, target: float, above: bool = False) -> str:
     return " ✓" if (value >= target if above else value <= target) else " ✗"
 
 
+def aimed_words(margin: float) -> str:
+    """How far before the deadline both plans aimed (a document before the margin has none)."""
+    return f" (both plans aimed {margin:.0%} of it early)" if margin else ""
+
+
 def markdown(document: dict[str, Any]) -> str:
     """The results page: how it was made, one row per run, then the figures against the targets."""
     s = document["summary"]
@@ -145,10 +150,10 @@ def markdown(document: dict[str, Any]) -> str:
         "",
         f"Catalog `{document['catalog']}`. Each workflow is planned from predictions only (a model trained "
         "without it), for cost under a deadline of "
-        f"{document.get('deadline_factor', 1.5):g}x the makespan of its fastest predicted plan, then run on the "
-        "true runtimes with the executor's repairs "
-        f"(slack {document.get('slack', 0.2):g}); the truth plan is made from the true runtimes under the same "
-        "deadline; the default is the one-type default made from the same predictions.",
+        f"{document.get('deadline_factor', 1.5):g}x the makespan of its fastest predicted plan"
+        f"{aimed_words(document.get('deadline_margin', 0.0))}, then run on the true runtimes with the executor's "
+        f"repairs (slack {document.get('slack', 0.2):g}); the truth plan is made from the true runtimes under the "
+        "same deadline; the default is the one-type default made from the same predictions.",
         "",
         "| workflow | tasks | deadline (s) | planned (s) | actual (s) | met | forecast@25% (s) | planned (USD) "
         "| actual (USD) | truth plan (USD) | repairs | default actual (s) | default actual (USD) | over res. "
