@@ -10,10 +10,12 @@ import pytest
 
 from agora_optimizer.model import Billing, Catalog, Edge, Objective, Resource, Task, Workflow
 from agora_optimizer.model.catalog import GIB
+from agora_optimizer.model.plan import Assignment, Plan, SolverInfo
 from agora_optimizer.planning.bounds import cost_lower_bound_usd, feasible_types
 from agora_optimizer.planning.leases import cost_usd
 from agora_optimizer.planning.problem import Problem
 from agora_optimizer.planning.time_budget import TimeBudget
+from agora_optimizer.planning.validate import validate_plan
 from agora_optimizer.planning.windowed_cost_bound import task_windows, windowed_cost_bound_usd
 
 # The exhaustive optimum takes up to seconds per seed: make test-fast checks the first four, make test all 40.
@@ -109,13 +111,19 @@ def test_two_tasks_over_half_a_machines_memory_never_share_it() -> None:
     assert _bound(workflow, catalog, 100.0) == pytest.approx(4 * 30, rel=1e-6)
 
 
-@pytest.mark.slow  # an exhaustive search over four tasks on two machines: over a minute
 def test_the_bound_of_tasks_over_half_a_machines_memory_is_the_optimum() -> None:
+    # Each task's 1 GiB is over half of a machine's 1.5: no two share one at a time, so every plan pays 30 s of a
+    # lease for each task, 120 USD; two machines of two tasks each pay that and end at 60 s, within the deadline.
     tasks = [Task(f"t{i}", 30.0, 1, GIB, "t") for i in range(4)]
     workflow = Workflow.create("w", tasks, [])
     catalog = _catalog(_type("mid", 1.0, PER_HOUR, 2, vcpus=4, memory_gib=1.5))
-    problem = Problem.create(workflow, catalog, Objective(kind="cost", deadline_s=100.0))
-    assert _optimum_usd(problem) == pytest.approx(_bound(workflow, catalog, 100.0))
+    objective = Objective(kind="cost", deadline_s=100.0)
+    rows = [(f"t{i}", f"mid#{i // 2}", 30.0 * (i % 2)) for i in range(4)]
+    assignments = tuple(Assignment(t, "mid", m, start, start + 30.0, 1, GIB) for t, m, start in rows)
+    plan = Plan("w", "test", objective, 60.0, cost_usd(assignments, catalog), assignments,
+                SolverInfo("hand", "optimal", None, 0.0), "2026-12-06T00:00:00Z")  # fmt: skip
+    assert validate_plan(plan, workflow, catalog) == []
+    assert plan.cost_usd == pytest.approx(120.0) == _bound(workflow, catalog, 100.0)
 
 
 def test_tasks_of_half_a_machine_still_share_it() -> None:
