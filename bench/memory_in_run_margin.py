@@ -1,8 +1,8 @@
 """How often a task peaks above what learning memory during a run would reserve it, on real traces.
 
 For each WfInstance of ``--dir``, each category's tasks with a recorded peak in a shuffled order (``--seeds`` orders),
-each task after the first ``--after`` of its category reserves the upper quantile (by rank,
-:data:`agora_optimizer.predict.memory_in_run.RATIO_QUANTILE`) of the peaks before it times a margin, whether that is
+each task after the first ``--after`` of its category reserves the upper quantile of the peaks before it
+(:func:`agora_optimizer.predict.memory_in_run.upper_quantile`, the rule's own) times a margin, whether that is
 above or below what a model would reserve. Printed for each ``--after`` and ``--margins``: the tasks counted, the share
 that peaked above their reservation, and the median reservation over peak. The rule's constants
 (``MEMORY_MARGIN``, ``LOWER_AFTER`` in ``predict/memory_in_run.py``) cite it:
@@ -20,7 +20,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from agora_optimizer.io.wfformat import load_workflow
-from agora_optimizer.predict.memory_in_run import RATIO_QUANTILE
+from agora_optimizer.predict.memory_in_run import upper_quantile
 
 
 def category_peaks(path: Path) -> list[list[int]]:
@@ -41,8 +41,7 @@ def over_share(peaks: list[list[int]], after: int, margin: float, seeds: int) ->
             order = list(category)
             rng.shuffle(order)
             for i in range(max(after, 1), len(order)):
-                before = sorted(order[:i])
-                reserved = before[max(0, math.ceil(RATIO_QUANTILE * i) - 1)] * margin
+                reserved = upper_quantile(sorted(order[:i])) * margin
                 over += order[i] > reserved
                 ratios.append(reserved / order[i])
     return len(ratios), over / max(len(ratios), 1), statistics.median(ratios) if ratios else math.nan

@@ -86,10 +86,16 @@ def _ranked_factor(
 ) -> float:
     if not ranked:
         return 1.0
-    upper = ranked[max(0, math.ceil(quantile * len(ranked)) - 1)]
+    upper = upper_quantile(ranked, quantile)
     if upper > 1.0 or (lowers and upper * margin < 1.0):
         return upper * margin
     return 1.0
+
+
+def upper_quantile(ranked: list[float], quantile: float = RATIO_QUANTILE) -> float:
+    """The ``quantile`` of the sorted, non-empty ``ranked`` by rank, the higher one: the largest until ten, then
+    the second largest..."""
+    return ranked[max(0, math.ceil(quantile * len(ranked)) - 1)]
 
 
 def reservation_bytes(model_bytes: int, factor: float, cap_bytes: int | None = None) -> int:
