@@ -12,7 +12,6 @@ import logging
 import os
 import subprocess
 import sys
-import tempfile
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,6 +26,7 @@ from agora_optimizer.executor.jobs.spec import OOM_EXIT_CODE, BackendError, JobR
 from agora_optimizer.executor.worker.remote_files import RemoteFileNotFound, RemoteFiles, job_urls
 from agora_optimizer.model.catalog import GIB
 from harness.local_airflow import free_port
+from tests.airflow_home import private_airflow_home
 from tests.conftest import AWS_CATALOG
 from tests.executor.backends.aws.canned import CannedServer, s3_error
 from tests.executor.backends.aws.conftest import REGION, MotoServer, client, fake_session
@@ -34,8 +34,7 @@ from tests.executor.test_agora_executor import hand_over
 
 # The executor tests build an AgoraExecutor, which needs Airflow configured before its first import
 # (as tests/executor/conftest.py does when that folder runs too).
-os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="agora-s3-tests-"))
-os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+private_airflow_home("agora-s3-tests-")  # removed at exit
 
 BUCKET = "agora-jobs"
 JWT_SECRET = "agora-s3-tests-secret-of-at-least-64-bytes-for-hs512-0123456789abcdef"

@@ -17,8 +17,6 @@ AWS itself cannot be reached from here: Batch's real reclaim is not exercised, o
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -33,6 +31,7 @@ from agora_optimizer.executor.backends.aws.jobs import status_from_description
 from agora_optimizer.executor.jobs.spec import JobSpec, JobStatus
 from agora_optimizer.io.catalog_file import load_catalog
 from agora_optimizer.model.catalog import GIB, Catalog
+from tests.airflow_home import private_airflow_home
 from tests.executor.backends.aws.conftest import (
     IMAGE,
     REGION,
@@ -45,8 +44,7 @@ from tests.executor.backends.aws.conftest import (
 
 FLEET_ROLE = "arn:aws:iam::123456789012:role/agora-spot-fleet"  # an account that wants one
 
-os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="agora-spot-tests-"))
-os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+private_airflow_home("agora-spot-tests-")  # removed at exit
 
 RECLAIMED = "Host EC2 (instance i-0a1b2c3d4e5f60718) terminated."  # AWS's words for a lost host
 BUCKET = "agora-spot-jobs"
