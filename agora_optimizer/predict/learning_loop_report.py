@@ -60,14 +60,21 @@ def summary(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     cost_over_truth = [_ratio(r.get("actual_cost_usd"), r.get("truth_plan_cost_usd")) for r in ok]
     savings: dict[str, list[float]] = defaultdict(list)
     gaps: dict[str, list[float]] = defaultdict(list)
+    beaten = 0  # runs the default ran both cheaper and sooner than
+    default_on_time: list[float] = []  # the cost saving where the default kept the deadline too
     for r in ok:
-        for what in ("cost_usd", "makespan_s"):
-            realised = _saving(r.get(f"actual_{what}"), r.get(f"default_actual_{what}"))
+        realised = {w: _saving(r.get(f"actual_{w}"), r.get(f"default_actual_{w}")) for w in ("cost_usd", "makespan_s")}
+        for what, found in realised.items():
             planned = _saving(r.get(f"planned_{what}"), r.get(f"default_planned_{what}"))
-            if realised is not None:
-                savings[what].append(realised)
-            if realised is not None and planned is not None:
-                gaps[what].append(100 * abs(realised - planned))
+            if found is not None:
+                savings[what].append(found)
+            if found is not None and planned is not None:
+                gaps[what].append(100 * abs(found - planned))
+        cost_saving, time_saving = realised["cost_usd"], realised["makespan_s"]
+        beaten += cost_saving is not None and time_saving is not None and cost_saving < 0 and time_saving < 0
+        default_s = r.get("default_actual_makespan_s")
+        if cost_saving is not None and default_s is not None and default_s <= r["deadline_s"] * (1 + 1e-9):
+            default_on_time.append(cost_saving)
     memory_tasks = sum(r.get("memory_tasks") or 0 for r in ok)
     over = sum(r.get("tasks_over_reservation") or 0 for r in ok)
     retries = [r.get("memory_retries") for r in ok if r.get("memory_retries") is not None]
@@ -93,6 +100,10 @@ def summary(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "realised_cost_saving_median": _median(savings["cost_usd"]),
         "realised_makespan_saving_min": min(savings["makespan_s"]) if savings["makespan_s"] else None,
         "realised_makespan_saving_median": _median(savings["makespan_s"]),
+        "runs_default_cheaper_and_sooner": beaten,
+        "default_on_time_runs": len(default_on_time),
+        "default_on_time_cost_saving_min": min(default_on_time) if default_on_time else None,
+        "default_on_time_cost_saving_median": _median(default_on_time),
         "saving_gap_cost_median_points": _median(gaps["cost_usd"]),
         "saving_gap_makespan_median_points": _median(gaps["makespan_s"]),
         "memory_tasks": memory_tasks,
@@ -198,6 +209,11 @@ def markdown(document: dict[str, Any]) -> str:
         ("realised saving against the default, makespan: lowest / median",
          f"{_pct(s['realised_makespan_saving_min'])} / {_pct(s['realised_makespan_saving_median'])}",
          f">= 0{_mark(s['realised_makespan_saving_min'], 0.0, above=True)}"),
+        ("runs the default ran both cheaper and sooner than", f"{s['runs_default_cheaper_and_sooner']} of "
+         f"{s['runs'] - s['failed']}", ""),
+        (f"realised saving, cost, in the {s['default_on_time_runs']} runs where the default kept the deadline too: "
+         "lowest / median",
+         f"{_pct(s['default_on_time_cost_saving_min'])} / {_pct(s['default_on_time_cost_saving_median'])}", ""),
         *(
             (f"realised vs planned saving, {what}: median gap (points)", _num(s[f"saving_gap_{what}_median_points"]),
              f"<= {t['saving_gap_median_points']:g}"

@@ -52,3 +52,22 @@ def test_a_real_run_that_did_not_succeed_says_so_in_its_row() -> None:
     ]
     table = markdown({"command": "c", "catalog": "c.yaml", "runs": runs, "summary": summary(runs)})
     assert "| a-1 (agora run failed) | 3 |" in table and "| a-2 | 3 |" in table  # a simulated run has no state
+
+
+def test_runs_the_default_beat_on_both_and_the_saving_where_it_kept_the_deadline_are_counted_apart() -> None:
+    runs = [
+        # default late (2x the actual, past 1.5x the plan): its cheaper run does not count as kept
+        _run("a-1", 100.0, 100.0, True, True),
+        # default on time, dearer and slower: saving 50 %
+        _run("a-2", 100.0, 100.0, True, True, default_actual_makespan_s=120.0, default_actual_cost_usd=2.4),
+        # default on time, cheaper and sooner: beaten on both
+        _run("a-3", 100.0, 100.0, True, True, default_actual_makespan_s=90.0, default_actual_cost_usd=1.0),
+    ]
+    s = summary(runs)
+    assert s["runs_default_cheaper_and_sooner"] == 1
+    assert s["default_on_time_runs"] == 2
+    assert s["default_on_time_cost_saving_min"] == pytest.approx(-0.2)  # 1.2 against 1.0
+    assert s["default_on_time_cost_saving_median"] == pytest.approx(0.15)  # (-20 % + 50 %) / 2
+    table = markdown({"command": "c", "catalog": "c.yaml", "runs": runs, "summary": s})
+    assert "| runs the default ran both cheaper and sooner than | 1 of 3 |" in table
+    assert "in the 2 runs where the default kept the deadline too: lowest / median | -20.0 % / 15.0 % |" in table
