@@ -121,8 +121,8 @@ def optimize(
         typer.Option(
             help=ranged(
                 "--deadline-margin",
-                "With --deadline-s: aim this share of the deadline early, as repairs during a run do, for the "
-                "platform's delays; where no plan ends by then, the earliest found.",
+                "With --deadline-s, or each run's deadline with --dags: aim this share of it early, as repairs "
+                "during a run do, for the platform's delays; where no plan ends by then, the earliest found.",
             )
         ),
     ] = DEADLINE_MARGIN,
@@ -209,7 +209,8 @@ def optimize(
         quantile_choice = parse_quantile(runtime_quantile)
     if dags:
         _optimize_window(dags, window, window_start, catalog, out, time_limit_s, dag_folder, store, model, apply,
-                         plan_dir, gantt, as_json, platform_latency.value, quantile_choice, verbose)  # fmt: skip
+                         plan_dir, gantt, as_json, platform_latency.value, quantile_choice, verbose,
+                         deadline_margin)  # fmt: skip
         return
     dag_id = None if workflow is None else dag_id_of(workflow)
     with user_errors(), quiet_logs(verbose, warnings=apply):
@@ -307,12 +308,14 @@ def _optimize_window(
     platform_latency: str,
     runtime_quantile: str | float,
     verbose: bool,
+    deadline_margin: float,
 ) -> None:
     """``--dags``: plan every run of the window together (:mod:`agora_optimizer.cli.window`)."""
     from agora_optimizer.cli.window import plan_window
 
     with user_errors(), quiet_logs(verbose, warnings=apply):
         check_option("--time-limit-s", time_limit_s)
+        check_option("--deadline-margin", deadline_margin)
         cat = load_catalog(catalog)
         selectors = [part.strip() for item in dags for part in item.split(",") if part.strip()]
         with stdout_to_stderr():  # Airflow logs to stdout while it parses: stdout is the command's output
@@ -320,7 +323,7 @@ def _optimize_window(
                                   dag_folder=dag_folder, store=store, model=model, apply=apply, plan_dir=plan_dir,
                                   gantt=gantt, platform_latency=platform_latency,
                                   runtime_quantile=runtime_quantile, started=command_started(),
-                                  quiet=as_json)  # fmt: skip
+                                  quiet=as_json, deadline_margin=deadline_margin)  # fmt: skip
     if as_json:
         out_console.print_json(json.dumps(summary))
         return

@@ -78,6 +78,7 @@ def plan_window(
     runtime_quantile: str | float = "auto",
     started: float | None = None,
     quiet: bool = False,
+    deadline_margin: float = 0.0,
 ) -> dict[str, Any]:
     """Plan the window, write its plans and summary; the summary. Raises :class:`WindowPlanError`
     (after writing everything) when a run misses its deadline. ``started``: the ``time.perf_counter()``
@@ -90,7 +91,14 @@ def plan_window(
         runs_in_window,
         select_dags,
     )
-    from agora_optimizer.optimize.window import cost_lower_bound, plan_each_alone, plan_first_come, plan_jointly
+    from agora_optimizer.optimize.window import (
+        aimed_runs,
+        cost_lower_bound,
+        plan_each_alone,
+        plan_first_come,
+        plan_jointly,
+        with_runs,
+    )
     from agora_optimizer.planning.bounds import makespan_lower_bound_s
     from agora_optimizer.predict.latency import statistic_of, with_platform_latency
     from agora_optimizer.predict.quantile_choice import quantile_label, quantile_reason, resolve_quantile
@@ -145,14 +153,22 @@ def plan_window(
             f"folder, predictions, bounds): the planner gets 1 s more; a limit above {spent_s + 1:.0f} s leaves it "
             "time", err=True)  # fmt: skip
     left = max(time_limit_s - spent_s, 1.0)
+    aimed = aimed_runs(runs, catalog, deadline_margin)  # all three ways aim early; the plans keep the deadlines
+    if any(a.deadline_s != r.deadline_s for a, r in zip(aimed, runs, strict=True)):
+        say(f"agora: deadlines: aimed {deadline_margin:.0%} early (--deadline-margin), not before a run's bound",
+            err=True)  # fmt: skip
     with progress_line(f"planning {len(runs)} runs", quiet=quiet) as show:
-        joint = plan_jointly(runs, catalog, left * JOINT_SHARE, progress=lambda s: show(window_text(s, cost_bound_usd)))
+        joint = plan_jointly(
+            aimed, catalog, left * JOINT_SHARE, progress=lambda s: show(window_text(s, cost_bound_usd))
+        )
+        joint = with_runs(joint, runs)
         best = WindowProgress("for the report: first come", joint.cost_usd, len(joint.late_runs))
         show(window_text(best, cost_bound_usd))
-        first_come = plan_first_come(runs, catalog, left * (1 - JOINT_SHARE) / 4)
+        first_come = with_runs(plan_first_come(aimed, catalog, left * (1 - JOINT_SHARE) / 4), runs)
         show(window_text(replace(best, stage="for the report: each alone"), cost_bound_usd))
         try:  # the report's third way; none where a run's deadline cannot be met even alone
-            alone = None if impossible else plan_each_alone(runs, catalog, left * (1 - JOINT_SHARE) * 3 / 4)
+            each = None if impossible else plan_each_alone(aimed, catalog, left * (1 - JOINT_SHARE) * 3 / 4)
+            alone = None if each is None else with_runs(each, runs)
         except UnplannableWindowError:
             alone = None
     out_dir.mkdir(parents=True, exist_ok=True)

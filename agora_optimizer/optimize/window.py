@@ -20,6 +20,11 @@ Three ways to plan the window, side by side:
 - :func:`plan_each_alone`: each run alone on the whole catalog, as ``agora optimize`` plans one DAG:
   the cheapest, but together the plans may lease more of a type at once than its count
   (:func:`count_peaks` says where).
+
+Under a deadline margin (``agora optimize --deadline-margin``, as one DAG's plan) the three plan
+runs whose deadlines are that share earlier (:func:`aimed_runs`, never before a run's makespan
+bound), and the plans carry the runs' own deadlines again (:func:`with_runs`): on time, late and the
+lateness are counted against them.
 """
 
 from __future__ import annotations
@@ -34,7 +39,13 @@ from agora_optimizer.errors import AgoraError
 from agora_optimizer.model.catalog import Catalog
 from agora_optimizer.model.plan import Assignment, Objective, machine_type
 from agora_optimizer.model.workflow import Edge, Task, Workflow, parents_first
-from agora_optimizer.planning.bounds import cost_lower_bound_usd, fastest_runtime_s, feasible_types
+from agora_optimizer.planning.bounds import (
+    cost_lower_bound_usd,
+    fastest_runtime_s,
+    feasible_types,
+    makespan_lower_bound_s,
+)
+from agora_optimizer.planning.deadline_aim import aim_s
 from agora_optimizer.planning.leases import cost_usd, leases, makespan_s
 from agora_optimizer.planning.list_schedule import list_schedule, upward_ranks
 from agora_optimizer.planning.problem import written_assignments
@@ -128,6 +139,27 @@ def check_runs(runs: Sequence[WindowRun], catalog: Catalog) -> None:
             feasible_types(run.workflow, catalog)
         except AgoraError as exc:
             raise UnplannableWindowError(f"DAG run '{run.name}': {exc}") from None
+
+
+def aimed_runs(runs: Sequence[WindowRun], catalog: Catalog, margin: float) -> list[WindowRun]:
+    """``runs`` with each deadline ``margin`` of it earlier (:func:`agora_optimizer.planning.deadline_aim.aim_s`),
+    but not before the run's makespan bound, nor after the deadline itself."""
+    if not 0 <= margin < 1:
+        raise ValueError(f"deadline margin must be in [0, 1), got {margin}")
+    aimed = []
+    for run in runs:
+        if run.deadline_s is not None and margin > 0 and run.workflow.tasks:
+            floor_s = makespan_lower_bound_s(run.workflow, catalog)
+            run = replace(run, deadline_s=min(run.deadline_s, max(aim_s(run.deadline_s, 0.0, margin), floor_s)))
+        aimed.append(run)
+    return aimed
+
+
+def with_runs(schedule: WindowSchedule, runs: Sequence[WindowRun]) -> WindowSchedule:
+    """``schedule`` with each plan's run the one of ``runs`` by its name (its own deadline, after
+    :func:`aimed_runs`)."""
+    by_name = {run.name: run for run in runs}
+    return replace(schedule, plans=tuple(replace(plan, run=by_name[plan.run.name]) for plan in schedule.plans))
 
 
 def cost_lower_bound(runs: Sequence[WindowRun], catalog: Catalog) -> float:

@@ -105,16 +105,18 @@ class RunRuntimes:
         found = {category: c.factor(self.k) for category, c in self.categories.items()}
         return {category: f for category, f in found.items() if f != 1.0}
 
-    def run_factor(self) -> float:
+    def run_factor(self, run_k: float | None = None) -> float:
         """The run's factor for a category not seen: every observation pooled (:meth:`CategoryRuntime.factor`),
-        shrunk in log with weight ``c / (c + RUN_SHRINK_K)`` over the ``c`` categories seen; 1 with none, and
+        shrunk in log with weight ``c / (c + k)`` over the ``c`` categories seen (``k``: ``run_k``, else
+        :data:`RUN_SHRINK_K`); 1 with none, and
         never below 1: a run slower than planned warns of its other categories, one fast category does not make
         them fast (1000genome-chameleon-2ch-100k-001's sifting ran at 0.48 in its first second; taken for the
         whole run, the repair bought too little and the run missed its deadline)."""
         found = self.categories.values()
         n = sum(c.tasks for c in found)
         pooled = _mean_factor(n, sum(c.total_log for c in found), sum(c.total_log2 for c in found), 0.0)
-        return max(1.0, _shrunk(math.log(pooled) * len(self.categories), len(self.categories), RUN_SHRINK_K))
+        k = RUN_SHRINK_K if run_k is None else run_k
+        return max(1.0, _shrunk(math.log(pooled) * len(self.categories), len(self.categories), k))
 
     def factor_of(self, category: str) -> float:
         """What a task of ``category`` to come is corrected by: its category's factor, else the run's."""

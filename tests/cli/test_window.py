@@ -117,6 +117,7 @@ def test_the_nightly_dags_runs_are_planned_together_within_the_counts_and_put_in
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads(done.stdout)
     assert summary == json.loads((out / "window.json").read_text())
+    assert "agora: deadlines: aimed 5% early (--deadline-margin)" in done.stderr  # the plans keep the deadlines
     runs = {row["dag_id"]: row for row in summary["runs"]}
     assert set(runs) == {"nightly_a", "nightly_b"}  # the hourly DAG is not tagged nightly
     assert (runs["nightly_a"]["offset_s"], runs["nightly_b"]["offset_s"]) == (3600.0, 4200.0)

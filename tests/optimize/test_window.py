@@ -15,11 +15,13 @@ from agora_optimizer.optimize.window import (
     WindowProgress,
     WindowRun,
     WindowSchedule,
+    aimed_runs,
     count_peaks,
     over_counts,
     plan_each_alone,
     plan_first_come,
     plan_jointly,
+    with_runs,
 )
 from agora_optimizer.planning.leases import leases
 from agora_optimizer.planning.shared_counts import CountLedger
@@ -157,3 +159,28 @@ def test_a_window_that_cannot_be_planned_is_refused_naming_the_run(runs: list[Wi
     catalog = Catalog((_resource("a", 1.0, 1.0, count=None),), 1e9)
     with pytest.raises(UnplannableWindowError, match=message):
         plan_jointly(runs, catalog, time_limit_s=1.0)
+
+
+def test_a_margin_aims_each_run_early_but_not_before_its_bound_and_the_plans_keep_the_deadlines() -> None:
+    # One 100 s task: the slow type ends it at 100 s for the least cost, the fast one at 50 s for more.
+    catalog = Catalog((_resource("slow", 1.0, 1.0, count=2), _resource("fast", 2.0, 3.0, count=2)), 1e9)
+    runs = [
+        WindowRun("loose", _chain("loose", [100.0]), 0.0, deadline_s=100.0),
+        WindowRun("tight", _chain("tight", [100.0]), 10.0, deadline_s=52.0),  # its aim would be below the bound
+        WindowRun("free", _chain("free", [100.0]), 20.0),
+    ]
+    aimed = aimed_runs(runs, catalog, 0.1)
+    assert [r.deadline_s for r in aimed] == [pytest.approx(90.0), pytest.approx(50.0), None]
+    assert aimed_runs(runs, catalog, 0.0) == runs
+    with pytest.raises(ValueError, match="deadline margin"):
+        aimed_runs(runs, catalog, 1.0)
+    for plan_window in (plan_jointly, plan_first_come):
+        at_deadline = {p.run.name: p for p in plan_window(runs, catalog, 2.0).plans}
+        early = with_runs(plan_window(aimed, catalog, 2.0), runs)
+        _checked(early, catalog)
+        plans = {p.run.name: p for p in early.plans}
+        assert at_deadline["loose"].makespan_s == pytest.approx(100.0)  # at its deadline: the slow type
+        assert plans["loose"].makespan_s == pytest.approx(50.0)  # aimed at 90 s: the fast type
+        assert plans["loose"].cost_usd > at_deadline["loose"].cost_usd
+        assert [p.run for p in early.plans] == runs  # late and on time against the runs' own deadlines
+        assert early.late_runs == [] and early.lateness_s() == 0.0
