@@ -103,16 +103,20 @@ DAGS = textwrap.dedent(
 
 RUN_DAGS = textwrap.dedent(
     """
-    import os, sys
+    import json, os, sys
     sys.path.insert(0, sys.argv[1])
     from agora_trace_dags import DAGS
+    # each DAG's end state, in a file of its own: Airflow's log lines on stdout can land inside a printed line
+    states = {}
     for dag_id in ("agora_trace_ok", "agora_trace_fail"):
-        print("STATE", dag_id, DAGS[dag_id].test().state, flush=True)
+        states[dag_id] = str(DAGS[dag_id].test().state)
     # what an agora worker says: where the task runs, and that the worker samples it
     os.environ.update(AGORA_RESOURCE_TYPE="local:big", AGORA_BACKEND="local", AGORA_SAMPLED_BY_WORKER="1")
-    print("STATE agora_trace_env", DAGS["agora_trace_env"].test().state, flush=True)
+    states["agora_trace_env"] = str(DAGS["agora_trace_env"].test().state)
     os.environ["AIRFLOW__AGORA__TRACE_STORE_URL"] = sys.argv[2]  # the listener reads the config at each write
-    print("STATE agora_trace_unreachable", DAGS["agora_trace_unreachable"].test().state, flush=True)
+    states["agora_trace_unreachable"] = str(DAGS["agora_trace_unreachable"].test().state)
+    with open(sys.argv[3], "w") as out:
+        json.dump(states, out)
     """
 )
 
@@ -165,7 +169,13 @@ def airflow_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowRun
     )
     try:
         runner = subprocess.run(
-            [sys.executable, str(home / "run_dags.py"), str(home / "dags"), UNREACHABLE_STORE],
+            [
+                sys.executable,
+                str(home / "run_dags.py"),
+                str(home / "dags"),
+                UNREACHABLE_STORE,
+                str(home / "states.json"),
+            ],
             capture_output=True,
             text=True,
             env=env,
@@ -173,8 +183,7 @@ def airflow_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowRun
         )
         log = runner.stdout + runner.stderr
         assert runner.returncode == 0, log[-5000:]
-        lines = [line.split() for line in runner.stdout.splitlines()]
-        states = {parts[1]: parts[2] for parts in lines if parts[:1] == ["STATE"]}
+        states = json.loads((home / "states.json").read_text())
         wait_healthy(api_url, server, 180)
         yield AirflowRun(home=home, store_url=store_url, api_url=api_url, states=states, log=log)
     finally:
