@@ -64,6 +64,7 @@ from agora_optimizer.io.wfformat import load_workflow  # noqa: E402
 from agora_optimizer.model.plan import OBJECTIVE_KINDS, Plan  # noqa: E402
 from agora_optimizer.model.workflow import Edge, Workflow  # noqa: E402
 from agora_optimizer.planning.deadline_aim import DEADLINE_MARGIN  # noqa: E402
+from agora_optimizer.predict import runtime_in_run  # noqa: E402
 from agora_optimizer.predict.learning_loop import (  # noqa: E402
     LoopSettings,
     Scale,
@@ -84,6 +85,16 @@ CATALOGS = {"local": REPO / "catalogs" / "local-priced.yaml"}
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    before = runtime_in_run.RUN_SHRINK_K
+    if args.run_shrink_k is not None:  # for a side-by-side run of the rule before (1.0)
+        runtime_in_run.RUN_SHRINK_K = args.run_shrink_k
+    try:
+        return _main(args, argv)
+    finally:
+        runtime_in_run.RUN_SHRINK_K = before
+
+
+def _main(args: argparse.Namespace, argv: list[str] | None) -> int:
     train = sorted(args.train_dir.glob("*.json"))
     if not train:
         raise SystemExit(f"--train-dir: no WfFormat instance (*.json) in {args.train_dir}")
@@ -126,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         "slack": settings.slack,
         "repair_interval_s": settings.interval_s,
         "time_limit_s": settings.time_limit_s,
+        "run_shrink_k": runtime_in_run.RUN_SHRINK_K,
         "bench_wall_s": round(time.perf_counter() - started, 1),
         "runs": runs,
         "summary": summary(runs),
@@ -336,6 +348,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--slack", type=float, default=REPLAN_SLACK, help="[agora] replan_slack (0: no repair)")
     parser.add_argument("--repair-interval-s", type=float, default=0.0, help="least time between two repairs")
     parser.add_argument("--max-repairs", type=int, default=MAX_REPAIRS)
+    parser.add_argument(
+        "--run-shrink-k", type=float, help="a category not seen yet: the run's factor's k (default: RUN_SHRINK_K)"
+    )
     parser.add_argument("--scaled", action="store_true", help="with --simulate: scale as the replay DAG does")
     parser.add_argument("--time-scale", type=float, default=0.02)
     parser.add_argument("--min-runtime-s", type=float, default=5.0)

@@ -104,3 +104,19 @@ def test_a_real_runs_forecast_at_a_quarter_is_its_last_re_plans_by_then_else_its
     assert run_learning_loop._forecast(record, 0.25) == {"forecast_at_s": 25.0, "forecast_makespan_s": 90.0}
     assert run_learning_loop._forecast({**record, "repairs": []}, 0.25)["forecast_makespan_s"] == 80.0
     assert run_learning_loop._forecast({"actual_makespan_s": None}, 0.25)["forecast_makespan_s"] is None
+
+
+def test_the_run_factor_s_k_can_be_set_for_one_run_and_is_recorded(tmp_path: Path) -> None:
+    from agora_optimizer.predict import runtime_in_run
+
+    train = tmp_path / "instances"
+    train.mkdir()
+    write_json(train / "tiny-fast-001.json", _instance("tiny-fast-001", 1.0))
+    write_json(train / "tiny-slow-001.json", _instance("tiny-slow-001", 2.0))
+    out = tmp_path / "loop.json"
+    before = runtime_in_run.RUN_SHRINK_K
+    argv = ["--simulate", "--train-dir", str(train), "--catalog", str(REPO / "catalogs" / "aws-us-east-1.yaml"),
+            "--time-limit-s", "0.5", "--run-shrink-k", "1", "--out", str(out)]  # fmt: skip
+    assert run_learning_loop.main(argv) == 0
+    assert json.loads(out.read_text())["run_shrink_k"] == 1.0
+    assert runtime_in_run.RUN_SHRINK_K == before != 1.0  # the rule's own again after the run
