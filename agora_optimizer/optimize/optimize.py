@@ -25,7 +25,7 @@ from agora_optimizer.model.catalog import Catalog
 from agora_optimizer.model.plan import Assignment, Objective, Plan, SolverInfo, SolverStatus
 from agora_optimizer.model.workflow import Workflow
 from agora_optimizer.optimize.portfolio import TIME_LIMIT_FALLBACK, Progress, Stage, run_portfolio
-from agora_optimizer.planning.deadline_aim import aim_s
+from agora_optimizer.planning.deadline_aim import aimed_deadline_s
 from agora_optimizer.planning.leases import cost_usd, makespan_s
 from agora_optimizer.planning.problem import Problem, lower_bounds, score, written_assignments
 from agora_optimizer.planning.spot_replay import spot_summary
@@ -122,9 +122,9 @@ def aimed_problem(problem: Problem, margin: float) -> Problem:
     if not 0 <= margin < 1:
         raise ValueError(f"deadline margin must be in [0, 1), got {margin}")
     deadline_s = problem.objective.deadline_s
-    if deadline_s is None or margin == 0:
+    aimed_s = None if deadline_s is None else aimed_deadline_s(deadline_s, problem.bounds.makespan_s, margin)
+    if aimed_s is None or aimed_s == deadline_s:
         return problem
-    aimed_s = max(aim_s(deadline_s, 0.0, margin), problem.bounds.makespan_s)
     return replace(problem, objective=replace(problem.objective, deadline_s=aimed_s))
 
 

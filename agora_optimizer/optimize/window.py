@@ -45,7 +45,7 @@ from agora_optimizer.planning.bounds import (
     feasible_types,
     makespan_lower_bound_s,
 )
-from agora_optimizer.planning.deadline_aim import aim_s
+from agora_optimizer.planning.deadline_aim import aimed_deadline_s
 from agora_optimizer.planning.leases import cost_usd, leases, makespan_s
 from agora_optimizer.planning.list_schedule import list_schedule, upward_ranks
 from agora_optimizer.planning.problem import written_assignments
@@ -142,15 +142,15 @@ def check_runs(runs: Sequence[WindowRun], catalog: Catalog) -> None:
 
 
 def aimed_runs(runs: Sequence[WindowRun], catalog: Catalog, margin: float) -> list[WindowRun]:
-    """``runs`` with each deadline ``margin`` of it earlier (:func:`agora_optimizer.planning.deadline_aim.aim_s`),
-    but not before the run's makespan bound, nor after the deadline itself."""
+    """``runs`` with each deadline where a plan aims (:func:`agora_optimizer.planning.deadline_aim.aimed_deadline_s`:
+    ``margin`` of it earlier, but not before the run's makespan bound, nor after the deadline itself)."""
     if not 0 <= margin < 1:
         raise ValueError(f"deadline margin must be in [0, 1), got {margin}")
     aimed = []
     for run in runs:
         if run.deadline_s is not None and margin > 0 and run.workflow.tasks:
-            floor_s = makespan_lower_bound_s(run.workflow, catalog)
-            run = replace(run, deadline_s=min(run.deadline_s, max(aim_s(run.deadline_s, 0.0, margin), floor_s)))
+            bound_s = makespan_lower_bound_s(run.workflow, catalog)
+            run = replace(run, deadline_s=aimed_deadline_s(run.deadline_s, bound_s, margin))
         aimed.append(run)
     return aimed
 

@@ -17,3 +17,11 @@ DEADLINE_MARGIN = 0.05
 def aim_s(deadline_s: float, now_s: float, margin: float = DEADLINE_MARGIN) -> float:
     """Where a plan or repair made at ``now_s`` aims: ``margin`` of the time left before ``deadline_s`` early."""
     return deadline_s - margin * max(deadline_s - now_s, 0.0)
+
+
+def aimed_deadline_s(deadline_s: float, bound_s: float, margin: float = DEADLINE_MARGIN) -> float:
+    """Where a plan made before its run aims (``agora optimize``, each run of a window): ``margin`` of
+    ``deadline_s`` early, but not before ``bound_s``, the run's makespan bound, nor after the deadline."""
+    if not 0 <= margin < 1:
+        raise ValueError(f"deadline margin must be in [0, 1), got {margin}")
+    return min(deadline_s, max(aim_s(deadline_s, 0.0, margin), bound_s))

@@ -13,7 +13,7 @@ import pytest
 from agora_optimizer.cli import main
 from agora_optimizer.model.plan import Objective
 from agora_optimizer.optimize.optimize import aimed_problem, optimize
-from agora_optimizer.planning.deadline_aim import DEADLINE_MARGIN, aim_s
+from agora_optimizer.planning.deadline_aim import DEADLINE_MARGIN, aim_s, aimed_deadline_s
 from agora_optimizer.planning.problem import Problem
 from agora_optimizer.planning.validate import validate_plan
 from tests.conftest import AWS_CATALOG, BUNDLED
@@ -75,3 +75,12 @@ def test_optimize_says_where_it_aimed_and_the_json_has_it(tmp_path: Path, capsys
     assert summary["deadline_aim"] == {"margin": 0.0, "aim_s": 60.0, "met": True}
     aimed = json.loads((tmp_path / "aimed.json").read_text())
     assert aimed["objective"]["deadline_s"] == 60.0 and aimed["makespan_s"] <= 57.0 + 1e-6
+
+
+def test_a_plan_made_before_its_run_aims_early_but_between_the_bound_and_the_deadline() -> None:
+    assert aimed_deadline_s(100.0, 50.0, 0.1) == pytest.approx(90.0)
+    assert aimed_deadline_s(100.0, 95.0, 0.1) == pytest.approx(95.0)  # not before the bound
+    assert aimed_deadline_s(100.0, 120.0, 0.1) == pytest.approx(100.0)  # no plan keeps it: the deadline, not later
+    assert aimed_deadline_s(100.0, 50.0, 0.0) == 100.0
+    with pytest.raises(ValueError, match="deadline margin"):
+        aimed_deadline_s(100.0, 50.0, 1.0)
