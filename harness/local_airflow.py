@@ -79,13 +79,6 @@ class AirflowDeployment:
         return f"http://127.0.0.1:{self.port}{self.base_path.rstrip('/')}"
 
     @property
-    def temporary_dir(self) -> Path:
-        """``$AIRFLOW_HOME/tmp``, the deployment's ``TMPDIR`` (made on first use)."""
-        found = self.home / "tmp"
-        found.mkdir(parents=True, exist_ok=True)
-        return found
-
-    @property
     def env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
         env.update(
@@ -107,9 +100,6 @@ class AirflowDeployment:
                 "AIRFLOW__API__WORKERS": "1",
                 "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
                 "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(self.log_server_port),
-                # what its processes and tasks put in the temporary folder (multiprocessing's pymp-*, Airflow's
-                # airflowtmp*, the example DAG's scratch) goes with the home, not into /tmp for good
-                "TMPDIR": str(self.temporary_dir),
             }
         )
         if self.base_path:
