@@ -127,12 +127,14 @@ def set_partitions(items: list[int]) -> Iterator[list[list[int]]]:
             yield [*partition[:n], [first, *partition[n]], *partition[n + 1 :]]
 
 
-def brute_force(problem: Problem) -> tuple[float, list[Assignment]] | None:
+def brute_force(problem: Problem, incumbent: list[Assignment] | None = None) -> tuple[float, list[Assignment]] | None:
     """The optimal objective value and a plan reaching it, or None when no plan meets the limits.
 
     Branch and bound over machine assignments: each is skipped when an elementary lower bound
     (critical path with its transfers; each lease at least its boot plus its longest task and its
     work over capacity) cannot beat the best plan found; the others try every whole-second start.
+    ``incumbent``, a plan the spec's checker passes, is the first best: the search only looks for
+    better ones, and returns it when none is.
     """
     workflow, catalog = problem.workflow, problem.catalog
     tasks = [workflow.by_id[t] for t in workflow.topological_order]
@@ -148,6 +150,10 @@ def brute_force(problem: Problem) -> tuple[float, list[Assignment]] | None:
             layout = _Layout(problem, tasks, blocks, list(types))
             layouts.append((layout.lower_bound(), len(layouts), layout))
     best: tuple[float, list[Assignment]] | None = None
+    if incumbent is not None:
+        assert not violations(problem, incumbent), "the incumbent is not a valid plan"
+        assert problem.meets_limits(incumbent), "the incumbent misses the deadline or the budget"
+        best = (problem.score(incumbent)[0], list(incumbent))
     for bound, _, layout in sorted(layouts, key=lambda item: item[:2]):
         if best is not None and bound >= best[0]:
             break  # every layout left is bounded no better
