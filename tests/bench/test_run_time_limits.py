@@ -30,13 +30,13 @@ def test_a_small_workflow_is_timed_checked_and_reported_with_its_command(tmp_pat
     data.mkdir()
     shutil.copy(BUNDLED / "blast-chameleon-small-001.json", data / "blast-small.json")
     out = tmp_path / "limits"
-    argv = ["--recipes", "blast", "--size", "small", "--data", str(data), "--limits", "30", "--out", str(out)]
+    argv = ["--recipes", "blast", "--size", "small", "--data", str(data), "--limits", "10", "--out", str(out)]
     assert run_time_limits.main(argv) == 0
     runs = json.loads(out.with_suffix(".json").read_text())["runs"]
     assert [(r["command"], r["limit_s"], bool(r.get("first_plan"))) for r in runs] == [
         ("optimize", 0.01, True),
-        ("optimize", 30.0, False),
-        ("pareto", 30.0, False),
+        ("optimize", 10.0, False),
+        ("pareto", 10.0, False),
     ]
     first, optimized, front = runs
     assert first["valid"] and first["methods"] and first["peak_rss_mib"] > 10 and 0 < first["cpu_s"] < 60
