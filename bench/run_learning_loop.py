@@ -69,6 +69,7 @@ from agora_optimizer.predict.learning_loop import (  # noqa: E402
     LoopSettings,
     Scale,
     held_out_instances,
+    kept_deadline,
     plan_fields,
     plan_instance,
     simulate_instances,
@@ -256,7 +257,7 @@ def _run_in(
             fields, record = _run_plan(runs, store_url, dag_id, ours, predicted, "", timeout)
             result.update(fields)
             made = result.get("actual_makespan_s")
-            result["deadline_met"] = made is not None and made <= planned.deadline_s * (1 + 1e-9)
+            result["deadline_met"] = made is not None and kept_deadline(made, planned.deadline_s)
             result.update(_forecast(record, settings.forecast_share))
             result["wall_s"] = time.perf_counter() - began
             pending.append((result, planned.default, ids, dag_id, predicted))

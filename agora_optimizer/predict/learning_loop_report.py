@@ -14,6 +14,8 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
+from agora_optimizer.predict.learning_loop import kept_deadline
+
 TARGETS = {
     "makespan_median_error": 0.15,  # planned before the run vs actual, median over workflows
     "forecast_median_error": 0.10,  # the run's forecast once a quarter has run vs actual
@@ -73,7 +75,7 @@ def summary(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
         cost_saving, time_saving = realised["cost_usd"], realised["makespan_s"]
         beaten += cost_saving is not None and time_saving is not None and cost_saving < 0 and time_saving < 0
         default_s = r.get("default_actual_makespan_s")
-        if cost_saving is not None and default_s is not None and default_s <= r["deadline_s"] * (1 + 1e-9):
+        if cost_saving is not None and default_s is not None and kept_deadline(default_s, r["deadline_s"]):
             default_on_time.append(cost_saving)
     memory_tasks = sum(r.get("memory_tasks") or 0 for r in ok)
     over = sum(r.get("tasks_over_reservation") or 0 for r in ok)

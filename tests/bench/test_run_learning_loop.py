@@ -41,15 +41,22 @@ def _instance(name: str, scale: float) -> dict[str, Any]:
     return wfformat_15(tasks, name=name)
 
 
-def test_each_instance_is_planned_from_predictions_run_on_the_truth_and_repaired_when_late(tmp_path: Path) -> None:
+def _simulate(tmp_path: Path, *options: str) -> Path:
+    """``--simulate`` over a family of two, tiny-fast-001 and tiny-slow-001 (twice as long), with ``options``:
+    the results file."""
     train = tmp_path / "instances"
     train.mkdir()
     write_json(train / "tiny-fast-001.json", _instance("tiny-fast-001", 1.0))
     write_json(train / "tiny-slow-001.json", _instance("tiny-slow-001", 2.0))
     out = tmp_path / "loop.json"
     argv = ["--simulate", "--train-dir", str(train), "--catalog", str(REPO / "catalogs" / "aws-us-east-1.yaml"),
-            "--time-limit-s", "0.5", "--out", str(out)]  # fmt: skip
+            "--time-limit-s", "0.5", *options, "--out", str(out)]  # fmt: skip
     assert run_learning_loop.main(argv) == 0
+    return out
+
+
+def test_each_instance_is_planned_from_predictions_run_on_the_truth_and_repaired_when_late(tmp_path: Path) -> None:
+    out = _simulate(tmp_path)
 
     document = json.loads(out.read_text())
     runs = {r["workflow"]: r for r in document["runs"]}
@@ -109,14 +116,7 @@ def test_a_real_runs_forecast_at_a_quarter_is_its_last_re_plans_by_then_else_its
 def test_the_run_factor_s_k_can_be_set_for_one_run_and_is_recorded(tmp_path: Path) -> None:
     from agora_optimizer.predict import runtime_in_run
 
-    train = tmp_path / "instances"
-    train.mkdir()
-    write_json(train / "tiny-fast-001.json", _instance("tiny-fast-001", 1.0))
-    write_json(train / "tiny-slow-001.json", _instance("tiny-slow-001", 2.0))
-    out = tmp_path / "loop.json"
     before = runtime_in_run.RUN_SHRINK_K
-    argv = ["--simulate", "--train-dir", str(train), "--catalog", str(REPO / "catalogs" / "aws-us-east-1.yaml"),
-            "--time-limit-s", "0.5", "--run-shrink-k", "1", "--out", str(out)]  # fmt: skip
-    assert run_learning_loop.main(argv) == 0
+    out = _simulate(tmp_path, "--run-shrink-k", "1")
     assert json.loads(out.read_text())["run_shrink_k"] == 1.0
     assert runtime_in_run.RUN_SHRINK_K == before != 1.0  # the rule's own again after the run
