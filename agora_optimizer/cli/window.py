@@ -153,7 +153,7 @@ def plan_window(
             f"folder, predictions, bounds): the planner gets 1 s more; a limit above {spent_s + 1:.0f} s leaves it "
             "time", err=True)  # fmt: skip
     left = max(time_limit_s - spent_s, 1.0)
-    aimed = aimed_runs(runs, catalog, deadline_margin)  # all three ways aim early; the plans keep the deadlines
+    aimed = aimed_runs(runs, catalog, deadline_margin, bounds)  # all three ways aim early; the plans keep the deadlines
     if any(a.deadline_s != r.deadline_s for a, r in zip(aimed, runs, strict=True)):
         say(f"agora: deadlines: aimed {deadline_margin:.0%} early (--deadline-margin), not before a run's bound",
             err=True)  # fmt: skip

@@ -141,15 +141,18 @@ def check_runs(runs: Sequence[WindowRun], catalog: Catalog) -> None:
             raise UnplannableWindowError(f"DAG run '{run.name}': {exc}") from None
 
 
-def aimed_runs(runs: Sequence[WindowRun], catalog: Catalog, margin: float) -> list[WindowRun]:
+def aimed_runs(
+    runs: Sequence[WindowRun], catalog: Catalog, margin: float, bounds_s: Mapping[str, float] | None = None
+) -> list[WindowRun]:
     """``runs`` with each deadline where a plan aims (:func:`agora_optimizer.planning.deadline_aim.aimed_deadline_s`:
-    ``margin`` of it earlier, but not before the run's makespan bound, nor after the deadline itself)."""
+    ``margin`` of it earlier, but not before the run's makespan bound, nor after the deadline itself).
+    ``bounds_s``: each run's makespan bound by its name, where the caller has them (else computed here)."""
     if not 0 <= margin < 1:
         raise ValueError(f"deadline margin must be in [0, 1), got {margin}")
     aimed = []
     for run in runs:
         if run.deadline_s is not None and margin > 0 and run.workflow.tasks:
-            bound_s = makespan_lower_bound_s(run.workflow, catalog)
+            bound_s = bounds_s[run.name] if bounds_s is not None else makespan_lower_bound_s(run.workflow, catalog)
             run = replace(run, deadline_s=aimed_deadline_s(run.deadline_s, bound_s, margin))
         aimed.append(run)
     return aimed

@@ -172,6 +172,9 @@ def test_a_margin_aims_each_run_early_but_not_before_its_bound_and_the_plans_kee
     aimed = aimed_runs(runs, catalog, 0.1)
     assert [r.deadline_s for r in aimed] == [pytest.approx(90.0), pytest.approx(50.0), None]
     assert aimed_runs(runs, catalog, 0.0) == runs
+    # bounds the caller has are the ones it aims by: here, a bound of 80 s puts "tight" at its deadline
+    handed = aimed_runs(runs, catalog, 0.1, {"loose": 50.0, "tight": 80.0, "free": 50.0})
+    assert [r.deadline_s for r in handed] == [pytest.approx(90.0), pytest.approx(52.0), None]
     with pytest.raises(ValueError, match="deadline margin"):
         aimed_runs(runs, catalog, 1.0)
     for plan_window in (plan_jointly, plan_first_come):
