@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import weakref
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from importlib.metadata import version
@@ -67,6 +68,7 @@ class AirflowDeployment:
     _orphans: list[psutil.Process] = field(default_factory=list)
     _orphan_groups: set[int] = field(default_factory=set)
     _sessions: set[int] = field(default_factory=set)  # one per component started, for leftover_processes
+    _temporary_dir: str = ""  # see temporary_dir
 
     def __enter__(self) -> AirflowDeployment:
         return self
@@ -77,6 +79,18 @@ class AirflowDeployment:
     @property
     def api_url(self) -> str:
         return f"http://127.0.0.1:{self.port}{self.base_path.rstrip('/')}"
+
+    @property
+    def temporary_dir(self) -> str:
+        """The deployment's ``TMPDIR``: what its processes and tasks put in the temporary folder
+        (multiprocessing's ``pymp-*``, Airflow's ``airflowtmp*``, the example DAG's scratch) is removed with
+        it by :meth:`stop_all` (or at exit), not left in /tmp. Short, in /tmp itself, not in the home: a
+        fork server's socket in it must stay within AF_UNIX's 108 bytes, which a home deep in pytest's
+        folders passes."""
+        if not self._temporary_dir:
+            self._temporary_dir = tempfile.mkdtemp(prefix="agora-af-")
+            weakref.finalize(self, shutil.rmtree, self._temporary_dir, True)
+        return self._temporary_dir
 
     @property
     def env(self) -> dict[str, str]:
@@ -100,6 +114,7 @@ class AirflowDeployment:
                 "AIRFLOW__API__WORKERS": "1",
                 "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
                 "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(self.log_server_port),
+                "TMPDIR": self.temporary_dir,
             }
         )
         if self.base_path:
@@ -189,6 +204,9 @@ class AirflowDeployment:
             stop_processes(sorted(members, key=lambda m: m.pid), self._orphan_groups, signal.SIGTERM, ORPHANS_GRACE_S)
         self._orphans.clear()
         self._orphan_groups.clear()
+        if self._temporary_dir:
+            shutil.rmtree(self._temporary_dir, ignore_errors=True)
+            self._temporary_dir = ""
 
     def leftover_processes(self) -> list[psutil.Process]:
         """Live processes of this deployment (none after :meth:`stop_all`): see :func:`processes_under`."""
