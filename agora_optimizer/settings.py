@@ -166,6 +166,12 @@ SETTINGS: tuple[Setting, ...] = (
         "tasks for nothing.",
     ),
     Setting(
+        "run_shrink_k",
+        "3",
+        "How far a category with no task ended yet in its run follows the run's runtime factor: weight "
+        "c / (c + k) over the c categories seen (docs/running-plans.md).",
+    ),
+    Setting(
         "token_refresh_s",
         "120",
         "While a job waits in a backend's queue, its Execution API token is renewed this often, so a "

@@ -223,6 +223,8 @@ def _run_in(
         runtime_range_s=(args.min_runtime_s, args.max_runtime_s), memory_scale=args.memory_scale,
         task_load=args.task_load, hints="none",
     )  # fmt: skip
+    if args.run_shrink_k is not None:  # the executor's learning too, in the scheduler's process
+        airflow.extra_env = {**airflow.extra_env, "AIRFLOW__AGORA__RUN_SHRINK_K": f"{args.run_shrink_k:g}"}
     runs = ReplayRuns(airflow, root, settle_s=args.settle_s)
     store_url = f"sqlite:///{root / 'traces.db'}"
     results: list[dict[str, Any]] = []
@@ -350,7 +352,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--repair-interval-s", type=float, default=0.0, help="least time between two repairs")
     parser.add_argument("--max-repairs", type=int, default=MAX_REPAIRS)
     parser.add_argument(
-        "--run-shrink-k", type=float, help="a category not seen yet: the run's factor's k (default: RUN_SHRINK_K)"
+        "--run-shrink-k",
+        type=float,
+        help="a category not seen yet: the run's factor's k, here and in the executor ([agora] run_shrink_k)",
     )
     parser.add_argument("--scaled", action="store_true", help="with --simulate: scale as the replay DAG does")
     parser.add_argument("--time-scale", type=float, default=0.02)

@@ -10,6 +10,7 @@ from agora_optimizer import settings
 from agora_optimizer.executor.lifecycle import LifecycleConfig, Now
 from agora_optimizer.planning.run_state import REPLAN_SLACK
 from agora_optimizer.predict.memory_in_run import OOM_RETRY_GROWTH  # noqa: F401  (the jobs' and runs' retry growth)
+from agora_optimizer.predict.runtime_in_run import RUN_SHRINK_K
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,7 @@ class ExecutorConfig:
     job_retention_days: float = 7.0
     replan_slack: float = REPLAN_SLACK
     replan_min_late_s: float = 5.0
+    run_shrink_k: float = RUN_SHRINK_K
     task_environment: tuple[str, ...] = ()  # names (shell patterns) of variables passed on to every task
     lifecycle: LifecycleConfig = field(default_factory=LifecycleConfig)
 
@@ -36,6 +38,7 @@ class ExecutorConfig:
             job_retention_days=settings.get_float("job_retention_days"),
             replan_slack=settings.get_float("replan_slack"),
             replan_min_late_s=settings.get_float("replan_min_late_s"),
+            run_shrink_k=settings.get_float("run_shrink_k"),
             task_environment=tuple(n.strip() for n in settings.get("task_environment").split(",") if n.strip()),
             lifecycle=LifecycleConfig(
                 submit_retries=int(settings.get_float("submit_retries")),

@@ -98,6 +98,7 @@ class RunRuntimes:
 
     categories: dict[str, CategoryRuntime] = field(default_factory=dict)
     k: float = SHRINK_K
+    run_k: float | None = None  # the run's factor's k (:meth:`run_factor`); None: RUN_SHRINK_K ([agora] run_shrink_k)
 
     def observe(self, category: str, ratio: float) -> CategoryRuntime:
         """One task of ``category`` ended at ``ratio`` times its planned runtime."""
@@ -112,15 +113,15 @@ class RunRuntimes:
 
     def run_factor(self, run_k: float | None = None) -> float:
         """The run's factor for a category not seen: every observation pooled (:meth:`CategoryRuntime.factor`),
-        shrunk in log with weight ``c / (c + k)`` over the ``c`` categories seen (``k``: ``run_k``, else
-        :data:`RUN_SHRINK_K`); 1 with none, and
+        shrunk in log with weight ``c / (c + k)`` over the ``c`` categories seen (``k``: ``run_k``, else this
+        run's :attr:`run_k`, else :data:`RUN_SHRINK_K`); 1 with none, and
         never below 1: a run slower than planned warns of its other categories, one fast category does not make
         them fast (1000genome-chameleon-2ch-100k-001's sifting ran at 0.48 in its first second; taken for the
         whole run, the repair bought too little and the run missed its deadline)."""
         found = self.categories.values()
         n = sum(c.tasks for c in found)
         pooled = _mean_factor(n, sum(c.total_log for c in found), sum(c.total_log2 for c in found), 0.0)
-        k = RUN_SHRINK_K if run_k is None else run_k
+        k = next((value for value in (run_k, self.run_k) if value is not None), RUN_SHRINK_K)
         return max(1.0, _shrunk(math.log(pooled) * len(self.categories), len(self.categories), k))
 
     def factor_of(self, category: str) -> float:

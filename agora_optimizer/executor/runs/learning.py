@@ -99,18 +99,19 @@ class RunCorrection:
 class RunLearning:
     """Every run's corrections (:class:`RunCorrection`, by ``(dag_id, run_id)``), fed by the tasks that end.
 
-    ``k``: the shrinkage (:data:`SHRINK_K`). The run machine feeds :meth:`ended`, asks :meth:`factors` for
-    each re-plan and tells :meth:`applied` what the re-plan used.
+    ``k``: the shrinkage (:data:`SHRINK_K`); ``run_k``: the run's factor's (``[agora] run_shrink_k``; None:
+    :data:`~agora_optimizer.predict.runtime_in_run.RUN_SHRINK_K`). The run machine feeds :meth:`ended`, asks
+    :meth:`factors` for each re-plan and tells :meth:`applied` what the re-plan used.
     """
 
-    def __init__(self, k: float = SHRINK_K) -> None:
-        self.k = k
+    def __init__(self, k: float = SHRINK_K, run_k: float | None = None) -> None:
+        self.k, self.run_k = k, run_k
         self.runs: BoundedDict[Run, RunCorrection] = BoundedDict(RUNS_MAX)
 
     def run(self, run: Run) -> RunCorrection:
         found = self.runs.get(run)
         if found is None:
-            found = self.runs[run] = RunCorrection(RunRuntimes(k=self.k))
+            found = self.runs[run] = RunCorrection(RunRuntimes(k=self.k, run_k=self.run_k))
         return found
 
     def ended(

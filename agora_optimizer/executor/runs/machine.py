@@ -125,14 +125,14 @@ class RunMachine:
     """The runs' books, repairs, leases, fallbacks and the backends' outages; changed only by :meth:`handle`.
 
     ``config`` is the executor's (``machine_hold_s``, ``backend_outage_s``, ``replan_slack``,
-    ``replan_min_late_s``), ``resources`` its catalog's, by name.
+    ``replan_min_late_s``, ``run_shrink_k``), ``resources`` its catalog's, by name.
     """
 
     def __init__(self, config: ExecutorConfig, resources: Mapping[str, Resource]) -> None:
         self._resources = resources
         self._books: BoundedDict[Run, RunBook] = BoundedDict(RUNS_MAX)
         self._repairs = RunRepairs()
-        self._learning = RunLearning()
+        self._learning = RunLearning(run_k=config.run_shrink_k)
         self._leases = OpenLeases()
         self._fallbacks: BoundedDict[Instance, str] = BoundedDict(FALLBACKS_MAX)
         self._outage_since: dict[str, float] = {}  # backend -> when its polls began to fail

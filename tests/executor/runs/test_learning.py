@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from agora_optimizer.executor.config import ExecutorConfig
 from agora_optimizer.executor.jobs.records import JobRecord
 from agora_optimizer.executor.jobs.spec import JobStatus
 from agora_optimizer.executor.runs.events import (
@@ -41,6 +42,7 @@ from agora_optimizer.model.plan import Assignment, Objective, Plan, SolverInfo
 from agora_optimizer.model.workflow import Task, Workflow
 from agora_optimizer.plans.store import PlanStore, plan_version
 from agora_optimizer.predict.runtime_in_run import RUN_SHRINK_K
+from agora_optimizer.settings import SETTINGS
 from tests.conftest import write_yaml
 from tests.executor.runs.test_machine import CONFIG, GIB, RESOURCES, RUN, T0, now
 from tests.executor.runs.test_repair import Sleeping, executor, hand_over_planned, plans, run_store
@@ -191,6 +193,23 @@ def test_a_category_that_ran_twice_its_plan_is_re_planned_at_about_twice_before_
     ends(machine, "sim_3", version, 21.0, 21.0 + 2 * fixed.order.by_task["sim_3"].duration_s / factor)
     assert machine.repair_state(RUN).drifts == []
     assert machine.runtime_factors(RUN) == pytest.approx({"prep": run_factor, "sim_4": 2 ** (3 / (3 + SHRINK_K))})
+
+
+def test_run_shrink_k_sets_how_far_a_category_not_seen_follows_the_run(tmp_path: Path) -> None:
+    _, version, order = save_plan(tmp_path / "plans")
+    factors = {}
+    for run_k in (1.0, RUN_SHRINK_K, 9.0):  # [agora] run_shrink_k; its default is the rule's own
+        machine = RunMachine(replace(CONFIG, run_shrink_k=run_k), RESOURCES)
+        for task in ("prep", "sim_1", "sim_2"):
+            let_go(machine, order, version, task, 0.0)
+        ends(machine, "sim_1", version, 0.0, 20.0)
+        ends(machine, "sim_2", version, 0.0, 20.0)
+        factors[run_k] = machine.runtime_factors(RUN)["prep"]  # running, its category not seen
+    # both tasks at 2x, pooled: 2x over one category seen, shrunk in log by 1 / (1 + k)
+    assert factors == pytest.approx({k: 2 ** (1 / (1 + k)) for k in factors})
+    assert factors[1.0] > factors[RUN_SHRINK_K] > factors[9.0] > 1.0
+    setting = next(s for s in SETTINGS if s.key == "run_shrink_k")
+    assert ExecutorConfig().run_shrink_k == RUN_SHRINK_K == float(setting.default)
 
 
 def test_one_task_moves_its_category_less_than_two_and_on_time_within_the_jitter_is_on_time(tmp_path: Path) -> None:
