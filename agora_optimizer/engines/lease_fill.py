@@ -40,6 +40,7 @@ from dataclasses import replace
 
 from agora_optimizer.engines.base import Engine, EngineResult
 from agora_optimizer.model.catalog import Resource
+from agora_optimizer.model.limits import TIME_TOLERANCE_S
 from agora_optimizer.model.plan import Assignment, machine_type, unused_machine_id
 from agora_optimizer.model.workflow import Task
 from agora_optimizer.planning.leases import makespan_s
@@ -54,7 +55,6 @@ MAX_SHIFTED = 256  # a machine with at most this many tasks may have them all st
 MAX_EXISTING_TARGETS = 16  # existing machines tried per move (cheapest per hour first)
 BUILD_S_PER_TASK = 1e-4  # the state of a 30,000-task plan takes 1.5 to 2.5 s to build and read back, on 2 busy cores
 RANK_TOLERANCE = 1e-9  # a move is kept when it lowers the plan's rank by more than this, relative
-TIME_TOLERANCE_S = 1e-6
 
 Placement = tuple[str, float, float]  # machine, start, end
 Span = tuple[float, float] | None  # a lease's start and end; None: the machine has none

@@ -16,6 +16,7 @@ MAX_MACHINE_MEMORY_GIB = 65536.0  # one machine's memory (and the memory reserve
 MAX_TIME_S = 1e12  # any instant or duration of a plan (deadline, start, end, makespan); 1e8 s at speed 0.001 is 1e11
 MAX_USD = 1e12  # any amount of money (budget, cost)
 MAX_PLANNING_S = 86400.0  # a planning run's wall-time limit
+TIME_TOLERANCE_S = 1e-6  # instants are compared within this (section 4 of the spec): equal within it is equal
 
 # A catalog's resource types (section 2 of the spec).
 MAX_SPEED = 1000.0  # per-core speed relative to the reference core

@@ -37,6 +37,7 @@ from functools import cached_property
 
 from agora_optimizer.errors import AgoraError
 from agora_optimizer.model.catalog import Catalog
+from agora_optimizer.model.limits import TIME_TOLERANCE_S
 from agora_optimizer.model.plan import Assignment, Objective, machine_type
 from agora_optimizer.model.workflow import Edge, Task, Workflow, parents_first
 from agora_optimizer.planning.bounds import (
@@ -56,7 +57,6 @@ MIN_BETA = 0.05
 BISECTIONS = 6
 NEIGHBOURHOOD = 3  # runs planned again together by one step of the joint search
 ALONE_SHARE = 0.35  # of the time limit: each run's own plan from the portfolio, the first choice where it fits
-TIME_TOLERANCE_S = 1e-6
 
 
 class UnplannableWindowError(AgoraError):

@@ -74,6 +74,7 @@ from dataclasses import replace
 from typing import Literal
 
 from agora_optimizer.model.catalog import Catalog
+from agora_optimizer.model.limits import TIME_TOLERANCE_S
 from agora_optimizer.model.plan import Plan
 from agora_optimizer.model.workflow import Workflow
 from agora_optimizer.planning.deadline_aim import DEADLINE_MARGIN, aim_s
@@ -88,7 +89,7 @@ from agora_optimizer.planning.replan_schedule import (
     schedule,
     tails,
 )
-from agora_optimizer.planning.run_state import TIME_TOLERANCE_S, Pending, Replan, TaskState
+from agora_optimizer.planning.run_state import Pending, Replan, TaskState
 
 BISECTIONS = 3  # a deadline at risk: halvings between the last late latest ends and the last timely ones
 

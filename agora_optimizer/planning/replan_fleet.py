@@ -12,9 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from agora_optimizer.model.catalog import Catalog, Resource
+from agora_optimizer.model.limits import TIME_TOLERANCE_S
 from agora_optimizer.model.plan import machine_type
 from agora_optimizer.planning.list_schedule import GrowingLease
-from agora_optimizer.planning.run_state import TIME_TOLERANCE_S, ReplanError
+from agora_optimizer.planning.run_state import ReplanError
 from agora_optimizer.planning.timeline import SkippingTimeline
 
 

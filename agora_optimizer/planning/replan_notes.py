@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from agora_optimizer.model.catalog import Catalog
+from agora_optimizer.model.limits import TIME_TOLERANCE_S
 from agora_optimizer.model.plan import Assignment
 from agora_optimizer.planning.replan_schedule import Schedule
-from agora_optimizer.planning.run_state import TIME_TOLERANCE_S
 
 MOVES_NAMED = 5  # tasks a deadline note names
 

@@ -22,13 +22,14 @@ from dataclasses import dataclass, field, replace
 
 from agora_optimizer.errors import TooManyGpusError, UnplaceableTaskError
 from agora_optimizer.model.catalog import Catalog, Resource
+from agora_optimizer.model.limits import TIME_TOLERANCE_S
 from agora_optimizer.model.plan import Assignment, Plan, machine_type
 from agora_optimizer.model.workflow import Task, Workflow, parents_first
 from agora_optimizer.planning.arrivals import Arrivals
 from agora_optimizer.planning.bounds import fastest_runtime_s
 from agora_optimizer.planning.problem import Bounds
 from agora_optimizer.planning.replan_fleet import Fleet, FleetMachine
-from agora_optimizer.planning.run_state import TIME_TOLERANCE_S, Done, Pending, ReplanError, TaskState
+from agora_optimizer.planning.run_state import Done, Pending, ReplanError, TaskState
 
 MACHINES_PER_TYPE = 2  # beyond it, a task tries the first-idle machines of a type (and its parents', its planned)
 TIME_CHECK_EVERY = 32  # tasks placed between two looks at the clock

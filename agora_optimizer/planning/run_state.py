@@ -14,7 +14,6 @@ from typing import Literal
 from agora_optimizer.errors import AgoraError
 from agora_optimizer.model.plan import Assignment
 
-TIME_TOLERANCE_S = 1e-6
 REPLAN_SLACK = 0.2  # [agora] replan_slack's default: how late (a share of its planned duration) a task may end
 REPLAN_TIME_LIMIT_S = 0.5  # the executor's re-plans abandon their list schedules past it (the scheduler's loop waits)
 

@@ -17,10 +17,10 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Mapping
 
 from agora_optimizer.model.catalog import Catalog, Resource
+from agora_optimizer.model.limits import TIME_TOLERANCE_S
 from agora_optimizer.model.workflow import Task, Workflow
 from agora_optimizer.planning.list_schedule import IdlePool, PlannedMachine, TypePools
 
-TIME_TOLERANCE_S = 1e-6
 SEPARATOR = "/"  # RUN/TASK in the window's workflow, RUN/TYPE#N in the ledger
 _NO_MACHINES = IdlePool()  # a run's machines of a type before its first (never added to)
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from agora_optimizer.errors import PlanMismatchError
 from agora_optimizer.model.catalog import Catalog
+from agora_optimizer.model.limits import TIME_TOLERANCE_S
 from agora_optimizer.model.plan import Assignment, Plan
 from agora_optimizer.model.workflow import Workflow
 from agora_optimizer.planning.leases import Lease, leases
@@ -21,7 +22,6 @@ from agora_optimizer.planning.leases import cost_usd as recompute_cost
 from agora_optimizer.planning.leases import makespan_s as recompute_makespan
 from agora_optimizer.planning.spot_replay import spot_summary
 
-TIME_TOLERANCE_S = 1e-6
 CLAIM_TOLERANCE = 0.005
 _MACHINE_ID = re.compile(r"^(?P<type>.+)#(?P<n>\d+)$")
 

@@ -46,6 +46,7 @@ from dataclasses import dataclass, field, replace
 
 from agora_optimizer.errors import AgoraError
 from agora_optimizer.model.catalog import Catalog
+from agora_optimizer.model.limits import TIME_TOLERANCE_S
 from agora_optimizer.model.plan import Assignment, Plan
 from agora_optimizer.model.workflow import Workflow
 from agora_optimizer.planning.leases import cost_usd, makespan_s, planned_openings
@@ -80,7 +81,6 @@ _CAUSES = {
     "runtime": "taught its category's runtime",
 }
 MAX_KILLS = 16  # a task killed this often runs as if it fitted (a guard: Airflow's retries would end sooner)
-TIME_TOLERANCE_S = 1e-6
 
 RepairStep = Callable[[Workflow, Catalog, Plan, Mapping[str, TaskState], float], Replan]
 """``(workflow the plan was made from, catalog, plan in force, each started task's state, now) -> Replan``."""
