@@ -1,4 +1,4 @@
-"""Celery pools in a real Airflow 3.3: a 20-task DAG planned on two pools runs each task on its planned pool.
+"""Celery pools in a real Airflow 3.3: a 12-task DAG planned on two pools runs each task on its planned pool.
 
 A real Redis (``scripts/start_redis.sh``) is the broker; Airflow runs the LocalExecutor, the
 AgoraExecutor and the CeleryExecutor side by side (api-server, dag-processor, scheduler on SQLite,
@@ -41,7 +41,7 @@ __all__ = ["redis_server"]  # the fixture, used by name
 
 DAG_ID = "agora_celery"
 CATALOG = CATALOGS / "celery-loopback.yaml"
-SMALL_TASKS = [f"small_{i:02d}" for i in range(16)]
+SMALL_TASKS = [f"small_{i:02d}" for i in range(8)]
 BIG_TASKS = ["big_0", "big_1"]  # 3 GiB each: only pool_large (4 GiB) holds them
 TASKS = ["prepare", *SMALL_TASKS, *BIG_TASKS, "report"]
 
