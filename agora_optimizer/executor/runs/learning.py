@@ -159,6 +159,8 @@ class RunLearning:
         if not found.changed:
             return None
         coming = [t for t in _to_come(book) if task_category(book, t) == category]
+        if found.factor <= 1.0:  # not raised: a declared or recorded reservation stays, so a re-plan would not move it
+            coming = [t for t in coming if t not in book.order.fixed_memory]
         if not coming:
             return None
         last = f"killed at {record.memory_bytes} bytes" if status.oom_killed else f"peaked at {ratio:.2f}x"

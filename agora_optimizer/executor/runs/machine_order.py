@@ -107,11 +107,14 @@ class MachinePlan:
 @dataclass(frozen=True)
 class MachineOrder:
     """Every planned machine of one plan, and which machine each task is on; ``categories``: each task's category
-    as the plan's workflow names it (empty when the plan was saved without it: a task's stem serves then)."""
+    as the plan's workflow names it (empty when the plan was saved without it: a task's stem serves then);
+    ``fixed_memory``: the tasks whose reservation the workflow declares or records, which memory learned during
+    the run never lowers (:data:`~agora_optimizer.predict.memory_in_run.LOWERED_SOURCES`)."""
 
     machines: Mapping[str, MachinePlan]
     by_task: Mapping[str, PlannedTask]
     categories: Mapping[str, str] = field(default_factory=dict)
+    fixed_memory: frozenset[str] = frozenset()
     objective: Objective = TIME  # the plan's: a repair's order keeps it (whether priced machines open on time)
 
     @classmethod

@@ -43,6 +43,7 @@ from agora_optimizer.model.catalog import Resource
 from agora_optimizer.model.placement import Placement
 from agora_optimizer.model.plan import Assignment
 from agora_optimizer.plans.store import PlanStore, plan_version
+from agora_optimizer.predict.memory_in_run import LOWERED_SOURCES
 
 RUNS_MAX = 1024  # DAG runs whose plan (or lack of one) is kept
 PLANS_MAX = 256  # (dag_id, plan_version) whose machine order is kept; a plan is read once per pair
@@ -106,7 +107,8 @@ class PlanReader:
                     self._log.warning("agora: plan %s of DAG %s not found; its tasks run unordered", version, dag_id)
                 else:
                     order = MachineOrder.from_plan(stored.plan, self._resources)
-                    order = replace(order, categories=self._categories(dag_id, version))
+                    categories, fixed_memory = self._categories(dag_id, version)
+                    order = replace(order, categories=categories, fixed_memory=fixed_memory)
             except AgoraError as exc:
                 self._log.warning(
                     "agora: plan %s of DAG %s unreadable (%s); its tasks run unordered", version, dag_id, exc
@@ -114,15 +116,19 @@ class PlanReader:
             self._orders[(dag_id, version)] = order
         return self._orders[(dag_id, version)]
 
-    def _categories(self, dag_id: str, version: str) -> dict[str, str]:
+    def _categories(self, dag_id: str, version: str) -> tuple[dict[str, str], frozenset[str]]:
         """Each task's category in the workflow the plan was made from (what learning during a run groups by,
-        :mod:`~agora_optimizer.executor.runs.learning`); empty when the plan kept none or it cannot be read."""
+        :mod:`~agora_optimizer.executor.runs.learning`), and the tasks whose reservation it declares or records
+        (never lowered); both empty when the plan kept no workflow or it cannot be read."""
         try:
             workflow = self._store().workflow(dag_id, version)
         except AgoraError as exc:
             self._log.warning("agora: workflow of plan %s of DAG %s unreadable (%s)", version, dag_id, exc)
-            return {}
-        return {} if workflow is None else {task.id: task.category for task in workflow.tasks if task.category}
+            return {}, frozenset()
+        if workflow is None:
+            return {}, frozenset()
+        fixed = frozenset(task.id for task in workflow.tasks if task.memory_source not in LOWERED_SOURCES)
+        return {task.id: task.category for task in workflow.tasks if task.category}, fixed
 
     def run_plan(self, dag_id: str, run_id: str) -> StoredRunPlan | None:
         """The plan the run follows, None when it has none or it cannot be used (logged once per run)."""

@@ -153,6 +153,7 @@ def repaired(
     order = replace(
         MachineOrder.from_assignments(answer.schedule, resources, book.order.objective),
         categories=book.order.categories,
+        fixed_memory=book.order.fixed_memory,
     )
     changed = [
         a

@@ -4,6 +4,7 @@ through the real re-planner over a real plan store."""
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import replace
 from datetime import timedelta
@@ -36,6 +37,7 @@ from agora_optimizer.executor.runs.learning import (
 )
 from agora_optimizer.executor.runs.machine import RunMachine
 from agora_optimizer.executor.runs.machine_order import MachineOrder, RunBook
+from agora_optimizer.executor.runs.plans import PlanReader
 from agora_optimizer.executor.runs.replanner import Replanner
 from agora_optimizer.model.placement import Placement
 from agora_optimizer.model.plan import Assignment, Objective, Plan, SolverInfo
@@ -79,18 +81,23 @@ def save_plan(plans: Path) -> tuple[PlanStore, str, MachineOrder]:
     return store, version, order
 
 
-def record(task: str, version: str) -> JobRecord:
-    return JobRecord("etl", task, "r1", 1, -1, "small", "local", 1, GIB, "", PLANNED[task][0], version)
+Planned = dict[str, tuple[str, float, float]]  # task -> machine, planned start and end
 
 
-def let_go(machine: RunMachine, order: MachineOrder, version: str, task: str, at_s: float) -> None:
+def record(task: str, version: str, planned: Planned = PLANNED) -> JobRecord:
+    return JobRecord("etl", task, "r1", 1, -1, "small", "local", 1, GIB, "", planned[task][0], version)
+
+
+def let_go(
+    machine: RunMachine, order: MachineOrder, version: str, task: str, at_s: float, planned: Planned = PLANNED
+) -> None:
     """The task's job is built in its machine's lease and let go to it."""
-    placement = Placement("small", 1, GIB, machine=PLANNED[task][0], plan_version=version)
+    placement = Placement("small", 1, GIB, machine=planned[task][0], plan_version=version)
     for action in machine.handle(LeaseWanted(RUN, task, placement, order, "local"), now(at_s)):
         if isinstance(action, OpenLease):
             opened = LeaseOpened(RUN, action.lease, action.backend, action.order, action.plan_version)
             machine.handle(opened, now(at_s))
-    [released] = machine.handle(HeldWaiting(HeldJob(task, record(task, version), True, at_s)), now(at_s))
+    [released] = machine.handle(HeldWaiting(HeldJob(task, record(task, version, planned), True, at_s)), now(at_s))
     assert isinstance(released, FeedJob) and type(released.event).__name__ == "Released"
 
 
@@ -336,6 +343,39 @@ def test_two_tasks_under_their_prediction_lower_nothing_yet_and_bring_no_re_plan
     for task in ("sim_1", "sim_2"):
         ends_with(machine, task, version, 10.0, exit_code=0, peak_rss_bytes=GIB // 4)
     assert machine.repair_state(RUN).drifts == [] and machine.handle(RepairsDue(), now(12)) == []
+
+
+@pytest.mark.parametrize("coming_source", ["predicted", "declared"])
+def test_a_category_peaking_at_a_third_lowers_its_predicted_tasks_to_come_but_never_a_declared_one(
+    tmp_path: Path, coming_source: str
+) -> None:
+    # thirteen tasks of one category on three machines of "small", 10 s each, one after another; the first ten
+    # end at a third of the 1 GiB they reserve, the three to come reserve what their workflow says they need
+    planned: Planned = {f"sim_{i}": (f"small#{i % 3}", 10.0 * (i // 3), 10.0 * (i // 3 + 1)) for i in range(13)}
+    tasks = [
+        Task(t, 10.0, 1, GIB, "simulate", memory_source="predicted" if i < 10 else coming_source)  # type: ignore[arg-type]
+        for i, t in enumerate(planned)
+    ]
+    assignments = tuple(Assignment(t, "small", m, start, end, 1, GIB) for t, (m, start, end) in planned.items())
+    plan = Plan("sims", "test", Objective(kind="time"), 40.0, 0.0, assignments, SolverInfo("t", "heuristic", None, 0),
+                "2026-12-05T00:00:00Z")  # fmt: skip
+    store = PlanStore(tmp_path / "plans")
+    store.save("etl", plan, Workflow.create("sims", tasks, []))
+    version = plan_version(store.current_path("etl").read_bytes())
+    machine = RunMachine(CONFIG, RESOURCES)
+    order = PlanReader(lambda: store, lambda *_: None, RESOURCES, logging.getLogger(__name__)).order("etl", version)
+    assert order is not None and order.categories == {t: "simulate" for t in planned}
+    assert order.fixed_memory == (frozenset() if coming_source == "predicted" else {"sim_10", "sim_11", "sim_12"})
+    for task, (_, start, end) in list(planned.items())[:10]:
+        let_go(machine, order, version, task, start, planned)
+        ended = JobStatus("finished", exit_code=0, started_at=T0 + timedelta(seconds=start),
+                          ended_at=T0 + timedelta(seconds=end), peak_rss_bytes=GIB // 3)  # fmt: skip
+        machine.handle(StatusRead(record(task, version, planned), True, ended), now(end + 1))
+    drifts = machine.repair_state(RUN).drifts
+    if coming_source == "predicted":  # ten exact peaks and no kill: the factor goes below 1, and a re-plan lowers
+        assert drifts and "category simulate's 3 tasks to come reserve 0." in drifts[-1].reason
+    else:  # the three to come keep their declared reservation: a re-plan would move nothing, so none is called
+        assert drifts == []
 
 
 # -- the executor on real pools (no Airflow: the real worker runs each job's command) -----------------------------
