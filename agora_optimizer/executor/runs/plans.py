@@ -107,7 +107,7 @@ class PlanReader:
                     self._log.warning("agora: plan %s of DAG %s not found; its tasks run unordered", version, dag_id)
                 else:
                     order = MachineOrder.from_plan(stored.plan, self._resources)
-                    categories, fixed_memory = self._categories(dag_id, version)
+                    categories, fixed_memory = self._from_workflow(dag_id, version)
                     order = replace(order, categories=categories, fixed_memory=fixed_memory)
             except AgoraError as exc:
                 self._log.warning(
@@ -116,7 +116,7 @@ class PlanReader:
             self._orders[(dag_id, version)] = order
         return self._orders[(dag_id, version)]
 
-    def _categories(self, dag_id: str, version: str) -> tuple[dict[str, str], frozenset[str]]:
+    def _from_workflow(self, dag_id: str, version: str) -> tuple[dict[str, str], frozenset[str]]:
         """Each task's category in the workflow the plan was made from (what learning during a run groups by,
         :mod:`~agora_optimizer.executor.runs.learning`), and the tasks whose reservation it declares or records
         (never lowered); both empty when the plan kept no workflow or it cannot be read."""
