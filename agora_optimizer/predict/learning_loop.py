@@ -218,6 +218,7 @@ def simulate_run(
         "actual_cost_usd": made.cost_usd,
         "repairs": len(run.repairs),
         "repair_failures": len(run.failures),
+        "repairs_at_time_limit": sum(1 for event in run.repairs if event.reached_limit()),
         "first_repair_failure": run.failures[0] if run.failures else None,
         "forecast_at_s": forecast_at_s,
         "forecast_makespan_s": None if foreseen is None else foreseen.makespan_s,

@@ -114,9 +114,15 @@ def summary(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "median_reservation_over_peak": _median([r.get("median_reservation_over_peak") for r in ok]),
         "repairs_median": _median([r.get("repairs") for r in ok]),
         "runs_with_failed_repairs": sum(1 for r in ok if r.get("repair_failures")),
+        "repairs_at_time_limit": _counted(ok, "repairs_at_time_limit"),  # None: runs that do not count them (real)
         "runtime_mdape_by_family": family_mdape,
         "runtime_mdape_median": _median(list(family_mdape.values())),
     }
+
+
+def _counted(runs: list[dict[str, Any]], field: str) -> int | None:
+    """The sum of ``field`` over the runs, None where no run has it."""
+    return sum(r.get(field) or 0 for r in runs) if any(field in r for r in runs) else None
 
 
 def _pct(value: float | None) -> str:
@@ -235,7 +241,13 @@ def markdown(document: dict[str, Any]) -> str:
     lines += [
         "",
         f"{s['runs']} runs ({s['failed']} without a plan); median repairs per run {_num(s['repairs_median'])}; "
-        f"{s['runs_with_failed_repairs']} runs with a re-plan that failed (the run went on under its plan).",
+        f"{s['runs_with_failed_repairs']} runs with a re-plan that failed (the run went on under its plan)"
+        + (
+            "."
+            if s.get("repairs_at_time_limit") is None
+            else f"; {s['repairs_at_time_limit']} re-plans used their whole time budget (schedules cut short: "
+            "a loaded machine cuts more of them, and repairs worse)."
+        ),
         "",
         "| figure | value | target |",
         "|---|---:|---|",

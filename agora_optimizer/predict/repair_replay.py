@@ -107,6 +107,12 @@ class RepairEvent:
     forecast_makespan_s: float
     forecast_cost_usd: float
     cause: str = "late"
+    wall_s: float = 0.0  # how long the re-plan took: the executor's cuts its schedules at REPLAN_TIME_LIMIT_S
+
+    def reached_limit(self, time_limit_s: float = REPLAN_TIME_LIMIT_S) -> bool:
+        """Whether the re-plan used its whole time budget (some of its schedules were cut short, so a
+        loaded machine answers worse than an idle one: a simulation's figures depend on its load)."""
+        return self.wall_s >= time_limit_s
 
 
 @dataclass(frozen=True)
@@ -371,7 +377,14 @@ def replay_with_repairs(
         carried.append(runtime_factors)
         events.append(
             RepairEvent(
-                at_s, cause_task, answer.method, len(answer.moved_machine), answer.makespan_s, answer.cost_usd, cause
+                at_s,
+                cause_task,
+                answer.method,
+                len(answer.moved_machine),
+                answer.makespan_s,
+                answer.cost_usd,
+                cause,
+                answer.wall_s,
             )
         )
     items = [timed[a.task] for a in start_ordered(plan.assignments, actual)]

@@ -71,3 +71,15 @@ def test_runs_the_default_beat_on_both_and_the_saving_where_it_kept_the_deadline
     table = markdown({"command": "c", "catalog": "c.yaml", "runs": runs, "summary": s})
     assert "| runs the default ran both cheaper and sooner than | 1 of 3 |" in table
     assert "in the 2 runs where the default kept the deadline too: lowest / median | -20.0 % / 15.0 % |" in table
+
+
+def test_re_plans_that_used_their_whole_budget_are_counted_where_runs_count_them() -> None:
+    simulated = [_run("a-1", 100.0, 100.0, True, True, repairs_at_time_limit=2), _run("a-2", 1.0, 1.0, True, True)]
+    s = summary(simulated)
+    assert s["repairs_at_time_limit"] == 2
+    assert "2 re-plans used their whole time budget" in markdown({"command": "c", "catalog": "c", "runs": simulated,
+                                                                 "summary": s})  # fmt: skip
+    real = [_run("a-1", 100.0, 100.0, True, True)]  # a real run does not count them
+    s = summary(real)
+    assert s["repairs_at_time_limit"] is None
+    assert "whole time budget" not in markdown({"command": "c", "catalog": "c", "runs": real, "summary": s})

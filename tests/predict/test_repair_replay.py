@@ -117,6 +117,21 @@ def test_the_repair_step_is_the_one_given_and_sees_what_ran(planned, catalog) ->
     assert seen[-1][0] == quarter
 
 
+def test_each_repair_keeps_its_wall_time_and_says_when_it_used_its_whole_budget(planned, catalog) -> None:
+    workflow, plan = planned
+    truth = _scaled(workflow, 2.0)
+    walls = iter([0.1, 0.6, 0.49, 2.0] * 50)
+
+    def step(w: Workflow, c: Catalog, p: Plan, state: Mapping[str, TaskState], now_s: float) -> Replan:
+        return replace(replan(w, c, p, state, now_s, time_limit_s=0.2), wall_s=next(walls))
+
+    run = replay_with_repairs(plan, workflow, truth, catalog, repair=step)
+    assert len(run.repairs) >= 2
+    assert [event.wall_s for event in run.repairs] == [[0.1, 0.6, 0.49, 2.0][i % 4] for i in range(len(run.repairs))]
+    assert [event.reached_limit(0.5) for event in run.repairs[:2]] == [False, True]
+    assert not run.repairs[1].reached_limit(1.0)
+
+
 def test_late_is_the_executors_rule() -> None:
     from agora_optimizer.model.plan import Assignment
 
