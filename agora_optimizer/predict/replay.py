@@ -9,6 +9,9 @@ in the plan's start order, and each starts at the earliest instant that
 - its own release (``release_s``, e.g. an Airflow sensor's wait before it) has passed,
 - for its machine's first task, the machine's planned opening has come, where the executor waits for
   it (:func:`~agora_optimizer.planning.leases.opens_on_time`: a plan that weighs cost, a priced type),
+  or, sooner, every task on another machine that the machine's tasks depend on has ended and every
+  machine of its type planned to open before it has opened (as the executor's
+  :func:`~agora_optimizer.executor.runs.machine_order.may_open_early`),
 - the machine has the task's cores and *reserved* memory free for its whole true runtime
   (the reservation is the plan's ``memory_bytes``: that is what an executor asks for), and so
   has its type, over all its machines, within its ``count`` (a run that goes faster than planned
@@ -114,18 +117,22 @@ def true_times(
     placed: dict[str, Assignment] = {}
     capacity = _Capacity(catalog)
     last_start: dict[str, float] = {}
+    opened: dict[str, float] = {}  # each machine's first start
     for done in ran:
         capacity.take(done, done.start_s)
         last_start[done.machine] = max(last_start.get(done.machine, 0.0), done.start_s)
+        opened[done.machine] = min(opened.get(done.machine, done.start_s), done.start_s)
         placed[done.task] = done
-    for planned_task in start_ordered(planned, actual):
+    ordered = start_ordered(planned, actual)
+    early = _EarlyOpenings(ordered, actual, openings or {})
+    for planned_task in ordered:
         task = actual.by_id[planned_task.task]
         resource = catalog.by_name[planned_task.resource]
         machine = planned_task.machine
         booted = (fresh or {}).get(machine, 0.0) + resource.boot_s
         ready = max(now_s, booted, task.release_s, last_start.get(machine, 0.0))
-        if machine not in last_start:
-            ready = max(ready, (openings or {}).get(machine, 0.0))
+        if machine not in last_start and machine in early.openings:
+            ready = max(ready, early.opening_s(machine, planned_task.resource, placed, opened))
         for edge in actual.parents[task.id]:
             parent = placed.get(edge.parent)
             if parent is None:  # a parent the plan starts later: the plan breaks precedence
@@ -140,8 +147,43 @@ def true_times(
         timed = replace(timed, start_s=start, end_s=start + duration)
         capacity.take(timed, start)
         last_start[machine] = start
+        opened.setdefault(machine, start)
         placed[task.id] = timed
     return placed
+
+
+class _EarlyOpenings:
+    """When a machine that opens on time (``openings``: its planned opening) may open: at its planned opening, or
+    sooner once every task on another machine that its tasks depend on has ended and every machine of its type
+    planned to open before it has opened (the executor's rule, :func:`~agora_optimizer.executor.runs.machine_order.
+    may_open_early`)."""
+
+    def __init__(self, ordered: Sequence[Assignment], actual: Workflow, openings: Mapping[str, float]) -> None:
+        self.openings = openings
+        tasks: dict[str, set[str]] = {}
+        for a in ordered:
+            tasks.setdefault(a.machine, set()).add(a.task)
+        self.outside = {
+            machine: {edge.parent for task in mine for edge in actual.parents[task]} - mine
+            for machine, mine in tasks.items()
+        }
+        self.resource = {a.machine: a.resource for a in ordered}
+
+    def opening_s(
+        self, machine: str, resource: str, placed: Mapping[str, Assignment], opened: Mapping[str, float]
+    ) -> float:
+        """The plan clock from which ``machine`` may open, given what has been timed so far (``placed``, ``opened``)."""
+        planned_s = self.openings[machine]
+        before = [
+            other
+            for other, at_s in self.openings.items()
+            if self.resource.get(other) == resource and at_s < planned_s and other != machine
+        ]
+        outside = self.outside.get(machine, set())
+        if any(parent not in placed for parent in outside) or any(other not in opened for other in before):
+            return planned_s  # a task it depends on, or a machine before it, not timed yet: as planned
+        sooner = max([*(placed[p].end_s for p in outside), *(opened[other] for other in before)], default=0.0)
+        return min(planned_s, sooner)
 
 
 class _Capacity:

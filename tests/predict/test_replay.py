@@ -104,6 +104,33 @@ def test_a_type_runs_no_more_machines_at_once_than_its_count_even_when_the_truth
     assert replay(plan, workflow, unlimited).makespan_s == 10.0  # without a count, both machines at once
 
 
+def _opening_plan(kind: str, price: float, backend: str, tail_waits_for_slow: bool) -> tuple[Plan, Workflow, Catalog]:
+    """``first`` (0-10 s) then ``slow`` (10-30 s) on one#0; ``late`` (child of ``first``) then ``tail`` on one#1,
+    whose lease is planned to open at 30 s; ``tail`` is a child of ``late`` and, if ``tail_waits_for_slow``,
+    of ``slow``."""
+    from agora_optimizer.model.catalog import Resource
+    from agora_optimizer.model.plan import Assignment, SolverInfo
+    from agora_optimizer.model.workflow import Edge, Task
+    from agora_optimizer.planning.leases import cost_usd
+
+    one = Resource("one", backend, vcpus=1, memory_gib=1, speed=1.0, price_per_hour_usd=price)  # type: ignore[arg-type]
+    catalog = Catalog(resources=(one,), bandwidth_bytes_per_s=1e9, source="<test>")
+    runtimes = {"first": 10.0, "slow": 20.0, "late": 10.0, "tail": 10.0}
+    tasks = [Task(name, runtime_s, 1, 2**20, "c") for name, runtime_s in runtimes.items()]
+    edges = [Edge("first", "slow", 0), Edge("first", "late", 0), Edge("late", "tail", 0)]
+    workflow = Workflow.create("four", tasks, [*edges, *([Edge("slow", "tail", 0)] if tail_waits_for_slow else [])])
+    items = (
+        Assignment("first", "one", "one#0", 0.0, 10.0, 1, 2**20),
+        Assignment("slow", "one", "one#0", 10.0, 30.0, 1, 2**20),
+        Assignment("late", "one", "one#1", 30.0, 40.0, 1, 2**20),
+        Assignment("tail", "one", "one#1", 40.0, 50.0, 1, 2**20),
+    )
+    solver = SolverInfo("hand", "heuristic", None, 0.0)
+    plan = Plan("four", "<test>", Objective(kind), 50.0, cost_usd(items, catalog), items, solver, "now")  # type: ignore[arg-type]
+    assert validate_plan(plan, workflow, catalog) == []
+    return plan, workflow, catalog
+
+
 @pytest.mark.parametrize(("kind", "price", "backend", "opens_s"), [
     ("cost", 3.6, "local", 30.0),  # a cost plan's priced machine opens when planned, as the executor opens it
     ("balanced", 3.6, "aws", 30.0),
@@ -112,23 +139,19 @@ def test_a_type_runs_no_more_machines_at_once_than_its_count_even_when_the_truth
     ("cost", 3.6, "slurm", 10.0),  # an allocation is held from its first job's arrival either way
 ])  # fmt: skip
 def test_a_machine_opens_where_the_executor_opens_it(kind: str, price: float, backend: str, opens_s: float) -> None:
-    """``late`` waits for nothing but its parent (10 s); its machine's lease is planned to open at 30 s."""
-    from agora_optimizer.model.catalog import Resource
-    from agora_optimizer.model.plan import Assignment, SolverInfo
-    from agora_optimizer.model.workflow import Edge, Task
-
-    one = Resource("one", backend, vcpus=1, memory_gib=1, speed=1.0, price_per_hour_usd=price)  # type: ignore[arg-type]
-    catalog = Catalog(resources=(one,), bandwidth_bytes_per_s=1e9, source="<test>")
-    tasks = [Task("first", 10.0, 1, 2**20, "c"), Task("late", 10.0, 1, 2**20, "c")]
-    workflow = Workflow.create("two", tasks, [Edge("first", "late", 0)])
-    items = (
-        Assignment("first", "one", "one#0", 0.0, 10.0, 1, 2**20),
-        Assignment("late", "one", "one#1", 30.0, 40.0, 1, 2**20),
-    )
-    solver = SolverInfo("hand", "heuristic", None, 0.0)
-    from agora_optimizer.planning.leases import cost_usd
-
-    plan = Plan("two", "<test>", Objective(kind), 40.0, cost_usd(items, catalog), items, solver, "now")  # type: ignore[arg-type]
-    assert validate_plan(plan, workflow, catalog) == []
+    """``late`` waits for nothing but its parent (10 s); opened then, its machine would wait for ``slow`` (30 s)."""
+    plan, workflow, catalog = _opening_plan(kind, price, backend, tail_waits_for_slow=True)
     result = {a.task: a for a in replay(plan, workflow, catalog).assignments}
     assert result["late"].start_s == opens_s
+
+
+def test_a_machine_that_waits_for_nothing_outside_it_opens_early_and_keeps_its_lease_length() -> None:
+    """A cost plan's machine whose tasks depend on nothing still running elsewhere opens as soon as its first task
+    may start (``first`` ended at 10 s): the run keeps its lead, and the lease is as long as planned."""
+    plan, workflow, catalog = _opening_plan("cost", 3.6, "local", tail_waits_for_slow=False)
+    result = {a.task: a for a in replay(plan, workflow, catalog).assignments}
+    assert (result["late"].start_s, result["tail"].end_s) == (10.0, 30.0)
+    assert replay(plan, workflow, catalog).cost_usd == pytest.approx(plan.cost_usd)
+    count_1 = Catalog(resources=(replace(catalog.resources[0], count=1),), bandwidth_bytes_per_s=1e9, source="<test>")
+    one_at_a_time = {a.task: a for a in replay(plan, workflow, count_1).assignments}
+    assert one_at_a_time["late"].start_s == 30.0  # one machine of the type at a time: one#0 runs slow until 30 s

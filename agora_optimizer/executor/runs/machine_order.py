@@ -25,7 +25,10 @@ machine is priced from its first task's start). Two rules hold that start back:
   whose lease starts with its first task (not a SLURM allocation, asked for when its first job
   arrives): the lease opens no earlier than its planned start on the plan clock. Started as soon as
   its upstream tasks were done, an expensive machine the plan opened late would be held from the run's
-  start to its last task's end, longer than the plan priced it.
+  start to its last task's end, longer than the plan priced it. It may open sooner once nothing outside
+  it can hold it open (:func:`may_open_early`): every task on another machine that its tasks depend on
+  has ended, and every machine of its type planned to open before it has opened. A run ahead of its
+  plan then goes on ahead, for the same lease length.
 
 Neither holds a machine that has opened. A valid plan cannot deadlock under them: a machine of a type
 planned to open after another closes has no task its predecessor's tasks depend on.
@@ -109,12 +112,14 @@ class MachineOrder:
     """Every planned machine of one plan, and which machine each task is on; ``categories``: each task's category
     as the plan's workflow names it (empty when the plan was saved without it: a task's stem serves then);
     ``fixed_memory``: the tasks whose reservation the workflow declares or records, which memory learned during
-    the run never lowers (:data:`~agora_optimizer.predict.memory_in_run.LOWERED_SOURCES`)."""
+    the run never lowers (:data:`~agora_optimizer.predict.memory_in_run.LOWERED_SOURCES`); ``parents``: each
+    task's upstream tasks in that workflow (empty when unknown: no machine then opens before its planned start)."""
 
     machines: Mapping[str, MachinePlan]
     by_task: Mapping[str, PlannedTask]
     categories: Mapping[str, str] = field(default_factory=dict)
     fixed_memory: frozenset[str] = frozenset()
+    parents: Mapping[str, frozenset[str]] = field(default_factory=dict)
     objective: Objective = TIME  # the plan's: a repair's order keeps it (whether priced machines open on time)
 
     @classmethod
@@ -361,6 +366,25 @@ def _lease_closed(book: RunBook, plan: MachinePlan, clock_s: float) -> Decision 
                 f"{plan.machine} waits for a machine of {plan.resource} to close (count {plan.count}: "
                 f"{', '.join(others)} open)",
             )
-    if plan.opens_on_time and clock_s < plan.planned_start_s:
+    if plan.opens_on_time and clock_s < plan.planned_start_s and not may_open_early(book, plan):
         return Decision(False, f"{plan.machine}'s lease is planned to open at {plan.planned_start_s:.1f} s")
     return None
+
+
+def may_open_early(book: RunBook, plan: MachinePlan) -> bool:
+    """Whether the machine may open before its planned start: nothing outside it can hold its lease open longer
+    than planned (every task on another machine that its tasks depend on has ended or will not come), and it
+    takes no other machine's turn (every machine of its type planned to open before it has opened, or ended).
+    False where the plan's workflow, and so the tasks' parents, is unknown."""
+    parents = book.order.parents
+    if not parents:
+        return False
+    mine = {task.task_id for task in plan.tasks}
+    outside = {parent for task_id in mine for parent in parents.get(task_id, ())} - mine
+    if any(parent not in book.ended and parent not in book.gone for parent in outside):
+        return False
+    return all(
+        book.opened(name) or book.machine_ended(name)
+        for name, other in book.order.machines.items()
+        if other.resource == plan.resource and other.planned_start_s < plan.planned_start_s
+    )

@@ -106,9 +106,9 @@ class PlanReader:
                 if stored is None:
                     self._log.warning("agora: plan %s of DAG %s not found; its tasks run unordered", version, dag_id)
                 else:
-                    order = MachineOrder.from_plan(stored.plan, self._resources)
-                    categories, fixed_memory = self._from_workflow(dag_id, version)
-                    order = replace(order, categories=categories, fixed_memory=fixed_memory)
+                    order = replace(
+                        MachineOrder.from_plan(stored.plan, self._resources), **self._from_workflow(dag_id, version)
+                    )
             except AgoraError as exc:
                 self._log.warning(
                     "agora: plan %s of DAG %s unreadable (%s); its tasks run unordered", version, dag_id, exc
@@ -116,19 +116,25 @@ class PlanReader:
             self._orders[(dag_id, version)] = order
         return self._orders[(dag_id, version)]
 
-    def _from_workflow(self, dag_id: str, version: str) -> tuple[dict[str, str], frozenset[str]]:
-        """Each task's category in the workflow the plan was made from (what learning during a run groups by,
-        :mod:`~agora_optimizer.executor.runs.learning`), and the tasks whose reservation it declares or records
-        (never lowered); both empty when the plan kept no workflow or it cannot be read."""
+    def _from_workflow(self, dag_id: str, version: str) -> dict[str, Any]:
+        """What the order takes from the workflow the plan was made from: each task's ``categories`` (what learning
+        during a run groups by, :mod:`~agora_optimizer.executor.runs.learning`), the tasks whose reservation it
+        declares or records (``fixed_memory``: never lowered) and each task's ``parents`` (whether a machine may
+        open early); none when the plan kept no workflow or it cannot be read."""
         try:
             workflow = self._store().workflow(dag_id, version)
         except AgoraError as exc:
             self._log.warning("agora: workflow of plan %s of DAG %s unreadable (%s)", version, dag_id, exc)
-            return {}, frozenset()
+            return {}
         if workflow is None:
-            return {}, frozenset()
-        fixed = frozenset(task.id for task in workflow.tasks if task.memory_source not in LOWERED_SOURCES)
-        return {task.id: task.category for task in workflow.tasks if task.category}, fixed
+            return {}
+        return {
+            "categories": {task.id: task.category for task in workflow.tasks if task.category},
+            "fixed_memory": frozenset(task.id for task in workflow.tasks if task.memory_source not in LOWERED_SOURCES),
+            "parents": {
+                task.id: frozenset(edge.parent for edge in workflow.parents[task.id]) for task in workflow.tasks
+            },
+        }
 
     def run_plan(self, dag_id: str, run_id: str) -> StoredRunPlan | None:
         """The plan the run follows, None when it has none or it cannot be used (logged once per run)."""

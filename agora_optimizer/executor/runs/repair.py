@@ -154,6 +154,7 @@ def repaired(
         MachineOrder.from_assignments(answer.schedule, resources, book.order.objective),
         categories=book.order.categories,
         fixed_memory=book.order.fixed_memory,
+        parents=book.order.parents,
     )
     changed = [
         a

@@ -77,7 +77,8 @@ def save_plan(plans: Path) -> tuple[PlanStore, str, MachineOrder]:
     store = PlanStore(plans)
     store.save("etl", plan, workflow)
     version = plan_version(store.current_path("etl").read_bytes())
-    order = replace(MachineOrder.from_plan(plan, RESOURCES), categories=CATEGORIES)
+    parents = {task.id: frozenset(edge.parent for edge in workflow.parents[task.id]) for task in tasks}
+    order = replace(MachineOrder.from_plan(plan, RESOURCES), categories=CATEGORIES, parents=parents)
     return store, version, order
 
 
@@ -183,6 +184,7 @@ def test_a_category_that_ran_twice_its_plan_is_re_planned_at_about_twice_before_
         longer_s = fixed.order.by_task[task].duration_s - plain.order.by_task[task].duration_s
         assert longer_s == pytest.approx(10.0 * (factor - 1), abs=1e-6)
     assert fixed.order.categories == CATEGORIES and fixed.runtime_factors == replan.runtime_factors
+    assert fixed.order.parents == replan.book.order.parents and set(fixed.order.parents) == set(PLANNED)  # kept
     assert "runtimes corrected from this run: simulate x1.85 (2 tasks)" in fixed.repair.detail
 
     # the forecast moves with the correction, and the record says when on the wall clock too

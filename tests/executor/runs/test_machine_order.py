@@ -277,6 +277,48 @@ def test_a_cost_plans_priced_machine_opens_no_earlier_than_its_planned_start() -
     assert may_start(allocated, "late", now_s=105.0, held_s=0.0, hold_max_s=HOLD_S).start  # its allocation is open
 
 
+def test_a_cost_plans_machine_opens_early_once_nothing_outside_it_can_hold_it_open() -> None:
+    """priced#1 (``late``, then ``tail``) is planned to open at 30 s; ``late`` is a child of ``first`` (priced#0) and
+    ``tail`` of ``slow`` (unpriced#0). It opens early once both have ended, and only if its parents are known and
+    priced#0, of its type and planned to open before it, has opened."""
+    unpriced = replace(PRICED, name="unpriced", price_per_hour_usd=0.0, count=None)
+    resources = {"priced": replace(PRICED, count=None), "unpriced": unpriced}
+    assignments = (
+        on_priced("first", "priced#0", 0, 10),
+        Assignment("slow", "unpriced", "unpriced#0", 0, 30, 1, GIB),
+        on_priced("late", "priced#1", 30, 40),
+        on_priced("tail", "priced#1", 40, 50),
+    )
+    parents = {
+        "late": frozenset({"first"}),
+        "tail": frozenset({"late", "slow"}),
+        "first": frozenset(),
+        "slow": frozenset(),
+    }
+    order = MachineOrder.from_plan(priced_plan("cost", *assignments), resources)
+
+    def run(known: bool) -> RunBook:
+        book = RunBook(replace(order, parents=parents if known else {}), origin_s=100.0)
+        book.start("first", 0.0)
+        book.end("first", 5.0)
+        book.start("slow", 0.0)
+        return book
+
+    ahead = run(known=True)
+    held = may_start(ahead, "late", now_s=106.0, held_s=0.0, hold_max_s=HOLD_S)
+    assert not held.start and "planned to open at 30.0 s" in held.reason  # tail would wait for slow
+    ahead.end("slow", 12.0)
+    assert may_start(ahead, "late", now_s=112.0, held_s=6.0, hold_max_s=HOLD_S).start  # 18 s ahead of plan
+    unknown = run(known=False)
+    unknown.end("slow", 12.0)
+    assert not may_start(unknown, "late", now_s=112.0, held_s=6.0, hold_max_s=HOLD_S).start  # no parents: as planned
+    unrelated = {**parents, "late": frozenset()}  # late waits for nothing, but priced#0 has not opened: not its turn
+    turn = RunBook(replace(order, parents=unrelated), origin_s=100.0)
+    turn.start("slow", 0.0)
+    turn.end("slow", 12.0)
+    assert not may_start(turn, "late", now_s=112.0, held_s=0.0, hold_max_s=HOLD_S).start
+
+
 def test_once_open_a_machine_runs_its_next_tasks_early() -> None:
     first, second = on_priced("first", "priced#0", 20, 25), on_priced("second", "priced#0", 40, 45)
     run = RunBook(MachineOrder.from_plan(priced_plan("cost", first, second), {"priced": PRICED}), origin_s=100.0)

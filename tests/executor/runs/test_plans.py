@@ -138,14 +138,18 @@ def test_dates_that_cannot_be_read_leave_the_run_as_parsed_with_one_line(
     assert "cannot read the dates of etl run db_down (database is locked)" in caplog.records[0].getMessage()
 
 
-def test_a_plans_machine_order_carries_its_workflows_categories_and_none_without_one(store: PlanStore) -> None:
-    from agora_optimizer.model.workflow import Task, Workflow
+def test_a_plans_machine_order_carries_its_workflows_categories_and_parents_and_none_without_one(
+    store: PlanStore,
+) -> None:
+    from agora_optimizer.model.workflow import Edge, Task, Workflow
 
-    workflow = Workflow.create("etl", [Task("a", 10.0, 1, MIB, "extract"), Task("b[1]", 10.0, 1, MIB, "")], [])
+    tasks = [Task("a", 10.0, 1, MIB, "extract"), Task("b[1]", 10.0, 1, MIB, "")]
+    workflow = Workflow.create("etl", tasks, [Edge("a", "b[1]", 0)])
     store.save("etl", run_plan(), workflow)
     version = plan_version(store.current_path("etl").read_bytes())
     order = looker(store, Dates()).order("etl", version)
     assert order is not None and dict(order.categories) == {"a": "extract"}  # b[1]: its stem serves
+    assert dict(order.parents) == {"a": frozenset(), "b[1]": frozenset({"a"})}
     store.save("bare", run_plan())
     bare = looker(store, Dates()).order("bare", plan_version(store.current_path("bare").read_bytes()))
-    assert bare is not None and bare.categories == {} and set(bare.by_task) == {"a", "b[1]"}
+    assert bare is not None and bare.categories == {} and bare.parents == {} and set(bare.by_task) == {"a", "b[1]"}
