@@ -8,10 +8,16 @@
 #   Python's X.Y, else .venv-X.Y (e.g. .venv-3.13), so several Pythons live side by side;
 # - AGORA_VENV=DIR: that directory, whatever the Python.
 # AGORA_EXTRAS: the extras of setup.cfg to install, comma-separated (default dev; empty: none,
-# as docker/Dockerfile does).
+# as docker/Dockerfile does). AGORA_INSTALLER: pip (default) or uv (docker/Dockerfile: uv from PyPI
+# installs in half pip's time, trusting the system's certificate authorities, and is removed after).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 EXTRAS="${AGORA_EXTRAS-dev}"
+INSTALLER="${AGORA_INSTALLER:-pip}"
+case "$INSTALLER" in
+  pip|uv) ;;
+  *) echo "AGORA_INSTALLER is pip or uv, not '$INSTALLER'" >&2; exit 1 ;;
+esac
 SUPPORTED="3.11 to 3.13"
 
 supported() {  # whether the command $1 runs a supported Python
@@ -57,8 +63,15 @@ WANT="$(cat "$ROOT/setup.cfg" "$ROOT/pyproject.toml" | sha256sum | cut -d' ' -f1
 [ "$EXTRAS" = dev ] || WANT="$WANT extras=$EXTRAS"
 if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
   echo "installing agora and its dependencies into $VENV (first run takes a minute or two)" >&2
-  "$VENV/bin/python" -m pip install --quiet --upgrade pip
-  "$VENV/bin/python" -m pip install --quiet -e "$ROOT${EXTRAS:+[$EXTRAS]}"
+  if [ "$INSTALLER" = uv ]; then
+    "$VENV/bin/python" -m pip install --quiet uv
+    UV_NATIVE_TLS=1 "$VENV/bin/python" -m uv pip install --quiet --python "$VENV/bin/python" \
+      -e "$ROOT${EXTRAS:+[$EXTRAS]}"
+    "$VENV/bin/python" -m pip uninstall --quiet --yes uv
+  else
+    "$VENV/bin/python" -m pip install --quiet --upgrade pip
+    "$VENV/bin/python" -m pip install --quiet -e "$ROOT${EXTRAS:+[$EXTRAS]}"
+  fi
   echo "$WANT" > "$STAMP"
 fi
 export PATH="$VENV/bin:$PATH"

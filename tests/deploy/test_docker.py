@@ -810,6 +810,18 @@ def test_bootstrap_installs_dev_extras_by_default_and_agora_extras_when_asked(tm
     assert f"-m pip install --quiet -e {tmp_path}\n" in calls and none_stamp != dev_stamp
     calls, _ = bootstrap(AGORA_EXTRAS="dev,bench")
     assert f"-m pip install --quiet -e {tmp_path}[dev,bench]" in calls
+    stamp.unlink()
+    calls, _ = bootstrap(AGORA_INSTALLER="uv")  # the Dockerfile's: uv installs, and goes
+    assert calls.splitlines() == [
+        "-m pip install --quiet uv",
+        f"-m uv pip install --quiet --python {python} -e {tmp_path}[dev]",
+        "-m pip uninstall --quiet --yes uv",
+    ]
+    wrong = run_bootstrap(AGORA_INSTALLER="conda")
+    assert wrong.returncode == 1 and "AGORA_INSTALLER is pip or uv, not 'conda'" in wrong.stderr
+    steps = dockerfile_instructions(DOCKERFILE.read_text())
+    instruction = next(args for kind, args in steps if kind == "RUN" and "bootstrap.sh" in args)
+    assert "AGORA_INSTALLER=uv" in instruction
 
 
 def _fake_python(path: Path, version: str, log: Path) -> Path:
