@@ -13,10 +13,9 @@ without Airflow, as a small event loop:
    run at most so often) the tasks ended are done, those started are running, the rest pending;
    ask the repair step where the pending ones go now, make its answer the plan in force; go to 1.
 
-The repair step is one function (:data:`RepairStep`), by default :func:`plain_repair`: the
-re-planner over the workflow the plan was made from, as the executor's re-planner does. A step that
-corrects the predictions of the pending tasks from what the done ones took (learning during the
-run) plugs in there, and the run's forecast (:func:`forecast`) goes through it too.
+The repair step is one function (:data:`RepairStep`), by default :func:`plain_repair`: the executor's
+re-planner over the workflow the plan was made from. A step that corrects the pending tasks' predictions
+from what the done ones took plugs in there, and the run's forecast (:func:`forecast`) goes through it too.
 
 **Memory, as the executor meets it.** A task whose true peak is above what its attempt reserves is
 killed: when its memory reaches the reservation, its memory assumed to grow evenly over its runtime
@@ -110,8 +109,7 @@ class RepairEvent:
     wall_s: float = 0.0  # how long the re-plan took: the executor's cuts its schedules at REPLAN_TIME_LIMIT_S
 
     def reached_limit(self, time_limit_s: float = REPLAN_TIME_LIMIT_S) -> bool:
-        """Whether the re-plan used its whole time budget (some of its schedules were cut short, so a
-        loaded machine answers worse than an idle one: a simulation's figures depend on its load)."""
+        """Whether the re-plan used its whole time budget (schedules cut short: a loaded machine repairs worse)."""
         return self.wall_s >= time_limit_s
 
 
@@ -375,18 +373,8 @@ def replay_with_repairs(
         plans.append(in_force)
         workflows.append(workflow)
         carried.append(runtime_factors)
-        events.append(
-            RepairEvent(
-                at_s,
-                cause_task,
-                answer.method,
-                len(answer.moved_machine),
-                answer.makespan_s,
-                answer.cost_usd,
-                cause,
-                answer.wall_s,
-            )
-        )
+        said = (answer.method, len(answer.moved_machine), answer.makespan_s, answer.cost_usd)
+        events.append(RepairEvent(at_s, cause_task, *said, cause, answer.wall_s))
     items = [timed[a.task] for a in start_ordered(plan.assignments, actual)]
     made = summarised(plan, actual, catalog, items)
     if killed:  # the killed attempts ran and were paid for
