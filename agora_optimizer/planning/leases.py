@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from agora_optimizer.model.catalog import Catalog, Resource
@@ -72,3 +72,17 @@ def planned_openings(assignments: Iterable[Assignment], catalog: Catalog, object
         if resource is not None and opens_on_time(resource, objective):
             openings[a.machine] = min(openings.get(a.machine, a.start_s), a.start_s)
     return openings
+
+
+def outside_parents(tasks: Collection[str], parents: Mapping[str, Iterable[str]]) -> set[str]:
+    """The tasks on other machines that a machine's ``tasks`` depend on (``parents``: each task's). While one may
+    still run, it can hold the machine's lease open past its plan: a machine that opens on time opens early only
+    once all have ended (docs/running-plans.md)."""
+    return {parent for task in tasks for parent in parents.get(task, ())} - set(tasks)
+
+
+def opening_before(machine: str, openings: Mapping[str, tuple[str, float]]) -> list[str]:
+    """The machines of ``machine``'s type planned to open before it (``openings``: each machine's type and planned
+    opening). A machine that opens early takes no other's turn once these have opened."""
+    resource, at_s = openings[machine]
+    return [other for other, (kind, other_s) in openings.items() if kind == resource and other_s < at_s]

@@ -32,7 +32,7 @@ from agora_optimizer.errors import PlanMismatchError
 from agora_optimizer.model.catalog import Catalog, Resource
 from agora_optimizer.model.plan import Assignment, Plan
 from agora_optimizer.model.workflow import Workflow
-from agora_optimizer.planning.leases import cost_usd, makespan_s, planned_openings
+from agora_optimizer.planning.leases import cost_usd, makespan_s, opening_before, outside_parents, planned_openings
 from agora_optimizer.planning.timeline import MachineTimeline
 from agora_optimizer.predict.errors import UnknownResourceError
 
@@ -118,13 +118,14 @@ def true_times(
     capacity = _Capacity(catalog)
     last_start: dict[str, float] = {}
     opened: dict[str, float] = {}  # each machine's first start
+    ran = list(ran)
     for done in ran:
         capacity.take(done, done.start_s)
         last_start[done.machine] = max(last_start.get(done.machine, 0.0), done.start_s)
         opened[done.machine] = min(opened.get(done.machine, done.start_s), done.start_s)
         placed[done.task] = done
     ordered = start_ordered(planned, actual)
-    early = _EarlyOpenings(ordered, actual, openings or {})
+    early = _EarlyOpenings(ran, ordered, actual, openings or {})
     for planned_task in ordered:
         task = actual.by_id[planned_task.task]
         resource = catalog.by_name[planned_task.resource]
@@ -132,7 +133,7 @@ def true_times(
         booted = (fresh or {}).get(machine, 0.0) + resource.boot_s
         ready = max(now_s, booted, task.release_s, last_start.get(machine, 0.0))
         if machine not in last_start and machine in early.openings:
-            ready = max(ready, early.opening_s(machine, planned_task.resource, placed, opened))
+            ready = max(ready, early.opening_s(machine, placed, opened))
         for edge in actual.parents[task.id]:
             parent = placed.get(edge.parent)
             if parent is None:  # a parent the plan starts later: the plan breaks precedence
@@ -158,28 +159,24 @@ class _EarlyOpenings:
     planned to open before it has opened (the executor's rule, :func:`~agora_optimizer.executor.runs.machine_order.
     may_open_early`)."""
 
-    def __init__(self, ordered: Sequence[Assignment], actual: Workflow, openings: Mapping[str, float]) -> None:
+    def __init__(
+        self, ran: Sequence[Assignment], ordered: Sequence[Assignment], actual: Workflow, openings: Mapping[str, float]
+    ) -> None:
         self.openings = openings
-        tasks: dict[str, set[str]] = {}
+        tasks: dict[str, list[str]] = {}  # the tasks still to time of each machine that opens on time
         for a in ordered:
-            tasks.setdefault(a.machine, set()).add(a.task)
-        self.outside = {
-            machine: {edge.parent for task in mine for edge in actual.parents[task]} - mine
-            for machine, mine in tasks.items()
-        }
-        self.resource = {a.machine: a.resource for a in ordered}
+            if a.machine in openings:
+                tasks.setdefault(a.machine, []).append(a.task)
+        resource = {a.machine: a.resource for a in [*ran, *ordered]}
+        typed = {machine: (resource[machine], at_s) for machine, at_s in openings.items() if machine in resource}
+        parents = {task: [edge.parent for edge in actual.parents[task]] for mine in tasks.values() for task in mine}
+        self.outside = {machine: outside_parents(mine, parents) for machine, mine in tasks.items()}
+        self.before = {machine: opening_before(machine, typed) for machine in tasks}
 
-    def opening_s(
-        self, machine: str, resource: str, placed: Mapping[str, Assignment], opened: Mapping[str, float]
-    ) -> float:
+    def opening_s(self, machine: str, placed: Mapping[str, Assignment], opened: Mapping[str, float]) -> float:
         """The plan clock from which ``machine`` may open, given what has been timed so far (``placed``, ``opened``)."""
         planned_s = self.openings[machine]
-        before = [
-            other
-            for other, at_s in self.openings.items()
-            if self.resource.get(other) == resource and at_s < planned_s and other != machine
-        ]
-        outside = self.outside.get(machine, set())
+        outside, before = self.outside[machine], self.before[machine]
         if any(parent not in placed for parent in outside) or any(other not in opened for other in before):
             return planned_s  # a task it depends on, or a machine before it, not timed yet: as planned
         sooner = max([*(placed[p].end_s for p in outside), *(opened[other] for other in before)], default=0.0)

@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 from agora_optimizer.model.catalog import Resource
 from agora_optimizer.model.instances import split_instance
 from agora_optimizer.model.plan import Assignment, Objective, Plan, machine_type
-from agora_optimizer.planning.leases import opens_on_time
+from agora_optimizer.planning.leases import opening_before, opens_on_time, outside_parents
 
 TIME = Objective("time")
 
@@ -267,7 +267,7 @@ class RunBook:
         """Every task of the machine is final or gone: its lease may be released (a failed try whose retry
         will come keeps it). A machine the order no longer has (a repair moved its tasks away) has ended too."""
         plan = self.order.machines.get(machine)
-        return plan is None or all(self._over(t.task_id) for t in plan.tasks)
+        return plan is None or all(self.over(t.task_id) for t in plan.tasks)
 
     def awaits_word(self) -> bool:
         """A machine whose tasks have all ended waits only for Airflow to say that no retry will come."""
@@ -276,7 +276,8 @@ class RunBook:
             for m, plan in self.order.machines.items()
         )
 
-    def _over(self, task_id: str) -> bool:
+    def over(self, task_id: str) -> bool:
+        """The task is final or gone: no try of it will run again."""
         if task_id in self.gone:
             return True
         return task_id in self.ended and (task_id in self.final or not self.answered)
@@ -373,18 +374,15 @@ def _lease_closed(book: RunBook, plan: MachinePlan, clock_s: float) -> Decision 
 
 def may_open_early(book: RunBook, plan: MachinePlan) -> bool:
     """Whether the machine may open before its planned start: nothing outside it can hold its lease open longer
-    than planned (every task on another machine that its tasks depend on has ended or will not come), and it
+    than planned (every task on another machine that its tasks depend on is over: ended with no retry to come, or
+    will not come), and it
     takes no other machine's turn (every machine of its type planned to open before it has opened, or ended).
     False where the plan's workflow, and so the tasks' parents, is unknown."""
     parents = book.order.parents
     if not parents:
         return False
-    mine = {task.task_id for task in plan.tasks}
-    outside = {parent for task_id in mine for parent in parents.get(task_id, ())} - mine
-    if any(parent not in book.ended and parent not in book.gone for parent in outside):
+    outside = outside_parents([task.task_id for task in plan.tasks], parents)
+    if not all(book.over(parent) for parent in outside):
         return False
-    return all(
-        book.opened(name) or book.machine_ended(name)
-        for name, other in book.order.machines.items()
-        if other.resource == plan.resource and other.planned_start_s < plan.planned_start_s
-    )
+    openings = {name: (other.resource, other.planned_start_s) for name, other in book.order.machines.items()}
+    return all(book.opened(name) or book.machine_ended(name) for name in opening_before(plan.machine, openings))

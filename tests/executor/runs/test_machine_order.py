@@ -279,7 +279,7 @@ def test_a_cost_plans_priced_machine_opens_no_earlier_than_its_planned_start() -
 
 def test_a_cost_plans_machine_opens_early_once_nothing_outside_it_can_hold_it_open() -> None:
     """priced#1 (``late``, then ``tail``) is planned to open at 30 s; ``late`` is a child of ``first`` (priced#0) and
-    ``tail`` of ``slow`` (unpriced#0). It opens early once both have ended, and only if its parents are known and
+    ``tail`` of ``slow`` (unpriced#0). It opens early once both have ended with no retry to come, and only if its parents are known and
     priced#0, of its type and planned to open before it, has opened."""
     unpriced = replace(PRICED, name="unpriced", price_per_hour_usd=0.0, count=None)
     resources = {"priced": replace(PRICED, count=None), "unpriced": unpriced}
@@ -309,6 +309,12 @@ def test_a_cost_plans_machine_opens_early_once_nothing_outside_it_can_hold_it_op
     assert not held.start and "planned to open at 30.0 s" in held.reason  # tail would wait for slow
     ahead.end("slow", 12.0)
     assert may_start(ahead, "late", now_s=112.0, held_s=6.0, hold_max_s=HOLD_S).start  # 18 s ahead of plan
+    retried = run(known=True)  # slow's try failed and its retry is to come: it may hold tail, so it is not over
+    retried.end("slow", 12.0)
+    retried.settle({"first": "success", "slow": "up_for_retry", "late": "queued", "tail": "none"})
+    assert not may_start(retried, "late", now_s=112.0, held_s=6.0, hold_max_s=HOLD_S).start
+    retried.settle({"first": "success", "slow": "success", "late": "queued", "tail": "none"})
+    assert may_start(retried, "late", now_s=113.0, held_s=7.0, hold_max_s=HOLD_S).start
     unknown = run(known=False)
     unknown.end("slow", 12.0)
     assert not may_start(unknown, "late", now_s=112.0, held_s=6.0, hold_max_s=HOLD_S).start  # no parents: as planned
