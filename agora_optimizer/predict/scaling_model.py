@@ -16,7 +16,11 @@ growing. Per category ``c``, in log space (``x``: the log of a size, ``y``: log 
   ``b_c = (Sxy + k b_pool) / (Sxx + k)``, with ``k`` the category's noise over the prior's
   spread (empirical Bayes, see :class:`ScalingRegressor`): a category whose sizes hardly vary
   (two rows, or the same file each run) gets the pooled exponent, a clean power law over a
-  wide spread its own. Exponents are clipped to ``[min_exponent, max_exponent]``;
+  wide spread its own. Exponents are clipped to ``[min_exponent, max_exponent]``. Not a prior made of the
+  categories' own slopes (their shared within-category slope, or their median): tried on 2026-12-06 with
+  ``bench/run_predictor.py --no-plans``, bwa's held-out MdAPE went from 37 % to 1,984 % (bwa-large, predicted
+  from the two small instances, ran 20x shorter than their slopes said) and the median over families from 52 %
+  to 73 %;
 - ``a_c`` is the median of ``y - b_c (x - mean_c(x))`` (robust to a few outliers).
 
 A row whose size column is missing (0) is predicted at its category's centre; a category
