@@ -130,6 +130,7 @@ from agora_optimizer.executor.runs.events import (
     Replan,
     ReplanFailed,
     Replanned,
+    Reprioritize,
     Requeue,
     Requeued,
     RerunOnFallback,
@@ -599,6 +600,11 @@ class AgoraExecutor(BaseExecutor):
                 done += self._replan(action)
             elif isinstance(action, MoveHeld):
                 self._move_held(action)
+            elif isinstance(action, Reprioritize):
+                try:
+                    airflow_db.reprioritize(*action.run, action.weights)
+                except Exception as exc:  # the order Airflow queues in only helps the plan: never stop the sync
+                    self.log.warning("agora: cannot re-weight the tasks of %s run %s: %s", *action.run, exc)
             elif isinstance(action, RecordRepair):
                 self._reports.add_repair(*action.run, action.repair)
             elif isinstance(action, RecordLeases):

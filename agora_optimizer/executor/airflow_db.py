@@ -1,10 +1,11 @@
 """What the AgoraExecutor reads from and writes to Airflow's metadata database, each in a session of its own.
 
-Three statements, all the executor's own I/O with the database but for the pools it creates at start
+Four statements, all the executor's own I/O with the database but for the pools it creates at start
 (:mod:`~agora_optimizer.executor.airflow_pools`; its other I/O with Airflow goes through ``BaseExecutor``:
 events, ``change_state``): each run's task states (:func:`task_states`, for the
-machine order and repairs), a run's dates (:func:`run_times`, to find its run plan), and an interrupted
-spot try put back in Airflow's queue (:func:`requeue_task_instance`, to re-run it on its fallback).
+machine order and repairs), a run's dates (:func:`run_times`, to find its run plan), an interrupted
+spot try put back in Airflow's queue (:func:`requeue_task_instance`, to re-run it on its fallback), and the
+priority weights of a repaired run's tasks Airflow has not queued yet (:func:`reprioritize`).
 The scheduler's thread-local session is never used: it commits on exit, which Airflow forbids inside
 the scheduler's loop (its HA locks), and sharing it would mix these statements into the scheduler's
 transaction.
@@ -12,6 +13,7 @@ transaction.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -107,3 +109,46 @@ def requeue_task_instance(ti_id: Any, try_number: int) -> str:
     if changed.rowcount != 1:
         return f"Airflow no longer has try {try_number} running or queued (it may have failed it already)"
     return ""
+
+
+REPRIORITIZE_CHUNK = 500  # task instances per statement
+
+
+def reprioritize(dag_id: str, run_id: str, weights: Mapping[str, tuple[int, int]]) -> int:
+    """Give each unmapped task of ``weights`` (task id -> (weight now, new weight)) of the run its new
+    ``priority_weight`` in Airflow's metadata database, where Airflow has not queued it yet and its weight is
+    still the one agora gave it (a weight its author set, or a task queued meanwhile, is left as it is); returns
+    how many task instances changed.
+
+    Airflow sets a task instance's weight when it creates it and queues ready ones by it, highest first, up to
+    the DAG's ``max_active_tasks`` (``SchedulerJobRunner._executable_task_instances_to_queued``): after a repair,
+    a task the run now needs soon but the plan started late would wait behind tasks the executor holds for later
+    turns, and its machine's lease with it. A session of its own, committed at once."""
+    from airflow import settings as airflow_settings
+    from airflow.models.taskinstance import TaskInstance
+    from sqlalchemy import case, or_, tuple_, update
+
+    if airflow_settings.Session is None or not weights:
+        return 0
+    changed = 0
+    items = sorted(weights.items())
+    with airflow_settings.Session.session_factory() as session:
+        for first in range(0, len(items), REPRIORITIZE_CHUNK):
+            chunk = items[first : first + REPRIORITIZE_CHUNK]
+            done = session.execute(
+                update(TaskInstance)
+                .where(
+                    TaskInstance.dag_id == dag_id,
+                    TaskInstance.run_id == run_id,
+                    TaskInstance.map_index == -1,
+                    tuple_(TaskInstance.task_id, TaskInstance.priority_weight).in_(
+                        [(task_id, now) for task_id, (now, _) in chunk]
+                    ),
+                    or_(TaskInstance.state.is_(None), TaskInstance.state == "scheduled"),
+                )
+                .values(priority_weight=case({task_id: new for task_id, (_, new) in chunk}, value=TaskInstance.task_id))
+                .execution_options(synchronize_session=False)
+            )
+            changed += done.rowcount
+        session.commit()
+    return changed

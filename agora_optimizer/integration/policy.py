@@ -73,6 +73,7 @@ from airflow.policies import hookimpl
 from agora_optimizer import settings
 from agora_optimizer.errors import AgoraError
 from agora_optimizer.executor.airflow_pools import pool_name
+from agora_optimizer.executor.runs.machine_order import priority_weights
 from agora_optimizer.integration.celery_pools import routed
 from agora_optimizer.integration.waits import smallest_fitting, waits_without_worker
 from agora_optimizer.model.catalog import CELERY_BACKEND, GIB, Resource
@@ -222,10 +223,9 @@ def _dag_plan(dag_id: str) -> _DagPlan | None:
 
 
 def planned_priorities(assignments: Mapping[str, Assignment]) -> dict[str, int]:
-    """Each unmapped planned task's priority weight: the number of tasks the plan starts at or after it (the
-    first has the most, the last 1), ties broken by task id."""
-    unmapped = sorted((a.start_s, name) for name, a in assignments.items() if split_instance(name)[1] < 0)
-    return {name: len(unmapped) - rank for rank, (_, name) in enumerate(unmapped)}
+    """Each unmapped planned task's priority weight (:func:`~agora_optimizer.executor.runs.machine_order.
+    priority_weights`)."""
+    return priority_weights({name: a.start_s for name, a in assignments.items()})
 
 
 def _instances(assignments: Mapping[str, Assignment]) -> dict[str, dict[int, Assignment]]:

@@ -82,3 +82,23 @@ def test_a_requeued_try_waits_a_whole_task_queued_timeout_before_airflow_calls_i
     requeued_at = task_instances.column("queued_dttm")["running"]
     assert before <= requeued_at.replace(tzinfo=UTC) <= datetime.now(UTC)
     assert task_instances.column("queued_by_job_id")["running"] == 7  # still this scheduler's to watch
+
+
+def test_reprioritize_gives_tasks_not_queued_yet_their_new_weight_where_agora_gave_the_old_one(
+    task_instances: TaskInstanceTable,
+) -> None:
+    """After a repair, Airflow must queue the tasks the run now needs first: it queues by ``priority_weight``."""
+    from agora_optimizer.executor.airflow_db import reprioritize
+
+    task_instances.add("waiting", None, priority_weight=3)  # its upstream tasks still run
+    task_instances.add("ready", "scheduled", priority_weight=2)
+    task_instances.add("queued", "queued", priority_weight=4)  # queued already: too late to matter
+    task_instances.add("authored", "scheduled", priority_weight=50)  # its author's weight, not agora's 5
+    task_instances.add("mapped", "scheduled", priority_weight=1, map_index=0)
+    weights = {"waiting": (3, 7), "ready": (2, 8), "queued": (4, 9), "authored": (5, 10), "mapped": (1, 11)}
+    assert reprioritize("unit", "r1", weights) == 2
+    assert task_instances.column("priority_weight") == {
+        "waiting": 7, "ready": 8, "queued": 4, "authored": 50, "mapped": 1,
+    }  # fmt: skip
+    assert reprioritize("unit", "r2", weights) == 0  # another run's tasks are not touched
+    assert reprioritize("unit", "r1", {}) == 0

@@ -301,6 +301,15 @@ class MoveHeld:
 
 
 @dataclass(frozen=True)
+class Reprioritize:
+    """Give the run's tasks Airflow has not queued yet their repaired order's priority weights (``weights``: task
+    id -> (weight now, new weight); :func:`~agora_optimizer.executor.airflow_db.reprioritize`)."""
+
+    run: Run
+    weights: Mapping[str, tuple[int, int]]
+
+
+@dataclass(frozen=True)
 class RecordRepair:
     """Add ``repair`` to the run's record."""
 
@@ -342,6 +351,7 @@ RunAction: TypeAlias = (
     | FeedJob
     | Replan
     | MoveHeld
+    | Reprioritize
     | RecordRepair
     | RecordLeases
     | Requeue

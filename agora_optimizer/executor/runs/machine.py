@@ -30,7 +30,8 @@ machine). The whole machine, at a glance::
     StatesRead       Airflow's task states of a run       the book, drifts, retries      -
     HeldWaiting      sync: a held job, earliest first     the book (task started)        FeedJob(Released | Heartbeat)
     RepairsDue       sync                                 drifts taken                   Replan
-    Replanned        the re-planner's answer              the book's order, overrides    MoveHeld, RecordRepair, Log
+    Replanned        the re-planner's answer              the book's order, overrides    MoveHeld, Reprioritize,
+                                                                                         RecordRepair, Log
     ReplanFailed     the re-planner raised                -                              Log
     Interrupted      a spot job's capacity taken back     the task's fallback            Requeue | RecordRepair, Log
     Requeued         Airflow's answer to the requeue      -                              RecordRepair, RecordLeases,
@@ -84,6 +85,7 @@ from agora_optimizer.executor.runs.events import (
     Replan,
     ReplanFailed,
     Replanned,
+    Reprioritize,
     Requeue,
     Requeued,
     RerunOnFallback,
@@ -428,13 +430,14 @@ class RunMachine:
         if book is None or repair is None:
             return []
         fixed = event.repaired
-        book.order = fixed.order
+        weights = book.reordered(fixed.order)
         repair.overrides.update(fixed.overrides)
         repair.repairs += 1
         self._learning.applied(event.run, book, fixed.runtime_factors, fixed.memory_factors, repair.retries)
         dag_id, run_id = event.run
         return [
             MoveHeld(event.run, fixed.overrides, f"repair at {fixed.repair.at_s:.1f} s"),
+            *([Reprioritize(event.run, weights)] if weights else []),
             RecordRepair(event.run, on_the_wall(fixed.repair, book.clock_s(now.monotonic_s), now.wall)),
             Log(
                 "warning",

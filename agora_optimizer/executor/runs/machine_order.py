@@ -65,6 +65,15 @@ NEVER_COMES = frozenset({"skipped", "upstream_failed", "failed", "removed", "suc
 KEPT_BACK = "scheduled"  # ready, but not handed to an executor: seen twice in a row, it is kept back
 
 
+def priority_weights(starts: Mapping[str, float]) -> dict[str, int]:
+    """Each unmapped task's priority weight (``starts``: each planned task's start, by plan name): the number of
+    tasks the plan starts at or after it (the first has the most, the last 1), ties broken by task id. The
+    cluster policy gives a planned DAG's tasks these; a repair gives the tasks Airflow has not queued yet those of
+    its order (:func:`~agora_optimizer.executor.airflow_db.reprioritize`)."""
+    unmapped = sorted((start_s, name) for name, start_s in starts.items() if split_instance(name)[1] < 0)
+    return {name: len(unmapped) - rank for rank, (_, name) in enumerate(unmapped)}
+
+
 @dataclass(frozen=True)
 class PlannedTask:
     """One task of a planned machine: when the plan starts and ends it, and what it reserves."""
@@ -196,6 +205,23 @@ class RunBook:
 
     started_s: dict[str, float] = field(default_factory=dict)  # plan clock of each started task's release
     ended_s: dict[str, float] = field(default_factory=dict)  # and of its end
+    weights: dict[str, int] = field(default_factory=dict)  # agora's priority weights in Airflow, once re-ordered
+
+    def reordered(self, order: MachineOrder) -> dict[str, tuple[int, int]]:
+        """Put ``order`` (a repair's) in force; returns the priority weights that change for the tasks not started
+        (task id -> (weight now, new weight)): the policy gave the plan's (:func:`priority_weights`), each repair
+        gives its order's."""
+        if not self.weights:
+            self.weights = priority_weights({t: planned.start_s for t, planned in self.order.by_task.items()})
+        self.order = order
+        new = priority_weights({t: planned.start_s for t, planned in order.by_task.items()})
+        changed = {
+            t: (self.weights[t], weight)
+            for t, weight in new.items()
+            if t in self.weights and weight != self.weights[t] and t not in self.started
+        }
+        self.weights.update({t: weight for t, (_, weight) in changed.items()})
+        return changed
 
     def clock_s(self, now_s: float) -> float:
         """The run's plan clock at the executor's monotonic ``now_s``."""

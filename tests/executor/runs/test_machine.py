@@ -40,6 +40,7 @@ from agora_optimizer.executor.runs.events import (
     Replan,
     ReplanFailed,
     Replanned,
+    Reprioritize,
     Requeue,
     Requeued,
     RerunOnFallback,
@@ -244,6 +245,28 @@ def test_a_late_end_is_a_drift_the_next_repair_re_plans_and_its_answer_moves_the
     assert log == Log(
         "warning", f"agora: cannot repair etl run r1 after {late.reason} (no workflow); it goes on as planned"
     )
+
+
+def test_a_repair_that_reorders_the_run_gives_the_tasks_not_started_their_new_priority_weights() -> None:
+    """Airflow queues a run's ready tasks by priority weight, the plan's (the cluster policy's): a task a repair
+    now starts early would otherwise wait behind the tasks the executor holds for their turns."""
+    planned = order(on("a", "small#0", 0, 10), on("c", "small#0", 10, 20), on("b", "small#0", 20, 30))
+    machine = RunMachine(CONFIG, RESOURCES)
+    leased(machine, planned, "a")
+    machine.handle(HeldWaiting(HeldJob("a", record("a"), True, 0.0)), now(0))  # a starts: weight 3, then c 2, b 1
+
+    def repaired(*assignments: Assignment) -> Repaired:
+        moved = {x.task: x for x in assignments if x.task != "a"}
+        return Repaired(order(*assignments), moved, {}, Repair(5.0, "r", tuple(moved), "d"))
+
+    swapped = repaired(on("a", "small#0", 0, 10), on("b", "small#0", 10, 20), on("c", "small#0", 20, 30))
+    actions = machine.handle(Replanned(RUN, swapped), now(5))
+    assert Reprioritize(RUN, {"b": (1, 2), "c": (2, 1)}) in actions  # a started: its weight no longer matters
+    again = machine.handle(Replanned(RUN, swapped), now(6))
+    assert not any(isinstance(action, Reprioritize) for action in again)  # nothing to change
+    as_planned = repaired(on("a", "small#0", 0, 10), on("c", "small#0", 10, 20), on("b", "small#0", 20, 30))
+    back = machine.handle(Replanned(RUN, as_planned), now(7))
+    assert Reprioritize(RUN, {"b": (2, 1), "c": (1, 2)}) in back  # from the weights the last repair gave
 
 
 def test_with_repair_off_a_late_end_is_no_drift_and_nothing_is_re_planned() -> None:

@@ -279,8 +279,8 @@ def test_a_cost_plans_priced_machine_opens_no_earlier_than_its_planned_start() -
 
 def test_a_cost_plans_machine_opens_early_once_nothing_outside_it_can_hold_it_open() -> None:
     """priced#1 (``late``, then ``tail``) is planned to open at 30 s; ``late`` is a child of ``first`` (priced#0) and
-    ``tail`` of ``slow`` (unpriced#0). It opens early once both have ended with no retry to come, and only if its parents are known and
-    priced#0, of its type and planned to open before it, has opened."""
+    ``tail`` of ``slow`` (unpriced#0). It opens early once both have ended with no retry to come, and only if its
+    parents are known and priced#0, of its type and planned to open before it, has opened."""
     unpriced = replace(PRICED, name="unpriced", price_per_hour_usd=0.0, count=None)
     resources = {"priced": replace(PRICED, count=None), "unpriced": unpriced}
     assignments = (
