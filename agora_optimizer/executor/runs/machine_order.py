@@ -51,7 +51,7 @@ DAG's. The plan clock of a run starts when the executor sees the run's first pla
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from agora_optimizer.model.catalog import Resource
 from agora_optimizer.model.instances import split_instance
@@ -122,7 +122,9 @@ class MachineOrder:
     as the plan's workflow names it (empty when the plan was saved without it: a task's stem serves then);
     ``fixed_memory``: the tasks whose reservation the workflow declares or records, which memory learned during
     the run never lowers (:data:`~agora_optimizer.predict.memory_in_run.LOWERED_SOURCES`); ``parents``: each
-    task's upstream tasks in that workflow (empty when unknown: no machine then opens before its planned start)."""
+    task's upstream tasks in that workflow (empty when unknown: no machine then opens before its planned start);
+    ``starts``: every task's planned start in the plan, those on no machine of ``resources`` too (the cluster
+    policy's priority weights come from these: :func:`priority_weights`; empty in a repair's order)."""
 
     machines: Mapping[str, MachinePlan]
     by_task: Mapping[str, PlannedTask]
@@ -130,11 +132,13 @@ class MachineOrder:
     fixed_memory: frozenset[str] = frozenset()
     parents: Mapping[str, frozenset[str]] = field(default_factory=dict)
     objective: Objective = TIME  # the plan's: a repair's order keeps it (whether priced machines open on time)
+    starts: Mapping[str, float] = field(default_factory=dict)
 
     @classmethod
     def from_plan(cls, plan: Plan, resources: Mapping[str, Resource]) -> MachineOrder:
         """The order of ``plan``; a machine whose type is not in ``resources`` is left out (its tasks run unplanned)."""
-        return cls.from_assignments(plan.assignments, resources, plan.objective)
+        order = cls.from_assignments(plan.assignments, resources, plan.objective)
+        return replace(order, starts={a.task: a.start_s for a in plan.assignments})
 
     @classmethod
     def from_assignments(
@@ -205,16 +209,19 @@ class RunBook:
 
     started_s: dict[str, float] = field(default_factory=dict)  # plan clock of each started task's release
     ended_s: dict[str, float] = field(default_factory=dict)  # and of its end
-    weights: dict[str, int] = field(default_factory=dict)  # agora's priority weights in Airflow, once re-ordered
+    starts: dict[str, float] = field(default_factory=dict)  # each task's start as its weight in Airflow has it
+    weights: dict[str, int] = field(default_factory=dict)  # and that weight (agora's), once re-ordered
 
     def reordered(self, order: MachineOrder) -> dict[str, tuple[int, int]]:
         """Put ``order`` (a repair's) in force; returns the priority weights that change for the tasks not started
-        (task id -> (weight now, new weight)): the policy gave the plan's (:func:`priority_weights`), each repair
-        gives its order's."""
+        (task id -> (weight now, new weight)): the policy gave the plan's (:func:`priority_weights` of its
+        starts), each repair gives its order's (a task it does not place keeps its start)."""
         if not self.weights:
-            self.weights = priority_weights({t: planned.start_s for t, planned in self.order.by_task.items()})
+            self.starts = dict(self.order.starts) or {t: planned.start_s for t, planned in self.order.by_task.items()}
+            self.weights = priority_weights(self.starts)
         self.order = order
-        new = priority_weights({t: planned.start_s for t, planned in order.by_task.items()})
+        self.starts.update({t: planned.start_s for t, planned in order.by_task.items()})
+        new = priority_weights(self.starts)
         changed = {
             t: (self.weights[t], weight)
             for t, weight in new.items()

@@ -351,3 +351,23 @@ def test_a_count_1_type_never_has_two_machines_open_at_once() -> None:
     free = RunBook(MachineOrder.from_plan(priced_plan("time", *before, after), {"priced": unlimited}), origin_s=100.0)
     free.start("a", 0.0)
     assert may_start(free, "c", now_s=101.0, held_s=0.0, hold_max_s=HOLD_S).start
+
+
+def test_a_repair_re_weights_from_the_weights_the_policy_gave_the_whole_plan() -> None:
+    """The cluster policy weighs every planned task, those on a type this executor does not run too; the first
+    repair's weights now are those, and a task the repair does not place keeps its planned start."""
+    from agora_optimizer.executor.runs.machine_order import priority_weights
+    from agora_optimizer.integration.policy import planned_priorities
+
+    elsewhere = Assignment("remote", "celery-pool", "celery-pool#0", 25, 26, 1, GIB)
+    planned = plan(on("a", "small#0", 0, 10), elsewhere, on("b", "small#0", 10, 20), on("c", "small#0", 20, 30))
+    run = RunBook(MachineOrder.from_plan(planned, RESOURCES), origin_s=100.0)
+    assert "remote" not in run.order.by_task  # its machine is not this executor's
+    run.start("a", 0.0)
+    swapped = MachineOrder.from_assignments(
+        [on("a", "small#0", 0, 10), on("c", "small#0", 10, 20), on("b", "small#0", 20, 30)], RESOURCES
+    )
+    policy = planned_priorities({a.task: a for a in planned.assignments})
+    assert policy == {"a": 4, "b": 3, "c": 2, "remote": 1}
+    assert run.reordered(swapped) == {"c": (2, 3), "b": (3, 2)}  # remote, not re-placed, keeps its 25 s
+    assert run.order is swapped and run.weights == priority_weights(run.starts)
