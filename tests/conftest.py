@@ -96,6 +96,9 @@ SERVICE_FIXTURES = {
     "compose": "docker",
 }
 
+# Fixtures that, on their "postgresql" parameter, ask for the PostgreSQL server by name (request.getfixturevalue)
+ASKS_FOR_POSTGRES = ("store_url", "task_instances")  # tests/traces/conftest.py, tests/executor/conftest.py
+
 
 @dataclass(frozen=True)
 class RunStart:
@@ -171,8 +174,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         used = set(getattr(item, "fixturenames", ()))
         callspec = getattr(item, "callspec", None)
-        if callspec is not None and callspec.params.get("store_url") == "postgresql":
-            used.add("postgres_server")  # tests/traces/conftest.py: store_url asks for it by name
+        if callspec is not None and "postgresql" in (callspec.params.get(name) for name in ASKS_FOR_POSTGRES):
+            used.add("postgres_server")
         for fixture, marker in SERVICE_FIXTURES.items():
             if fixture in used:
                 item.add_marker(marker)

@@ -1,5 +1,5 @@
 """Airflow in this process (the executor tests build AgoraExecutor itself): configured before its first import; and
-Airflow's own metadata tables, in SQLite, for the statements the executor runs on them."""
+Airflow's own metadata tables, in SQLite and PostgreSQL, for the statements the executor runs on them."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from tests.airflow_home import private_airflow_home
+from tests.traces.conftest import fresh_postgres_url, postgres_server, postgres_url
 
 private_airflow_home("agora-executor-tests-")
 os.environ.setdefault(
@@ -20,6 +21,8 @@ os.environ.setdefault(
 )
 
 RUN_AFTER = datetime(2026, 12, 3, 7, 0, tzinfo=UTC)  # run r1 of DAG unit in the task_instances fixture
+
+__all__ = ["fresh_postgres_url", "postgres_server", "postgres_url"]  # the task_instances fixture's PostgreSQL
 
 
 @dataclass
@@ -55,8 +58,11 @@ class TaskInstanceTable:
 
 
 @pytest.fixture
-def task_instances(monkeypatch: pytest.MonkeyPatch) -> TaskInstanceTable:
-    """The statements the executor runs on the scheduler's metadata database meet Airflow's real tables."""
+def task_instances(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[TaskInstanceTable]:
+    """The statements the executor runs on the scheduler's metadata database meet Airflow's real tables, in
+    SQLite, or in PostgreSQL (a production scheduler's database) where a test parametrizes this fixture
+    indirectly with "postgresql". The tables are created without their foreign keys: the rows they name
+    (DAG versions, log templates) do not matter here."""
     import sqlalchemy as sa
     from airflow import settings as airflow_settings
     from airflow.models import import_all_models
@@ -65,14 +71,19 @@ def task_instances(monkeypatch: pytest.MonkeyPatch) -> TaskInstanceTable:
     from sqlalchemy.orm import scoped_session, sessionmaker
 
     import_all_models()  # the table's foreign keys name the others
-    engine = sa.create_engine("sqlite://", poolclass=sa.pool.StaticPool)
-    TaskInstance.__table__.create(engine)
-    DagRun.__table__.create(engine)
+    if getattr(request, "param", "sqlite") == "sqlite":
+        engine = sa.create_engine("sqlite://", poolclass=sa.pool.StaticPool)
+    else:
+        engine = sa.create_engine(request.getfixturevalue("fresh_postgres_url"))
     with engine.begin() as connection:
+        for table in (TaskInstance.__table__, DagRun.__table__):
+            connection.execute(sa.schema.CreateTable(table, include_foreign_key_constraints=[]))
         run = {"dag_id": "unit", "run_id": "r1", "run_type": "manual", "run_after": RUN_AFTER, "log_template_id": None}
         connection.execute(DagRun.__table__.insert().values(**run))
     monkeypatch.setattr(airflow_settings, "Session", scoped_session(sessionmaker(bind=engine)))
-    return TaskInstanceTable(engine, TaskInstance.__table__)
+    yield TaskInstanceTable(engine, TaskInstance.__table__)
+    airflow_settings.Session.remove()
+    engine.dispose()
 
 
 @contextmanager

@@ -9,7 +9,11 @@ import pytest
 
 from tests.executor.conftest import RUN_AFTER, TaskInstanceTable, settings_session
 
+# each statement on both databases Airflow's metadata lives in
+ON_BOTH_DATABASES = pytest.mark.parametrize("task_instances", ["sqlite", "postgresql"], indirect=True)
 
+
+@ON_BOTH_DATABASES
 def test_task_states_name_each_task_instance_by_its_plan_name_and_a_task_not_scheduled_yet_as_none(
     task_instances: TaskInstanceTable,
 ) -> None:
@@ -22,6 +26,7 @@ def test_task_states_name_each_task_instance_by_its_plan_name_and_a_task_not_sch
     assert task_states("unit", "r2") == {}
 
 
+@ON_BOTH_DATABASES
 def test_run_times_are_the_runs_dates_and_none_for_a_run_airflow_does_not_have(
     task_instances: TaskInstanceTable,
 ) -> None:
@@ -40,6 +45,7 @@ def test_requeue_task_instance_says_why_without_airflows_database(monkeypatch: p
     assert requeue_task_instance(uuid.uuid4(), 1) == "no Airflow metadata database in this process"
 
 
+@ON_BOTH_DATABASES
 def test_requeue_task_instance_puts_a_running_try_back_to_queued_and_nothing_else(
     task_instances: TaskInstanceTable,
 ) -> None:
@@ -53,6 +59,7 @@ def test_requeue_task_instance_puts_a_running_try_back_to_queued_and_nothing_els
     assert task_instances.column("state") == {"running": "queued", "queued": "queued", "failed": "failed"}
 
 
+@ON_BOTH_DATABASES
 def test_a_requeued_try_waits_a_whole_task_queued_timeout_before_airflow_calls_it_stuck(
     task_instances: TaskInstanceTable,
 ) -> None:
@@ -84,6 +91,7 @@ def test_a_requeued_try_waits_a_whole_task_queued_timeout_before_airflow_calls_i
     assert task_instances.column("queued_by_job_id")["running"] == 7  # still this scheduler's to watch
 
 
+@ON_BOTH_DATABASES
 def test_reprioritize_gives_tasks_not_queued_yet_their_new_weight_where_agora_gave_the_old_one(
     task_instances: TaskInstanceTable,
 ) -> None:

@@ -407,10 +407,9 @@ def _lease_closed(book: RunBook, plan: MachinePlan, clock_s: float) -> Decision 
 
 def may_open_early(book: RunBook, plan: MachinePlan) -> bool:
     """Whether the machine may open before its planned start: nothing outside it can hold its lease open longer
-    than planned (every task on another machine that its tasks depend on is over: ended with no retry to come, or
-    will not come), and it
-    takes no other machine's turn (every machine of its type planned to open before it has opened, or ended).
-    False where the plan's workflow, and so the tasks' parents, is unknown."""
+    than planned (every task on another machine that its tasks depend on is over: ended with no retry to come,
+    or will not come), and it takes no other machine's turn (every machine of its type planned to open before
+    it has opened, or ended). False where the plan's workflow, and so the tasks' parents, is unknown."""
     parents = book.order.parents
     if not parents:
         return False
