@@ -76,7 +76,8 @@ class LoopSettings:
 class Scale:
     """What a replay in Airflow makes of a recorded task (``dags/agora_wfinstance.py``): runtime times
     ``time_s`` clamped into [``min_runtime_s``, ``max_runtime_s``]; memory times ``memory`` capped at
-    ``max_memory_bytes``, plus ``process_bytes`` (the task process itself). The identity by default.
+    ``max_memory_bytes``, plus ``process_bytes`` (what the task process itself peaks at: its measured
+    footprint, not the allowance a reservation adds over it). The identity by default.
 
     Training and truth are scaled alike, so that a simulated run is the run the replay DAG makes.
     """
