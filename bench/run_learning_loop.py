@@ -86,16 +86,6 @@ CATALOGS = {"local": REPO / "catalogs" / "local-priced.yaml"}
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    before = runtime_in_run.RUN_SHRINK_K
-    if args.run_shrink_k is not None:  # for a side-by-side run of the rule before (1.0)
-        runtime_in_run.RUN_SHRINK_K = args.run_shrink_k
-    try:
-        return _main(args, argv)
-    finally:
-        runtime_in_run.RUN_SHRINK_K = before
-
-
-def _main(args: argparse.Namespace, argv: list[str] | None) -> int:
     train = sorted(args.train_dir.glob("*.json"))
     if not train:
         raise SystemExit(f"--train-dir: no WfFormat instance (*.json) in {args.train_dir}")
@@ -118,6 +108,7 @@ def _main(args: argparse.Namespace, argv: list[str] | None) -> int:
         interval_s=args.repair_interval_s,
         max_repairs=args.max_repairs,
         deadline_margin=args.deadline_margin,
+        run_shrink_k=args.run_shrink_k,  # for a side-by-side run of the rule before (1.0)
     )
     started = time.perf_counter()
     if args.simulate:
@@ -138,7 +129,7 @@ def _main(args: argparse.Namespace, argv: list[str] | None) -> int:
         "slack": settings.slack,
         "repair_interval_s": settings.interval_s,
         "time_limit_s": settings.time_limit_s,
-        "run_shrink_k": runtime_in_run.RUN_SHRINK_K,
+        "run_shrink_k": runtime_in_run.RUN_SHRINK_K if args.run_shrink_k is None else args.run_shrink_k,
         "bench_wall_s": round(time.perf_counter() - started, 1),
         "runs": runs,
         "summary": summary(runs),
@@ -247,7 +238,9 @@ def _run_in(
                 load_catalog(catalog_path), learned_platform_latency(store_url, edges), "median"
             )
             planned = plan_instance(trained_without(attempts, path, scale), path, catalog, label, settings, scale)
-            simulated = replay_with_repairs(planned.plan, planned.predicted, planned.actual, catalog, slack=args.slack)
+            simulated = replay_with_repairs(
+                planned.plan, planned.predicted, planned.actual, catalog, slack=args.slack, run_k=args.run_shrink_k
+            )
             result: dict[str, Any] = {
                 **plan_fields(path, planned, settings),
                 "simulated": False,

@@ -70,6 +70,7 @@ class LoopSettings:
     max_repairs: int = MAX_REPAIRS
     forecast_share: float = FORECAST_SHARE
     deadline_margin: float = DEADLINE_MARGIN  # both plans aim this share of the deadline early (deadline_aim.py)
+    run_shrink_k: float | None = None  # the run's factor's k, [agora] run_shrink_k (None: RUN_SHRINK_K)
 
 
 @dataclass(frozen=True)
@@ -346,4 +347,5 @@ def _run(
         interval_s=settings.interval_s,
         max_repairs=settings.max_repairs,
         repair=repair,
+        run_k=settings.run_shrink_k,
     )

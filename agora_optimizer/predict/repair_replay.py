@@ -73,12 +73,8 @@ from agora_optimizer.predict.runtime_in_run import RunRuntimes, corrected_workfl
 
 MAX_REPAIRS = 100  # past this many re-plans a run repairs only while its deadline is at risk (a guard: the
 # executor has none), and then at most once per deadline / MAX_REPAIRS (the replay's time stays bounded)
-_CAUSES = {
-    "late": "late",
-    "killed": "killed for memory",
-    "memory": "taught its category's memory",
-    "runtime": "taught its category's runtime",
-}
+_CAUSES = {"late": "late", "killed": "killed for memory", "memory": "taught its category's memory",
+           "runtime": "taught its category's runtime"}  # fmt: skip
 MAX_KILLS = 16  # a task killed this often runs as if it fitted (a guard: Airflow's retries would end sooner)
 
 RepairStep = Callable[[Workflow, Catalog, Plan, Mapping[str, TaskState], float], Replan]
@@ -125,6 +121,7 @@ class RepairedRun:
     workflows: tuple[Workflow, ...] = ()  # what each plan was made from (reservations raised, runtimes corrected)
     runtime_factors: tuple[Mapping[str, float], ...] = ()  # the runtime factors each of those workflows carries
     runtime_seen: tuple[tuple[float, str, float], ...] = ()  # (end, task, runtime ratio) of each task learned from
+    run_k: float | None = None  # the run's factor's k it learned with (RunRuntimes.run_k)
 
     def _made(self, now_s: float) -> int:
         made = [i + 1 for i, event in enumerate(self.repairs) if event.at_s <= now_s + TIME_TOLERANCE_S]
@@ -197,7 +194,7 @@ class _Memory:
         """When and which task ending after ``now_s`` (none of ``learned``) first moves its category's runtime
         factor by more than ``slack`` from the one the plan carries while tasks of it are still to start."""
         last_start = _last_starts(timed, self.category)
-        ahead = RunRuntimes(k=self.runtimes.k)
+        ahead = RunRuntimes(k=self.runtimes.k, run_k=self.runtimes.run_k)
         for end_s, task_id in sorted((a.end_s, a.task) for a in timed.values() if a.end_s > now_s + TIME_TOLERANCE_S):
             category = self.category[task_id]
             if task_id in learned or self.killed_share(timed[task_id]) < 1.0 or last_start[category] <= end_s:
@@ -289,20 +286,22 @@ def replay_with_repairs(
     interval_s: float = 0.0,
     max_repairs: int = MAX_REPAIRS,
     repair: RepairStep | None = None,
+    run_k: float | None = None,
 ) -> RepairedRun:
     """Run ``plan`` (made from ``planned``) with ``actual``'s runtimes and peaks, re-planned by ``repair`` as tasks
     end late, are killed for memory, or teach their category's memory (the module's docstring).
 
-    ``slack`` and ``min_late_s``: :func:`late`; ``interval_s``: the least time between two repairs;
-    ``max_repairs``: past that many, a late task or a category's memory or runtime is repaired only while the
-    plan's deadline is at risk (:func:`at_risk`), at most once per ``deadline / max_repairs`` (a kill is always
-    repaired, as the executor does). Raises as :func:`~.replay.replay` does on a plan that does not fit
-    ``actual`` or ``catalog``; a repair step that raises an :class:`AgoraError` leaves the run under the plan in
-    force, as the executor does, and is listed in ``failures``.
+    ``slack`` and ``min_late_s``: :func:`late`; ``interval_s``: the least time between two repairs; ``run_k``:
+    ``[agora] run_shrink_k`` (None: its default); ``max_repairs``: past that many, a late task or a category's
+    memory or runtime is repaired only while the plan's deadline is at risk (:func:`at_risk`), at most once per
+    ``deadline / max_repairs`` (a kill is always repaired, as the executor does). Raises as
+    :func:`~.replay.replay` does on a plan that does not fit ``actual`` or ``catalog``; a repair step that raises
+    an :class:`AgoraError` leaves the run under the plan in force, as the executor does, and is listed in
+    ``failures``.
     """
     check_matches(plan, actual, catalog)
     step = repair or plain_repair()
-    memory = _Memory(planned, actual, catalog, min_late_s=min_late_s)
+    memory = _Memory(planned, actual, catalog, runtimes=RunRuntimes(run_k=run_k), min_late_s=min_late_s)
     in_force, plans, workflows = plan, [plan], [planned]
     carried: list[Mapping[str, float]] = [{}]
     seen: list[tuple[float, str, float]] = []
@@ -379,9 +378,8 @@ def replay_with_repairs(
     made = summarised(plan, actual, catalog, items)
     if killed:  # the killed attempts ran and were paid for
         made = replace(made, makespan_s=makespan_s([*items, *killed]), cost_usd=cost_usd([*items, *killed], catalog))
-    return RepairedRun(
-        made, tuple(events), tuple(plans), tuple(failures), tuple(killed), tuple(workflows), tuple(carried), tuple(seen)
-    )
+    kept = (tuple(events), tuple(plans), tuple(failures), tuple(killed), tuple(workflows), tuple(carried))
+    return RepairedRun(made, *kept, tuple(seen), run_k)
 
 
 def _next_event(
@@ -475,7 +473,7 @@ def _learned_workflow(run: RepairedRun, planned: Workflow, state: Mapping[str, T
     """The workflow of the plan in force at ``now_s``, its not-ended tasks' runtimes corrected by what the tasks
     ended by then taught their categories (the executor's learning, as of ``now_s``)."""
     category = {t.id: category_of_task(t) for t in planned.tasks}
-    learned = RunRuntimes()
+    learned = RunRuntimes(run_k=run.run_k)
     for end_s, task_id, ratio in run.runtime_seen:
         if end_s <= now_s + TIME_TOLERANCE_S:
             learned.observe(category[task_id], ratio)

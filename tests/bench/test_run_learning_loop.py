@@ -127,9 +127,12 @@ def test_a_real_runs_forecast_at_a_quarter_is_its_last_re_plans_by_then_else_its
 
 
 def test_the_run_factor_s_k_can_be_set_for_one_run_and_is_recorded(tmp_path: Path) -> None:
+    """--run-shrink-k reaches the simulated runs through LoopSettings (tests/predict/test_repair_replay.py: what it
+    changes there); the rule's own k is recorded when none is given."""
     from agora_optimizer.predict import runtime_in_run
 
-    before = runtime_in_run.RUN_SHRINK_K
     out = _simulate(tmp_path, "--run-shrink-k", "1")
     assert json.loads(out.read_text())["run_shrink_k"] == 1.0
-    assert runtime_in_run.RUN_SHRINK_K == before != 1.0  # the rule's own again after the run
+    assert runtime_in_run.RUN_SHRINK_K != 1.0  # the module's own is left alone
+    (tmp_path / "default").mkdir()
+    assert json.loads(_simulate(tmp_path / "default").read_text())["run_shrink_k"] == runtime_in_run.RUN_SHRINK_K

@@ -12,7 +12,7 @@ import pytest
 from agora_optimizer.io.wfformat import load_workflow
 from agora_optimizer.model.catalog import Catalog, Resource
 from agora_optimizer.model.plan import Objective, Plan
-from agora_optimizer.model.workflow import Task, Workflow
+from agora_optimizer.model.workflow import Edge, Task, Workflow
 from agora_optimizer.optimize.optimize import optimize
 from agora_optimizer.planning.leases import cost_usd
 from agora_optimizer.planning.replan import replan
@@ -238,6 +238,29 @@ def test_the_repairs_and_the_forecast_see_a_killed_task_pending_with_its_retrys_
     forecast(run, predicted, ONE_AT_A_TIME, 5.0, step)  # the retry runs then, at 2.4 GiB (to be killed at 11.3 s)
     assert seen[-1][2] == {"align_0": Running("m#0", pytest.approx(10.0 / 3), math.ceil(2.4 * GIB))}
     assert seen[-1][1] == run.workflows[1]  # the workflow of the plan in force then
+
+
+@pytest.mark.parametrize("run_k", [1.0, 9.0])
+def test_a_category_not_seen_yet_follows_the_run_as_far_as_run_k_says_in_the_repairs_and_the_forecast(
+    run_k: float,
+) -> None:
+    """``[agora] run_shrink_k``, as the executor reads it: ``align`` ran 2x, so the ``sort`` tasks to come, of a
+    category no task of has ended, take the run's factor 2^(1 / (1 + k)), in the re-plan and in the forecast."""
+    tasks = [Task("align_0", 10.0, 1, GIB, "align"), *(Task(f"sort_{i}", 10.0, 1, GIB, "sort") for i in range(3))]
+    predicted = Workflow.create("two", tasks, [Edge("align_0", f"sort_{i}") for i in range(3)])
+    truth = _scaled(predicted, 2.0)
+    plan = optimize(predicted, ONE_AT_A_TIME, Objective("cost"), "one", time_limit_s=0.5)
+    seen: list[Workflow] = []
+
+    def step(workflow: Workflow, catalog: Catalog, plan: Plan, state: Mapping[str, TaskState], now_s: float) -> Replan:
+        seen.append(workflow)
+        return replan(workflow, catalog, plan, state, now_s, time_limit_s=0.5)
+
+    run = replay_with_repairs(plan, predicted, truth, ONE_AT_A_TIME, repair=step, run_k=run_k)
+    factor = 2 ** (1 / (1 + run_k))
+    assert run.repairs[0].at_s == pytest.approx(20.0) and run.run_k == run_k
+    assert [t.runtime_s for t in seen[0].tasks if t.category == "sort"] == pytest.approx([10.0 * factor] * 3)
+    assert forecast(run, predicted, ONE_AT_A_TIME, 20.0, step).makespan_s == pytest.approx(20.0 + 30.0 * factor)
 
 
 def test_a_category_whose_first_tasks_take_2x_is_re_predicted_for_the_rest_and_the_forecast_follows() -> None:
