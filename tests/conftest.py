@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -65,6 +66,11 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     if config.getvalue("dist") != "loadscope":
         return None
     from xdist.scheduler import LoadScopeScheduling
+
+    # The units in the collection's order, which pytest_collection_modifyitems made longest first (xdist's own
+    # order, by test count, left the single-test Airflow modules of a minute or two for last: one worker then
+    # ran the last of them while the other had nothing left)
+    config.option.loadscopereorder = False
 
     class ServiceGroupScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
@@ -157,6 +163,21 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         run_services.end(run.directory)
 
 
+TIMELINE_ENV = "AGORA_TEST_TIMELINE"  # a CSV file each worker appends each test phase to (scripts/test_timeline.py)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """With ``$AGORA_TEST_TIMELINE`` set: the phase's worker, start (epoch s), duration, phase, outcome and test, as
+    the process that ran it saw it (the controller's copies of the workers' reports carry ``node``: skipped)."""
+    path = os.environ.get(TIMELINE_ENV)
+    if not path or getattr(report, "node", None) is not None:
+        return
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    line = f"{worker},{report.start:.3f},{report.duration:.3f},{report.when},{report.outcome},{report.nodeid}\n"
+    with open(path, "a", encoding="utf-8") as timeline:
+        timeline.write(line)
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """Before a test that uses the session's SLURM cluster: any of its daemons that died is started
     again, and the test carries a warning naming it with its log's last lines (a dead node's daemon
@@ -179,6 +200,27 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for fixture, marker in SERVICE_FIXTURES.items():
             if fixture in used:
                 item.add_marker(marker)
+    items[:] = longest_units_first(items)
+
+
+LONGEST_UNIT = "group:slurm"  # the cluster's tests and the Docker stack: the longest unit by far
+STARTS_AIRFLOW = ("airflow", "docker", "celery", "browser")  # markers of tests that take tens of seconds each
+
+
+def longest_units_first(items: list[pytest.Item]) -> list[pytest.Item]:
+    """``items`` by scheduling unit (:func:`xdist_unit`), the longest first as far as the markers tell: the SLURM
+    group, then the units that start Airflow or a stack, then the rest; by test count within each, each unit's
+    tests in their order. With two workers, the last units to run are then short ones, and both end together."""
+    units: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        units.setdefault(xdist_unit(item.nodeid), []).append(item)
+
+    def rank(unit: str) -> tuple[int, int]:
+        tests = units[unit]
+        heavy = any(item.get_closest_marker(marker) for item in tests for marker in STARTS_AIRFLOW)
+        return (0 if unit == LONGEST_UNIT else 1 if heavy else 2, -len(tests))
+
+    return [item for unit in sorted(units, key=rank) for item in units[unit]]
 
 
 @pytest.fixture(scope="session", autouse=True)

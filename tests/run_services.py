@@ -100,5 +100,6 @@ def run_pytest(
     hooks and fixtures (``-p tests.conftest``), its temporary files under ``basetemp``, and ``options``."""
     argv = [sys.executable, "-m", "pytest", "-p", "tests.conftest", "-p", "no:randomly", "-p", "no:cacheprovider"]
     argv += ["-q", "--basetemp", str(basetemp), *options, str(tests)]
-    env = {name: value for name, value in os.environ.items() if not name.startswith("PYTEST_")}  # not our worker's
+    # not our worker's, and not written into this run's timeline (tests/conftest.py's AGORA_TEST_TIMELINE)
+    env = {name: value for name, value in os.environ.items() if not name.startswith(("PYTEST_", "AGORA_TEST_"))}
     return subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout_s, check=False)

@@ -16,6 +16,7 @@ MODULES = [
     "tests/traces/test_store.py",
     "tests/executor/backends/aws/test_s3_transport.py",
     "tests/queue_wait/test_recorder.py",
+    "tests/executor/test_airflow_db.py",  # task_instances' PostgreSQL half, parametrized indirectly
 ]
 
 
