@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 import sys
@@ -173,9 +175,11 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if not path or getattr(report, "node", None) is not None:
         return
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
-    line = f"{worker},{report.start:.3f},{report.duration:.3f},{report.when},{report.outcome},{report.nodeid}\n"
-    with open(path, "a", encoding="utf-8") as timeline:
-        timeline.write(line)
+    line = io.StringIO()  # one write per line: the workers append to the same file
+    csv.writer(line).writerow([worker, f"{report.start:.3f}", f"{report.duration:.3f}", report.when, report.outcome,
+                               report.nodeid])  # fmt: skip
+    with open(path, "a", encoding="utf-8", newline="") as timeline:
+        timeline.write(line.getvalue())
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

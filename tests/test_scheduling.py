@@ -44,12 +44,13 @@ def test_the_slurm_group_goes_first_then_the_units_that_start_airflow_then_the_r
 
 
 def test_the_timeline_says_when_each_worker_ended_and_the_longest_units(tmp_path: Path) -> None:
+    """Read from the lines the run writes (tests/conftest.py's pytest_runtest_logreport: CSV, quoted ids)."""
     timeline = tmp_path / "timeline.csv"
     timeline.write_text(
         "gw0,1000.0,100.0,call,passed,tests/slurm/test_cluster.py::up\n"
         "gw1,1000.0,30.0,call,passed,tests/cli/test_a.py::one\n"
         "gw1,1030.0,0.5,teardown,passed,tests/cli/test_a.py::one\n"
-        "gw1,1040.0,20.0,call,failed,tests/cli/test_b.py::one\n"
+        'gw1,1040.0,20.0,call,failed,"tests/cli/test_b.py::one[a,b]"\n'  # a parameter's id with a comma
     )
     done = subprocess.run(
         [sys.executable, str(REPO / "scripts" / "test_timeline.py"), str(timeline)],
