@@ -72,11 +72,12 @@ from agora_optimizer.predict.learning_loop import (  # noqa: E402
     kept_deadline,
     plan_fields,
     plan_instance,
+    repaired_run,
     simulate_instances,
     trained_without,
 )
 from agora_optimizer.predict.learning_loop_report import markdown, summary  # noqa: E402
-from agora_optimizer.predict.repair_replay import MAX_REPAIRS, REPLAN_SLACK, replay_with_repairs  # noqa: E402
+from agora_optimizer.predict.repair_replay import MAX_REPAIRS, REPLAN_SLACK  # noqa: E402
 from agora_optimizer.traces.wfformat_import import attempts_from_wfformat  # noqa: E402
 from harness.replay_runs import DAG_ID_PREFIX, ReplayRuns, replay_deployment  # noqa: E402
 
@@ -238,9 +239,7 @@ def _run_in(
                 load_catalog(catalog_path), learned_platform_latency(store_url, edges), "median"
             )
             planned = plan_instance(trained_without(attempts, path, scale), path, catalog, label, settings, scale)
-            simulated = replay_with_repairs(
-                planned.plan, planned.predicted, planned.actual, catalog, slack=args.slack, run_k=args.run_shrink_k
-            )
+            simulated = repaired_run(planned.plan, planned.predicted, planned.actual, catalog, settings)
             result: dict[str, Any] = {
                 **plan_fields(path, planned, settings),
                 "simulated": False,

@@ -203,7 +203,7 @@ def simulate_run(
     started = time.perf_counter()
     planned = plan_instance(predictor, held_out, catalog, catalog_label, settings, scale)
     predicted, actual, plan, default = planned.predicted, planned.actual, planned.plan, planned.default
-    run = _run(plan, predicted, actual, catalog, settings, repair)
+    run = repaired_run(plan, predicted, actual, catalog, settings, repair)
     made = run.replay
     forecast_at_s = settings.forecast_share * made.makespan_s
     try:
@@ -211,7 +211,7 @@ def simulate_run(
     except AgoraError:  # a re-plan that fails there (the executor's would too): no forecast
         foreseen = None
     unrepaired = replace(settings, slack=0.0)  # the default: what a run without agora's repairs gives
-    default_run = _run(default, predicted, actual, catalog, unrepaired, repair) if default is not None else None
+    default_run = repaired_run(default, predicted, actual, catalog, unrepaired, repair) if default is not None else None
     result: dict[str, Any] = {
         **plan_fields(held_out, planned, settings),
         "simulated": True,
@@ -329,14 +329,15 @@ def _under_deadline(
         return None
 
 
-def _run(
+def repaired_run(
     plan: Plan,
     predicted: Workflow,
     actual: Workflow,
     catalog: Catalog,
     settings: LoopSettings,
-    repair: RepairStep | None,
+    repair: RepairStep | None = None,
 ) -> RepairedRun:
+    """``plan`` run on ``actual`` with the executor's repairs, under ``settings``' slack, interval, cap and k."""
     return replay_with_repairs(
         plan,
         predicted,
